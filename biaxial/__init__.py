@@ -1,0 +1,1 @@
+"""The ``biaxial`` command line: one entry point for every component (see ``biaxial --help``)."""

@@ -1,0 +1,3 @@
+from biaxial.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""``biaxial`` entry point: builds the subcommand parser and turns every expected error into
+one clear line on stderr with a non-zero exit code, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+import biaxial.commands
+from driver.errors import BiaxialError, InvalidInputError
+
+EXIT_INVALID_INPUT = 2
+EXIT_FAILURE = 1
+
+
+def _command_modules() -> list[ModuleType]:
+    modules = [
+        importlib.import_module(f"biaxial.commands.{info.name}")
+        for info in pkgutil.iter_modules(biaxial.commands.__path__)
+        if not info.name.startswith("_")
+    ]
+    return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.NAME))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="biaxial",
+        description="Kubernetes DRA driver for NVIDIA GPUs with node x GPU binpack/spread.",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-v INFO, -vv DEBUG)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in _command_modules():
+        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(cmd)
+        cmd.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        code: int = args.run(args)
+    except InvalidInputError as exc:
+        print(f"biaxial {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_INVALID_INPUT
+    except BiaxialError as exc:
+        print(f"biaxial {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return code

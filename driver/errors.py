@@ -1,0 +1,121 @@
+"""biaxial's error hierarchy. Every error a user can meet is one of these, with a message that
+says what is wrong and where, so the CLI, events and conditions can show it as one line::
+
+    BiaxialError
+    ├── InvalidInputError            bad input from a user; nothing was changed
+    │   ├── QuantityError            a malformed Kubernetes quantity
+    │   ├── ManifestError            a malformed or unsupported object / file
+    │   ├── CELCompileError          a selector that does not compile (with position)
+    │   ├── PolicyError              an unknown binpack/spread policy value
+    │   ├── ConfigError              invalid opaque driver configuration (names the field)
+    │   └── ValidationError          an object that breaks an API limit (attribute count, names)
+    ├── CELEvaluationError           a selector failed at run time (missing key, non-bool, cost)
+    ├── AllocationError              a fatal allocation error for a pod (unknown class, All on
+    │                                an incomplete pool, CEL runtime error); not "does not fit"
+    ├── DiscoveryError               NVML is unavailable or reported something unusable
+    ├── CheckpointError              the kubelet plugin's checkpoint is unreadable or corrupt
+    ├── PrepareError                 a claim cannot be prepared on this node (per claim)
+    └── ApiError                     the Kubernetes API answered with an error
+        ├── NotFoundError            404
+        ├── ConflictError            409 (stale resourceVersion or AlreadyExists)
+        ├── GoneError                410 (watch history expired)
+        └── ServerError              5xx and transport failures; retryable
+
+HTTP status codes are mapped to ``ApiError`` subclasses in exactly one place:
+:func:`api_error_for_status`. Always ``raise ... from`` the underlying exception.
+"""
+
+from __future__ import annotations
+
+
+class BiaxialError(Exception):
+    """Base class of every error biaxial raises on purpose."""
+
+
+class InvalidInputError(BiaxialError):
+    """Input from a user (manifest, flag, annotation, selector) is invalid."""
+
+
+class QuantityError(InvalidInputError):
+    """A string is not a valid Kubernetes quantity."""
+
+
+class ManifestError(InvalidInputError):
+    """A file or object is malformed or of an unsupported kind."""
+
+
+class CELCompileError(InvalidInputError):
+    """A CEL expression does not compile or is not allowed (length, result type)."""
+
+
+class PolicyError(InvalidInputError):
+    """An unknown scheduling policy value (annotation, flag or setting)."""
+
+
+class ConfigError(InvalidInputError):
+    """Invalid opaque device configuration or settings; the message names the field."""
+
+
+class ValidationError(InvalidInputError):
+    """An object breaks a limit of the resource.k8s.io/v1 API that the schema does not check."""
+
+
+class CELEvaluationError(BiaxialError):
+    """A CEL expression failed at run time: missing key, wrong type, non-bool, cost limit."""
+
+
+class AllocationError(BiaxialError):
+    """A fatal allocation error for a pod: retry later, do not treat as 'does not fit'."""
+
+
+class DiscoveryError(BiaxialError):
+    """GPU discovery failed (no NVML, no driver, an unusable answer)."""
+
+
+class CheckpointError(BiaxialError):
+    """The checkpoint file is unreadable, corrupt or of an unknown version."""
+
+
+class PrepareError(BiaxialError):
+    """A claim cannot be prepared or unprepared on this node."""
+
+
+class ApiError(BiaxialError):
+    """The Kubernetes API answered with an error."""
+
+    def __init__(self, message: str, *, status: int, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFoundError(ApiError):
+    """404 NotFound."""
+
+
+class ConflictError(ApiError):
+    """409 Conflict or AlreadyExists."""
+
+
+class GoneError(ApiError):
+    """410 Gone / Expired: the watch must relist."""
+
+
+class ServerError(ApiError):
+    """5xx, 429 or a transport failure: the call may be retried."""
+
+
+def api_error_for_status(status: int, message: str, reason: str = "") -> ApiError:
+    """Map an HTTP status code to the matching ApiError subclass (the only such mapping)."""
+    cls: type[ApiError]
+    if status == 404:
+        cls = NotFoundError
+    elif status == 409:
+        cls = ConflictError
+    elif status == 410:
+        cls = GoneError
+    elif status == 429 or status >= 500 or status == 0:
+        cls = ServerError
+    else:
+        cls = ApiError
+    return cls(message, status=status, reason=reason)

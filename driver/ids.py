@@ -1,0 +1,25 @@
+"""Identifier types shared by every layer. ``NewType`` keeps names from being mixed up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NewType
+
+NodeName = NewType("NodeName", str)
+DriverName = NewType("DriverName", str)
+PoolName = NewType("PoolName", str)
+DeviceName = NewType("DeviceName", str)
+ClaimUID = NewType("ClaimUID", str)
+PodUID = NewType("PodUID", str)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class DeviceID:
+    """A device's cluster-wide identity: (driver, pool, device), ordered as upstream sorts."""
+
+    driver: DriverName
+    pool: PoolName
+    device: DeviceName
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.device}"

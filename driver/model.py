@@ -1,0 +1,458 @@
+"""The one device model: ``resource.k8s.io/v1`` devices and slices as frozen, slotted dataclasses.
+
+Discovery (``driver.nvml``) produces :class:`GpuInfo` / :class:`MigInfo`; the slice builder turns
+them into :class:`Device` and :class:`ResourceSlice`; the allocator, the scorer and the kubelet
+plugin read the same objects. Raw API JSON is described with TypedDicts and converted once, at
+the edge, by ``from_api()`` / ``to_api()``. ``to_api(from_api(x)) == x`` for every field this
+module models (unknown fields are dropped on purpose: the core never round-trips them).
+
+Nothing here mutates its inputs; mappings handed to a model are copied into new dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, NotRequired, TypedDict, cast
+
+from driver.errors import ManifestError
+from driver.ids import DriverName, NodeName, PoolName
+from driver.quantity import Quantity
+
+API_GROUP = "resource.k8s.io"
+API_VERSION = "resource.k8s.io/v1"
+
+# --------------------------------------------------------------------------- raw API shapes
+
+JSON = dict[str, Any]
+
+
+class AttributeJSON(TypedDict, total=False):
+    int: int
+    bool: bool
+    string: str
+    version: str
+    ints: list[int]
+    bools: list[bool]
+    strings: list[str]
+    versions: list[str]
+
+
+class CapacityJSON(TypedDict):
+    value: str
+    requestPolicy: NotRequired[JSON]
+
+
+class DeviceJSON(TypedDict, total=False):
+    name: str
+    attributes: dict[str, AttributeJSON]
+    capacity: dict[str, CapacityJSON]
+    allowMultipleAllocations: bool
+    consumesCounters: list[JSON]
+    taints: list[JSON]
+    nodeName: str
+    nodeSelector: JSON
+    allNodes: bool
+    bindsToNode: bool
+    bindingConditions: list[str]
+    bindingFailureConditions: list[str]
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """A ``version`` attribute (semver 2.0.0 text); kept apart from plain strings for CEL."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+ScalarValue = bool | int | str | Version
+AttributeValue = ScalarValue | tuple[bool, ...] | tuple[int, ...] | tuple[str, ...] | tuple[Version, ...]
+
+_LIST_KEYS = {"ints": int, "bools": bool, "strings": str, "versions": Version}
+
+
+def attribute_from_api(raw: Mapping[str, Any], where: str) -> AttributeValue:
+    """Convert one ``DeviceAttribute`` (exactly one of int/bool/string/version/lists)."""
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        raise ManifestError(f"{where}: an attribute must set exactly one of int, bool, string, version")
+    ((kind, value),) = raw.items()
+    if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if kind == "bool" and isinstance(value, bool):
+        return value
+    if kind == "string" and isinstance(value, str):
+        return value
+    if kind == "version" and isinstance(value, str):
+        return Version(value)
+    if kind in _LIST_KEYS and isinstance(value, list) and value:
+        if kind == "versions":
+            return tuple(Version(str(v)) for v in value)
+        return tuple(value)
+    raise ManifestError(f"{where}: unsupported attribute value {dict(raw)!r}")
+
+
+def attribute_to_api(value: AttributeValue) -> AttributeJSON:
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, str):
+        return {"string": value}
+    if isinstance(value, Version):
+        return {"version": value.text}
+    if value and isinstance(value[0], Version):
+        return {"versions": [v.text for v in cast(tuple[Version, ...], value)]}
+    if value and isinstance(value[0], bool):
+        return {"bools": list(cast(tuple[bool, ...], value))}
+    if value and isinstance(value[0], int):
+        return {"ints": list(cast(tuple[int, ...], value))}
+    return {"strings": [str(v) for v in value]}
+
+
+# --------------------------------------------------------------------------- capacity
+
+
+@dataclass(frozen=True, slots=True)
+class ValidRange:
+    min: Quantity
+    max: Quantity | None = None
+    step: Quantity | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """``CapacityRequestPolicy``: a default plus at most one of validValues / validRange."""
+
+    default: Quantity | None = None
+    valid_values: tuple[Quantity, ...] = ()
+    valid_range: ValidRange | None = None
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> RequestPolicy:
+        rng = raw.get("validRange")
+        return cls(
+            default=Quantity.of(raw["default"]) if raw.get("default") is not None else None,
+            valid_values=tuple(Quantity.of(v) for v in raw.get("validValues") or ()),
+            valid_range=ValidRange(
+                min=Quantity.of(rng["min"]),
+                max=Quantity.of(rng["max"]) if rng.get("max") is not None else None,
+                step=Quantity.of(rng["step"]) if rng.get("step") is not None else None,
+            )
+            if rng
+            else None,
+        )
+
+    def to_api(self) -> JSON:
+        out: JSON = {}
+        if self.default is not None:
+            out["default"] = str(self.default)
+        if self.valid_values:
+            out["validValues"] = [str(v) for v in self.valid_values]
+        if self.valid_range is not None:
+            rng: JSON = {"min": str(self.valid_range.min)}
+            if self.valid_range.max is not None:
+                rng["max"] = str(self.valid_range.max)
+            if self.valid_range.step is not None:
+                rng["step"] = str(self.valid_range.step)
+            out["validRange"] = rng
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    value: Quantity
+    request_policy: RequestPolicy | None = None
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> Capacity:
+        policy = raw.get("requestPolicy")
+        return cls(
+            value=Quantity.of(raw["value"]),
+            request_policy=RequestPolicy.from_api(policy) if policy is not None else None,
+        )
+
+    def to_api(self) -> CapacityJSON:
+        out: CapacityJSON = {"value": str(self.value)}
+        if self.request_policy is not None:
+            out["requestPolicy"] = self.request_policy.to_api()
+        return out
+
+
+# --------------------------------------------------------------------------- taints, counters
+
+TaintEffect = Literal["None", "NoSchedule", "NoExecute"]
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    key: str
+    effect: str
+    value: str = ""
+    time_added: str | None = None
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> DeviceTaint:
+        return cls(
+            key=raw["key"],
+            effect=raw.get("effect", ""),
+            value=raw.get("value", "") or "",
+            time_added=raw.get("timeAdded"),
+        )
+
+    def to_api(self) -> JSON:
+        out: JSON = {"key": self.key, "effect": self.effect}
+        if self.value:
+            out["value"] = self.value
+        if self.time_added:
+            out["timeAdded"] = self.time_added
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    """``sharedCounters[]`` entry of a slice, or ``consumesCounters[]`` entry of a device."""
+
+    name: str
+    counters: Mapping[str, Quantity]
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any], *, name_key: str = "name") -> CounterSet:
+        return cls(
+            name=raw[name_key],
+            counters={k: Quantity.of(v["value"]) for k, v in (raw.get("counters") or {}).items()},
+        )
+
+    def to_api(self, *, name_key: str = "name") -> JSON:
+        return {
+            name_key: self.name,
+            "counters": {k: {"value": str(v)} for k, v in sorted(self.counters.items())},
+        }
+
+
+# --------------------------------------------------------------------------- devices
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One ``resource.k8s.io/v1`` Device. Attribute and capacity keys are as published:
+    unqualified keys belong to the driver's domain."""
+
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, Capacity] = field(default_factory=dict)
+    allow_multiple_allocations: bool = False
+    consumes_counters: tuple[CounterSet, ...] = ()
+    taints: tuple[DeviceTaint, ...] = ()
+    node_name: NodeName | None = None
+    node_selector: JSON | None = None
+    all_nodes: bool = False
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> Device:
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise ManifestError("device without a name")
+        where = f"device {name!r}"
+        try:
+            return cls(
+                name=name,
+                attributes={
+                    k: attribute_from_api(v, f"{where} attribute {k!r}")
+                    for k, v in (raw.get("attributes") or {}).items()
+                },
+                capacity={k: Capacity.from_api(v) for k, v in (raw.get("capacity") or {}).items()},
+                allow_multiple_allocations=bool(raw.get("allowMultipleAllocations")),
+                consumes_counters=tuple(
+                    CounterSet.from_api(c, name_key="counterSet")
+                    for c in raw.get("consumesCounters") or ()
+                ),
+                taints=tuple(DeviceTaint.from_api(t) for t in raw.get("taints") or ()),
+                node_name=NodeName(raw["nodeName"]) if raw.get("nodeName") else None,
+                node_selector=raw.get("nodeSelector"),
+                all_nodes=bool(raw.get("allNodes")),
+                binds_to_node=bool(raw.get("bindsToNode")),
+                binding_conditions=tuple(raw.get("bindingConditions") or ()),
+                binding_failure_conditions=tuple(raw.get("bindingFailureConditions") or ()),
+            )
+        except ManifestError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ManifestError(f"{where}: malformed ({exc})") from exc
+
+    def to_api(self) -> DeviceJSON:
+        out: DeviceJSON = {"name": self.name}
+        if self.attributes:
+            out["attributes"] = {k: attribute_to_api(v) for k, v in sorted(self.attributes.items())}
+        if self.capacity:
+            out["capacity"] = {k: v.to_api() for k, v in sorted(self.capacity.items())}
+        if self.allow_multiple_allocations:
+            out["allowMultipleAllocations"] = True
+        if self.consumes_counters:
+            out["consumesCounters"] = [
+                c.to_api(name_key="counterSet") for c in self.consumes_counters
+            ]
+        if self.taints:
+            out["taints"] = [t.to_api() for t in self.taints]
+        if self.node_name:
+            out["nodeName"] = self.node_name
+        if self.node_selector is not None:
+            out["nodeSelector"] = self.node_selector
+        if self.all_nodes:
+            out["allNodes"] = True
+        if self.binds_to_node:
+            out["bindsToNode"] = True
+        if self.binding_conditions:
+            out["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            out["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        return out
+
+    @property
+    def uses_advanced_features(self) -> bool:
+        """Taints, counters or list attributes: the slice's device limit drops to 64."""
+        return bool(self.taints or self.consumes_counters) or any(
+            isinstance(v, tuple) for v in self.attributes.values()
+        )
+
+
+# --------------------------------------------------------------------------- slices
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    name: PoolName
+    generation: int
+    resource_slice_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSlice:
+    """A ``ResourceSlice``: exactly one node-selection field; devices or shared counters."""
+
+    name: str
+    driver: DriverName
+    pool: Pool
+    devices: tuple[Device, ...] = ()
+    shared_counters: tuple[CounterSet, ...] = ()
+    node_name: NodeName | None = None
+    node_selector: JSON | None = None
+    all_nodes: bool = False
+    per_device_node_selection: bool = False
+    generation: int = 0  # metadata.generation, for CEL result caching
+    uid: str = ""
+    owner_references: tuple[JSON, ...] = ()
+    generate_name: str = ""
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> ResourceSlice:
+        meta = raw.get("metadata") or {}
+        spec = raw.get("spec")
+        name = meta.get("name") or meta.get("generateName") or "<unnamed>"
+        if not isinstance(spec, Mapping):
+            raise ManifestError(f"ResourceSlice {name!r}: missing spec")
+        try:
+            pool = spec["pool"]
+            return cls(
+                name=meta.get("name", ""),
+                generate_name=meta.get("generateName", ""),
+                driver=DriverName(spec["driver"]),
+                pool=Pool(
+                    name=PoolName(pool["name"]),
+                    generation=int(pool.get("generation", 0)),
+                    resource_slice_count=int(pool.get("resourceSliceCount", 1)),
+                ),
+                devices=tuple(Device.from_api(d) for d in spec.get("devices") or ()),
+                shared_counters=tuple(
+                    CounterSet.from_api(c) for c in spec.get("sharedCounters") or ()
+                ),
+                node_name=NodeName(spec["nodeName"]) if spec.get("nodeName") else None,
+                node_selector=spec.get("nodeSelector"),
+                all_nodes=bool(spec.get("allNodes")),
+                per_device_node_selection=bool(spec.get("perDeviceNodeSelection")),
+                generation=int(meta.get("generation", 0)),
+                uid=meta.get("uid", ""),
+                owner_references=tuple(meta.get("ownerReferences") or ()),
+            )
+        except ManifestError as exc:
+            raise ManifestError(f"ResourceSlice {name!r}: {exc}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ManifestError(f"ResourceSlice {name!r}: malformed spec ({exc})") from exc
+
+    def to_api(self) -> JSON:
+        meta: JSON = {}
+        if self.name:
+            meta["name"] = self.name
+        if self.generate_name:
+            meta["generateName"] = self.generate_name
+        if self.owner_references:
+            meta["ownerReferences"] = [dict(o) for o in self.owner_references]
+        spec: JSON = {
+            "driver": self.driver,
+            "pool": {
+                "name": self.pool.name,
+                "generation": self.pool.generation,
+                "resourceSliceCount": self.pool.resource_slice_count,
+            },
+        }
+        if self.node_name:
+            spec["nodeName"] = self.node_name
+        if self.node_selector is not None:
+            spec["nodeSelector"] = self.node_selector
+        if self.all_nodes:
+            spec["allNodes"] = True
+        if self.per_device_node_selection:
+            spec["perDeviceNodeSelection"] = True
+        if self.devices:
+            spec["devices"] = [d.to_api() for d in self.devices]
+        if self.shared_counters:
+            spec["sharedCounters"] = [c.to_api() for c in self.shared_counters]
+        return {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": meta, "spec": spec}
+
+
+# --------------------------------------------------------------------------- discovery output
+
+
+@dataclass(frozen=True, slots=True)
+class MigInfo:
+    """An existing MIG partition as NVML reports it."""
+
+    uuid: str
+    profile: str  # e.g. "1g.5gb"
+    start: int  # placement start slice
+    size: int  # placement size in slices
+    memory_bytes: int
+    multiprocessors: int
+    parent_uuid: str
+    parent_minor: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """A physical GPU as discovery (real NVML or the fake backend) reports it."""
+
+    uuid: str
+    index: int
+    minor: int
+    product_name: str
+    brand: str
+    architecture: str
+    cuda_compute_capability: str  # "7.5"
+    driver_version: str  # "550.54.15"
+    cuda_driver_version: str  # "12.4"
+    memory_bytes: int
+    multiprocessors: int
+    pci_bus_id: str | None = None  # "0000:3b:00.0"
+    pcie_root: str | None = None  # "pci0000:3a"
+    numa_node: int | None = None
+    mig_capable: bool = False
+    mig_enabled: bool = False
+    mig_devices: tuple[MigInfo, ...] = ()

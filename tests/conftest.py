@@ -1,0 +1,2 @@
+"""Suite-wide pytest configuration. Layer-specific fixtures live next to their tests; the API
+emulator's fixtures come from its pytest plugin."""

@@ -1,0 +1,101 @@
+"""GPU discovery behind one Protocol, with a real (NVML) and a data-driven fake backend.
+
+Contract:
+
+* :func:`open_backend` returns a :class:`GpuBackend`. ``fake=None`` opens the real backend
+  (``driver.nvml.real``, which is the only module that imports ``pynvml``, lazily); any other
+  value names a built-in fake profile (``t4x4``, ``a10gx4``, ``a100-40gbx8``, ``a100-80gbx8``,
+  ``h100-80gbx8``) or the path of a profile YAML file.
+* :meth:`GpuBackend.discover` returns every physical GPU as a :class:`driver.model.GpuInfo`,
+  sorted by minor number, with its existing MIG partitions as :class:`driver.model.MigInfo`
+  children sorted by placement start. It is a pure read: calling it twice gives equal results
+  unless the hardware changed.
+* :meth:`GpuBackend.wait_health_event` blocks for at most ``timeout_s`` seconds and returns the
+  next :class:`HealthEvent`, or ``None`` on timeout. It is blocking on purpose (NVML's event
+  wait is); async callers run it with ``asyncio.to_thread`` (:func:`next_health_event` does).
+* :meth:`GpuBackend.close` releases the backend (NVML shutdown); it is idempotent. Backends
+  are context managers.
+* Every failure is a :class:`driver.errors.DiscoveryError` with a message that says what is
+  wrong and what to do (for instance "use --fake PROFILE" on a machine without NVML).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Literal, Protocol, Self, runtime_checkable
+
+from driver.model import GpuInfo
+
+__all__ = [
+    "GpuBackend",
+    "HealthEvent",
+    "HealthEventKind",
+    "next_health_event",
+    "open_backend",
+]
+
+HealthEventKind = Literal["xid", "lost", "recovered"]
+"""``xid``: NVML reported a critical Xid error on the GPU; ``lost``: the GPU fell off the bus or
+stopped answering; ``recovered``: a previously unhealthy GPU is usable again."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEvent:
+    """One health change of one physical GPU (or of a MIG partition, by its own UUID)."""
+
+    uuid: str
+    kind: HealthEventKind
+    xid: int | None = None
+    message: str = ""
+
+    def describe(self) -> str:
+        """A one-line human description, for logs and taint values."""
+        if self.kind == "xid":
+            text = f"GPU {self.uuid}: Xid {self.xid}"
+        elif self.kind == "lost":
+            text = f"GPU {self.uuid}: lost"
+        else:
+            text = f"GPU {self.uuid}: recovered"
+        return f"{text} ({self.message})" if self.message else text
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """What the slice builder and the kubelet plugin need from GPU discovery."""
+
+    def discover(self) -> tuple[GpuInfo, ...]:
+        """Every physical GPU, sorted by minor number, with its MIG partitions."""
+        ...
+
+    def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
+        """Block up to ``timeout_s`` seconds for the next health event; ``None`` on timeout."""
+        ...
+
+    def close(self) -> None:
+        """Release the backend; idempotent."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+
+async def next_health_event(backend: GpuBackend, timeout_s: float) -> HealthEvent | None:
+    """Await the backend's next health event without blocking the event loop."""
+    return await asyncio.to_thread(backend.wait_health_event, timeout_s)
+
+
+def open_backend(fake: str | None = None, *, node_name: str = "") -> GpuBackend:
+    """Open the real NVML backend (``fake=None``) or a fake one from a profile name or file.
+
+    ``node_name`` seeds the fake backend's deterministic UUIDs, so two fake nodes with the same
+    profile still get different GPU UUIDs. The real backend ignores it.
+    """
+    if fake is None:
+        from driver.nvml.real import NvmlBackend  # noqa: PLC0415 - keeps pynvml optional
+
+        return NvmlBackend()
+    from driver.nvml.fake import FakeBackend  # noqa: PLC0415 - symmetric with the real one
+
+    return FakeBackend.from_profile(fake, node_name=node_name)

@@ -1,0 +1,471 @@
+"""The real GPU backend on NVML (nvidia-ml-py, module ``pynvml``).
+
+This is the only module that imports ``pynvml``, and it does so lazily (in
+:func:`_import_pynvml`), so the rest of biaxial runs where the library or the driver is absent.
+
+Contract:
+
+* :class:`NvmlBackend` initialises NVML on construction and shuts it down on :meth:`close`
+  (idempotent; also on context exit). A missing library, a missing driver or no GPU raises
+  :class:`~driver.errors.DiscoveryError` with "NVML is not available on this machine: ...".
+* :meth:`NvmlBackend.discover` reads every GPU: identity, product, brand, architecture,
+  compute capability, driver and CUDA driver versions, normalised PCI bus ID
+  (``0000:3b:00.0``), PCIe root (``pci<domain>:<bus>`` from the sysfs path, ``None`` when
+  unknown), NUMA node (``None`` when sysfs says -1 or nothing), memory, SM count, MIG mode and
+  the existing MIG devices with profile name, placement, memory and SMs. Any NVML failure
+  becomes a DiscoveryError naming the GPU and the call.
+* :meth:`NvmlBackend.wait_health_event` registers for critical Xid events on first use and
+  blocks up to the timeout. Xids that signal application faults rather than GPU faults
+  (:data:`APPLICATION_XIDS`, the NVIDIA device plugin's default skip list) are not reported.
+  A GPU that falls off the bus is reported as ``lost``.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import re
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final, Self
+
+from driver.errors import DiscoveryError
+from driver.model import GpuInfo, MigInfo
+from driver.nvml import HealthEvent
+
+log = logging.getLogger(__name__)
+
+NO_NVML_HINT: Final = "use --fake PROFILE to run without a GPU"
+
+ARCHITECTURES: Final = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada",
+    9: "Hopper",
+    10: "Blackwell",
+}
+"""NVML ``nvmlDeviceArchitecture_t`` values (NVML_DEVICE_ARCH_*) to family names."""
+
+BRANDS: Final = {
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "Grid",
+    5: "GeForce",
+    6: "Titan",
+    7: "NvidiaVApps",
+    8: "NvidiaVPC",
+    9: "NvidiaVCS",
+    10: "NvidiaVWS",
+    11: "NvidiaCloudGaming",
+    12: "QuadroRTX",
+    13: "NvidiaRTX",
+    14: "Nvidia",
+    15: "GeForceRTX",
+    16: "TitanRTX",
+}
+"""NVML ``nvmlBrandType_t`` values (NVML_BRAND_*) to names."""
+
+CORES_PER_SM: Final = {
+    (3, None): 192,
+    (5, None): 128,
+    (6, 0): 64,
+    (6, None): 128,
+    (7, None): 64,
+    (8, 0): 64,
+    (8, None): 128,
+    (9, None): 128,
+    (10, None): 128,
+    (12, None): 128,
+}
+"""CUDA cores per SM by compute capability ((major, minor) or (major, None) for the rest of
+the family), used only when NVML cannot report the SM count directly."""
+
+APPLICATION_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
+"""Xids caused by the application (illegal address, page fault, stopped context, ...), not by
+the GPU; the NVIDIA device plugin skips the same set by default."""
+
+_PCIE_ROOT: Final = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+_MIG_ENABLED: Final = 1
+_INVALID_ID: Final = 0xFFFFFFFF
+
+
+def _import_pynvml() -> ModuleType:
+    try:
+        import pynvml  # noqa: PLC0415 - the lazy import is this module's contract
+    except ImportError as exc:
+        raise DiscoveryError(
+            f"NVML is not available on this machine: the nvidia-ml-py package is not "
+            f"installed ({exc}); {NO_NVML_HINT}"
+        ) from exc
+    module: ModuleType = pynvml
+    return module
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def normalize_pci_bus_id(bus_id: str | bytes) -> str:
+    """NVML's ``00000000:3B:00.0`` -> ``0000:3b:00.0`` (4-digit domain, lower case)."""
+    text = _text(bus_id).strip().lower()
+    match = re.fullmatch(r"([0-9a-f]+):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])", text)
+    if match is None:
+        raise DiscoveryError(f"NVML reported an unparseable PCI bus ID {text!r}")
+    domain, bus, dev, fn = match.groups()
+    return f"{int(domain, 16):04x}:{bus}:{dev}.{fn}"
+
+
+def pci_topology(bus_id: str, sysfs: Path = Path("/sys")) -> tuple[str | None, int | None]:
+    """(PCIe root, NUMA node) of a PCI device from sysfs; ``None`` where unknown.
+
+    The root is the ``pci<domain>:<bus>`` component of the device's resolved sysfs path, e.g.
+    ``/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0`` -> ``pci0000:3a``.
+    """
+    device = sysfs / "bus" / "pci" / "devices" / bus_id
+    root: str | None = None
+    numa: int | None = None
+    try:
+        resolved = device.resolve(strict=True)
+    except OSError:
+        return None, None
+    root = next((part for part in resolved.parts if _PCIE_ROOT.fullmatch(part)), None)
+    try:
+        value = int((resolved / "numa_node").read_text(encoding="ascii").strip())
+        numa = value if value >= 0 else None
+    except (OSError, ValueError):
+        numa = None
+    return root, numa
+
+
+def mig_memory_gb(mig_memory_mib: int, total_memory_bytes: int) -> int:
+    """The "<n>gb" of a MIG profile name, computed as NVIDIA names profiles: the partition's
+    memory fraction rounded up to eighths, times the GPU's memory in whole GiB (rounded up)."""
+    if total_memory_bytes <= 0:
+        return 0
+    gib = 1024**3
+    fraction = mig_memory_mib * 1024 * 1024 / total_memory_bytes
+    eighths = -(-int(fraction * 8 * 1000) // 1000)  # ceil, tolerant of float noise
+    total_gb = -(-total_memory_bytes // gib)
+    return round(eighths / 8 * total_gb)
+
+
+def cores_per_sm(major: int, minor: int) -> int | None:
+    return CORES_PER_SM.get((major, minor), CORES_PER_SM.get((major, None)))
+
+
+class NvmlBackend:
+    """A :class:`~driver.nvml.GpuBackend` on the real NVML library."""
+
+    def __init__(self, *, sysfs: Path = Path("/sys")) -> None:
+        self._nvml: Any = _import_pynvml()
+        self._sysfs = sysfs
+        self._lock = threading.Lock()
+        self._event_set: Any = None
+        self._handles: dict[str, Any] = {}
+        self._pending: collections.deque[HealthEvent] = collections.deque()
+        self._lost: set[str] = set()
+        try:
+            self._nvml.nvmlInit()
+        except self._nvml.NVMLError as exc:
+            raise DiscoveryError(
+                f"NVML is not available on this machine: {exc}; {NO_NVML_HINT}"
+            ) from exc
+        self._open = True
+        try:
+            count = self._nvml.nvmlDeviceGetCount()
+        except self._nvml.NVMLError as exc:
+            self.close()
+            raise DiscoveryError(f"NVML cannot count GPUs: {exc}") from exc
+        if count == 0:
+            self.close()
+            raise DiscoveryError(
+                f"NVML is not available on this machine: no GPU found; {NO_NVML_HINT}"
+            )
+
+    # ----------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        with self._lock:
+            if not getattr(self, "_open", False):
+                return
+            self._open = False
+            if self._event_set is not None:
+                try:
+                    self._nvml.nvmlEventSetFree(self._event_set)
+                except self._nvml.NVMLError:
+                    log.debug("nvmlEventSetFree failed", exc_info=True)
+                self._event_set = None
+            try:
+                self._nvml.nvmlShutdown()
+            except self._nvml.NVMLError:
+                log.warning("nvmlShutdown failed", exc_info=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise DiscoveryError("the NVML backend is closed")
+
+    def _call(self, what: str, where: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError as exc:
+            raise DiscoveryError(f"NVML {what} failed for {where}: {exc}") from exc
+
+    # ----------------------------------------------------------------- discovery
+    def discover(self) -> tuple[GpuInfo, ...]:
+        self._check_open()
+        nvml = self._nvml
+        started = time.monotonic()
+        driver_version = _text(
+            self._call("driver version", "the system", nvml.nvmlSystemGetDriverVersion)
+        )
+        cuda = int(
+            self._call("CUDA driver version", "the system", nvml.nvmlSystemGetCudaDriverVersion)
+        )
+        cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        count = int(self._call("device count", "the system", nvml.nvmlDeviceGetCount))
+        gpus = [self._gpu(index, driver_version, cuda_version) for index in range(count)]
+        log.info("discovered %d GPU(s) with NVML in %.3fs", len(gpus), time.monotonic() - started)
+        return tuple(sorted(gpus, key=lambda g: g.minor))
+
+    def _gpu(self, index: int, driver_version: str, cuda_version: str) -> GpuInfo:
+        nvml = self._nvml
+        where = f"GPU {index}"
+        handle = self._call("handle", where, nvml.nvmlDeviceGetHandleByIndex, index)
+        uuid = _text(self._call("UUID", where, nvml.nvmlDeviceGetUUID, handle))
+        where = f"GPU {index} ({uuid})"
+        self._handles[uuid] = handle
+        try:
+            minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+        except nvml.NVMLError_NotSupported:
+            minor = index
+        name = _text(self._call("name", where, nvml.nvmlDeviceGetName, handle))
+        brand = BRANDS.get(
+            int(self._call("brand", where, nvml.nvmlDeviceGetBrand, handle)), "Unknown"
+        )
+        try:
+            architecture = ARCHITECTURES.get(int(nvml.nvmlDeviceGetArchitecture(handle)), "Unknown")
+        except nvml.NVMLError_NotSupported:
+            architecture = "Unknown"
+        major, minor_cc = self._call(
+            "compute capability", where, nvml.nvmlDeviceGetCudaComputeCapability, handle
+        )
+        pci = self._call("PCI info", where, nvml.nvmlDeviceGetPciInfo, handle)
+        bus_id = normalize_pci_bus_id(pci.busId)
+        pcie_root, numa = pci_topology(bus_id, self._sysfs)
+        memory = int(self._call("memory info", where, nvml.nvmlDeviceGetMemoryInfo, handle).total)
+        sms = self._multiprocessors(handle, where, int(major), int(minor_cc))
+        mig_capable, mig_enabled = self._mig_mode(handle, where)
+        migs = self._mig_devices(handle, where, uuid, minor, memory) if mig_enabled else ()
+        return GpuInfo(
+            uuid=uuid,
+            index=index,
+            minor=minor,
+            product_name=name,
+            brand=brand,
+            architecture=architecture,
+            cuda_compute_capability=f"{major}.{minor_cc}",
+            driver_version=driver_version,
+            cuda_driver_version=cuda_version,
+            memory_bytes=memory,
+            multiprocessors=sms,
+            pci_bus_id=bus_id,
+            pcie_root=pcie_root,
+            numa_node=numa,
+            mig_capable=mig_capable,
+            mig_enabled=mig_enabled,
+            mig_devices=migs,
+        )
+
+    def _multiprocessors(self, handle: Any, where: str, major: int, minor: int) -> int:
+        """SM count: nvmlDeviceGetAttributes where the driver supports it for full GPUs, else
+        CUDA cores (nvmlDeviceGetNumGpuCores) divided by the cores per SM of the architecture."""
+        nvml = self._nvml
+        try:
+            count = int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount)
+            if count > 0:
+                return count
+        except (nvml.NVMLError, AttributeError):
+            log.debug("%s: nvmlDeviceGetAttributes unavailable, using core count", where)
+        per_sm = cores_per_sm(major, minor)
+        try:
+            cores = int(nvml.nvmlDeviceGetNumGpuCores(handle))
+        except (nvml.NVMLError, AttributeError) as exc:
+            raise DiscoveryError(f"NVML cannot report the SM count of {where}: {exc}") from exc
+        if per_sm is None or cores <= 0:
+            raise DiscoveryError(
+                f"NVML cannot report the SM count of {where} (compute capability {major}.{minor})"
+            )
+        return cores // per_sm
+
+    def _mig_mode(self, handle: Any, where: str) -> tuple[bool, bool]:
+        nvml = self._nvml
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+        except nvml.NVMLError_NotSupported:
+            return False, False
+        except nvml.NVMLError as exc:
+            raise DiscoveryError(f"NVML MIG mode failed for {where}: {exc}") from exc
+        return True, int(current) == _MIG_ENABLED
+
+    def _profile_names(self, handle: Any) -> dict[int, str]:
+        """GPU instance profile id -> name ("1g.10gb", "1g.10gb+me"), as far as NVML says."""
+        nvml = self._nvml
+        names: dict[int, str] = {}
+        for profile in range(int(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)):
+            try:
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+            except nvml.NVMLError:
+                continue
+            name = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
+            if name:
+                names[int(info.id)] = name
+        return names
+
+    def _mig_devices(
+        self, handle: Any, where: str, parent_uuid: str, parent_minor: int, total_memory: int
+    ) -> tuple[MigInfo, ...]:
+        nvml = self._nvml
+        names = self._profile_names(handle)
+        devices: list[MigInfo] = []
+        maximum = int(
+            self._call("max MIG device count", where, nvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+        )
+        for slot in range(maximum):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError_NotFound:
+                continue
+            except nvml.NVMLError as exc:
+                raise DiscoveryError(f"NVML MIG device {slot} failed for {where}: {exc}") from exc
+            mwhere = f"MIG device {slot} of {where}"
+            mig_uuid = _text(self._call("UUID", mwhere, nvml.nvmlDeviceGetUUID, mig))
+            attrs = self._call("attributes", mwhere, nvml.nvmlDeviceGetAttributes, mig)
+            gi_id = int(self._call("GPU instance id", mwhere, nvml.nvmlDeviceGetGpuInstanceId, mig))
+            gi = self._call(
+                "GPU instance", mwhere, nvml.nvmlDeviceGetGpuInstanceById, handle, gi_id
+            )
+            info = self._call("GPU instance info", mwhere, nvml.nvmlGpuInstanceGetInfo, gi)
+            memory_mib = int(attrs.memorySizeMB)
+            gi_slices = int(attrs.gpuInstanceSliceCount)
+            ci_slices = int(attrs.computeInstanceSliceCount)
+            profile = names.get(int(info.profileId)) or (
+                f"{gi_slices}g.{mig_memory_gb(memory_mib, total_memory)}gb"
+            )
+            if ci_slices != gi_slices:
+                profile = f"{ci_slices}c.{profile}"
+            devices.append(
+                MigInfo(
+                    uuid=mig_uuid,
+                    profile=profile,
+                    start=int(info.placement.start),
+                    size=int(info.placement.size),
+                    memory_bytes=memory_mib * 1024 * 1024,
+                    multiprocessors=int(attrs.multiprocessorCount),
+                    parent_uuid=parent_uuid,
+                    parent_minor=parent_minor,
+                )
+            )
+        return tuple(sorted(devices, key=lambda m: (m.start, m.profile, m.uuid)))
+
+    # ----------------------------------------------------------------- health
+    def _register_events(self) -> None:
+        nvml = self._nvml
+        if not self._handles:
+            self.discover()
+        self._event_set = self._call("event set", "the system", nvml.nvmlEventSetCreate)
+        for uuid, handle in sorted(self._handles.items()):
+            try:
+                nvml.nvmlDeviceRegisterEvents(
+                    handle, nvml.nvmlEventTypeXidCriticalError, self._event_set
+                )
+            except nvml.NVMLError_NotSupported:
+                log.warning("GPU %s does not support Xid events; its health is not watched", uuid)
+            except nvml.NVMLError as exc:
+                raise DiscoveryError(
+                    f"NVML event registration failed for GPU {uuid}: {exc}"
+                ) from exc
+
+    def _find_lost(self) -> None:
+        nvml = self._nvml
+        for uuid, handle in sorted(self._handles.items()):
+            if uuid in self._lost:
+                continue
+            try:
+                nvml.nvmlDeviceGetMemoryInfo(handle)
+            except nvml.NVMLError_GpuIsLost:
+                self._lost.add(uuid)
+                self._pending.append(HealthEvent(uuid=uuid, kind="lost", message="GPU is lost"))
+            except nvml.NVMLError:
+                log.debug("GPU %s: probe failed", uuid, exc_info=True)
+
+    def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
+        self._check_open()
+        nvml = self._nvml
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._lock:
+            if self._event_set is None:
+                self._register_events()
+        while True:
+            if self._pending:
+                return self._pending.popleft()
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms < 0:
+                return None
+            try:
+                data = nvml.nvmlEventSetWait_v2(self._event_set, remaining_ms)
+            except nvml.NVMLError_Timeout:
+                return None
+            except nvml.NVMLError_GpuIsLost:
+                self._find_lost()
+                continue
+            except nvml.NVMLError as exc:
+                raise DiscoveryError(f"NVML event wait failed: {exc}") from exc
+            if int(data.eventType) != int(nvml.nvmlEventTypeXidCriticalError):
+                continue
+            xid = int(data.eventData)
+            if xid in APPLICATION_XIDS:
+                log.debug("ignoring application Xid %d", xid)
+                continue
+            try:
+                uuid = _text(nvml.nvmlDeviceGetUUID(data.device))
+            except nvml.NVMLError:
+                uuid = ""
+            gi = int(getattr(data, "gpuInstanceId", _INVALID_ID))
+            detail = f"GPU instance {gi}" if gi != _INVALID_ID else ""
+            return HealthEvent(uuid=uuid, kind="xid", xid=xid, message=detail)
+
+
+def nvml_library_present() -> bool:
+    """Whether libnvidia-ml can be loaded and initialised here (used to skip GPU tests)."""
+    try:
+        backend = NvmlBackend()
+    except DiscoveryError:
+        return False
+    backend.close()
+    return True
+
+
+__all__ = [
+    "APPLICATION_XIDS",
+    "ARCHITECTURES",
+    "BRANDS",
+    "NvmlBackend",
+    "cores_per_sm",
+    "mig_memory_gb",
+    "normalize_pci_bus_id",
+    "nvml_library_present",
+    "pci_topology",
+]

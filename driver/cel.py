@@ -1,0 +1,534 @@
+"""The DRA CEL engine: device selectors with upstream semantics
+(k8s.io/dynamic-resource-allocation/cel), on cel-expr-python (Google's C++ CEL).
+
+Contract
+--------
+* :func:`compile_selector` compiles once per expression string (LRU cache) and raises
+  :class:`~driver.errors.CELCompileError` for syntax and type errors (with the position, e.g.
+  ``<input>:1:8: Syntax error: ...``), for expressions longer than
+  :data:`MAX_EXPRESSION_LENGTH` bytes, and when the result type is statically known not to be
+  bool.
+* :meth:`Selector.matches` evaluates against one device and returns the bool result. Every
+  runtime problem (no such key, no matching overload, a non-bool result, an invalid version
+  attribute, the cost limit) raises :class:`~driver.errors.CELEvaluationError` naming the
+  expression and the device: upstream treats these as errors for the pod, never as "does not
+  match".
+* :class:`MatchCache` caches results and errors per (expression, device, slice generation) and
+  builds each device's CEL input once. Everything else here is pure and immutable.
+
+The ``device`` variable
+-----------------------
+``device.driver`` (string), ``device.attributes`` (map domain -> map id -> value),
+``device.capacity`` (map domain -> map id -> quantity), ``device.allowMultipleAllocations``
+(bool). Unqualified keys live under the driver name's domain; ``a.io/b`` under ``a.io``.
+Attribute values: int, bool, string, version -> ``kubernetes.Semver``, lists -> CEL lists.
+
+Faithful representations of what cel-expr-python cannot express natively (documented
+deviations, each pinned by a case in ``tests/unit/cel_cases.py``):
+
+* **Object type.** Upstream declares ``device`` as the object type ``kubernetes.DRADevice``.
+  Here its four fields are four variables with dotted names (``device.driver`` ...), which CEL
+  name resolution reads exactly like field selections, fully typed: ``device.driver + 1`` and
+  ``device.nosuchfield`` are compile errors as upstream. Only a bare ``device`` (not a field of
+  it) does not resolve.
+* **Quantity and Semver.** The engine has no opaque runtime types, so these are protobuf
+  messages ``kubernetes.Quantity`` / ``kubernetes.Semver`` (upstream's type names) from a
+  private descriptor pool, carrying the exact value (nano-units, or the version without build
+  metadata), so ``==`` means equal value / equal precedence as upstream. Their fields
+  (``nanos``, ``version``) are visible to field selection, which upstream does not offer.
+  The library functions run in Python (``driver.cel_types``); the runtime registers one
+  implementation per member name, which dispatches on the receiver.
+* **Unknown domains.** Upstream returns an empty map for any domain the device does not have.
+  The C++ maps cannot default, so every domain the expression names *literally*
+  (``device.attributes["x.io"]``, ``.?x``, ``cel.bind`` of it) that the device lacks is added
+  as an empty map to that evaluation's input. A domain computed at run time
+  (``device.attributes["x" + ".io"]``) that the device lacks is a "no such key" error, and a
+  literally named missing domain shows up in ``in``, ``size()`` and iteration over
+  ``device.attributes``, where upstream would not list it.
+* **Cost.** The engine has no cost tracking. The worst-case cost is estimated once at compile
+  time over the checked AST with upstream's size bounds (``driver.cel_ast``); an expression
+  whose estimate exceeds :data:`COST_LIMIT` fails every evaluation with a cost-limit error
+  before it runs (upstream rejects such expressions when they are written, and stops them at
+  run time).
+* **Libraries.** Kubernetes' quantity and semver libraries, the strings extension, optional
+  types (``.?``, ``orValue``) and ``cel.bind`` are available. Kubernetes' lists, sets, regex
+  (``find``), URL, IP/CIDR libraries, two-variable comprehensions and the list-attribute
+  ``includes()`` helper are not (cel-expr-python offers no such extension); they are compile
+  errors ("undeclared reference").
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Final
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from driver import cel_ast, cel_types
+from driver.errors import CELCompileError, CELEvaluationError
+from driver.ids import DeviceID
+from driver.model import AttributeValue, Device, Version
+from driver.quantity import Quantity
+
+MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
+COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
+COMPILE_CACHE_SIZE: Final = 1024
+
+QUANTITY_TYPE_NAME: Final = "kubernetes.Quantity"
+SEMVER_TYPE_NAME: Final = "kubernetes.Semver"
+STANDARD_DOMAIN: Final = "resource.kubernetes.io"
+
+# --------------------------------------------------------------------------- value types
+
+
+def _build_value_types() -> tuple[Any, type[Any], type[Any]]:
+    string = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
+    optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="biaxial/kubernetes_cel_types.proto", package="kubernetes", syntax="proto3"
+    )
+    for name, field_name in (("Quantity", "nanos"), ("Semver", "version")):
+        msg = fdp.message_type.add(name=name)
+        msg.field.add(name=field_name, number=1, type=string, label=optional)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    quantity_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(QUANTITY_TYPE_NAME))
+    semver_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(SEMVER_TYPE_NAME))
+    return pool, quantity_cls, semver_cls
+
+
+_POOL, _QuantityMsg, _SemverMsg = _build_value_types()
+
+
+def quantity_value(quantity: Quantity) -> Any:
+    """A quantity as the CEL engine's ``kubernetes.Quantity`` value."""
+    return _QuantityMsg(nanos=str(quantity.nanos))
+
+
+def _semver_value(version: cel_types.Semver) -> Any:
+    return _SemverMsg(version=version.precedence_text)
+
+
+def _to_quantity(msg: Any) -> Quantity:
+    return Quantity(int(msg.nanos))
+
+
+def _to_semver(msg: Any) -> cel_types.Semver:
+    return cel_types.parse_semver(msg.version)
+
+
+# --------------------------------------------------------------------------- library bindings
+
+
+def _quantity_or_semver(receiver: Any, other: Any) -> tuple[Quantity, Quantity] | None:
+    if isinstance(receiver, _QuantityMsg):
+        if not isinstance(other, _QuantityMsg):
+            raise cel_types.CELFunctionError("no such overload: quantity compared to non-quantity")
+        return _to_quantity(receiver), _to_quantity(other)
+    return None
+
+
+def _compare(receiver: Any, other: Any) -> int:
+    quantities = _quantity_or_semver(receiver, other)
+    if quantities is not None:
+        return quantities[0].compare(quantities[1])
+    if not isinstance(other, _SemverMsg):
+        raise cel_types.CELFunctionError("no such overload: semver compared to non-semver")
+    return _to_semver(receiver).compare(_to_semver(other))
+
+
+def _add(receiver: Any, other: Any) -> Any:
+    if isinstance(other, int):
+        return quantity_value(cel_types.quantity_add_int(_to_quantity(receiver), other))
+    return quantity_value(_to_quantity(receiver) + _to_quantity(other))
+
+
+def _sub(receiver: Any, other: Any) -> Any:
+    if isinstance(other, int):
+        return quantity_value(cel_types.quantity_sub_int(_to_quantity(receiver), other))
+    return quantity_value(_to_quantity(receiver) - _to_quantity(other))
+
+
+def _semver_component(pick: Callable[[cel_types.Semver], int]) -> Callable[[Any], int]:
+    return lambda msg: cel_types.semver_int(pick(_to_semver(msg)))
+
+
+def _functions() -> list[Any]:
+    t = cel.Type
+    q, s = t(QUANTITY_TYPE_NAME), t(SEMVER_TYPE_NAME)
+
+    def decl(name: str, *overloads: Any) -> Any:
+        return cel.FunctionDecl(name, list(overloads))
+
+    def member(oid: str, ret: Any, params: list[Any], impl: Any = None) -> Any:
+        # The runtime keys implementations by (name, argument kinds), and both message types
+        # share one kind: the first overload of a name carries the dispatching implementation.
+        if impl is None:
+            return cel.Overload(oid, ret, params, is_member=True)
+        return cel.Overload(oid, ret, params, is_member=True, impl=impl)
+
+    def free(oid: str, ret: Any, params: list[Any], impl: Any) -> Any:
+        return cel.Overload(oid, ret, params, impl=impl)
+
+    return [
+        decl(
+            "quantity",
+            free(
+                "string_to_quantity",
+                q,
+                [t.STRING],
+                lambda x: quantity_value(cel_types.parse_quantity(x)),
+            ),
+        ),
+        decl("isQuantity", free("is_quantity_string", t.BOOL, [t.STRING], cel_types.is_quantity)),
+        decl("sign", member("quantity_sign", t.INT, [q], lambda x: _to_quantity(x).sign())),
+        decl(
+            "isInteger",
+            member("quantity_is_integer", t.BOOL, [q], lambda x: _to_quantity(x).is_integer()),
+        ),
+        decl(
+            "asInteger",
+            member(
+                "quantity_get_integer",
+                t.INT,
+                [q],
+                lambda x: cel_types.quantity_as_integer(_to_quantity(x)),
+            ),
+        ),
+        decl(
+            "asApproximateFloat",
+            member(
+                "quantity_get_float",
+                t.DOUBLE,
+                [q],
+                lambda x: _to_quantity(x).as_approximate_float(),
+            ),
+        ),
+        decl(
+            "add",
+            member("quantity_add", q, [q, q], _add),
+            member("quantity_add_int", q, [q, t.INT], _add),
+        ),
+        decl(
+            "sub",
+            member("quantity_sub", q, [q, q], _sub),
+            member("quantity_sub_int", q, [q, t.INT], _sub),
+        ),
+        decl(
+            "compareTo",
+            member("quantity_compare_to", t.INT, [q, q], _compare),
+            member("semver_compare_to", t.INT, [s, s]),
+        ),
+        decl(
+            "isGreaterThan",
+            member("quantity_greater", t.BOOL, [q, q], lambda a, b: _compare(a, b) > 0),
+            member("semver_greater", t.BOOL, [s, s]),
+        ),
+        decl(
+            "isLessThan",
+            member("quantity_less", t.BOOL, [q, q], lambda a, b: _compare(a, b) < 0),
+            member("semver_less", t.BOOL, [s, s]),
+        ),
+        decl(
+            "semver",
+            free(
+                "string_to_semver",
+                s,
+                [t.STRING],
+                lambda x: _semver_value(cel_types.parse_semver(x)),
+            ),
+            free(
+                "string_bool_to_semver",
+                s,
+                [t.STRING, t.BOOL],
+                lambda x, n: _semver_value(cel_types.parse_semver(x, n)),
+            ),
+        ),
+        decl(
+            "isSemver",
+            free("is_semver_string", t.BOOL, [t.STRING], cel_types.is_semver),
+            free("is_semver_string_bool", t.BOOL, [t.STRING, t.BOOL], cel_types.is_semver),
+        ),
+        decl("major", member("semver_major", t.INT, [s], _semver_component(lambda v: v.major))),
+        decl("minor", member("semver_minor", t.INT, [s], _semver_component(lambda v: v.minor))),
+        decl("patch", member("semver_patch", t.INT, [s], _semver_component(lambda v: v.patch))),
+    ]
+
+
+_ENV_LOCK = threading.Lock()
+_ENV: Any = None
+
+
+def _env() -> Any:
+    """The one CEL environment, built on first use (thread-safe)."""
+    global _ENV  # noqa: PLW0603 - a lazily built process-wide singleton
+    with _ENV_LOCK:
+        if _ENV is None:
+            t = cel.Type
+            _ENV = cel.NewEnv(
+                _POOL,
+                variables={
+                    "device.driver": t.STRING,
+                    "device.attributes": t.Map(t.STRING, t.Map(t.STRING, t.DYN)),
+                    "device.capacity": t.Map(t.STRING, t.Map(t.STRING, t(QUANTITY_TYPE_NAME))),
+                    "device.allowMultipleAllocations": t.BOOL,
+                },
+                extensions=[
+                    ext_strings.ExtStrings(),
+                    ext_optional.ExtOptional(),
+                    ext_bindings.ExtBindings(),
+                ],
+                functions=_functions(),
+            )
+        return _ENV
+
+
+# --------------------------------------------------------------------------- messages
+
+_STATUS_PREFIX: Final = re.compile(r"^[A-Z_]+: ")
+_STATUS_SUFFIX: Final = re.compile(r"\s*\[[A-Z_]+\]$")
+_RUNTIME_REWRITES: Final = (
+    (re.compile(r"^Key not found in map : (.*)$", re.DOTALL), r"no such key: \1"),
+    (re.compile(r"^No matching overloads found : (.*)$", re.DOTALL), r"no such overload: \1"),
+)
+
+
+def _engine_message(text: str) -> str:
+    """Strip absl status decorations (``INVALID_ARGUMENT: ... [INVALID_ARGUMENT]``)."""
+    text = _STATUS_SUFFIX.sub("", _STATUS_PREFIX.sub("", text.strip()))
+    return text.replace("ERROR: ", "")
+
+
+def _runtime_message(text: str) -> str:
+    text = _engine_message(text)
+    for pattern, replacement in _RUNTIME_REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# --------------------------------------------------------------------------- device input
+
+
+def _attribute_value(value: AttributeValue) -> Any:
+    if isinstance(value, Version):
+        return _semver_value(cel_types.parse_semver(value.text))
+    if isinstance(value, tuple):
+        return [_attribute_value(v) for v in value]
+    return value
+
+
+def split_qualified_name(name: str, driver_name: str) -> tuple[str, str]:
+    """``a.io/b`` -> (``a.io``, ``b``); an unqualified ``b`` -> (driver name, ``b``)."""
+    domain, sep, ident = name.partition("/")
+    return (domain, ident) if sep else (driver_name, name)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInput:
+    """A device as CEL input: the variables, and the domains it has (for empty-map padding)."""
+
+    variables: Mapping[str, Any]
+    attribute_domains: frozenset[str]
+    capacity_domains: frozenset[str]
+    activation: Any = field(repr=False, compare=False)
+    _padded: dict[frozenset[str], Any] = field(repr=False, compare=False, default_factory=dict)
+
+    def padded(self, domains: frozenset[str]) -> Any:
+        """An activation where every domain in *domains* exists (empty if the device lacks it),
+        or the shared one when nothing is missing."""
+        missing_attr = domains - self.attribute_domains
+        missing_cap = domains - self.capacity_domains
+        if not missing_attr and not missing_cap:
+            return self.activation
+        cached = self._padded.get(domains)
+        if cached is not None:
+            return cached
+        variables = dict(self.variables)
+        variables["device.attributes"] = {
+            **variables["device.attributes"],
+            **{domain: {} for domain in missing_attr},
+        }
+        variables["device.capacity"] = {
+            **variables["device.capacity"],
+            **{domain: {} for domain in missing_cap},
+        }
+        activation = _env().Activation(variables)
+        self._padded[domains] = activation
+        return activation
+
+
+def device_input(device: Device, driver_name: str) -> DeviceInput:
+    """Build the CEL input for one device. Raises CELEvaluationError for a version attribute
+    that is not valid semver (upstream fails the evaluation the same way)."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for name, value in device.attributes.items():
+        domain, ident = split_qualified_name(name, driver_name)
+        try:
+            attributes.setdefault(domain, {})[ident] = _attribute_value(value)
+        except cel_types.CELFunctionError as exc:
+            raise CELEvaluationError(
+                f"device {device.name!r}: attribute {name}: parse semantic version: {exc}"
+            ) from exc
+    capacity: dict[str, dict[str, Any]] = {}
+    for name, cap in device.capacity.items():
+        domain, ident = split_qualified_name(name, driver_name)
+        capacity.setdefault(domain, {})[ident] = quantity_value(cap.value)
+    variables = {
+        "device.driver": driver_name,
+        "device.attributes": attributes,
+        "device.capacity": capacity,
+        "device.allowMultipleAllocations": device.allow_multiple_allocations,
+    }
+    return DeviceInput(
+        variables=variables,
+        attribute_domains=frozenset(attributes),
+        capacity_domains=frozenset(capacity),
+        activation=_env().Activation(variables),
+    )
+
+
+# --------------------------------------------------------------------------- selectors
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A compiled selector; build it with :func:`compile_selector`."""
+
+    expression: str
+    _program: Any = field(repr=False, compare=False, default=None)
+    domains: frozenset[str] = field(repr=False, compare=False, default=frozenset())
+    max_cost: int = field(repr=False, compare=False, default=0)
+
+    def matches(self, device: Device, driver_name: str) -> bool:
+        """Evaluate against one device; CELEvaluationError on any runtime error."""
+        return self.evaluate(device_input(device, driver_name), device.name)
+
+    def evaluate(self, device: DeviceInput, device_name: str) -> bool:
+        """Evaluate against a prepared :class:`DeviceInput` (see :class:`MatchCache`)."""
+        if self.max_cost > COST_LIMIT:
+            raise self._error(
+                device_name,
+                f"operation cancelled: actual cost limit exceeded (estimated worst-case cost "
+                f"{self.max_cost} > limit {COST_LIMIT})",
+            )
+        result = self._program.eval(device.padded(self.domains))
+        kind = result.type()
+        if kind == cel.Type.BOOL:
+            return bool(result.value())
+        if kind == cel.Type.ERROR:
+            raise self._error(device_name, _runtime_message(str(result.value())))
+        raise self._error(
+            device_name, f"must evaluate to bool, got a value of type {kind.name().lower()}"
+        )
+
+    def _error(self, device_name: str, message: str) -> CELEvaluationError:
+        return CELEvaluationError(
+            f"CEL selector {shorten(self.expression)!r} on device {device_name!r}: {message}"
+        )
+
+
+def shorten(expression: str, limit: int = 120) -> str:
+    """An expression cut to *limit* characters for messages (10 KiB ones stay readable)."""
+    return expression if len(expression) <= limit else expression[: limit - 3] + "..."
+
+
+@lru_cache(maxsize=COMPILE_CACHE_SIZE)
+def compile_selector(expression: str) -> Selector:
+    """Compile a selector once (LRU-cached per expression string); see the module docstring."""
+    size = len(expression.encode())
+    if size > MAX_EXPRESSION_LENGTH:
+        raise CELCompileError(
+            f"CEL expression is too long: {size} bytes, the limit is {MAX_EXPRESSION_LENGTH}"
+        )
+    try:
+        program = _env().compile(expression)
+    except RuntimeError as exc:
+        raise CELCompileError(f"compilation failed: {_engine_message(str(exc))}") from exc
+    output = program.return_type()
+    if output not in (cel.Type.BOOL, cel.Type.DYN):
+        raise CELCompileError(
+            f"compilation failed: must evaluate to bool or the unknown type, "
+            f"not {output.name().lower()}"
+        )
+    root = cel_ast.parse_checked(program.serialize())
+    return Selector(
+        expression=expression,
+        _program=program,
+        domains=cel_ast.literal_domains(root),
+        max_cost=cel_ast.estimate_cost(root),
+    )
+
+
+# --------------------------------------------------------------------------- match cache
+
+
+@dataclass(slots=True)
+class _DeviceEntry:
+    generation: int
+    prepared: DeviceInput | CELEvaluationError
+    results: dict[str, bool | CELEvaluationError]
+
+
+class MatchCache:
+    """Results (and errors) per (expression, device, slice generation), plus one CEL input per
+    (device, slice generation), built once however many selectors run on the device. A device
+    seen at another slice generation starts afresh (its old entries are dropped). Thread-safe;
+    never mutates its inputs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._devices: dict[DeviceID, _DeviceEntry] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def matches(
+        self, selector: Selector, device_id: DeviceID, slice_generation: int, device: Device
+    ) -> bool:
+        """Like :meth:`Selector.matches`, cached. ``device_id.driver`` is the driver name."""
+        with self._lock:
+            entry = self._devices.get(device_id)
+            if entry is not None and entry.generation == slice_generation:
+                cached = entry.results.get(selector.expression)
+                if cached is not None:
+                    self.hits += 1
+                    if isinstance(cached, CELEvaluationError):
+                        raise cached
+                    return cached
+            self.misses += 1
+        if entry is None or entry.generation != slice_generation:
+            prepared: DeviceInput | CELEvaluationError
+            try:
+                prepared = device_input(device, device_id.driver)
+            except CELEvaluationError as exc:
+                prepared = exc
+            entry = _DeviceEntry(slice_generation, prepared, {})
+            with self._lock:
+                self._devices[device_id] = entry
+        outcome: bool | CELEvaluationError
+        if isinstance(entry.prepared, CELEvaluationError):
+            outcome = entry.prepared
+        else:
+            try:
+                outcome = selector.evaluate(entry.prepared, device.name)
+            except CELEvaluationError as exc:
+                outcome = exc
+        with self._lock:
+            entry.results[selector.expression] = outcome
+        if isinstance(outcome, CELEvaluationError):
+            raise outcome
+        return outcome
+
+    def __len__(self) -> int:
+        """The number of cached results."""
+        with self._lock:
+            return sum(len(e.results) for e in self._devices.values())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._devices.clear()

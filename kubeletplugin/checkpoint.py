@@ -1,0 +1,350 @@
+"""The kubelet plugin's checkpoint: which claims are prepared on this node, and how.
+
+Contract:
+
+* One JSON file (``<state_dir>/checkpoint.json``)::
+
+      {"version": 2, "checksum": "<sha256 hex of the canonical data>", "data": {...}}
+
+  The checksum covers the canonical form of ``data`` (``json.dumps(sort_keys=True,
+  separators=(",", ":"))``), so formatting changes never break it and any edit of the content
+  does.
+* Versioned, with one migration per old version (:data:`MIGRATIONS`). Version 1 was a flat
+  ``preparedClaims`` map without states, boot ID or sharing; version 2 (current) adds the
+  two-phase state, the boot ID, the computed CDI spec, share capacity and MPS GPUs.
+* Written atomically (temp file, fsync, rename, fsync directory) by :meth:`CheckpointStore.save`.
+  Readers and writers serialize on :meth:`CheckpointStore.lock` (a ``filelock`` on
+  ``<state_dir>/serialize.lock``, shared with any other plugin instance on the node).
+* Two-phase: a claim is recorded ``PrepareStarted`` with everything needed to undo it before
+  any side effect, and ``PrepareCompleted`` after.
+* A missing file is an empty checkpoint. An unreadable, truncated, checksum-mismatched or
+  unknown-version file raises :class:`~driver.errors.CheckpointError` naming the file and the
+  problem; the file is left in place (it may describe live claims) and a copy is kept as
+  ``checkpoint.json.corrupt-<timestamp>`` for inspection. Nothing is ever silently discarded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from filelock import FileLock, Timeout
+
+from driver.errors import CheckpointError
+from kubeletplugin.cdi import atomic_write
+from kubeletplugin.config import STRATEGIES, SharingStrategy
+
+JSON = dict[str, Any]
+
+CURRENT_VERSION: Final = 2
+CHECKPOINT_FILE: Final = "checkpoint.json"
+LOCK_FILE: Final = "serialize.lock"
+
+ClaimState = Literal["PrepareStarted", "PrepareCompleted"]
+PREPARE_STARTED: Final[ClaimState] = "PrepareStarted"
+PREPARE_COMPLETED: Final[ClaimState] = "PrepareCompleted"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord:
+    """One prepared allocation result: what the kubelet was told and what it holds."""
+
+    request_names: tuple[str, ...]
+    pool: str
+    device: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None
+    gpu_uuid: str  # the device's UUID (MIG UUID for a MIG device)
+    exclusive: bool  # True: the whole device; False: a share of a shareable GPU
+    memory_bytes: int  # reserved memory (the whole device's when exclusive)
+    cores: int  # reserved compute percent (100 when exclusive)
+    strategy: SharingStrategy
+
+    def to_json(self) -> JSON:
+        return {
+            "requestNames": list(self.request_names),
+            "pool": self.pool,
+            "device": self.device,
+            "cdiDeviceIds": list(self.cdi_device_ids),
+            "shareId": self.share_id,
+            "gpuUuid": self.gpu_uuid,
+            "exclusive": self.exclusive,
+            "memoryBytes": self.memory_bytes,
+            "cores": self.cores,
+            "strategy": self.strategy,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> DeviceRecord:
+        strategy = raw["strategy"]
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}")
+        share_id = raw.get("shareId")
+        return cls(
+            request_names=tuple(str(r) for r in raw["requestNames"]),
+            pool=str(raw["pool"]),
+            device=str(raw["device"]),
+            cdi_device_ids=tuple(str(i) for i in raw["cdiDeviceIds"]),
+            share_id=str(share_id) if share_id is not None else None,
+            gpu_uuid=str(raw["gpuUuid"]),
+            exclusive=bool(raw["exclusive"]),
+            memory_bytes=int(raw["memoryBytes"]),
+            cores=int(raw["cores"]),
+            strategy=strategy,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    """A claim in the checkpoint, with everything needed to unprepare it after the claim is
+    deleted and to re-prepare it after a reboot (the exact CDI spec)."""
+
+    uid: str
+    namespace: str
+    name: str
+    state: ClaimState
+    devices: tuple[DeviceRecord, ...]
+    cdi_spec_file: str
+    cdi_spec: Mapping[str, Any] = field(default_factory=dict)
+    mps_gpus: tuple[str, ...] = ()  # GPU UUIDs whose MPS daemon this claim uses
+
+    def to_json(self) -> JSON:
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "state": self.state,
+            "devices": [d.to_json() for d in self.devices],
+            "cdiSpecFile": self.cdi_spec_file,
+            "cdiSpec": dict(self.cdi_spec),
+            "mpsGpus": list(self.mps_gpus),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ClaimRecord:
+        state = raw["state"]
+        if state not in (PREPARE_STARTED, PREPARE_COMPLETED):
+            raise ValueError(f"unknown claim state {state!r}")
+        spec = raw.get("cdiSpec") or {}
+        if not isinstance(spec, Mapping):
+            raise TypeError("cdiSpec is not an object")
+        return cls(
+            uid=str(raw["uid"]),
+            namespace=str(raw["namespace"]),
+            name=str(raw["name"]),
+            state=state,
+            devices=tuple(DeviceRecord.from_json(d) for d in raw["devices"]),
+            cdi_spec_file=str(raw["cdiSpecFile"]),
+            cdi_spec=dict(spec),
+            mps_gpus=tuple(str(g) for g in raw.get("mpsGpus") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The whole checkpoint. ``boot_id`` ``None``: written before boot IDs were recorded."""
+
+    boot_id: str | None = None
+    claims: Mapping[str, ClaimRecord] = field(default_factory=dict)
+
+    def with_claim(self, record: ClaimRecord) -> Checkpoint:
+        return Checkpoint(boot_id=self.boot_id, claims={**self.claims, record.uid: record})
+
+    def without_claim(self, uid: str) -> Checkpoint:
+        return Checkpoint(
+            boot_id=self.boot_id, claims={k: v for k, v in self.claims.items() if k != uid}
+        )
+
+    def with_boot_id(self, boot_id: str) -> Checkpoint:
+        return Checkpoint(boot_id=boot_id, claims=self.claims)
+
+    def to_data(self) -> JSON:
+        return {
+            "bootId": self.boot_id,
+            "claims": {uid: rec.to_json() for uid, rec in sorted(self.claims.items())},
+        }
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any]) -> Checkpoint:
+        boot_id = data.get("bootId")
+        claims = {}
+        for uid, raw in data["claims"].items():
+            record = ClaimRecord.from_json(raw)
+            if record.uid != uid:
+                raise ValueError(f"claim entry {uid!r} holds uid {record.uid!r}")
+            claims[uid] = record
+        return cls(boot_id=str(boot_id) if boot_id is not None else None, claims=claims)
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def canonical(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def checksum(data: Any) -> str:
+    return hashlib.sha256(canonical(data)).hexdigest()
+
+
+def encode(checkpoint: Checkpoint) -> bytes:
+    """The file content of ``checkpoint`` at the current version."""
+    data = checkpoint.to_data()
+    envelope = {"version": CURRENT_VERSION, "checksum": checksum(data), "data": data}
+    return (json.dumps(envelope, indent=1, sort_keys=True) + "\n").encode()
+
+
+def _migrate_v1(data: Mapping[str, Any]) -> JSON:
+    """v1 -> v2. v1 data: ``{"preparedClaims": {uid: {"namespace", "name", "devices": [{
+    "requestNames", "pool", "device", "cdiDeviceIds"}], "cdiSpecFile"}}}``. v1 knew neither
+    the two phases (every entry was complete), nor boot IDs, nor sharing (every device was
+    exclusive, strategy none). Capacity of an exclusive device is recorded as unknown-large
+    (it blocks any share, which is what exclusive means)."""
+    claims: JSON = {}
+    for uid, entry in data["preparedClaims"].items():
+        claims[uid] = {
+            "uid": uid,
+            "namespace": entry["namespace"],
+            "name": entry["name"],
+            "state": PREPARE_COMPLETED,
+            "devices": [
+                {
+                    "requestNames": list(d.get("requestNames") or ()),
+                    "pool": d["pool"],
+                    "device": d["device"],
+                    "cdiDeviceIds": list(d.get("cdiDeviceIds") or ()),
+                    "shareId": None,
+                    "gpuUuid": d.get("uuid", ""),
+                    "exclusive": True,
+                    "memoryBytes": 0,
+                    "cores": 100,
+                    "strategy": "none",
+                }
+                for d in entry["devices"]
+            ],
+            "cdiSpecFile": entry.get("cdiSpecFile", ""),
+            "cdiSpec": {},
+            "mpsGpus": [],
+        }
+    return {"bootId": None, "claims": claims}
+
+
+#: ``MIGRATIONS[v]`` turns version ``v`` data into version ``v + 1`` data.
+MIGRATIONS: Final[Mapping[int, Callable[[Mapping[str, Any]], JSON]]] = {1: _migrate_v1}
+
+
+def decode(content: bytes, path: Path) -> Checkpoint:
+    """Parse, verify and migrate file content; :class:`CheckpointError` on any problem."""
+    try:
+        envelope = json.loads(content)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path}: not valid JSON ({exc}); truncated or damaged file"
+        ) from exc
+    if not isinstance(envelope, dict) or not {"version", "checksum", "data"} <= set(envelope):
+        raise CheckpointError(
+            f"checkpoint {path}: not a checkpoint (expected version, checksum and data)"
+        )
+    version = envelope["version"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CheckpointError(f"checkpoint {path}: version {version!r} is not an integer")
+    if version > CURRENT_VERSION or (version < CURRENT_VERSION and version not in MIGRATIONS):
+        raise CheckpointError(
+            f"checkpoint {path}: unsupported version {version} (this plugin reads 1 to "
+            f"{CURRENT_VERSION}); a newer plugin wrote it, downgrade is not supported"
+        )
+    data = envelope["data"]
+    if envelope["checksum"] != checksum(data):
+        raise CheckpointError(
+            f"checkpoint {path}: checksum mismatch (stored {str(envelope['checksum'])[:12]}..., "
+            f"content {checksum(data)[:12]}...); the file was modified or damaged"
+        )
+    try:
+        while version < CURRENT_VERSION:
+            data = MIGRATIONS[version](data)
+            version += 1
+        return Checkpoint.from_data(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(
+            f"checkpoint {path}: malformed content for version {envelope['version']} "
+            f"({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+# --------------------------------------------------------------------------- store
+
+
+class CheckpointStore:
+    """The checkpoint file of one state directory. Blocking; call from a worker thread."""
+
+    def __init__(self, state_dir: Path, *, lock_timeout_s: float = 60.0) -> None:
+        self.state_dir = state_dir
+        self.path = state_dir / CHECKPOINT_FILE
+        self.lock_path = state_dir / LOCK_FILE
+        self._lock_timeout_s = lock_timeout_s
+
+    def lock(self) -> FileLock:
+        """The node-wide serialization lock (use as a context manager)."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        return FileLock(self.lock_path, timeout=self._lock_timeout_s, thread_local=False)
+
+    def load(self) -> Checkpoint:
+        """Read the checkpoint (empty if none). Hold :meth:`lock` around load-modify-save."""
+        try:
+            content = self.path.read_bytes()
+        except FileNotFoundError:
+            return Checkpoint()
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {self.path}: cannot read ({exc})") from exc
+        try:
+            return decode(content, self.path)
+        except CheckpointError as exc:
+            aside = self._keep_aside(content)
+            raise CheckpointError(
+                f"{exc}. The file is left in place (it may describe claims in use) and a copy "
+                f"is kept as {aside}; Prepare is refused because devices cannot be proven free. "
+                f"Check which pods use GPUs on this node, then repair or remove {self.path}"
+            ) from exc
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        atomic_write(self.path, encode(checkpoint), mode=0o600)
+
+    def _keep_aside(self, content: bytes) -> Path:
+        """Copy the corrupt content next to the checkpoint, once per distinct content."""
+        for existing in sorted(self.state_dir.glob(f"{CHECKPOINT_FILE}.corrupt-*")):
+            try:
+                if existing.read_bytes() == content:
+                    return existing
+            except OSError:
+                continue
+        aside = (
+            self.state_dir
+            / f"{CHECKPOINT_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        )
+        if aside.exists():
+            aside = aside.with_name(f"{aside.name}-{time.monotonic_ns()}")
+        atomic_write(aside, content, mode=0o600)
+        return aside
+
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "CURRENT_VERSION",
+    "LOCK_FILE",
+    "MIGRATIONS",
+    "PREPARE_COMPLETED",
+    "PREPARE_STARTED",
+    "Checkpoint",
+    "CheckpointStore",
+    "ClaimRecord",
+    "ClaimState",
+    "DeviceRecord",
+    "Timeout",
+    "decode",
+    "encode",
+]

@@ -1,0 +1,672 @@
+"""NodePrepareResources / NodeUnprepareResources: pure planning plus a thin transactional shell.
+
+The gRPC handlers call :class:`Preparer`. Contract:
+
+* **Per claim.** Every claim of a call appears in the result; one bad claim never fails its
+  neighbours (its :class:`PrepareResult` carries ``error``). Errors name the claim, the
+  request and the device.
+* **Idempotent.** Preparing a prepared claim returns the same devices (healing a missing CDI
+  spec or MPS daemon); unpreparing an unknown or deleted claim succeeds, using what the
+  checkpoint cached (the API is not consulted).
+* **Pure planning** (:func:`plan_claim`, :func:`check_conflicts`): claim JSON + this node's
+  GPUs + settings -> devices, CDI spec, MPS GPUs; or a :class:`~driver.errors.PrepareError` /
+  :class:`~driver.errors.ConfigError`. Refused: UID mismatch, not allocated, results for
+  another node's pool, unknown devices, a device prepared for another claim (unless both are
+  shares of a shareable GPU and the summed ``consumedCapacity`` stays within its memory and
+  cores), a full GPU while one of its MIG partitions is prepared (and the reverse).
+* **Transactional shell**, under the node-wide file lock ``<state_dir>/serialize.lock`` (two
+  plugin pods overlap during a rolling update): load the checkpoint; recover (a
+  ``PrepareStarted`` entry seen under the lock is a crashed Prepare: it is rolled back, and a
+  retried Prepare redoes it; a changed boot ID rewrites every prepared claim's CDI spec and
+  restarts its MPS daemons); mark claims ``PrepareStarted``; write CDI specs and start MPS
+  daemons; mark ``PrepareCompleted``. Blocking work runs in ``asyncio.to_thread``.
+* A corrupt checkpoint refuses every Prepare with its :class:`~driver.errors.CheckpointError`
+  text (devices cannot be proven free); Unprepare still removes the claim's CDI spec and
+  reports the checkpoint error so the kubelet retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from driver.errors import BiaxialError, CheckpointError, ConfigError, PrepareError, QuantityError
+from driver.model import GpuInfo
+from driver.quantity import Quantity
+from kubeletplugin import cdi
+from kubeletplugin.cdi import ClaimSpec, DeviceAllocation, GpuTarget, SharingPaths
+from kubeletplugin.checkpoint import (
+    PREPARE_COMPLETED,
+    PREPARE_STARTED,
+    Checkpoint,
+    CheckpointStore,
+    ClaimRecord,
+    DeviceRecord,
+)
+from kubeletplugin.config import SharingStrategy, resolve_configs
+from kubeletplugin.mps import MpsManager, MpsSettings
+
+logger = logging.getLogger(__name__)
+
+BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
+FULL_CORES: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRef:
+    """What the kubelet sends for a claim."""
+
+    namespace: str
+    uid: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name} ({self.uid})"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One device of a prepared claim, as the DRA ``Device`` message carries it."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareResult:
+    devices: tuple[PreparedDevice, ...] = ()
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedClaim:
+    """A claim this node has prepared (``completed``) or is preparing."""
+
+    ref: ClaimRef
+    devices: tuple[PreparedDevice, ...]
+    completed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrepareSettings:
+    """Settings of the Prepare core (built from the plugin's flags)."""
+
+    driver_name: str = "gpu.biaxial.dev"
+    node_name: str
+    state_dir: Path
+    cdi_dir: Path = Path("/var/run/cdi")
+    hami_core_library_path: Path | None = None  # host path of libvgpu.so for hami-core
+    hami_lock_dir: Path = Path("/tmp/vgpulock")  # noqa: S108 - HAMi-core's node-wide lock dir
+    mps_root: Path = Path("/run/biaxial/mps")
+    mps_control_binary: str = "nvidia-cuda-mps-control"
+    # Strategy for a *share* of a GPU when no GpuConfig names one. Exclusive devices default to
+    # "none" (nothing to limit). "hami-core" refuses rather than run a share unlimited when the
+    # library is not configured; set "none" to allow unlimited time-slicing by default.
+    default_sharing_strategy: SharingStrategy = "hami-core"
+    lock_timeout_s: float = 60.0
+
+
+ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+
+
+# --------------------------------------------------------------------------- pure planning
+
+
+def mig_device_name(parent_minor: int, profile: str, start: int) -> str:
+    """``gpu-<minor>-mig-<profile without dots>-<start>``."""
+    return f"gpu-{parent_minor}-mig-{profile.replace('.', '')}-{start}"
+
+
+def device_targets(gpus: Iterable[GpuInfo]) -> dict[str, GpuTarget]:
+    """This node's devices by published name: full GPUs and their MIG partitions."""
+    targets: dict[str, GpuTarget] = {}
+    for gpu in gpus:
+        pci = gpu.pci_bus_id or ""
+        targets[f"gpu-{gpu.minor}"] = GpuTarget(
+            name=f"gpu-{gpu.minor}",
+            uuid=gpu.uuid,
+            minor=gpu.minor,
+            pci_bus_id=pci,
+            memory_bytes=gpu.memory_bytes,
+            shareable=not gpu.mig_enabled,
+        )
+        for mig in gpu.mig_devices:
+            name = mig_device_name(gpu.minor, mig.profile, mig.start)
+            targets[name] = GpuTarget(
+                name=name,
+                uuid=mig.uuid,
+                minor=gpu.minor,
+                pci_bus_id=pci,
+                memory_bytes=mig.memory_bytes,
+                is_mig=True,
+                parent_uuid=gpu.uuid,
+            )
+    return targets
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    """Everything Prepare will do for one claim, computed without side effects."""
+
+    ref: ClaimRef
+    devices: tuple[DeviceRecord, ...]
+    spec: ClaimSpec
+    mps_gpus: tuple[str, ...]
+
+    def record(self, state: str) -> ClaimRecord:
+        return ClaimRecord(
+            uid=self.ref.uid,
+            namespace=self.ref.namespace,
+            name=self.ref.name,
+            state=PREPARE_COMPLETED if state == PREPARE_COMPLETED else PREPARE_STARTED,
+            devices=self.devices,
+            cdi_spec_file=self.spec.file_name,
+            cdi_spec=self.spec.spec,
+            mps_gpus=self.mps_gpus,
+        )
+
+
+def _consumed(raw: object, driver: str, key: str, where: str) -> Quantity | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise PrepareError(f"{where}: consumedCapacity is not an object")
+    value = raw.get(key, raw.get(f"{driver}/{key}"))
+    if value is None:
+        return None
+    try:
+        return Quantity.of(value)
+    except QuantityError as exc:
+        raise PrepareError(f"{where}: consumedCapacity.{key}: {exc}") from exc
+
+
+def plan_claim(
+    ref: ClaimRef,
+    claim: Mapping[str, Any],
+    settings: PrepareSettings,
+    targets: Mapping[str, GpuTarget],
+) -> ClaimPlan:
+    """Plan the preparation of one claim from its API JSON. Pure; raises
+    :class:`PrepareError` or :class:`ConfigError` with a message naming the problem."""
+    driver = settings.driver_name
+    meta = claim.get("metadata") or {}
+    api_uid = meta.get("uid")
+    if api_uid != ref.uid:
+        raise PrepareError(
+            f"claim {ref.namespace}/{ref.name}: UID mismatch, the kubelet asked for {ref.uid} "
+            f"but the API has {api_uid} (the claim was deleted and recreated)"
+        )
+    allocation = (claim.get("status") or {}).get("allocation")
+    if not isinstance(allocation, Mapping):
+        raise PrepareError(f"claim {ref}: not allocated (status.allocation is empty)")
+    devices_raw = allocation.get("devices") or {}
+    results = [r for r in devices_raw.get("results") or () if r.get("driver") == driver]
+    if not results:
+        raise PrepareError(f"claim {ref}: no devices of driver {driver} in its allocation")
+    for result in results:
+        where = f"claim {ref} request {result.get('request')!r}"
+        if result.get("pool") != settings.node_name:
+            raise PrepareError(
+                f"{where}: device {result.get('pool')}/{result.get('device')} is in pool "
+                f"{result.get('pool')!r}, not this node's pool {settings.node_name!r}"
+            )
+        if result.get("device") not in targets:
+            raise PrepareError(
+                f"{where}: unknown device {result.get('device')!r} (this node has "
+                f"{', '.join(sorted(targets)) or 'no devices'})"
+            )
+    try:
+        configs = resolve_configs(
+            devices_raw.get("config") or [], driver, [str(r.get("request")) for r in results]
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"claim {ref}: {exc}") from exc
+
+    allocations: list[DeviceAllocation] = []
+    records: list[DeviceRecord] = []
+    for result in results:
+        request = str(result.get("request"))
+        where = f"claim {ref} request {request!r} device {result['device']!r}"
+        target = targets[result["device"]]
+        share_id = result.get("shareID")
+        config = configs.get(request)
+        strategy: SharingStrategy
+        if config is not None and config.sharing.strategy is not None:
+            strategy = config.sharing.strategy
+        elif share_id:
+            strategy = settings.default_sharing_strategy
+        else:
+            strategy = "none"
+        if share_id:
+            if not target.shareable:
+                raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
+            consumed = result.get("consumedCapacity")
+            memory_q = _consumed(consumed, driver, "memory", where)
+            cores_q = _consumed(consumed, driver, "cores", where)
+            # A share that names no memory reserves the whole GPU's (the published default).
+            memory = target.memory_bytes if memory_q is None else memory_q.value()
+            cores = 0 if cores_q is None else cores_q.value()
+            if memory <= 0 or memory > target.memory_bytes or not 0 <= cores <= FULL_CORES:
+                raise PrepareError(
+                    f"{where}: consumedCapacity out of range (memory {memory} of "
+                    f"{target.memory_bytes} bytes, cores {cores} of {FULL_CORES})"
+                )
+            allocations.append(
+                DeviceAllocation(
+                    request=request,
+                    target=target,
+                    strategy=strategy,
+                    share_id=str(share_id),
+                    memory_limit_bytes=memory,
+                    cores_percent=cores,
+                )
+            )
+        else:
+            memory, cores = target.memory_bytes, FULL_CORES
+            allocations.append(DeviceAllocation(request=request, target=target, strategy=strategy))
+        records.append(
+            DeviceRecord(
+                request_names=(request,),
+                pool=settings.node_name,
+                device=target.name,
+                cdi_device_ids=(),
+                share_id=str(share_id) if share_id else None,
+                gpu_uuid=target.uuid,
+                exclusive=not share_id,
+                memory_bytes=memory,
+                cores=cores,
+                strategy=strategy,
+            )
+        )
+    paths = SharingPaths(
+        hami_core_library=settings.hami_core_library_path,
+        hami_lock_dir=settings.hami_lock_dir,
+        mps_root=settings.mps_root,
+    )
+    try:
+        spec = cdi.build_claim_spec(driver, ref.uid, allocations, paths)
+    except PrepareError as exc:
+        raise PrepareError(f"claim {ref}: {exc}") from exc
+    devices = tuple(
+        DeviceRecord(
+            request_names=r.request_names,
+            pool=r.pool,
+            device=r.device,
+            cdi_device_ids=ids,
+            share_id=r.share_id,
+            gpu_uuid=r.gpu_uuid,
+            exclusive=r.exclusive,
+            memory_bytes=r.memory_bytes,
+            cores=r.cores,
+            strategy=r.strategy,
+        )
+        for r, ids in zip(records, spec.cdi_device_ids, strict=True)
+    )
+    mps_gpus = tuple(sorted({a.target.uuid for a in allocations if a.strategy == "mps"}))
+    return ClaimPlan(ref=ref, devices=devices, spec=spec, mps_gpus=mps_gpus)
+
+
+def _physical(device: str, targets: Mapping[str, GpuTarget]) -> str:
+    target = targets.get(device)
+    if target is None:
+        return device
+    return target.parent_uuid or target.uuid
+
+
+def _is_mig(device: str, targets: Mapping[str, GpuTarget]) -> bool:
+    target = targets.get(device)
+    return target is not None and target.is_mig
+
+
+def check_conflicts(
+    plan: ClaimPlan, checkpoint: Checkpoint, targets: Mapping[str, GpuTarget]
+) -> None:
+    """Refuse a plan whose devices are held by other claims in ``checkpoint`` (any state).
+    Pure; raises :class:`PrepareError` naming the device and the holder."""
+    others = [
+        (rec, dev)
+        for rec in checkpoint.claims.values()
+        if rec.uid != plan.ref.uid
+        for dev in rec.devices
+    ]
+    for mine in plan.devices:
+        physical = _physical(mine.device, targets)
+        for rec, dev in others:
+            holder = f"claim {rec.namespace}/{rec.name} ({rec.uid})"
+            if dev.device == mine.device:
+                if dev.exclusive or mine.exclusive:
+                    raise PrepareError(
+                        f"claim {plan.ref}: device {mine.device} is already prepared for "
+                        f"{holder}"
+                        + (
+                            ""
+                            if dev.exclusive
+                            else " as a share; an exclusive allocation cannot join it"
+                        )
+                    )
+            elif _physical(dev.device, targets) == physical and not (
+                _is_mig(mine.device, targets) and _is_mig(dev.device, targets)
+            ):
+                # A full GPU and a MIG partition of it; distinct MIG partitions never overlap.
+                raise PrepareError(
+                    f"claim {plan.ref}: device {mine.device} overlaps {dev.device} on the same "
+                    f"GPU, which is prepared for {holder}"
+                )
+    # Capacity of each shared device: every prepared share plus this claim's.
+    for device in sorted({d.device for d in plan.devices if not d.exclusive}):
+        target = targets[device]
+        shares = [dev for _, dev in others if dev.device == device] + [
+            d for d in plan.devices if d.device == device
+        ]
+        memory = sum(d.memory_bytes for d in shares)
+        cores = sum(d.cores for d in shares)
+        if memory > target.memory_bytes or cores > FULL_CORES:
+            raise PrepareError(
+                f"claim {plan.ref}: shares of device {device} would exceed its capacity "
+                f"(memory {memory} of {target.memory_bytes} bytes, cores {cores} of "
+                f"{FULL_CORES}) with the {len(shares) - 1} share(s) already prepared"
+            )
+
+
+def prepared_devices(record: ClaimRecord) -> tuple[PreparedDevice, ...]:
+    return tuple(
+        PreparedDevice(
+            request_names=d.request_names,
+            pool_name=d.pool,
+            device_name=d.device,
+            cdi_device_ids=d.cdi_device_ids,
+            share_id=d.share_id,
+        )
+        for d in record.devices
+    )
+
+
+def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise PrepareError(f"cannot read the boot ID from {path}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- the shell
+
+
+class Preparer:
+    """Prepares and unprepares claims on this node (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: PrepareSettings,
+        gpus: Sequence[GpuInfo],
+        get_claim: ClaimGetter,
+        *,
+        boot_id: str | None = None,
+    ) -> None:
+        self._settings = settings
+        self._targets = device_targets(gpus)
+        self._get_claim = get_claim
+        self._boot_id = boot_id if boot_id is not None else read_boot_id()
+        self._store = CheckpointStore(settings.state_dir, lock_timeout_s=settings.lock_timeout_s)
+        self._mps = MpsManager(
+            MpsSettings(root=settings.mps_root, control_binary=settings.mps_control_binary)
+        )
+        self._lock = asyncio.Lock()
+        self._prepared: tuple[PreparedClaim, ...] = ()
+
+    # ----------------------------------------------------------------- public API
+
+    def prepared_claims(self) -> tuple[PreparedClaim, ...]:
+        """Claims in the checkpoint as of the last call (for metrics and health)."""
+        return self._prepared
+
+    async def recover(self) -> None:
+        """Finish crash/reboot recovery now instead of at the first call (call at start-up).
+        Raises :class:`CheckpointError` if the checkpoint is corrupt."""
+        async with self._lock:
+            await asyncio.to_thread(self._recover_sync)
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
+        started = time.monotonic()
+        fetched = await asyncio.gather(*(self._plan(ref) for ref in claims))
+        plans = dict(zip((ref.uid for ref in claims), fetched, strict=True))
+        async with self._lock:
+            results = await asyncio.to_thread(self._prepare_sync, list(claims), plans)
+        failed = sum(1 for r in results.values() if r.error)
+        logger.info(
+            "prepare: %d claim(s), %d failed, in %.1f ms",
+            len(claims),
+            failed,
+            (time.monotonic() - started) * 1000,
+        )
+        return results
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        started = time.monotonic()
+        async with self._lock:
+            results = await asyncio.to_thread(self._unprepare_sync, list(claims))
+        logger.info(
+            "unprepare: %d claim(s), %d failed, in %.1f ms",
+            len(claims),
+            sum(1 for e in results.values() if e),
+            (time.monotonic() - started) * 1000,
+        )
+        return results
+
+    # ----------------------------------------------------------------- planning (async part)
+
+    async def _plan(self, ref: ClaimRef) -> ClaimPlan | str:
+        try:
+            claim = await self._get_claim(ref.namespace, ref.name)
+        except BiaxialError as exc:
+            return f"claim {ref}: cannot read it from the API: {exc}"
+        except Exception as exc:  # noqa: BLE001 - the getter is the caller's code; its failure
+            # must stay an error of this claim, never of its neighbours.
+            return f"claim {ref}: cannot read it from the API: {type(exc).__name__}: {exc}"
+        if claim is None:
+            return f"claim {ref}: not found in the API (deleted?)"
+        try:
+            return plan_claim(ref, claim, self._settings, self._targets)
+        except BiaxialError as exc:
+            return str(exc)
+
+    # ----------------------------------------------------------------- transactions (threads)
+
+    def _publish(self, checkpoint: Checkpoint) -> None:
+        self._prepared = tuple(
+            PreparedClaim(
+                ref=ClaimRef(namespace=r.namespace, uid=r.uid, name=r.name),
+                devices=prepared_devices(r),
+                completed=r.state == PREPARE_COMPLETED,
+            )
+            for _, r in sorted(checkpoint.claims.items())
+        )
+
+    def _recover_sync(self) -> None:
+        with self._store.lock():
+            checkpoint = self._recover(self._store.load())
+            self._publish(checkpoint)
+
+    def _mps_users(self, checkpoint: Checkpoint) -> set[str]:
+        return {g for r in checkpoint.claims.values() for g in r.mps_gpus}
+
+    def _release(self, checkpoint: Checkpoint, record: ClaimRecord) -> Checkpoint:
+        """Undo a claim's side effects and drop it; stop MPS daemons nobody uses any more.
+        The caller saves the returned checkpoint."""
+        cdi.remove_spec(self._settings.cdi_dir, record.cdi_spec_file)
+        remaining = checkpoint.without_claim(record.uid)
+        still_used = self._mps_users(remaining)
+        for gpu in record.mps_gpus:
+            if gpu in still_used:
+                continue
+            try:
+                self._mps.stop(gpu)
+            except PrepareError:
+                logger.warning(
+                    "claim %s/%s: MPS daemon of GPU %s did not stop; it is stopped again when "
+                    "a claim using it is released",
+                    record.namespace,
+                    record.name,
+                    gpu,
+                    exc_info=True,
+                )
+        return remaining
+
+    def _recover(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Roll back crashed Prepares and re-apply specs after a reboot. Saves if it changed
+        anything. Called with the file lock held."""
+        changed = False
+        for record in list(checkpoint.claims.values()):
+            if record.state == PREPARE_STARTED:
+                logger.warning(
+                    "claim %s/%s (%s): rolling back a Prepare interrupted before completion",
+                    record.namespace,
+                    record.name,
+                    record.uid,
+                )
+                checkpoint = self._release(checkpoint, record)
+                changed = True
+        if checkpoint.boot_id != self._boot_id:
+            if checkpoint.claims:
+                logger.info(
+                    "boot ID changed (%s -> %s): re-preparing %d claim(s)",
+                    checkpoint.boot_id,
+                    self._boot_id,
+                    len(checkpoint.claims),
+                )
+            for record in checkpoint.claims.values():
+                self._heal(record)
+            checkpoint = checkpoint.with_boot_id(self._boot_id)
+            changed = True
+        if changed:
+            self._store.save(checkpoint)
+        return checkpoint
+
+    def _heal(self, record: ClaimRecord) -> str:
+        """Make a completed claim's side effects present again. Returns an error or ""."""
+        try:
+            if record.cdi_spec and not cdi.spec_present(
+                self._settings.cdi_dir, record.cdi_spec_file, record.cdi_spec
+            ):
+                cdi.write_spec(
+                    self._settings.cdi_dir,
+                    ClaimSpec(
+                        file_name=record.cdi_spec_file,
+                        spec=dict(record.cdi_spec),
+                        cdi_device_ids=(),
+                    ),
+                )
+            for gpu in record.mps_gpus:
+                self._mps.ensure_running(gpu)
+        except (OSError, PrepareError) as exc:
+            logger.warning("claim %s/%s: re-prepare failed: %s", record.namespace, record.name, exc)
+            return f"claim {record.namespace}/{record.name} ({record.uid}): {exc}"
+        return ""
+
+    def _prepare_sync(
+        self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str]
+    ) -> dict[str, PrepareResult]:
+        results: dict[str, PrepareResult] = {}
+        with self._store.lock():
+            try:
+                checkpoint = self._recover(self._store.load())
+            except CheckpointError as exc:
+                return {ref.uid: PrepareResult(error=str(exc)) for ref in refs}
+            # Phase 1: already prepared, refused, or marked started.
+            todo: list[ClaimPlan] = []
+            for ref in refs:
+                if ref.uid in results or any(p.ref.uid == ref.uid for p in todo):
+                    continue
+                record = checkpoint.claims.get(ref.uid)
+                if record is not None and record.state == PREPARE_COMPLETED and record.cdi_spec:
+                    error = self._heal(record)
+                    results[ref.uid] = PrepareResult(
+                        devices=() if error else prepared_devices(record), error=error
+                    )
+                    continue
+                plan = plans[ref.uid]
+                if isinstance(plan, str):
+                    results[ref.uid] = PrepareResult(error=plan)
+                    continue
+                try:
+                    check_conflicts(plan, checkpoint, self._targets)
+                except PrepareError as exc:
+                    results[ref.uid] = PrepareResult(error=str(exc))
+                    continue
+                checkpoint = checkpoint.with_claim(plan.record(PREPARE_STARTED))
+                todo.append(plan)
+            if not todo:
+                self._publish(checkpoint)
+                return results
+            self._store.save(checkpoint)
+            # Phase 2: side effects, each claim on its own.
+            for plan in todo:
+                begun = time.monotonic()
+                try:
+                    cdi.write_spec(self._settings.cdi_dir, plan.spec)
+                    for gpu in plan.mps_gpus:
+                        self._mps.ensure_running(gpu)
+                except (OSError, PrepareError) as exc:
+                    checkpoint = self._release(checkpoint, checkpoint.claims[plan.ref.uid])
+                    results[plan.ref.uid] = PrepareResult(error=f"claim {plan.ref}: {exc}")
+                    continue
+                record = plan.record(PREPARE_COMPLETED)
+                checkpoint = checkpoint.with_claim(record)
+                results[plan.ref.uid] = PrepareResult(devices=prepared_devices(record))
+                logger.info(
+                    "claim %s: prepared %s in %.1f ms",
+                    plan.ref,
+                    ", ".join(d.device for d in plan.devices),
+                    (time.monotonic() - begun) * 1000,
+                )
+            # Phase 3: completed.
+            self._store.save(checkpoint)
+            self._publish(checkpoint)
+        return results
+
+    def _unprepare_sync(self, refs: list[ClaimRef]) -> dict[str, str]:
+        results: dict[str, str] = {}
+        with self._store.lock():
+            try:
+                checkpoint = self._recover(self._store.load())
+            except CheckpointError as exc:
+                for ref in refs:
+                    try:
+                        cdi.remove_spec(
+                            self._settings.cdi_dir,
+                            cdi.spec_file_name(self._settings.driver_name, ref.uid),
+                        )
+                    except OSError:
+                        logger.warning("claim %s: cannot remove its CDI spec", ref, exc_info=True)
+                    results[ref.uid] = str(exc)
+                return results
+            changed = False
+            for ref in refs:
+                record = checkpoint.claims.get(ref.uid)
+                try:
+                    if record is None:
+                        # Unknown here (already unprepared, or never prepared): make sure no
+                        # spec is left behind, and succeed.
+                        cdi.remove_spec(
+                            self._settings.cdi_dir,
+                            cdi.spec_file_name(self._settings.driver_name, ref.uid),
+                        )
+                    else:
+                        checkpoint = self._release(checkpoint, record)
+                        changed = True
+                        logger.info("claim %s: unprepared", ref)
+                except OSError as exc:
+                    results[ref.uid] = f"claim {ref}: cannot remove its CDI spec: {exc}"
+                    continue
+                results[ref.uid] = ""
+            if changed:
+                self._store.save(checkpoint)
+            self._publish(checkpoint)
+        return results

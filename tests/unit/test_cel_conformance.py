@@ -1,0 +1,196 @@
+"""The conformance table (tests/unit/cel_cases.py) on both engines, plus the engine contract:
+compile cache, message shape, and MatchCache behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from driver import cel
+from driver.errors import CELCompileError, CELEvaluationError
+from driver.ids import DeviceID, DeviceName, DriverName, PoolName
+from driver.model import Device, Version
+from tests.unit import celpy_engine
+from tests.unit.cel_cases import CASES, DRIVER, T4, Case
+
+
+def _outcome(compile_fn: Callable[[str], Any], case: Case) -> bool | Exception:
+    try:
+        return bool(compile_fn(case.expression).matches(case.device, case.driver))
+    except (CELCompileError, CELEvaluationError) as exc:
+        return exc
+
+
+def _check(
+    outcome: bool | Exception, result: bool | None, error: type | None, fragment: str
+) -> None:
+    if error is None:
+        assert outcome is result, f"expected {result}, got {outcome!r}"
+        return
+    assert isinstance(outcome, error), f"expected {error.__name__}, got {outcome!r}"
+    assert fragment in str(outcome), f"{fragment!r} not in {str(outcome)!r}"
+
+
+def test_table_is_large_enough() -> None:
+    assert len(CASES) >= 80
+    assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_cel_expr_python(case: Case) -> None:
+    _check(_outcome(cel.compile_selector, case), case.result, case.error, case.fragment)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_celpy(case: Case) -> None:
+    outcome = _outcome(celpy_engine.compile, case)
+    if case.celpy is None:
+        _check(outcome, case.result, case.error, case.fragment)
+    else:
+        dev = case.celpy
+        assert dev.reason
+        _check(outcome, dev.result, dev.error, dev.fragment)
+
+
+# --------------------------------------------------------------------------- contract
+
+
+def test_compile_is_cached_per_expression() -> None:
+    a = cel.compile_selector('device.driver == "x"')
+    b = cel.compile_selector('device.driver == "x"')
+    assert a is b
+    assert a == cel.Selector('device.driver == "x"')
+
+
+def test_compile_error_has_position() -> None:
+    with pytest.raises(CELCompileError, match=r"<input>:1:8: Syntax error"):
+        cel.compile_selector("device.")
+
+
+def test_runtime_error_names_expression_and_device() -> None:
+    selector = cel.compile_selector(f'device.attributes["{DRIVER}"].nosuch == 1')
+    with pytest.raises(CELEvaluationError) as info:
+        selector.matches(T4, DRIVER)
+    message = str(info.value)
+    assert "nosuch == 1" in message
+    assert "'gpu-0'" in message
+
+
+def test_long_expression_is_shortened_in_messages() -> None:
+    expression = "[" + ",".join(["1"] * 200) + "].size() == 'x'"
+    with pytest.raises(CELCompileError):
+        cel.compile_selector(expression)
+    assert cel.shorten(expression).endswith("...")
+    assert len(cel.shorten(expression)) == 120
+
+
+def test_cost_estimate_grows_with_nesting() -> None:
+    big = "[" + ",".join(str(i) for i in range(50)) + "]"
+    one = cel.compile_selector(f"{big}.all(a, a >= 0)").max_cost
+    two = cel.compile_selector(f"{big}.all(a, {big}.all(b, a + b >= 0))").max_cost
+    assert 50 <= one < 1000
+    assert two > 40 * one
+    assert two < cel.COST_LIMIT
+
+
+def test_device_data_has_upstream_size_bounds() -> None:
+    # 32 attributes x 64-element lists per comprehension level: three levels stay under the
+    # limit, four nested ones over the domains cannot.
+    d = f'device.attributes["{DRIVER}"]'
+    three = f"{d}.all(a, {d}.all(b, {d}.all(c, true)))"
+    four = f"{d}.all(a, {d}.all(b, {d}.all(c, {d}.all(e, true))))"
+    assert cel.compile_selector(three).max_cost < cel.COST_LIMIT
+    assert cel.compile_selector(four).max_cost > cel.COST_LIMIT
+
+
+def test_literal_domains_are_collected() -> None:
+    selector = cel.compile_selector(
+        'device.attributes["a.io"].x == 1 || device.capacity["b.io"].y.sign() == 1 '
+        '|| has(device.attributes["c.io"].z) || "d.io" == device.driver'
+    )
+    assert selector.domains == frozenset({"a.io", "b.io", "c.io"})
+
+
+def test_computed_domain_is_a_documented_deviation() -> None:
+    # Upstream would give an empty map; without a literal the engine cannot pad the input.
+    selector = cel.compile_selector('device.attributes["x" + ".io"].size() == 0')
+    with pytest.raises(CELEvaluationError, match="no such key"):
+        selector.matches(T4, DRIVER)
+
+
+def test_matches_does_not_mutate_the_device() -> None:
+    before = T4.to_api()
+    cel.compile_selector('device.attributes["x.io"].size() == 0').matches(T4, DRIVER)
+    assert T4.to_api() == before
+
+
+# --------------------------------------------------------------------------- MatchCache
+
+
+def _id(device: str = "gpu-0") -> DeviceID:
+    return DeviceID(DriverName(DRIVER), PoolName("node-a"), DeviceName(device))
+
+
+def test_match_cache_caches_results() -> None:
+    cache = cel.MatchCache()
+    selector = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
+    assert cache.matches(selector, _id(), 1, T4) is True
+    assert (cache.hits, cache.misses) == (0, 1)
+    assert cache.matches(selector, _id(), 1, T4) is True
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert len(cache) == 1
+
+
+def test_match_cache_keys_on_device_and_selector() -> None:
+    cache = cel.MatchCache()
+    gpu = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
+    mig = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "mig"')
+    assert cache.matches(gpu, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(mig, _id("gpu-0"), 1, T4) is False
+    other = Device(name="gpu-1", attributes={"type": "mig"})
+    assert cache.matches(gpu, _id("gpu-1"), 1, other) is False
+    assert cache.misses == 3
+    assert len(cache) == 3
+
+
+def test_match_cache_new_generation_reevaluates() -> None:
+    cache = cel.MatchCache()
+    selector = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
+    assert cache.matches(selector, _id(), 1, T4) is True
+    changed = Device(name="gpu-0", attributes={"type": "mig"})
+    # Same generation: the cached answer stands (the slice did not change as far as we know).
+    assert cache.matches(selector, _id(), 1, changed) is True
+    assert cache.matches(selector, _id(), 2, changed) is False
+    assert cache.misses == 2
+    assert len(cache) == 1  # the old generation's entries are gone
+
+
+def test_match_cache_caches_errors() -> None:
+    cache = cel.MatchCache()
+    selector = cel.compile_selector(f'device.attributes["{DRIVER}"].nosuch == 1')
+    for _ in range(2):
+        with pytest.raises(CELEvaluationError, match="no such key"):
+            cache.matches(selector, _id(), 1, T4)
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_match_cache_caches_device_input_errors() -> None:
+    cache = cel.MatchCache()
+    bad = Device(name="gpu-0", attributes={"driverVersion": Version("1.2")})
+    first = cel.compile_selector("device.allowMultipleAllocations == false")
+    second = cel.compile_selector('device.driver == "x"')
+    for selector in (first, second):
+        with pytest.raises(CELEvaluationError, match="semantic version"):
+            cache.matches(selector, _id(), 1, bad)
+
+
+def test_match_cache_shares_input_across_selectors_and_pads_domains() -> None:
+    cache = cel.MatchCache()
+    first = cel.compile_selector('device.attributes["x.io"].size() == 0')
+    second = cel.compile_selector(f'device.attributes["{DRIVER}"].index == 0')
+    assert cache.matches(first, _id(), 1, T4) is True
+    assert cache.matches(second, _id(), 1, T4) is True
+    cache.clear()
+    assert len(cache) == 0

@@ -1,0 +1,466 @@
+"""Test builders for the allocator and everything that reads claims, slices, classes and nodes.
+
+Every builder produces **raw API JSON dicts** (what the API server serves), which tests convert
+with the models' ``from_api()``; the helpers at the bottom do that in one step. Examples::
+
+    claim("c0").request("r0", cls=GPU_CLASS, count=2).constraint(match=UUID_ATTR).json()
+    slice_("s0", node="n0", devices=[gpu(0), gpu(1)])
+    device("gpu-0", attrs={"index": 0, "productName": "Tesla T4"}, capacity={"memory": "16Gi"})
+    node("n0", labels={"zone": "a"})
+
+Attribute values are typed from Python: ``bool`` -> ``bool``, ``int`` -> ``int``, ``str`` ->
+``string``, :func:`ver` -> ``version``, lists -> ``ints`` / ``bools`` / ``strings`` /
+``versions``. A capacity is a quantity string, or :func:`cap` with a request policy.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from driver.claims import DeviceClass, ResourceClaim
+from driver.model import ResourceSlice
+from driver.nodes import Node
+from driver.snapshot import ClusterSnapshot
+
+JSON = dict[str, Any]
+
+DRIVER = "gpu.biaxial.dev"
+GPU_CLASS = "gpu.biaxial.dev"
+MIG_CLASS = "mig.biaxial.dev"
+UUID_ATTR = f"{DRIVER}/uuid"
+
+
+@dataclass(frozen=True)
+class ver:  # noqa: N801 - reads like the API's "version" keyword in tables
+    """A ``version`` attribute value."""
+
+    text: str
+
+
+def _attribute(value: Any) -> JSON:
+    if isinstance(value, ver):
+        return {"version": value.text}
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, str):
+        return {"string": value}
+    if isinstance(value, list) and value:
+        first = value[0]
+        if isinstance(first, ver):
+            return {"versions": [v.text for v in value]}
+        if isinstance(first, bool):
+            return {"bools": list(value)}
+        if isinstance(first, int):
+            return {"ints": list(value)}
+        return {"strings": list(value)}
+    raise TypeError(f"unsupported attribute value {value!r}")
+
+
+def cap(
+    value: str,
+    *,
+    default: str | None = None,
+    min: str | None = None,  # noqa: A002 - the API's field name
+    max: str | None = None,  # noqa: A002
+    step: str | None = None,
+    values: Sequence[str] | None = None,
+) -> JSON:
+    """A ``DeviceCapacity`` with a request policy."""
+    policy: JSON = {}
+    if default is not None:
+        policy["default"] = default
+    if values is not None:
+        policy["validValues"] = list(values)
+    if min is not None:
+        rng: JSON = {"min": min}
+        if max is not None:
+            rng["max"] = max
+        if step is not None:
+            rng["step"] = step
+        policy["validRange"] = rng
+    return {"value": value, "requestPolicy": policy}
+
+
+def device(
+    name: str,
+    *,
+    attrs: Mapping[str, Any] | None = None,
+    capacity: Mapping[str, str | JSON] | None = None,
+    multi: bool = False,
+    taints: Sequence[JSON] = (),
+    consumes: Mapping[str, Mapping[str, str]] | None = None,
+    node_name: str | None = None,
+    node_selector: JSON | None = None,
+    all_nodes: bool = False,
+    binds_to_node: bool = False,
+    binding_conditions: Sequence[str] = (),
+    binding_failure_conditions: Sequence[str] = (),
+) -> JSON:
+    """A ``Device`` (``consumes``: counter set -> counter -> value)."""
+    out: JSON = {"name": name}
+    if attrs:
+        out["attributes"] = {k: _attribute(v) for k, v in attrs.items()}
+    if capacity:
+        out["capacity"] = {
+            k: (dict(v) if isinstance(v, Mapping) else {"value": v}) for k, v in capacity.items()
+        }
+    if multi:
+        out["allowMultipleAllocations"] = True
+    if taints:
+        out["taints"] = [dict(t) for t in taints]
+    if consumes:
+        out["consumesCounters"] = [
+            {"counterSet": s, "counters": {k: {"value": v} for k, v in c.items()}}
+            for s, c in consumes.items()
+        ]
+    if node_name:
+        out["nodeName"] = node_name
+    if node_selector is not None:
+        out["nodeSelector"] = node_selector
+    if all_nodes:
+        out["allNodes"] = True
+    if binds_to_node:
+        out["bindsToNode"] = True
+    if binding_conditions:
+        out["bindingConditions"] = list(binding_conditions)
+    if binding_failure_conditions:
+        out["bindingFailureConditions"] = list(binding_failure_conditions)
+    return out
+
+
+def gpu(
+    index: int,
+    *,
+    memory: str = "16Gi",
+    product: str = "Tesla T4",
+    numa: int | None = None,
+    shared: bool = False,
+    extra: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> JSON:
+    """A biaxial-style GPU device ``gpu-<index>``; ``shared`` gives it consumable capacity
+    with the DESIGN's policies (memory defaults to all of it in 1Mi steps, cores to 0)."""
+    attrs: dict[str, Any] = {
+        "type": "gpu",
+        "index": index,
+        "uuid": f"GPU-{index:08d}",
+        "productName": product,
+    }
+    if numa is not None:
+        attrs["resource.kubernetes.io/numaNode"] = numa
+    attrs.update(extra or {})
+    capacity: dict[str, str | JSON]
+    if shared:
+        capacity = {
+            "memory": cap(memory, default=memory, min="1Mi", step="1Mi"),
+            "cores": cap("100", default="0", min="0", step="1"),
+        }
+    else:
+        capacity = {"memory": memory, "cores": "100"}
+    return device(f"gpu-{index}", attrs=attrs, capacity=capacity, multi=shared, **kwargs)
+
+
+def taint(key: str, effect: str = "NoSchedule", value: str = "") -> JSON:
+    out: JSON = {"key": key, "effect": effect}
+    if value:
+        out["value"] = value
+    return out
+
+
+def toleration(key: str = "", operator: str = "Equal", value: str = "", effect: str = "") -> JSON:
+    out: JSON = {"operator": operator}
+    if key:
+        out["key"] = key
+    if value:
+        out["value"] = value
+    if effect:
+        out["effect"] = effect
+    return out
+
+
+def slice_(
+    name: str,
+    *,
+    driver: str = DRIVER,
+    pool: str | None = None,
+    node: str | None = "node-0",
+    devices: Sequence[JSON] = (),
+    generation: int = 1,
+    count: int = 1,
+    all_nodes: bool = False,
+    node_selector: JSON | None = None,
+    per_device: bool = False,
+    shared_counters: Mapping[str, Mapping[str, str]] | None = None,
+    meta_generation: int = 1,
+) -> JSON:
+    """A ``ResourceSlice``; node-local to ``node`` unless another node selection is given.
+    The pool defaults to the node name (or the slice name for cluster-wide slices)."""
+    spec: JSON = {
+        "driver": driver,
+        "pool": {
+            "name": pool
+            or (node if node and not (all_nodes or node_selector or per_device) else name),
+            "generation": generation,
+            "resourceSliceCount": count,
+        },
+    }
+    if all_nodes:
+        spec["allNodes"] = True
+    elif node_selector is not None:
+        spec["nodeSelector"] = node_selector
+    elif per_device:
+        spec["perDeviceNodeSelection"] = True
+    elif node:
+        spec["nodeName"] = node
+    if devices:
+        spec["devices"] = [copy.deepcopy(d) for d in devices]
+    if shared_counters:
+        spec["sharedCounters"] = [
+            {"name": s, "counters": {k: {"value": v} for k, v in c.items()}}
+            for s, c in shared_counters.items()
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name, "generation": meta_generation},
+        "spec": spec,
+    }
+
+
+def node_selector(*terms: JSON) -> JSON:
+    return {"nodeSelectorTerms": list(terms)}
+
+
+def label_term(key: str, operator: str = "In", values: Sequence[str] = ()) -> JSON:
+    requirement: JSON = {"key": key, "operator": operator}
+    if values:
+        requirement["values"] = list(values)
+    return {"matchExpressions": [requirement]}
+
+
+def device_class(
+    name: str = GPU_CLASS,
+    *,
+    selectors: Sequence[str] | None = None,
+    config: Sequence[Mapping[str, Any]] = (),
+    extended_resource_name: str | None = None,
+    driver: str = DRIVER,
+) -> JSON:
+    """A ``DeviceClass``; by default it selects every device of ``driver``."""
+    if selectors is None:
+        selectors = [f'device.driver == "{driver}"']
+    spec: JSON = {"selectors": [{"cel": {"expression": e}} for e in selectors]}
+    if config:
+        spec["config"] = [{"opaque": {"driver": driver, "parameters": dict(p)}} for p in config]
+    if extended_resource_name:
+        spec["extendedResourceName"] = extended_resource_name
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def _exact(
+    cls: str,
+    count: int | None,
+    mode: str | None,
+    selectors: Sequence[str],
+    tolerations: Sequence[JSON],
+    capacity: Mapping[str, str] | None,
+) -> JSON:
+    out: JSON = {"deviceClassName": cls}
+    if selectors:
+        out["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if mode:
+        out["allocationMode"] = mode
+    if count is not None:
+        out["count"] = count
+    if tolerations:
+        out["tolerations"] = [dict(t) for t in tolerations]
+    if capacity:
+        out["capacity"] = {"requests": dict(capacity)}
+    return out
+
+
+def sub(
+    name: str,
+    *,
+    cls: str = GPU_CLASS,
+    count: int | None = None,
+    mode: str | None = None,
+    selectors: Sequence[str] = (),
+    tolerations: Sequence[JSON] = (),
+    capacity: Mapping[str, str] | None = None,
+) -> JSON:
+    """A ``firstAvailable`` subrequest."""
+    return {"name": name, **_exact(cls, count, mode, selectors, tolerations, capacity)}
+
+
+class ClaimBuilder:
+    """Fluent ``ResourceClaim`` JSON builder; ``.json()`` gives a fresh dict each time."""
+
+    def __init__(self, name: str, namespace: str, uid: str | None) -> None:
+        self._meta: JSON = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
+        self._requests: list[JSON] = []
+        self._constraints: list[JSON] = []
+        self._config: list[JSON] = []
+        self._status: JSON = {}
+
+    def request(
+        self,
+        name: str,
+        *,
+        cls: str = GPU_CLASS,
+        count: int | None = None,
+        mode: str | None = None,
+        selectors: Sequence[str] = (),
+        admin: bool = False,
+        tolerations: Sequence[JSON] = (),
+        capacity: Mapping[str, str] | None = None,
+    ) -> ClaimBuilder:
+        exact = _exact(cls, count, mode, selectors, tolerations, capacity)
+        if admin:
+            exact["adminAccess"] = True
+        self._requests.append({"name": name, "exactly": exact})
+        return self
+
+    def first_available(self, name: str, *subs: JSON) -> ClaimBuilder:
+        self._requests.append({"name": name, "firstAvailable": [dict(s) for s in subs]})
+        return self
+
+    def constraint(
+        self,
+        *,
+        match: str | None = None,
+        distinct: str | None = None,
+        requests: Sequence[str] = (),
+    ) -> ClaimBuilder:
+        out: JSON = {}
+        if requests:
+            out["requests"] = list(requests)
+        if match:
+            out["matchAttribute"] = match
+        if distinct:
+            out["distinctAttribute"] = distinct
+        self._constraints.append(out)
+        return self
+
+    def config(
+        self, parameters: Mapping[str, Any], *, requests: Sequence[str] = (), driver: str = DRIVER
+    ) -> ClaimBuilder:
+        out: JSON = {"opaque": {"driver": driver, "parameters": dict(parameters)}}
+        if requests:
+            out["requests"] = list(requests)
+        self._config.append(out)
+        return self
+
+    def allocated(self, allocation: Mapping[str, Any]) -> ClaimBuilder:
+        """Mark as allocated with this ``status.allocation`` object."""
+        self._status["allocation"] = copy.deepcopy(dict(allocation))
+        return self
+
+    def holding(self, *devices: str, pool: str = "node-0", driver: str = DRIVER) -> ClaimBuilder:
+        """Mark as allocated, exclusively, with ``devices`` of one pool."""
+        return self.allocated(
+            {
+                "devices": {
+                    "results": [
+                        {"request": "r0", "driver": driver, "pool": pool, "device": d}
+                        for d in devices
+                    ]
+                }
+            }
+        )
+
+    def json(self) -> JSON:
+        devices: JSON = {"requests": copy.deepcopy(self._requests)}
+        if self._constraints:
+            devices["constraints"] = copy.deepcopy(self._constraints)
+        if self._config:
+            devices["config"] = copy.deepcopy(self._config)
+        out: JSON = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": dict(self._meta),
+            "spec": {"devices": devices},
+        }
+        if self._status:
+            out["status"] = copy.deepcopy(self._status)
+        return out
+
+    def model(self) -> ResourceClaim:
+        return ResourceClaim.from_api(self.json())
+
+
+def claim(name: str, *, namespace: str = "default", uid: str | None = None) -> ClaimBuilder:
+    return ClaimBuilder(name, namespace, uid)
+
+
+def node(
+    name: str = "node-0",
+    *,
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[JSON] = (),
+    allocatable: Mapping[str, str] | None = None,
+    unschedulable: bool = False,
+    ready: bool = True,
+) -> JSON:
+    meta: JSON = {"name": name, "uid": f"uid-{name}"}
+    meta["labels"] = {"kubernetes.io/hostname": name, **(labels or {})}
+    spec: JSON = {}
+    if taints:
+        spec["taints"] = [dict(t) for t in taints]
+    if unschedulable:
+        spec["unschedulable"] = True
+    resources = dict(allocatable or {"cpu": "16", "memory": "64Gi", "pods": "110"})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": meta,
+        "spec": spec,
+        "status": {
+            "allocatable": resources,
+            "capacity": dict(resources),
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+# --------------------------------------------------------------------------- JSON -> models
+
+
+def to_claim(raw: Mapping[str, Any] | ClaimBuilder) -> ResourceClaim:
+    return ResourceClaim.from_api(raw.json() if isinstance(raw, ClaimBuilder) else raw)
+
+
+def to_node(raw: Mapping[str, Any]) -> Node:
+    return Node.from_api(raw)
+
+
+def snapshot(
+    slices: Iterable[Mapping[str, Any]],
+    classes: Iterable[Mapping[str, Any]] | None = None,
+    claims: Iterable[Mapping[str, Any] | ClaimBuilder] = (),
+) -> ClusterSnapshot:
+    """A snapshot from JSON; ``classes`` defaults to the standard GPU class."""
+    return ClusterSnapshot.build(
+        [ResourceSlice.from_api(s) for s in slices],
+        [DeviceClass.from_api(c) for c in (classes if classes is not None else [device_class()])],
+        [to_claim(c) for c in claims],
+    )
+
+
+def node_gpus(name: str = "node-0", count: int = 8, *, shared: bool = False, **kwargs: Any) -> JSON:
+    """One node-local slice with ``count`` GPUs."""
+    return slice_(
+        f"{name}-gpus",
+        node=name,
+        devices=[gpu(i, shared=shared, **kwargs) for i in range(count)],
+    )

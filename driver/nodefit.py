@@ -1,0 +1,245 @@
+"""The node filter: can this pod run on this node at all, GPUs aside?
+
+The checks and their wording follow kube-scheduler's filter plugins, so a pod's
+"0/N nodes are available: ..." message reads as users expect:
+
+==============================  ==================================================
+check                           reason (one per node, the first that fails)
+==============================  ==================================================
+NodeUnschedulable               ``node(s) were unschedulable`` (unless tolerated)
+TaintToleration                 ``node(s) had untolerated taint {key: value}``
+(node not Ready)                as the node lifecycle controller's taint
+                                ``node.kubernetes.io/not-ready`` would say
+NodeAffinity                    ``node(s) didn't match Pod's node affinity/selector``
+NodeResourcesFit                ``Insufficient cpu`` / ``Insufficient memory`` /
+                                ``Too many pods`` / ``Insufficient <resource>``
+==============================  ==================================================
+
+Only ``NoSchedule`` and ``NoExecute`` taints filter (``PreferNoSchedule`` is a preference).
+Pod resource requests are computed as kube-scheduler does: the larger of the sum over regular
+containers plus sidecars and, for each init container, its own request plus the sidecars
+started before it; plus ``spec.overhead``. Requests default to limits when absent, as the API
+server defaults them. Extended resources that the node does not advertise are left to DRA
+(the caller passes them in ``dra_resources``) and are not checked here.
+
+:class:`PodSchedulingFacts` is parsed once per pod; :func:`filter_node` is then a cheap, pure
+function of (facts, node, the node's current usage). Nothing mutates its inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from driver.errors import ManifestError, QuantityError
+from driver.nodes import Node, NodeTaint, node_selector_matches
+from driver.quantity import Quantity
+
+NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
+UNSCHEDULABLE_TAINT: Final = "node.kubernetes.io/unschedulable"
+REASON_UNSCHEDULABLE: Final = "node(s) were unschedulable"
+REASON_AFFINITY: Final = "node(s) didn't match Pod's node affinity/selector"
+REASON_TOO_MANY_PODS: Final = "Too many pods"
+_FILTERING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
+_MILLI_RESOURCES: Final = frozenset({"cpu"})
+
+
+@dataclass(frozen=True, slots=True)
+class PodToleration:
+    """A core/v1 pod toleration."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect and self.effect != effect:
+            return False
+        if self.key and self.key != key:
+            return False
+        if not self.key and self.operator != "Exists":
+            return False
+        if self.operator == "Exists":
+            return True
+        return self.value == value
+
+
+@dataclass(frozen=True, slots=True)
+class PodSchedulingFacts:
+    """What the node filter needs from a pod, parsed once. Resource amounts are integers:
+    cpu in millicores, everything else in whole units (memory in bytes)."""
+
+    name: str
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_affinity: Mapping[str, Any] | None = None
+    tolerations: tuple[PodToleration, ...] = ()
+    requests: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any]) -> PodSchedulingFacts:
+        meta = pod.get("metadata") or {}
+        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+        spec = pod.get("spec") or {}
+        where = f"pod {name}"
+        if not isinstance(spec, Mapping):
+            raise ManifestError(f"{where}: spec must be an object")
+        selector = spec.get("nodeSelector") or {}
+        if not isinstance(selector, Mapping):
+            raise ManifestError(f"{where}: spec.nodeSelector must be an object")
+        affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        if affinity is not None and not isinstance(affinity, Mapping):
+            raise ManifestError(f"{where}: required node affinity must be an object")
+        tolerations = []
+        for i, t in enumerate(spec.get("tolerations") or ()):
+            if not isinstance(t, Mapping):
+                raise ManifestError(f"{where}: tolerations[{i}] must be an object")
+            operator = t.get("operator") or "Equal"
+            if operator not in ("Equal", "Exists"):
+                raise ManifestError(f"{where}: tolerations[{i}]: unknown operator {operator!r}")
+            tolerations.append(
+                PodToleration(
+                    key=str(t.get("key") or ""),
+                    operator=operator,
+                    value=str(t.get("value") or ""),
+                    effect=str(t.get("effect") or ""),
+                )
+            )
+        return cls(
+            name=name,
+            node_selector={str(k): str(v) for k, v in selector.items()},
+            required_affinity=dict(affinity) if affinity else None,
+            tolerations=tuple(tolerations),
+            requests=pod_requests(pod, where),
+        )
+
+    def tolerates(self, taint: NodeTaint) -> bool:
+        return any(t.tolerates(taint.key, taint.value, taint.effect) for t in self.tolerations)
+
+
+def _amount(resource: str, value: Any, where: str) -> int:
+    try:
+        quantity = Quantity.of(value)
+    except QuantityError as exc:
+        raise ManifestError(f"{where}: resource {resource}: {exc}") from exc
+    if quantity.sign() < 0:
+        raise ManifestError(f"{where}: resource {resource} must not be negative")
+    return quantity.milli_value() if resource in _MILLI_RESOURCES else quantity.value()
+
+
+def _container_requests(container: Mapping[str, Any], where: str) -> dict[str, int]:
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise ManifestError(f"{where}: resources must be an object")
+    merged = dict(resources.get("limits") or {})
+    merged.update(resources.get("requests") or {})
+    return {str(k): _amount(str(k), v, where) for k, v in merged.items()}
+
+
+def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
+    for key, value in more.items():
+        into[key] = into.get(key, 0) + value
+
+
+def pod_requests(pod: Mapping[str, Any], where: str = "pod") -> dict[str, int]:
+    """kube-scheduler's effective pod request (containers, sidecars, init containers, overhead)."""
+    spec = pod.get("spec") or {}
+    total: dict[str, int] = {}
+    for c in spec.get("containers") or ():
+        _add(total, _container_requests(c, f"{where} container {c.get('name')!r}"))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for c in spec.get("initContainers") or ():
+        req = _container_requests(c, f"{where} init container {c.get('name')!r}")
+        if c.get("restartPolicy") == "Always":
+            _add(sidecars, req)
+            _add(total, req)
+            continue
+        with_sidecars = dict(sidecars)
+        _add(with_sidecars, req)
+        for key, value in with_sidecars.items():
+            init_peak[key] = max(init_peak.get(key, 0), value)
+    for key, value in init_peak.items():
+        total[key] = max(total.get(key, 0), value)
+    overhead = spec.get("overhead") or {}
+    _add(total, {str(k): _amount(str(k), v, f"{where} overhead") for k, v in overhead.items()})
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """What the pods already on a node request (same units as :class:`PodSchedulingFacts`)."""
+
+    requested: Mapping[str, int] = field(default_factory=dict)
+    pods: int = 0
+
+    def plus(self, requests: Mapping[str, int]) -> NodeUsage:
+        merged = dict(self.requested)
+        _add(merged, requests)
+        return NodeUsage(requested=merged, pods=self.pods + 1)
+
+
+def _allocatable(node: Node, resource: str) -> int | None:
+    quantity = node.allocatable.get(resource)
+    if quantity is None:
+        return None
+    return quantity.milli_value() if resource in _MILLI_RESOURCES else quantity.value()
+
+
+def untolerated_taint(facts: PodSchedulingFacts, node: Node) -> NodeTaint | None:
+    """The first NoSchedule/NoExecute taint the pod does not tolerate (not-Ready and
+    unschedulable nodes count as carrying the lifecycle controller's taints)."""
+    taints: Sequence[NodeTaint] = node.taints
+    if not node.ready and not any(t.key == NOT_READY_TAINT for t in taints):
+        taints = (*taints, NodeTaint(key=NOT_READY_TAINT, effect="NoSchedule"))
+    for taint in taints:
+        if taint.effect in _FILTERING_EFFECTS and not facts.tolerates(taint):
+            return taint
+    return None
+
+
+def filter_node(
+    facts: PodSchedulingFacts,
+    node: Node,
+    usage: NodeUsage,
+    *,
+    dra_resources: Collection[str] = (),
+) -> str | None:
+    """None if the pod may run on ``node`` (GPUs aside), else the kube-scheduler reason."""
+    if node.unschedulable and not facts.tolerates(
+        NodeTaint(key=UNSCHEDULABLE_TAINT, effect="NoSchedule")
+    ):
+        return REASON_UNSCHEDULABLE
+    taint = untolerated_taint(facts, node)
+    if taint is not None:
+        return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    if any(node.labels.get(k) != v for k, v in facts.node_selector.items()):
+        return REASON_AFFINITY
+    if facts.required_affinity is not None and not node_selector_matches(
+        facts.required_affinity, node, f"pod {facts.name} node affinity"
+    ):
+        return REASON_AFFINITY
+    pods_allowed = _allocatable(node, "pods")
+    if pods_allowed is not None and usage.pods + 1 > pods_allowed:
+        return REASON_TOO_MANY_PODS
+    for resource in sorted(facts.requests):
+        want = facts.requests[resource]
+        if want <= 0 or resource in dra_resources:
+            continue
+        have = _allocatable(node, resource)
+        if have is None:
+            if resource in ("cpu", "memory", "ephemeral-storage"):
+                continue  # a node that does not report it is not limited by it
+            return f"Insufficient {resource}"
+        if usage.requested.get(resource, 0) + want > have:
+            return f"Insufficient {resource}"
+    return None
+
+
+def unschedulable_message(total_nodes: int, reasons: Mapping[str, int]) -> str:
+    """kube-scheduler's FitError text: ``0/N nodes are available: <count> <reason>, ....``"""
+    parts = sorted(f"{count} {reason}" for reason, count in reasons.items())
+    return f"0/{total_nodes} nodes are available: {', '.join(parts)}."

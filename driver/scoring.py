@@ -1,0 +1,360 @@
+"""The two-axis scorer: GPU order inside a node, and node ranking, for binpack and spread.
+
+Feasibility is the allocator's job; this module only says which of the feasible choices is
+better (STYLE 5). Formulas (worked through in ``docs/scoring.md``):
+
+**Utilisation after placement.** For a dimension ``d`` with capacity ``T_d``, current use
+``U_d`` and the pending request's use ``A_d``, the utilisation after placement is
+``(U_d + A_d) / T_d``. A score is the mean over the dimensions the request consumes.
+
+**GPU axis** (one request, candidates of one node). Per device, the dimensions are ``memory``
+(always, for devices that have it: a request that names no memory takes the whole GPU) and
+``cores`` (when the request consumes cores). ``A_d`` is what the request would consume on that
+device after the capacity request policy (default, validRange rounding, validValues). For a
+device that cannot be shared, ``A_d`` is the requested amount (the fit), so binpack means
+best-fit. ``binpack`` puts the highest score first (fill the fullest GPU that still fits),
+``spread`` the lowest (the emptiest GPU). Ties break by (driver, pool, device name in natural
+order). Multi-device requests (``count > 1``) keep their devices together: candidates are
+grouped by PCIe root (``resource.kubernetes.io/pcieRoot``), else NUMA node
+(``resource.kubernetes.io/numaNode``); the first group that can hold the whole request by
+capacity comes first, preferring under binpack the group whose best ``count`` devices score
+highest and under spread lowest; the other groups follow. ``first-fit`` returns None: the
+allocator keeps upstream's order.
+
+**Node axis** (one pod, its exact allocation on each feasible node). Dimensions: ``devices``
+(devices in use on the node, a device counting once however many claims share it),
+``memory`` and, when the pod consumes any, ``cores``; totals are over the node's local
+devices. The node score is the mean utilisation after placement, an exact
+:class:`~fractions.Fraction` so bounds and ties compare exactly. ``binpack`` prefers the
+highest score, ``spread`` the lowest; ties break by node name.
+
+Everything is a pure function of its arguments; same input, same output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Final, TypeVar
+
+from driver.allocator import DeviceOrder, OrderContext
+from driver.model import Capacity, Device
+from driver.policy import GpuPolicy, NodePolicy
+from driver.quantity import NANO, Quantity
+from driver.snapshot import Candidate
+
+MEMORY: Final = "memory"
+CORES: Final = "cores"
+PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
+NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
+
+_DIGITS: Final = re.compile(r"(\d+)")
+
+T = TypeVar("T")
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """``gpu-2`` before ``gpu-10``: digit runs compare as numbers."""
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _DIGITS.split(name) if p)
+
+
+# --------------------------------------------------------------------------- consumption
+
+
+def _ceil_units(nanos: int) -> int:
+    return -(-nanos // NANO)
+
+
+def _policy_amount(capacity: Capacity, requested: Quantity | None) -> int | None:
+    """What one capacity consumes under its request policy, in nano-units, or None when the
+    request is not allowed (above max, above every valid value, above the capacity)."""
+    value = capacity.value.nanos
+    policy = capacity.request_policy
+    if policy is None:
+        if requested is None:
+            return value
+        return requested.nanos if requested.nanos <= value else None
+    if requested is None:
+        return policy.default.nanos if policy.default is not None else value
+    amount = requested.nanos
+    if policy.valid_values:
+        for valid in policy.valid_values:
+            if valid.nanos >= amount:
+                return valid.nanos
+        return None
+    rng = policy.valid_range
+    if rng is not None:
+        low = rng.min.nanos
+        amount = max(amount, low)
+        if rng.step is not None and rng.step.nanos > 0:
+            step = rng.step.nanos
+            amount = low + -(-(amount - low) // step) * step
+        if rng.max is not None and amount > rng.max.nanos:
+            return None
+    return amount if amount <= value else None
+
+
+def consumption(device: Device, requests: Mapping[str, Quantity]) -> dict[str, int] | None:
+    """What a request with ``capacity.requests`` would take of ``device``, per capacity, in
+    whole units (rounded up).
+
+    A shareable device consumes per its request policies; an exclusive one is taken whole
+    (its requests only filter). None when the request cannot be placed on the device at all.
+    """
+    if any(name not in device.capacity for name in requests):
+        return None
+    out: dict[str, int] = {}
+    for name, capacity in device.capacity.items():
+        requested = requests.get(name)
+        if not device.allow_multiple_allocations:
+            if requested is not None and requested.nanos > capacity.value.nanos:
+                return None
+            out[name] = _ceil_units(capacity.value.nanos)
+            continue
+        amount = _policy_amount(capacity, requested)
+        if amount is None:
+            return None
+        out[name] = _ceil_units(amount)
+    return out
+
+
+# --------------------------------------------------------------------------- GPU axis
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceLoad:
+    """A device's use before the pending request: capacities used and whether any claim
+    holds it (whole units: bytes of memory, percent of cores)."""
+
+    used: Mapping[str, int]
+    in_use: bool
+
+
+def gpu_score(device: Device, load: DeviceLoad, adding: Mapping[str, int], *, cores: bool) -> float:
+    """Mean utilisation after placement over memory (and cores when consumed)."""
+    total = 0.0
+    dims = 0
+    for name in (MEMORY, CORES) if cores else (MEMORY,):
+        capacity = device.capacity.get(name)
+        if capacity is None:
+            continue
+        value = _ceil_units(capacity.value.nanos)
+        if value <= 0:
+            continue
+        total += (load.used.get(name, 0) + adding.get(name, 0)) / value
+        dims += 1
+    if dims == 0:
+        return 1.0 if load.in_use else 0.0
+    return total / dims
+
+
+def _fits(device: Device, load: DeviceLoad, adding: Mapping[str, int]) -> bool:
+    if not device.allow_multiple_allocations:
+        return not load.in_use
+    for name, amount in adding.items():
+        capacity = device.capacity.get(name)
+        if capacity is not None and load.used.get(name, 0) + amount > _ceil_units(
+            capacity.value.nanos
+        ):
+            return False
+    return True
+
+
+def _locality(device: Device, key: str) -> object | None:
+    return device.attributes.get(key)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredDevice:
+    """One candidate with its GPU-axis score; ``key`` breaks ties by name."""
+
+    score: float
+    fits: bool
+    group: tuple[object | None, object | None]
+    key: tuple[object, ...]
+
+
+def score_devices(
+    devices: Sequence[Device],
+    loads: Sequence[DeviceLoad],
+    requests: Mapping[str, Quantity],
+    names: Sequence[tuple[str, str, str]],
+) -> list[ScoredDevice]:
+    """Score each candidate for one request (``names`` = (driver, pool, device))."""
+    wants_cores = requests.get(CORES) is not None and requests[CORES].sign() > 0
+    out = []
+    for device, load, (driver, pool, name) in zip(devices, loads, names, strict=True):
+        adding = consumption(device, requests)
+        key = (driver, pool, natural_key(name))
+        group = (_locality(device, PCIE_ROOT), _locality(device, NUMA_NODE))
+        if adding is None:
+            out.append(ScoredDevice(score=0.0, fits=False, group=group, key=key))
+            continue
+        if not device.allow_multiple_allocations:
+            # Exclusive: the fit ratio of what was asked (best-fit under binpack).
+            shown = {n: _ceil_units(q.nanos) for n, q in requests.items()}
+            if not shown:
+                shown = adding
+            score = gpu_score(device, DeviceLoad(used={}, in_use=False), shown, cores=wants_cores)
+        else:
+            score = gpu_score(device, load, adding, cores=wants_cores)
+        out.append(
+            ScoredDevice(score=score, fits=_fits(device, load, adding), group=group, key=key)
+        )
+    return out
+
+
+def order_indices(scored: Sequence[ScoredDevice], policy: GpuPolicy, count: int) -> list[int]:
+    """Candidate indices in preference order (all of them; feasibility is not decided here)."""
+    indices = list(range(len(scored)))
+    if policy == "first-fit":
+        return indices
+    sign = -1.0 if policy == "binpack" else 1.0
+
+    def device_rank(i: int) -> tuple[object, ...]:
+        s = scored[i]
+        return (not s.fits, sign * s.score, s.key)
+
+    indices.sort(key=device_rank)
+    if count <= 1:
+        return indices
+    for level in (0, 1):  # 0: same PCIe root (and NUMA node), 1: same NUMA node
+        groups: dict[object, list[int]] = {}
+        for i in indices:
+            pcie, numa = scored[i].group
+            if (pcie if level == 0 else numa) is None:
+                continue
+            groups.setdefault((pcie, numa) if level == 0 else numa, []).append(i)
+        able = [
+            members for members in groups.values() if sum(scored[i].fits for i in members) >= count
+        ]
+        if not able:
+            continue
+
+        def group_rank(members: list[int]) -> tuple[object, ...]:
+            best = [scored[i].score for i in members if scored[i].fits][:count]
+            return (sign * sum(best) / len(best), scored[members[0]].key)
+
+        able.sort(key=group_rank)
+        chosen = [i for members in able for i in members]
+        taken = set(chosen)
+        return chosen + [i for i in indices if i not in taken]
+    return indices
+
+
+def reorder(items: Sequence[T], order: Sequence[int]) -> list[T]:
+    return [items[i] for i in order]
+
+
+# --------------------------------------------------------------------------- node axis
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAmounts:
+    """Device count, memory (bytes) and cores (percent units) on a node: totals or use."""
+
+    devices: int = 0
+    memory: int = 0
+    cores: int = 0
+
+    def plus(self, other: NodeAmounts) -> NodeAmounts:
+        return NodeAmounts(
+            self.devices + other.devices, self.memory + other.memory, self.cores + other.cores
+        )
+
+
+def node_dims(total: NodeAmounts, *, cores: bool) -> tuple[str, ...]:
+    """The dimensions a node score averages over (those with capacity; cores if consumed)."""
+    dims = []
+    if total.devices > 0:
+        dims.append("devices")
+    if total.memory > 0:
+        dims.append("memory")
+    if cores and total.cores > 0:
+        dims.append("cores")
+    return tuple(dims)
+
+
+def node_score(
+    total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, *, cores: bool
+) -> Fraction:
+    """Mean utilisation after placement, exact."""
+    dims = node_dims(total, cores=cores)
+    if not dims:
+        return Fraction(0)
+    score = Fraction(0)
+    for dim in dims:
+        score += Fraction(getattr(used, dim) + getattr(adding, dim), getattr(total, dim))
+    return score / len(dims)
+
+
+def node_rank(policy: NodePolicy, score: Fraction, name: str) -> tuple[Fraction, str]:
+    """Sort key, smaller is better: binpack wants the highest score, spread the lowest; ties
+    by node name."""
+    return (-score if policy == "binpack" else score, name)
+
+
+def best_node(policy: NodePolicy, scored: Sequence[tuple[Fraction, str]]) -> tuple[Fraction, str]:
+    """The winner among (score, node name) pairs."""
+    return min(scored, key=lambda pair: node_rank(policy, pair[0], pair[1]))
+
+
+# --------------------------------------------------------------------------- allocator hook
+
+
+def _load(candidate: Candidate, ctx: OrderContext) -> DeviceLoad:
+    """What other claims and this attempt already use of a candidate (whole units)."""
+    device_id = candidate.device_id
+    usage = ctx.allocated.pool(device_id.driver, device_id.pool)
+    used: dict[str, int] = {}
+    in_use = False
+    if device_id.device in usage.exclusive:
+        return DeviceLoad(
+            used={n: _ceil_units(c.value.nanos) for n, c in candidate.device.capacity.items()},
+            in_use=True,
+        )
+    consumed = usage.capacity.get(device_id.device)
+    if consumed is not None or device_id.device in usage.shares:
+        in_use = True
+        for name, nanos in (consumed or {}).items():
+            used[name] = used.get(name, 0) + nanos
+    pending = ctx.pending.get(device_id)
+    if pending is not None:
+        in_use = True
+        if not pending:
+            return DeviceLoad(
+                used={n: _ceil_units(c.value.nanos) for n, c in candidate.device.capacity.items()},
+                in_use=True,
+            )
+        for name, nanos in pending.items():
+            used[name] = used.get(name, 0) + nanos
+    return DeviceLoad(used={n: _ceil_units(v) for n, v in used.items()}, in_use=in_use)
+
+
+def _make_order(policy: GpuPolicy) -> DeviceOrder:
+    def order(candidates: Sequence[Candidate], ctx: OrderContext) -> Sequence[Candidate]:
+        if len(candidates) <= 1:
+            return candidates
+        scored = score_devices(
+            [c.device for c in candidates],
+            [_load(c, ctx) for c in candidates],
+            ctx.capacity_requests,
+            [(c.device_id.driver, c.device_id.pool, c.device_id.device) for c in candidates],
+        )
+        return reorder(candidates, order_indices(scored, policy, ctx.count))
+
+    order.__name__ = f"gpu_{policy}_order"
+    return order
+
+
+_ORDERS: Final[Mapping[str, DeviceOrder]] = {
+    "binpack": _make_order("binpack"),
+    "spread": _make_order("spread"),
+}
+
+
+def gpu_order(policy: GpuPolicy) -> DeviceOrder | None:
+    """The allocator's ``order`` argument for a GPU-axis policy (None = upstream first-fit)."""
+    return _ORDERS.get(policy)

@@ -604,7 +604,7 @@ class Preparer:
                 todo.append(plan)
             if not todo:
                 self._publish(checkpoint)
-                return results
+                return {ref.uid: results[ref.uid] for ref in refs}
             self._store.save(checkpoint)
             # Phase 2: side effects, each claim on its own.
             for plan in todo:
@@ -629,7 +629,7 @@ class Preparer:
             # Phase 3: completed.
             self._store.save(checkpoint)
             self._publish(checkpoint)
-        return results
+        return {ref.uid: results[ref.uid] for ref in refs}
 
     def _unprepare_sync(self, refs: list[ClaimRef]) -> dict[str, str]:
         results: dict[str, str] = {}

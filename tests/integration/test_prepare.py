@@ -1,0 +1,569 @@
+"""The Preparer against real files in a short temp dir, a fake MPS control program and an
+in-memory claim getter: the transactional shell end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.model import GpuInfo, MigInfo
+from kubeletplugin import cdi
+from kubeletplugin.checkpoint import CheckpointStore
+from kubeletplugin.prepare import (
+    ClaimRef,
+    PreparedDevice,
+    Preparer,
+    PrepareResult,
+    PrepareSettings,
+)
+
+DRIVER = "gpu.biaxial.dev"
+NODE = "gpu-t4"
+MIB = 1024 * 1024
+T4_MEMORY = 15360 * MIB
+KIND = "k8s.gpu.biaxial.dev/gpu"
+
+FAKE_CONTROL = """#!/bin/sh
+pipe="$CUDA_MPS_PIPE_DIRECTORY"
+echo "${1:-client}" >> "$pipe/../calls.log"
+if [ "$1" = "-d" ]; then : > "$pipe/daemon"; exit 0; fi
+read -r cmd
+case "$cmd" in
+    get_server_list) [ -f "$pipe/daemon" ] || exit 1 ;;
+    quit) rm -f "$pipe/daemon" ;;
+esac
+"""
+
+
+def t4(minor: int) -> GpuInfo:
+    return GpuInfo(
+        uuid=f"GPU-t4-{minor}",
+        index=minor,
+        minor=minor,
+        product_name="Tesla T4",
+        brand="Nvidia",
+        architecture="Turing",
+        cuda_compute_capability="7.5",
+        driver_version="550.54.15",
+        cuda_driver_version="12.4",
+        memory_bytes=T4_MEMORY,
+        multiprocessors=40,
+        pci_bus_id=f"0000:{0x3B + minor:02x}:00.0",
+    )
+
+
+A100_MIG = GpuInfo(
+    uuid="GPU-a100-4",
+    index=4,
+    minor=4,
+    product_name="NVIDIA A100-SXM4-40GB",
+    brand="Nvidia",
+    architecture="Ampere",
+    cuda_compute_capability="8.0",
+    driver_version="550.54.15",
+    cuda_driver_version="12.4",
+    memory_bytes=40960 * MIB,
+    multiprocessors=108,
+    pci_bus_id="0000:90:00.0",
+    mig_capable=True,
+    mig_enabled=True,
+    mig_devices=tuple(
+        MigInfo(
+            uuid=f"MIG-a100-{start}",
+            profile="1g.5gb",
+            start=start,
+            size=1,
+            memory_bytes=4864 * MIB,
+            multiprocessors=14,
+            parent_uuid="GPU-a100-4",
+            parent_minor=4,
+        )
+        for start in (0, 1)
+    ),
+)
+GPUS = [t4(0), t4(1), t4(2), t4(3), A100_MIG]
+
+
+class FakeApi:
+    """Claims by (namespace, name), as the API would return them."""
+
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.failing: set[str] = set()
+        self.gets = 0
+
+    async def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.gets += 1
+        if name in self.failing:
+            raise ConnectionError("connection refused")
+        return self.claims.get((namespace, name))
+
+    def add(
+        self,
+        name: str,
+        results: list[dict[str, Any]],
+        *,
+        config: list[dict[str, Any]] | None = None,
+        allocated: bool = True,
+        namespace: str = "default",
+    ) -> ClaimRef:
+        uid = f"uid-{name}"
+        claim: dict[str, Any] = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "spec": {"devices": {"requests": []}},
+            "status": {},
+        }
+        if allocated:
+            claim["status"]["allocation"] = {
+                "devices": {"results": results, "config": config or []}
+            }
+        self.claims[(namespace, name)] = claim
+        return ClaimRef(namespace=namespace, uid=uid, name=name)
+
+
+def result(
+    device: str,
+    request: str = "gpu",
+    *,
+    memory_mib: int | None = None,
+    cores: int = 0,
+    share: str | None = None,
+    pool: str = NODE,
+    driver: str = DRIVER,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if memory_mib is not None:
+        out["shareID"] = share or f"share-{device}-{memory_mib}-{cores}"
+        out["consumedCapacity"] = {"memory": f"{memory_mib}Mi", "cores": str(cores)}
+    return out
+
+
+def gpu_config(strategy: str, requests: list[str] | None = None) -> dict[str, Any]:
+    return {
+        "source": "FromClaim",
+        "requests": requests or [],
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": "gpu.biaxial.dev/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": strategy},
+            },
+        },
+    }
+
+
+class Node:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        control = root / "nvidia-cuda-mps-control"
+        control.write_text(FAKE_CONTROL)
+        control.chmod(control.stat().st_mode | stat.S_IXUSR)
+        library = root / "libvgpu.so"
+        library.write_bytes(b"\x7fELF")
+        self.settings = PrepareSettings(
+            driver_name=DRIVER,
+            node_name=NODE,
+            state_dir=root / "state",
+            cdi_dir=root / "cdi",
+            hami_core_library_path=library,
+            hami_lock_dir=root / "vgpulock",
+            mps_root=root / "mps",
+            mps_control_binary=str(control),
+            lock_timeout_s=10,
+        )
+        self.api = FakeApi()
+
+    def preparer(self, boot_id: str = "boot-1", **overrides: Any) -> Preparer:
+        settings = self.settings
+        if overrides:
+            settings = PrepareSettings(**{**_fields(settings), **overrides})
+        return Preparer(settings, GPUS, self.api.get, boot_id=boot_id)
+
+    def spec(self, ref: ClaimRef) -> dict[str, Any]:
+        path = self.settings.cdi_dir / cdi.spec_file_name(DRIVER, ref.uid)
+        loaded: dict[str, Any] = json.loads(path.read_text())
+        return loaded
+
+    def spec_exists(self, ref: ClaimRef) -> bool:
+        return (self.settings.cdi_dir / cdi.spec_file_name(DRIVER, ref.uid)).exists()
+
+    def mps_running(self, gpu_uuid: str) -> bool:
+        return (self.settings.mps_root / gpu_uuid / "pipe" / "daemon").exists()
+
+    def mps_starts(self, gpu_uuid: str) -> int:
+        log = self.settings.mps_root / gpu_uuid / "calls.log"
+        return log.read_text().split().count("-d") if log.exists() else 0
+
+
+def _fields(settings: PrepareSettings) -> dict[str, Any]:
+    return {name: getattr(settings, name) for name in PrepareSettings.__dataclass_fields__}
+
+
+@pytest.fixture
+def node() -> Iterator[Node]:
+    root = Path(tempfile.mkdtemp(prefix="bx-", dir="/tmp"))
+    try:
+        yield Node(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def env(spec: dict[str, Any], index: int = 0) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in spec["devices"][index]["containerEdits"]["env"])
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_prepare_spec_unprepare(node: Node) -> None:
+    ref = node.api.add("train", [result("gpu-1", "a"), result("gpu-0", "a"), result("gpu-3", "b")])
+    preparer = node.preparer()
+    out = run(preparer.prepare([ref]))
+    assert out == {
+        ref.uid: PrepareResult(
+            devices=(
+                PreparedDevice(("a",), NODE, "gpu-1", (f"{KIND}={ref.uid}-gpu-1",), None),
+                PreparedDevice(("a",), NODE, "gpu-0", (f"{KIND}={ref.uid}-gpu-0",), None),
+                PreparedDevice(("b",), NODE, "gpu-3", (f"{KIND}={ref.uid}-gpu-3",), None),
+            )
+        )
+    }
+    spec = node.spec(ref)
+    assert spec["kind"] == KIND
+    assert spec["cdiVersion"] == "0.3.0"
+    assert [d["name"] for d in spec["devices"]] == [
+        f"{ref.uid}-gpu-1",
+        f"{ref.uid}-gpu-0",
+        f"{ref.uid}-gpu-3",
+    ]
+    assert env(spec, 0)["NVIDIA_VISIBLE_DEVICES"] == "GPU-t4-0,GPU-t4-1"
+    assert env(spec, 0)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert env(spec, 2)["NVIDIA_VISIBLE_DEVICES"] == "GPU-t4-3"
+    assert spec["devices"][2]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia3"}]
+    (prepared,) = preparer.prepared_claims()
+    assert prepared.ref == ref
+    assert prepared.completed
+
+    assert run(preparer.unprepare([ref])) == {ref.uid: ""}
+    assert not node.spec_exists(ref)
+    assert preparer.prepared_claims() == ()
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
+
+
+def test_idempotent_prepare_and_unprepare(node: Node) -> None:
+    ref = node.api.add("c", [result("gpu-2")])
+    preparer = node.preparer()
+    first = run(preparer.prepare([ref]))
+    gets = node.api.gets
+    assert run(preparer.prepare([ref])) == first
+    assert node.api.gets == gets + 1
+    # The spec vanished (someone cleaned /var/run/cdi): the next Prepare heals it.
+    (node.settings.cdi_dir / cdi.spec_file_name(DRIVER, ref.uid)).unlink()
+    assert run(preparer.prepare([ref])) == first
+    assert node.spec_exists(ref)
+    # The claim is gone from the API: a prepared claim still answers from the checkpoint.
+    node.api.claims.clear()
+    assert run(preparer.prepare([ref])) == first
+    assert run(preparer.unprepare([ref])) == {ref.uid: ""}
+    assert run(preparer.unprepare([ref])) == {ref.uid: ""}
+
+
+def test_unprepare_of_an_unknown_claim_succeeds(node: Node) -> None:
+    ref = ClaimRef(namespace="x", uid="never-seen", name="ghost")
+    assert run(node.preparer().unprepare([ref])) == {"never-seen": ""}
+
+
+def test_same_claim_twice_in_one_call(node: Node) -> None:
+    ref = node.api.add("c", [result("gpu-0")])
+    out = run(node.preparer().prepare([ref, ref]))
+    assert list(out) == [ref.uid]
+    assert not out[ref.uid].error
+
+
+# --------------------------------------------------------------------------- per-claim errors
+
+
+def test_per_claim_errors_do_not_fail_neighbours(node: Node) -> None:
+    good = node.api.add("good", [result("gpu-0")])
+    stale = node.api.add("stale", [result("gpu-1")])
+    node.api.claims[("default", "stale")]["metadata"]["uid"] = "uid-recreated"
+    other_pool = node.api.add("elsewhere", [result("gpu-1", pool="gpu-a10g")])
+    unknown = node.api.add("unknown", [result("gpu-9")])
+    pending = node.api.add("pending", [], allocated=False)
+    foreign = node.api.add("foreign", [result("gpu-1", driver="other.example.com")])
+    missing = ClaimRef(namespace="default", uid="uid-missing", name="missing")
+    flaky = node.api.add("flaky", [result("gpu-1")])
+    node.api.failing.add("flaky")
+    bad_config = node.api.add("badcfg", [result("gpu-1")], config=[gpu_config("foo")])
+    named = {
+        "good": good,
+        "stale": stale,
+        "other": other_pool,
+        "unknown": unknown,
+        "pending": pending,
+        "foreign": foreign,
+        "missing": missing,
+        "flaky": flaky,
+        "cfg": bad_config,
+    }
+    out = run(node.preparer().prepare(list(named.values())))
+    assert list(out) == [r.uid for r in named.values()]
+    errors = {name: out[ref.uid].error for name, ref in named.items()}
+    assert errors["good"] == ""
+    assert out[good.uid].devices[0].device_name == "gpu-0"
+    assert "UID mismatch" in errors["stale"]
+    assert "uid-recreated" in errors["stale"]
+    assert "pool 'gpu-a10g', not this node's pool 'gpu-t4'" in errors["other"]
+    assert "unknown device 'gpu-9'" in errors["unknown"]
+    assert "not allocated" in errors["pending"]
+    assert "no devices of driver gpu.biaxial.dev" in errors["foreign"]
+    assert "not found in the API" in errors["missing"]
+    assert "ConnectionError: connection refused" in errors["flaky"]
+    assert 'sharing.strategy: unknown value "foo"' in errors["cfg"]
+    assert all(out[ref.uid].devices == () for name, ref in named.items() if name != "good")
+    assert [p.name for p in node.settings.cdi_dir.iterdir()] == [
+        cdi.spec_file_name(DRIVER, good.uid)
+    ]
+
+
+# --------------------------------------------------------------------------- device conflicts
+
+
+def test_exclusive_device_held_by_another_claim_is_refused(node: Node) -> None:
+    first = node.api.add("first", [result("gpu-0")])
+    second = node.api.add("second", [result("gpu-0")])
+    preparer = node.preparer()
+    assert not run(preparer.prepare([first]))[first.uid].error
+    error = run(preparer.prepare([second]))[second.uid].error
+    assert "device gpu-0 is already prepared for claim default/first (uid-first)" in error
+    assert not node.spec_exists(second)
+    # Once the holder is unprepared the device is free.
+    run(preparer.unprepare([first]))
+    assert not run(preparer.prepare([second]))[second.uid].error
+
+
+def test_shares_within_capacity_are_accepted_and_over_capacity_refused(node: Node) -> None:
+    preparer = node.preparer()
+    a = node.api.add("a", [result("gpu-1", memory_mib=7500, cores=50)])
+    b = node.api.add("b", [result("gpu-1", memory_mib=7500, cores=40)])
+    c = node.api.add("c", [result("gpu-1", memory_mib=1000, cores=0)])
+    d = node.api.add("d", [result("gpu-1", memory_mib=100, cores=20)])
+    exclusive = node.api.add("whole", [result("gpu-1")])
+    out = run(preparer.prepare([a, b, c, d, exclusive]))
+    assert out[a.uid].error == out[b.uid].error == ""
+    assert out[a.uid].devices[0].share_id == "share-gpu-1-7500-50"
+    assert "would exceed its capacity (memory" in out[c.uid].error
+    assert "cores 110 of 100" in out[d.uid].error
+    assert "as a share; an exclusive allocation cannot join it" in out[exclusive.uid].error
+    # Default for a share without config: hami-core limits.
+    spec_env = env(node.spec(a))
+    assert spec_env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "7500m"
+    assert spec_env["CUDA_DEVICE_SM_LIMIT_0"] == "50"
+    assert spec_env["LD_PRELOAD"] == "/usr/local/vgpu/libvgpu.so"
+    # A share joining an exclusively held device is refused too.
+    holder = node.api.add("holder", [result("gpu-2")])
+    share = node.api.add("share", [result("gpu-2", memory_mib=10)])
+    out = run(preparer.prepare([holder, share]))
+    assert "device gpu-2 is already prepared for claim default/holder" in out[share.uid].error
+
+
+def test_full_gpu_and_its_mig_partitions(node: Node) -> None:
+    preparer = node.preparer()
+    mig0 = node.api.add("mig0", [result("gpu-4-mig-1g5gb-0")])
+    mig1 = node.api.add("mig1", [result("gpu-4-mig-1g5gb-1")])
+    whole = node.api.add("whole", [result("gpu-4")])
+    out = run(preparer.prepare([mig0, mig1, whole]))
+    assert out[mig0.uid].error == out[mig1.uid].error == ""
+    assert "overlaps gpu-4-mig-1g5gb-0 on the same GPU" in out[whole.uid].error
+    spec = node.spec(mig1)
+    assert env(spec)["NVIDIA_VISIBLE_DEVICES"] == "MIG-a100-1"
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia4"}]
+    mps_on_mig = node.api.add("mpsmig", [result("gpu-4-mig-1g5gb-0")], config=[gpu_config("mps")])
+    run(preparer.unprepare([mig0]))
+    assert (
+        "not supported on MIG device" in run(preparer.prepare([mps_on_mig]))[mps_on_mig.uid].error
+    )
+
+
+def test_two_plugin_instances_never_prepare_one_device_twice(node: Node) -> None:
+    refs = [node.api.add(f"c{i}", [result("gpu-3")]) for i in range(6)]
+
+    async def both() -> list[dict[str, PrepareResult]]:
+        first, second = node.preparer(), node.preparer()
+        return list(
+            await asyncio.gather(
+                *((first if i % 2 else second).prepare([ref]) for i, ref in enumerate(refs))
+            )
+        )
+
+    outcomes = [o for out in run(both()) for o in out.values()]
+    assert sum(1 for o in outcomes if not o.error) == 1
+    assert sum(1 for o in outcomes if "already prepared" in o.error) == 5
+
+
+# --------------------------------------------------------------------------- sharing
+
+
+def test_mps_daemon_is_refcounted_across_claims(node: Node) -> None:
+    preparer = node.preparer()
+    cfg = [gpu_config("mps")]
+    a = node.api.add("a", [result("gpu-0", memory_mib=4000, cores=30)], config=cfg)
+    b = node.api.add("b", [result("gpu-0", memory_mib=4000, cores=30)], config=cfg)
+    out = run(preparer.prepare([a, b]))
+    assert not out[a.uid].error
+    assert not out[b.uid].error
+    assert node.mps_running("GPU-t4-0")
+    assert node.mps_starts("GPU-t4-0") == 1
+    spec_env = env(node.spec(b))
+    assert spec_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4000M"
+    assert spec_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+    assert node.spec(b)["devices"][0]["containerEdits"]["mounts"][0]["hostPath"] == str(
+        node.settings.mps_root / "GPU-t4-0" / "pipe"
+    )
+    run(preparer.unprepare([a]))
+    assert node.mps_running("GPU-t4-0")
+    run(preparer.unprepare([b]))
+    assert not node.mps_running("GPU-t4-0")
+
+
+def test_failed_mps_start_rolls_the_claim_back(node: Node) -> None:
+    preparer = node.preparer(mps_control_binary=str(node.root / "absent"))
+    ref = node.api.add("a", [result("gpu-0", memory_mib=10)], config=[gpu_config("mps")])
+    error = run(preparer.prepare([ref]))[ref.uid].error
+    assert "control binary" in error
+    assert "not found" in error
+    assert not node.spec_exists(ref)
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
+
+
+def test_share_default_without_hami_library_is_refused_unless_default_is_none(
+    node: Node,
+) -> None:
+    ref = node.api.add("a", [result("gpu-0", memory_mib=10)])
+    refused = node.preparer(hami_core_library_path=None)
+    assert "no host path for libvgpu.so" in run(refused.prepare([ref]))[ref.uid].error
+    allowed = node.preparer(hami_core_library_path=None, default_sharing_strategy="none")
+    assert not run(allowed.prepare([ref]))[ref.uid].error
+    assert "LD_PRELOAD" not in env(node.spec(ref))
+
+
+def test_class_config_applies_and_claim_config_overrides(node: Node) -> None:
+    class_cfg = {**gpu_config("none"), "source": "FromClass"}
+    ref = node.api.add(
+        "a",
+        [result("gpu-0", "x", memory_mib=100), result("gpu-1", "y", memory_mib=100)],
+        config=[class_cfg, gpu_config("hami-core", ["y"])],
+    )
+    run(node.preparer().prepare([ref]))
+    spec = node.spec(ref)
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in env(spec, 0)
+    assert env(spec, 1)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "100m"
+
+
+# --------------------------------------------------------------------------- crashes, reboots
+
+
+class Crash(BaseException):
+    """The process dies here (nothing below this frame runs)."""
+
+
+def test_crash_between_the_phases_is_rolled_back_then_redone(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = node.api.add("a", [result("gpu-0", memory_mib=4000)], config=[gpu_config("mps")])
+
+    def die(*_: object) -> None:
+        raise Crash
+
+    monkeypatch.setattr(cdi, "write_spec", die)
+    with pytest.raises(Crash):
+        run(node.preparer().prepare([ref]))
+    monkeypatch.undo()
+    stored = CheckpointStore(node.settings.state_dir).load()
+    assert stored.claims[ref.uid].state == "PrepareStarted"
+
+    # A new plugin process: its first call (for another claim) rolls the crashed one back.
+    other = node.api.add("b", [result("gpu-0")])
+    out = run(node.preparer().prepare([other]))
+    assert not out[other.uid].error  # gpu-0 is free again
+    assert ref.uid not in CheckpointStore(node.settings.state_dir).load().claims
+    run(node.preparer().unprepare([other]))
+
+    # The kubelet retries the crashed claim: it is prepared from scratch.
+    out = run(node.preparer().prepare([ref]))
+    assert not out[ref.uid].error
+    assert node.spec_exists(ref)
+    assert node.mps_running("GPU-t4-0")
+
+
+def test_crash_after_cdi_write_cleans_the_spec_on_rollback(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = node.api.add("a", [result("gpu-0")])
+    real_write = cdi.write_spec
+
+    def write_then_die(cdi_dir: Path, claim_spec: cdi.ClaimSpec) -> Path:
+        real_write(cdi_dir, claim_spec)
+        raise Crash
+
+    monkeypatch.setattr(cdi, "write_spec", write_then_die)
+    with pytest.raises(Crash):
+        run(node.preparer().prepare([ref]))
+    monkeypatch.undo()
+    assert node.spec_exists(ref)
+    run(node.preparer().recover())
+    assert not node.spec_exists(ref)
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
+
+
+def test_reboot_reprepares_from_the_checkpoint(node: Node) -> None:
+    cfg = [gpu_config("mps")]
+    ref = node.api.add("a", [result("gpu-2", memory_mib=2048, cores=10)], config=cfg)
+    first = run(node.preparer(boot_id="boot-1").prepare([ref]))
+    before = node.spec(ref)
+    # Reboot: /var/run/cdi and the MPS daemons are gone; the API is unreachable.
+    shutil.rmtree(node.settings.cdi_dir)
+    (node.settings.mps_root / "GPU-t4-2" / "pipe" / "daemon").unlink()
+    node.api.claims.clear()
+    rebooted = node.preparer(boot_id="boot-2")
+    run(rebooted.recover())
+    assert node.spec(ref) == before
+    assert node.mps_running("GPU-t4-2")
+    assert CheckpointStore(node.settings.state_dir).load().boot_id == "boot-2"
+    assert run(rebooted.prepare([ref])) == first
+
+
+# --------------------------------------------------------------------------- corrupt checkpoint
+
+
+def test_corrupt_checkpoint_refuses_prepare_and_keeps_the_file(node: Node) -> None:
+    held = node.api.add("held", [result("gpu-0")])
+    run(node.preparer().prepare([held]))
+    path = node.settings.state_dir / "checkpoint.json"
+    content = path.read_bytes()[:-30]
+    path.write_bytes(content)
+    newcomer = node.api.add("new", [result("gpu-1")])
+    preparer = node.preparer()
+    error = run(preparer.prepare([newcomer]))[newcomer.uid].error
+    assert str(path) in error
+    assert "devices cannot be proven free" in error
+    assert path.read_bytes() == content
+    assert list(node.settings.state_dir.glob("checkpoint.json.corrupt-*"))
+    # Unprepare still removes the spec, and reports the problem so the kubelet retries.
+    assert str(path) in run(preparer.unprepare([held]))[held.uid]
+    assert not node.spec_exists(held)

@@ -47,14 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from driver.cel import compile_selector  # noqa: PLC0415 - keep `biaxial --help` fast
-    from driver.errors import CELCompileError, CELEvaluationError  # noqa: PLC0415
+    from driver.errors import CELCompileError, CELEvaluationError, ManifestError  # noqa: PLC0415
     from driver.manifests import load_objects, objects_of_kind  # noqa: PLC0415
     from driver.model import API_GROUP, ResourceSlice  # noqa: PLC0415
 
-    objects = load_objects(args.files)
-    slices = [
-        ResourceSlice.from_api(o) for o in objects_of_kind(objects, "ResourceSlice", API_GROUP)
-    ]
+    slices: list[ResourceSlice] = []
+    for path in args.files:
+        for obj in objects_of_kind(load_objects([path]), "ResourceSlice", API_GROUP):
+            try:
+                slices.append(ResourceSlice.from_api(obj))
+            except ManifestError as exc:
+                raise ManifestError(f"{path}: {exc}") from exc
     report: dict[str, Any] = {"expression": args.expression, "compileError": None, "results": []}
     try:
         selector = compile_selector(args.expression)

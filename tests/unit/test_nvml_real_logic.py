@@ -1,0 +1,474 @@
+"""The real NVML backend's logic, run against a small in-memory stand-in for the ``pynvml``
+module and a sysfs tree under a temp dir: what it reads, how it normalises, MIG enumeration,
+the SM-count fallback, health events, and its errors. (Real hardware: ``tests/gpu/``.)"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.errors import DiscoveryError
+from driver.nvml import HealthEvent
+from driver.nvml.real import (
+    NvmlBackend,
+    cores_per_sm,
+    mig_memory_gb,
+    normalize_pci_bus_id,
+    pci_topology,
+)
+
+MIB = 1024 * 1024
+
+
+class NVMLError(Exception):
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return {
+            3: "Not Supported",
+            6: "Not Found",
+            10: "Timeout",
+            12: "NVML Shared Library Not Found",
+            15: "GPU is lost",
+        }.get(self.value, f"NVML error {self.value}")
+
+
+def _error(name: str, value: int) -> type[NVMLError]:
+    def init(self: NVMLError) -> None:
+        NVMLError.__init__(self, value)
+
+    return type(name, (NVMLError,), {"__init__": init})
+
+
+NotSupported = _error("NVMLError_NotSupported", 3)
+NotFound = _error("NVMLError_NotFound", 6)
+Timeout = _error("NVMLError_Timeout", 10)
+LibraryNotFound = _error("NVMLError_LibraryNotFound", 12)
+GpuIsLost = _error("NVMLError_GpuIsLost", 15)
+
+
+@dataclass
+class Mig:
+    uuid: str
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
+    memory_mib: int
+    sms: int
+    gi_slices: int
+    ci_slices: int
+
+
+@dataclass
+class Gpu:
+    uuid: str
+    minor: int
+    name: str
+    bus_id: bytes
+    memory_mib: int
+    brand: int = 14
+    arch: int = 6
+    cc: tuple[int, int] = (7, 5)
+    attributes_sms: int | None = None  # None: nvmlDeviceGetAttributes is NOT_SUPPORTED
+    cores: int = 2560
+    mig_mode: int | None = None  # None: NOT_SUPPORTED
+    migs: list[Mig | None] = field(default_factory=list)
+    lost: bool = False
+
+
+class FakePynvml(types.ModuleType):
+    """Just enough of pynvml's surface, with the same names and error classes."""
+
+    NVMLError = NVMLError
+    NVMLError_NotSupported = NotSupported
+    NVMLError_NotFound = NotFound
+    NVMLError_Timeout = Timeout
+    NVMLError_GpuIsLost = GpuIsLost
+    NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+    nvmlEventTypeXidCriticalError = 0x8  # noqa: N815 - pynvml spells it so
+
+    def __init__(self, gpus: list[Gpu], *, init_error: NVMLError | None = None) -> None:
+        super().__init__("pynvml")
+        self.gpus = gpus
+        self.init_error = init_error
+        self.calls: list[str] = []
+        self.events: list[Any] = []
+        self.profile_names = {0: b"MIG 1g.5gb", 9: b"MIG 3g.20gb"}
+
+    # system
+    def nvmlInit(self) -> None:
+        self.calls.append("init")
+        if self.init_error is not None:
+            raise self.init_error
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "535.104.05"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12020
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    # devices (handles are the Gpu / Mig objects themselves)
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Gpu:
+        return self.gpus[index]
+
+    def nvmlDeviceGetUUID(self, handle: Gpu | Mig) -> str:
+        return handle.uuid
+
+    def nvmlDeviceGetMinorNumber(self, handle: Gpu) -> int:
+        return handle.minor
+
+    def nvmlDeviceGetName(self, handle: Gpu) -> bytes:
+        return handle.name.encode()
+
+    def nvmlDeviceGetBrand(self, handle: Gpu) -> int:
+        return handle.brand
+
+    def nvmlDeviceGetArchitecture(self, handle: Gpu) -> int:
+        return handle.arch
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: Gpu) -> tuple[int, int]:
+        return handle.cc
+
+    def nvmlDeviceGetPciInfo(self, handle: Gpu) -> Any:
+        return types.SimpleNamespace(busId=handle.bus_id)
+
+    def nvmlDeviceGetMemoryInfo(self, handle: Gpu) -> Any:
+        if handle.lost:
+            raise GpuIsLost()
+        return types.SimpleNamespace(total=handle.memory_mib * MIB)
+
+    def nvmlDeviceGetAttributes(self, handle: Gpu | Mig) -> Any:
+        if isinstance(handle, Mig):
+            return types.SimpleNamespace(
+                multiprocessorCount=handle.sms,
+                gpuInstanceSliceCount=handle.gi_slices,
+                computeInstanceSliceCount=handle.ci_slices,
+                memorySizeMB=handle.memory_mib,
+            )
+        if handle.attributes_sms is None:
+            raise NotSupported()
+        return types.SimpleNamespace(multiprocessorCount=handle.attributes_sms)
+
+    def nvmlDeviceGetNumGpuCores(self, handle: Gpu) -> int:
+        return handle.cores
+
+    def nvmlDeviceGetMigMode(self, handle: Gpu) -> list[int]:
+        if handle.mig_mode is None:
+            raise NotSupported()
+        return [handle.mig_mode, handle.mig_mode]
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Gpu, profile: int) -> Any:
+        if profile not in self.profile_names:
+            raise NotSupported()
+        return types.SimpleNamespace(id=profile, name=self.profile_names[profile])
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: Gpu) -> int:
+        return len(handle.migs)
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Gpu, index: int) -> Mig:
+        mig = handle.migs[index]
+        if mig is None:
+            raise NotFound()
+        return mig
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Mig) -> int:
+        return handle.gi_id
+
+    def nvmlDeviceGetGpuInstanceById(self, handle: Gpu, gi_id: int) -> Mig:
+        return next(m for m in handle.migs if m is not None and m.gi_id == gi_id)
+
+    def nvmlGpuInstanceGetInfo(self, gi: Mig) -> Any:
+        return types.SimpleNamespace(
+            profileId=gi.profile_id, placement=types.SimpleNamespace(start=gi.start, size=gi.size)
+        )
+
+    # events
+    def nvmlEventSetCreate(self) -> str:
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, handle: Gpu, kinds: int, event_set: str) -> None:
+        self.calls.append(f"register {handle.uuid}")
+
+    def nvmlEventSetWait_v2(self, event_set: str, timeout_ms: int) -> Any:
+        if not self.events:
+            raise Timeout()
+        item = self.events.pop(0)
+        if isinstance(item, NVMLError):
+            raise item
+        return item
+
+    def nvmlEventSetFree(self, event_set: str) -> None:
+        self.calls.append("free")
+
+
+def t4(uuid: str = "GPU-t4", minor: int = 0) -> Gpu:
+    return Gpu(
+        uuid=uuid, minor=minor, name="Tesla T4", bus_id=b"00000000:3B:00.0", memory_mib=15360
+    )
+
+
+def a100_with_mig() -> Gpu:
+    return Gpu(
+        uuid="GPU-a100",
+        minor=1,
+        name="NVIDIA A100-SXM4-40GB",
+        bus_id=b"00000000:86:00.0",
+        memory_mib=40960,
+        brand=14,
+        arch=7,
+        cc=(8, 0),
+        attributes_sms=108,
+        mig_mode=1,
+        migs=[
+            Mig(
+                "MIG-b",
+                gi_id=2,
+                profile_id=9,
+                start=4,
+                size=4,
+                memory_mib=20096,
+                sms=42,
+                gi_slices=3,
+                ci_slices=3,
+            ),
+            None,
+            Mig(
+                "MIG-a",
+                gi_id=7,
+                profile_id=0,
+                start=0,
+                size=1,
+                memory_mib=4864,
+                sms=14,
+                gi_slices=1,
+                ci_slices=1,
+            ),
+        ],
+    )
+
+
+@pytest.fixture
+def sysfs(tmp_path: Path) -> Path:
+    root = tmp_path / "sys"
+    devices = root / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True)
+    t4_dir = root / "devices" / "pci0000:3a" / "0000:3a:00.0" / "0000:3b:00.0"
+    t4_dir.mkdir(parents=True)
+    (t4_dir / "numa_node").write_text("1\n", encoding="ascii")
+    (devices / "0000:3b:00.0").symlink_to(t4_dir)
+    a100_dir = root / "devices" / "pci0000:85" / "0000:85:01.0" / "0000:86:00.0"
+    a100_dir.mkdir(parents=True)
+    (a100_dir / "numa_node").write_text("-1\n", encoding="ascii")
+    (devices / "0000:86:00.0").symlink_to(a100_dir)
+    return root
+
+
+def install(monkeypatch: pytest.MonkeyPatch, fake: FakePynvml) -> FakePynvml:
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake
+
+
+def test_discovery_reads_and_normalises_everything(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    fake = install(monkeypatch, FakePynvml([a100_with_mig(), t4()]))
+    with NvmlBackend(sysfs=sysfs) as backend:
+        first, second = backend.discover()
+    assert fake.calls == ["init", "shutdown"]
+    # sorted by minor, index kept from NVML's enumeration
+    assert (first.uuid, first.index, first.minor) == ("GPU-t4", 1, 0)
+    assert first.product_name == "Tesla T4"
+    assert first.brand == "Nvidia"
+    assert first.architecture == "Turing"
+    assert first.cuda_compute_capability == "7.5"
+    assert first.driver_version == "535.104.05"
+    assert first.cuda_driver_version == "12.2"
+    assert first.pci_bus_id == "0000:3b:00.0"
+    assert first.pcie_root == "pci0000:3a"
+    assert first.numa_node == 1
+    assert first.memory_bytes == 15360 * MIB
+    assert first.multiprocessors == 40  # 2560 CUDA cores / 64 per Turing SM
+    assert (first.mig_capable, first.mig_enabled, first.mig_devices) == (False, False, ())
+    assert second.architecture == "Ampere"
+    assert second.multiprocessors == 108  # from nvmlDeviceGetAttributes
+    assert second.pcie_root == "pci0000:85"
+    assert second.numa_node is None  # sysfs says -1
+    assert (second.mig_capable, second.mig_enabled) == (True, True)
+    assert [
+        (m.uuid, m.profile, m.start, m.size, m.memory_bytes // MIB, m.multiprocessors)
+        for m in second.mig_devices
+    ] == [
+        ("MIG-a", "1g.5gb", 0, 1, 4864, 14),
+        ("MIG-b", "3g.20gb", 4, 4, 20096, 42),
+    ]
+    assert {(m.parent_uuid, m.parent_minor) for m in second.mig_devices} == {("GPU-a100", 1)}
+
+
+def test_profile_names_fall_back_to_nvidia_naming(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    fake = install(monkeypatch, FakePynvml([a100_with_mig()]))
+    fake.profile_names = {}
+    gpu = a100_with_mig()
+    shared = Mig(
+        "MIG-c",
+        gi_id=2,
+        profile_id=9,
+        start=4,
+        size=4,
+        memory_mib=20096,
+        sms=14,
+        gi_slices=3,
+        ci_slices=1,
+    )
+    gpu.migs = [gpu.migs[0], shared]
+    fake.gpus = [gpu]
+    with NvmlBackend(sysfs=sysfs) as backend:
+        (found,) = backend.discover()
+    assert [m.profile for m in found.mig_devices] == ["1c.3g.20gb", "3g.20gb"]
+
+
+def test_missing_sysfs_gives_unknown_topology(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    install(monkeypatch, FakePynvml([t4()]))
+    with NvmlBackend(sysfs=tmp_path) as backend:
+        (gpu,) = backend.discover()
+    assert (gpu.pci_bus_id, gpu.pcie_root, gpu.numa_node) == ("0000:3b:00.0", None, None)
+
+
+def test_no_library_is_a_clear_discovery_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    install(monkeypatch, FakePynvml([], init_error=LibraryNotFound()))
+    with pytest.raises(
+        DiscoveryError,
+        match=r"NVML is not available on this machine: NVML Shared Library Not Found; "
+        r"use --fake PROFILE",
+    ):
+        NvmlBackend()
+
+
+def test_package_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with pytest.raises(DiscoveryError, match="nvidia-ml-py package is not installed"):
+        NvmlBackend()
+
+
+def test_no_gpu_is_a_clear_discovery_error_and_shuts_nvml_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = install(monkeypatch, FakePynvml([]))
+    with pytest.raises(DiscoveryError, match="no GPU found"):
+        NvmlBackend()
+    assert fake.calls == ["init", "shutdown"]
+
+
+def test_close_is_idempotent_and_closed_backend_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = install(monkeypatch, FakePynvml([t4()]))
+    backend = NvmlBackend()
+    backend.close()
+    backend.close()
+    assert fake.calls == ["init", "shutdown"]
+    with pytest.raises(DiscoveryError, match="closed"):
+        backend.discover()
+
+
+def test_nvml_call_failures_name_the_gpu_and_call(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    fake = install(monkeypatch, FakePynvml([t4()]))
+
+    def broken(handle: Gpu) -> Any:
+        raise NVMLError(999)
+
+    monkeypatch.setattr(fake, "nvmlDeviceGetMemoryInfo", broken)
+    with (
+        NvmlBackend(sysfs=sysfs) as backend,
+        pytest.raises(DiscoveryError, match=r"NVML memory info failed for GPU 0 \(GPU-t4\)"),
+    ):
+        backend.discover()
+
+
+def test_health_events_skip_application_xids_and_find_lost_gpus(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    first, second = t4("GPU-x", 0), t4("GPU-y", 1)
+    fake = install(monkeypatch, FakePynvml([first, second]))
+    fake.events = [
+        types.SimpleNamespace(device=first, eventType=0x8, eventData=13, gpuInstanceId=0xFFFFFFFF),
+        types.SimpleNamespace(device=second, eventType=0x8, eventData=79, gpuInstanceId=0xFFFFFFFF),
+        GpuIsLost(),
+    ]
+    with NvmlBackend(sysfs=sysfs) as backend:
+        assert backend.wait_health_event(1.0) == HealthEvent(uuid="GPU-y", kind="xid", xid=79)
+        second.lost = True
+        assert backend.wait_health_event(1.0) == HealthEvent(
+            uuid="GPU-y", kind="lost", message="GPU is lost"
+        )
+        assert backend.wait_health_event(0.01) is None
+    assert "register GPU-x" in fake.calls
+    assert "register GPU-y" in fake.calls
+    assert fake.calls[-2:] == ["free", "shutdown"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "normal"),
+    [
+        (b"00000000:3B:00.0", "0000:3b:00.0"),
+        ("0000:af:00.1", "0000:af:00.1"),
+        ("00000001:01:00.0", "0001:01:00.0"),
+    ],
+)
+def test_normalize_pci_bus_id(raw: str | bytes, normal: str) -> None:
+    assert normalize_pci_bus_id(raw) == normal
+
+
+def test_normalize_pci_bus_id_rejects_garbage() -> None:
+    with pytest.raises(DiscoveryError, match="unparseable PCI bus ID"):
+        normalize_pci_bus_id("not-a-bdf")
+
+
+def test_pci_topology_of_an_unknown_device(tmp_path: Path) -> None:
+    assert pci_topology("0000:01:00.0", tmp_path) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("memory_mib", "total_mib", "gb"),
+    [
+        (4864, 40960, 5),
+        (9856, 40960, 10),
+        (20096, 40960, 20),
+        (40448, 40960, 40),
+        (9728, 81920, 10),
+        (80896, 81920, 80),
+        (9984, 81559, 10),
+        (20096, 81559, 20),
+        (81152, 81559, 80),
+    ],
+)
+def test_mig_memory_gb_follows_nvidia_profile_names(
+    memory_mib: int, total_mib: int, gb: int
+) -> None:
+    assert mig_memory_gb(memory_mib, total_mib * MIB) == gb
+
+
+def test_cores_per_sm_table() -> None:
+    assert cores_per_sm(7, 5) == 64
+    assert cores_per_sm(8, 0) == 64
+    assert cores_per_sm(8, 6) == 128
+    assert cores_per_sm(9, 0) == 128
+    assert cores_per_sm(6, 1) == 128
+    assert cores_per_sm(2, 0) is None

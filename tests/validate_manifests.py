@@ -189,10 +189,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     versions = tuple(args.versions or DEFAULT_VERSIONS)
     try:
-        report = validate_paths(args.paths, versions)
+        for version in versions:
+            _schema_root(version)
     except SchemaNotFoundError as exc:
         print(f"validate_manifests: {exc}", file=sys.stderr)
         return 2
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        print(
+            f"validate_manifests: no such file or directory: {', '.join(missing)}", file=sys.stderr
+        )
+        return 2
+    report = validate_paths(args.paths, versions)
     for line in report.failures:
         print(line)
     print(

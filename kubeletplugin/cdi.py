@@ -99,6 +99,7 @@ class ClaimSpec:
     file_name: str
     spec: JSON
     cdi_device_ids: tuple[tuple[str, ...], ...]
+    host_dirs: tuple[str, ...] = ()  # writable host directories the mounts need to exist
 
 
 def cdi_vendor(driver: str) -> str:
@@ -294,8 +295,19 @@ def build_claim_spec(
         "containerEdits": {"deviceNodes": [{"path": p} for p in CONTROL_DEVICE_NODES]},
     }
     spec["cdiVersion"] = minimum_cdi_version(spec)
+    host_dirs = sorted(
+        {
+            mount["hostPath"]
+            for device in devices
+            for mount in device["containerEdits"].get("mounts", ())
+            if mount["hostPath"] == str(paths.hami_lock_dir)
+        }
+    )
     return ClaimSpec(
-        file_name=spec_file_name(driver, claim_uid), spec=spec, cdi_device_ids=tuple(ids)
+        file_name=spec_file_name(driver, claim_uid),
+        spec=spec,
+        cdi_device_ids=tuple(ids),
+        host_dirs=tuple(host_dirs),
     )
 
 

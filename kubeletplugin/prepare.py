@@ -610,6 +610,8 @@ class Preparer:
             for plan in todo:
                 begun = time.monotonic()
                 try:
+                    for directory in plan.spec.host_dirs:
+                        Path(directory).mkdir(parents=True, exist_ok=True)
                     cdi.write_spec(self._settings.cdi_dir, plan.spec)
                     for gpu in plan.mps_gpus:
                         self._mps.ensure_running(gpu)

@@ -375,6 +375,7 @@ def test_shares_within_capacity_are_accepted_and_over_capacity_refused(node: Nod
     assert spec_env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "7500m"
     assert spec_env["CUDA_DEVICE_SM_LIMIT_0"] == "50"
     assert spec_env["LD_PRELOAD"] == "/usr/local/vgpu/libvgpu.so"
+    assert (node.root / "vgpulock").is_dir()  # the lock mount's host side exists
     # A share joining an exclusively held device is refused too.
     holder = node.api.add("holder", [result("gpu-2")])
     share = node.api.add("share", [result("gpu-2", memory_mib=10)])

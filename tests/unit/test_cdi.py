@@ -138,7 +138,9 @@ def test_hami_core_limits_indexed_by_container_order_with_library_mount() -> Non
         alloc(gpu(3), strategy="hami-core", memory_mib=4096, cores=30),
         alloc(gpu(1), strategy="hami-core", memory_mib=8000, cores=0),
     ]
-    spec = build_claim_spec(DRIVER, UID, allocations, PATHS).spec
+    result = build_claim_spec(DRIVER, UID, allocations, PATHS)
+    assert result.host_dirs == ("/tmp/vgpulock",)
+    spec = result.spec
     env = env_of(spec)
     # gpu-1 sorts first by PCI bus ID, so it is index 0.
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8000m"

@@ -1,0 +1,67 @@
+"""pytest fixtures for the API emulator (registered in ``tests/conftest.py``).
+
+* ``emulator``: a fresh, running in-process :class:`~tests.emulator.Emulator` per test,
+  stopped (watches ended, connections closed) at teardown. A test that hit an emulator bug
+  (an internal 500) fails at teardown.
+* ``api_client``: a ``kubernetes.client.ApiClient`` configured for it (closed at teardown).
+* ``kubeconfig``: path of a kubeconfig file for it, for subprocesses and ``kubernetes.config``.
+* ``claim_controller``: a running :class:`~tests.emulator.ResourceClaimController`.
+
+Options: mark a test ``@pytest.mark.emulator(node_identity="n1", history_size=10)`` to pass
+constructor arguments to the fixture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.emulator.claims import ResourceClaimController
+from tests.emulator.server import Emulator
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "emulator(**kwargs): constructor arguments for the `emulator` fixture"
+    )
+
+
+@pytest.fixture
+def emulator(request: pytest.FixtureRequest) -> Iterator[Emulator]:
+    marker = request.node.get_closest_marker("emulator")
+    kwargs: dict[str, Any] = dict(marker.kwargs) if marker else {}
+    api = Emulator(**kwargs).start()
+    try:
+        yield api
+    finally:
+        api.stop()
+    if api.internal_errors:
+        pytest.fail(f"the emulator hit internal errors: {api.internal_errors!r}")
+
+
+@pytest.fixture
+def api_client(emulator: Emulator) -> Iterator[Any]:
+    from kubernetes import client
+
+    api = client.ApiClient(emulator.client_configuration())
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def kubeconfig(emulator: Emulator, tmp_path: Path) -> Path:
+    return emulator.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def claim_controller(emulator: Emulator) -> Iterator[ResourceClaimController]:
+    controller = ResourceClaimController(emulator).start()
+    try:
+        yield controller
+    finally:
+        controller.stop()

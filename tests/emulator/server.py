@@ -1,0 +1,1076 @@
+"""The HTTP/1.1 front end and the :class:`Emulator` facade.
+
+The server is the standard library's ``ThreadingHTTPServer`` with ``TCP_NODELAY`` (without it
+every call costs ~44 ms of Nagle/delayed-ACK), keep-alive and chunked watch streams, bound to
+127.0.0.1. Routing covers the core group (``/api/v1``) and ``/apis/<group>/<version>``,
+namespaced and cluster-scoped paths, ``/status``, ``pods/{name}/binding`` and
+``namespaces/{ns}/bindings``, discovery (``/api``, ``/apis``, ``/apis/<group>``,
+``/api/v1``, ``/apis/<group>/<version>``), ``/version`` and health endpoints. ``/openapi/*``
+answers 404 as a server without OpenAPI would.
+
+:class:`Emulator` owns a :class:`~tests.emulator.storage.Store`, the server thread, the request
+log and the fault rules; it is the object tests use (``start()``/``stop()``, context manager,
+hooks to seed, inspect and wait without HTTP). ``stop()`` ends open watches and closes every
+connection before it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlsplit
+
+from tests.emulator import errors
+from tests.emulator.errors import ApiStatusError
+from tests.emulator.faults import Faults, RequestRecord
+from tests.emulator.kinds import (
+    ALL_KINDS,
+    BY_GROUP_VERSION,
+    NAMESPACE,
+    POD,
+    RESOURCE_SLICE,
+    Kind,
+    lookup,
+)
+from tests.emulator.patch import APPLY_PATCH
+from tests.emulator.selectors import (
+    FieldSelector,
+    LabelSelector,
+    parse_field_selector,
+    parse_label_selector,
+)
+from tests.emulator.storage import Obj, Store, Watcher
+from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaValidators
+
+_VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+_DEFAULT_WATCH_TIMEOUT: Final = 1800.0
+_JSON: Final = "application/json"
+
+
+def _group_versions() -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for kind in ALL_KINDS:
+        if kind.group:
+            groups.setdefault(kind.group, [])
+            if kind.version not in groups[kind.group]:
+                groups[kind.group].append(kind.version)
+    return groups
+
+
+def _resource_list(group: str, version: str) -> dict[str, Any]:
+    resources: list[dict[str, Any]] = []
+    for kind in BY_GROUP_VERSION[(group, version)].values():
+        entry: dict[str, Any] = {
+            "name": kind.plural,
+            "singularName": kind.singular,
+            "namespaced": kind.namespaced,
+            "kind": kind.kind,
+            "verbs": _VERBS,
+        }
+        if kind.short_names:
+            entry["shortNames"] = list(kind.short_names)
+        resources.append(entry)
+        if kind.status_subresource:
+            resources.append(
+                {
+                    "name": f"{kind.plural}/status",
+                    "singularName": "",
+                    "namespaced": kind.namespaced,
+                    "kind": kind.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+        if kind is POD:
+            resources.append(
+                {
+                    "name": "pods/binding",
+                    "singularName": "",
+                    "namespaced": True,
+                    "kind": "Binding",
+                    "verbs": ["create"],
+                }
+            )
+    if group == "" and version == "v1":
+        resources.append(
+            {
+                "name": "bindings",
+                "singularName": "binding",
+                "namespaced": True,
+                "kind": "Binding",
+                "verbs": ["create"],
+            }
+        )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+def _api_group(group: str, versions: list[str]) -> dict[str, Any]:
+    gvs = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": gvs,
+        "preferredVersion": gvs[0],
+    }
+
+
+class _Request:
+    """A parsed resource request."""
+
+    __slots__ = ("kind", "name", "namespace", "query", "subresource", "verb")
+
+    def __init__(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str | None,
+        subresource: str | None,
+        query: dict[str, str],
+    ) -> None:
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.subresource = subresource
+        self.query = query
+        self.verb = ""
+
+    @property
+    def resource(self) -> str:
+        return f"{self.kind.plural}/{self.subresource}" if self.subresource else self.kind.plural
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    emulator: Emulator
+
+    def __init__(self, address: tuple[str, int], emulator: Emulator) -> None:
+        self.emulator = emulator
+        self.connections: set[socket.socket] = set()
+        self.conn_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.conn_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.conn_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.conn_lock:
+            conns = list(self.connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """Silence the per-request stderr line; the emulator keeps its own request log."""
+
+    # ------------------------------------------------------------------ plumbing
+    def _body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks: list[bytes] = []
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0] or b"0", 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _record(self, req: _Request | None, status: int) -> None:
+        parts = urlsplit(self.path)
+        self.server.emulator._log(
+            RequestRecord(
+                self.command,
+                parts.path,
+                dict(parse_qsl(parts.query, keep_blank_values=True)),
+                (self.headers.get("Content-Type") or "").split(";")[0].strip(),
+                req.verb if req else "",
+                req.resource if req else "",
+                status,
+            )
+        )
+
+    def _send(self, code: int, payload: Any, req: _Request | None = None) -> None:
+        data = json.dumps(payload, separators=(",", ":")).encode()
+        self._record(req, code)
+        self.send_response(code)
+        self.send_header("Content-Type", _JSON)
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _send_error(self, exc: ApiStatusError, req: _Request | None = None) -> None:
+        self._send(exc.code, exc.to_status(), req)
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_HEAD(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def do_PUT(self) -> None:
+        self._dispatch()
+
+    def do_PATCH(self) -> None:
+        self._dispatch()
+
+    def do_DELETE(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        emulator = self.server.emulator
+        req: _Request | None = None
+        try:
+            body = self._body()
+            parts = urlsplit(self.path)
+            query = dict(parse_qsl(parts.query, keep_blank_values=True))
+            segments = [s for s in parts.path.split("/") if s]
+            if not self._discovery(segments, emulator):
+                req = self._route(segments, query)
+                self._resource(req, body, emulator)
+        except ApiStatusError as exc:
+            self._send_error(exc, req)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - any bug becomes a 500 Status, not a hung client
+            emulator.internal_errors.append(exc)
+            self._send_error(errors.internal(f"emulator bug: {type(exc).__name__}: {exc}"), req)
+
+    # ------------------------------------------------------------------ discovery
+    def _discovery(self, segments: list[str], emulator: Emulator) -> bool:
+        if self.command not in {"GET", "HEAD"}:
+            return False
+        n = len(segments)
+        if n == 0:
+            paths = ["/api", "/api/v1", "/apis", "/healthz", "/livez", "/readyz", "/version"]
+            paths += [f"/apis/{g}" for g in _group_versions()]
+            paths += [f"/apis/{g}/{v}" for g, vs in _group_versions().items() for v in vs]
+            self._send(200, {"paths": sorted(paths)})
+        elif segments == ["version"]:
+            self._send(
+                200,
+                {
+                    "major": "1",
+                    "minor": emulator.schema_version.split(".")[1],
+                    "gitVersion": f"v{emulator.schema_version}.0-biaxial-emulator",
+                    "gitCommit": "0000000000000000000000000000000000000000",
+                    "gitTreeState": "clean",
+                    "buildDate": "2026-01-01T00:00:00Z",
+                    "goVersion": "go1.25",
+                    "compiler": "gc",
+                    "platform": "linux/amd64",
+                },
+            )
+        elif n == 1 and segments[0] in {"healthz", "livez", "readyz"}:
+            data = b"ok"
+            self._record(None, 200)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif segments == ["api"]:
+            self._send(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{emulator.port}"}
+                    ],
+                },
+            )
+        elif segments == ["api", "v1"]:
+            self._send(200, _resource_list("", "v1"))
+        elif segments == ["apis"]:
+            groups = [_api_group(g, vs) for g, vs in _group_versions().items()]
+            self._send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        elif n == 2 and segments[0] == "apis" and segments[1] in _group_versions():
+            self._send(200, _api_group(segments[1], _group_versions()[segments[1]]))
+        elif n == 3 and segments[0] == "apis" and (segments[1], segments[2]) in BY_GROUP_VERSION:
+            self._send(200, _resource_list(segments[1], segments[2]))
+        else:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ routing
+    def _route(self, segments: list[str], query: dict[str, str]) -> _Request:
+        not_found = ApiStatusError(
+            404, "NotFound", "the server could not find the requested resource", {}
+        )
+        if segments[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", segments[2:]
+        elif len(segments) >= 3 and segments[0] == "apis":
+            group, version, rest = segments[1], segments[2], segments[3:]
+        else:
+            raise not_found
+        kinds = BY_GROUP_VERSION.get((group, version))
+        if kinds is None or not rest:
+            raise not_found
+        if rest[0] == "watch":
+            query = {**query, "watch": "true"}
+            rest = rest[1:]
+        namespace: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and group == "":
+            namespace, rest = rest[1], rest[2:]
+        elif len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if group == "" and namespace is not None and rest == ["bindings"]:
+            req = _Request(POD, namespace, None, "binding", query)
+            return req
+        kind = kinds.get(rest[0])
+        if kind is None or len(rest) > 3:
+            raise not_found
+        if kind.namespaced != (namespace is not None) and not (kind.namespaced and len(rest) == 1):
+            raise not_found
+        name = rest[1] if len(rest) >= 2 else None
+        sub = rest[2] if len(rest) == 3 else None
+        if sub is not None and not (
+            (sub == "status" and kind.status_subresource) or (sub == "binding" and kind is POD)
+        ):
+            raise not_found
+        return _Request(kind, namespace, name, sub, query)
+
+    # ------------------------------------------------------------------ resources
+    def _resource(self, req: _Request, body: bytes, emulator: Emulator) -> None:
+        method = self.command
+        q = req.query
+        watch = q.get("watch") in {"true", "1"}
+        if req.name is None and req.subresource is None:
+            req.verb = {
+                "GET": "watch" if watch else "list",
+                "HEAD": "list",
+                "POST": "create",
+                "DELETE": "deletecollection",
+            }.get(method, "")
+        elif req.subresource == "binding":
+            req.verb = "create" if method == "POST" else ""
+        else:
+            req.verb = {
+                "GET": "get",
+                "HEAD": "get",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete",
+            }.get(method, "")
+        if not req.verb:
+            raise errors.method_not_allowed()
+        delay = emulator.faults.latency_for(req.verb, req.resource)
+        if delay:
+            time.sleep(delay)
+        injected = emulator.faults.error_for(req.verb, req.resource)
+        if injected is not None:
+            raise injected
+        self._authorize(req, emulator)
+        store = emulator.store
+        dry_run = q.get("dryRun") == "All"
+        if "dryRun" in q and not dry_run:
+            raise errors.bad_request(
+                f'dryRun: Unsupported value: "{q["dryRun"]}": supported values: "All"'
+            )
+        kind = req.kind
+        if req.subresource == "binding":
+            name = req.name or str((_json(body).get("metadata") or {}).get("name") or "")
+            binding = _json(body)
+            problems = emulator.validators.check_raw(
+                "v1",
+                "Binding",
+                "binding-v1.json",
+                {"apiVersion": "v1", "kind": "Binding", **binding},
+            )
+            if problems:
+                raise errors.bad_request(
+                    'Binding in version "v1" cannot be handled as a Binding: ' + "; ".join(problems)
+                )
+            if not dry_run:
+                store.bind(req.namespace or "", name, binding)
+            self._send(
+                201,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "code": 201,
+                },
+                req,
+            )
+            return
+        if req.verb in {"list", "watch", "deletecollection"}:
+            labels = parse_label_selector(q["labelSelector"]) if q.get("labelSelector") else None
+            fields = (
+                parse_field_selector(q["fieldSelector"], kind) if q.get("fieldSelector") else None
+            )
+            if req.verb == "watch":
+                self._watch(req, labels, fields, emulator)
+                return
+            if req.verb == "deletecollection":
+                deleted = store.delete_collection(
+                    kind,
+                    req.namespace,
+                    labels=labels,
+                    fields=fields,
+                    options=_json(body, allow_empty=True),
+                )
+                self._send(200, _list_body(kind, deleted, store.rv, None, None), req)
+                return
+            limit = _int_param(q, "limit")
+            result = store.list(
+                kind,
+                req.namespace,
+                labels=labels,
+                fields=fields,
+                limit=limit,
+                continue_token=q.get("continue") or None,
+                resource_version=q.get("resourceVersion"),
+                resource_version_match=q.get("resourceVersionMatch") or None,
+            )
+            self._send(
+                200,
+                _list_body(
+                    kind,
+                    result.items,
+                    result.resource_version,
+                    result.continue_token,
+                    result.remaining,
+                ),
+                req,
+            )
+            return
+        if req.verb == "create":
+            obj = store.create(kind, req.namespace, _json(body), dry_run=dry_run)
+            self._send(201, obj, req)
+            return
+        assert req.name is not None
+        if req.verb == "get":
+            self._send(200, store.get(kind, req.namespace, req.name), req)
+        elif req.verb == "update":
+            self._send(
+                200,
+                store.replace(
+                    kind,
+                    req.namespace,
+                    req.name,
+                    _json(body),
+                    subresource=req.subresource,
+                    dry_run=dry_run,
+                ),
+                req,
+            )
+        elif req.verb == "patch":
+            content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+            if content_type == APPLY_PATCH:
+                raise errors.unsupported_media_type(content_type)
+            self._send(
+                200,
+                store.patch(
+                    kind,
+                    req.namespace,
+                    req.name,
+                    content_type,
+                    body,
+                    subresource=req.subresource,
+                    dry_run=dry_run,
+                ),
+                req,
+            )
+        elif req.verb == "delete":
+            if req.subresource is not None:
+                raise errors.method_not_allowed()
+            options = _json(body, allow_empty=True)
+            if "gracePeriodSeconds" in q:
+                options = {**options, "gracePeriodSeconds": _int_param(q, "gracePeriodSeconds")}
+            self._send(
+                200, store.delete(kind, req.namespace, req.name, options, dry_run=dry_run), req
+            )
+
+    def _authorize(self, req: _Request, emulator: Emulator) -> None:
+        node = emulator.node_identity
+        auth = self.headers.get("Authorization") or ""
+        if auth.startswith("Bearer system:node:"):
+            node = auth.removeprefix("Bearer system:node:")
+        if (
+            node is None
+            or req.kind is not RESOURCE_SLICE
+            or req.verb not in {"list", "watch", "deletecollection"}
+        ):
+            return
+        selector = req.query.get("fieldSelector") or ""
+        wanted = f"spec.nodeName={node}"
+        if wanted not in [t.strip() for t in selector.split(",")]:
+            raise errors.forbidden(
+                req.kind,
+                "",
+                f'resourceslices.resource.k8s.io is forbidden: User "system:node:{node}" cannot '
+                f'{req.verb} resource "resourceslices" in API group "resource.k8s.io" at the cluster '
+                f"scope: can only {req.verb} resourceslices with a spec.nodeName={node} field selector",
+            )
+
+    # ------------------------------------------------------------------ watch
+    def _watch(
+        self,
+        req: _Request,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        emulator: Emulator,
+    ) -> None:
+        q = req.query
+        rv = q.get("resourceVersion")
+        timeout = float(_int_param(q, "timeoutSeconds") or _DEFAULT_WATCH_TIMEOUT)
+        bookmarks = q.get("allowWatchBookmarks") in {"true", "1"}
+        send_initial = q.get("sendInitialEvents") in {"true", "1"}
+        if send_initial and not (bookmarks and q.get("resourceVersionMatch") == "NotOlderThan"):
+            raise errors.invalid(
+                req.kind,
+                "",
+                [
+                    errors.FieldError(
+                        "sendInitialEvents",
+                        "Forbidden",
+                        "sendInitialEvents is forbidden for watch unless the WatchList feature gate is "
+                        "enabled and resourceVersionMatch is NotOlderThan and allowWatchBookmarks is true",
+                    )
+                ],
+            )
+        early: ApiStatusError | None = None
+        watcher: Watcher | None = None
+        if rv not in (None, "", "0") and emulator.faults.gone_for(req.kind.plural):
+            early = errors.too_old(int(rv) if str(rv).isdigit() else 0)
+        else:
+            try:
+                watcher = emulator.store.watch(
+                    req.kind,
+                    req.namespace,
+                    labels=labels,
+                    fields=fields,
+                    resource_version=rv,
+                    send_initial_events=send_initial,
+                )
+            except ApiStatusError as exc:
+                if exc.code != 410:
+                    raise
+                early = exc
+        self._record(req, 200)
+        self.send_response(200)
+        self.send_header("Content-Type", _JSON)
+        self.send_header("Cache-Control", "no-cache, private")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if early is not None:
+            self._chunk({"type": "ERROR", "object": early.to_status()})
+            self._end_stream()
+            return
+        assert watcher is not None
+        emulator._watch_opened(watcher)
+        deadline = time.monotonic() + timeout
+        next_bookmark = time.monotonic() + emulator.bookmark_interval
+        abrupt = False
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                wait = min(left, max(0.0, next_bookmark - time.monotonic())) if bookmarks else left
+                item = watcher.next(wait)
+                if item is None:
+                    if bookmarks and time.monotonic() >= next_bookmark:
+                        self._chunk(
+                            {
+                                "type": "BOOKMARK",
+                                "object": {
+                                    "kind": req.kind.kind,
+                                    "apiVersion": req.kind.api_version,
+                                    "metadata": {"resourceVersion": str(emulator.store.rv)},
+                                },
+                            }
+                        )
+                        next_bookmark = time.monotonic() + emulator.bookmark_interval
+                    continue
+                tag, payload = item
+                if tag == "CLOSE":
+                    if payload == "DROP":
+                        abrupt = True
+                    elif isinstance(payload, ApiStatusError):
+                        self._chunk({"type": "ERROR", "object": payload.to_status()})
+                    break
+                type_, obj = payload
+                if type_ == "BOOKMARK" and not bookmarks:
+                    continue
+                self._chunk({"type": type_, "object": obj})
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            abrupt = True
+        finally:
+            emulator.store.unwatch(watcher)
+            emulator._watch_closed(watcher)
+        if abrupt:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self._end_stream()
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        with contextlib.suppress(OSError):
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+
+def _json(body: bytes, *, allow_empty: bool = False) -> Any:
+    if not body.strip():
+        if allow_empty:
+            return {}
+        raise errors.bad_request("the body of the request was empty")
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise errors.bad_request(
+            f"the body of the request could not be decoded as JSON: {exc}"
+        ) from exc
+
+
+def _int_param(query: dict[str, str], name: str) -> int | None:
+    value = query.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        raise errors.bad_request(f'{name}: Invalid value: "{value}": must be an integer') from None
+
+
+def _list_body(
+    kind: Kind, items: Iterable[Obj], rv: int, token: str | None, remaining: int | None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if token:
+        meta["continue"] = token
+    if remaining is not None:
+        meta["remainingItemCount"] = remaining
+    return {
+        "kind": f"{kind.kind}List",
+        "apiVersion": kind.api_version,
+        "metadata": meta,
+        "items": [
+            {k: v for k, v in item.items() if k not in {"kind", "apiVersion"}} for item in items
+        ],
+    }
+
+
+class Emulator:
+    """An in-process Kubernetes API server for tests. Use as a context manager or start/stop.
+
+    Hooks (no HTTP): :meth:`create`, :meth:`get`, :meth:`list`, :meth:`update_status`,
+    :meth:`patch`, :meth:`delete`, :meth:`wait_until`, :meth:`wait_for`; request log in
+    :attr:`requests`; faults via :meth:`fail_next`, :meth:`fail_next_write`,
+    :meth:`add_latency`, :meth:`expire_next_watch`, :meth:`drop_watches`, :meth:`compact`.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        schema_version: str = DEFAULT_SCHEMA_VERSION,
+        history_size: int = 10_000,
+        bookmark_interval: float = 1.0,
+        node_identity: str | None = None,
+        pod_graceful_deletion: bool = True,
+        require_namespaces: bool = True,
+        validators: SchemaValidators | None = None,
+    ) -> None:
+        self.schema_version = schema_version
+        self.validators = validators or _shared_validators(schema_version)
+        self.store = Store(
+            self.validators,
+            history_size=history_size,
+            pod_graceful_deletion=pod_graceful_deletion,
+            require_namespaces=require_namespaces,
+        )
+        self.bookmark_interval = bookmark_interval
+        self.node_identity = node_identity
+        self.faults = Faults()
+        self.requests: list[RequestRecord] = []
+        self.internal_errors: list[BaseException] = []
+        self._requested_port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._open_watches: set[Watcher] = set()
+        self._watch_lock = threading.Condition()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Emulator:
+        if self._server is not None:
+            return self
+        self._server = _Server(("127.0.0.1", self._requested_port), self)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"emulator:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """End every open watch, stop serving and close every connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self.store.close_watchers()
+        with self._watch_lock:
+            self._watch_lock.wait_for(lambda: not self._open_watches, timeout=2.0)
+        server.shutdown()
+        server.close_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        deadline = time.monotonic() + 2.0
+        while server.connections and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            raise RuntimeError("the emulator is not running")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_kubeconfig(
+        self, path: str | Path, *, namespace: str = "default", token: str | None = None
+    ) -> Path:
+        """Write a kubeconfig pointing at this emulator (``token`` e.g. ``system:node:n1``)."""
+        return write_kubeconfig(path, self.url, namespace=namespace, token=token)
+
+    def client_configuration(self) -> Any:
+        """A ``kubernetes.client.Configuration`` for this emulator."""
+        from kubernetes import client
+
+        config = client.Configuration()
+        config.host = self.url
+        return config
+
+    # ------------------------------------------------------------------ request log
+    def _log(self, record: RequestRecord) -> None:
+        self.requests.append(record)
+
+    def requests_for(
+        self, *, method: str | None = None, resource: str | None = None, verb: str | None = None
+    ) -> list[RequestRecord]:
+        return [
+            r
+            for r in list(self.requests)
+            if (method is None or r.method == method)
+            and (verb is None or r.verb == verb)
+            and (resource is None or r.resource == resource or r.resource.split("/")[0] == resource)
+        ]
+
+    def clear_requests(self) -> None:
+        self.requests.clear()
+
+    # ------------------------------------------------------------------ faults
+    def fail_next(
+        self,
+        status: int = 500,
+        *,
+        verbs: str | set[str] | None = None,
+        resource: str | None = None,
+        count: int = 1,
+        reason: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Answer the next ``count`` matching requests with an error Status."""
+        self.faults.add_error(
+            status, verbs=verbs, resource=resource, count=count, reason=reason, message=message
+        )
+
+    def fail_next_write(
+        self,
+        status: int = 409,
+        *,
+        resource: str | None = None,
+        verb: str | None = None,
+        count: int = 1,
+    ) -> None:
+        """The next write (create/update/patch/delete, or only ``verb``) answers ``status``;
+        a 409 is a Conflict with the real "object has been modified" message."""
+        message = None
+        reason = None
+        if status == 409:
+            reason = "Conflict"
+            message = f"Operation cannot be fulfilled on {resource or 'object'}: {errors.STALE}"
+        self.faults.add_error(
+            status,
+            verbs=verb or "write",
+            resource=resource,
+            count=count,
+            reason=reason,
+            message=message,
+        )
+
+    def add_latency(
+        self,
+        seconds: float,
+        *,
+        verbs: str | set[str] | None = None,
+        resource: str | None = None,
+        count: int | None = None,
+    ) -> None:
+        """Delay matching requests by ``seconds`` (every one, or the next ``count``)."""
+        self.faults.add_latency(seconds, verbs=verbs, resource=resource, count=count or 10**12)
+
+    def expire_next_watch(self, *, resource: str | None = None, count: int = 1) -> None:
+        """The next watch that asks for a resourceVersion gets an ERROR 410 Expired event."""
+        self.faults.add_gone(resource=resource, count=count)
+
+    def drop_watches(
+        self, kind: str | Kind | None = None, *, clean: bool = False, expire: bool = False
+    ) -> int:
+        """End open watches: abruptly (connection closed mid-stream), cleanly (stream end),
+        or with an ERROR 410 event (``expire=True``). Returns how many were ended."""
+        payload: Any = "DROP"
+        if clean:
+            payload = None
+        if expire:
+            payload = errors.too_old(self.store.rv)
+        kinds = [lookup(kind)] if kind is not None else None
+        return self.store.close_watchers(payload, kinds)
+
+    def compact(self) -> None:
+        """Forget the watch history: watches and continue tokens from older RVs get 410."""
+        self.store.compact()
+
+    def _watch_opened(self, watcher: Watcher) -> None:
+        with self._watch_lock:
+            self._open_watches.add(watcher)
+            self._watch_lock.notify_all()
+
+    def _watch_closed(self, watcher: Watcher) -> None:
+        with self._watch_lock:
+            self._open_watches.discard(watcher)
+            self._watch_lock.notify_all()
+
+    def open_watches(self, kind: str | Kind | None = None) -> int:
+        with self._watch_lock:
+            return sum(
+                1 for w in self._open_watches if kind is None or w.kind.key == lookup(kind).key
+            )
+
+    def wait_for_watches(
+        self, count: int = 1, *, kind: str | Kind | None = None, timeout: float = 5.0
+    ) -> None:
+        """Block until at least ``count`` watches (of ``kind``) are open."""
+        with self._watch_lock:
+            if not self._watch_lock.wait_for(
+                lambda: self.open_watches(kind) >= count, timeout=timeout
+            ):
+                raise TimeoutError(f"{self.open_watches(kind)} watches open, wanted {count}")
+
+    # ------------------------------------------------------------------ state hooks
+    def create(self, obj: Obj, *, namespace: str | None = None) -> Obj:
+        """Create ``obj`` (kind taken from ``obj['kind']``) through the full write path."""
+        kind = self._kind_of(obj)
+        ns = namespace or (obj.get("metadata") or {}).get("namespace") if kind.namespaced else None
+        return self.store.create(kind, ns or ("default" if kind.namespaced else None), obj)
+
+    def seed(self, objects: Iterable[Obj]) -> list[Obj]:
+        return [self.create(obj) for obj in objects]
+
+    def get(self, kind: str | Kind, name: str, namespace: str | None = None) -> Obj | None:
+        k = lookup(kind)
+        found = self.store.try_get(k, (namespace or "default") if k.namespaced else None, name)
+        return copy.deepcopy(found) if found is not None else None
+
+    def list(self, kind: str | Kind, namespace: str | None = None) -> list[Obj]:
+        """Deep copies of every stored object of ``kind`` (in ``namespace`` if given)."""
+        return copy.deepcopy(self.store.all(lookup(kind), namespace))
+
+    def replace(self, obj: Obj, *, subresource: str | None = None) -> Obj:
+        kind = self._kind_of(obj)
+        meta = obj.get("metadata") or {}
+        return self.store.replace(
+            kind, meta.get("namespace"), str(meta.get("name")), obj, subresource=subresource
+        )
+
+    def update_status(
+        self, kind: str | Kind, name: str, status: dict[str, Any], namespace: str | None = None
+    ) -> Obj:
+        """Replace ``status`` unconditionally (as a ``/status`` PUT without resourceVersion)."""
+        k = lookup(kind)
+        current = self.store.get(k, namespace, name)
+        body = {**current, "status": status, "metadata": {**current["metadata"]}}
+        body["metadata"].pop("resourceVersion", None)
+        return self.store.replace(k, namespace, name, body, subresource="status")
+
+    def patch(
+        self,
+        kind: str | Kind,
+        name: str,
+        patch: dict[str, Any] | list[Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        content_type: str | None = None,
+    ) -> Obj:
+        k = lookup(kind)
+        ctype = content_type or (
+            "application/json-patch+json"
+            if isinstance(patch, list)
+            else "application/merge-patch+json"
+        )
+        return self.store.patch(
+            k, namespace, name, ctype, json.dumps(patch).encode(), subresource=subresource
+        )
+
+    def delete(
+        self,
+        kind: str | Kind,
+        name: str,
+        namespace: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> Obj:
+        return self.store.delete(lookup(kind), namespace, name, options)
+
+    def bind(self, pod: str, node: str, namespace: str = "default") -> None:
+        self.store.bind(
+            namespace, pod, {"metadata": {"name": pod}, "target": {"kind": "Node", "name": node}}
+        )
+
+    def finish_pod_deletions(self, node: str | None = None) -> int:
+        """Play the kubelet for pods in graceful deletion: remove them now."""
+        return self.store.finish_pod_deletions(node)
+
+    @property
+    def resource_version(self) -> int:
+        return self.store.rv
+
+    def wait_until(
+        self, predicate: Callable[[], bool], timeout: float = 5.0, *, message: str = ""
+    ) -> None:
+        """Block until ``predicate()`` is true (checked after every change); TimeoutError otherwise."""
+        if not self.store.wait(predicate, timeout):
+            raise TimeoutError(message or f"condition not met within {timeout}s")
+
+    def wait_for(
+        self,
+        kind: str | Kind,
+        name: str,
+        predicate: Callable[[Obj], bool] | None = None,
+        *,
+        namespace: str | None = None,
+        timeout: float = 5.0,
+    ) -> Obj:
+        """Wait until the object exists (and satisfies ``predicate``); returns it."""
+        found: list[Obj] = []
+
+        def check() -> bool:
+            obj = self.get(kind, name, namespace)
+            if obj is not None and (predicate is None or predicate(obj)):
+                found.append(obj)
+                return True
+            return False
+
+        self.wait_until(
+            check,
+            timeout,
+            message=f"{kind} {namespace or ''}/{name} not as expected within {timeout}s",
+        )
+        return found[-1]
+
+    def wait_for_deletion(
+        self, kind: str | Kind, name: str, *, namespace: str | None = None, timeout: float = 5.0
+    ) -> None:
+        self.wait_until(
+            lambda: self.get(kind, name, namespace) is None,
+            timeout,
+            message=f"{kind} {namespace or ''}/{name} still exists after {timeout}s",
+        )
+
+    @staticmethod
+    def _kind_of(obj: Obj) -> Kind:
+        api_version, kind_name = obj.get("apiVersion"), obj.get("kind")
+        for kind in ALL_KINDS:
+            if kind.kind == kind_name and kind.api_version == api_version:
+                return kind
+        raise KeyError(f"the emulator does not serve {api_version}/{kind_name}")
+
+
+_VALIDATORS: dict[str, SchemaValidators] = {}
+_VALIDATORS_LOCK = threading.Lock()
+
+
+def _shared_validators(version: str) -> SchemaValidators:
+    """Validators are immutable once built: share them across emulator instances."""
+    with _VALIDATORS_LOCK:
+        if version not in _VALIDATORS:
+            _VALIDATORS[version] = SchemaValidators(version)
+        return _VALIDATORS[version]
+
+
+def write_kubeconfig(
+    path: str | Path, server: str, *, namespace: str = "default", token: str | None = None
+) -> Path:
+    user: dict[str, Any] = {"token": token} if token else {}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulator", "cluster": {"server": server}}],
+        "users": [{"name": "emulator", "user": user}],
+        "contexts": [
+            {
+                "name": "emulator",
+                "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+            }
+        ],
+        "current-context": "emulator",
+    }
+    target = Path(path)
+    target.write_text(json.dumps(config, indent=2) + "\n")
+    return target
+
+
+__all__ = ["NAMESPACE", "Emulator", "write_kubeconfig"]

@@ -1,0 +1,1057 @@
+"""The emulator's object store: one global resourceVersion, watch history, write semantics.
+
+Contract:
+
+* Stored objects are never mutated after they are stored (copy-on-write), so readers may
+  serialise them without a copy. Callers of the public methods get objects they must not
+  mutate either; :meth:`Store.get` and friends return deep copies only where they say so.
+* Every successful write bumps the single global ``resourceVersion`` by one, records a watch
+  event (``ADDED``/``MODIFIED``/``DELETED`` with the previous state) in a bounded history and
+  fans it out to the open watches. A write that changes nothing keeps the RV and emits nothing.
+* The write rules are the API server's: metadata ownership (uid, creationTimestamp,
+  generation, deletionTimestamp), optimistic concurrency, status subresource rules, immutable
+  specs, finalizers, pod binding, pod graceful deletion and namespace termination. Every write
+  is validated (strict schema plus semantic checks) before it is stored; a rejected write
+  changes nothing.
+* All state is guarded by one re-entrant lock; :attr:`Store.changed` is notified after every
+  commit (for wait-until helpers).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import datetime as dt
+import json
+import random
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from tests.emulator import errors
+from tests.emulator.defaults import apply_update_defaults, prepare_for_create
+from tests.emulator.errors import ApiStatusError, FieldError
+from tests.emulator.kinds import NAMESPACE, POD, Kind
+from tests.emulator.patch import (
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    apply_json_patch,
+    apply_merge_patch,
+    apply_strategic_merge_patch,
+)
+from tests.emulator.selectors import FieldSelector, LabelSelector
+from tests.emulator.validation import SchemaValidators, semantic_check
+
+Obj = dict[str, Any]
+ObjKey = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped kinds
+
+_NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"
+DEFAULT_NAMESPACES: Final = ("default", "kube-system", "kube-public", "kube-node-lease")
+EXPIRED_CONTINUE: Final = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this response "
+    "to retrieve the remainder of the results. Continuing with the provided token results in an "
+    "inconsistent list - objects that were created, modified, or deleted between the time the "
+    "first chunk was returned and now may show up in the list."
+)
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _meta(obj: Obj) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One committed change: ``type`` ADDED/MODIFIED/DELETED, new state, previous state."""
+
+    rv: int
+    kind: Kind
+    type: str
+    obj: Obj
+    prev: Obj | None
+
+
+@dataclass(slots=True)
+class Watcher:
+    """One open watch: filters events for its kind, namespace and selectors into a queue."""
+
+    kind: Kind
+    namespace: str | None
+    labels: LabelSelector | None
+    fields: FieldSelector | None
+    items: deque[tuple[str, Any]] = field(default_factory=deque)
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    closed: bool = False
+
+    def matches(self, obj: Obj | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and _meta(obj).get("namespace") != self.namespace:
+            return False
+        if self.labels is not None and not self.labels.matches(obj):
+            return False
+        return self.fields is None or self.fields.matches(obj)
+
+    def put(self, kind: str, payload: Any) -> None:
+        with self.cond:
+            if self.closed:
+                return
+            self.items.append((kind, payload))
+            if kind == "CLOSE":
+                self.closed = True
+            self.cond.notify_all()
+
+    def offer(self, event: Event) -> None:
+        if event.kind.key != self.kind.key:
+            return
+        now_matches = self.matches(event.obj)
+        if event.type == "DELETED":
+            if now_matches:
+                self.put("EVENT", ("DELETED", event.obj))
+            return
+        before = event.type == "MODIFIED" and self.matches(event.prev)
+        if now_matches and before:
+            self.put("EVENT", ("MODIFIED", event.obj))
+        elif now_matches:
+            self.put("EVENT", ("ADDED", event.obj))
+        elif before and event.prev is not None:
+            gone = dict(event.prev)
+            gone["metadata"] = {**_meta(event.prev), "resourceVersion": str(event.rv)}
+            self.put("EVENT", ("DELETED", gone))
+
+    def next(self, timeout: float) -> tuple[str, Any] | None:
+        """The next queued item, or None after ``timeout`` seconds."""
+        with self.cond:
+            if not self.items:
+                self.cond.wait(timeout)
+            return self.items.popleft() if self.items else None
+
+    def close(self, payload: Any = None) -> None:
+        """End the watch: ``payload`` None ends it cleanly, "DROP" abruptly, a Status as ERROR."""
+        self.put("CLOSE", payload)
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[Obj]
+    resource_version: int
+    continue_token: str | None
+    remaining: int | None
+
+
+class Store:
+    """Objects of every served kind, the global resourceVersion and the watch history."""
+
+    def __init__(
+        self,
+        validators: SchemaValidators,
+        *,
+        history_size: int = 10_000,
+        pod_graceful_deletion: bool = True,
+        require_namespaces: bool = True,
+    ) -> None:
+        self.validators = validators
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rv = 1
+        self.compacted_rv = 0
+        self.history: deque[Event] = deque(maxlen=max(1, history_size))
+        self.pod_graceful_deletion = pod_graceful_deletion
+        self.require_namespaces = require_namespaces
+        self._objects: dict[tuple[str, str], dict[ObjKey, Obj]] = {}
+        self._watchers: set[Watcher] = set()
+        self._rng = random.Random()
+        for name in DEFAULT_NAMESPACES:
+            self.create(NAMESPACE, None, {"metadata": {"name": name}})
+
+    # ------------------------------------------------------------------ helpers
+    def _bucket(self, kind: Kind) -> dict[ObjKey, Obj]:
+        return self._objects.setdefault(kind.key, {})
+
+    @staticmethod
+    def _key(kind: Kind, namespace: str | None, name: str) -> ObjKey:
+        return (namespace or "" if kind.namespaced else "", name)
+
+    def _require(self, kind: Kind, namespace: str | None, name: str) -> Obj:
+        found = self._bucket(kind).get(self._key(kind, namespace, name))
+        if found is None:
+            raise errors.not_found(kind, name)
+        return found
+
+    def _emit(self, kind: Kind, type_: str, obj: Obj, prev: Obj | None) -> None:
+        if len(self.history) == self.history.maxlen:
+            self.compacted_rv = self.history[0].rv
+        event = Event(self.rv, kind, type_, obj, prev)
+        self.history.append(event)
+        for watcher in list(self._watchers):
+            watcher.offer(event)
+        self.changed.notify_all()
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _validate(self, kind: Kind, obj: Obj) -> None:
+        self.validators.check(kind, obj)
+        semantic_check(kind, obj)
+
+    @staticmethod
+    def _strip_rv(obj: Obj) -> Obj:
+        out = dict(obj)
+        out["metadata"] = {k: v for k, v in _meta(obj).items() if k != "resourceVersion"}
+        return out
+
+    @staticmethod
+    def _spec_part(obj: Obj) -> Obj:
+        return {
+            k: v for k, v in obj.items() if k not in {"metadata", "status", "kind", "apiVersion"}
+        }
+
+    # ------------------------------------------------------------------ reads
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
+        with self.lock:
+            return self._require(kind, namespace, name)
+
+    def try_get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
+        with self.lock:
+            return self._bucket(kind).get(self._key(kind, namespace, name))
+
+    def all(self, kind: Kind, namespace: str | None = None) -> list[Obj]:
+        with self.lock:
+            return [
+                obj
+                for key, obj in sorted(self._bucket(kind).items())
+                if namespace is None or key[0] == namespace
+            ]
+
+    def _state_at(self, kind: Kind, rv: int) -> dict[ObjKey, Obj]:
+        if rv < self.compacted_rv:
+            raise errors.too_old(rv)
+        state = dict(self._bucket(kind))
+        for event in reversed(self.history):
+            if event.rv <= rv:
+                break
+            if event.kind.key != kind.key:
+                continue
+            meta = _meta(event.obj)
+            key = self._key(kind, meta.get("namespace"), str(meta.get("name")))
+            if event.type == "ADDED":
+                state.pop(key, None)
+            elif event.prev is not None:
+                state[key] = event.prev
+        return state
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        labels: LabelSelector | None = None,
+        fields: FieldSelector | None = None,
+        limit: int | None = None,
+        continue_token: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+    ) -> ListResult:
+        with self.lock:
+            start_after = ""
+            if continue_token:
+                if resource_version not in (None, ""):
+                    raise errors.bad_request(
+                        "specifying resource version is not allowed when using continue"
+                    )
+                list_rv, start_after = _decode_continue(continue_token)
+                if list_rv < self.compacted_rv:
+                    raise errors.expired(EXPIRED_CONTINUE)
+                state = self._state_at(kind, list_rv)
+            elif resource_version_match == "Exact" and resource_version not in (None, "", "0"):
+                list_rv = _parse_rv(resource_version)
+                if list_rv > self.rv:
+                    raise ApiStatusError(
+                        504, "Timeout", f"Too large resource version: {list_rv}, current: {self.rv}"
+                    )
+                state = self._state_at(kind, list_rv)
+            else:
+                if resource_version_match not in (None, "", "NotOlderThan", "Exact"):
+                    raise errors.bad_request(
+                        f"resourceVersionMatch: Unsupported value: {resource_version_match!r}"
+                    )
+                if resource_version_match and resource_version in (None, ""):
+                    raise errors.bad_request(
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided"
+                    )
+                list_rv = self.rv
+                state = self._bucket(kind)
+            ordered = sorted(state.items(), key=lambda kv: _etcd_key(kv[0]))
+            matching = [
+                obj
+                for key, obj in ordered
+                if (namespace is None or key[0] == namespace)
+                and _etcd_key(key) > start_after
+                and (labels is None or labels.matches(obj))
+                and (fields is None or fields.matches(obj))
+            ]
+            token = None
+            remaining = None
+            if limit and len(matching) > limit:
+                rest = len(matching) - limit
+                matching = matching[:limit]
+                last = _meta(matching[-1])
+                token = _encode_continue(
+                    list_rv, _etcd_key((last.get("namespace") or "", str(last.get("name"))))
+                )
+                if labels is None and fields is None:
+                    remaining = rest
+            return ListResult(matching, list_rv, token, remaining)
+
+    # ------------------------------------------------------------------ watch
+    def watch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        resource_version: str | None,
+        send_initial_events: bool = False,
+    ) -> Watcher:
+        """Open a watch. RV unset/"0": synthetic ADDED for current state; RV=N: replay."""
+        watcher = Watcher(kind, namespace, labels, fields)
+        with self.lock:
+            if resource_version in (None, "", "0") or send_initial_events:
+                for obj in self.all(kind, namespace):
+                    if watcher.matches(obj):
+                        watcher.put("EVENT", ("ADDED", obj))
+                if send_initial_events:
+                    watcher.put(
+                        "EVENT",
+                        (
+                            "BOOKMARK",
+                            {
+                                "kind": kind.kind,
+                                "apiVersion": kind.api_version,
+                                "metadata": {
+                                    "resourceVersion": str(self.rv),
+                                    "annotations": {"k8s.io/initial-events-end": "true"},
+                                },
+                            },
+                        ),
+                    )
+            else:
+                start = _parse_rv(resource_version)
+                if start < self.compacted_rv:
+                    raise errors.too_old(start)
+                for event in self.history:
+                    if event.rv > start:
+                        watcher.offer(event)
+            self._watchers.add(watcher)
+        return watcher
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self.lock:
+            self._watchers.discard(watcher)
+
+    def watchers(self, kind: Kind | None = None) -> list[Watcher]:
+        with self.lock:
+            return [w for w in self._watchers if kind is None or w.kind.key == kind.key]
+
+    def compact(self) -> None:
+        """Forget the watch history: every RV before the current one is now too old."""
+        with self.lock:
+            self.compacted_rv = self.rv
+            self.history.clear()
+
+    # ------------------------------------------------------------------ create
+    def create(self, kind: Kind, namespace: str | None, body: Any, *, dry_run: bool = False) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request(
+                f"the body of the request must be a JSON object, not {type(body).__name__}"
+            )
+        with self.lock:
+            obj = self._check_type(kind, body)
+            meta = obj.get("metadata")
+            if meta is None:
+                meta = obj["metadata"] = {}
+            if not isinstance(meta, dict):
+                raise errors.bad_request(
+                    f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: metadata must be an object'
+                )
+            namespace = self._check_namespace(kind, namespace, meta)
+            if meta.get("resourceVersion"):
+                raise errors.internal("resourceVersion should not be set on objects to be created")
+            name = meta.get("name")
+            if not name:
+                prefix = meta.get("generateName")
+                if not prefix:
+                    raise errors.invalid(
+                        kind,
+                        "",
+                        [
+                            FieldError(
+                                "metadata.name",
+                                "Required value",
+                                "name or generateName is required",
+                            )
+                        ],
+                    )
+                name = f"{prefix}{''.join(self._rng.choice(_NAME_CHARS) for _ in range(5))}"
+                meta["name"] = name
+            if not isinstance(name, str):
+                raise errors.bad_request("metadata.name must be a string")
+            if kind.namespaced and self.require_namespaces:
+                ns_obj = self._bucket(NAMESPACE).get(("", namespace or ""))
+                if ns_obj is None:
+                    raise errors.namespace_not_found(namespace or "")
+                if _meta(ns_obj).get("deletionTimestamp"):
+                    raise errors.forbidden(
+                        kind,
+                        name,
+                        f'{kind.group_resource} "{name}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated',
+                    )
+            obj = prepare_for_create(kind, obj)
+            meta = obj["metadata"]
+            for server_field in (
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "managedFields",
+                "selfLink",
+            ):
+                meta.pop(server_field, None)
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now()
+            if kind.tracks_generation:
+                meta["generation"] = 1
+            else:
+                meta.pop("generation", None)
+            self._validate(kind, obj)
+            key = self._key(kind, namespace, name)
+            if key in self._bucket(kind):
+                raise errors.already_exists(kind, name)
+            if dry_run:
+                return obj
+            meta["resourceVersion"] = self._next_rv()
+            self._bucket(kind)[key] = obj
+            self._emit(kind, "ADDED", obj, None)
+            return obj
+
+    @staticmethod
+    def _check_type(kind: Kind, body: Obj) -> Obj:
+        obj = copy.deepcopy(body)
+        api_version = obj.get("apiVersion") or kind.api_version
+        kind_name = obj.get("kind") or kind.kind
+        if api_version != kind.api_version or kind_name != kind.kind:
+            raise errors.bad_request(
+                f"the API version in the data ({api_version}) does not match the expected API "
+                f"version ({kind.api_version})"
+                if api_version != kind.api_version
+                else f"the kind in the data ({kind_name}) does not match the expected kind ({kind.kind})"
+            )
+        obj["apiVersion"] = kind.api_version
+        obj["kind"] = kind.kind
+        return obj
+
+    @staticmethod
+    def _check_namespace(kind: Kind, namespace: str | None, meta: dict[str, Any]) -> str | None:
+        if not kind.namespaced:
+            meta.pop("namespace", None)
+            return None
+        body_ns = meta.get("namespace")
+        if body_ns and namespace and body_ns != namespace:
+            raise errors.bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request"
+            )
+        namespace = namespace or body_ns
+        if not namespace:
+            raise errors.bad_request("the namespace of the object must be set")
+        meta["namespace"] = namespace
+        return str(namespace)
+
+    # ------------------------------------------------------------------ update
+    def replace(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request(
+                f"the body of the request must be a JSON object, not {type(body).__name__}"
+            )
+        with self.lock:
+            obj = self._check_type(kind, body)
+            meta = obj.get("metadata")
+            if not isinstance(meta, dict):
+                meta = obj["metadata"] = {}
+            if meta.get("name") and meta["name"] != name:
+                raise errors.bad_request(
+                    f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+                )
+            meta["name"] = name
+            namespace = self._check_namespace(kind, namespace, meta)
+            old = self._bucket(kind).get(self._key(kind, namespace, name))
+            if old is None:
+                if kind.create_on_update and subresource is None:
+                    meta.pop("resourceVersion", None)
+                    return self.create(kind, namespace, obj, dry_run=dry_run)
+                raise errors.not_found(kind, name)
+            return self._update(kind, old, obj, subresource=subresource, dry_run=dry_run)
+
+    def patch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        content_type: str,
+        body: bytes,
+        *,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        with self.lock:
+            old = self._require(kind, namespace, name)
+            if content_type == JSON_PATCH:
+                patched = apply_json_patch(old, body)
+            elif content_type == MERGE_PATCH:
+                patched = apply_merge_patch(old, body)
+            elif content_type == STRATEGIC_MERGE_PATCH:
+                patched = apply_strategic_merge_patch(old, body)
+            else:
+                raise errors.unsupported_media_type(content_type)
+            if not isinstance(patched.get("metadata"), dict):
+                raise errors.bad_request("metadata must be an object")
+            meta = patched["metadata"]
+            if meta.get("name") != name:
+                raise errors.bad_request(
+                    f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+                )
+            if kind.namespaced and meta.get("namespace") != _meta(old).get("namespace"):
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            patched = self._check_type(kind, patched)
+            return self._update(kind, old, patched, subresource=subresource, dry_run=dry_run)
+
+    def _update(
+        self, kind: Kind, old: Obj, new: Obj, *, subresource: str | None, dry_run: bool
+    ) -> Obj:
+        old_meta = _meta(old)
+        new_meta = _meta(new)
+        name = str(old_meta.get("name"))
+        want_rv = new_meta.get("resourceVersion")
+        if want_rv and want_rv != old_meta.get("resourceVersion"):
+            raise errors.conflict(kind, name, errors.STALE)
+        if new_meta.get("uid") and new_meta["uid"] != old_meta.get("uid"):
+            raise errors.conflict(
+                kind,
+                name,
+                f"Precondition failed: UID in precondition: {new_meta['uid']}, UID in object meta: {old_meta.get('uid')}",
+            )
+        if subresource == "status":
+            candidate = dict(old)
+            if "status" in new:
+                candidate["status"] = new["status"]
+            else:
+                candidate.pop("status", None)
+        elif subresource is not None:
+            raise errors.not_found(kind, name)
+        else:
+            candidate = apply_update_defaults(kind, new)
+            if kind.status_subresource:
+                if "status" in old:
+                    candidate["status"] = old["status"]
+                else:
+                    candidate.pop("status", None)
+            meta = dict(_meta(candidate))
+            meta.pop("managedFields", None)
+            meta.pop("selfLink", None)
+            for owned in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
+                if owned in old_meta:
+                    meta[owned] = old_meta[owned]
+                else:
+                    meta.pop(owned, None)
+            if kind.namespaced:
+                meta["namespace"] = old_meta.get("namespace")
+            candidate["metadata"] = meta
+            if old_meta.get("deletionTimestamp"):
+                added = [
+                    f
+                    for f in meta.get("finalizers") or []
+                    if f not in (old_meta.get("finalizers") or [])
+                ]
+                if added:
+                    raise errors.invalid(
+                        kind,
+                        name,
+                        [
+                            FieldError(
+                                "metadata.finalizers",
+                                "Forbidden",
+                                f"no new finalizers can be added if the object is being deleted, found new finalizers {json.dumps(added)}",
+                            )
+                        ],
+                    )
+            self._immutable(kind, old, candidate)
+            if kind.tracks_generation and self._spec_part(candidate) != self._spec_part(old):
+                meta["generation"] = int(old_meta.get("generation") or 0) + 1
+        candidate["metadata"] = {
+            **_meta(candidate),
+            "resourceVersion": old_meta.get("resourceVersion"),
+        }
+        self._validate(kind, candidate)
+        if kind.kind == "ResourceClaim" and subresource == "status":
+            self._claim_status_rules(kind, old, candidate)
+        if self._strip_rv(candidate) == self._strip_rv(old):
+            return old
+        if dry_run:
+            return candidate
+        meta = _meta(candidate)
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not self._graceful_pending(kind, candidate)
+        ):
+            self._remove(kind, old)
+            return candidate
+        meta["resourceVersion"] = self._next_rv()
+        self._bucket(kind)[self._key(kind, meta.get("namespace"), name)] = candidate
+        self._emit(kind, "MODIFIED", candidate, old)
+        return candidate
+
+    @staticmethod
+    def _graceful_pending(kind: Kind, obj: Obj) -> bool:
+        return kind is POD and bool(_meta(obj).get("deletionGracePeriodSeconds"))
+
+    @staticmethod
+    def _claim_status_rules(kind: Kind, old: Obj, new: Obj) -> None:
+        name = str(_meta(old).get("name"))
+        old_alloc = (old.get("status") or {}).get("allocation")
+        new_alloc = (new.get("status") or {}).get("allocation")
+        if old_alloc is not None and new_alloc is not None and old_alloc != new_alloc:
+            raise errors.invalid(
+                kind,
+                name,
+                [
+                    FieldError(
+                        "status.allocation",
+                        "Invalid value",
+                        "field is immutable",
+                        new_alloc,
+                        show_value=False,
+                    )
+                ],
+            )
+        if (
+            old_alloc is not None
+            and new_alloc is None
+            and (old.get("status") or {}).get("reservedFor")
+            and (new.get("status") or {}).get("reservedFor")
+        ):
+            raise errors.invalid(
+                kind,
+                name,
+                [
+                    FieldError(
+                        "status.allocation",
+                        "Forbidden",
+                        "may not be removed while `reservedFor` is set",
+                    )
+                ],
+            )
+        if old_alloc is None and new_alloc is not None and _meta(old).get("deletionTimestamp"):
+            raise errors.invalid(
+                kind,
+                name,
+                [
+                    FieldError(
+                        "status.allocation",
+                        "Forbidden",
+                        "new allocation not allowed while the claim is being deleted",
+                    )
+                ],
+            )
+
+    @staticmethod
+    def _immutable(kind: Kind, old: Obj, new: Obj) -> None:
+        name = str(_meta(old).get("name"))
+        if kind.spec_immutable and new.get("spec") != old.get("spec"):
+            raise errors.invalid(
+                kind,
+                name,
+                [
+                    FieldError(
+                        "spec",
+                        "Invalid value",
+                        "field is immutable",
+                        new.get("spec"),
+                        show_value=False,
+                    )
+                ],
+            )
+        if kind.kind == "ResourceSlice":
+            old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+            problems = [
+                FieldError(path, "Invalid value", "field is immutable", value)
+                for path, value, before in (
+                    ("spec.driver", new_spec.get("driver"), old_spec.get("driver")),
+                    (
+                        "spec.pool.name",
+                        (new_spec.get("pool") or {}).get("name"),
+                        (old_spec.get("pool") or {}).get("name"),
+                    ),
+                    ("spec.nodeName", new_spec.get("nodeName"), old_spec.get("nodeName")),
+                )
+                if value != before
+            ]
+            if problems:
+                raise errors.invalid(kind, name, problems)
+        if kind.kind == "Pod":
+            _check_pod_update(kind, old, new)
+
+    # ------------------------------------------------------------------ delete
+    def delete(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        options: Any = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
+        options = options if isinstance(options, dict) else {}
+        with self.lock:
+            old = self._require(kind, namespace, name)
+            meta = _meta(old)
+            pre = options.get("preconditions") or {}
+            if pre.get("uid") and pre["uid"] != meta.get("uid"):
+                raise errors.conflict(
+                    kind,
+                    name,
+                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+                )
+            if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
+                raise errors.conflict(
+                    kind,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
+                )
+            if dry_run:
+                return old
+            grace = options.get("gracePeriodSeconds")
+            if kind is POD and self.pod_graceful_deletion:
+                grace_s = self._pod_grace(old, grace)
+                if grace_s > 0:
+                    return self._mark_deleting(kind, old, grace_s)
+            if kind is NAMESPACE:
+                return self._delete_namespace(old)
+            if meta.get("finalizers"):
+                return self._mark_deleting(kind, old, None)
+            return self._remove(kind, old)
+
+    def _pod_grace(self, pod: Obj, requested: Any) -> int:
+        spec = pod.get("spec") or {}
+        phase = (pod.get("status") or {}).get("phase")
+        if not spec.get("nodeName") or phase in {"Succeeded", "Failed"}:
+            return 0
+        if isinstance(requested, int):
+            grace = requested
+        else:
+            grace = int(spec.get("terminationGracePeriodSeconds") or 30)
+        current = _meta(pod).get("deletionGracePeriodSeconds")
+        if current is not None and grace >= int(current):
+            return int(current)
+        return max(grace, 0)
+
+    def _mark_deleting(self, kind: Kind, old: Obj, grace: int | None) -> Obj:
+        meta = dict(_meta(old))
+        if grace is not None:
+            if meta.get("deletionGracePeriodSeconds") == grace:
+                return old
+            stamp = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace)
+            meta["deletionTimestamp"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["deletionGracePeriodSeconds"] = grace
+        else:
+            if meta.get("deletionTimestamp") and not meta.get("deletionGracePeriodSeconds"):
+                return old
+            meta["deletionTimestamp"] = meta.get("deletionTimestamp") or now()
+            meta["deletionGracePeriodSeconds"] = 0
+        meta["resourceVersion"] = self._next_rv()
+        new = {**old, "metadata": meta}
+        self._bucket(kind)[self._key(kind, meta.get("namespace"), str(meta["name"]))] = new
+        self._emit(kind, "MODIFIED", new, old)
+        return new
+
+    def _remove(self, kind: Kind, old: Obj) -> Obj:
+        meta = _meta(old)
+        key = self._key(kind, meta.get("namespace"), str(meta.get("name")))
+        stored = self._bucket(kind).pop(key)
+        gone = {**stored, "metadata": {**_meta(stored), "resourceVersion": self._next_rv()}}
+        self._emit(kind, "DELETED", gone, stored)
+        if kind.namespaced:
+            self._maybe_finish_namespace(str(meta.get("namespace")))
+        return gone
+
+    def _delete_namespace(self, ns_obj: Obj) -> Obj:
+        name = str(_meta(ns_obj).get("name"))
+        if not _meta(ns_obj).get("deletionTimestamp"):
+            meta = {
+                **_meta(ns_obj),
+                "deletionTimestamp": now(),
+                "deletionGracePeriodSeconds": 0,
+                "resourceVersion": self._next_rv(),
+            }
+            updated = {**ns_obj, "metadata": meta, "status": {"phase": "Terminating"}}
+            self._bucket(NAMESPACE)[("", name)] = updated
+            self._emit(NAMESPACE, "MODIFIED", updated, ns_obj)
+            ns_obj = updated
+        from tests.emulator.kinds import ALL_KINDS
+
+        for kind in ALL_KINDS:
+            if not kind.namespaced:
+                continue
+            for key, obj in list(self._bucket(kind).items()):
+                if key[0] != name or kind is NAMESPACE:
+                    continue
+                if _meta(obj).get("finalizers"):
+                    self._mark_deleting(kind, obj, None)
+                else:
+                    self._remove(kind, obj)
+        self._maybe_finish_namespace(name)
+        return self._bucket(NAMESPACE).get(("", name), ns_obj)
+
+    def _maybe_finish_namespace(self, name: str) -> None:
+        ns_obj = self._bucket(NAMESPACE).get(("", name))
+        if ns_obj is None or not _meta(ns_obj).get("deletionTimestamp"):
+            return
+        from tests.emulator.kinds import ALL_KINDS
+
+        for kind in ALL_KINDS:
+            if kind.namespaced and any(key[0] == name for key in self._bucket(kind)):
+                return
+        self._remove(NAMESPACE, ns_obj)
+
+    def delete_collection(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        labels: LabelSelector | None,
+        fields: FieldSelector | None,
+        options: Any = None,
+    ) -> list[Obj]:
+        with self.lock:
+            victims = self.list(kind, namespace, labels=labels, fields=fields).items
+            return [
+                self.delete(kind, _meta(v).get("namespace"), str(_meta(v).get("name")), options)
+                for v in victims
+            ]
+
+    # ------------------------------------------------------------------ pods
+    def bind(self, namespace: str, name: str, binding: Any) -> None:
+        """``pods/binding``: set ``spec.nodeName`` and ``PodScheduled=True`` (404/409 rules)."""
+        if not isinstance(binding, dict):
+            raise errors.bad_request("the body of the request must be a Binding object")
+        meta = binding.get("metadata") or {}
+        if meta.get("name") and meta["name"] != name:
+            raise errors.bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+            )
+        target = binding.get("target") or {}
+        if target.get("kind") not in (None, "", "Node"):
+            raise errors.invalid(
+                POD,
+                name,
+                [
+                    FieldError(
+                        "target.kind",
+                        "Invalid value",
+                        "must be empty or 'Node'",
+                        target.get("kind"),
+                    )
+                ],
+            )
+        node = target.get("name")
+        if not node:
+            raise errors.invalid(POD, name, [FieldError("target.name", "Required value", "")])
+        with self.lock:
+            old = self._require(POD, namespace, name)
+            old_meta = _meta(old)
+            binding_kind = POD
+            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+                raise errors.conflict(
+                    binding_kind,
+                    name,
+                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old_meta.get('uid')}",
+                    resource="pods/binding",
+                )
+            if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta.get(
+                "resourceVersion"
+            ):
+                raise errors.conflict(binding_kind, name, errors.STALE, resource="pods/binding")
+            if old_meta.get("deletionTimestamp"):
+                raise errors.conflict(
+                    binding_kind,
+                    name,
+                    f"pod {name} is being deleted, cannot be assigned to a host",
+                    resource="pods/binding",
+                )
+            current = (old.get("spec") or {}).get("nodeName")
+            if current:
+                raise errors.conflict(
+                    binding_kind,
+                    name,
+                    f'pod {name} is already assigned to node "{current}"',
+                    resource="pods/binding",
+                )
+            new = copy.deepcopy(old)
+            new["spec"]["nodeName"] = node
+            if meta.get("annotations"):
+                new["metadata"].setdefault("annotations", {}).update(meta["annotations"])
+            status = new.setdefault("status", {})
+            conditions = [
+                c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"
+            ]
+            conditions.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now(),
+                }
+            )
+            status["conditions"] = conditions
+            self._validate(POD, new)
+            new["metadata"]["resourceVersion"] = self._next_rv()
+            self._bucket(POD)[self._key(POD, namespace, name)] = new
+            self._emit(POD, "MODIFIED", new, old)
+
+    def finish_pod_deletions(self, node: str | None = None) -> int:
+        """Play the kubelet: remove pods whose graceful deletion is pending; returns how many."""
+        with self.lock:
+            count = 0
+            for obj in list(self._bucket(POD).values()):
+                meta = _meta(obj)
+                if not meta.get("deletionTimestamp") or not meta.get("deletionGracePeriodSeconds"):
+                    continue
+                if node is not None and (obj.get("spec") or {}).get("nodeName") != node:
+                    continue
+                self.delete(
+                    POD, meta.get("namespace"), str(meta.get("name")), {"gracePeriodSeconds": 0}
+                )
+                count += 1
+            return count
+
+    def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Block until ``predicate()`` holds (re-checked after every commit) or time runs out."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.changed.wait(min(left, 0.05))
+            return True
+
+    def close_watchers(self, payload: Any = None, kinds: Iterable[Kind] | None = None) -> int:
+        keys = {k.key for k in kinds} if kinds is not None else None
+        with self.lock:
+            targets = [w for w in self._watchers if keys is None or w.kind.key in keys]
+            for watcher in targets:
+                watcher.close(payload)
+            return len(targets)
+
+
+_POD_MUTABLE_CONTAINER: Final = ("image",)
+
+
+def _check_pod_update(kind: Kind, old: Obj, new: Obj) -> None:
+    """Pod spec updates may only change images, activeDeadlineSeconds, add tolerations and
+    remove scheduling gates (the same set the API server allows)."""
+    old_spec = copy.deepcopy(old.get("spec") or {})
+    new_spec = copy.deepcopy(new.get("spec") or {})
+    for spec in (old_spec, new_spec):
+        for group in ("containers", "initContainers", "ephemeralContainers"):
+            for container in spec.get(group) or []:
+                if isinstance(container, dict):
+                    container.pop("image", None)
+        spec.pop("activeDeadlineSeconds", None)
+    old_tol = old_spec.pop("tolerations", None) or []
+    new_tol = new_spec.pop("tolerations", None) or []
+    old_gates = old_spec.pop("schedulingGates", None) or []
+    new_gates = new_spec.pop("schedulingGates", None) or []
+    ok = (
+        old_spec == new_spec
+        and all(t in new_tol for t in old_tol)
+        and all(g in old_gates for g in new_gates)
+    )
+    if not ok:
+        name = str(_meta(old).get("name"))
+        raise errors.invalid(
+            kind,
+            name,
+            [
+                FieldError(
+                    "spec",
+                    "Forbidden",
+                    "pod updates may not change fields other than `spec.containers[*].image`,"
+                    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                    "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                    "(allow it to be set to 1 if it was previously negative)",
+                )
+            ],
+        )
+
+
+def _etcd_key(key: ObjKey) -> str:
+    return f"{key[0]}/{key[1]}" if key[0] else key[1]
+
+
+def _parse_rv(value: str | None) -> int:
+    try:
+        rv = int(str(value))
+    except ValueError:
+        raise errors.bad_request(
+            f'resourceVersion: Invalid value: "{value}": must be an integer'
+        ) from None
+    if rv < 0:
+        raise errors.bad_request(f'resourceVersion: Invalid value: "{value}": must be non-negative')
+    return rv
+
+
+def _encode_continue(rv: int, start: str) -> str:
+    raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[int, str]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        rv = int(data["rv"])
+        start = str(data["start"]).rstrip("\x00")
+        if data.get("v") != "meta.k8s.io/v1":
+            raise ValueError(data.get("v"))
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+    return rv, start

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import jsonschema
 import referencing
+import referencing.jsonschema
 import yaml
 
 DEFAULT_VERSIONS: Final = ("1.34", "1.37")
@@ -60,7 +61,9 @@ def _schema_root(version: str) -> Any:
 def _registry(version: str) -> referencing.Registry[Any]:
     folder = _schema_root(version)
     definitions = json.loads(folder.joinpath("_definitions.json").read_text(encoding="utf-8"))
-    return referencing.jsonschema.DRAFT202012.create_resource(definitions) @ referencing.Registry()
+    resource = referencing.jsonschema.DRAFT202012.create_resource(definitions)
+    registry: referencing.Registry[Any] = resource @ referencing.Registry()
+    return registry
 
 
 @functools.cache
@@ -89,7 +92,9 @@ def _validator(version: str, api_version: str, kind: str) -> jsonschema.protocol
 
 
 def _describe(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     name = meta.get("name") or meta.get("generateName") or "<unnamed>"
     return f"{obj.get('kind', '<no kind>')}/{name}"
 

@@ -5,10 +5,12 @@ in, which decides how it is printed back:
 
 * ``BinarySI`` (``Ki Mi Gi Ti Pi Ei``), ``DecimalSI`` (``n u m "" k M G T P E``) and
   ``DecimalExponent`` (``1e3``, ``5E-3``);
-* parsing rounds up (away from zero) to nano precision, as upstream does;
+* parsing rounds up (away from zero) to nano precision, as upstream does; binary quantities
+  are capped at the int64 maximum and a binary value between 0 and 1 becomes decimal;
 * :meth:`Quantity.__str__` gives upstream's canonical form: ``1536Mi`` stays ``1536Mi``,
   ``0.5Gi`` becomes ``512Mi``, ``1000`` becomes ``1k``, ``1.5`` becomes ``1500m``, a binary
-  quantity that is not a whole multiple of 1024 is printed in decimal;
+  quantity that is not a whole multiple of 1024 is printed in decimal, and values beyond the
+  largest suffix use exponent notation (``1e21``, ``10e69``), as upstream prints them;
 * equality, ordering and hashing use the value only (``1Ki == 1024``).
 
 Malformed strings raise :class:`~driver.errors.QuantityError` with the offending text.
@@ -32,7 +34,18 @@ _INT64_MIN: Final = -(2**63)
 _MAX_EXPONENT: Final = 64  # far beyond any real quantity; stops 1e999999 from eating memory
 
 _BINARY: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL: Final = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_DECIMAL: Final = {
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
+}
 _DECIMAL_SUFFIX_FOR: Final = {exp: suffix for suffix, exp in _DECIMAL.items()}
 _BINARY_SUFFIX_FOR: Final = {exp: suffix for suffix, exp in _BINARY.items()}
 
@@ -42,8 +55,7 @@ _PATTERN: Final = re.compile(
 )
 
 _SYNTAX_HINT: Final = (
-    "quantities must match the regular expression "
-    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 )
 
 
@@ -93,10 +105,14 @@ class Quantity:
         else:
             value = number * Fraction(10) ** _DECIMAL[suffix or ""]
             fmt = "DecimalSI"
-        if match["sign"] == "-":
-            value = -value
-        nanos = _ceil_away_from_zero(value * NANO)
-        return cls(nanos, fmt)
+        magnitude = _ceil_away_from_zero(value * NANO)
+        if fmt == "BinarySI":
+            # Upstream caps binary quantities at the int64 maximum, and prints a binary
+            # quantity between 0 and 1 as decimal (".000000000001Ki" is "2n", DecimalSI).
+            magnitude = min(magnitude, _INT64_MAX * NANO)
+            if 0 < magnitude < NANO:
+                fmt = "DecimalSI"
+        return cls(-magnitude if match["sign"] == "-" else magnitude, fmt)
 
     @classmethod
     def of(cls, value: str | int | Quantity) -> Quantity:
@@ -162,12 +178,16 @@ class Quantity:
     def __add__(self, other: Quantity) -> Quantity:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return Quantity(self._nanos + other._nanos, other._format if self._nanos == 0 else self._format)
+        return Quantity(
+            self._nanos + other._nanos, other._format if self._nanos == 0 else self._format
+        )
 
     def __sub__(self, other: Quantity) -> Quantity:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return Quantity(self._nanos - other._nanos, other._format if self._nanos == 0 else self._format)
+        return Quantity(
+            self._nanos - other._nanos, other._format if self._nanos == 0 else self._format
+        )
 
     def __neg__(self) -> Quantity:
         return Quantity(-self._nanos, self._format)
@@ -209,17 +229,20 @@ def _canonical(nanos: int, fmt: Format) -> str:
     if fmt == "BinarySI" and magnitude % NANO == 0 and magnitude >= 1024 * NANO:
         whole = magnitude // NANO
         exponent = 0
-        while exponent < 60 and whole % 1024 == 0:
+        while whole % 1024 == 0:
             whole //= 1024
             exponent += 10
-        return f"{sign}{whole}{_BINARY_SUFFIX_FOR.get(exponent, '')}"
+        if exponent in _BINARY_SUFFIX_FOR or exponent == 0:
+            return f"{sign}{whole}{_BINARY_SUFFIX_FOR.get(exponent, '')}"
+        fmt = "DecimalExponent"  # beyond Ei there is no binary suffix: exact decimal form
     # Decimal: mantissa * 10^exponent with the exponent a multiple of 3, mantissa as small an
-    # integer as possible (trailing groups of 000 moved into the exponent), capped at 10^18.
+    # integer as possible (trailing groups of 000 moved into the exponent). Beyond E (10^18)
+    # there is no suffix, so DecimalSI falls back to exponent notation ("1e21"), as upstream.
     mantissa, exponent = magnitude, -9
-    while exponent < 18 and mantissa % 1000 == 0:
+    while mantissa % 1000 == 0:
         mantissa //= 1000
         exponent += 3
-    if fmt == "DecimalExponent":
+    if fmt == "DecimalExponent" or exponent not in _DECIMAL_SUFFIX_FOR:
         return f"{sign}{mantissa}" + (f"e{exponent}" if exponent else "")
     return f"{sign}{mantissa}{_DECIMAL_SUFFIX_FOR[exponent]}"
 

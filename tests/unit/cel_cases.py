@@ -255,8 +255,12 @@ CASES: tuple[Case, ...] = (
     ),
     runtime(
         "asInteger beyond int64",
-        'quantity("10Ei").asInteger() > 0',
+        'quantity("10E").asInteger() > 0',
         "cannot convert value to integer",
+    ),
+    ok(
+        "binary quantity capped at int64 max",
+        'quantity("10Ei").asInteger() == 9223372036854775807',
     ),
     compile_error(
         "quantity compared to int",

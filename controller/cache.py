@@ -1,0 +1,325 @@
+"""List+watch caches of raw JSON, and the claim overlay that makes in-flight decisions visible.
+
+:class:`Informer` keeps one resource in memory: it lists, then watches from the list's
+resourceVersion; when a watch ends it resumes from the last resourceVersion it saw (bookmarks
+included); on 410 Gone it relists and reports the difference (objects that vanished during the
+gap are reported as deletions); on any other API error it backs off and resumes. Objects are
+stored as the raw JSON the API server sent and are never mutated; a changed object replaces
+the stored one. ``version`` counts changes, so readers can tell cheaply whether anything moved.
+
+:class:`ClaimOverlay` is the controller's own view on top of the claim informer, as
+kube-scheduler's assume cache: a claim this controller has decided to allocate (``pending``)
+or has written (``assumed``, keyed by the resourceVersion the write returned) is shown with
+that state until the informer delivers an object at least as new; pending bridge claims (not
+yet created) appear under a synthetic key. The snapshot for the decision core reads
+:meth:`ClaimOverlay.view`, so a device is never handed out twice by this process while its
+writes are in flight.
+
+:class:`ClusterCache` bundles the five informers the controller needs and fans their changes
+out to subscribers (the scheduling queue and the deallocator).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from controller.api import (
+    DEVICE_CLASSES,
+    JSON,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Api,
+    Resource,
+    meta,
+    object_key,
+)
+from driver.errors import ApiError, GoneError
+
+log = logging.getLogger(__name__)
+
+#: ``(resource kind, event type, old object or None, new object or None)``.
+Handler = Callable[[str, str, JSON | None, JSON | None], None]
+
+ADDED: Final = "ADDED"
+MODIFIED: Final = "MODIFIED"
+DELETED: Final = "DELETED"
+
+
+def rv_int(obj: Mapping[str, Any] | None) -> int:
+    """An object's resourceVersion as an integer (-1 when missing or not numeric).
+
+    resourceVersions are opaque by contract, but every API server in use (etcd revisions, the
+    emulator) produces integers; like kube-scheduler's assume cache, this compares them so.
+    """
+    if obj is None:
+        return -1
+    try:
+        return int(meta(obj).get("resourceVersion") or -1)
+    except ValueError:
+        return -1
+
+
+@dataclass(slots=True)
+class InformerStats:
+    lists: int = 0
+    watches: int = 0
+    relists_on_gone: int = 0
+    errors: int = 0
+
+
+class Informer:
+    """One resource kept in memory by list+watch (see the module docstring)."""
+
+    def __init__(
+        self,
+        api: Api,
+        resource: Resource,
+        *,
+        handlers: Iterable[Handler] = (),
+        field_selector: str | None = None,
+        watch_timeout_s: int = 300,
+        retry_initial_s: float = 0.2,
+        retry_max_s: float = 5.0,
+    ) -> None:
+        self.api = api
+        self.resource = resource
+        self.kind = resource.kind
+        self.field_selector = field_selector
+        self.store: dict[str, JSON] = {}
+        self.resource_version = ""
+        self.version = 0
+        self.synced = asyncio.Event()
+        self.stats = InformerStats()
+        self._handlers = list(handlers)
+        self._watch_timeout_s = watch_timeout_s
+        self._retry_initial_s = retry_initial_s
+        self._retry_max_s = retry_max_s
+
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    def get(self, key: str) -> JSON | None:
+        return self.store.get(key)
+
+    def _notify(self, etype: str, old: JSON | None, new: JSON | None) -> None:
+        self.version += 1
+        for handler in self._handlers:
+            try:
+                handler(self.kind, etype, old, new)
+            except Exception:
+                log.exception("%s handler failed on %s", self.kind, etype)
+
+    async def relist(self) -> None:
+        """List everything and replace the store, reporting what changed."""
+        result = await self.api.list(self.resource, field_selector=self.field_selector)
+        self.stats.lists += 1
+        fresh = {object_key(o): o for o in result.items}
+        old_store = self.store
+        self.store = fresh
+        self.resource_version = result.resource_version
+        for key, gone in old_store.items():
+            if key not in fresh:
+                self._notify(DELETED, gone, None)
+        for key, obj in fresh.items():
+            previous = old_store.get(key)
+            if previous is None:
+                self._notify(ADDED, None, obj)
+            elif meta(previous).get("resourceVersion") != meta(obj).get("resourceVersion"):
+                self._notify(MODIFIED, previous, obj)
+        log.info(
+            "listed %d %s at resourceVersion %s",
+            len(fresh),
+            self.resource.plural,
+            self.resource_version,
+        )
+
+    def apply(self, etype: str, obj: JSON) -> None:
+        """Apply one watch event to the store."""
+        rv = meta(obj).get("resourceVersion")
+        if rv:
+            self.resource_version = str(rv)
+        if etype == "BOOKMARK":
+            return
+        key = object_key(obj)
+        old = self.store.get(key)
+        if etype == DELETED:
+            if old is not None:
+                del self.store[key]
+                self._notify(DELETED, old, None)
+            return
+        self.store[key] = obj
+        self._notify(ADDED if old is None else MODIFIED, old, obj)
+
+    async def run(self) -> None:
+        """List, then watch forever (until cancelled); see the module docstring."""
+        need_list = True
+        delay = self._retry_initial_s
+        while True:
+            try:
+                if need_list:
+                    await self.relist()
+                    need_list = False
+                    self.synced.set()
+                self.stats.watches += 1
+                async for event in self.api.watch(
+                    self.resource,
+                    resource_version=self.resource_version,
+                    field_selector=self.field_selector,
+                    timeout_s=self._watch_timeout_s,
+                ):
+                    self.apply(event.type, event.object)
+                    delay = self._retry_initial_s
+            except GoneError:
+                self.stats.relists_on_gone += 1
+                log.info(
+                    "%s watch expired at %s; relisting",
+                    self.resource.plural,
+                    self.resource_version,
+                )
+                need_list = True
+            except ApiError as exc:
+                self.stats.errors += 1
+                log.warning(
+                    "%s list/watch failed (%s); retrying in %.1fs",
+                    self.resource.plural,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter
+                delay = min(delay * 2, self._retry_max_s)
+
+
+@dataclass(frozen=True, slots=True)
+class _Assumed:
+    obj: JSON
+    rv: int
+    since: float
+
+
+class ClaimOverlay:
+    """In-flight claim state over the claim informer (see the module docstring)."""
+
+    def __init__(self, informer: Informer, *, expiry_s: float = 60.0) -> None:
+        self._informer = informer
+        self._pending: dict[str, JSON] = {}
+        self._assumed: dict[str, _Assumed] = {}
+        self._expiry_s = expiry_s
+        self.version = 0
+
+    def _bump(self) -> None:
+        self.version += 1
+
+    def set_pending(self, key: str, obj: JSON) -> None:
+        """Show ``obj`` (e.g. a claim with the decided allocation) until cleared or assumed."""
+        self._pending[key] = obj
+        self._bump()
+
+    def clear_pending(self, key: str) -> None:
+        if self._pending.pop(key, None) is not None:
+            self._bump()
+
+    def assume(self, written: JSON) -> None:
+        """Record what a successful write returned, until the informer catches up."""
+        key = object_key(written)
+        self._assumed[key] = _Assumed(written, rv_int(written), time.monotonic())
+        self._pending.pop(key, None)
+        self._bump()
+
+    def forget(self, key: str) -> None:
+        """Drop pending and assumed state for ``key`` (after a rollback or a delete)."""
+        changed = self._pending.pop(key, None) is not None
+        changed = self._assumed.pop(key, None) is not None or changed
+        if changed:
+            self._bump()
+
+    def observe(self, key: str, obj: JSON | None) -> None:
+        """Called on informer events: drop assumptions the informer has caught up with."""
+        assumed = self._assumed.get(key)
+        if assumed is None:
+            return
+        if obj is None or rv_int(obj) >= assumed.rv:
+            del self._assumed[key]
+            self._bump()
+
+    def get(self, key: str) -> JSON | None:
+        """The newest known state of one claim (pending, assumed, or informer)."""
+        pending = self._pending.get(key)
+        if pending is not None:
+            return pending
+        base = self._informer.get(key)
+        assumed = self._assumed.get(key)
+        if assumed is not None and rv_int(base) < assumed.rv:
+            return assumed.obj
+        return base
+
+    def latest_written(self, key: str) -> JSON | None:
+        """Like :meth:`get` but ignoring pending (unwritten) state: the base for a write."""
+        base = self._informer.get(key)
+        assumed = self._assumed.get(key)
+        if assumed is not None and rv_int(base) < assumed.rv:
+            return assumed.obj
+        return base
+
+    def view(self) -> dict[str, JSON]:
+        """All claims as this controller believes them to be, keyed ``namespace/name``."""
+        now = time.monotonic()
+        expired = [k for k, a in self._assumed.items() if now - a.since > self._expiry_s]
+        for key in expired:  # a write whose watch event never came: trust the informer again
+            del self._assumed[key]
+        claims = dict(self._informer.store)
+        for key, assumed in self._assumed.items():
+            if rv_int(claims.get(key)) < assumed.rv:
+                claims[key] = assumed.obj
+        claims.update(self._pending)
+        return claims
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending) + len(self._assumed)
+
+
+class ClusterCache:
+    """Nodes, Pods, DeviceClasses, ResourceSlices and ResourceClaims, plus the claim overlay."""
+
+    def __init__(self, api: Api, *, watch_timeout_s: int = 300) -> None:
+        self.nodes = Informer(api, NODES, watch_timeout_s=watch_timeout_s)
+        self.pods = Informer(api, PODS, watch_timeout_s=watch_timeout_s)
+        self.classes = Informer(api, DEVICE_CLASSES, watch_timeout_s=watch_timeout_s)
+        self.slices = Informer(api, RESOURCE_SLICES, watch_timeout_s=watch_timeout_s)
+        self.claims = Informer(api, RESOURCE_CLAIMS, watch_timeout_s=watch_timeout_s)
+        self.overlay = ClaimOverlay(self.claims)
+        self.claims.add_handler(self._observe_claim)
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return (self.nodes, self.classes, self.slices, self.claims, self.pods)
+
+    def _observe_claim(self, _kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
+        obj = new if new is not None else old
+        if obj is not None:
+            self.overlay.observe(object_key(obj), new)
+
+    def subscribe(self, handler: Handler) -> None:
+        for informer in self.informers:
+            informer.add_handler(handler)
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers)
+
+    async def wait_synced(self) -> None:
+        for informer in self.informers:
+            await informer.synced.wait()
+
+    @property
+    def version(self) -> tuple[int, int, int, int]:
+        """Changes to what the decision core reads besides pods (snapshot invalidation)."""
+        return (self.nodes.version, self.classes.version, self.slices.version, self.claims.version)

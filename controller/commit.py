@@ -1,0 +1,575 @@
+"""Writing one placement to the API server in an order that is safe at every crash point.
+
+A :class:`Plan` says: bind pod P to node N, with these claims allocated (or, for claims that
+were already allocated, only reserved) and maybe a KEP-5004 bridge claim. :class:`Committer`
+writes it in this order:
+
+1. **finalizer**: the controller's own finalizer (``<driver>/allocation``, never the reserved
+   ``resource.kubernetes.io/delete-protection``) on every claim this plan allocates, by a
+   merge patch carrying the claim's resourceVersion;
+2. **allocation**: ``status.allocation`` plus P in ``status.reservedFor``, one PUT of
+   ``/status`` per claim with the resourceVersion of the claim we read;
+3. **bridge**: for legacy ``nvidia.com/gpu`` pods, the special claim is created (KEP-5004
+   shape, with our finalizer), its status written as in 2, and linked from
+   ``pod.status.extendedResourceClaimStatus``;
+4. **binding**: ``POST pods/P/binding``.
+
+What a crash leaves behind, and who repairs it:
+
+* after 1: a claim with our finalizer and no allocation; the deallocator removes the finalizer;
+* after 2 or 3: claims allocated and reserved for a pod that is not bound; before the pod is
+  tried again the scheduler releases them (:func:`release_for_unbound_pod`) and deletes a
+  stale bridge claim; until then their devices count as used, so nothing is given twice;
+* after 4: the pod is bound and every one of its claims is allocated and reserved for it.
+
+So no pod is ever bound without its claims allocated and reserved, and a device is never
+allocated to two claims by this controller (the snapshot counts pending and assumed writes,
+and every status write is conditional on the resourceVersion the decision was based on).
+
+Failures: 409 re-reads the object and retries while the plan still holds (the claim is still
+unallocated, or already carries our allocation); 5xx and transport errors retry with backoff,
+re-reading first because the write may have landed. When the plan no longer holds, or
+retries run out, :class:`CommitAbortedError` is raised after a best-effort rollback of what this
+attempt wrote (reservations, allocations, finalizers, the bridge claim); anything the rollback
+cannot undo is repaired as after a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from controller.api import JSON, PODS, RESOURCE_CLAIMS, Api, meta, object_key
+from controller.cache import ClaimOverlay
+from driver.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from driver.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS: Final = 5
+RETRY_BASE_S: Final = 0.05
+MAX_RESERVED_FOR: Final = 256
+
+#: Called after every write with the step name (``finalizer``, ``allocation``,
+#: ``bridge-create``, ``bridge-allocation``, ``bridge-link``, ``binding``); tests raise from it
+#: to simulate a crash between two writes.
+StepHook = Callable[[str, str], Awaitable[None]]
+
+
+class CommitAbortedError(BiaxialError):
+    """The placement could not be written; what this attempt wrote was rolled back."""
+
+    def __init__(self, message: str, *, conflict: bool = False) -> None:
+        super().__init__(message)
+        self.conflict = conflict
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def consumer(self) -> JSON:
+        """The ``ResourceClaimConsumerReference`` for this pod."""
+        return {"resource": "pods", "name": self.name, "uid": self.uid}
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodRef:
+        m = meta(pod)
+        return cls(str(m.get("namespace") or "default"), str(m["name"]), str(m.get("uid") or ""))
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    """One claim of the pod: ``allocation`` to write, or None if it is already allocated."""
+
+    key: str
+    allocation: JSON | None
+
+
+@dataclass(frozen=True, slots=True)
+class BridgePlan:
+    """The KEP-5004 special claim: its body (``generateName``), allocation and mappings."""
+
+    claim: JSON
+    allocation: JSON
+    request_mappings: tuple[JSON, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    pod: PodRef
+    node: str
+    claims: tuple[ClaimPlan, ...] = ()
+    bridge: BridgePlan | None = None
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What this attempt wrote, for rollback."""
+
+    finalized: list[str] = field(default_factory=list)
+    allocated: list[str] = field(default_factory=list)  # we wrote the allocation
+    reserved: list[str] = field(default_factory=list)  # we only added the reservation
+    bridge: JSON | None = None
+
+
+def reserved_uids(claim: Mapping[str, Any]) -> list[str]:
+    return [str(r.get("uid")) for r in (claim.get("status") or {}).get("reservedFor") or []]
+
+
+def has_finalizer(claim: Mapping[str, Any], finalizer: str) -> bool:
+    return finalizer in (meta(claim).get("finalizers") or [])
+
+
+def is_bridge(claim: Mapping[str, Any]) -> bool:
+    annotations = meta(claim).get("annotations") or {}
+    return annotations.get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) == "true"
+
+
+def _split(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+async def _pause(attempt: int) -> None:
+    await asyncio.sleep(RETRY_BASE_S * 2**attempt)
+
+
+async def _noop(_step: str, _key: str) -> None:
+    return None
+
+
+class Committer:
+    """Writes plans (see the module docstring). One per controller; safe to run concurrently
+    for different pods."""
+
+    def __init__(
+        self,
+        api: Api,
+        overlay: ClaimOverlay,
+        *,
+        finalizer: str,
+        on_step: StepHook | None = None,
+        on_conflict: Callable[[str], None] | None = None,
+    ) -> None:
+        self.api = api
+        self.overlay = overlay
+        self.finalizer = finalizer
+        self._on_step = on_step or _noop
+        self._on_conflict = on_conflict or (lambda _step: None)
+        self.locked: set[str] = set()  # claim keys with writes in progress
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _get_claim(self, key: str) -> JSON:
+        namespace, name = _split(key)
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                return await self.api.get(RESOURCE_CLAIMS, name, namespace)
+            except ServerError:
+                if attempt == MAX_ATTEMPTS - 1:
+                    raise
+                await _pause(attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _conflict(self, step: str) -> None:
+        self._on_conflict(step)
+
+    # ------------------------------------------------------------------ steps
+
+    async def add_finalizer(self, key: str, claim: JSON) -> JSON:
+        """Step 1 for one claim; returns the claim as written (or as it already was)."""
+        namespace, name = _split(key)
+        for attempt in range(MAX_ATTEMPTS):
+            if has_finalizer(claim, self.finalizer):
+                return claim
+            m = meta(claim)
+            if m.get("deletionTimestamp"):
+                raise CommitAbortedError(f"claim {key} is being deleted")
+            if (claim.get("status") or {}).get("allocation") is not None:
+                raise CommitAbortedError(f"claim {key} was allocated meanwhile", conflict=True)
+            body = {
+                "metadata": {
+                    "resourceVersion": m.get("resourceVersion"),
+                    "finalizers": [*(m.get("finalizers") or []), self.finalizer],
+                }
+            }
+            try:
+                return await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
+            except ConflictError:
+                self._conflict("finalizer")
+            except ServerError:
+                await _pause(attempt)
+            claim = await self._get_claim(key)
+        raise CommitAbortedError(f"claim {key}: could not add finalizer", conflict=True)
+
+    async def write_status(
+        self, key: str, claim: JSON, allocation: JSON | None, pod: PodRef, step: str
+    ) -> JSON:
+        """Step 2 for one claim: allocation (unless None) plus the pod's reservation."""
+        for attempt in range(MAX_ATTEMPTS):
+            status = claim.get("status") or {}
+            current = status.get("allocation")
+            reserved = list(status.get("reservedFor") or [])
+            mine = any(r.get("uid") == pod.uid for r in reserved)
+            if current is not None and mine:
+                return claim  # already written (e.g. a retried write that had landed)
+            if meta(claim).get("deletionTimestamp"):
+                raise CommitAbortedError(f"claim {key} is being deleted")
+            if allocation is not None and current is not None:
+                raise CommitAbortedError(
+                    f"claim {key} was allocated by someone else", conflict=True
+                )
+            if allocation is None and current is None:
+                raise CommitAbortedError(f"claim {key} was deallocated meanwhile", conflict=True)
+            if len(reserved) >= MAX_RESERVED_FOR:
+                raise CommitAbortedError(
+                    f"claim {key} is reserved for {MAX_RESERVED_FOR} consumers"
+                )
+            body = copy.deepcopy(claim)
+            new_status = body.setdefault("status", {})
+            if allocation is not None:
+                new_status["allocation"] = copy.deepcopy(allocation)
+            new_status["reservedFor"] = [*reserved, pod.consumer()]
+            try:
+                return await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
+            except ConflictError:
+                self._conflict(step)
+            except ServerError:
+                await _pause(attempt)
+            claim = await self._get_claim(key)
+        raise CommitAbortedError(f"claim {key}: could not write status", conflict=True)
+
+    async def _create_bridge(self, plan: Plan, bridge: BridgePlan) -> JSON:
+        body = copy.deepcopy(bridge.claim)
+        body_meta = body.setdefault("metadata", {})
+        body_meta["finalizers"] = [self.finalizer]
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                return await self.api.create(RESOURCE_CLAIMS, body, plan.pod.namespace)
+            except ConflictError:  # generated name collided: try another
+                self._conflict("bridge-create")
+            except ServerError:
+                # Whether it was created is unknown; an orphan is found by its annotation and
+                # owner and deleted before the pod is tried again.
+                await _pause(attempt)
+        raise CommitAbortedError(f"pod {plan.pod.key}: could not create the bridge claim")
+
+    async def _link_bridge(self, plan: Plan, claim_name: str, bridge: BridgePlan) -> None:
+        body = {
+            "status": {
+                "extendedResourceClaimStatus": {
+                    "resourceClaimName": claim_name,
+                    "requestMappings": [dict(m) for m in bridge.request_mappings],
+                }
+            }
+        }
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                await self.api.patch(
+                    PODS, plan.pod.name, body, namespace=plan.pod.namespace, subresource="status"
+                )
+            except NotFoundError as exc:
+                raise CommitAbortedError(f"pod {plan.pod.key} is gone") from exc
+            except ServerError:
+                if attempt == MAX_ATTEMPTS - 1:
+                    raise
+                await _pause(attempt)
+            else:
+                return
+
+    async def _bind(self, plan: Plan) -> None:
+        pod = plan.pod
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                await self.api.bind(pod.namespace, pod.name, pod.uid, plan.node)
+            except ConflictError as exc:
+                self._conflict("binding")
+                current = await self.api.get(PODS, pod.name, pod.namespace)
+                if (current.get("spec") or {}).get("nodeName") == plan.node:
+                    return  # an earlier attempt landed
+                msg = f"pod {pod.key} cannot be bound: {exc}"
+                raise CommitAbortedError(msg, conflict=True) from exc
+            except NotFoundError as exc:
+                raise CommitAbortedError(f"pod {pod.key} is gone") from exc
+            except ServerError:
+                if attempt == MAX_ATTEMPTS - 1:
+                    raise
+                await _pause(attempt)
+                try:
+                    current = await self.api.get(PODS, pod.name, pod.namespace)
+                except ServerError:
+                    continue
+                if (current.get("spec") or {}).get("nodeName") == plan.node:
+                    return
+            else:
+                return
+
+    # ------------------------------------------------------------------ the whole plan
+
+    async def commit(self, plan: Plan) -> None:
+        """Write ``plan``; raises CommitAbortedError or ApiError, both after a rollback."""
+        start = time.monotonic()
+        progress = _Progress()
+        keys = [c.key for c in plan.claims]
+        self.locked.update(keys)
+        try:
+            await self._commit(plan, progress)
+        except BaseException as exc:
+            if isinstance(exc, (BiaxialError, asyncio.TimeoutError)):
+                log.warning("pod %s: commit failed (%s); rolling back", plan.pod.key, exc)
+                await self.rollback(plan, progress)
+            raise
+        finally:
+            self.locked.difference_update(keys)
+            for key in keys:
+                self.overlay.clear_pending(key)
+        log.info(
+            "pod %s: bound to %s with %d claim(s)%s in %.1f ms",
+            plan.pod.key,
+            plan.node,
+            len(plan.claims),
+            " and a bridge claim" if plan.bridge else "",
+            (time.monotonic() - start) * 1000,
+        )
+
+    async def _commit(self, plan: Plan, progress: _Progress) -> None:
+        current: dict[str, JSON] = {}
+        for claim_plan in plan.claims:
+            claim = self.overlay.latest_written(claim_plan.key) or await self._get_claim(
+                claim_plan.key
+            )
+            if claim_plan.allocation is not None:
+                claim = await self.add_finalizer(claim_plan.key, claim)
+                progress.finalized.append(claim_plan.key)
+                await self._on_step("finalizer", claim_plan.key)
+            current[claim_plan.key] = claim
+        for claim_plan in plan.claims:
+            written = await self.write_status(
+                claim_plan.key,
+                current[claim_plan.key],
+                claim_plan.allocation,
+                plan.pod,
+                "allocation",
+            )
+            (progress.allocated if claim_plan.allocation is not None else progress.reserved).append(
+                claim_plan.key
+            )
+            self.overlay.assume(written)
+            await self._on_step("allocation", claim_plan.key)
+        if plan.bridge is not None:
+            created = await self._create_bridge(plan, plan.bridge)
+            progress.bridge = created
+            key = object_key(created)
+            self.locked.add(key)
+            try:
+                self.overlay.assume(created)
+                await self._on_step("bridge-create", key)
+                written = await self.write_status(
+                    key, created, plan.bridge.allocation, plan.pod, "bridge-allocation"
+                )
+                self.overlay.assume(written)
+                await self._on_step("bridge-allocation", key)
+                await self._link_bridge(plan, str(meta(created)["name"]), plan.bridge)
+                await self._on_step("bridge-link", key)
+            finally:
+                self.locked.discard(key)
+        await self._bind(plan)
+        await self._on_step("binding", plan.pod.key)
+
+    # ------------------------------------------------------------------ rollback
+
+    async def rollback(self, plan: Plan, progress: _Progress) -> None:
+        """Undo what ``progress`` records, best effort (failures are logged, not raised)."""
+        try:
+            if progress.bridge is not None:
+                await self.delete_claim(object_key(progress.bridge))
+            for key in reversed(progress.allocated + progress.reserved):
+                await self.unreserve(key, plan.pod.uid, deallocate=key in progress.allocated)
+            for key in reversed(progress.finalized):
+                await self.remove_finalizer(key)
+        except (ApiError, CommitAbortedError) as exc:
+            log.warning(
+                "pod %s: rollback incomplete (%s); repaired before its next attempt",
+                plan.pod.key,
+                exc,
+            )
+
+    async def unreserve(self, key: str, pod_uid: str, *, deallocate: bool) -> JSON | None:
+        """Remove ``pod_uid`` from the claim's reservedFor; with ``deallocate`` also clear the
+        allocation when nothing else reserves it (only for claims this controller allocated).
+        Returns the claim as written (None when it is gone)."""
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                claim = await self._get_claim(key)
+            except NotFoundError:
+                self.overlay.forget(key)
+                return None
+            status = claim.get("status") or {}
+            reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != pod_uid]
+            drop = deallocate and not reserved and status.get("allocation") is not None
+            if len(reserved) == len(status.get("reservedFor") or []) and not drop:
+                return claim
+            body = copy.deepcopy(claim)
+            new_status = body.setdefault("status", {})
+            if reserved:
+                new_status["reservedFor"] = reserved
+            else:
+                new_status.pop("reservedFor", None)
+            if drop:
+                new_status.pop("allocation", None)
+            try:
+                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
+            except ConflictError:
+                self._conflict("unreserve")
+                continue
+            except ServerError:
+                await _pause(attempt)
+                continue
+            except NotFoundError:
+                self.overlay.forget(key)
+                return None
+            self.overlay.forget(key)
+            self.overlay.assume(written)
+            return written
+        raise CommitAbortedError(f"claim {key}: could not remove reservation", conflict=True)
+
+    async def deallocate(self, key: str) -> JSON | None:
+        """Clear the allocation of an unreserved claim this controller allocated."""
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                claim = await self._get_claim(key)
+            except NotFoundError:
+                return None
+            status = claim.get("status") or {}
+            if status.get("reservedFor") or status.get("allocation") is None:
+                return claim
+            body = copy.deepcopy(claim)
+            body["status"].pop("allocation", None)
+            try:
+                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
+            except ConflictError:
+                self._conflict("deallocate")
+                continue
+            except ServerError:
+                await _pause(attempt)
+                continue
+            except NotFoundError:
+                return None
+            self.overlay.forget(key)
+            self.overlay.assume(written)
+            return written
+        raise CommitAbortedError(f"claim {key}: could not deallocate", conflict=True)
+
+    async def remove_finalizer(self, key: str) -> JSON | None:
+        """Remove our finalizer from a claim that has no allocation (never from one that has)."""
+        namespace, name = _split(key)
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                claim = await self._get_claim(key)
+            except NotFoundError:
+                return None
+            if not has_finalizer(claim, self.finalizer):
+                return claim
+            if (claim.get("status") or {}).get("allocation") is not None:
+                return claim  # still allocated: the finalizer must stay
+            m = meta(claim)
+            body = {
+                "metadata": {
+                    "resourceVersion": m.get("resourceVersion"),
+                    "finalizers": [f for f in m.get("finalizers") or [] if f != self.finalizer],
+                }
+            }
+            try:
+                written = await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
+            except ConflictError:
+                self._conflict("finalizer-removal")
+                continue
+            except ServerError:
+                await _pause(attempt)
+                continue
+            except NotFoundError:
+                return None
+            self.overlay.forget(key)
+            return written
+        raise CommitAbortedError(f"claim {key}: could not remove finalizer", conflict=True)
+
+    async def delete_claim(self, key: str) -> None:
+        """Deallocate (reservations dropped), remove our finalizer, delete (bridge claims)."""
+        namespace, name = _split(key)
+        claim = await self.unreserve_all(key)
+        if claim is None:
+            return
+        await self.remove_finalizer(key)
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                await self.api.delete(RESOURCE_CLAIMS, name, namespace, uid=meta(claim).get("uid"))
+            except NotFoundError:
+                break
+            except ConflictError:  # another object with this name: not ours to delete
+                break
+            except ServerError:
+                await _pause(attempt)
+                continue
+            break
+        self.overlay.forget(key)
+
+    async def unreserve_all(self, key: str) -> JSON | None:
+        """Drop every reservation and the allocation of one of our claims."""
+        for attempt in range(MAX_ATTEMPTS):
+            try:
+                claim = await self._get_claim(key)
+            except NotFoundError:
+                self.overlay.forget(key)
+                return None
+            status = claim.get("status") or {}
+            if not status.get("reservedFor") and status.get("allocation") is None:
+                return claim
+            body = copy.deepcopy(claim)
+            body["status"] = {
+                k: v for k, v in status.items() if k not in ("reservedFor", "allocation")
+            }
+            try:
+                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
+            except ConflictError:
+                self._conflict("deallocate")
+                continue
+            except ServerError:
+                await _pause(attempt)
+                continue
+            except NotFoundError:
+                return None
+            self.overlay.forget(key)
+            self.overlay.assume(written)
+            return written
+        raise CommitAbortedError(f"claim {key}: could not deallocate", conflict=True)
+
+
+def pod_claim_keys(pod: Mapping[str, Any]) -> Iterable[str]:
+    """Keys of the claims a pod references that exist by name (template claims resolved
+    through ``status.resourceClaimStatuses``; the bridge claim through
+    ``status.extendedResourceClaimStatus``)."""
+    m = meta(pod)
+    namespace = str(m.get("namespace") or "default")
+    status = pod.get("status") or {}
+    generated = {
+        s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []
+    }
+    for ref in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = ref.get("resourceClaimName") or generated.get(ref.get("name"))
+        if name:
+            yield f"{namespace}/{name}"
+    ext = status.get("extendedResourceClaimStatus") or {}
+    if ext.get("resourceClaimName"):
+        yield f"{namespace}/{ext['resourceClaimName']}"

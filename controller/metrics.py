@@ -1,0 +1,86 @@
+"""Prometheus metrics of the controller, on a registry of its own (never the global one, so
+several controllers can live in one test process).
+
+Names (all prefixed ``biaxial_controller_``):
+
+* ``queue_depth{queue}`` gauge: pods in the active / backoff / unschedulable sets;
+* ``decisions_total{result}`` counter: scheduled | unschedulable | invalid | error
+  (decisions per second is ``rate(decisions_total[1m])``);
+* ``decision_seconds`` histogram: one pod through the decision core;
+* ``commit_seconds`` histogram: all writes of one placement, finalizers to binding;
+* ``conflicts_total{step}`` counter: 409s met while committing or deallocating;
+* ``unschedulable_total{reason}`` counter: unschedulable pods by first reason;
+* ``deallocations_total{action}`` counter: unreserve | deallocate | delete-bridge;
+* ``in_flight_claims`` gauge: claims whose writes are not yet observed;
+* ``leader`` gauge: 1 while this instance leads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_PREFIX = "biaxial_controller_"
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+def _registry() -> CollectorRegistry:
+    return CollectorRegistry(auto_describe=True)
+
+
+@dataclass(slots=True)
+class Metrics:
+    """All controller metrics; ``render()`` gives the text exposition format."""
+
+    registry: CollectorRegistry = field(default_factory=_registry)
+    queue_depth: Gauge = field(init=False)
+    decisions: Counter = field(init=False)
+    decision_seconds: Histogram = field(init=False)
+    commit_seconds: Histogram = field(init=False)
+    conflicts: Counter = field(init=False)
+    unschedulable: Counter = field(init=False)
+    deallocations: Counter = field(init=False)
+    in_flight_claims: Gauge = field(init=False)
+    leader: Gauge = field(init=False)
+
+    def __post_init__(self) -> None:
+        reg = self.registry
+        self.queue_depth = Gauge(
+            _PREFIX + "queue_depth", "Pods waiting in the scheduling queue", ["queue"], registry=reg
+        )
+        self.decisions = Counter(
+            _PREFIX + "decisions", "Scheduling decisions by result", ["result"], registry=reg
+        )
+        self.decision_seconds = Histogram(
+            _PREFIX + "decision_seconds",
+            "Time to decide one pod",
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.commit_seconds = Histogram(
+            _PREFIX + "commit_seconds",
+            "Time to write one placement (finalizers to binding)",
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.conflicts = Counter(
+            _PREFIX + "conflicts", "409 Conflict answers met, by step", ["step"], registry=reg
+        )
+        self.unschedulable = Counter(
+            _PREFIX + "unschedulable", "Unschedulable pods by reason", ["reason"], registry=reg
+        )
+        self.deallocations = Counter(
+            _PREFIX + "deallocations", "Deallocation actions", ["action"], registry=reg
+        )
+        self.in_flight_claims = Gauge(
+            _PREFIX + "in_flight_claims", "Claims with unobserved writes", registry=reg
+        )
+        self.leader = Gauge(_PREFIX + "leader", "1 while this instance is the leader", registry=reg)
+
+    def set_queue_depths(self, depths: dict[str, int]) -> None:
+        for name, value in depths.items():
+            self.queue_depth.labels(queue=name).set(value)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

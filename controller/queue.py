@@ -1,0 +1,198 @@
+"""The scheduling queue: which pod to try next, and when to try a failed one again.
+
+Modelled on kube-scheduler's queue, without priorities (pods are tried in arrival order):
+
+* ``active``: pods ready to be tried, FIFO, each at most once;
+* ``backoff``: pods that failed, waiting ``initial * 2**(attempts-1)`` seconds (capped);
+* ``unschedulable``: pods that did not fit; they stay parked until a relevant cluster change
+  (:meth:`SchedulingQueue.move_all`: a claim freed, a slice or node changed) or until they have
+  waited ``flush_s``; then they go through backoff as usual.
+
+A pod handed out by :meth:`pop` is *processing* until :meth:`done`; adding it meanwhile marks it
+dirty, and it is re-queued after ``done``. A move request that arrives while a pod is being tried
+sends that pod to backoff instead of parking it, so a change that happened during its attempt
+is never missed. Every key is in at most one of the three sets. Single-threaded (asyncio) use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+class Outcome(enum.Enum):
+    SCHEDULED = "scheduled"
+    UNSCHEDULABLE = "unschedulable"
+    ERROR = "error"
+    FORGET = "forget"
+
+
+@dataclass(slots=True)
+class _Entry:
+    attempts: int = 0
+    ready_at: float = 0.0
+    parked_at: float = 0.0
+
+
+class SchedulingQueue:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        backoff_initial_s: float = 1.0,
+        backoff_max_s: float = 10.0,
+        flush_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._initial = backoff_initial_s
+        self._max = backoff_max_s
+        self._flush = flush_s
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._active: dict[str, None] = {}  # insertion-ordered set
+        self._backoff: set[str] = set()
+        self._unschedulable: set[str] = set()
+        self._processing: dict[str, int] = {}  # key -> move sequence at pop
+        self._dirty: set[str] = set()
+        self._move_seq = 0
+        self._wakeup = asyncio.Event()
+        self._closed = False
+
+    # ------------------------------------------------------------------ introspection
+
+    def __len__(self) -> int:
+        return len(self._active) + len(self._backoff) + len(self._unschedulable)
+
+    @property
+    def depths(self) -> dict[str, int]:
+        return {
+            "active": len(self._active),
+            "backoff": len(self._backoff),
+            "unschedulable": len(self._unschedulable),
+        }
+
+    def attempts(self, key: str) -> int:
+        entry = self._entries.get(key)
+        return entry.attempts if entry else 0
+
+    def backoff_s(self, attempts: int) -> float:
+        if attempts <= 0:
+            return 0.0
+        return float(min(self._max, self._initial * 2.0 ** min(attempts - 1, 30)))
+
+    def is_queued(self, key: str) -> bool:
+        return key in self._active or key in self._backoff or key in self._unschedulable
+
+    # ------------------------------------------------------------------ producers
+
+    def add(self, key: str) -> None:
+        """A new or changed pod: try it (respecting a running backoff)."""
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        if key in self._active or key in self._backoff:
+            return
+        entry = self._entries.setdefault(key, _Entry())
+        self._unschedulable.discard(key)
+        if entry.ready_at > self._clock():
+            self._backoff.add(key)
+        else:
+            self._active[key] = None
+        self._wakeup.set()
+
+    def move_all(self) -> None:
+        """A relevant cluster change: parked pods become eligible (after their backoff)."""
+        self._move_seq += 1
+        for key in list(self._unschedulable):
+            self._unschedulable.discard(key)
+            self._backoff.add(key)
+        self._wakeup.set()
+
+    def forget(self, key: str) -> None:
+        """The pod is gone or no longer ours: drop every trace of it."""
+        self._active.pop(key, None)
+        self._backoff.discard(key)
+        self._unschedulable.discard(key)
+        self._dirty.discard(key)
+        if key not in self._processing:
+            self._entries.pop(key, None)
+
+    def close(self) -> None:
+        self._closed = True
+        self._wakeup.set()
+
+    # ------------------------------------------------------------------ consumer
+
+    def _promote(self, now: float) -> float | None:
+        """Move due pods to active; return the next deadline (or None)."""
+        deadline: float | None = None
+        for key in list(self._backoff):
+            ready = self._entries[key].ready_at
+            if ready <= now:
+                self._backoff.discard(key)
+                self._active[key] = None
+            elif deadline is None or ready < deadline:
+                deadline = ready
+        for key in list(self._unschedulable):
+            due = self._entries[key].parked_at + self._flush
+            if due <= now:
+                self._unschedulable.discard(key)
+                self._backoff.add(key)
+                entry = self._entries[key]
+                if entry.ready_at <= now:
+                    self._backoff.discard(key)
+                    self._active[key] = None
+                elif deadline is None or entry.ready_at < deadline:
+                    deadline = entry.ready_at
+            elif deadline is None or due < deadline:
+                deadline = due
+        return deadline
+
+    def pop_nowait(self) -> str | None:
+        """The next ready pod, or None (used by tests and by :meth:`pop`)."""
+        self._promote(self._clock())
+        if not self._active:
+            return None
+        key = next(iter(self._active))
+        del self._active[key]
+        self._processing[key] = self._move_seq
+        return key
+
+    async def pop(self) -> str:
+        """Wait for the next ready pod. Raises CancelledError-free ``EOFError`` once closed."""
+        while True:
+            if self._closed:
+                raise EOFError("scheduling queue closed")
+            key = self.pop_nowait()
+            if key is not None:
+                return key
+            deadline = self._promote(self._clock())
+            timeout = None if deadline is None else max(0.0, deadline - self._clock())
+            self._wakeup.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    def done(self, key: str, outcome: Outcome) -> None:
+        """Report the result of trying ``key`` (obtained from :meth:`pop`)."""
+        popped_seq = self._processing.pop(key, None)
+        dirty = key in self._dirty
+        self._dirty.discard(key)
+        if outcome in (Outcome.SCHEDULED, Outcome.FORGET):
+            self._entries.pop(key, None)
+            return
+        now = self._clock()
+        entry = self._entries.setdefault(key, _Entry())
+        entry.attempts += 1
+        entry.ready_at = now + self.backoff_s(entry.attempts)
+        moved = popped_seq is not None and popped_seq != self._move_seq
+        if outcome is Outcome.UNSCHEDULABLE and not dirty and not moved:
+            entry.parked_at = now
+            self._unschedulable.add(key)
+        else:
+            self._backoff.add(key)
+        self._wakeup.set()

@@ -1,0 +1,110 @@
+"""The controller's settings: one frozen :class:`Settings`, built from flags (with environment
+twins) by the CLI, validated once at start and passed down explicitly.
+
+Contract: :meth:`Settings.validate` raises :class:`~driver.errors.ConfigError` (or
+:class:`~driver.errors.PolicyError` for a policy) naming the offending setting; a Settings
+object that passed validation is never changed afterwards (it is frozen).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import uuid
+from dataclasses import dataclass, field
+from typing import Final
+
+from driver.errors import ConfigError
+from driver.policy import PolicyDefaults
+
+DEFAULT_SCHEDULER_NAME: Final = "biaxial"
+DEFAULT_DRIVER_NAME: Final = "gpu.biaxial.dev"
+DEFAULT_LEASE_NAME: Final = "biaxial-controller"
+DEFAULT_LEASE_NAMESPACE: Final = "kube-system"
+FIELD_MANAGER: Final = "biaxial-controller"
+
+_DNS_SUBDOMAIN: Final = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _default_identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the controller process needs to know, validated by :meth:`validate`."""
+
+    kubeconfig: str | None = None
+    policies: PolicyDefaults = field(default_factory=PolicyDefaults)
+    qps: float = 100.0
+    burst: int = 200
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    driver_name: str = DEFAULT_DRIVER_NAME
+    leader_elect: bool = True
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
+    lease_name: str = DEFAULT_LEASE_NAME
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    identity: str = field(default_factory=_default_identity)
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics/health endpoint is meant to be scraped
+    metrics_port: int = 8080  # 0 disables the HTTP endpoint
+    max_concurrent_writes: int = 16
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 10.0
+    unschedulable_flush_s: float = 60.0
+    watch_timeout_s: int = 300
+    request_timeout_s: float = 30.0
+    shutdown_grace_s: float = 10.0
+
+    @property
+    def finalizer(self) -> str:
+        """The controller's own claim finalizer (never the reserved built-in one)."""
+        return f"{self.driver_name}/allocation"
+
+    def validate(self) -> Settings:
+        """Check every field; returns self so ``Settings(...).validate()`` reads naturally."""
+        if self.kubeconfig is not None and not os.path.isfile(self.kubeconfig):  # noqa: PTH113
+            raise ConfigError(f"--kubeconfig: no such file: {self.kubeconfig}")
+        if not self.qps > 0:
+            raise ConfigError(f"--qps must be > 0, got {self.qps}")
+        if self.burst < 1:
+            raise ConfigError(f"--burst must be >= 1, got {self.burst}")
+        if not _DNS_SUBDOMAIN.match(self.driver_name) or len(self.driver_name) > 63:
+            raise ConfigError(
+                f"--driver-name: {self.driver_name!r} is not a DNS subdomain "
+                "of at most 63 characters"
+            )
+        if not _DNS_SUBDOMAIN.match(self.scheduler_name) or len(self.scheduler_name) > 253:
+            raise ConfigError(f"--scheduler-name: {self.scheduler_name!r} is not a DNS subdomain")
+        if not _DNS_LABEL.match(self.lease_namespace) or len(self.lease_namespace) > 63:
+            raise ConfigError(f"--lease-namespace: {self.lease_namespace!r} is not a DNS label")
+        if not _DNS_SUBDOMAIN.match(self.lease_name):
+            raise ConfigError(f"--lease-name: {self.lease_name!r} is not a DNS subdomain")
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ConfigError(
+                "leader election needs 0 < retry period < renew deadline < lease duration, got "
+                f"{self.retry_period_s} / {self.renew_deadline_s} / {self.lease_duration_s} s"
+            )
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port must be in 0..65535, got {self.metrics_port}")
+        if self.max_concurrent_writes < 1:
+            raise ConfigError(
+                f"--max-concurrent-writes must be >= 1, got {self.max_concurrent_writes}"
+            )
+        if not 0 < self.backoff_initial_s <= self.backoff_max_s:
+            raise ConfigError(
+                "backoff needs 0 < initial <= max, got "
+                f"{self.backoff_initial_s} / {self.backoff_max_s} s"
+            )
+        if self.unschedulable_flush_s <= 0:
+            raise ConfigError("the unschedulable flush interval must be > 0")
+        if self.watch_timeout_s < 1 or self.request_timeout_s <= 0:
+            raise ConfigError("watch and request timeouts must be positive")
+        if not self.identity:
+            raise ConfigError("--identity must not be empty")
+        return self

@@ -81,6 +81,15 @@ class Quantity:
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Quantity is immutable")
 
+    def __copy__(self) -> Quantity:
+        return self  # immutable: a copy is the same value
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Quantity:
+        return self
+
+    def __reduce__(self) -> tuple[type[Quantity], tuple[int, Format]]:
+        return (Quantity, (self._nanos, self._format))
+
     # ----------------------------------------------------------------- construction
     @classmethod
     def parse(cls, text: str) -> Quantity:

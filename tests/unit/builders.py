@@ -269,6 +269,7 @@ def device_class(
 
 def _exact(
     cls: str,
+    *,
     count: int | None,
     mode: str | None,
     selectors: Sequence[str],
@@ -300,7 +301,17 @@ def sub(
     capacity: Mapping[str, str] | None = None,
 ) -> JSON:
     """A ``firstAvailable`` subrequest."""
-    return {"name": name, **_exact(cls, count, mode, selectors, tolerations, capacity)}
+    return {
+        "name": name,
+        **_exact(
+            cls,
+            count=count,
+            mode=mode,
+            selectors=selectors,
+            tolerations=tolerations,
+            capacity=capacity,
+        ),
+    }
 
 
 class ClaimBuilder:
@@ -325,7 +336,14 @@ class ClaimBuilder:
         tolerations: Sequence[JSON] = (),
         capacity: Mapping[str, str] | None = None,
     ) -> ClaimBuilder:
-        exact = _exact(cls, count, mode, selectors, tolerations, capacity)
+        exact = _exact(
+            cls,
+            count=count,
+            mode=mode,
+            selectors=selectors,
+            tolerations=tolerations,
+            capacity=capacity,
+        )
         if admin:
             exact["adminAccess"] = True
         self._requests.append({"name": name, "exactly": exact})

@@ -15,8 +15,10 @@ Contract:
   the existing MIG devices with profile name, placement, memory and SMs. Any NVML failure
   becomes a DiscoveryError naming the GPU and the call.
 * :meth:`NvmlBackend.wait_health_event` registers for critical Xid events on first use and
-  blocks up to the timeout. Xids that signal application faults rather than GPU faults
-  (:data:`APPLICATION_XIDS`, the NVIDIA device plugin's default skip list) are not reported.
+  blocks up to the timeout. An Xid inside a MIG GPU instance is reported once per MIG device of
+  that instance (by MIG UUID); other Xids by the GPU's UUID. Xids that signal application
+  faults rather than GPU faults (:data:`APPLICATION_XIDS`, the NVIDIA device plugin's default
+  skip list) are not reported.
   A GPU that falls off the bus is reported as ``lost``.
 """
 
@@ -87,6 +89,32 @@ CORES_PER_SM: Final = {
 }
 """CUDA cores per SM by compute capability ((major, minor) or (major, None) for the rest of
 the family), used only when NVML cannot report the SM count directly."""
+
+KNOWN_MULTIPROCESSORS: Final = (
+    ("H100 PCIe", 114),
+    ("H100 NVL", 132),
+    ("H100", 132),
+    ("H200", 132),
+    ("H20", 78),
+    ("B200", 148),
+    ("A100", 108),
+    ("A30", 56),
+    ("A10G", 80),
+    ("A10", 72),
+    ("A40", 84),
+    ("L40S", 142),
+    ("L40", 142),
+    ("L4", 58),
+    ("T4", 40),
+    ("V100", 80),
+)
+"""Last-resort SM counts by product-name substring (first match wins, so the more specific
+names come first), for drivers that expose neither the SM count nor the CUDA core count."""
+
+
+def known_multiprocessors(product_name: str) -> int | None:
+    return next((count for key, count in KNOWN_MULTIPROCESSORS if key in product_name), None)
+
 
 APPLICATION_XIDS: Final = frozenset({13, 31, 43, 45, 68, 109})
 """Xids caused by the application (illegal address, page fault, stopped context, ...), not by
@@ -170,6 +198,7 @@ class NvmlBackend:
         self._lock = threading.Lock()
         self._event_set: Any = None
         self._handles: dict[str, Any] = {}
+        self._mig_by_instance: dict[tuple[str, int], list[str]] = {}
         self._pending: collections.deque[HealthEvent] = collections.deque()
         self._lost: set[str] = set()
         try:
@@ -236,6 +265,7 @@ class NvmlBackend:
         )
         cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
         count = int(self._call("device count", "the system", nvml.nvmlDeviceGetCount))
+        self._mig_by_instance = {}
         gpus = [self._gpu(index, driver_version, cuda_version) for index in range(count)]
         log.info("discovered %d GPU(s) with NVML in %.3fs", len(gpus), time.monotonic() - started)
         return tuple(sorted(gpus, key=lambda g: g.minor))
@@ -266,7 +296,7 @@ class NvmlBackend:
         bus_id = normalize_pci_bus_id(pci.busId)
         pcie_root, numa = pci_topology(bus_id, self._sysfs)
         memory = int(self._call("memory info", where, nvml.nvmlDeviceGetMemoryInfo, handle).total)
-        sms = self._multiprocessors(handle, where, int(major), int(minor_cc))
+        sms = self._multiprocessors(handle, where, name, int(major), int(minor_cc))
         mig_capable, mig_enabled = self._mig_mode(handle, where)
         migs = self._mig_devices(handle, where, uuid, minor, memory) if mig_enabled else ()
         return GpuInfo(
@@ -289,26 +319,32 @@ class NvmlBackend:
             mig_devices=migs,
         )
 
-    def _multiprocessors(self, handle: Any, where: str, major: int, minor: int) -> int:
+    def _multiprocessors(self, handle: Any, where: str, name: str, major: int, minor: int) -> int:
         """SM count: nvmlDeviceGetAttributes where the driver supports it for full GPUs, else
-        CUDA cores (nvmlDeviceGetNumGpuCores) divided by the cores per SM of the architecture."""
+        CUDA cores (nvmlDeviceGetNumGpuCores) divided by the cores per SM of the architecture,
+        else the product table :data:`KNOWN_MULTIPROCESSORS`."""
         nvml = self._nvml
         try:
             count = int(nvml.nvmlDeviceGetAttributes(handle).multiprocessorCount)
             if count > 0:
                 return count
         except (nvml.NVMLError, AttributeError):
-            log.debug("%s: nvmlDeviceGetAttributes unavailable, using core count", where)
+            log.debug("%s: nvmlDeviceGetAttributes unavailable, using the core count", where)
         per_sm = cores_per_sm(major, minor)
         try:
             cores = int(nvml.nvmlDeviceGetNumGpuCores(handle))
-        except (nvml.NVMLError, AttributeError) as exc:
-            raise DiscoveryError(f"NVML cannot report the SM count of {where}: {exc}") from exc
-        if per_sm is None or cores <= 0:
+        except (nvml.NVMLError, AttributeError):
+            log.debug("%s: nvmlDeviceGetNumGpuCores unavailable, using the product table", where)
+            cores = 0
+        if per_sm is not None and cores > 0:
+            return cores // per_sm
+        known = known_multiprocessors(name)
+        if known is None:
             raise DiscoveryError(
-                f"NVML cannot report the SM count of {where} (compute capability {major}.{minor})"
+                f"NVML cannot report the SM count of {where} ({name}, compute capability "
+                f"{major}.{minor}) and the product is not in the fallback table"
             )
-        return cores // per_sm
+        return known
 
     def _mig_mode(self, handle: Any, where: str) -> tuple[bool, bool]:
         nvml = self._nvml
@@ -354,6 +390,7 @@ class NvmlBackend:
             mig_uuid = _text(self._call("UUID", mwhere, nvml.nvmlDeviceGetUUID, mig))
             attrs = self._call("attributes", mwhere, nvml.nvmlDeviceGetAttributes, mig)
             gi_id = int(self._call("GPU instance id", mwhere, nvml.nvmlDeviceGetGpuInstanceId, mig))
+            self._mig_by_instance.setdefault((parent_uuid, gi_id), []).append(mig_uuid)
             gi = self._call(
                 "GPU instance", mwhere, nvml.nvmlDeviceGetGpuInstanceById, handle, gi_id
             )
@@ -444,8 +481,15 @@ class NvmlBackend:
             except nvml.NVMLError:
                 uuid = ""
             gi = int(getattr(data, "gpuInstanceId", _INVALID_ID))
-            detail = f"GPU instance {gi}" if gi != _INVALID_ID else ""
-            return HealthEvent(uuid=uuid, kind="xid", xid=xid, message=detail)
+            migs = self._mig_by_instance.get((uuid, gi), []) if gi != _INVALID_ID else []
+            if not migs:
+                detail = f"GPU instance {gi}" if gi != _INVALID_ID else ""
+                return HealthEvent(uuid=uuid, kind="xid", xid=xid, message=detail)
+            # An Xid inside a GPU instance concerns that instance's MIG devices only.
+            self._pending.extend(
+                HealthEvent(uuid=mig, kind="xid", xid=xid, message=f"on GPU {uuid}")
+                for mig in sorted(migs)
+            )
 
 
 def nvml_library_present() -> bool:
@@ -462,8 +506,10 @@ __all__ = [
     "APPLICATION_XIDS",
     "ARCHITECTURES",
     "BRANDS",
+    "KNOWN_MULTIPROCESSORS",
     "NvmlBackend",
     "cores_per_sm",
+    "known_multiprocessors",
     "mig_memory_gb",
     "normalize_pci_bus_id",
     "nvml_library_present",

@@ -164,6 +164,8 @@ class FakePynvml(types.ModuleType):
         return types.SimpleNamespace(multiprocessorCount=handle.attributes_sms)
 
     def nvmlDeviceGetNumGpuCores(self, handle: Gpu) -> int:
+        if handle.cores == 0:
+            raise NotSupported()
         return handle.cores
 
     def nvmlDeviceGetMigMode(self, handle: Gpu) -> list[int]:
@@ -422,6 +424,39 @@ def test_health_events_skip_application_xids_and_find_lost_gpus(
     assert "register GPU-x" in fake.calls
     assert "register GPU-y" in fake.calls
     assert fake.calls[-2:] == ["free", "shutdown"]
+
+
+def test_mig_xids_are_reported_per_mig_device(monkeypatch: pytest.MonkeyPatch, sysfs: Path) -> None:
+    gpu = a100_with_mig()
+    fake = install(monkeypatch, FakePynvml([gpu]))
+    fake.events = [types.SimpleNamespace(device=gpu, eventType=0x8, eventData=94, gpuInstanceId=2)]
+    with NvmlBackend(sysfs=sysfs) as backend:
+        backend.discover()
+        assert backend.wait_health_event(1.0) == HealthEvent(
+            uuid="MIG-b", kind="xid", xid=94, message="on GPU GPU-a100"
+        )
+
+
+def test_sm_count_falls_back_to_the_product_table(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    l4 = Gpu(
+        uuid="GPU-l4",
+        minor=0,
+        name="NVIDIA L4",
+        bus_id=b"00000000:3B:00.0",
+        memory_mib=23034,
+        cores=0,
+    )
+    install(monkeypatch, FakePynvml([l4]))
+    with NvmlBackend(sysfs=sysfs) as backend:
+        assert backend.discover()[0].multiprocessors == 58
+    l4.name = "Mystery GPU"
+    with (
+        NvmlBackend(sysfs=sysfs) as backend,
+        pytest.raises(DiscoveryError, match="not in the fallback table"),
+    ):
+        backend.discover()
 
 
 @pytest.mark.parametrize(

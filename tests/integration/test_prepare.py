@@ -568,3 +568,86 @@ def test_corrupt_checkpoint_refuses_prepare_and_keeps_the_file(node: Node) -> No
     # Unprepare still removes the spec, and reports the problem so the kubelet retries.
     assert str(path) in run(preparer.unprepare([held]))[held.uid]
     assert not node.spec_exists(held)
+
+
+# --------------------------------------------------------------------------- over HTTP
+
+
+def http_claim_getter(api_client: Any) -> Any:
+    """A ClaimGetter that reads raw claim JSON over HTTP, as the plugin does."""
+    from kubernetes.client import ResourceV1Api
+    from kubernetes.client.exceptions import ApiException
+
+    resource = ResourceV1Api(api_client)
+
+    def read(namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            response = resource.read_namespaced_resource_claim(
+                name, namespace, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        loaded: dict[str, Any] = json.loads(response.data)
+        return loaded
+
+    async def get(namespace: str, name: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(read, namespace, name)
+
+    return get
+
+
+def api_claim(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.biaxial.dev"}}]
+            }
+        },
+    }
+
+
+def allocation(device: str) -> dict[str, Any]:
+    return {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                ]
+            },
+        }
+    }
+
+
+def test_claims_read_over_http_from_the_api_emulator(
+    node: Node, emulator: Any, api_client: Any
+) -> None:
+    created = emulator.create(api_claim("web"))
+    emulator.update_status("ResourceClaim", "web", allocation("gpu-1"), namespace="default")
+    ref = ClaimRef(namespace="default", uid=created["metadata"]["uid"], name="web")
+    unallocated = emulator.create(api_claim("idle"))
+    idle = ClaimRef(namespace="default", uid=unallocated["metadata"]["uid"], name="idle")
+    preparer = Preparer(node.settings, GPUS, http_claim_getter(api_client), boot_id="b")
+
+    out = run(preparer.prepare([ref, idle]))
+    assert out[ref.uid].error == ""
+    assert out[ref.uid].devices[0].cdi_device_ids == (f"{KIND}={ref.uid}-gpu-1",)
+    assert "not allocated" in out[idle.uid].error
+    assert env(node.spec(ref))["NVIDIA_VISIBLE_DEVICES"] == "GPU-t4-1"
+
+    # Deleted and recreated under the same name: the kubelet's stale UID is refused...
+    emulator.delete("ResourceClaim", "web", namespace="default")
+    emulator.create(api_claim("web"))
+    emulator.update_status("ResourceClaim", "web", allocation("gpu-2"), namespace="default")
+    stale = ClaimRef(namespace="default", uid="not-" + ref.uid, name="web")
+    assert "UID mismatch" in run(preparer.prepare([stale]))[stale.uid].error
+    # ...and the old claim, gone from the API, still unprepares from the checkpoint.
+    assert run(preparer.unprepare([ref])) == {ref.uid: ""}
+    assert not node.spec_exists(ref)

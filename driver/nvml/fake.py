@@ -217,7 +217,9 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
         name = profile
     else:
         path = Path(profile)
-        looks_like_path = path.suffix in {".yaml", ".yml", ".json"} or "/" in profile
+        looks_like_path = (
+            path.suffix in {".yaml", ".yml", ".json"} or "/" in profile or path.exists()
+        )
         if not looks_like_path:
             raise DiscoveryError(
                 f"unknown fake GPU profile {profile!r}; "

@@ -47,6 +47,7 @@ from kubeletplugin.checkpoint import (
     CheckpointStore,
     ClaimRecord,
     DeviceRecord,
+    Timeout,
 )
 from kubeletplugin.config import SharingStrategy, resolve_configs
 from kubeletplugin.mps import MpsManager, MpsSettings
@@ -573,6 +574,26 @@ class Preparer:
     def _prepare_sync(
         self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str]
     ) -> dict[str, PrepareResult]:
+        try:
+            return self._prepare_locked(refs, plans)
+        except (Timeout, OSError) as exc:
+            # Node-level trouble (lock held too long, state directory unwritable): every claim
+            # of the call fails with the reason; the kubelet retries. A checkpoint left with
+            # PrepareStarted entries is rolled back by the next call.
+            error = self._node_error(exc)
+            return {ref.uid: PrepareResult(error=error) for ref in refs}
+
+    def _node_error(self, exc: Exception) -> str:
+        if isinstance(exc, Timeout):
+            return (
+                f"another Prepare/Unprepare held {self._store.lock_path} for more than "
+                f"{self._settings.lock_timeout_s:g} s; retry"
+            )
+        return f"checkpoint or CDI file operation failed: {exc}"
+
+    def _prepare_locked(
+        self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str]
+    ) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         with self._store.lock():
             try:
@@ -634,6 +655,13 @@ class Preparer:
         return {ref.uid: results[ref.uid] for ref in refs}
 
     def _unprepare_sync(self, refs: list[ClaimRef]) -> dict[str, str]:
+        try:
+            return self._unprepare_locked(refs)
+        except (Timeout, OSError) as exc:
+            error = self._node_error(exc)
+            return {ref.uid: error for ref in refs}
+
+    def _unprepare_locked(self, refs: list[ClaimRef]) -> dict[str, str]:
         results: dict[str, str] = {}
         with self._store.lock():
             try:

@@ -651,3 +651,18 @@ def test_claims_read_over_http_from_the_api_emulator(
     # ...and the old claim, gone from the API, still unprepares from the checkpoint.
     assert run(preparer.unprepare([ref])) == {ref.uid: ""}
     assert not node.spec_exists(ref)
+
+
+def test_lock_held_too_long_fails_every_claim_with_the_reason(node: Node) -> None:
+    from filelock import FileLock
+
+    ref = node.api.add("a", [result("gpu-0")])
+    other = node.api.add("b", [result("gpu-1")])
+    preparer = node.preparer(lock_timeout_s=0.2)
+    node.settings.state_dir.mkdir(parents=True)
+    with FileLock(node.settings.state_dir / "serialize.lock", thread_local=False):
+        out = run(preparer.prepare([ref, other]))
+        assert list(out) == [ref.uid, other.uid]
+        assert all("held" in r.error and "serialize.lock" in r.error for r in out.values())
+        assert "retry" in run(preparer.unprepare([ref]))[ref.uid]
+    assert not run(preparer.prepare([ref]))[ref.uid].error

@@ -45,7 +45,10 @@ test: $(STAMP)
 
 ## demo: the simulator on the reference cluster, the four two-axis patterns
 demo: $(STAMP)
-	$(BIN)/biaxial discover --fake t4x4 --node gpu-t4 -o yaml
+	@for pattern in examples/four-patterns/*.yaml; do \
+		echo "=== $$pattern"; \
+		$(BIN)/biaxial simulate examples/reference-cluster.yaml $$pattern || exit 1; \
+	done
 
 ## bench: decision throughput, latency, cold start and memory at 100..5000 nodes
 bench: $(STAMP)

@@ -31,7 +31,7 @@ Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 NANO: Final = 10**9
 _INT64_MAX: Final = 2**63 - 1
 _INT64_MIN: Final = -(2**63)
-_MAX_EXPONENT: Final = 64  # far beyond any real quantity; stops 1e999999 from eating memory
+_MAX_EXPONENT: Final = 1000  # beyond any real quantity (and what we print); stops 1e999999999
 
 _BINARY: Final = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 _DECIMAL: Final = {

@@ -354,7 +354,12 @@ def write_spec(cdi_dir: Path, claim_spec: ClaimSpec) -> Path:
 
 
 def remove_spec(cdi_dir: Path, file_name: str) -> bool:
-    """Remove a claim's spec file; True if it existed. Idempotent."""
+    """Remove a claim's spec file; True if it existed. Idempotent; an empty name (a record
+    migrated from a checkpoint that did not know its spec file) removes nothing."""
+    if not file_name:
+        return False
+    if "/" in file_name or file_name.startswith("."):
+        raise ValueError(f"{file_name!r} is not a CDI spec file name")
     path = cdi_dir / file_name
     try:
         path.unlink()

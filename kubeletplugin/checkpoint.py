@@ -133,13 +133,16 @@ class ClaimRecord:
         spec = raw.get("cdiSpec") or {}
         if not isinstance(spec, Mapping):
             raise TypeError("cdiSpec is not an object")
+        spec_file = str(raw["cdiSpecFile"])
+        if "/" in spec_file or spec_file.startswith("."):
+            raise ValueError(f"cdiSpecFile {spec_file!r} is not a plain file name")
         return cls(
             uid=str(raw["uid"]),
             namespace=str(raw["namespace"]),
             name=str(raw["name"]),
             state=state,
             devices=tuple(DeviceRecord.from_json(d) for d in raw["devices"]),
-            cdi_spec_file=str(raw["cdiSpecFile"]),
+            cdi_spec_file=spec_file,
             cdi_spec=dict(spec),
             mps_gpus=tuple(str(g) for g in raw.get("mpsGpus") or ()),
         )

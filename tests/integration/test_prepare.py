@@ -16,7 +16,7 @@ import pytest
 
 from driver.model import GpuInfo, MigInfo
 from kubeletplugin import cdi
-from kubeletplugin.checkpoint import CheckpointStore
+from kubeletplugin.checkpoint import CheckpointStore, checksum
 from kubeletplugin.prepare import (
     ClaimRef,
     PreparedDevice,
@@ -666,3 +666,44 @@ def test_lock_held_too_long_fails_every_claim_with_the_reason(node: Node) -> Non
         assert all("held" in r.error and "serialize.lock" in r.error for r in out.values())
         assert "retry" in run(preparer.unprepare([ref]))[ref.uid]
     assert not run(preparer.prepare([ref]))[ref.uid].error
+
+
+def test_claims_from_a_v1_checkpoint_are_reprepared_and_unprepared(node: Node) -> None:
+    def v1_entry(name: str, device: str, spec_file: str | None) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "namespace": "default",
+            "name": name,
+            "devices": [{"requestNames": ["gpu"], "pool": NODE, "device": device}],
+        }
+        if spec_file is not None:
+            entry["cdiSpecFile"] = spec_file
+        return entry
+
+    kept = node.api.add("kept", [result("gpu-0")])
+    spec_file = cdi.spec_file_name(DRIVER, kept.uid)
+    data = {
+        "preparedClaims": {
+            kept.uid: v1_entry("kept", "gpu-0", spec_file),
+            "uid-old": v1_entry("old", "gpu-1", None),
+        }
+    }
+    node.settings.state_dir.mkdir(parents=True)
+    (node.settings.state_dir / "checkpoint.json").write_text(
+        json.dumps({"version": 1, "checksum": checksum(data), "data": data})
+    )
+    preparer = node.preparer()
+    # gpu-1 is held by the migrated claim: refused until it is unprepared.
+    blocked = node.api.add("new", [result("gpu-1")])
+    assert (
+        "already prepared for claim default/old"
+        in run(preparer.prepare([blocked]))[blocked.uid].error
+    )
+    # The v1 record has no spec content: Prepare plans it again from the API.
+    out = run(preparer.prepare([kept]))
+    assert out[kept.uid].error == ""
+    assert node.spec_exists(kept)
+    old = ClaimRef(namespace="default", uid="uid-old", name="old")
+    assert run(preparer.unprepare([old])) == {"uid-old": ""}
+    assert not run(preparer.prepare([blocked]))[blocked.uid].error
+    stored = CheckpointStore(node.settings.state_dir).load()
+    assert sorted(stored.claims) == sorted([kept.uid, blocked.uid])

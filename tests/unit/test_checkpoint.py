@@ -112,6 +112,10 @@ def test_truncated_file_is_reported_kept_in_place_and_copied_aside_once(tmp_path
             "unknown claim state",
         ),
         (b"\xff\xfe", "not valid JSON"),
+        (
+            envelope(2, {"claims": {"u1": {**RECORD.to_json(), "cdiSpecFile": "../../etc/x"}}}),
+            "is not a plain file name",
+        ),
     ],
 )
 def test_bad_content(tmp_path: Path, content: bytes, message: str) -> None:

@@ -72,7 +72,9 @@ class Version:
 
 
 ScalarValue = bool | int | str | Version
-AttributeValue = ScalarValue | tuple[bool, ...] | tuple[int, ...] | tuple[str, ...] | tuple[Version, ...]
+AttributeValue = (
+    ScalarValue | tuple[bool, ...] | tuple[int, ...] | tuple[str, ...] | tuple[Version, ...]
+)
 
 _LIST_KEYS = {"ints": int, "bools": bool, "strings": str, "versions": Version}
 
@@ -80,7 +82,9 @@ _LIST_KEYS = {"ints": int, "bools": bool, "strings": str, "versions": Version}
 def attribute_from_api(raw: Mapping[str, Any], where: str) -> AttributeValue:
     """Convert one ``DeviceAttribute`` (exactly one of int/bool/string/version/lists)."""
     if not isinstance(raw, Mapping) or len(raw) != 1:
-        raise ManifestError(f"{where}: an attribute must set exactly one of int, bool, string, version")
+        raise ManifestError(
+            f"{where}: an attribute must set exactly one of int, bool, string, version"
+        )
     ((kind, value),) = raw.items()
     if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -107,11 +111,11 @@ def attribute_to_api(value: AttributeValue) -> AttributeJSON:
     if isinstance(value, Version):
         return {"version": value.text}
     if value and isinstance(value[0], Version):
-        return {"versions": [v.text for v in cast(tuple[Version, ...], value)]}
+        return {"versions": [v.text for v in value]}
     if value and isinstance(value[0], bool):
-        return {"bools": list(cast(tuple[bool, ...], value))}
+        return {"bools": [cast(bool, v) for v in value]}
     if value and isinstance(value[0], int):
-        return {"ints": list(cast(tuple[int, ...], value))}
+        return {"ints": list(value)}
     return {"strings": [str(v) for v in value]}
 
 

@@ -488,7 +488,7 @@ class _Search:
         for i, (selector, owner) in enumerate(req.selectors):
             try:
                 if cache is not None:
-                    ok = cache.matches(selector, cand.device_id, cand.slice_generation, device)
+                    ok = cache.matches(selector, cand.device_id, cand.match_generation, device)
                 else:
                     ok = selector.matches(device, cand.device_id.driver)
             except CELEvaluationError as exc:

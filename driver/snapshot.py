@@ -274,8 +274,10 @@ class PoolView:
 class Candidate:
     """One device the allocator may pick on one node, with what the search needs precomputed.
 
-    ``index`` is the device's position in upstream first-fit order on this node. Identity is
-    object identity (candidates are built once per node and cached).
+    ``index`` is the device's position in upstream first-fit order on this node.
+    ``match_generation`` changes whenever the device may have changed (slice UID, name,
+    metadata.generation, pool generation); CEL results are cached under it. Identity is object
+    identity (candidates are built once per node and cached).
     """
 
     device_id: DeviceID
@@ -291,6 +293,7 @@ class Candidate:
     capacities: tuple[CapacitySpec, ...] = ()
     blocking_taints: tuple[DeviceTaint, ...] = ()
     consumes: tuple[tuple[str, str, int], ...] = ()
+    match_generation: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -519,6 +522,7 @@ class _Index:
             capacities=tuple(_capacity_spec(name, d) for name in sorted(d.capacity)),
             blocking_taints=tuple(t for t in d.taints if t.effect in _BLOCKING_EFFECTS),
             consumes=pool.device_counters.get(d.name, ()),
+            match_generation=hash((s.uid, s.name, s.generation, s.pool.generation)),
         )
 
 

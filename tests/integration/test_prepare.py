@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -707,3 +710,66 @@ def test_claims_from_a_v1_checkpoint_are_reprepared_and_unprepared(node: Node) -
     assert not run(preparer.prepare([blocked]))[blocked.uid].error
     stored = CheckpointStore(node.settings.state_dir).load()
     assert sorted(stored.claims) == sorted([kept.uid, blocked.uid])
+
+
+KILLED_CHILD = """
+import asyncio, json, sys, time
+from pathlib import Path
+from driver.model import GpuInfo
+from kubeletplugin import cdi
+from kubeletplugin.prepare import ClaimRef, Preparer, PrepareSettings
+
+root, claim = Path(sys.argv[1]), json.loads(sys.argv[2])
+real_write = cdi.write_spec
+
+def write_then_hang(cdi_dir, spec):
+    real_write(cdi_dir, spec)
+    print("spec written", flush=True)
+    time.sleep(60)  # killed here, before PrepareCompleted
+
+cdi.write_spec = write_then_hang
+
+async def get(namespace, name):
+    return claim
+
+settings = PrepareSettings(
+    node_name="gpu-t4", state_dir=root / "state", cdi_dir=root / "cdi", mps_root=root / "mps"
+)
+gpu = GpuInfo(uuid="GPU-t4-0", index=0, minor=0, product_name="Tesla T4", brand="Nvidia",
+              architecture="Turing", cuda_compute_capability="7.5", driver_version="550.54.15",
+              cuda_driver_version="12.4", memory_bytes=15360 << 20, multiprocessors=40)
+ref = ClaimRef(namespace="default", uid=claim["metadata"]["uid"], name="a")
+asyncio.run(Preparer(settings, [gpu], get, boot_id="boot-1").prepare([ref]))
+"""
+
+
+def test_process_killed_between_the_phases(node: Node) -> None:
+    ref = node.api.add("a", [result("gpu-0")])
+    claim = node.api.claims[("default", "a")]
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CHILD, str(node.root), json.dumps(claim)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "spec written"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        if child.stdout is not None:
+            child.stdout.close()
+    assert node.spec_exists(ref)
+    stored = CheckpointStore(node.settings.state_dir).load()
+    assert stored.claims[ref.uid].state == "PrepareStarted"
+    # The restarted plugin finishes the job: the crashed attempt is rolled back, the kubelet's
+    # retry prepares the claim again, and the result is complete.
+    restarted = node.preparer()
+    run(restarted.recover())
+    assert not node.spec_exists(ref)
+    out = run(restarted.prepare([ref]))
+    assert out[ref.uid].error == ""
+    assert node.spec_exists(ref)
+    assert CheckpointStore(node.settings.state_dir).load().claims[ref.uid].state == (
+        "PrepareCompleted"
+    )

@@ -51,10 +51,10 @@ deviations, each pinned by a case in ``tests/unit/cel_cases.py``):
   before it runs (upstream rejects such expressions when they are written, and stops them at
   run time).
 * **Libraries.** Kubernetes' quantity and semver libraries, the strings extension, optional
-  types (``.?``, ``orValue``) and ``cel.bind`` are available. Kubernetes' lists, sets, regex
-  (``find``), URL, IP/CIDR libraries, two-variable comprehensions and the list-attribute
-  ``includes()`` helper are not (cel-expr-python offers no such extension); they are compile
-  errors ("undeclared reference").
+  types (``.?``, ``orValue``), ``cel.bind`` and the list-attribute helper ``includes()``
+  (membership on a list, equality on a scalar) are available. Kubernetes' lists, sets, regex
+  (``find``), URL, IP/CIDR libraries and two-variable comprehensions are not (cel-expr-python
+  offers no such extension); they are compile errors ("undeclared reference").
 """
 
 from __future__ import annotations
@@ -153,6 +153,14 @@ def _sub(receiver: Any, other: Any) -> Any:
     if isinstance(other, int):
         return quantity_value(cel_types.quantity_sub_int(_to_quantity(receiver), other))
     return quantity_value(_to_quantity(receiver) - _to_quantity(other))
+
+
+def _includes(receiver: Any, value: Any) -> bool:
+    """``includes()``: membership for a list attribute, equality for a scalar one, so one
+    selector works whether a driver publishes a value or a list (DRAListTypeAttributes)."""
+    if isinstance(receiver, list):
+        return value in receiver
+    return bool(receiver == value)
 
 
 def _semver_component(pick: Callable[[cel_types.Semver], int]) -> Callable[[Any], int]:
@@ -254,6 +262,19 @@ def _functions() -> list[Any]:
             "isSemver",
             free("is_semver_string", t.BOOL, [t.STRING], cel_types.is_semver),
             free("is_semver_string_bool", t.BOOL, [t.STRING, t.BOOL], cel_types.is_semver),
+        ),
+        decl(
+            "includes",
+            *(
+                member(f"list_{name}_includes", t.BOOL, [t.List(kind), kind], _includes)
+                for name, kind in (("int", t.INT), ("string", t.STRING), ("bool", t.BOOL))
+            ),
+            member("list_semver_includes", t.BOOL, [t.List(s), s], _includes),
+            *(
+                member(f"{name}_includes", t.BOOL, [kind, kind], _includes)
+                for name, kind in (("int", t.INT), ("string", t.STRING), ("bool", t.BOOL))
+            ),
+            member("semver_includes", t.BOOL, [s, s], _includes),
         ),
         decl("major", member("semver_major", t.INT, [s], _semver_component(lambda v: v.major))),
         decl("minor", member("semver_minor", t.INT, [s], _semver_component(lambda v: v.minor))),
@@ -398,7 +419,8 @@ def device_input(device: Device, driver_name: str) -> DeviceInput:
 
 @dataclass(frozen=True, slots=True)
 class Selector:
-    """A compiled selector; build it with :func:`compile_selector`."""
+    """A compiled selector; build it with :func:`compile_selector`. Equal selectors have equal
+    expressions. A ``Selector(expression)`` built directly compiles on first use (cached)."""
 
     expression: str
     _program: Any = field(repr=False, compare=False, default=None)
@@ -411,6 +433,8 @@ class Selector:
 
     def evaluate(self, device: DeviceInput, device_name: str) -> bool:
         """Evaluate against a prepared :class:`DeviceInput` (see :class:`MatchCache`)."""
+        if self._program is None:
+            return compile_selector(self.expression).evaluate(device, device_name)
         if self.max_cost > COST_LIMIT:
             raise self._error(
                 device_name,
@@ -528,6 +552,11 @@ class MatchCache:
         """The number of cached results."""
         with self._lock:
             return sum(len(e.results) for e in self._devices.values())
+
+    def discard(self, device_id: DeviceID) -> None:
+        """Forget a device (its slice was deleted)."""
+        with self._lock:
+            self._devices.pop(device_id, None)
 
     def clear(self) -> None:
         with self._lock:

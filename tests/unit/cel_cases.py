@@ -458,6 +458,16 @@ CASES: tuple[Case, ...] = (
     ok("map macro", f"{D}.ports.map(p, p - 8000) == [0, 1, 2]", device=LISTS),
     ok("filter macro", f"{D}.ports.filter(p, p > 8000).size() == 2", device=LISTS),
     ok("exists_one macro", "[1, 2, 3].exists_one(x, x > 2)"),
+    ok("includes on an int-list attribute", f"{STD}.numaNode.includes(1)", device=LISTS),
+    ok("includes on a scalar attribute is equality", f"{STD}.numaNode.includes(0)"),
+    ok("includes on a scalar attribute, other value", f"{STD}.numaNode.includes(1)", False),
+    ok("includes on a string list", f'{D}.tags.includes("shared")', device=LISTS),
+    ok("includes on a version", f'{D}.cudaComputeCapability.includes(semver("7.5.0"))'),
+    runtime(
+        "includes with a mismatched type",
+        f"{D}.type.includes(1)",
+        "no such overload",
+    ),
     ok("index out of range is absorbed", f"false && {D}.ports[9] == 1", False, device=LISTS),
     runtime(
         "index out of range",

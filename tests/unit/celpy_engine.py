@@ -158,6 +158,7 @@ _LIBRARY: dict[str, Callable[..., Any]] = {
     "charAt": lambda s, i: celtypes.StringType(_str(s)[int(i) : int(i) + 1]),
     "split": _split,
     "join": _join,
+    "includes": lambda a, b: celtypes.BoolType(b in a if isinstance(a, list) else a == b),
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {name: _guard(fn) for name, fn in _LIBRARY.items()}
 

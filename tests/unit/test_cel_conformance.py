@@ -64,6 +64,12 @@ def test_compile_is_cached_per_expression() -> None:
     assert a == cel.Selector('device.driver == "x"')
 
 
+def test_directly_built_selector_compiles_on_first_use() -> None:
+    assert cel.Selector('device.driver == "x"').matches(T4, "x") is True
+    with pytest.raises(CELCompileError):
+        cel.Selector("device.").matches(T4, "x")
+
+
 def test_compile_error_has_position() -> None:
     with pytest.raises(CELCompileError, match=r"<input>:1:8: Syntax error"):
         cel.compile_selector("device.")
@@ -194,3 +200,15 @@ def test_match_cache_shares_input_across_selectors_and_pads_domains() -> None:
     assert cache.matches(second, _id(), 1, T4) is True
     cache.clear()
     assert len(cache) == 0
+
+
+def test_match_cache_discard_forgets_a_device() -> None:
+    cache = cel.MatchCache()
+    selector = cel.compile_selector("device.allowMultipleAllocations")
+    assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(selector, _id("gpu-1"), 1, T4) is True
+    cache.discard(_id("gpu-0"))
+    cache.discard(_id("never-seen"))
+    assert len(cache) == 1
+    assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
+    assert cache.misses == 3

@@ -1,0 +1,297 @@
+"""The two-axis scorer, table-driven: consumption, GPU order, topology, node scores, policies."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from driver.allocator import allocate
+from driver.errors import PolicyError
+from driver.model import Device
+from driver.policy import PolicyDefaults, policies_for_pod
+from driver.quantity import Quantity
+from driver.scoring import (
+    DeviceLoad,
+    NodeAmounts,
+    best_node,
+    consumption,
+    gpu_order,
+    natural_key,
+    node_score,
+    order_indices,
+    score_devices,
+)
+from tests.unit.builders import cap, claim, device, gpu, node, slice_, snapshot, to_node
+
+MI = 1024 * 1024
+GI = 1024 * MI
+
+
+def shared_gpu(index: int, memory: str = "16Gi", **extra: Any) -> Device:
+    return Device.from_api(gpu(index, memory=memory, shared=True, **extra))
+
+
+def q(requests: dict[str, str]) -> dict[str, Quantity]:
+    return {k: Quantity.of(v) for k, v in requests.items()}
+
+
+# --------------------------------------------------------------------------- consumption
+
+CONSUMPTION = [
+    ("no request takes the whole GPU", shared_gpu(0), {}, {"memory": 16 * GI, "cores": 0}),
+    ("memory request", shared_gpu(0), {"memory": "7500Mi"}, {"memory": 7500 * MI, "cores": 0}),
+    ("cores request", shared_gpu(0), {"cores": "30"}, {"memory": 16 * GI, "cores": 30}),
+    ("rounds up to the step", shared_gpu(0), {"memory": "1000000"}, {"memory": MI, "cores": 0}),
+    ("above capacity", shared_gpu(0), {"memory": "17Gi"}, None),
+    ("unknown capacity", shared_gpu(0), {"bandwidth": "1"}, None),
+    (
+        "valid values round up",
+        Device.from_api(
+            device(
+                "d",
+                capacity={"memory": cap("8Gi", default="8Gi", values=["2Gi", "4Gi", "8Gi"])},
+                multi=True,
+            )
+        ),
+        {"memory": "3Gi"},
+        {"memory": 4 * GI},
+    ),
+    (
+        "exclusive device taken whole",
+        Device.from_api(gpu(0)),
+        {"memory": "1Gi"},
+        {"memory": 16 * GI, "cores": 100},
+    ),
+    ("exclusive device too small", Device.from_api(gpu(0)), {"memory": "20Gi"}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "dev", "requests", "expected"), CONSUMPTION, ids=[c[0] for c in CONSUMPTION]
+)
+def test_consumption(
+    case: str, dev: Device, requests: dict[str, str], expected: dict[str, int] | None
+) -> None:
+    assert consumption(dev, q(requests)) == expected, case
+
+
+# --------------------------------------------------------------------------- GPU axis
+
+
+def names(order: list[int], devices: list[Device]) -> list[str]:
+    return [devices[i].name for i in order]
+
+
+GPU_ORDER = [
+    # (case, used memory GiB per GPU, request, policy, count, expected order)
+    (
+        "binpack prefers the fullest GPU that fits",
+        [0, 8, 4, 0],
+        {"memory": "4Gi"},
+        "binpack",
+        1,
+        ["gpu-1", "gpu-2", "gpu-0", "gpu-3"],
+    ),
+    (
+        "binpack puts GPUs without room last",
+        [0, 14, 4, 0],
+        {"memory": "4Gi"},
+        "binpack",
+        1,
+        ["gpu-2", "gpu-0", "gpu-3", "gpu-1"],
+    ),
+    (
+        "spread prefers the emptiest GPU",
+        [0, 8, 4, 0],
+        {"memory": "4Gi"},
+        "spread",
+        1,
+        ["gpu-0", "gpu-3", "gpu-2", "gpu-1"],
+    ),
+    (
+        "first-fit keeps upstream order",
+        [0, 8, 4, 0],
+        {"memory": "4Gi"},
+        "first-fit",
+        1,
+        ["gpu-0", "gpu-1", "gpu-2", "gpu-3"],
+    ),
+    (
+        "ties break by device name",
+        [0, 0, 0, 0],
+        {"memory": "4Gi"},
+        "binpack",
+        1,
+        ["gpu-0", "gpu-1", "gpu-2", "gpu-3"],
+    ),
+    (
+        "whole GPU only fits idle ones",
+        [0, 1, 0, 2],
+        {},
+        "binpack",
+        1,
+        ["gpu-0", "gpu-2", "gpu-3", "gpu-1"],
+    ),
+]
+
+
+@pytest.mark.parametrize("row", GPU_ORDER, ids=[c[0] for c in GPU_ORDER])
+def test_gpu_order(row: tuple[Any, ...]) -> None:
+    case, used, requests, policy, count, expected = row
+    devices = [shared_gpu(i) for i in range(len(used))]
+    loads = [DeviceLoad(used={"memory": u * GI}, in_use=u > 0) for u in used]
+    scored = score_devices(devices, loads, q(requests), [("d", "p", d.name) for d in devices])
+    assert names(order_indices(scored, policy, count), devices) == expected, case
+
+
+def test_multi_gpu_request_stays_on_one_numa_node() -> None:
+    # gpu-1 (NUMA 0) is the fullest, but NUMA 0 has only one GPU with room for the second
+    # device; NUMA 1 holds both devices, so both come first.
+    devices = [shared_gpu(i, numa=0 if i < 2 else 1) for i in range(4)]
+    loads = [DeviceLoad(used={"memory": u * GI}, in_use=u > 0) for u in (14, 8, 2, 1)]
+    scored = score_devices(
+        devices, loads, q({"memory": "4Gi"}), [("d", "p", d.name) for d in devices]
+    )
+    assert names(order_indices(scored, "binpack", 2), devices) == [
+        "gpu-2",
+        "gpu-3",
+        "gpu-1",
+        "gpu-0",
+    ]
+    assert names(order_indices(scored, "binpack", 1), devices)[0] == "gpu-1"
+
+
+def test_natural_device_order() -> None:
+    assert sorted(["gpu-10", "gpu-2", "gpu-1"], key=natural_key) == ["gpu-1", "gpu-2", "gpu-10"]
+
+
+def test_gpu_order_plugs_into_the_allocator() -> None:
+    slices = [slice_("s", devices=[gpu(i, shared=True) for i in range(3)])]
+    held = claim("held", uid="u-held").allocated(
+        {
+            "devices": {
+                "results": [
+                    {
+                        "request": "r0",
+                        "driver": "gpu.biaxial.dev",
+                        "pool": "node-0",
+                        "device": "gpu-1",
+                        "shareID": "5a0c5ab4-2a3b-4bbb-9c1d-8c1f0e2f6f01",
+                        "consumedCapacity": {"memory": "8Gi", "cores": "0"},
+                    }
+                ]
+            }
+        }
+    )
+    snap = snapshot(slices, claims=[held])
+    pending = claim("new", uid="u-new").request("r0", count=1, capacity={"memory": "4Gi"}).model()
+    chosen = {}
+    for policy in ("binpack", "spread", "first-fit"):
+        results = allocate(snap, [pending], to_node(node()), order=gpu_order(policy))  # type: ignore[arg-type]
+        assert results is not None
+        chosen[policy] = results[0].results[0].device
+    assert chosen == {"binpack": "gpu-1", "spread": "gpu-0", "first-fit": "gpu-0"}
+    assert gpu_order("first-fit") is None
+
+
+# --------------------------------------------------------------------------- node axis
+
+NODE_SCORES = [
+    # (case, total, used, adding, cores, expected)
+    (
+        "empty T4 node, one 7500Mi pod",
+        NodeAmounts(4, 4 * 15360, 400),
+        NodeAmounts(),
+        NodeAmounts(1, 7500, 0),
+        False,
+        (Fraction(1, 4) + Fraction(7500, 61440)) / 2,
+    ),
+    (
+        "cores counted when consumed",
+        NodeAmounts(2, 100, 200),
+        NodeAmounts(1, 50, 50),
+        NodeAmounts(0, 10, 50),
+        True,
+        (Fraction(1, 2) + Fraction(60, 100) + Fraction(100, 200)) / 3,
+    ),
+    (
+        "cores ignored otherwise",
+        NodeAmounts(2, 100, 200),
+        NodeAmounts(1, 50, 50),
+        NodeAmounts(0, 10, 0),
+        False,
+        (Fraction(1, 2) + Fraction(60, 100)) / 2,
+    ),
+    ("no devices, no score", NodeAmounts(), NodeAmounts(), NodeAmounts(), False, Fraction(0)),
+]
+
+
+@pytest.mark.parametrize("row", NODE_SCORES, ids=[c[0] for c in NODE_SCORES])
+def test_node_score(row: tuple[Any, ...]) -> None:
+    case, total, used, adding, cores, expected = row
+    assert node_score(total, used, adding, cores=cores) == expected, case
+
+
+@pytest.mark.parametrize(
+    ("policy", "scored", "winner"),
+    [
+        ("binpack", [(Fraction(1, 2), "b"), (Fraction(3, 4), "c"), (Fraction(3, 4), "a")], "a"),
+        ("spread", [(Fraction(1, 2), "b"), (Fraction(3, 4), "c"), (Fraction(1, 2), "a")], "a"),
+        ("spread", [(Fraction(1, 3), "z"), (Fraction(1, 2), "a")], "z"),
+    ],
+)
+def test_best_node_ties_by_name(
+    policy: Any, scored: list[tuple[Fraction, str]], winner: str
+) -> None:
+    assert best_node(policy, scored)[1] == winner
+
+
+# --------------------------------------------------------------------------- policies
+
+POLICIES = [
+    ({}, ("binpack", "binpack")),
+    ({"biaxial.dev/node-policy": "spread"}, ("spread", "binpack")),
+    (
+        {"hami.io/node-scheduler-policy": "spread", "hami.io/gpu-scheduler-policy": "spread"},
+        ("spread", "spread"),
+    ),
+    (
+        {"hami.io/gpu-scheduler-policy": "spread", "biaxial.dev/gpu-policy": "binpack"},
+        ("binpack", "binpack"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("annotations", "expected"), POLICIES)
+def test_policy_annotations(annotations: dict[str, str], expected: tuple[str, str]) -> None:
+    resolved = policies_for_pod(annotations, PolicyDefaults())
+    assert (resolved.node, resolved.gpu) == expected
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        (
+            {"biaxial.dev/node-policy": "pack"},
+            "annotation biaxial.dev/node-policy: unknown policy 'pack'",
+        ),
+        (
+            {"hami.io/gpu-scheduler-policy": "topology-aware"},
+            "hami.io/gpu-scheduler-policy: unknown policy",
+        ),
+        ({"biaxial.dev/gpu-policy": "first-fit"}, "allowed: binpack, spread"),
+    ],
+)
+def test_unknown_policy_is_an_error(annotations: dict[str, str], message: str) -> None:
+    with pytest.raises(PolicyError, match=message):
+        policies_for_pod(annotations, PolicyDefaults())
+
+
+def test_defaults_are_validated() -> None:
+    assert PolicyDefaults.parse("spread", "first-fit") == PolicyDefaults(
+        node="spread", gpu="first-fit"
+    )
+    with pytest.raises(PolicyError, match="GPU policy: unknown policy 'best'"):
+        PolicyDefaults.parse("binpack", "best")

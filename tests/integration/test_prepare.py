@@ -16,16 +16,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from driver.errors import PrepareError
 from driver.model import GpuInfo, MigInfo
 from kubeletplugin import cdi
-from kubeletplugin.checkpoint import CheckpointStore, checksum
+from kubeletplugin.checkpoint import Checkpoint, CheckpointStore, checksum
 from kubeletplugin.prepare import (
     ClaimRef,
     PreparedDevice,
     Preparer,
     PrepareResult,
     PrepareSettings,
+    check_conflicts,
+    device_targets,
+    plan_claim,
 )
 
 DRIVER = "gpu.biaxial.dev"
@@ -773,3 +779,49 @@ def test_process_killed_between_the_phases(node: Node) -> None:
     assert CheckpointStore(node.settings.state_dir).load().claims[ref.uid].state == (
         "PrepareCompleted"
     )
+
+
+# --------------------------------------------------------------------------- invariants
+
+_ALLOCS = st.lists(
+    st.tuples(
+        st.sampled_from(["gpu-0", "gpu-1"]),
+        st.one_of(st.none(), st.integers(1, 16000)),  # None: exclusive; else MiB of a share
+        st.integers(0, 100),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(allocs=_ALLOCS, release=st.lists(st.integers(0, 11), max_size=4))
+def test_accepted_plans_never_double_book_or_exceed_capacity(
+    allocs: list[tuple[str, int | None, int]], release: list[int]
+) -> None:
+    prep_settings = PrepareSettings(
+        node_name=NODE, state_dir=Path("/nonexistent"), default_sharing_strategy="none"
+    )
+    targets = device_targets(GPUS)
+    checkpoint = Checkpoint()
+    for i, (device, memory_mib, cores) in enumerate(allocs):
+        if i in release and checkpoint.claims:
+            checkpoint = checkpoint.without_claim(min(checkpoint.claims))
+        res = result(device, memory_mib=memory_mib, cores=cores if memory_mib else 0)
+        claim = {
+            "metadata": {"uid": f"u{i}"},
+            "status": {"allocation": {"devices": {"results": [res]}}},
+        }
+        ref = ClaimRef(namespace="default", uid=f"u{i}", name=f"c{i}")
+        try:
+            plan = plan_claim(ref, claim, prep_settings, targets)  # refuses > 15360 MiB
+            check_conflicts(plan, checkpoint, targets)
+        except PrepareError:
+            continue  # refused: nothing recorded
+        checkpoint = checkpoint.with_claim(plan.record("PrepareCompleted"))
+        for name in ("gpu-0", "gpu-1"):
+            held = [d for r in checkpoint.claims.values() for d in r.devices if d.device == name]
+            if any(d.exclusive for d in held):
+                assert len(held) == 1
+            assert sum(d.memory_bytes for d in held) <= T4_MEMORY
+            assert sum(d.cores for d in held if not d.exclusive) <= 100

@@ -115,32 +115,39 @@ def _semver_value(version: cel_types.Semver) -> Any:
     return _SemverMsg(version=version.precedence_text)
 
 
+def _type_name(value: Any) -> str:
+    if isinstance(value, _QuantityMsg):
+        return QUANTITY_TYPE_NAME
+    if isinstance(value, _SemverMsg):
+        return SEMVER_TYPE_NAME
+    return type(value).__name__
+
+
 def _to_quantity(msg: Any) -> Quantity:
+    # Attribute values are dyn, so a Semver can reach a quantity member at run time.
+    if not isinstance(msg, _QuantityMsg):
+        raise cel_types.CELFunctionError(f"no such overload: {_type_name(msg)} is not a quantity")
     return Quantity(int(msg.nanos))
 
 
 def _to_semver(msg: Any) -> cel_types.Semver:
+    if not isinstance(msg, _SemverMsg):
+        raise cel_types.CELFunctionError(f"no such overload: {_type_name(msg)} is not a semver")
     return cel_types.parse_semver(msg.version)
 
 
 # --------------------------------------------------------------------------- library bindings
 
 
-def _quantity_or_semver(receiver: Any, other: Any) -> tuple[Quantity, Quantity] | None:
-    if isinstance(receiver, _QuantityMsg):
-        if not isinstance(other, _QuantityMsg):
-            raise cel_types.CELFunctionError("no such overload: quantity compared to non-quantity")
-        return _to_quantity(receiver), _to_quantity(other)
-    return None
-
-
 def _compare(receiver: Any, other: Any) -> int:
-    quantities = _quantity_or_semver(receiver, other)
-    if quantities is not None:
-        return quantities[0].compare(quantities[1])
-    if not isinstance(other, _SemverMsg):
-        raise cel_types.CELFunctionError("no such overload: semver compared to non-semver")
-    return _to_semver(receiver).compare(_to_semver(other))
+    """``compareTo`` of two quantities or two versions (one runtime implementation for both)."""
+    if isinstance(receiver, _QuantityMsg) and isinstance(other, _QuantityMsg):
+        return _to_quantity(receiver).compare(_to_quantity(other))
+    if isinstance(receiver, _SemverMsg) and isinstance(other, _SemverMsg):
+        return _to_semver(receiver).compare(_to_semver(other))
+    raise cel_types.CELFunctionError(
+        f"no such overload: {_type_name(receiver)} compared with {_type_name(other)}"
+    )
 
 
 def _add(receiver: Any, other: Any) -> Any:

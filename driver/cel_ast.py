@@ -13,9 +13,10 @@ because cel-expr-python has no cost tracking): every node costs 1 (constants 0, 
 comprehension costs its range plus *n* x (condition + step) where *n* is the maximum size of
 the range. Sizes come from literals, or from DRA's API bounds for device data: a device has at
 most 32 attributes and capacities, a string attribute at most 64 characters, a list attribute
-at most 64 elements; any other list or string is bounded by :data:`UNKNOWN_SIZE`. The result
-is an upper bound for every device the API can hold, so an expression within the limit never
-needs a runtime check.
+at most 64 elements. A value neither bounds (a comprehension variable, a selected field) is
+taken as large as the largest literal in the expression, at least :data:`UNKNOWN_SIZE`; list
+concatenation adds sizes. Comprehension results that grow faster than their range (a ``map``
+whose step builds lists) can exceed that bound; no DRA selector needs one.
 """
 
 from __future__ import annotations
@@ -230,74 +231,97 @@ def _device_size(node: Any) -> int | None:
     return None
 
 
+def _largest_literal(root: Any) -> int:
+    """The largest list, map or string literal in the expression."""
+    largest = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(_children(node))
+        kind = node.WhichOneof("expr_kind")
+        if kind == "list_expr":
+            largest = max(largest, len(node.list_expr.elements))
+        elif kind == "struct_expr":
+            largest = max(largest, len(node.struct_expr.entries))
+        elif kind == "const_expr":
+            const = node.const_expr
+            largest = max(largest, len(const.string_value), len(const.bytes_value))
+    return largest
+
+
 def estimate_cost(root: Any) -> int:
     """Worst-case cost of evaluating the expression (see the module docstring)."""
-    return _estimate(root, {}).cost
+    model = _CostModel(unknown=max(UNKNOWN_SIZE, _largest_literal(root)))
+    return model.estimate(root, {}).cost
 
 
-def _estimate(node: Any, scope: Mapping[str, int]) -> _Estimate:
-    kind = node.WhichOneof("expr_kind")
-    if kind == "const_expr":
-        const = node.const_expr
-        which = const.WhichOneof("constant_kind")
-        if which == "string_value":
-            return _Estimate(0, len(const.string_value))
-        if which == "bytes_value":
-            return _Estimate(0, len(const.bytes_value))
-        return _Estimate(0, 1)
-    if kind == "ident_expr":
-        name = node.ident_expr.name
-        bound = _device_size(node)
-        return _Estimate(1, scope.get(name, bound if bound is not None else UNKNOWN_SIZE))
-    if kind == "select_expr":
-        operand = _estimate(node.select_expr.operand, scope)
-        bound = _device_size(node)
-        return _Estimate(operand.cost + 1, bound if bound is not None else operand.size)
-    if kind == "list_expr":
-        parts = [_estimate(e, scope) for e in node.list_expr.elements]
-        return _Estimate(10 + sum(p.cost for p in parts), len(parts))
-    if kind == "struct_expr":
-        cost = 30
-        for entry in node.struct_expr.entries:
-            cost += _estimate(entry.map_key, scope).cost + _estimate(entry.value, scope).cost
-        return _Estimate(cost, len(node.struct_expr.entries))
-    if kind == "call_expr":
-        return _estimate_call(node, scope)
-    if kind == "comprehension_expr":
-        c = node.comprehension_expr
-        rng = _estimate(c.iter_range, scope)
-        init = _estimate(c.accu_init, scope)
+@dataclass(frozen=True, slots=True)
+class _CostModel:
+    unknown: int  # size bound of a value neither a literal nor the API bounds more tightly
+
+    def estimate(self, node: Any, scope: Mapping[str, int]) -> _Estimate:
+        kind = node.WhichOneof("expr_kind")
+        if kind == "const_expr":
+            const = node.const_expr
+            return _Estimate(0, max(1, len(const.string_value), len(const.bytes_value)))
+        if kind == "ident_expr":
+            bound = _device_size(node)
+            default = bound if bound is not None else self.unknown
+            return _Estimate(1, scope.get(node.ident_expr.name, default))
+        if kind == "select_expr":
+            operand = self.estimate(node.select_expr.operand, scope)
+            bound = _device_size(node)
+            return _Estimate(operand.cost + 1, bound if bound is not None else self.unknown)
+        if kind == "list_expr":
+            parts = [self.estimate(e, scope) for e in node.list_expr.elements]
+            return _Estimate(10 + sum(p.cost for p in parts), len(parts))
+        if kind == "struct_expr":
+            cost = 30
+            for entry in node.struct_expr.entries:
+                cost += self.estimate(entry.map_key, scope).cost
+                cost += self.estimate(entry.value, scope).cost
+            return _Estimate(cost, len(node.struct_expr.entries))
+        if kind == "call_expr":
+            return self._call(node, scope)
+        if kind == "comprehension_expr":
+            return self._comprehension(node.comprehension_expr, scope)
+        return _Estimate(1, self.unknown)
+
+    def _comprehension(self, c: Any, scope: Mapping[str, int]) -> _Estimate:
+        rng = self.estimate(c.iter_range, scope)
+        init = self.estimate(c.accu_init, scope)
         inner = dict(scope)
-        inner[c.iter_var] = UNKNOWN_SIZE
+        inner[c.iter_var] = self.unknown
         if c.iter_var2:
-            inner[c.iter_var2] = UNKNOWN_SIZE
-        inner[c.accu_var] = max(rng.size, init.size)
-        per_iteration = _estimate(c.loop_condition, inner).cost + _estimate(c.loop_step, inner).cost
-        result = _estimate(c.result, inner)
+            inner[c.iter_var2] = self.unknown
+        accumulated = max(rng.size, init.size)
+        inner[c.accu_var] = accumulated
+        per_iteration = (
+            self.estimate(c.loop_condition, inner).cost + self.estimate(c.loop_step, inner).cost
+        )
+        result = self.estimate(c.result, inner)
         return _Estimate(
             rng.cost + init.cost + rng.size * (per_iteration + 1) + result.cost,
-            max(rng.size, init.size),
+            max(accumulated, result.size),
         )
-    return _Estimate(1, UNKNOWN_SIZE)
 
-
-def _estimate_call(node: Any, scope: Mapping[str, int]) -> _Estimate:
-    call = node.call_expr
-    parts = [_estimate(a, scope) for a in call.args]
-    target = _estimate(call.target, scope) if call.HasField("target") else None
-    if target is not None:
-        parts.insert(0, target)
-    cost = 1 + sum(p.cost for p in parts)
-    size = max((p.size for p in parts), default=1)
-    function = call.function
-    if function in _STRING_FUNCTIONS:
-        walked = sum(p.size for p in parts)
-        cost += math.ceil(0.1 * walked)
-        if function == "_+_":
-            size = walked
-    if function in ("_[_]", "_[?_]"):
-        bound = _device_size(node)
-        size = bound if bound is not None else UNKNOWN_SIZE
-    elif function == "split":
-        size = (target.size if target is not None else UNKNOWN_SIZE) + 1
-    return _Estimate(cost, size)
+    def _call(self, node: Any, scope: Mapping[str, int]) -> _Estimate:
+        call = node.call_expr
+        parts = [self.estimate(a, scope) for a in call.args]
+        target = self.estimate(call.target, scope) if call.HasField("target") else None
+        if target is not None:
+            parts.insert(0, target)
+        cost = 1 + sum(p.cost for p in parts)
+        size = max((p.size for p in parts), default=1)
+        function = call.function
+        if function in _STRING_FUNCTIONS:
+            walked = sum(p.size for p in parts)
+            cost += math.ceil(0.1 * walked)
+            if function == "_+_":
+                size = walked
+        if function in ("_[_]", "_[?_]"):
+            bound = _device_size(node)
+            size = bound if bound is not None else self.unknown
+        elif function == "split":
+            size = (target.size if target is not None else self.unknown) + 1
+        return _Estimate(cost, size)

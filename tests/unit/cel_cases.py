@@ -274,6 +274,17 @@ CASES: tuple[Case, ...] = (
         "no matching overload",
         celpy=Deviation(NO_TYPE_CHECKER, error=CELEvaluationError, fragment="no such overload"),
     ),
+    runtime(
+        "quantity member on a version attribute",
+        f"{D}.driverVersion.sign() == 1",
+        "no such overload",
+    ),
+    runtime(
+        "version compared with a quantity at run time",
+        f'{D}.driverVersion.compareTo(quantity("1")) == 0',
+        "no such overload",
+    ),
+    runtime("quantity member on an int attribute", f"{D}.index.add(1).sign() == 1", "overload"),
     # --- versions -----------------------------------------------------------------------
     ok("version isGreaterThan", f'{D}.cudaComputeCapability.isGreaterThan(semver("7.0.0"))'),
     ok("version isLessThan", f'{D}.cudaComputeCapability.isLessThan(semver("8.0.0"))'),
@@ -425,6 +436,12 @@ CASES: tuple[Case, ...] = (
         "cost limit exceeded",
     ),
     ok("small comprehension within cost", f"{_BIG}.exists(i, i == 100)"),
+    runtime(
+        "cost limit: comprehension over a nested literal",
+        f"[{_BIG}].all(x, x.all(y, {_BIG}.all(z, {_BIG}.all(w, true))))",
+        "cost limit exceeded",
+    ),
+    ok("comprehension over device attributes within cost", f"{D}.all(k, k.size() > 0)"),
     # --- && / || error absorption -------------------------------------------------------
     ok("false && error", f"false && {D}.nosuch == 1", False),
     ok("error && false", f"{D}.nosuch == 1 && false", False),

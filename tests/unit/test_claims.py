@@ -1,0 +1,234 @@
+"""DeviceClass / ResourceClaim / AllocationResult models: parsing, defaults, errors, round trip."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+import pytest
+
+from driver.claims import (
+    AllocationResult,
+    DeviceClass,
+    ResourceClaim,
+    Toleration,
+)
+from driver.errors import ManifestError
+from driver.model import DeviceTaint
+from tests.unit.builders import DRIVER, claim, device_class, sub, toleration
+
+
+def test_device_class_from_api() -> None:
+    raw = device_class(
+        "gpu.biaxial.dev", config=[{"sharing": "mps"}], extended_resource_name="nvidia.com/gpu"
+    )
+    raw["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    before = copy.deepcopy(raw)
+    cls = DeviceClass.from_api(raw)
+    assert raw == before
+    assert cls.name == "gpu.biaxial.dev"
+    assert cls.selectors == (f'device.driver == "{DRIVER}"',)
+    assert cls.config[0].driver == DRIVER
+    assert cls.config[0].parameters == {"sharing": "mps"}
+    assert cls.extended_resource_name == "nvidia.com/gpu"
+    assert cls.creation_timestamp == "2026-01-01T00:00:00Z"
+    # Parameters are a private copy.
+    raw["spec"]["config"][0]["opaque"]["parameters"]["sharing"] = "changed"
+    assert cls.config[0].parameters == {"sharing": "mps"}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cls.name = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"metadata": {}}, "metadata.name is required"),
+        ({"metadata": {"name": "c"}, "spec": {"selectors": [{}]}}, "no cel.expression"),
+        ({"metadata": {"name": "c"}, "spec": {"config": [{}]}}, "without opaque"),
+    ],
+)
+def test_device_class_errors(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        DeviceClass.from_api(raw)
+
+
+def test_claim_defaults_and_fields() -> None:
+    raw = (
+        claim("c0", namespace="ml")
+        .request("a")
+        .request("b", mode="All", admin=True, capacity={"memory": "1Gi"})
+        .first_available("c", sub("x", count=2), sub("y", tolerations=[toleration("k", "Exists")]))
+        .constraint(match=f"{DRIVER}/uuid", requests=["a", "c/x"])
+        .config({"p": 1}, requests=["a"])
+        .json()
+    )
+    before = copy.deepcopy(raw)
+    c = ResourceClaim.from_api(raw)
+    assert raw == before
+    assert c.key == "ml/c0"
+    a, b, cc = c.requests
+    assert a.exactly is not None
+    assert (a.exactly.allocation_mode, a.exactly.count, a.exactly.admin_access) == (
+        "ExactCount",
+        1,
+        False,
+    )
+    assert b.exactly is not None
+    assert (b.exactly.allocation_mode, b.exactly.count, b.exactly.admin_access) == ("All", 0, True)
+    assert str(b.exactly.capacity_requests["memory"]) == "1Gi"
+    assert cc.exactly is None
+    assert [s.name for s in cc.first_available] == ["x", "y"]
+    assert cc.first_available[0].count == 2
+    assert cc.first_available[1].tolerations == (Toleration(key="k", operator="Exists"),)
+    assert c.constraints[0].requests == ("a", "c/x")
+    assert c.config[0].requests == ("a",)
+    assert c.allocation is None
+
+
+def _claim_with(request: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {"devices": {"requests": [request]}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("request_json", "message"),
+    [
+        ({"name": "r"}, "exactly one of exactly or firstAvailable"),
+        (
+            {"name": "r", "exactly": {"deviceClassName": "x"}, "firstAvailable": [{"name": "s"}]},
+            "exactly one of exactly or firstAvailable",
+        ),
+        ({"name": "r", "exactly": {}}, "deviceClassName is required"),
+        ({"name": "r", "exactly": {"deviceClassName": "x", "count": 0}}, "positive integer"),
+        (
+            {"name": "r", "exactly": {"deviceClassName": "x", "allocationMode": "Some"}},
+            "unsupported allocationMode",
+        ),
+        (
+            {"name": "r", "exactly": {"deviceClassName": "x", "allocationMode": "All", "count": 2}},
+            "must not be set",
+        ),
+        (
+            {
+                "name": "r",
+                "exactly": {"deviceClassName": "x", "capacity": {"requests": {"m": "x"}}},
+            },
+            "invalid quantity",
+        ),
+        (
+            {"name": "r", "firstAvailable": [{"name": "s", "deviceClassName": "x"}] * 2},
+            "duplicate subrequest names",
+        ),
+        (
+            {"name": "r", "exactly": {"deviceClassName": "x", "tolerations": [{"operator": "Gt"}]}},
+            "unknown toleration operator",
+        ),
+    ],
+)
+def test_claim_request_errors(request_json: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        ResourceClaim.from_api(_claim_with(request_json))
+
+
+def test_claim_constraint_errors() -> None:
+    raw = claim("c").request("r").json()
+    raw["spec"]["devices"]["constraints"] = [{"matchAttribute": "a/b", "distinctAttribute": "a/c"}]
+    with pytest.raises(ManifestError, match="exactly one of matchAttribute"):
+        ResourceClaim.from_api(raw)
+    raw["spec"]["devices"]["constraints"] = [{"matchAttribute": "unqualified"}]
+    with pytest.raises(ManifestError, match="not a fully qualified"):
+        ResourceClaim.from_api(raw)
+
+
+def test_duplicate_request_names() -> None:
+    raw = claim("c").request("r").request("r").json()
+    with pytest.raises(ManifestError, match="duplicate request names"):
+        ResourceClaim.from_api(raw)
+
+
+FULL_ALLOCATION: dict[str, Any] = {
+    "devices": {
+        "results": [
+            {
+                "request": "r0/s",
+                "driver": DRIVER,
+                "pool": "node-0",
+                "device": "gpu-0",
+                "adminAccess": True,
+                "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+                "bindingConditions": ["Attached"],
+                "bindingFailureConditions": ["Failed"],
+                "shareID": "6d1f3c52-8a0e-5b7a-9f43-2c1b0e5d7a91",
+                "consumedCapacity": {"cores": "30", "memory": "7500Mi"},
+            }
+        ],
+        "config": [
+            {
+                "source": "FromClass",
+                "requests": ["r0"],
+                "opaque": {"driver": DRIVER, "parameters": {"a": [1, 2]}},
+            },
+            {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {}}},
+        ],
+    },
+    "nodeSelector": {
+        "nodeSelectorTerms": [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-0"]}]}
+        ]
+    },
+    "allocationTimestamp": "2026-01-01T00:00:00Z",
+}
+
+
+def test_allocation_round_trip() -> None:
+    raw = copy.deepcopy(FULL_ALLOCATION)
+    result = AllocationResult.from_api(raw)
+    assert raw == FULL_ALLOCATION
+    assert result.to_api() == FULL_ALLOCATION
+    assert AllocationResult.from_api(result.to_api()) == result
+    r = result.results[0]
+    assert str(r.device_id) == f"{DRIVER}/node-0/gpu-0"
+    assert str(r.consumed_capacity["memory"]) == "7500Mi"  # type: ignore[index]
+
+
+def test_claim_with_status() -> None:
+    raw = claim("c").request("r0").allocated(FULL_ALLOCATION).json()
+    raw["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "u"}]
+    raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    c = ResourceClaim.from_api(raw)
+    assert c.allocation is not None
+    assert c.allocation.to_api() == FULL_ALLOCATION
+    assert c.reserved_for[0].to_api() == {"resource": "pods", "name": "p", "uid": "u"}
+    assert c.deletion_timestamp == "2026-01-01T00:00:00Z"
+
+
+def test_allocation_result_errors() -> None:
+    with pytest.raises(ManifestError, match="missing field 'device'"):
+        AllocationResult.from_api(
+            {"devices": {"results": [{"request": "r", "driver": "d", "pool": "p"}]}}
+        )
+    with pytest.raises(ManifestError, match="unknown config source"):
+        AllocationResult.from_api({"devices": {"results": [], "config": [{"source": "Else"}]}})
+
+
+@pytest.mark.parametrize(
+    ("tol", "taint", "tolerated"),
+    [
+        (Toleration(key="k", operator="Exists"), DeviceTaint("k", "NoSchedule"), True),
+        (Toleration(key="k", value="v"), DeviceTaint("k", "NoSchedule", "v"), True),
+        (Toleration(key="k", value="v"), DeviceTaint("k", "NoSchedule", "w"), False),
+        (Toleration(key="j", operator="Exists"), DeviceTaint("k", "NoSchedule"), False),
+        (Toleration(operator="Exists"), DeviceTaint("k", "NoExecute"), True),
+        (Toleration(operator="Exists", effect="NoSchedule"), DeviceTaint("k", "NoExecute"), False),
+        (
+            Toleration(key="k", operator="Exists", effect="NoExecute"),
+            DeviceTaint("k", "NoExecute"),
+            True,
+        ),
+    ],
+)
+def test_toleration_matrix(tol: Toleration, taint: DeviceTaint, tolerated: bool) -> None:
+    assert tol.tolerates(taint) is tolerated

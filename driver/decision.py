@@ -804,6 +804,8 @@ def _precheck(state: NodeState, demand: _Demand) -> str | None:
             for device in state.devices:
                 amounts = consumption(device.device, alt.requests)
                 if amounts is None:
+                    memory_short = memory_short or MEMORY in alt.requests
+                    cores_short = cores_short or MEMORY not in alt.requests
                     continue
                 if not device.shareable:
                     if not device.in_use:

@@ -1,0 +1,316 @@
+"""The kubelet plugin process: one asyncio loop running every part of the plugin.
+
+Start-up, in order: open discovery (NVML, or a fake profile) and discover; resolve the API
+config; build the Preparer and finish its crash/reboot recovery; start the DRA gRPC server
+(DRA v1 + v1beta1, health v1alpha1 + v1) on the DRA socket; start ``/metrics`` + ``/healthz``;
+then, through one :class:`TaskGuard`: the publisher, the health watcher, periodic
+re-discovery, legacy node resources (when asked), the test-only fake injector (with
+``--fake-gpus``), and last the registration socket, so the kubelet only learns about the
+plugin once everything it may call is up.
+
+Shutdown (SIGTERM / SIGINT, or a crashed task): tasks are cancelled one by one in reverse
+start order (registration first: the kubelet stops calling), the DRA server is stopped
+gracefully, the pool is deleted only with ``--remove-slices-on-exit``, discovery is closed.
+A crashed task is logged with its traceback, counted, marks ``/healthz`` unhealthy and ends the
+process with exit code 1 (the DaemonSet restarts it); a clean stop exits 0.
+
+Test-only fault injection (``--fake-gpus`` only): JSON files dropped into
+``<state-dir>/fake-inject/`` (write to a temporary name, then rename to ``*.json``) are applied
+in name order and deleted. Each holds ``{"action": A, "gpu": INDEX_OR_UUID, ...}`` with A one
+of ``lost``, ``xid`` (plus ``"xid": N``), ``recovered`` (health events through the fake
+backend), ``remove`` / ``restore`` (the GPU disappears from / returns to discovery).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+
+from driver.errors import BiaxialError, ConfigError
+from driver.model import GpuInfo
+from driver.nvml import GpuBackend, next_health_event, open_backend
+from driver.nvml.fake import FakeBackend
+from kubeletplugin.api import Endpoint, PluginApi
+from kubeletplugin.health import HealthBroadcaster, HealthTracker
+from kubeletplugin.metrics import HealthState, Metrics, serve
+from kubeletplugin.noderesources import node_status_patch
+from kubeletplugin.prepare import Preparer
+from kubeletplugin.publisher import Publisher
+from kubeletplugin.registration import Registrar
+from kubeletplugin.server import DraService, HealthService, unix_server
+from kubeletplugin.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+HEALTH_POLL_S: Final = 0.5  # NVML event wait slice; bounds shutdown latency of the thread
+INJECT_POLL_S: Final = 0.2
+EXIT_OK: Final = 0
+EXIT_CRASH: Final = 1
+
+
+class TaskGuard:
+    """Starts every background task; logs and reports a crash; cancels in reverse order."""
+
+    def __init__(self, metrics: Metrics, health: HealthState) -> None:
+        self._metrics = metrics
+        self._health = health
+        self._tasks: list[asyncio.Task[None]] = []
+        self.crashed = asyncio.Event()
+
+    def start(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=name)
+        task.add_done_callback(self._done)
+        self._tasks.append(task)
+        return task
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        name = task.get_name()
+        if exc is None:
+            logger.error("background task %s ended unexpectedly", name)
+            reason = "ended unexpectedly"
+        else:
+            logger.error("background task %s crashed", name, exc_info=exc)
+            reason = f"crashed: {type(exc).__name__}: {exc}"
+        self._metrics.task_crashes.labels(name).inc()
+        self._health.set_problem(f"task {name}", reason)
+        self.crashed.set()
+
+    async def cancel_all(self, timeout_s: float) -> None:
+        """Cancel the tasks one by one, newest first, each awaited before the next."""
+        for task in reversed(self._tasks):
+            if task.done():
+                continue
+            task.remove_done_callback(self._done)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, timeout_s)
+            if not task.cancelled() and task.done() and task.exception() is not None:
+                logger.error(
+                    "task %s failed while stopping", task.get_name(), exc_info=task.exception()
+                )
+
+
+class Plugin:
+    """The running plugin's state shared by its tasks."""
+
+    def __init__(self, settings: Settings, backend: GpuBackend, gpus: tuple[GpuInfo, ...]) -> None:
+        self.settings = settings
+        self.backend = backend
+        self.gpus = gpus
+        self.hidden: set[str] = set()  # fake: UUIDs removed from discovery by the injector
+        self.metrics = Metrics()
+        self.health_state = HealthState()
+        self.tracker = HealthTracker(gpus, quiet_s=settings.xid_quiet_s)
+        self.broadcaster = HealthBroadcaster(self.tracker)
+        self.state_changed = asyncio.Event()  # inventory or health changed (node resources)
+        self.rediscover_now = asyncio.Event()
+
+    # ----------------------------------------------------------------- shared state
+
+    async def on_change(self, publisher: Publisher) -> None:
+        publisher.set_inventory(self.gpus, self.tracker.taints())
+        self.state_changed.set()
+        await self.broadcaster.notify()
+
+    async def discover(self) -> tuple[GpuInfo, ...]:
+        gpus = await asyncio.to_thread(self.backend.discover)
+        return tuple(g for g in gpus if g.uuid not in self.hidden)
+
+    # ----------------------------------------------------------------- tasks
+
+    async def health_loop(self, publisher: Publisher) -> None:
+        """NVML events (in a thread) -> tracker -> taints and health streams."""
+        while True:
+            event = await next_health_event(self.backend, HEALTH_POLL_S)
+            now = time.monotonic()
+            changed = False
+            if event is not None:
+                changed = self.tracker.apply(event, wall=time.time(), monotonic=now)
+            changed = self.tracker.tick(now) or changed
+            if changed:
+                await self.on_change(publisher)
+
+    async def rediscover_loop(self, publisher: Publisher) -> None:
+        """Re-discover periodically (and on demand); follow appearing/disappearing GPUs."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.rediscover_now.wait(), self.settings.rediscover_s)
+            self.rediscover_now.clear()
+            try:
+                gpus = await self.discover()
+            except BiaxialError as exc:
+                logger.warning("re-discovery failed; keeping the last inventory: %s", exc)
+                continue
+            if gpus != self.gpus:
+                logger.info("inventory changed: %d -> %d GPU(s)", len(self.gpus), len(gpus))
+                self.gpus = gpus
+                self.tracker.observe_inventory(gpus)
+                await self.on_change(publisher)
+
+    async def node_resources_loop(self, api: PluginApi) -> None:
+        """Keep ``nvidia.com/gpumem`` / ``gpucores`` on the Node (re-applied periodically)."""
+        while True:
+            self.state_changed.clear()
+            patch = node_status_patch(self.gpus, self.tracker.unhealthy_gpus())
+            try:
+                await api.patch_node_status(self.settings.node_name, patch)
+                logger.debug("node resources: %s", patch["status"])
+            except BiaxialError as exc:
+                logger.warning("cannot patch node %s status: %s", self.settings.node_name, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.state_changed.wait(), self.settings.resync_s)
+
+    async def inject_loop(self) -> None:
+        """Test-only: apply fault-injection files (see the module docstring)."""
+        folder = self.settings.inject_dir
+        await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+        while True:
+            for path in sorted(folder.glob("*.json")):
+                self._inject(path)
+            await asyncio.sleep(INJECT_POLL_S)
+
+    def _inject(self, path: Path) -> None:
+        backend = self.backend
+        try:
+            command = json.loads(path.read_text())
+            action = command["action"]
+            gpu = command["gpu"]
+            if not isinstance(backend, FakeBackend):
+                raise ConfigError("fault injection needs --fake-gpus")
+            if action == "lost":
+                backend.mark_lost(gpu, command.get("message", "GPU has fallen off the bus"))
+            elif action == "xid":
+                backend.inject_xid(gpu, int(command["xid"]), command.get("message", ""))
+            elif action == "recovered":
+                backend.mark_recovered(gpu)
+            elif action in {"remove", "restore"}:
+                uuid = self._uuid(backend, gpu)
+                if action == "remove":
+                    self.hidden.add(uuid)
+                else:
+                    self.hidden.discard(uuid)
+                self.rediscover_now.set()
+            else:
+                raise ConfigError(f"unknown action {action!r}")
+            logger.info("fault injection %s: %s", path.name, command)
+        except (BiaxialError, ValueError, KeyError, TypeError, OSError) as exc:
+            logger.error("fault injection %s rejected: %s", path.name, exc)  # noqa: TRY400
+        finally:
+            path.unlink(missing_ok=True)
+
+    @staticmethod
+    def _uuid(backend: FakeBackend, gpu: object) -> str:
+        for info in backend.discover():
+            if gpu in (info.uuid, info.index):
+                return info.uuid
+        raise ConfigError(f"no GPU {gpu!r}")
+
+
+def _signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+
+async def run(settings: Settings) -> int:
+    """Run the plugin until SIGTERM/SIGINT (exit 0) or a crashed task (exit 1)."""
+    stop = asyncio.Event()
+    _signals(stop)
+    backend = await asyncio.to_thread(
+        open_backend, settings.fake_gpus, node_name=settings.node_name
+    )
+    try:
+        gpus = await asyncio.to_thread(backend.discover)
+        endpoint = await asyncio.to_thread(Endpoint.resolve, settings.kubeconfig)
+        plugin = Plugin(settings, backend, gpus)
+        async with PluginApi(endpoint) as api:
+            return await _serve(plugin, api, stop)
+    finally:
+        await asyncio.to_thread(backend.close)
+
+
+async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event) -> int:
+    settings = plugin.settings
+    preparer = Preparer(settings.prepare_settings(), plugin.gpus, api.get_claim)
+    await preparer.recover()
+    publisher = Publisher(
+        api,
+        node_name=settings.node_name,
+        driver_name=settings.driver_name,
+        resync_s=settings.resync_s,
+    )
+    publisher.set_inventory(plugin.gpus, plugin.tracker.taints())
+    metrics = plugin.metrics
+    metrics.published_devices.set_function(lambda: publisher.published_devices)
+    metrics.pool_generation.set_function(lambda: publisher.generation)
+    metrics.unhealthy_devices.set_function(lambda: len(plugin.tracker.unhealthy()))
+
+    dra_server = unix_server(settings.dra_socket)
+    dra_server.add_generic_rpc_handlers(
+        (
+            *DraService(preparer, metrics).handlers(),
+            *HealthService(
+                plugin.broadcaster,
+                pool_name=settings.node_name,
+                resend_s=settings.health_resend_s,
+                check_timeout_s=settings.health_check_timeout_s,
+            ).handlers(),
+        )
+    )
+    await dra_server.start()
+    logger.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
+    runner: web.AppRunner | None = None
+    guard = TaskGuard(metrics, plugin.health_state)
+    try:
+        if settings.metrics_port:
+            runner = await serve(
+                metrics, plugin.health_state, settings.metrics_address, settings.metrics_port
+            )
+        guard.start("publisher", publisher.run())
+        guard.start("health", plugin.health_loop(publisher))
+        guard.start("rediscover", plugin.rediscover_loop(publisher))
+        if settings.advertise_legacy_resources:
+            guard.start("node-resources", plugin.node_resources_loop(api))
+        if settings.fake_gpus is not None:
+            guard.start("fake-inject", plugin.inject_loop())
+        registrar = Registrar(
+            driver_name=settings.driver_name,
+            socket_path=settings.registration_socket,
+            endpoint=settings.dra_socket,
+            metrics=metrics,
+            health=plugin.health_state,
+            grace_s=settings.grace_s,
+        )
+        guard.start("registration", registrar.run())
+        stopper = asyncio.create_task(stop.wait())
+        crasher = asyncio.create_task(guard.crashed.wait())
+        await asyncio.wait({stopper, crasher}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (stopper, crasher):
+            task.cancel()
+        code = EXIT_CRASH if guard.crashed.is_set() else EXIT_OK
+        logger.info("stopping (%s)", "a task crashed" if code else "signal")
+        await guard.cancel_all(settings.grace_s)
+    finally:
+        await dra_server.stop(settings.grace_s)
+        settings.dra_socket.unlink(missing_ok=True)
+        if runner is not None:
+            await runner.cleanup()
+    if settings.remove_slices_on_exit and code == EXIT_OK:
+        try:
+            await publisher.remove_all()
+        except BiaxialError as exc:
+            logger.error("could not remove this node's ResourceSlices: %s", exc)  # noqa: TRY400
+    logger.info("stopped")
+    return code

@@ -1,0 +1,109 @@
+"""Prometheus metrics and ``/healthz`` for the kubelet plugin.
+
+One :class:`Metrics` per process, on its own ``CollectorRegistry`` (never the global one, so
+tests can build several). :class:`HealthState` collects the reasons the process is unhealthy
+(failed registration, a crashed background task); ``/healthz`` answers 200 ``ok`` when there
+are none and 503 with the reasons otherwise. :func:`serve` runs both endpoints on an
+``aiohttp`` server inside the process's event loop; port 0 disables it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+logger = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class HealthState:
+    """Named reasons for being unhealthy; empty means healthy."""
+
+    def __init__(self) -> None:
+        self._problems: dict[str, str] = {}
+
+    def set_problem(self, key: str, message: str) -> None:
+        self._problems[key] = message
+
+    def clear(self, key: str) -> None:
+        self._problems.pop(key, None)
+
+    @property
+    def healthy(self) -> bool:
+        return not self._problems
+
+    def describe(self) -> str:
+        return "; ".join(f"{k}: {v}" for k, v in sorted(self._problems.items())) or "ok"
+
+
+class Metrics:
+    """Every metric the plugin exports."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "biaxial_plugin_claims_total",
+            "Claims handled by NodePrepareResources / NodeUnprepareResources, by outcome.",
+            ["operation", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "biaxial_plugin_request_duration_seconds",
+            "Duration of NodePrepareResources / NodeUnprepareResources calls.",
+            ["operation"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.published_devices = Gauge(
+            "biaxial_plugin_published_devices",
+            "Devices in this node's published ResourceSlice pool.",
+            registry=self.registry,
+        )
+        self.unhealthy_devices = Gauge(
+            "biaxial_plugin_unhealthy_devices",
+            "Published devices currently tainted unhealthy.",
+            registry=self.registry,
+        )
+        self.pool_generation = Gauge(
+            "biaxial_plugin_pool_generation",
+            "Generation of this node's published pool.",
+            registry=self.registry,
+        )
+        self.registration_failures = Counter(
+            "biaxial_plugin_registration_failures_total",
+            "Times the kubelet reported a failed plugin registration.",
+            registry=self.registry,
+        )
+        self.task_crashes = Counter(
+            "biaxial_plugin_task_crashes_total",
+            "Background tasks that ended with an unexpected exception.",
+            ["task"],
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+async def serve(metrics: Metrics, health: HealthState, host: str, port: int) -> web.AppRunner:
+    """Start ``/metrics`` and ``/healthz`` on ``host:port``; the caller cleans the runner up."""
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz_handler(_: web.Request) -> web.Response:
+        return web.Response(text=health.describe(), status=200 if health.healthy else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz_handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    logger.info("metrics and /healthz on %s:%d", host, port)
+    return runner

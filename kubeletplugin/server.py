@@ -1,0 +1,245 @@
+"""The gRPC services the kubelet calls on the DRA socket, on ``grpc.aio``.
+
+* ``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`` and ``...v1beta1.DRAPlugin``: the same two
+  handlers (:class:`DraService`), calling the :class:`~kubeletplugin.prepare.Preparer`. Every
+  claim of a request is in the response map, with its devices or its ``error``. A gRPC error
+  is returned only when the whole request is unusable (a claim without UID:
+  ``INVALID_ARGUMENT``) or the Preparer itself failed (``INTERNAL``); the kubelet then retries
+  the whole call. ``share_id`` is set on v1 only (v1beta1 has no such field).
+* ``v1alpha1.DRAResourceHealth`` and ``v1.DRAResourceHealth``: ``NodeWatchResources`` streams
+  the complete device list (HEALTHY / UNHEALTHY, ``last_updated_time``,
+  ``health_check_timeout_seconds``, ``message``) at once, on every change and every
+  ``resend_s`` seconds, until the kubelet or the server ends the stream.
+
+Handlers are registered as generic method handlers (no generated servicer base classes), so
+one implementation serves both API versions. :func:`unix_server` binds a ``grpc.aio`` server to
+a unix socket after removing a stale socket file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final
+
+import grpc
+from grpc import aio
+
+from driver.errors import BiaxialError
+from kubeletplugin.health import HealthBroadcaster
+from kubeletplugin.metrics import Metrics
+from kubeletplugin.prepare import ClaimRef, Preparer, PrepareResult
+from kubeletplugin.proto.gen import (
+    dra_v1_pb2,
+    dra_v1beta1_pb2,
+    health_v1_pb2,
+    health_v1alpha1_pb2,
+)
+
+logger = logging.getLogger(__name__)
+
+DRA_SERVICES: Final[dict[str, ModuleType]] = {
+    "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin": dra_v1_pb2,
+    "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin": dra_v1beta1_pb2,
+}
+HEALTH_SERVICES: Final[dict[str, ModuleType]] = {
+    "v1alpha1.DRAResourceHealth": health_v1alpha1_pb2,
+    "v1.DRAResourceHealth": health_v1_pb2,
+}
+
+
+def unix_server(path: Path) -> aio.Server:
+    """A ``grpc.aio`` server bound to the unix socket ``path`` (stale socket removed first)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    server = aio.server()
+    server.add_insecure_port(f"unix://{path}")
+    return server
+
+
+def _claim_refs(claims: Sequence[Any]) -> list[ClaimRef]:
+    return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
+
+
+class DraService:
+    """NodePrepareResources / NodeUnprepareResources for both API versions."""
+
+    def __init__(self, preparer: Preparer, metrics: Metrics) -> None:
+        self._preparer = preparer
+        self._metrics = metrics
+
+    async def _check(
+        self, refs: Sequence[ClaimRef], context: aio.ServicerContext[Any, Any]
+    ) -> None:
+        missing = [str(r) for r in refs if not r.uid]
+        if missing:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"claims without a UID: {', '.join(missing)}"
+            )
+
+    def _count(self, operation: str, errors: Sequence[str]) -> None:
+        failed = sum(1 for e in errors if e)
+        if failed:
+            self._metrics.requests.labels(operation, "error").inc(failed)
+        if len(errors) - failed:
+            self._metrics.requests.labels(operation, "ok").inc(len(errors) - failed)
+
+    async def prepare(
+        self, pb: ModuleType, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
+        refs = _claim_refs(request.claims)
+        await self._check(refs, context)
+        started = time.monotonic()
+        try:
+            results = await self._preparer.prepare(refs)
+        except BiaxialError as exc:
+            logger.exception("NodePrepareResources failed as a whole")
+            await context.abort(grpc.StatusCode.INTERNAL, f"prepare failed: {exc}")
+        finally:
+            self._metrics.latency.labels("prepare").observe(time.monotonic() - started)
+        response = pb.NodePrepareResourcesResponse()
+        errors = []
+        has_share_id = "share_id" in pb.Device.DESCRIPTOR.fields_by_name
+        for ref in refs:
+            result = results.get(ref.uid) or PrepareResult(
+                error=f"claim {ref}: the Preparer returned no result (internal error)"
+            )
+            entry = response.claims[ref.uid]
+            errors.append(result.error)
+            if result.error:
+                entry.error = result.error
+                logger.warning("prepare claim %s: %s", ref, result.error)
+                continue
+            for device in result.devices:
+                out = entry.devices.add(
+                    request_names=list(device.request_names),
+                    pool_name=device.pool_name,
+                    device_name=device.device_name,
+                    cdi_device_ids=list(device.cdi_device_ids),
+                )
+                if device.share_id and has_share_id:
+                    out.share_id = device.share_id
+        self._count("prepare", errors)
+        return response
+
+    async def unprepare(
+        self, pb: ModuleType, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
+        refs = _claim_refs(request.claims)
+        await self._check(refs, context)
+        started = time.monotonic()
+        try:
+            results = await self._preparer.unprepare(refs)
+        except BiaxialError as exc:
+            logger.exception("NodeUnprepareResources failed as a whole")
+            await context.abort(grpc.StatusCode.INTERNAL, f"unprepare failed: {exc}")
+        finally:
+            self._metrics.latency.labels("unprepare").observe(time.monotonic() - started)
+        response = pb.NodeUnprepareResourcesResponse()
+        errors = []
+        for ref in refs:
+            error = results.get(ref.uid, f"claim {ref}: no result (internal error)")
+            errors.append(error)
+            entry = response.claims[ref.uid]
+            if error:
+                entry.error = error
+                logger.warning("unprepare claim %s: %s", ref, error)
+        self._count("unprepare", errors)
+        return response
+
+    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+        out: list[grpc.GenericRpcHandler[Any, Any]] = []
+        for service, pb in DRA_SERVICES.items():
+            out.append(
+                grpc.method_handlers_generic_handler(
+                    service,
+                    {
+                        "NodePrepareResources": grpc.unary_unary_rpc_method_handler(
+                            _bind(self.prepare, pb),
+                            request_deserializer=pb.NodePrepareResourcesRequest.FromString,
+                            response_serializer=pb.NodePrepareResourcesResponse.SerializeToString,
+                        ),
+                        "NodeUnprepareResources": grpc.unary_unary_rpc_method_handler(
+                            _bind(self.unprepare, pb),
+                            request_deserializer=pb.NodeUnprepareResourcesRequest.FromString,
+                            response_serializer=pb.NodeUnprepareResourcesResponse.SerializeToString,
+                        ),
+                    },
+                )
+            )
+        return out
+
+
+def _bind(method: Callable[..., Any], pb: ModuleType) -> Callable[..., Any]:
+    async def handler(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        return await method(pb, request, context)
+
+    return handler
+
+
+class HealthService:
+    """NodeWatchResources for both API versions."""
+
+    def __init__(
+        self,
+        broadcaster: HealthBroadcaster,
+        *,
+        pool_name: str,
+        resend_s: float,
+        check_timeout_s: int,
+    ) -> None:
+        self._broadcaster = broadcaster
+        self._pool = pool_name
+        self._resend_s = resend_s
+        self._timeout_s = check_timeout_s
+
+    def snapshot(self, pb: ModuleType) -> Any:
+        """The complete device list as one ``NodeWatchResourcesResponse``."""
+        now = int(time.time())
+        response = pb.NodeWatchResourcesResponse()
+        for health in self._broadcaster.tracker.devices():
+            response.devices.add(
+                device=pb.DeviceIdentifier(pool_name=self._pool, device_name=health.device),
+                health=pb.HEALTHY if health.healthy else pb.UNHEALTHY,
+                last_updated_time=now,
+                health_check_timeout_seconds=self._timeout_s,
+                message=health.message,
+            )
+        return response
+
+    async def watch(
+        self, pb: ModuleType, _request: Any, _context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        logger.info("kubelet opened a %s health stream", pb.DESCRIPTOR.package)
+        while True:
+            version = self._broadcaster.tracker.version
+            yield self.snapshot(pb)
+            await self._broadcaster.wait_change(version, self._resend_s)
+
+    def handlers(self) -> list[grpc.GenericRpcHandler[Any, Any]]:
+        out: list[grpc.GenericRpcHandler[Any, Any]] = []
+        for service, pb in HEALTH_SERVICES.items():
+            out.append(
+                grpc.method_handlers_generic_handler(
+                    service,
+                    {
+                        "NodeWatchResources": grpc.unary_stream_rpc_method_handler(
+                            _bind_stream(self.watch, pb),
+                            request_deserializer=pb.NodeWatchResourcesRequest.FromString,
+                            response_serializer=pb.NodeWatchResourcesResponse.SerializeToString,
+                        )
+                    },
+                )
+            )
+        return out
+
+
+def _bind_stream(method: Callable[..., AsyncIterator[Any]], pb: ModuleType) -> Callable[..., Any]:
+    async def handler(request: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        async for item in method(pb, request, context):
+            yield item
+
+    return handler

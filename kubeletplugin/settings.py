@@ -1,0 +1,142 @@
+"""The kubelet plugin's settings: one frozen :class:`Settings`, validated once at start.
+
+Built by ``biaxial kubelet-plugin`` from flags, each with an environment twin (flag wins;
+``BIAXIAL_<FLAG>`` and the conventional ``NODE_NAME`` / ``KUBECONFIG``). :meth:`Settings.validate`
+raises :class:`~driver.errors.ConfigError` with one line naming the flag; nothing else in the
+plugin re-checks them. Socket paths are derived here:
+
+* registration ``<registry_dir>/<driver>-reg.sock`` (``<driver>-<pod-uid>-reg.sock`` when a
+  pod UID is given, as the Go helper's rolling-update mode; hashed when that gets too long);
+* DRA service ``<plugin_dir>/<driver>/dra.sock`` (``dra-<pod-uid>.sock`` with a pod UID).
+
+Unix socket paths must be shorter than 108 bytes (``sun_path``); longer ones are refused with
+the path in the message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from driver import DEFAULT_DRIVER_NAME
+from driver.errors import ConfigError
+from kubeletplugin.prepare import PrepareSettings
+
+MAX_SOCKET_PATH: Final = 107  # bytes; sun_path is 108 including the terminating NUL
+_DNS_SUBDOMAIN: Final = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+_UID: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_MAX_REG_NAME: Final = 80
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything the plugin process is configured with (see the module docstring)."""
+
+    node_name: str
+    kubeconfig: Path | None = None
+    fake_gpus: str | None = None
+    driver_name: str = DEFAULT_DRIVER_NAME
+    registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    plugin_dir: Path = Path("/var/lib/kubelet/plugins")
+    cdi_dir: Path = Path("/var/run/cdi")
+    state_dir: Path = Path("/var/lib/biaxial")
+    pod_uid: str = ""
+    metrics_port: int = 0
+    metrics_address: str = "0.0.0.0"  # noqa: S104 - a DaemonSet pod's metrics endpoint
+    remove_slices_on_exit: bool = False
+    advertise_legacy_resources: bool = False
+    hami_core_library_path: Path | None = None
+    mps_root: Path = Path("/run/biaxial/mps")
+    health_check_timeout_s: int = 30
+    health_resend_s: float = 10.0
+    xid_quiet_s: float = 300.0
+    rediscover_s: float = 60.0
+    resync_s: float = 60.0
+    grace_s: float = 5.0
+
+    # ----------------------------------------------------------------- derived
+
+    @property
+    def registration_socket(self) -> Path:
+        if not self.pod_uid:
+            return self.registry_dir / f"{self.driver_name}-reg.sock"
+        name = f"{self.driver_name}-{self.pod_uid}-reg.sock"
+        if len(name) > _MAX_REG_NAME:
+            digest = base64.urlsafe_b64encode(hashlib.sha256(self.pod_uid.encode()).digest())
+            name = f"{self.driver_name}-{digest.decode()[:8]}-reg.sock"
+        return self.registry_dir / name
+
+    @property
+    def dra_socket(self) -> Path:
+        base = self.plugin_dir / self.driver_name
+        return base / (f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock")
+
+    @property
+    def inject_dir(self) -> Path:
+        """Test-only: where the fake backend takes injected health/discovery events from."""
+        return self.state_dir / "fake-inject"
+
+    def prepare_settings(self) -> PrepareSettings:
+        return PrepareSettings(
+            driver_name=self.driver_name,
+            node_name=self.node_name,
+            state_dir=self.state_dir,
+            cdi_dir=self.cdi_dir,
+            hami_core_library_path=self.hami_core_library_path,
+            mps_root=self.mps_root,
+        )
+
+    # ----------------------------------------------------------------- validation
+
+    def validate(self) -> Settings:
+        """Return self when every setting is usable, else raise one clear ConfigError."""
+        if not self.node_name:
+            raise ConfigError("--node-name is required (or set NODE_NAME / BIAXIAL_NODE_NAME)")
+        if len(self.node_name) > 253 or not _DNS_SUBDOMAIN.fullmatch(self.node_name):
+            raise ConfigError(f"--node-name {self.node_name!r} is not a valid node name")
+        if len(self.driver_name) > 63 or not _DNS_SUBDOMAIN.fullmatch(self.driver_name):
+            raise ConfigError(
+                f"--driver-name {self.driver_name!r} must be a DNS subdomain of at most 63 "
+                "characters"
+            )
+        if self.pod_uid and not _UID.fullmatch(self.pod_uid):
+            raise ConfigError(f"--pod-uid {self.pod_uid!r} is not a UID")
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(f"--metrics-port {self.metrics_port} is not 0 (off) or a port")
+        if self.kubeconfig is not None and not self.kubeconfig.is_file():
+            raise ConfigError(f"--kubeconfig {self.kubeconfig}: no such file")
+        for flag, value in (
+            ("--health-resend-seconds", self.health_resend_s),
+            ("--xid-quiet-seconds", self.xid_quiet_s),
+            ("--rediscover-seconds", self.rediscover_s),
+            ("--resync-seconds", self.resync_s),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{flag} must be positive, got {value}")
+        if self.health_check_timeout_s <= 0:
+            raise ConfigError("--health-check-timeout-seconds must be positive")
+        for flag, path in (
+            ("--registry-dir", self.registry_dir),
+            ("--plugin-dir", self.plugin_dir),
+            ("--cdi-dir", self.cdi_dir),
+            ("--state-dir", self.state_dir),
+        ):
+            if not path.is_absolute():
+                raise ConfigError(f"{flag} {path} must be an absolute path")
+        for what, sock in (
+            ("registration socket", self.registration_socket),
+            ("DRA socket", self.dra_socket),
+        ):
+            size = len(str(sock).encode())
+            if size > MAX_SOCKET_PATH:
+                raise ConfigError(
+                    f"{what} path {sock} is {size} bytes; unix socket paths must be shorter "
+                    f"than {MAX_SOCKET_PATH + 1} bytes (use a shorter directory)"
+                )
+        return self

@@ -81,7 +81,7 @@ class Event:
     prev: Obj | None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Watcher:
     """One open watch: filters events for its kind, namespace and selectors into a queue."""
 

@@ -838,12 +838,16 @@ def pod_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
                 "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`",
                 "",
             )
+    if not _items(spec.get("containers")):
+        errs.add("spec.containers", "Required value", "")
     names: set[str] = set()
     for group in ("initContainers", "containers"):
         for i, container in enumerate(_items(spec.get(group))):
             container = _map(container)
             cpath = f"spec.{group}[{i}]"
             errs.dns_label(f"{cpath}.name", container.get("name"))
+            if not container.get("image"):
+                errs.add(f"{cpath}.image", "Required value", "")
             if container.get("name") in names:
                 errs.add(f"{cpath}.name", "Duplicate value", "", container.get("name"))
             names.add(str(container.get("name")))

@@ -1,0 +1,156 @@
+"""Contract: strict schema validation and the DRA semantic checks (must-have item 11).
+Every rejected write leaves the stored state unchanged."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.contract.conftest import Api, pod, resource_slice
+
+
+def _causes(body: dict[str, Any]) -> set[str]:
+    return {c.get("field", "") for c in (body.get("details") or {}).get("causes", [])}
+
+
+def _slice_count(api: Api) -> int:
+    return len(api.ok(api.get(api.slices(), fieldSelector=f"spec.nodeName={api.name('node')}"))["items"])
+
+
+def test_unknown_field_is_400_naming_it(api: Api) -> None:
+    body = pod("p")
+    body["spec"]["containers"][0]["imagee"] = "typo"
+    response = api.request("POST", api.pods(), body, query={"fieldValidation": "Strict"})
+    assert response.status == 400
+    assert "imagee" in response.body["message"]
+    assert api.get(api.pods("p")).status == 404
+
+
+def test_wrong_type_is_400(api: Api) -> None:
+    body = resource_slice(api.name("s"), api.name("node"))
+    body["spec"]["pool"]["generation"] = "one"
+    response = api.post(api.slices(), body)
+    assert response.status == 400
+    assert "generation" in response.body["message"]
+    assert _slice_count(api) == 0
+
+
+def test_missing_required_field_is_422_with_cause(api: Api) -> None:
+    body = resource_slice(api.name("s"), api.name("node"))
+    del body["spec"]["pool"]["resourceSliceCount"]
+    response = api.post(api.slices(), body)
+    assert response.status == 422
+    assert response.reason == "Invalid"
+    assert "spec.pool.resourceSliceCount" in _causes(response.body)
+    assert _slice_count(api) == 0
+
+
+def test_malformed_json_is_400(api: Api) -> None:
+    response = api.request("POST", api.slices(), b'{"apiVersion": ')
+    assert response.status == 400
+    assert _slice_count(api) == 0
+
+
+def test_bad_quantity_is_rejected_naming_the_value(api: Api) -> None:
+    body = resource_slice(api.name("s"), api.name("node"))
+    body["spec"]["devices"][0]["capacity"]["memory"]["value"] = "16Gx"
+    response = api.post(api.slices(), body)
+    assert response.status == 400
+    assert "quantities must match" in response.body["message"]
+    assert _slice_count(api) == 0
+
+
+_SEMANTIC: list[tuple[str, Any, str]] = []
+
+
+def _case(field: str) -> Any:
+    def register(fn: Any) -> Any:
+        _SEMANTIC.append((fn.__name__, fn, field))
+        return fn
+
+    return register
+
+
+@_case("spec")
+def two_node_selection_fields(body: dict[str, Any]) -> None:
+    body["spec"]["allNodes"] = True
+
+
+@_case("spec")
+def no_node_selection_field(body: dict[str, Any]) -> None:
+    del body["spec"]["nodeName"]
+
+
+@_case("spec.devices")
+def too_many_devices(body: dict[str, Any]) -> None:
+    device = body["spec"]["devices"][0]
+    body["spec"]["devices"] = [{**copy.deepcopy(device), "name": f"gpu-{i}"} for i in range(129)]
+
+
+@_case("spec.devices")
+def too_many_devices_with_taints(body: dict[str, Any]) -> None:
+    device = body["spec"]["devices"][0]
+    body["spec"]["devices"] = [{**copy.deepcopy(device), "name": f"gpu-{i}"} for i in range(65)]
+    body["spec"]["devices"][0]["taints"] = [{"key": "example.com/broken", "effect": "NoSchedule"}]
+
+
+@_case("spec.devices[1].name")
+def duplicate_device_name(body: dict[str, Any]) -> None:
+    body["spec"]["devices"].append(copy.deepcopy(body["spec"]["devices"][0]))
+
+
+@_case("spec.devices[0].name")
+def device_name_not_a_dns_label(body: dict[str, Any]) -> None:
+    body["spec"]["devices"][0]["name"] = "GPU_0"
+
+
+@_case("spec.driver")
+def driver_not_a_dns_subdomain(body: dict[str, Any]) -> None:
+    body["spec"]["driver"] = "Not_A_Domain"
+
+
+@_case("spec.devices[0].attributes[model]")
+def attribute_with_two_value_types(body: dict[str, Any]) -> None:
+    body["spec"]["devices"][0]["attributes"]["model"] = {"string": "T4", "int": 4}
+
+
+@_case("spec.devices[0].attributes[model]")
+def attribute_without_value(body: dict[str, Any]) -> None:
+    body["spec"]["devices"][0]["attributes"]["model"] = {}
+
+
+@_case("spec.nodeSelector.nodeSelectorTerms")
+def node_selector_with_two_terms(body: dict[str, Any]) -> None:
+    del body["spec"]["nodeName"]
+    term = {"matchExpressions": [{"key": "a", "operator": "Exists"}]}
+    body["spec"]["nodeSelector"] = {"nodeSelectorTerms": [term, term]}
+
+
+@pytest.mark.parametrize(("mutate", "field"), [(fn, field) for _, fn, field in _SEMANTIC],
+                         ids=[name for name, _, _ in _SEMANTIC])
+def test_dra_semantic_checks_are_422_with_causes(api: Api, mutate: Any, field: str) -> None:
+    body = resource_slice(api.name("s"), api.name("node"))
+    mutate(body)
+    response = api.post(api.slices(), body)
+    assert response.status == 422, response
+    assert response.reason == "Invalid"
+    assert field in _causes(response.body), response.body
+    assert _slice_count(api) == 0
+
+
+def test_rejected_update_leaves_state_unchanged(api: Api) -> None:
+    name = api.name("s")
+    created = api.ok(api.post(api.slices(), resource_slice(name, api.name("node"))), 201)
+    broken = copy.deepcopy(created)
+    broken["spec"]["devices"].append(copy.deepcopy(broken["spec"]["devices"][0]))
+    assert api.put(api.slices(name), broken).status == 422
+    assert api.patch(api.slices(name), {"spec": {"devices": [{"name": "x", "bogus": 1}]}}).status == 400
+    now = api.ok(api.get(api.slices(name)))
+    assert now == created
+
+
+def test_valid_slice_at_the_limit_is_accepted(api: Api) -> None:
+    body = resource_slice(api.name("s"), api.name("node"), devices=128)
+    assert api.post(api.slices(), body).status == 201

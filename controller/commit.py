@@ -233,6 +233,11 @@ class Committer:
                 )
             if allocation is None and current is None:
                 raise CommitAbortedError(f"claim {key} was deallocated meanwhile", conflict=True)
+            if allocation is not None and not has_finalizer(claim, self.finalizer):
+                # Someone removed it meanwhile (a conflicting cleanup): an allocation must
+                # never be written without the finalizer that protects it.
+                claim = await self.add_finalizer(key, claim)
+                continue
             if len(reserved) >= MAX_RESERVED_FOR:
                 raise CommitAbortedError(
                     f"claim {key} is reserved for {MAX_RESERVED_FOR} consumers"
@@ -506,23 +511,27 @@ class Committer:
         raise CommitAbortedError(f"claim {key}: could not remove finalizer", conflict=True)
 
     async def delete_claim(self, key: str) -> None:
-        """Deallocate (reservations dropped), remove our finalizer, delete (bridge claims)."""
+        """Delete one of our claims (bridge claims): DELETE first, so the claim is marked for
+        deletion while our finalizer still holds it, then drop its reservations and
+        allocation, then remove the finalizer; an interruption anywhere leaves a claim that
+        still carries our finalizer, so the deallocator finishes the job."""
         namespace, name = _split(key)
-        claim = await self.unreserve_all(key)
-        if claim is None:
-            return
-        await self.remove_finalizer(key)
         for attempt in range(MAX_ATTEMPTS):
             try:
+                claim = await self._get_claim(key)
                 await self.api.delete(RESOURCE_CLAIMS, name, namespace, uid=meta(claim).get("uid"))
             except NotFoundError:
-                break
-            except ConflictError:  # another object with this name: not ours to delete
-                break
+                self.overlay.forget(key)
+                return
+            except ConflictError:
+                self._conflict("delete")
+                continue
             except ServerError:
                 await _pause(attempt)
                 continue
             break
+        if await self.unreserve_all(key) is not None:
+            await self.remove_finalizer(key)
         self.overlay.forget(key)
 
     async def unreserve_all(self, key: str) -> JSON | None:

@@ -338,25 +338,33 @@ class Scheduler:
         for pod in list(self.cache.pods.store.values()):
             if self._needs_scheduling(pod):
                 self.queue.add(object_key(pod))
-        try:
-            while True:
-                self.metrics.set_queue_depths(self.queue.depths)
-                key = await self.queue.pop()
-                try:
-                    await self.schedule_one(key)
-                except ApiError as exc:
-                    log.warning("pod %s: API error while scheduling: %s", key, exc)
-                    self.queue.done(key, Outcome.ERROR)
-                    self.metrics.decisions.labels(result="error").inc()
-        finally:
+        while True:
+            self.metrics.set_queue_depths(self.queue.depths)
+            key = await self.queue.pop()
+            try:
+                await self.schedule_one(key)
+            except ApiError as exc:
+                log.warning("pod %s: API error while scheduling: %s", key, exc)
+                self.queue.done(key, Outcome.ERROR)
+                self.metrics.decisions.labels(result="error").inc()
+
+    async def drain(self, timeout_s: float | None = None) -> bool:
+        """Wait for the writes in flight; True when all finished within ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while self._tasks:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            await asyncio.wait(list(self._tasks), timeout=remaining)
+        return True
+
+    async def stop(self, grace_s: float) -> None:
+        """Let writes in flight finish for up to ``grace_s``, then cancel the rest (which is
+        as safe as a crash: see :mod:`controller.commit`)."""
+        if not await self.drain(grace_s):
+            log.warning("cancelling %d placement write(s) still in flight", len(self._tasks))
             for task in list(self._tasks):
                 task.cancel()
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def drain(self) -> None:
-        """Wait for the commits in flight (tests and graceful shutdown)."""
-        while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def resolve(self, pod: Mapping[str, Any]) -> Resolved | Waiting:

@@ -1,0 +1,232 @@
+"""The controller process: one asyncio loop, every background task under one guard.
+
+:class:`Controller` wires the caches, the scheduler, the deallocator, leader election and the
+HTTP endpoint together:
+
+* the informers start at once (a standby keeps warm caches, so it takes over quickly);
+* once the caches are synced and (with leader election) the Lease is held, the scheduler and
+  the deallocator start; a leader that cannot renew stops and the process exits non-zero, as
+  client-go's ``OnStoppedLeading`` does;
+* ``/healthz`` answers 200 while no background task has crashed, ``/readyz`` once the caches
+  are synced, ``/metrics`` the Prometheus text format;
+* :class:`TaskGuard` starts every background task; a task that crashes (or returns, since
+  they are meant to run forever) is logged with its traceback and stops the process;
+* shutdown (SIGTERM, SIGINT, :meth:`Controller.stop`): stop taking new pods, let writes in
+  flight finish for ``shutdown_grace_s``, cancel the tasks in reverse start order, release
+  the Lease, close the endpoint and the API session.
+
+:func:`run` is the CLI entry: it resolves the kubeconfig, runs a controller until it stops,
+and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Coroutine
+from typing import Any
+
+from aiohttp import web
+
+from controller.api import Api, Endpoint, KubeApi
+from controller.cache import ClusterCache
+from controller.commit import StepHook
+from controller.deallocate import Deallocator
+from controller.leader import LeaderElector
+from controller.metrics import Metrics
+from controller.scheduler import Scheduler
+from controller.settings import FIELD_MANAGER, Settings
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+class TaskGuard:
+    """Starts long-running tasks; the first that ends other than by cancellation trips it."""
+
+    def __init__(self) -> None:
+        self._tasks: list[asyncio.Task[None]] = []
+        self.tripped = asyncio.Event()
+        self.reason = ""
+
+    def start(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        task.add_done_callback(self._ended)
+        self._tasks.append(task)
+        return task
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("task %s crashed", task.get_name(), exc_info=exc)
+            self.reason = self.reason or f"task {task.get_name()} crashed: {exc!r}"
+        else:
+            log.warning("task %s ended", task.get_name())
+            self.reason = self.reason or f"task {task.get_name()} ended"
+        self.tripped.set()
+
+    async def stop(self) -> None:
+        """Cancel the tasks in reverse start order, each awaited before the next."""
+        for task in reversed(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+
+class Controller:
+    """One controller instance on the running loop (see the module docstring)."""
+
+    def __init__(self, settings: Settings, api: Api, *, on_step: StepHook | None = None) -> None:
+        self.settings = settings
+        self.api = api
+        self.metrics = Metrics()
+        self.cache = ClusterCache(api, watch_timeout_s=settings.watch_timeout_s)
+        self.scheduler = Scheduler(settings, api, self.cache, self.metrics, on_step=on_step)
+        self.deallocator = Deallocator(
+            api,
+            self.cache,
+            self.scheduler.committer,
+            self.metrics,
+            finalizer=settings.finalizer,
+        )
+        self.elector = LeaderElector(api, settings, self.metrics) if settings.leader_elect else None
+        self.guard = TaskGuard()
+        self.stopping = asyncio.Event()
+        self.leading = asyncio.Event()
+        self.http_port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._scheduler_task: asyncio.Task[None] | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.cache.synced
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    # ------------------------------------------------------------------ HTTP
+
+    async def _start_http(self) -> None:
+        if self.settings.metrics_port == 0:
+            return
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
+        await site.start()
+        self._runner = runner
+        self.http_port = self.settings.metrics_port
+        log.info("serving /healthz, /readyz, /metrics on port %d", self.http_port)
+
+    async def _healthz(self, _request: web.Request) -> web.Response:
+        if self.guard.tripped.is_set():
+            return web.Response(status=500, text=f"unhealthy: {self.guard.reason}\n")
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        if not self.ready:
+            return web.Response(status=503, text="caches not synced\n")
+        role = "leader" if self.leading.is_set() else "standby"
+        return web.Response(text=f"ok ({role})\n")
+
+    async def _metrics(self, _request: web.Request) -> web.Response:
+        self.metrics.set_queue_depths(self.scheduler.queue.depths)
+        self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)
+        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _until(self, aw: Coroutine[Any, Any, Any]) -> bool:
+        """Await ``aw`` unless stopping or the guard trips first; True when it finished."""
+        work = asyncio.ensure_future(aw)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        trip = asyncio.ensure_future(self.guard.tripped.wait())
+        try:
+            await asyncio.wait({work, stop, trip}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for fut in (stop, trip):
+                fut.cancel()
+            if not work.done():
+                work.cancel()
+            await asyncio.gather(work, stop, trip, return_exceptions=True)
+        return work.done() and not work.cancelled() and work.exception() is None
+
+    async def run(self) -> int:
+        """Run until stopped; returns the process exit code."""
+        code = EXIT_OK
+        try:
+            await self._start_http()
+            for informer in self.cache.informers:
+                self.guard.start(f"informer-{informer.resource.plural}", informer.run())
+            if not await self._until(self.cache.wait_synced()):
+                return self._exit_code()
+            log.info("caches synced")
+            if self.elector is not None and not await self._until(self.elector.acquire()):
+                return self._exit_code()
+            self.leading.set()
+            self._scheduler_task = self.guard.start("scheduler", self.scheduler.run())
+            self.guard.start("deallocator", self.deallocator.run())
+            if self.elector is not None:
+                self.guard.start("leader-renewal", self.elector.hold())
+            await self._until(self.guard.tripped.wait())
+            code = self._exit_code()
+        finally:
+            await self._shutdown()
+        return code
+
+    def _exit_code(self) -> int:
+        if self.guard.tripped.is_set():
+            log.error("stopping: %s", self.guard.reason)
+            return EXIT_FAILED
+        return EXIT_OK
+
+    async def _shutdown(self) -> None:
+        log.info("shutting down")
+        if self._scheduler_task is not None:  # take no new pods; let writes in flight finish
+            self._scheduler_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._scheduler_task
+        await self.scheduler.stop(self.settings.shutdown_grace_s)
+        await self.guard.stop()
+        if self.elector is not None:
+            await self.elector.release()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.leading.clear()
+
+
+async def run(settings: Settings, *, install_signals: bool = True) -> int:
+    """Resolve the kubeconfig, run one controller until it stops; the exit code."""
+    endpoint = Endpoint.from_kubeconfig(settings.kubeconfig)
+    async with KubeApi(
+        endpoint,
+        qps=settings.qps,
+        burst=settings.burst,
+        request_timeout_s=settings.request_timeout_s,
+        user_agent=FIELD_MANAGER,
+    ) as api:
+        controller = Controller(settings, api)
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, controller.stop)
+        log.info(
+            "biaxial controller %s starting: scheduler %s, driver %s, qps %.0f burst %d",
+            settings.identity,
+            settings.scheduler_name,
+            settings.driver_name,
+            settings.qps,
+            settings.burst,
+        )
+        return await controller.run()

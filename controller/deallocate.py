@@ -1,0 +1,227 @@
+"""Deallocation: giving devices back when the pods that used them are done.
+
+For every claim this controller allocated or created (it carries our finalizer: allocated
+user claims and the KEP-5004 bridge claims), :class:`Deallocator` brings the claim in line
+with the pods that exist:
+
+1. a ``reservedFor`` entry whose pod is gone (deleted, or replaced by a pod of the same name
+   with another UID) or finished (``Succeeded`` / ``Failed``) is removed;
+2. a bridge claim whose owning pod is gone or finished is deleted, deallocated and its
+   finalizer removed (in that order); so is a bridge claim of a bound pod that does not link it
+   (``pod.status.extendedResourceClaimStatus`` names another claim: an orphan of a failed
+   attempt);
+3. a claim with our finalizer that nothing reserves has its allocation cleared, then (only
+   once no allocation is left) our finalizer removed.
+
+Claims allocated by others are never touched (their devices are still respected: the
+snapshot counts every allocated claim). Claims whose placement is being committed right now
+(``Committer.locked``) are skipped and retried later, so the deallocator never races the
+scheduler's own writes. Work items are claim keys in a queue with backoff; a periodic resync
+re-checks every claim this controller owns, so a missed event costs a delay, never a leak.
+A pod missing from the cache is confirmed gone by a live GET before anything is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from controller.api import JSON, PODS, Api, meta, object_key
+from controller.cache import ClusterCache
+from controller.commit import (
+    CommitAbortedError,
+    Committer,
+    has_finalizer,
+    is_bridge,
+    pod_claim_keys,
+)
+from controller.metrics import Metrics
+from controller.queue import Outcome, SchedulingQueue
+from driver.errors import ApiError, NotFoundError
+
+log = logging.getLogger(__name__)
+
+RESYNC_S: Final = 30.0
+_FINISHED: Final = frozenset({"Succeeded", "Failed"})
+
+
+class Deallocator:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        api: Api,
+        cache: ClusterCache,
+        committer: Committer,
+        metrics: Metrics,
+        *,
+        finalizer: str,
+        resync_s: float = RESYNC_S,
+    ) -> None:
+        self.api = api
+        self.cache = cache
+        self.committer = committer
+        self.metrics = metrics
+        self.finalizer = finalizer
+        self.queue = SchedulingQueue(backoff_initial_s=0.1, backoff_max_s=5.0, flush_s=resync_s)
+        self._resync_s = resync_s
+        self._by_pod: dict[str, set[str]] = {}  # pod uid -> claim keys that reference it
+        self._pods: dict[str, str] = {}  # pod uid -> pod key
+        cache.subscribe(self._on_event)
+
+    # ------------------------------------------------------------------ events
+
+    def _relevant(self, claim: Mapping[str, Any]) -> bool:
+        """Only claims this controller allocated or created (they carry its finalizer)."""
+        return has_finalizer(claim, self.finalizer)
+
+    def _on_event(self, kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
+        if kind == "ResourceClaim":
+            self._on_claim(old, new)
+        elif kind == "Pod":
+            self._on_pod(old, new)
+
+    def _on_claim(self, old: JSON | None, new: JSON | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        key = object_key(obj)
+        for uid in _pod_uids(old):
+            self._by_pod.get(uid, set()).discard(key)
+        if new is None:
+            self.queue.forget(key)
+            return
+        for uid in _pod_uids(new):
+            self._by_pod.setdefault(uid, set()).add(key)
+        if self._relevant(new):
+            self.queue.add(key)
+
+    def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        uid = str(meta(obj).get("uid") or "")
+        gone = new is None or (new.get("status") or {}).get("phase") in _FINISHED
+        if not gone:
+            self._pods[uid] = object_key(obj)
+            return
+        self._pods.pop(uid, None)
+        keys = set(self._by_pod.pop(uid, set()))
+        keys.update(pod_claim_keys(obj))
+        for key in keys:
+            self.queue.add(key)
+
+    # ------------------------------------------------------------------ the loop
+
+    def resync(self) -> None:
+        for key, claim in list(self.cache.claims.store.items()):
+            if self._relevant(claim):
+                self.queue.add(key)
+
+    async def run(self) -> None:
+        self.resync()
+        resync = asyncio.get_running_loop().create_task(self._resync_loop())
+        try:
+            while True:
+                key = await self.queue.pop()
+                try:
+                    outcome = await self.process(key)
+                except (ApiError, CommitAbortedError) as exc:
+                    log.warning("claim %s: deallocation failed (%s); retrying", key, exc)
+                    outcome = Outcome.ERROR
+                self.queue.done(key, outcome)
+        finally:
+            resync.cancel()
+            await asyncio.gather(resync, return_exceptions=True)
+
+    async def _resync_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._resync_s)
+            self.resync()
+
+    async def _pod_state(self, ref: Mapping[str, Any], namespace: str) -> JSON | None:
+        """The live pod a reservation or owner reference names (in the claim's namespace:
+        consumers always are), or None when it is gone or finished."""
+        uid = str(ref.get("uid") or "")
+        key = self._pods.get(uid)
+        pod = self.cache.pods.get(key) if key else None
+        if pod is None:
+            try:
+                pod = await self.api.get(PODS, str(ref.get("name")), namespace)
+            except NotFoundError:
+                return None
+        if str(meta(pod).get("uid")) != uid:
+            return None
+        if (pod.get("status") or {}).get("phase") in _FINISHED:
+            return None
+        return pod
+
+    async def process(self, key: str) -> Outcome:
+        """Bring one claim in line (see the module docstring)."""
+        if key in self.committer.locked:
+            return Outcome.ERROR  # a placement is being written: look again shortly
+        claim = self.cache.claims.get(key)
+        if claim is None or not self._relevant(claim):
+            return Outcome.FORGET
+        namespace = str(meta(claim).get("namespace") or "default")
+        status = claim.get("status") or {}
+        for ref in status.get("reservedFor") or ():
+            if ref.get("resource") != "pods" or ref.get("apiGroup"):
+                continue
+            pod = await self._pod_state(ref, namespace)
+            if pod is None:
+                log.info("claim %s: pod %s is gone or done; unreserving", key, ref.get("name"))
+                written = await self.committer.unreserve(key, str(ref.get("uid")), deallocate=False)
+                self.metrics.deallocations.labels(action="unreserve").inc()
+                if written is None:
+                    return Outcome.FORGET
+                claim = written
+        if is_bridge(claim):
+            owner = _controller_pod(claim)
+            pod = await self._pod_state(owner, namespace) if owner else None
+            stale = pod is not None and _bound(pod) and _linked_claim(pod) != meta(claim)["name"]
+            if pod is None or stale:
+                log.info("claim %s: bridge claim of a gone pod (or an orphan); deleting", key)
+                await self.committer.delete_claim(key)
+                self.metrics.deallocations.labels(action="delete-bridge").inc()
+                return Outcome.FORGET
+        status = claim.get("status") or {}
+        if status.get("reservedFor"):
+            return Outcome.FORGET
+        if status.get("allocation") is not None:
+            log.info("claim %s: nothing reserves it; deallocating", key)
+            if await self.committer.deallocate(key) is None:
+                return Outcome.FORGET
+            self.metrics.deallocations.labels(action="deallocate").inc()
+        await self.committer.remove_finalizer(key)
+        return Outcome.FORGET
+
+
+def _pod_uids(claim: Mapping[str, Any] | None) -> list[str]:
+    if claim is None:
+        return []
+    uids = [
+        str(r.get("uid"))
+        for r in (claim.get("status") or {}).get("reservedFor") or ()
+        if r.get("resource") == "pods"
+    ]
+    owner = _controller_pod(claim)
+    if owner:
+        uids.append(str(owner.get("uid")))
+    return uids
+
+
+def _controller_pod(claim: Mapping[str, Any]) -> JSON | None:
+    for owner in meta(claim).get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("kind") == "Pod":
+            return dict(owner)
+    return None
+
+
+def _bound(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def _linked_claim(pod: Mapping[str, Any]) -> str:
+    ext = (pod.get("status") or {}).get("extendedResourceClaimStatus") or {}
+    return str(ext.get("resourceClaimName") or "")

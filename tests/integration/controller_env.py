@@ -1,0 +1,451 @@
+"""Support for the controller's integration tests: a seeded emulator cluster, a controller
+running in-process on its own loop and thread, crash injection, and the invariants every run
+must satisfy.
+
+The crash model: :class:`KillableApi` wraps the real client; once killed, every call raises
+:class:`Killed` (a ``BaseException``, so no rollback or retry path can catch it). What the API
+server holds at that moment is exactly what a ``kill -9`` at that point would leave behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.api import Api, Endpoint, KubeApi, ListResult, PatchType, Resource, WatchEvent
+from controller.app import Controller
+from controller.settings import Settings
+from driver.nvml import open_backend
+from driver.quantity import Quantity
+from driver.slices import build_slices
+from tests.emulator import Emulator
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = "gpu.biaxial.dev"
+FINALIZER = f"{DRIVER}/allocation"
+JSON = dict[str, Any]
+
+
+class Killed(BaseException):
+    """The simulated process was killed."""
+
+
+class KillableApi:
+    """An :class:`~controller.api.Api` that can be killed (see the module docstring)."""
+
+    def __init__(self, inner: Api) -> None:
+        self.inner = inner
+        self.killed = False
+
+    def _check(self) -> None:
+        if self.killed:
+            raise Killed
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
+        self._check()
+        return await self.inner.get(res, name, namespace)
+
+    async def list(
+        self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
+    ) -> ListResult:
+        self._check()
+        return await self.inner.list(
+            res, field_selector=field_selector, label_selector=label_selector
+        )
+
+    async def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 300,
+    ) -> AsyncIterator[WatchEvent]:
+        self._check()
+        async for event in self.inner.watch(
+            res,
+            resource_version=resource_version,
+            field_selector=field_selector,
+            label_selector=label_selector,
+            timeout_s=timeout_s,
+        ):
+            self._check()
+            yield event
+
+    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
+        self._check()
+        return await self.inner.create(res, body, namespace)
+
+    async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
+        self._check()
+        return await self.inner.replace(res, body, subresource=subresource)
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
+    ) -> JSON:
+        self._check()
+        return await self.inner.patch(
+            res, name, body, namespace=namespace, subresource=subresource, patch_type=patch_type
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        self._check()
+        await self.inner.delete(res, name, namespace, uid=uid, resource_version=resource_version)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self._check()
+        await self.inner.bind(namespace, name, uid, node)
+
+
+def fast_settings(**overrides: Any) -> Settings:
+    """Fast settings for tests (no leader election, no HTTP endpoint, short backoff)."""
+    fields: dict[str, Any] = {
+        "leader_elect": False,
+        "metrics_port": 0,
+        "backoff_initial_s": 0.05,
+        "backoff_max_s": 0.5,
+        "unschedulable_flush_s": 2.0,
+        "lease_duration_s": 2.0,
+        "renew_deadline_s": 1.5,
+        "retry_period_s": 0.2,
+        "shutdown_grace_s": 2.0,
+        "qps": 1000.0,
+        "burst": 1000,
+    }
+    fields.update(overrides)
+    return Settings(**fields).validate()
+
+
+class ControllerThread:
+    """One controller on its own event loop in a thread, talking HTTP to the emulator."""
+
+    def __init__(
+        self,
+        emulator: Emulator,
+        settings: Settings | None = None,
+        *,
+        crash_at: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        self.emulator = emulator
+        self.settings = settings or fast_settings()
+        self.crash_at = crash_at
+        self.controller: Controller | None = None
+        self.api: KillableApi | None = None
+        self.exit_code: int | None = None
+        self.error: BaseException | None = None
+        self.crashed_at: tuple[str, str] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="controller", daemon=True)
+
+    def start(self) -> ControllerThread:
+        self._thread.start()
+        if not self._started.wait(10):
+            raise TimeoutError("controller did not start")
+        return self
+
+    async def _on_step(self, step: str, key: str) -> None:
+        if self.crash_at is not None and self.crash_at(step, key) and self.api is not None:
+            self.crashed_at = (step, key)
+            self.api.killed = True
+            raise Killed
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._run())
+        except Killed:
+            self.exit_code = 137
+        except BaseException as exc:  # noqa: BLE001 - reported to the test thread
+            self.error = exc
+            self._started.set()
+
+    async def _run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        endpoint = Endpoint(host=self.emulator.url, headers={}, ssl_context=None)
+        async with KubeApi(endpoint, qps=self.settings.qps, burst=self.settings.burst) as real:
+            self.api = KillableApi(real)
+            self.controller = Controller(self.settings, self.api, on_step=self._on_step)
+            self._started.set()
+            self.exit_code = await self.controller.run()
+
+    def call(self, fn: Callable[[], Any]) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(fn)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.controller is not None and self._loop is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self.call(self.controller.stop)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("controller did not stop")
+
+    def kill(self, timeout: float = 10.0) -> None:
+        """Simulate kill -9: no further API call succeeds, then the thread winds down."""
+        if self.api is not None:
+            self.api.killed = True
+        self.stop(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+
+# --------------------------------------------------------------------------- cluster seeding
+
+
+def node_object(
+    name: str, *, cpu: str = "32", memory: str = "128Gi", gpus: str | None = None
+) -> JSON:
+    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+    if gpus is not None:
+        allocatable["nvidia.com/gpu"] = gpus
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {
+            "allocatable": allocatable,
+            "capacity": dict(allocatable),
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def device_classes() -> list[JSON]:
+    out = []
+    for path in sorted((ROOT / "deviceclasses").glob("*.yaml")):
+        out.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return out
+
+
+def seed_cluster(
+    emulator: Emulator, nodes: Mapping[str, str] | None = None, *, classes: bool = True
+) -> None:
+    """Nodes with published slices (``{node: fake profile}``) and the DeviceClasses."""
+    nodes = nodes or {"gpu-t4": "t4x4", "gpu-a10g": "a10gx4"}
+    for name, profile in nodes.items():
+        node = emulator.create(node_object(name))
+        if not (emulator.get("nodes", name) or {}).get("status"):
+            emulator.update_status("nodes", name, node_object(name)["status"])
+        with open_backend(profile, node_name=name) as backend:
+            gpus = backend.discover()
+        for resource_slice in build_slices(
+            gpus, node_name=name, driver_name=DRIVER, node_uid=node["metadata"]["uid"]
+        ):
+            emulator.create(resource_slice.to_api())
+    if classes:
+        for dc in device_classes():
+            emulator.create(dc)
+
+
+def claim_template(
+    name: str, *, memory: str | None = None, count: int = 1, namespace: str = "default"
+) -> JSON:
+    exactly: JSON = {"deviceClassName": DRIVER, "count": count}
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"memory": memory}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}}},
+    }
+
+
+def resource_claim(
+    name: str, *, device_class: str = DRIVER, memory: str | None = None, namespace: str = "default"
+) -> JSON:
+    exactly: JSON = {"deviceClassName": device_class}
+    if memory is not None:
+        exactly["capacity"] = {"requests": {"memory": memory}}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+
+
+def pod(
+    name: str,
+    *,
+    template: str | None = None,
+    claim: str | None = None,
+    legacy_gpus: int | None = None,
+    gpumem: int | None = None,
+    annotations: Mapping[str, str] | None = None,
+    scheduler: str = "biaxial",
+    namespace: str = "default",
+) -> JSON:
+    container: JSON = {"name": "main", "image": "busybox"}
+    spec: JSON = {"schedulerName": scheduler, "containers": [container]}
+    if template is not None or claim is not None:
+        ref: JSON = {"name": "gpu"}
+        if template is not None:
+            ref["resourceClaimTemplateName"] = template
+        else:
+            ref["resourceClaimName"] = claim
+        spec["resourceClaims"] = [ref]
+        container["resources"] = {"claims": [{"name": "gpu"}]}
+    if legacy_gpus is not None:
+        limits = {"nvidia.com/gpu": str(legacy_gpus)}
+        if gpumem is not None:
+            limits["nvidia.com/gpumem"] = str(gpumem)
+        container["resources"] = {"limits": limits}
+    metadata: JSON = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+# --------------------------------------------------------------------------- invariants
+
+
+def _claims_by_key(emulator: Emulator) -> dict[str, JSON]:
+    return {
+        f"{c['metadata']['namespace']}/{c['metadata']['name']}": c
+        for c in emulator.list("resourceclaims")
+    }
+
+
+def pod_claim_keys(p: Mapping[str, Any]) -> list[str]:
+    namespace = p["metadata"].get("namespace", "default")
+    status = p.get("status") or {}
+    generated = {
+        s["name"]: s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []
+    }
+    keys = []
+    for ref in p["spec"].get("resourceClaims") or []:
+        name = ref.get("resourceClaimName") or generated.get(ref["name"])
+        keys.append(f"{namespace}/{name}")
+    ext = status.get("extendedResourceClaimStatus") or {}
+    if ext.get("resourceClaimName"):
+        keys.append(f"{namespace}/{ext['resourceClaimName']}")
+    return keys
+
+
+def device_capacity(emulator: Emulator) -> dict[tuple[str, str, str], int]:
+    """Memory capacity (bytes) of every published device."""
+    out = {}
+    for s in emulator.list("resourceslices"):
+        for d in s["spec"].get("devices") or []:
+            memory = (d.get("capacity") or {}).get("memory", {}).get("value", "0")
+            out[(s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])] = int(
+                Quantity.of(memory).value()
+            )
+    return out
+
+
+def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[str]:
+    """Every violation of the controller's invariants, as text (empty when all hold)."""
+    problems: list[str] = []
+    claims = _claims_by_key(emulator)
+    capacity = device_capacity(emulator)
+    exclusive: dict[tuple[str, str, str], str] = {}
+    shared: dict[tuple[str, str, str], int] = {}
+    for key, c in claims.items():
+        allocation = (c.get("status") or {}).get("allocation")
+        if not allocation:
+            continue
+        for r in allocation["devices"]["results"]:
+            dev = (r["driver"], r["pool"], r["device"])
+            if r.get("shareID"):
+                memory = (r.get("consumedCapacity") or {}).get("memory", "0")
+                shared[dev] = shared.get(dev, 0) + int(Quantity.of(memory).value())
+                if dev in exclusive:
+                    problems.append(f"{dev} shared by {key} but exclusive to {exclusive[dev]}")
+            else:
+                if dev in exclusive or dev in shared:
+                    problems.append(f"{dev} allocated twice ({key}, {exclusive.get(dev)})")
+                exclusive[dev] = key
+    for dev, used in shared.items():
+        if used > capacity.get(dev, 0):
+            problems.append(
+                f"{dev}: {used} bytes of memory allocated, capacity {capacity.get(dev)}"
+            )
+    for p in emulator.list("pods"):
+        if p["spec"].get("schedulerName") != scheduler or not p["spec"].get("nodeName"):
+            continue
+        uid = p["metadata"]["uid"]
+        name = p["metadata"]["name"]
+        for key in pod_claim_keys(p):
+            c = claims.get(key)
+            if c is None:
+                problems.append(f"bound pod {name}: claim {key} missing")
+                continue
+            status = c.get("status") or {}
+            if not status.get("allocation"):
+                problems.append(f"bound pod {name}: claim {key} not allocated")
+            if uid not in [r["uid"] for r in status.get("reservedFor") or []]:
+                problems.append(f"bound pod {name}: claim {key} not reserved for it")
+            if FINALIZER not in (c["metadata"].get("finalizers") or []):
+                problems.append(f"bound pod {name}: claim {key} lacks {FINALIZER}")
+            selector = (status.get("allocation") or {}).get("nodeSelector")
+            if selector:
+                values = [
+                    v
+                    for term in selector["nodeSelectorTerms"]
+                    for f in term.get("matchFields") or []
+                    for v in f.get("values") or []
+                ]
+                if values and p["spec"]["nodeName"] not in values:
+                    problems.append(f"bound pod {name}: claim {key} allocated on {values}")
+    return problems
+
+
+def leftovers(emulator: Emulator) -> list[str]:
+    """What must be gone once every pod is deleted: allocations, reservations, our
+    finalizers, bridge claims."""
+    out = []
+    for c in emulator.list("resourceclaims"):
+        status = c.get("status") or {}
+        name = c["metadata"]["name"]
+        if status.get("allocation"):
+            out.append(f"{name}: still allocated")
+        if status.get("reservedFor"):
+            out.append(f"{name}: still reserved")
+        if FINALIZER in (c["metadata"].get("finalizers") or []):
+            out.append(f"{name}: still has {FINALIZER}")
+        annotations = c["metadata"].get("annotations") or {}
+        if annotations.get("resource.kubernetes.io/extended-resource-claim") == "true":
+            out.append(f"{name}: bridge claim left behind")
+    return out
+
+
+def bound_pods(emulator: Emulator, names: Iterable[str] | None = None) -> dict[str, str]:
+    wanted = set(names) if names is not None else None
+    return {
+        p["metadata"]["name"]: p["spec"]["nodeName"]
+        for p in emulator.list("pods")
+        if p["spec"].get("nodeName") and (wanted is None or p["metadata"]["name"] in wanted)
+    }
+
+
+def delete_all_pods(emulator: Emulator) -> None:
+    for p in emulator.list("pods"):
+        if not p["metadata"].get("deletionTimestamp"):
+            emulator.delete("pods", p["metadata"]["name"], p["metadata"]["namespace"])
+    emulator.finish_pod_deletions()

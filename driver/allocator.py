@@ -575,10 +575,11 @@ class _Search:
         placed = _Placed(req, cand, consumed if multi else None)
         if cand.consumes:
             device = cand.device_id.device
+            # Upstream skips the counter check for a multi-allocation device whose capacity
+            # is already in use (by other claims or earlier in this attempt): its counters
+            # were taken by the first share.
             skip = multi and (
-                device in self._pool_usage(cand.pool).capacity
-                or device in self._pool_usage(cand.pool).shares
-                or cand in self.allocating_shares
+                device in self._pool_usage(cand.pool).capacity or cand in self.allocating_capacity
             )
             if not skip:
                 if not self._counters(cand):

@@ -107,9 +107,12 @@ def _apply(usage: PoolUsage, results: Sequence[DeviceResult], sign: int) -> Pool
             shares[r.device] = count
         else:
             shares.pop(r.device, None)
-        consumed = capacity.setdefault(r.device, {})
-        for name, quantity in (r.consumed_capacity or {}).items():
-            consumed[name] = consumed.get(name, 0) + sign * quantity.nanos
+        if r.consumed_capacity is not None:
+            # As upstream: only a share that reports consumedCapacity makes the device's
+            # capacity "in use" (which also skips its counter check for later shares).
+            consumed = capacity.setdefault(r.device, {})
+            for name, quantity in r.consumed_capacity.items():
+                consumed[name] = consumed.get(name, 0) + sign * quantity.nanos
         if count <= 0:
             capacity.pop(r.device, None)
     return PoolUsage(frozenset(exclusive), shares, capacity)

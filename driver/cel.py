@@ -115,6 +115,19 @@ def _semver_value(version: cel_types.Semver) -> Any:
     return _SemverMsg(version=version.precedence_text)
 
 
+@lru_cache(maxsize=4096)
+def _quantity_literal(text: str) -> Any:
+    """``quantity(s)``; memoised (selectors call it with the same literal on every device).
+    The engine copies the message, so sharing one is safe."""
+    return quantity_value(cel_types.parse_quantity(text))
+
+
+@lru_cache(maxsize=4096)
+def _semver_literal(text: str, normalize: bool = False) -> Any:
+    """``semver(s[, normalize])``; memoised like :func:`_quantity_literal`."""
+    return _semver_value(cel_types.parse_semver(text, normalize))
+
+
 def _type_name(value: Any) -> str:
     if isinstance(value, _QuantityMsg):
         return QUANTITY_TYPE_NAME
@@ -198,7 +211,7 @@ def _functions() -> list[Any]:
                 "string_to_quantity",
                 q,
                 [t.STRING],
-                lambda x: quantity_value(cel_types.parse_quantity(x)),
+                _quantity_literal,
             ),
         ),
         decl("isQuantity", free("is_quantity_string", t.BOOL, [t.STRING], cel_types.is_quantity)),
@@ -256,13 +269,13 @@ def _functions() -> list[Any]:
                 "string_to_semver",
                 s,
                 [t.STRING],
-                lambda x: _semver_value(cel_types.parse_semver(x)),
+                _semver_literal,
             ),
             free(
                 "string_bool_to_semver",
                 s,
                 [t.STRING, t.BOOL],
-                lambda x, n: _semver_value(cel_types.parse_semver(x, n)),
+                _semver_literal,
             ),
         ),
         decl(
@@ -369,14 +382,15 @@ class DeviceInput:
 
     def padded(self, domains: frozenset[str]) -> Any:
         """An activation where every domain in *domains* exists (empty if the device lacks it),
-        or the shared one when nothing is missing."""
-        missing_attr = domains - self.attribute_domains
-        missing_cap = domains - self.capacity_domains
-        if not missing_attr and not missing_cap:
-            return self.activation
+        or the shared one when nothing is missing. Memoised per domain set."""
         cached = self._padded.get(domains)
         if cached is not None:
             return cached
+        missing_attr = domains - self.attribute_domains
+        missing_cap = domains - self.capacity_domains
+        if not missing_attr and not missing_cap:
+            self._padded[domains] = self.activation
+            return self.activation
         variables = dict(self.variables)
         variables["device.attributes"] = {
             **variables["device.attributes"],
@@ -449,9 +463,10 @@ class Selector:
                 f"{self.max_cost} > limit {COST_LIMIT})",
             )
         result = self._program.eval(device.padded(self.domains))
+        value = result.value()
+        if value is True or value is False:  # only a BOOL result converts to a Python bool
+            return value
         kind = result.type()
-        if kind == cel.Type.BOOL:
-            return bool(result.value())
         if kind == cel.Type.ERROR:
             raise self._error(device_name, _runtime_message(str(result.value())))
         raise self._error(

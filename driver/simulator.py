@@ -544,8 +544,11 @@ class _Run:
         if placement.bridge is not None and placement.bridge_allocation is not None:
             claim_name = f"{name}-extended-resources-{generated_suffix(uid + '/extended')}"
             bridge = copy.deepcopy(placement.bridge.claim)
-            bridge["metadata"]["name"] = claim_name
-            bridge["metadata"]["uid"] = stable_uid("ResourceClaim", namespace, claim_name)
+            bridge["metadata"] = {
+                "name": claim_name,
+                **bridge["metadata"],
+                "uid": stable_uid("ResourceClaim", namespace, claim_name),
+            }
             bridge["status"] = {
                 "allocation": placement.bridge_allocation.to_api(),
                 "reservedFor": [consumer],

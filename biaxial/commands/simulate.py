@@ -141,7 +141,10 @@ def render_table(result: SimulationResult) -> str:
     if result.unschedulable:
         lines.append("")
         lines.extend(
-            _table(["UNSCHEDULABLE", "REASON"], [[f.pod, f.reason] for f in result.unschedulable])
+            _table(
+                ["UNSCHEDULABLE", "REASON"],
+                [[f.pod, " ".join(f.reason.split())] for f in result.unschedulable],
+            )
         )
     if result.errors:
         lines.append("")

@@ -1,0 +1,298 @@
+"""The simulator: the four patterns from the examples, HAMi manifests unchanged, bad input per
+pod, template claims, the summary and the plot."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.errors import ManifestError
+from driver.manifests import load_objects
+from driver.policy import PolicyDefaults
+from driver.simulator import SimulationResult, expand_deployment, simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+CLASSES = [
+    o for p in sorted((ROOT / "deviceclasses").glob("*.yaml")) for o in load_objects([str(p)])
+]
+REFERENCE = load_objects([str(EXAMPLES / "reference-cluster.yaml")])
+
+
+def run(*objects: dict[str, Any], **kwargs: Any) -> SimulationResult:
+    inputs = [*REFERENCE, *objects]
+    before = copy.deepcopy(inputs)
+    result = simulate(inputs, default_classes=CLASSES, **kwargs)
+    assert inputs == before, "simulate must not mutate its input"
+    return result
+
+
+def by_pod(result: SimulationResult) -> dict[str, tuple[str, str]]:
+    return {p.pod.split("/")[1]: (p.node, str(p.devices[0]["device"])) for p in result.placements}
+
+
+@pytest.mark.parametrize(
+    ("example", "check"),
+    [
+        ("a-binpack-binpack", "one node, two GPUs"),
+        ("b-spread-binpack", "two per node, one GPU per node"),
+        ("c-binpack-spread", "one node, four GPUs"),
+        ("d-spread-spread", "two per node, four distinct GPUs"),
+    ],
+)
+def test_four_patterns_place_as_designed(example: str, check: str) -> None:
+    objects = load_objects([str(EXAMPLES / "four-patterns" / f"{example}.yaml")])
+    result = run(*objects)
+    assert not result.unschedulable
+    placed = list(by_pod(result).values())
+    assert len(placed) == 4
+    nodes = {n for n, _ in placed}
+    gpus = set(placed)
+    per_node = {n: sum(1 for m, _ in placed if m == n) for n in nodes}
+    if check == "one node, two GPUs":
+        assert len(nodes) == 1
+        assert len(gpus) == 2
+    elif check == "two per node, one GPU per node":
+        assert per_node == {"gpu-t4": 2, "gpu-a10g": 2}
+        assert len(gpus) == 2
+    elif check == "one node, four GPUs":
+        assert len(nodes) == 1
+        assert len(gpus) == 4
+    else:
+        assert per_node == {"gpu-t4": 2, "gpu-a10g": 2}
+        assert len(gpus) == 4
+    again = run(*objects)
+    assert again.to_json()["placements"] == result.to_json()["placements"], "deterministic"
+
+
+def test_hami_deployment_runs_unchanged() -> None:
+    objects = load_objects([str(EXAMPLES / "hami" / "vllm-deployment.yaml")])
+    result = run(*objects)
+    out = result.to_json()
+    assert [p["pod"] for p in out["placements"]] == [
+        "default/vllm-small-0",
+        "default/vllm-small-1",
+        "default/vllm-small-2",
+    ]
+    # hami.io policies: node binpack, GPU spread -> one node, one GPU per pod.
+    assert {p["node"] for p in out["placements"]} == {"gpu-t4"}
+    assert [p["devices"][0]["device"] for p in out["placements"]] == ["gpu-0", "gpu-1", "gpu-2"]
+    pod = next(o for o in out["objects"] if o["kind"] == "Pod")
+    claim_name = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+    assert claim_name.startswith("vllm-small-0-extended-resources-")
+    assert len(claim_name) == len("vllm-small-0-extended-resources-") + 5
+    claim = next(o for o in out["objects"] if o["metadata"].get("name") == claim_name)
+    pod_uid = pod["metadata"]["uid"]
+    assert claim["metadata"] == {
+        "name": claim_name,
+        "generateName": "vllm-small-0-extended-resources-",
+        "namespace": "default",
+        "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": "vllm-small-0",
+                "uid": pod_uid,
+                "controller": True,
+            }
+        ],
+        "uid": claim["metadata"]["uid"],
+    }
+    assert claim["spec"] == {
+        "devices": {
+            "requests": [
+                {
+                    "name": "container-0-request-2",
+                    "exactly": {
+                        "deviceClassName": "gpu.biaxial.dev",
+                        "allocationMode": "ExactCount",
+                        "count": 1,
+                        "capacity": {"requests": {"memory": "6000Mi", "cores": "30"}},
+                    },
+                }
+            ]
+        }
+    }
+    result_0 = claim["status"]["allocation"]["devices"]["results"][0]
+    assert result_0["consumedCapacity"] == {"cores": "30", "memory": "6000Mi"}
+    assert claim["status"]["reservedFor"] == [
+        {"resource": "pods", "name": "vllm-small-0", "uid": pod_uid}
+    ]
+    assert pod["spec"]["nodeName"] == "gpu-t4"
+    assert pod["status"]["extendedResourceClaimStatus"]["requestMappings"] == [
+        {
+            "containerName": "vllm",
+            "resourceName": "nvidia.com/gpu",
+            "requestName": "container-0-request-2",
+        }
+    ]
+
+
+def pod(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
+    }
+
+
+def template(
+    name: str, *, cls: str = "gpu.biaxial.dev", selector: str | None = None, **exact: Any
+) -> dict[str, Any]:
+    request: dict[str, Any] = {"deviceClassName": cls, **exact}
+    if selector:
+        request["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": request}]}}},
+    }
+
+
+def with_claim(p: dict[str, Any], template_name: str) -> dict[str, Any]:
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": template_name}]
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    return p
+
+
+def legacy(
+    name: str, limits: dict[str, Any], annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    p = pod(name)
+    p["spec"]["containers"][0]["resources"] = {"limits": limits}
+    if annotations:
+        p["metadata"]["annotations"] = annotations
+    return p
+
+
+def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
+    result = run(
+        template("good-t", capacity={"requests": {"memory": "2Gi"}}),
+        template("unknown-class-t", cls="no-such-class"),
+        template("bad-cel-t", selector="device.attributes[ 1"),
+        template("huge-t", capacity={"requests": {"memory": "500Gi"}}),
+        with_claim(pod("good"), "good-t"),
+        with_claim(pod("unknown-class"), "unknown-class-t"),
+        with_claim(pod("bad-cel"), "bad-cel-t"),
+        with_claim(pod("huge"), "huge-t"),
+        with_claim(pod("missing-template"), "nope"),
+        legacy("bad-policy", {"nvidia.com/gpu": 1}, {"biaxial.dev/node-policy": "pack"}),
+        legacy("too-much-gpumem", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 99999}),
+        legacy("gpumem-alone", {"nvidia.com/gpumem": 1000}),
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "broken"},
+            "spec": {"replicas": "two"},
+        },
+        legacy("also-good", {"nvidia.com/gpu": 1}),
+    )
+    reasons = {f.pod: f.reason for f in result.unschedulable}
+    assert set(by_pod(result)) == {"good", "also-good"}
+    assert "DeviceClass 'no-such-class' does not exist" in reasons["default/unknown-class"]
+    assert (
+        "device.attributes[ 1" in reasons["default/bad-cel"]
+        or "Syntax" in reasons["default/bad-cel"]
+    )
+    assert reasons["default/huge"] == "0/2 nodes are available: 2 insufficient GPU memory."
+    assert reasons["default/missing-template"] == (
+        "pod default/missing-template: resourceclaimtemplate default/nope not found"
+    )
+    assert (
+        "annotation biaxial.dev/node-policy: unknown policy 'pack'" in reasons["default/bad-policy"]
+    )
+    assert "larger than every GPU in the cluster" in reasons["default/too-much-gpumem"]
+    assert "nvidia.com/gpumem given without nvidia.com/gpu" in reasons["default/gpumem-alone"]
+    assert "spec.replicas must be a non-negative integer" in reasons["default/broken (Deployment)"]
+
+
+def test_template_claims_are_named_annotated_and_reserved() -> None:
+    result = run(
+        template("t", capacity={"requests": {"memory": "1Gi"}}),
+        with_claim(pod("p"), "t"),
+    )
+    out = result.to_json()
+    claim = next(o for o in out["objects"] if o["kind"] == "ResourceClaim")
+    name = claim["metadata"]["name"]
+    assert name.startswith("p-gpu-")
+    assert len(name) == len("p-gpu-") + 5
+    assert claim["metadata"]["annotations"] == {"resource.kubernetes.io/pod-claim-name": "gpu"}
+    placed_pod = next(o for o in out["objects"] if o["kind"] == "Pod")
+    assert placed_pod["status"]["resourceClaimStatuses"] == [
+        {"name": "gpu", "resourceClaimName": name}
+    ]
+    assert claim["status"]["reservedFor"][0]["uid"] == placed_pod["metadata"]["uid"]
+    assert (
+        claim["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"]
+        == "1Gi"
+    )
+    assert out["placements"][0]["devices"][0]["claim"] == name
+
+
+def test_summary_counts_and_fragmentation() -> None:
+    objects = load_objects([str(EXAMPLES / "four-patterns" / "c-binpack-spread.yaml")])
+    summary = run(*objects).summary()
+    assert summary["placed"] == 4
+    assert summary["gpusInUse"] == 4
+    assert summary["wholeGpusFree"] == 4
+    free_partial = 4 * (15360 - 7500)
+    free_total = free_partial + 4 * 23028
+    assert summary["fragmentation"] == round(free_partial / free_total, 4)
+    assert set(summary["timing"]) == {
+        "startupSeconds",
+        "decisionSeconds",
+        "podsPerSecond",
+        "p99DecisionMs",
+    }
+    t4 = next(n for n in summary["nodes"] if n["node"] == "gpu-t4")
+    assert t4["memoryUsedBytes"] == 4 * 7500 * 1024 * 1024
+
+
+def test_policy_overrides_apply_to_pods_without_annotations() -> None:
+    pods = [legacy(f"p{i}", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": "7500"}) for i in range(2)]
+    spread = run(*pods, defaults=PolicyDefaults(node="spread", gpu="spread"))
+    assert {n for n, _ in by_pod(spread).values()} == {"gpu-t4", "gpu-a10g"}
+    packed = run(*pods, defaults=PolicyDefaults(node="binpack", gpu="binpack"))
+    assert set(by_pod(packed).values()) == {("gpu-t4", "gpu-0")}
+
+
+def test_deployment_expansion() -> None:
+    pods = expand_deployment(
+        {
+            "metadata": {"name": "web", "namespace": "prod"},
+            "spec": {
+                "replicas": 2,
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}},
+            },
+        }
+    )
+    assert [p["metadata"]["name"] for p in pods] == ["web-0", "web-1"]
+    assert pods[0]["metadata"]["namespace"] == "prod"
+    assert pods[0]["metadata"]["labels"] == {"a": "b"}
+
+
+def test_bad_inventory_is_an_error_for_the_run() -> None:
+    with pytest.raises(ManifestError, match="no Cluster inventory"):
+        simulate([legacy("p", {"nvidia.com/gpu": 1})])
+    inventory = {
+        "apiVersion": "biaxial.dev/v1alpha1",
+        "kind": "Cluster",
+        "nodes": [{"name": "n", "gpus": "z80x9"}],
+    }
+    with pytest.raises(ManifestError, match="node n"):
+        simulate([inventory])
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    from driver.simulator import plot
+
+    objects = load_objects([str(EXAMPLES / "four-patterns" / "a-binpack-binpack.yaml")])
+    target = tmp_path / "a.png"
+    plot(run(*objects), str(target))
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,12 @@ method names, generated from the same protos), with synchronous calls so tests s
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -120,3 +125,100 @@ class FakeKubelet:
             yield call
         finally:
             call.cancel()
+
+
+# --------------------------------------------------------------------------- the plugin process
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class PluginProcess:
+    """A real ``biaxial kubelet-plugin`` subprocess with its directories under ``root``.
+
+    ``root`` must be short (``tempfile.mkdtemp(dir="/tmp")``): unix socket paths < 108 bytes.
+    stdout/stderr go to ``<root>/<name>.log`` (shown by :meth:`log` when a test fails).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        kubeconfig: Path,
+        *,
+        node: str = "node-a",
+        profile: str = "t4x4",
+        name: str = "plugin",
+        extra: Sequence[str] = (),
+        pod_uid: str = "",
+    ) -> None:
+        self.root = root
+        self.node = node
+        self.name = name
+        self.registry_dir = root / "reg"
+        self.plugin_dir = root / "plug"
+        self.cdi_dir = root / "cdi"
+        self.state_dir = root / "state"
+        self.args = [
+            sys.executable, "-m", "biaxial", "kubelet-plugin",
+            "--kubeconfig", str(kubeconfig),
+            "--node-name", node,
+            "--fake-gpus", profile,
+            "--registry-dir", str(self.registry_dir),
+            "--plugin-dir", str(self.plugin_dir),
+            "--cdi-dir", str(self.cdi_dir),
+            "--state-dir", str(self.state_dir),
+            *(["--pod-uid", pod_uid] if pod_uid else []),
+            *extra,
+        ]  # fmt: skip
+        suffix = f"-{pod_uid}-reg.sock" if pod_uid else "-reg.sock"
+        self.registration_socket = self.registry_dir / f"gpu.biaxial.dev{suffix}"
+        self.log_path = root / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 15.0) -> PluginProcess:
+        self.registration_socket.unlink(missing_ok=True)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.args, cwd=REPO, stdout=log, stderr=log)
+        deadline = time.monotonic() + timeout_s
+        while not self.registration_socket.exists():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"plugin exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"plugin did not come up:\n{self.log()}")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout_s: float = 15.0) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def inject(self, action: str, gpu: int | str, **extra: Any) -> None:
+        """Test-only fault injection through ``<state-dir>/fake-inject`` (see kubeletplugin.app)."""
+        folder = self.state_dir / "fake-inject"
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = f"{time.monotonic_ns():020d}"
+        tmp = folder / f"{stem}.tmp"
+        tmp.write_text(json.dumps({"action": action, "gpu": gpu, **extra}))
+        tmp.rename(folder / f"{stem}.json")
+
+
+def wait(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; that value is returned."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout_s} s")
+        time.sleep(0.05)

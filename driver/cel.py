@@ -346,10 +346,17 @@ def _engine_message(text: str) -> str:
     return text.replace("ERROR: ", "")
 
 
+_NO_SUCH_KEY_HINT: Final = (
+    " (a device may lack an attribute or capacity: check with has() or use .?name.orValue(...))"
+)
+
+
 def _runtime_message(text: str) -> str:
     text = _engine_message(text)
     for pattern, replacement in _RUNTIME_REWRITES:
         text = pattern.sub(replacement, text)
+    if text.startswith("no such key:"):
+        text += _NO_SUCH_KEY_HINT  # upstream's allocator adds such a hint too (kubernetes#136709)
     return text
 
 

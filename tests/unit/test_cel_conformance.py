@@ -82,6 +82,8 @@ def test_runtime_error_names_expression_and_device() -> None:
     message = str(info.value)
     assert "nosuch == 1" in message
     assert "'gpu-0'" in message
+    assert 'no such key: "nosuch"' in message
+    assert "has()" in message  # the hint
 
 
 def test_long_expression_is_shortened_in_messages() -> None:

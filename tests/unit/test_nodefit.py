@@ -1,0 +1,232 @@
+"""The node filter, table-driven: kube-scheduler's checks and wording."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from driver.errors import ManifestError
+from driver.nodefit import (
+    NodeUsage,
+    PodSchedulingFacts,
+    filter_node,
+    pod_requests,
+    unschedulable_message,
+)
+from tests.unit.builders import label_term, node, node_selector, taint, to_node
+
+
+def pod(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns"},
+        "spec": {
+            "containers": [
+                {"name": "c", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}
+            ],
+            **spec,
+        },
+    }
+
+
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": node_selector(
+            label_term("zone", values=["a"])
+        )
+    }
+}
+
+FILTER = [
+    ("fits", pod(), node(), NodeUsage(), None),
+    ("cordoned", pod(), node(unschedulable=True), NodeUsage(), "node(s) were unschedulable"),
+    (
+        "cordoned but tolerated",
+        pod(
+            tolerations=[
+                {
+                    "key": "node.kubernetes.io/unschedulable",
+                    "operator": "Exists",
+                    "effect": "NoSchedule",
+                }
+            ]
+        ),
+        node(unschedulable=True),
+        NodeUsage(),
+        None,
+    ),
+    (
+        "untolerated taint",
+        pod(),
+        node(taints=[taint("gpu", value="yes")]),
+        NodeUsage(),
+        "node(s) had untolerated taint {gpu: yes}",
+    ),
+    (
+        "tolerated taint",
+        pod(tolerations=[{"key": "gpu", "value": "yes"}]),
+        node(taints=[taint("gpu", value="yes")]),
+        NodeUsage(),
+        None,
+    ),
+    (
+        "tolerate everything",
+        pod(tolerations=[{"operator": "Exists"}]),
+        node(taints=[taint("a"), taint("b", "NoExecute")]),
+        NodeUsage(),
+        None,
+    ),
+    (
+        "PreferNoSchedule does not filter",
+        pod(),
+        node(taints=[taint("soft", "PreferNoSchedule")]),
+        NodeUsage(),
+        None,
+    ),
+    (
+        "toleration for another effect",
+        pod(tolerations=[{"key": "gpu", "operator": "Exists", "effect": "NoExecute"}]),
+        node(taints=[taint("gpu")]),
+        NodeUsage(),
+        "node(s) had untolerated taint {gpu: }",
+    ),
+    (
+        "not ready",
+        pod(),
+        node(ready=False),
+        NodeUsage(),
+        "node(s) had untolerated taint {node.kubernetes.io/not-ready: }",
+    ),
+    (
+        "nodeSelector mismatch",
+        pod(nodeSelector={"zone": "b"}),
+        node(labels={"zone": "a"}),
+        NodeUsage(),
+        "node(s) didn't match Pod's node affinity/selector",
+    ),
+    (
+        "nodeSelector match",
+        pod(nodeSelector={"zone": "a"}),
+        node(labels={"zone": "a"}),
+        NodeUsage(),
+        None,
+    ),
+    (
+        "affinity mismatch",
+        pod(affinity=AFFINITY),
+        node(labels={"zone": "b"}),
+        NodeUsage(),
+        "node(s) didn't match Pod's node affinity/selector",
+    ),
+    ("affinity match", pod(affinity=AFFINITY), node(labels={"zone": "a"}), NodeUsage(), None),
+    ("cpu full", pod(), node(), NodeUsage(requested={"cpu": 15600}), "Insufficient cpu"),
+    (
+        "memory full",
+        pod(),
+        node(allocatable={"cpu": "4", "memory": "1Gi", "pods": "10"}),
+        NodeUsage(requested={"memory": 1}),
+        "Insufficient memory",
+    ),
+    (
+        "pods full",
+        pod(),
+        node(allocatable={"cpu": "4", "memory": "8Gi", "pods": "2"}),
+        NodeUsage(pods=2),
+        "Too many pods",
+    ),
+    (
+        "device-plugin resource short",
+        pod(containers=[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 2}}}]),
+        node(allocatable={"cpu": "4", "memory": "8Gi", "pods": "10", "nvidia.com/gpu": "1"}),
+        NodeUsage(),
+        "Insufficient nvidia.com/gpu",
+    ),
+]
+
+
+@pytest.mark.parametrize("row", FILTER, ids=[r[0] for r in FILTER])
+def test_filter(row: tuple[Any, ...]) -> None:
+    case, raw_pod, raw_node, usage, expected = row
+    before = copy.deepcopy(raw_pod)
+    facts = PodSchedulingFacts.from_pod(raw_pod)
+    assert filter_node(facts, to_node(raw_node), usage) == expected, case
+    assert raw_pod == before
+
+
+def test_dra_resources_are_not_checked_against_allocatable() -> None:
+    facts = PodSchedulingFacts.from_pod(
+        pod(containers=[{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}])
+    )
+    assert filter_node(facts, to_node(node()), NodeUsage()) == "Insufficient nvidia.com/gpu"
+    assert (
+        filter_node(facts, to_node(node()), NodeUsage(), dra_resources={"nvidia.com/gpu"}) is None
+    )
+
+
+REQUESTS = [
+    (
+        "containers add up",
+        {
+            "containers": [
+                {"resources": {"requests": {"cpu": "1"}}},
+                {"resources": {"requests": {"cpu": "250m"}}},
+            ]
+        },
+        {"cpu": 1250},
+    ),
+    (
+        "limits default requests",
+        {"containers": [{"resources": {"limits": {"memory": "1Ki"}}}]},
+        {"memory": 1024},
+    ),
+    (
+        "init container peak wins",
+        {
+            "initContainers": [{"resources": {"requests": {"cpu": "3"}}}],
+            "containers": [{"resources": {"requests": {"cpu": "1"}}}],
+        },
+        {"cpu": 3000},
+    ),
+    (
+        "sidecars run beside later init containers and the app",
+        {
+            "initContainers": [
+                {"restartPolicy": "Always", "resources": {"requests": {"cpu": "1"}}},
+                {"resources": {"requests": {"cpu": "2"}}},
+            ],
+            "containers": [{"resources": {"requests": {"cpu": "1"}}}],
+        },
+        {"cpu": 3000},
+    ),
+    (
+        "overhead is added",
+        {"containers": [{"resources": {"requests": {"cpu": "1"}}}], "overhead": {"cpu": "100m"}},
+        {"cpu": 1100},
+    ),
+]
+
+
+@pytest.mark.parametrize("row", REQUESTS, ids=[r[0] for r in REQUESTS])
+def test_pod_requests(row: tuple[Any, ...]) -> None:
+    case, spec, expected = row
+    assert pod_requests({"spec": spec}) == expected, case
+
+
+def test_bad_pod_input_is_a_manifest_error() -> None:
+    with pytest.raises(ManifestError, match="resource cpu"):
+        PodSchedulingFacts.from_pod(
+            pod(containers=[{"name": "c", "resources": {"requests": {"cpu": "lots"}}}])
+        )
+    with pytest.raises(ManifestError, match="unknown operator"):
+        PodSchedulingFacts.from_pod(pod(tolerations=[{"key": "k", "operator": "Near"}]))
+
+
+def test_message_sorted_like_kube_scheduler() -> None:
+    message = unschedulable_message(
+        5, {"Insufficient cpu": 2, "node(s) were unschedulable": 1, "insufficient GPU memory": 2}
+    )
+    assert message == (
+        "0/5 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu, "
+        "2 insufficient GPU memory."
+    )

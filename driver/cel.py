@@ -82,7 +82,6 @@ COMPILE_CACHE_SIZE: Final = 1024
 
 QUANTITY_TYPE_NAME: Final = "kubernetes.Quantity"
 SEMVER_TYPE_NAME: Final = "kubernetes.Semver"
-STANDARD_DOMAIN: Final = "resource.kubernetes.io"
 
 # --------------------------------------------------------------------------- value types
 
@@ -414,16 +413,15 @@ class DeviceInput:
 
 def device_input(device: Device, driver_name: str) -> DeviceInput:
     """Build the CEL input for one device. Raises CELEvaluationError for a version attribute
-    that is not valid semver (upstream fails the evaluation the same way)."""
+    that is not valid semver (upstream fails the evaluation the same way); selectors add the
+    expression and the device name to that message."""
     attributes: dict[str, dict[str, Any]] = {}
     for name, value in device.attributes.items():
         domain, ident = split_qualified_name(name, driver_name)
         try:
             attributes.setdefault(domain, {})[ident] = _attribute_value(value)
         except cel_types.CELFunctionError as exc:
-            raise CELEvaluationError(
-                f"device {device.name!r}: attribute {name}: parse semantic version: {exc}"
-            ) from exc
+            raise CELEvaluationError(f"attribute {name}: parse semantic version: {exc}") from exc
     capacity: dict[str, dict[str, Any]] = {}
     for name, cap in device.capacity.items():
         domain, ident = split_qualified_name(name, driver_name)
@@ -457,7 +455,15 @@ class Selector:
 
     def matches(self, device: Device, driver_name: str) -> bool:
         """Evaluate against one device; CELEvaluationError on any runtime error."""
-        return self.evaluate(device_input(device, driver_name), device.name)
+        try:
+            prepared = device_input(device, driver_name)
+        except CELEvaluationError as exc:
+            raise self.input_error(device.name, exc) from exc
+        return self.evaluate(prepared, device.name)
+
+    def input_error(self, device_name: str, error: CELEvaluationError) -> CELEvaluationError:
+        """The error for this selector when the device itself cannot be turned into CEL input."""
+        return self._error(device_name, str(error))
 
     def evaluate(self, device: DeviceInput, device_name: str) -> bool:
         """Evaluate against a prepared :class:`DeviceInput` (see :class:`MatchCache`)."""
@@ -565,7 +571,7 @@ class MatchCache:
                 self._devices[device_id] = entry
         outcome: bool | CELEvaluationError
         if isinstance(entry.prepared, CELEvaluationError):
-            outcome = entry.prepared
+            outcome = selector.input_error(device.name, entry.prepared)
         else:
             try:
                 outcome = selector.evaluate(entry.prepared, device.name)

@@ -189,9 +189,12 @@ def test_match_cache_caches_device_input_errors() -> None:
     bad = Device(name="gpu-0", attributes={"driverVersion": Version("1.2")})
     first = cel.compile_selector("device.allowMultipleAllocations == false")
     second = cel.compile_selector('device.driver == "x"')
-    for selector in (first, second):
-        with pytest.raises(CELEvaluationError, match="semantic version"):
+    for selector in (first, second, first):
+        with pytest.raises(CELEvaluationError, match="semantic version") as info:
             cache.matches(selector, _id(), 1, bad)
+        assert selector.expression in str(info.value)
+        assert "'gpu-0'" in str(info.value)
+    assert (cache.hits, cache.misses) == (1, 2)
 
 
 def test_match_cache_shares_input_across_selectors_and_pads_domains() -> None:

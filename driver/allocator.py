@@ -123,15 +123,8 @@ class SearchStats:
 
 # --------------------------------------------------------------------------- compiled requests
 
-_selector_set_ids: dict[tuple[str, ...], int] = {}
-
-
-def _selector_set_id(expressions: tuple[str, ...]) -> int:
-    found = _selector_set_ids.get(expressions)
-    if found is None:
-        found = len(_selector_set_ids)
-        _selector_set_ids[expressions] = found
-    return found
+#: A node keeps selector verdicts for at most this many distinct selector sets.
+MAX_CACHED_SELECTOR_SETS: Final = 256
 
 
 def _compile(expression: str, where: str) -> Selector:
@@ -155,10 +148,11 @@ class _Req:
         "device_class",
         "mode",
         "name",
-        "selector_set",
+        "selector_key",
         "selectors",
         "sub_name",
         "tolerations",
+        "verdicts",
     )
 
     def __init__(
@@ -189,7 +183,9 @@ class _Req:
             for i, e in enumerate(spec.selectors)
         ]
         self.selectors = tuple(selectors)
-        self.selector_set = _selector_set_id((*device_class.selectors, "\x00", *spec.selectors))
+        # Class selectors, a separator no expression can equal, then request selectors.
+        self.selector_key = (*device_class.selectors, "", *spec.selectors)
+        self.verdicts: list[bool | None] = []
         self.mode = spec.allocation_mode
         self.count = spec.count
         self.admin = spec.admin_access
@@ -409,12 +405,14 @@ class _Search:
                         "resource.kubernetes.io/admin-access=true"
                     )
                 req = _Req(claim, ci, request, None, classes)
+                req.verdicts = self._verdicts(req.selector_key)
                 self._validate(req, claim)
                 entries.append(_Entry(request, [req]))
                 min_devices += req.count
             else:
                 subs = [_Req(claim, ci, request, s, classes) for s in request.first_available]
                 for sub in subs:
+                    sub.verdicts = self._verdicts(sub.selector_key)
                     self._validate(sub, claim)
                 entries.append(_Entry(request, subs))
                 min_devices += min(s.count for s in subs)
@@ -434,6 +432,17 @@ class _Search:
                 for c in claim.constraints
             ]
         )
+
+    def _verdicts(self, key: tuple[str, ...]) -> list[bool | None]:
+        """The node's cached selector verdicts for one selector set (None = not evaluated)."""
+        cache = self.nc.verdicts
+        verdicts = cache.get(key)
+        if verdicts is None:
+            if len(cache) >= MAX_CACHED_SELECTOR_SETS:
+                cache.clear()
+            verdicts = [None] * len(self.nc.devices)
+            cache[key] = verdicts
+        return verdicts
 
     def _validate(self, req: _Req, claim: ResourceClaim) -> None:
         """Upstream ``validateDeviceRequest``: for All mode, find out how much "all" is."""
@@ -472,10 +481,7 @@ class _Search:
         return cand.device_id.device in self._pool_usage(cand.pool).exclusive
 
     def _selectable(self, req: _Req, cand: Candidate) -> bool:
-        verdicts = self.nc.verdicts.get(req.selector_set)
-        if verdicts is None:
-            verdicts = [None] * len(self.nc.devices)
-            self.nc.verdicts[req.selector_set] = verdicts
+        verdicts = req.verdicts
         verdict = verdicts[cand.index]
         if verdict is None:
             verdict = self._evaluate(req, cand)

@@ -34,7 +34,7 @@ from driver.claims import (
 )
 from driver.errors import AllocationError, ManifestError
 from driver.ids import DeviceID, DeviceName, DriverName, NodeName, PoolName
-from driver.model import JSON, Device, DeviceTaint, ResourceSlice
+from driver.model import JSON, Capacity, Device, DeviceTaint, ResourceSlice
 from driver.nodes import Node, node_selector_matches
 from driver.quantity import Format
 
@@ -306,7 +306,8 @@ class NodeCandidates:
     node: Node
     pools: tuple[PoolView, ...]
     devices: tuple[Candidate, ...]
-    verdicts: dict[int, list[bool | None]] = field(default_factory=dict)
+    # Selector verdicts per selector set (class selectors, "", request selectors), by index.
+    verdicts: dict[tuple[str, ...], list[bool | None]] = field(default_factory=dict)
 
     @property
     def blocked_pools(self) -> tuple[PoolView, ...]:
@@ -314,8 +315,7 @@ class NodeCandidates:
         return tuple(p for p in self.pools if p.incomplete or p.invalid)
 
 
-def _capacity_spec(name: str, device: Device) -> CapacitySpec:
-    cap = device.capacity[name]
+def _capacity_spec(name: str, cap: Capacity) -> CapacitySpec:
     policy = cap.request_policy
     if policy is None:
         return CapacitySpec(name=name, value=cap.value.nanos, fmt=cap.value.format)
@@ -334,6 +334,42 @@ def _capacity_spec(name: str, device: Device) -> CapacitySpec:
         range_max=rng.max.nanos if rng is not None and rng.max is not None else None,
         range_step=rng.step.nanos if rng is not None and rng.step is not None else None,
     )
+
+
+def _formats(cap: Capacity) -> tuple[Format, ...]:
+    """Every quantity format in a capacity (values compare equal across formats)."""
+    policy = cap.request_policy
+    if policy is None:
+        return (cap.value.format,)
+    rng = policy.valid_range
+    return (
+        cap.value.format,
+        policy.default.format if policy.default is not None else "DecimalSI",
+        *(v.format for v in policy.valid_values),
+        rng.min.format if rng is not None else "DecimalSI",
+    )
+
+
+class _SpecCache:
+    """Capacity specs shared by every device that publishes the same capacity (thousands of
+    identical GPUs): building them dominates the per-node index cost otherwise."""
+
+    __slots__ = ("_specs",)
+
+    def __init__(self) -> None:
+        self._specs: dict[tuple[str, Capacity, tuple[Format, ...]], CapacitySpec] = {}
+
+    def specs(self, device: Device) -> tuple[CapacitySpec, ...]:
+        out: list[CapacitySpec] = []
+        for name in sorted(device.capacity):
+            cap = device.capacity[name]
+            key = (name, cap, _formats(cap))
+            spec = self._specs.get(key)
+            if spec is None:
+                spec = _capacity_spec(name, cap)
+                self._specs[key] = spec
+            out.append(spec)
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -428,7 +464,15 @@ def _slice_targets(s: ResourceSlice, node: Node) -> bool:
 class _Index:
     """Slices indexed once; shared by every snapshot derived from one build()."""
 
-    __slots__ = ("by_node", "cluster_wide", "match_cache", "node_cache", "pools", "slices")
+    __slots__ = (
+        "by_node",
+        "cluster_wide",
+        "match_cache",
+        "node_cache",
+        "pools",
+        "slices",
+        "spec_cache",
+    )
 
     def __init__(self, slices: tuple[ResourceSlice, ...], match_cache: MatchCache | None) -> None:
         self.slices = slices
@@ -444,6 +488,7 @@ class _Index:
         self.pools: dict[PoolKey, _PoolInfo] = {k: _pool_info(v) for k, v in grouped.items()}
         self.node_cache: dict[str, NodeCandidates] = {}
         self.match_cache = match_cache
+        self.spec_cache = _SpecCache()
 
     def candidates(self, node: Node) -> NodeCandidates:
         cached = self.node_cache.get(node.name)
@@ -491,13 +536,13 @@ class _Index:
             if pool.incomplete or pool.invalid:
                 continue
             for s in pool.slices:
+                generation = hash((s.uid, s.name, s.generation, s.pool.generation))
                 for d in s.devices:
-                    devices.append(self._candidate(node, pool, s, d, len(devices)))
+                    devices.append(self._candidate(node, pool, s, d, len(devices), generation))
         return NodeCandidates(node=node, pools=tuple(views), devices=tuple(devices))
 
-    @staticmethod
-    def _candidate(
-        node: Node, pool: PoolView, s: ResourceSlice, d: Device, index: int
+    def _candidate(  # noqa: PLR0917 - internal, called once per device in one loop
+        self, node: Node, pool: PoolView, s: ResourceSlice, d: Device, index: int, generation: int
     ) -> Candidate:
         if s.per_device_node_selection:
             where = f"ResourceSlice {s.name!r}: device {d.name!r} nodeSelector"
@@ -522,10 +567,10 @@ class _Index:
             node_local=node_local,
             node_selector=selector,
             multi=d.allow_multiple_allocations,
-            capacities=tuple(_capacity_spec(name, d) for name in sorted(d.capacity)),
+            capacities=self.spec_cache.specs(d) if d.capacity else (),
             blocking_taints=tuple(t for t in d.taints if t.effect in _BLOCKING_EFFECTS),
             consumes=pool.device_counters.get(d.name, ()),
-            match_generation=hash((s.uid, s.name, s.generation, s.pool.generation)),
+            match_generation=generation,
         )
 
 

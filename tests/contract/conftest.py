@@ -76,7 +76,9 @@ class WatchStream:
         """The next event; None when the stream ended. Raises queue.Empty on timeout."""
         return self.events.get(timeout=timeout)
 
-    def take(self, count: int, timeout: float = 5.0, *, skip_bookmarks: bool = True) -> list[dict[str, Any]]:
+    def take(
+        self, count: int, timeout: float = 5.0, *, skip_bookmarks: bool = True
+    ) -> list[dict[str, Any]]:
         got: list[dict[str, Any]] = []
         deadline = time.monotonic() + timeout
         while len(got) < count:
@@ -131,16 +133,31 @@ class Api:
             headers["Authorization"] = auth["value"]
         return headers
 
-    def request(self, method: str, path: str, body: Any = None, *, content_type: str | None = "application/json",
-                query: dict[str, Any] | None = None) -> Response:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str | None = "application/json",
+        query: dict[str, Any] | None = None,
+    ) -> Response:
         url = self.base + path + (("?" + urlencode(query)) if query else "")
         data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-        if method in {"POST", "PUT", "PATCH"} and data is not None and path.startswith(("/api/", "/apis/")):
+        if (
+            method in {"POST", "PUT", "PATCH"}
+            and data is not None
+            and path.startswith(("/api/", "/apis/"))
+        ):
             created = self._remember(method, path, body)
             del created
         resp = self.client.rest_client.pool_manager.request(
-            method, url, body=data, headers=self._headers(content_type if data is not None else None),
-            preload_content=True, timeout=30,
+            method,
+            url,
+            body=data,
+            headers=self._headers(content_type if data is not None else None),
+            preload_content=True,
+            timeout=30,
         )
         raw = resp.data
         try:
@@ -150,7 +167,12 @@ class Api:
         return Response(resp.status, parsed, {k.lower(): v for k, v in resp.headers.items()})
 
     def _remember(self, method: str, path: str, body: Any) -> None:
-        if method == "POST" and isinstance(body, dict) and "/namespaces/" not in path and path.count("/") <= 4:
+        if (
+            method == "POST"
+            and isinstance(body, dict)
+            and "/namespaces/" not in path
+            and path.count("/") <= 4
+        ):
             name = (body.get("metadata") or {}).get("name")
             if name:
                 self._cluster_objects.append(f"{path}/{name}")
@@ -164,7 +186,9 @@ class Api:
     def put(self, path: str, body: Any) -> Response:
         return self.request("PUT", path, body)
 
-    def patch(self, path: str, body: Any, content_type: str = "application/merge-patch+json") -> Response:
+    def patch(
+        self, path: str, body: Any, content_type: str = "application/merge-patch+json"
+    ) -> Response:
         return self.request("PATCH", path, body, content_type=content_type)
 
     def delete(self, path: str, body: Any = None) -> Response:
@@ -179,7 +203,12 @@ class Api:
         query = {"watch": "true", **query}
         url = self.base + path + "?" + urlencode(query)
         resp = self.client.rest_client.pool_manager.request(
-            "GET", url, headers=self._headers(None), preload_content=False, timeout=None, retries=False,
+            "GET",
+            url,
+            headers=self._headers(None),
+            preload_content=False,
+            timeout=None,
+            retries=False,
         )
         stream = WatchStream(resp)
         self._streams.append(stream)
@@ -194,15 +223,21 @@ class Api:
         return f"{self.ns_path}/pods" + (f"/{name}" if name else "")
 
     def claims(self, name: str = "") -> str:
-        return f"/apis/resource.k8s.io/v1/namespaces/{self.namespace}/resourceclaims" + (f"/{name}" if name else "")
+        return f"/apis/resource.k8s.io/v1/namespaces/{self.namespace}/resourceclaims" + (
+            f"/{name}" if name else ""
+        )
 
     @staticmethod
     def slices(name: str = "") -> str:
         return "/apis/resource.k8s.io/v1/resourceslices" + (f"/{name}" if name else "")
 
     def setup(self) -> None:
-        self.ok(self.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                                 "metadata": {"name": self.namespace}}))
+        self.ok(
+            self.post(
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}},
+            )
+        )
 
     def teardown(self) -> None:
         for stream in self._streams:
@@ -210,8 +245,12 @@ class Api:
         for path in self._cluster_objects:
             self.request("DELETE", path)
             # strip finalizers so nothing is left behind on a real cluster
-            self.request("PATCH", path, {"metadata": {"finalizers": None}},
-                         content_type="application/merge-patch+json")
+            self.request(
+                "PATCH",
+                path,
+                {"metadata": {"finalizers": None}},
+                content_type="application/merge-patch+json",
+            )
         self.request("DELETE", f"/api/v1/namespaces/{self.namespace}")
 
 
@@ -258,14 +297,19 @@ def needs_emulator(api: Api) -> Emulator:
 
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
     body["spec"].update(spec)
     return body
 
 
-def resource_slice(name: str, node: str, *, driver: str = "gpu.contract.example.com",
-                   devices: int = 1, **spec: Any) -> dict[str, Any]:
+def resource_slice(
+    name: str, node: str, *, driver: str = "gpu.contract.example.com", devices: int = 1, **spec: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -275,8 +319,11 @@ def resource_slice(name: str, node: str, *, driver: str = "gpu.contract.example.
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
             "nodeName": node,
             "devices": [
-                {"name": f"gpu-{i}", "attributes": {"model": {"string": "T4"}},
-                 "capacity": {"memory": {"value": "16Gi"}}}
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {"model": {"string": "T4"}},
+                    "capacity": {"memory": {"value": "16Gi"}},
+                }
                 for i in range(devices)
             ],
         },
@@ -285,11 +332,18 @@ def resource_slice(name: str, node: str, *, driver: str = "gpu.contract.example.
     return body
 
 
-def claim(name: str, *, count: int = 1, device_class: str = "gpu.contract.example.com") -> dict[str, Any]:
+def claim(
+    name: str, *, count: int = 1, device_class: str = "gpu.contract.example.com"
+) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class,
-                                                                         "count": count}}]}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}
+                ]
+            }
+        },
     }

@@ -8,8 +8,12 @@ from tests.contract.conftest import Api, pod
 
 
 def _binding(name: str, node: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
 
 
 def test_bind_sets_node_name_and_pod_scheduled(api: Api) -> None:

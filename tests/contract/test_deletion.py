@@ -14,7 +14,9 @@ def test_delete_without_finalizers_returns_the_object(api: Api) -> None:
     assert api.get(api.claims("c")).status == 404
     events = stream.take(1)
     assert events[0]["type"] == "DELETED"
-    assert int(events[0]["object"]["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    assert int(events[0]["object"]["metadata"]["resourceVersion"]) > int(
+        created["metadata"]["resourceVersion"]
+    )
     assert api.delete(api.claims("c")).status == 404
 
 
@@ -31,8 +33,10 @@ def test_finalizers_hold_the_object_until_removed(api: Api) -> None:
     assert marked[0]["object"]["metadata"]["deletionTimestamp"]
     again = api.ok(api.delete(api.claims("c")))
     assert again["metadata"]["resourceVersion"] == pending["metadata"]["resourceVersion"]
-    refused = api.patch(api.claims("c"), {"metadata": {"finalizers": ["example.com/one", "example.com/two",
-                                                                         "example.com/three"]}})
+    refused = api.patch(
+        api.claims("c"),
+        {"metadata": {"finalizers": ["example.com/one", "example.com/two", "example.com/three"]}},
+    )
     assert refused.status == 422
     api.ok(api.patch(api.claims("c"), {"metadata": {"finalizers": ["example.com/two"]}}))
     assert stream.take(1)[0]["type"] == "MODIFIED"
@@ -48,9 +52,18 @@ def test_unscheduled_pod_is_deleted_at_once_bound_pod_gracefully(api: Api) -> No
     api.ok(api.delete(api.pods("free")))
     assert api.get(api.pods("free")).status == 404
     api.ok(api.post(api.pods(), pod("bound")), 201)
-    api.ok(api.post(api.pods("bound") + "/binding", {"apiVersion": "v1", "kind": "Binding",
-                                                     "metadata": {"name": "bound"},
-                                                     "target": {"kind": "Node", "name": "node-gone"}}), 201)
+    api.ok(
+        api.post(
+            api.pods("bound") + "/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "bound"},
+                "target": {"kind": "Node", "name": "node-gone"},
+            },
+        ),
+        201,
+    )
     terminating = api.ok(api.delete(api.pods("bound")))
     assert terminating["metadata"]["deletionTimestamp"]
     assert terminating["metadata"]["deletionGracePeriodSeconds"] == 30

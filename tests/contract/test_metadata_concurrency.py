@@ -76,7 +76,7 @@ def test_one_global_monotonic_resource_version(api: Api) -> None:
 def test_noop_update_keeps_resource_version_and_sends_no_event(api: Api) -> None:
     created = api.ok(api.post(api.pods(), pod("p", terminationGracePeriodSeconds=0)), 201)
     rv = created["metadata"]["resourceVersion"]
-    stream = api.watch(api.pods(), resourceVersion=rv, timeoutSeconds="2")
+    stream = api.watch(api.pods(), resourceVersion=rv, timeoutSeconds="1")
     same = api.ok(api.put(api.pods("p"), created))
     assert same["metadata"]["resourceVersion"] == rv
     patched = api.ok(api.patch(api.pods("p"), {"metadata": {"labels": None}}))
@@ -94,7 +94,9 @@ def test_stale_put_conflicts_and_unconditional_put_wins(api: Api) -> None:
     assert response.reason == "Conflict"
     assert "the object has been modified" in response.body["message"]
     unconditional = dict(stale)
-    unconditional["metadata"] = {k: v for k, v in stale["metadata"].items() if k != "resourceVersion"}
+    unconditional["metadata"] = {
+        k: v for k, v in stale["metadata"].items() if k != "resourceVersion"
+    }
     assert api.ok(api.put(api.pods("p"), unconditional))["metadata"]["labels"] == {"v": "stale"}
 
 
@@ -104,19 +106,31 @@ def test_patch_with_stale_resource_version_conflicts(api: Api) -> None:
     api.ok(api.patch(api.pods("p"), {"metadata": {"labels": {"v": "1"}}}))
     stale = api.patch(api.pods("p"), {"metadata": {"resourceVersion": rv, "labels": {"v": "2"}}})
     assert stale.status == 409
-    strategic = api.patch(api.pods("p"), {"metadata": {"resourceVersion": rv, "labels": {"v": "2"}}},
-                          content_type="application/strategic-merge-patch+json")
+    strategic = api.patch(
+        api.pods("p"),
+        {"metadata": {"resourceVersion": rv, "labels": {"v": "2"}}},
+        content_type="application/strategic-merge-patch+json",
+    )
     assert strategic.status == 409
     # without resourceVersion a merge patch is unconditional
-    assert api.ok(api.patch(api.pods("p"), {"metadata": {"labels": {"v": "3"}}}))["metadata"]["labels"]["v"] == "3"
+    assert (
+        api.ok(api.patch(api.pods("p"), {"metadata": {"labels": {"v": "3"}}}))["metadata"][
+            "labels"
+        ]["v"]
+        == "3"
+    )
 
 
 def test_json_patch_test_operation_on_resource_version(api: Api) -> None:
     created = api.ok(api.post(api.pods(), pod("p")), 201)
     rv = created["metadata"]["resourceVersion"]
-    ops = [{"op": "test", "path": "/metadata/resourceVersion", "value": rv},
-           {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}]
-    assert api.ok(api.patch(api.pods("p"), ops, "application/json-patch+json"))["metadata"]["labels"] == {"a": "b"}
+    ops = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/labels", "value": {"a": "b"}},
+    ]
+    assert api.ok(api.patch(api.pods("p"), ops, "application/json-patch+json"))["metadata"][
+        "labels"
+    ] == {"a": "b"}
     again = api.patch(api.pods("p"), ops, "application/json-patch+json")
     assert again.status == 422
     assert api.ok(api.get(api.pods("p")))["metadata"]["labels"] == {"a": "b"}
@@ -124,15 +138,33 @@ def test_json_patch_test_operation_on_resource_version(api: Api) -> None:
 
 def test_delete_preconditions(api: Api) -> None:
     created = api.ok(api.post(api.pods(), pod("p")), 201)
-    wrong_uid = api.delete(api.pods("p"), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                           "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}})
+    wrong_uid = api.delete(
+        api.pods("p"),
+        {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"},
+        },
+    )
     assert wrong_uid.status == 409
     assert "Precondition failed" in wrong_uid.body["message"]
     api.ok(api.patch(api.pods("p"), {"metadata": {"labels": {"a": "b"}}}))
-    wrong_rv = api.delete(api.pods("p"), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                          "preconditions": {"resourceVersion": created["metadata"]["resourceVersion"]}})
+    wrong_rv = api.delete(
+        api.pods("p"),
+        {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"resourceVersion": created["metadata"]["resourceVersion"]},
+        },
+    )
     assert wrong_rv.status == 409
     assert api.get(api.pods("p")).status == 200
-    deleted = api.delete(api.pods("p"), {"apiVersion": "v1", "kind": "DeleteOptions",
-                                         "preconditions": {"uid": created["metadata"]["uid"]}})
+    deleted = api.delete(
+        api.pods("p"),
+        {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": {"uid": created["metadata"]["uid"]},
+        },
+    )
     assert deleted.status == 200

@@ -11,8 +11,18 @@ SMP = "application/strategic-merge-patch+json"
 
 
 def _allocation() -> dict[str, Any]:
-    return {"devices": {"results": [{"request": "gpu", "driver": "gpu.contract.example.com",
-                                     "pool": "node-a", "device": "gpu-0"}]}}
+    return {
+        "devices": {
+            "results": [
+                {
+                    "request": "gpu",
+                    "driver": "gpu.contract.example.com",
+                    "pool": "node-a",
+                    "device": "gpu-0",
+                }
+            ]
+        }
+    }
 
 
 def _ref(name: str, uid: str) -> dict[str, str]:
@@ -25,10 +35,17 @@ def test_strategic_merge_reserved_for_by_uid(api: Api) -> None:
     first = _ref("a", "11111111-1111-1111-1111-111111111111")
     second = _ref("b", "22222222-2222-2222-2222-222222222222")
     api.ok(api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [first]}}, SMP))
-    merged = api.ok(api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [second]}}, SMP))
+    merged = api.ok(
+        api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [second]}}, SMP)
+    )
     assert [r["uid"] for r in merged["status"]["reservedFor"]] == [first["uid"], second["uid"]]
-    removed = api.ok(api.patch(api.claims("c") + "/status",
-                               {"status": {"reservedFor": [{"uid": first["uid"], "$patch": "delete"}]}}, SMP))
+    removed = api.ok(
+        api.patch(
+            api.claims("c") + "/status",
+            {"status": {"reservedFor": [{"uid": first["uid"], "$patch": "delete"}]}},
+            SMP,
+        )
+    )
     assert [r["uid"] for r in removed["status"]["reservedFor"]] == [second["uid"]]
     # a merge patch replaces the whole list
     replaced = api.ok(api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [first]}}))
@@ -42,8 +59,13 @@ def test_strategic_merge_conditions_by_type(api: Api) -> None:
     api.ok(api.patch(api.pods("p") + "/status", {"status": {"conditions": [ready]}}, SMP))
     both = api.ok(api.patch(api.pods("p") + "/status", {"status": {"conditions": [custom]}}, SMP))
     assert {c["type"] for c in both["status"]["conditions"]} == {"Ready", "example.com/Custom"}
-    flipped = api.ok(api.patch(api.pods("p") + "/status",
-                               {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, SMP))
+    flipped = api.ok(
+        api.patch(
+            api.pods("p") + "/status",
+            {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            SMP,
+        )
+    )
     by_type = {c["type"]: c["status"] for c in flipped["status"]["conditions"]}
     assert by_type == {"Ready": "True", "example.com/Custom": "True"}
 
@@ -51,9 +73,19 @@ def test_strategic_merge_conditions_by_type(api: Api) -> None:
 def test_strategic_merge_finalizers_as_a_set(api: Api) -> None:
     api.ok(api.post(api.pods(), pod("p")), 201)
     api.ok(api.patch(api.pods("p"), {"metadata": {"finalizers": ["example.com/a"]}}, SMP))
-    both = api.ok(api.patch(api.pods("p"), {"metadata": {"finalizers": ["example.com/b", "example.com/a"]}}, SMP))
+    both = api.ok(
+        api.patch(
+            api.pods("p"), {"metadata": {"finalizers": ["example.com/b", "example.com/a"]}}, SMP
+        )
+    )
     assert sorted(both["metadata"]["finalizers"]) == ["example.com/a", "example.com/b"]
-    left = api.ok(api.patch(api.pods("p"), {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a"]}}, SMP))
+    left = api.ok(
+        api.patch(
+            api.pods("p"),
+            {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a"]}},
+            SMP,
+        )
+    )
     assert left["metadata"]["finalizers"] == ["example.com/b"]
     api.ok(api.patch(api.pods("p"), {"metadata": {"finalizers": None}}))
 
@@ -65,8 +97,14 @@ def test_json_and_merge_patch(api: Api) -> None:
     dropped = api.ok(api.patch(api.pods("p"), {"metadata": {"labels": {"a": None}}}))
     assert dropped["metadata"]["labels"] == {"b": "2"}
     ops = [{"op": "replace", "path": "/metadata/labels/b", "value": "3"}]
-    assert api.ok(api.patch(api.pods("p"), ops, "application/json-patch+json"))["metadata"]["labels"] == {"b": "3"}
-    bad = api.patch(api.pods("p"), [{"op": "remove", "path": "/metadata/labels/nope"}], "application/json-patch+json")
+    assert api.ok(api.patch(api.pods("p"), ops, "application/json-patch+json"))["metadata"][
+        "labels"
+    ] == {"b": "3"}
+    bad = api.patch(
+        api.pods("p"),
+        [{"op": "remove", "path": "/metadata/labels/nope"}],
+        "application/json-patch+json",
+    )
     assert bad.status == 422
     malformed = api.patch(api.pods("p"), b"[{", "application/json-patch+json")
     assert malformed.status == 400
@@ -74,22 +112,30 @@ def test_json_and_merge_patch(api: Api) -> None:
 
 def test_main_resource_writes_keep_status(api: Api) -> None:
     api.ok(api.post(api.claims(), claim("c")), 201)
-    allocated = api.ok(api.patch(api.claims("c") + "/status", {"status": {"allocation": _allocation()}}))
+    allocated = api.ok(
+        api.patch(api.claims("c") + "/status", {"status": {"allocation": _allocation()}})
+    )
     body = dict(allocated)
     body["status"] = {}
     body["metadata"] = {**allocated["metadata"], "labels": {"x": "y"}}
     kept = api.ok(api.put(api.claims("c"), body))
     assert kept["status"] == allocated["status"]
     assert kept["metadata"]["labels"] == {"x": "y"}
-    patched = api.ok(api.patch(api.claims("c"), {"status": None, "metadata": {"labels": {"x": "z"}}}))
+    patched = api.ok(
+        api.patch(api.claims("c"), {"status": None, "metadata": {"labels": {"x": "z"}}})
+    )
     assert patched["status"] == allocated["status"]
 
 
 def test_status_writes_keep_spec_and_metadata(api: Api) -> None:
     created = api.ok(api.post(api.pods(), pod("p")), 201)
     body = dict(created)
-    body["metadata"] = {**created["metadata"], "labels": {"sneaky": "yes"}, "annotations": {"a": "b"},
-                        "finalizers": ["example.com/f"]}
+    body["metadata"] = {
+        **created["metadata"],
+        "labels": {"sneaky": "yes"},
+        "annotations": {"a": "b"},
+        "finalizers": ["example.com/f"],
+    }
     body["spec"] = {**created["spec"], "activeDeadlineSeconds": 5}
     body["status"] = {**created["status"], "phase": "Running"}
     written = api.ok(api.put(api.pods("p") + "/status", body))
@@ -110,14 +156,35 @@ def test_claim_status_dropped_on_create_and_spec_immutable(api: Api) -> None:
     assert "status" not in created or not created["status"].get("allocation")
     assert created["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] == "ExactCount"
     changed = dict(created)
-    changed["spec"] = {"devices": {"requests": [{"name": "gpu", "exactly": {
-        "deviceClassName": "gpu.contract.example.com", "count": 2}}]}}
+    changed["spec"] = {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpu",
+                    "exactly": {"deviceClassName": "gpu.contract.example.com", "count": 2},
+                }
+            ]
+        }
+    }
     response = api.put(api.claims("c"), changed)
     assert response.status == 422
     assert response.reason == "Invalid"
     assert any(c["field"] == "spec" for c in response.body["details"]["causes"])
-    patched = api.patch(api.claims("c"), {"spec": {"devices": {"requests": [{"name": "other", "exactly": {
-        "deviceClassName": "gpu.contract.example.com"}}]}}})
+    patched = api.patch(
+        api.claims("c"),
+        {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "other",
+                            "exactly": {"deviceClassName": "gpu.contract.example.com"},
+                        }
+                    ]
+                }
+            }
+        },
+    )
     assert patched.status == 422
     # unchanged spec (the defaults spelled out or not) is accepted
     same = dict(created)

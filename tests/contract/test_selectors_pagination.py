@@ -14,8 +14,12 @@ def _names(listing: dict) -> list[str]:
 
 @pytest.fixture
 def labelled(api: Api) -> Api:
-    for name, labels in {"a": {"tier": "gpu", "size": "4"}, "b": {"tier": "cpu", "size": "8"},
-                         "c": {"tier": "gpu"}, "d": {}}.items():
+    for name, labels in {
+        "a": {"tier": "gpu", "size": "4"},
+        "b": {"tier": "cpu", "size": "8"},
+        "c": {"tier": "gpu"},
+        "d": {},
+    }.items():
         body = pod(name)
         body["metadata"]["labels"] = labels
         api.ok(api.post(api.pods(), body), 201)
@@ -48,12 +52,27 @@ def test_resource_slice_field_selectors(api: Api) -> None:
     node_a, node_b = api.name("na"), api.name("nb")
     api.ok(api.post(api.slices(), resource_slice(api.name("s1"), node_a)), 201)
     api.ok(api.post(api.slices(), resource_slice(api.name("s2"), node_b)), 201)
-    api.ok(api.post(api.slices(), resource_slice(api.name("s3"), node_b, driver="other.contract.example.com")), 201)
+    api.ok(
+        api.post(
+            api.slices(),
+            resource_slice(api.name("s3"), node_b, driver="other.contract.example.com"),
+        ),
+        201,
+    )
     on_b = api.ok(api.get(api.slices(), fieldSelector=f"spec.nodeName={node_b}"))
     assert _names(on_b) == [api.name("s2"), api.name("s3")]
-    by_driver = api.ok(api.get(api.slices(), fieldSelector=f"spec.nodeName={node_b},spec.driver=other.contract.example.com"))
+    by_driver = api.ok(
+        api.get(
+            api.slices(),
+            fieldSelector=f"spec.nodeName={node_b},spec.driver=other.contract.example.com",
+        )
+    )
     assert _names(by_driver) == [api.name("s3")]
-    not_a = api.ok(api.get(api.slices(), fieldSelector=f"spec.nodeName!={node_a},metadata.name={api.name('s2')}"))
+    not_a = api.ok(
+        api.get(
+            api.slices(), fieldSelector=f"spec.nodeName!={node_a},metadata.name={api.name('s2')}"
+        )
+    )
     assert _names(not_a) == [api.name("s2")]
     refused = api.get(api.slices(), fieldSelector="spec.pool.name=x")
     assert refused.status == 400
@@ -63,12 +82,24 @@ def test_resource_slice_field_selectors(api: Api) -> None:
 def test_pod_and_claim_field_selectors(api: Api) -> None:
     api.ok(api.post(api.pods(), pod("p")), 201)
     api.ok(api.post(api.pods(), pod("q")), 201)
-    api.ok(api.post(api.pods("p") + "/binding", {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"},
-                                                 "target": {"kind": "Node", "name": "node-x"}}), 201)
+    api.ok(
+        api.post(
+            api.pods("p") + "/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "p"},
+                "target": {"kind": "Node", "name": "node-x"},
+            },
+        ),
+        201,
+    )
     assert _names(api.ok(api.get(api.pods(), fieldSelector="spec.nodeName=node-x"))) == ["p"]
     assert _names(api.ok(api.get(api.pods(), fieldSelector="spec.nodeName="))) == ["q"]
     assert _names(api.ok(api.get(api.pods(), fieldSelector="status.phase=Pending"))) == ["p", "q"]
-    assert _names(api.ok(api.get(api.pods(), fieldSelector="spec.schedulerName=default-scheduler"))) == ["p", "q"]
+    assert _names(
+        api.ok(api.get(api.pods(), fieldSelector="spec.schedulerName=default-scheduler"))
+    ) == ["p", "q"]
     assert _names(api.ok(api.get(api.pods(), fieldSelector="metadata.name=q"))) == ["q"]
     claims = api.get(api.claims(), fieldSelector=f"metadata.namespace={api.namespace}")
     assert claims.status == 200

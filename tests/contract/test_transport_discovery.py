@@ -33,18 +33,35 @@ def test_discovery_documents(api: Api) -> None:
         assert group in groups
     assert any(v["version"] == "v1" for v in groups["resource.k8s.io"]["versions"])
     core = {r["name"]: r for r in api.ok(api.get("/api/v1"))["resources"]}
-    for name in ("pods", "pods/status", "pods/binding", "nodes", "nodes/status", "namespaces", "events", "bindings"):
+    for name in (
+        "pods",
+        "pods/status",
+        "pods/binding",
+        "nodes",
+        "nodes/status",
+        "namespaces",
+        "events",
+        "bindings",
+    ):
         assert name in core, name
     assert core["pods"]["namespaced"] is True
     assert core["nodes"]["namespaced"] is False
     assert "watch" in core["pods"]["verbs"]
     dra = {r["name"]: r for r in api.ok(api.get("/apis/resource.k8s.io/v1"))["resources"]}
-    for name in ("resourceslices", "resourceclaims", "resourceclaims/status", "deviceclasses", "resourceclaimtemplates"):
+    for name in (
+        "resourceslices",
+        "resourceclaims",
+        "resourceclaims/status",
+        "deviceclasses",
+        "resourceclaimtemplates",
+    ):
         assert name in dra, name
     assert dra["resourceslices"]["namespaced"] is False
     assert dra["resourceclaims"]["namespaced"] is True
     assert dra["resourceclaims"]["kind"] == "ResourceClaim"
-    assert api.ok(api.get("/apis/coordination.k8s.io/v1"))["groupVersion"] == "coordination.k8s.io/v1"
+    assert (
+        api.ok(api.get("/apis/coordination.k8s.io/v1"))["groupVersion"] == "coordination.k8s.io/v1"
+    )
     version = api.ok(api.get("/version"))
     assert version["major"] == "1"
     assert int(version["minor"].rstrip("+")) >= 34
@@ -77,11 +94,25 @@ def test_error_reasons(api: Api) -> None:
     api.ok(api.patch(api.pods("p"), {"metadata": {"labels": {"a": "b"}}}))
     _status(api, api.put(api.pods("p"), stale), 409, "Conflict")
 
-    _status(api, api.post(api.pods(), {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
-                                       "spec": {"containers": []}}), 422, "Invalid")
+    _status(
+        api,
+        api.post(
+            api.pods(),
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "x"},
+                "spec": {"containers": []},
+            },
+        ),
+        422,
+        "Invalid",
+    )
     _status(api, api.get(api.pods(), fieldSelector="spec.bogus=1"), 400, "BadRequest")
     _status(api, api.request("PUT", api.pods(), pod("q")), 405, "MethodNotAllowed")
-    _status(api, api.patch(api.pods("p"), b"{}", content_type="text/plain"), 415, "UnsupportedMediaType")
+    _status(
+        api, api.patch(api.pods("p"), b"{}", content_type="text/plain"), 415, "UnsupportedMediaType"
+    )
 
 
 def test_expired_continue_token_is_410(api: Api) -> None:

@@ -16,7 +16,9 @@ def _causes(body: dict[str, Any]) -> set[str]:
 
 
 def _slice_count(api: Api) -> int:
-    return len(api.ok(api.get(api.slices(), fieldSelector=f"spec.nodeName={api.name('node')}"))["items"])
+    return len(
+        api.ok(api.get(api.slices(), fieldSelector=f"spec.nodeName={api.name('node')}"))["items"]
+    )
 
 
 def test_unknown_field_is_400_naming_it(api: Api) -> None:
@@ -128,8 +130,11 @@ def node_selector_with_two_terms(body: dict[str, Any]) -> None:
     body["spec"]["nodeSelector"] = {"nodeSelectorTerms": [term, term]}
 
 
-@pytest.mark.parametrize(("mutate", "field"), [(fn, field) for _, fn, field in _SEMANTIC],
-                         ids=[name for name, _, _ in _SEMANTIC])
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [(fn, field) for _, fn, field in _SEMANTIC],
+    ids=[name for name, _, _ in _SEMANTIC],
+)
 def test_dra_semantic_checks_are_422_with_causes(api: Api, mutate: Any, field: str) -> None:
     body = resource_slice(api.name("s"), api.name("node"))
     mutate(body)
@@ -146,7 +151,10 @@ def test_rejected_update_leaves_state_unchanged(api: Api) -> None:
     broken = copy.deepcopy(created)
     broken["spec"]["devices"].append(copy.deepcopy(broken["spec"]["devices"][0]))
     assert api.put(api.slices(name), broken).status == 422
-    assert api.patch(api.slices(name), {"spec": {"devices": [{"name": "x", "bogus": 1}]}}).status == 400
+    assert (
+        api.patch(api.slices(name), {"spec": {"devices": [{"name": "x", "bogus": 1}]}}).status
+        == 400
+    )
     now = api.ok(api.get(api.slices(name)))
     assert now == created
 

@@ -18,12 +18,18 @@ def test_watch_without_rv_sends_synthetic_added_then_live_events(api: Api) -> No
     api.ok(api.post(api.pods(), pod("b")), 201)
     stream = api.watch(api.pods())
     initial = stream.take(2)
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in initial] == [("ADDED", "a"), ("ADDED", "b")]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in initial] == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+    ]
     assert initial[0]["object"]["kind"] == "Pod"
     api.ok(api.patch(api.pods("a"), {"metadata": {"labels": {"x": "y"}}}))
     api.ok(api.post(api.pods(), pod("c")), 201)
     live = stream.take(2)
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in live] == [("MODIFIED", "a"), ("ADDED", "c")]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in live] == [
+        ("MODIFIED", "a"),
+        ("ADDED", "c"),
+    ]
 
 
 def test_watch_from_rv_zero_sends_current_state(api: Api) -> None:
@@ -38,10 +44,13 @@ def test_watch_from_rv_replays_exactly_the_later_events(api: Api) -> None:
     api.ok(api.post(api.pods(), pod("b", terminationGracePeriodSeconds=0)), 201)
     api.ok(api.patch(api.pods("a"), {"metadata": {"labels": {"x": "y"}}}))
     api.ok(api.delete(api.pods("b")))
-    stream = api.watch(api.pods(), resourceVersion=rv, timeoutSeconds="2")
-    events = stream.rest()
+    stream = api.watch(api.pods(), resourceVersion=rv)
+    events = stream.take(3)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [
-        ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("DELETED", "b"),
+    ]
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs)
     assert rvs[0] > int(rv)
@@ -85,7 +94,9 @@ def test_timeout_seconds_ends_the_stream(api: Api) -> None:
 def test_bookmarks_carry_the_current_resource_version(api: Api) -> None:
     needs_emulator(api)
     rv = api.ok(api.get(api.pods()))["metadata"]["resourceVersion"]
-    stream = api.watch(api.pods(), resourceVersion=rv, allowWatchBookmarks="true", timeoutSeconds="2")
+    stream = api.watch(
+        api.pods(), resourceVersion=rv, allowWatchBookmarks="true", timeoutSeconds="1"
+    )
     api.ok(api.post("/api/v1/namespaces/default/pods", pod(api.name("elsewhere"))), 201)
     events = stream.rest()
     bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
@@ -120,7 +131,17 @@ def test_field_selector_watch_and_namespace_scoping(api: Api) -> None:
     stream = api.watch(api.pods(), fieldSelector="spec.nodeName=node-w")
     api.ok(api.post(api.pods(), pod("a")), 201)
     api.ok(api.post(api.pods(), pod("b")), 201)
-    api.ok(api.post(api.pods("b") + "/binding", {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "b"},
-                                                 "target": {"kind": "Node", "name": "node-w"}}), 201)
+    api.ok(
+        api.post(
+            api.pods("b") + "/binding",
+            {
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": "b"},
+                "target": {"kind": "Node", "name": "node-w"},
+            },
+        ),
+        201,
+    )
     events = stream.take(1)
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "b")]

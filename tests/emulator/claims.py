@@ -16,7 +16,6 @@ background thread after every change until :meth:`stop`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -55,6 +54,7 @@ class ResourceClaimController:
         self.emulator = emulator
         self.store = emulator.store
         self.errors: list[ApiStatusError] = []
+        self.failures: list[Exception] = []
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
@@ -182,9 +182,9 @@ class ResourceClaimController:
         if owner is None or meta.get("deletionTimestamp"):
             return writes
         pod = pods_by_uid.get(owner)
-        if pod is None or (_finished(pod) and not reserved):
-            if self._write(lambda: self.store.delete(RESOURCE_CLAIM, namespace, name)):
-                writes += 1
+        gone = pod is None or (_finished(pod) and not reserved)
+        if gone and self._write(lambda: self.store.delete(RESOURCE_CLAIM, namespace, name)):
+            writes += 1
         return writes
 
     def _write(self, action: Any) -> bool:
@@ -216,8 +216,11 @@ class ResourceClaimController:
                     self.store.changed.wait(0.05)
                     continue
                 seen = self.store.rv
-                with contextlib.suppress(Exception):
+                try:
                     self.sync()
+                except Exception as exc:  # noqa: BLE001 - a bug must not kill the loop; tests read failures
+                    _log.exception("resourceclaim controller pass failed")
+                    self.failures.append(exc)
                 seen = self.store.rv
 
     def stop(self) -> None:

@@ -134,10 +134,7 @@ STALE = (
 
 
 def invalid(kind: Kind, name: str, errors: list[FieldError]) -> ApiStatusError:
-    if len(errors) == 1:
-        summary = str(errors[0])
-    else:
-        summary = "[" + ", ".join(str(e) for e in errors) + "]"
+    summary = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
     details = _details(kind, name)
     details["kind"] = kind.kind
     details["causes"] = [e.cause().to_api() for e in errors]
@@ -168,7 +165,8 @@ def unsupported_media_type(content_type: str) -> ApiStatusError:
     return ApiStatusError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format ({content_type!r}) - accepted media types "
+        f"the body of the request was in an unknown format ({content_type!r}) - accepted "
+        "media types "
         "include: application/json-patch+json, application/merge-patch+json, "
         "application/strategic-merge-patch+json (server-side apply is not emulated)",
     )

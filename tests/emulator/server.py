@@ -343,13 +343,12 @@ class _Handler(BaseHTTPRequestHandler):
             query = {**query, "watch": "true"}
             rest = rest[1:]
         namespace: str | None = None
-        if len(rest) >= 3 and rest[0] == "namespaces" and group == "":
-            namespace, rest = rest[1], rest[2:]
-        elif len(rest) >= 3 and rest[0] == "namespaces":
+        if (len(rest) >= 3 and rest[0] == "namespaces" and group == "") or (
+            len(rest) >= 3 and rest[0] == "namespaces"
+        ):
             namespace, rest = rest[1], rest[2:]
         if group == "" and namespace is not None and rest == ["bindings"]:
-            req = _Request(POD, namespace, None, "binding", query)
-            return req
+            return _Request(POD, namespace, None, "binding", query)
         kind = kinds.get(rest[0])
         if kind is None or len(rest) > 3:
             raise not_found
@@ -534,8 +533,10 @@ class _Handler(BaseHTTPRequestHandler):
                 req.kind,
                 "",
                 f'resourceslices.resource.k8s.io is forbidden: User "system:node:{node}" cannot '
-                f'{req.verb} resource "resourceslices" in API group "resource.k8s.io" at the cluster '
-                f"scope: can only {req.verb} resourceslices with a spec.nodeName={node} field selector",
+                f'{req.verb} resource "resourceslices" in API group "resource.k8s.io" at the '
+                "cluster "
+                f"scope: can only {req.verb} resourceslices with a spec.nodeName={node} field "
+                "selector",
             )
 
     # ------------------------------------------------------------------ watch
@@ -559,8 +560,10 @@ class _Handler(BaseHTTPRequestHandler):
                     errors.FieldError(
                         "sendInitialEvents",
                         "Forbidden",
-                        "sendInitialEvents is forbidden for watch unless the WatchList feature gate is "
-                        "enabled and resourceVersionMatch is NotOlderThan and allowWatchBookmarks is true",
+                        "sendInitialEvents is forbidden for watch unless the WatchList "
+                        "feature gate is "
+                        "enabled and resourceVersionMatch is NotOlderThan and "
+                        "allowWatchBookmarks is true",
                     )
                 ],
             )
@@ -991,7 +994,9 @@ class Emulator:
     def wait_until(
         self, predicate: Callable[[], bool], timeout: float = 5.0, *, message: str = ""
     ) -> None:
-        """Block until ``predicate()`` is true (checked after every change); TimeoutError otherwise."""
+        """Block until ``predicate()`` is true (re-checked after every change).
+
+        Raises TimeoutError when it is still false after ``timeout`` seconds."""
         if not self.store.wait(predicate, timeout):
             raise TimeoutError(message or f"condition not met within {timeout}s")
 

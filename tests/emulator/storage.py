@@ -384,7 +384,8 @@ class Store:
                 meta = obj["metadata"] = {}
             if not isinstance(meta, dict):
                 raise errors.bad_request(
-                    f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: metadata must be an object'
+                    f'{kind.kind} in version "{kind.version}" cannot be handled as a '
+                    f"{kind.kind}: metadata must be an object"
                 )
             namespace = self._check_namespace(kind, namespace, meta)
             if meta.get("resourceVersion"):
@@ -416,7 +417,8 @@ class Store:
                     raise errors.forbidden(
                         kind,
                         name,
-                        f'{kind.group_resource} "{name}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated',
+                        f'{kind.group_resource} "{name}" is forbidden: unable to create new '
+                        f"content in namespace {namespace} because it is being terminated",
                     )
             obj = prepare_for_create(kind, obj)
             meta = obj["metadata"]
@@ -454,7 +456,8 @@ class Store:
                 f"the API version in the data ({api_version}) does not match the expected API "
                 f"version ({kind.api_version})"
                 if api_version != kind.api_version
-                else f"the kind in the data ({kind_name}) does not match the expected kind ({kind.kind})"
+                else f"the kind in the data ({kind_name}) does not match the expected kind "
+                f"({kind.kind})"
             )
         obj["apiVersion"] = kind.api_version
         obj["kind"] = kind.kind
@@ -468,7 +471,8 @@ class Store:
         body_ns = meta.get("namespace")
         if body_ns and namespace and body_ns != namespace:
             raise errors.bad_request(
-                "the namespace of the provided object does not match the namespace sent on the request"
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request"
             )
         namespace = namespace or body_ns
         if not namespace:
@@ -498,7 +502,8 @@ class Store:
                 meta = obj["metadata"] = {}
             if meta.get("name") and meta["name"] != name:
                 raise errors.bad_request(
-                    f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+                    f"the name of the object ({meta['name']}) does not match the name on the "
+                    f"URL ({name})"
                 )
             meta["name"] = name
             namespace = self._check_namespace(kind, namespace, meta)
@@ -536,11 +541,13 @@ class Store:
             meta = patched["metadata"]
             if meta.get("name") != name:
                 raise errors.bad_request(
-                    f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+                    f"the name of the object ({meta.get('name')}) does not match the name on "
+                    f"the URL ({name})"
                 )
             if kind.namespaced and meta.get("namespace") != _meta(old).get("namespace"):
                 raise errors.bad_request(
-                    "the namespace of the provided object does not match the namespace sent on the request"
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
                 )
             patched = self._check_type(kind, patched)
             return self._update(kind, old, patched, subresource=subresource, dry_run=dry_run)
@@ -558,7 +565,8 @@ class Store:
             raise errors.conflict(
                 kind,
                 name,
-                f"Precondition failed: UID in precondition: {new_meta['uid']}, UID in object meta: {old_meta.get('uid')}",
+                f"Precondition failed: UID in precondition: {new_meta['uid']}, UID in object "
+                f"meta: {old_meta.get('uid')}",
             )
         if subresource == "status":
             candidate = dict(old)
@@ -606,7 +614,8 @@ class Store:
                             FieldError(
                                 "metadata.finalizers",
                                 "Forbidden",
-                                f"no new finalizers can be added if the object is being deleted, found new finalizers {json.dumps(added)}",
+                                "no new finalizers can be added if the object is being "
+                                f"deleted, found new finalizers {json.dumps(added)}",
                             )
                         ],
                     )
@@ -746,13 +755,16 @@ class Store:
                 raise errors.conflict(
                     kind,
                     name,
-                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
+                    f"meta: {meta.get('uid')}",
                 )
             if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
                 raise errors.conflict(
                     kind,
                     name,
-                    f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, ResourceVersion in object meta: {meta.get('resourceVersion')}",
+                    "Precondition failed: ResourceVersion in precondition: "
+                    f"{pre['resourceVersion']}, ResourceVersion in object meta: "
+                    f"{meta.get('resourceVersion')}",
                 )
             if dry_run:
                 return old
@@ -873,7 +885,8 @@ class Store:
         meta = binding.get("metadata") or {}
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request(
-                f"the name of the object ({meta['name']}) does not match the name on the URL ({name})"
+                f"the name of the object ({meta['name']}) does not match the name on the URL "
+                f"({name})"
             )
         target = binding.get("target") or {}
         if target.get("kind") not in (None, "", "Node"):
@@ -900,7 +913,8 @@ class Store:
                 raise errors.conflict(
                     binding_kind,
                     name,
-                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old_meta.get('uid')}",
+                    f"Precondition failed: UID in precondition: {meta['uid']}, UID in object "
+                    f"meta: {old_meta.get('uid')}",
                     resource="pods/binding",
                 )
             if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta.get(
@@ -1015,7 +1029,8 @@ def _check_pod_update(kind: Kind, old: Obj, new: Obj) -> None:
                     "spec",
                     "Forbidden",
                     "pod updates may not change fields other than `spec.containers[*].image`,"
-                    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,"
+                    "`spec.tolerations` "
                     "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
                     "(allow it to be set to 1 if it was previously negative)",
                 )
@@ -1050,8 +1065,12 @@ def _decode_continue(token: str) -> tuple[int, str]:
         data = json.loads(base64.urlsafe_b64decode(padded.encode()))
         rv = int(data["rv"])
         start = str(data["start"]).rstrip("\x00")
-        if data.get("v") != "meta.k8s.io/v1":
-            raise ValueError(data.get("v"))
+        version = data.get("v")
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+    if version != "meta.k8s.io/v1":
+        raise errors.bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version "
+            f"{version})"
+        )
     return rv, start

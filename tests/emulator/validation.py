@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
@@ -162,10 +162,10 @@ def _classify(error: Any, decode: list[str], fields: list[FieldError]) -> None:
     validator = error.validator
     if validator == "additionalProperties":
         allowed = set((error.schema.get("properties") or {}).keys())
-        for extra in sorted(set(error.instance) - allowed):
-            decode.append(
-                f'strict decoding error: unknown field "{_path([*error.absolute_path, extra])}"'
-            )
+        decode.extend(
+            f'strict decoding error: unknown field "{_path([*error.absolute_path, extra])}"'
+            for extra in sorted(set(error.instance) - allowed)
+        )
         return
     if validator == "type" or (validator in {"oneOf", "anyOf"} and not error.context):
         wanted = error.validator_value if validator == "type" else "value"
@@ -182,11 +182,11 @@ def _classify(error: Any, decode: list[str], fields: list[FieldError]) -> None:
         return
     if validator == "required":
         present = set(error.instance) if isinstance(error.instance, dict) else set()
-        for missing in error.validator_value:
-            if missing not in present:
-                fields.append(
-                    FieldError(_path([*error.absolute_path, missing]), "Required value", "")
-                )
+        fields.extend(
+            FieldError(_path([*error.absolute_path, missing]), "Required value", "")
+            for missing in error.validator_value
+            if missing not in present
+        )
         return
     if validator == "enum":
         supported = ", ".join(f'"{v}"' for v in error.validator_value)
@@ -376,10 +376,10 @@ def _metadata(errs: _Errors, kind: Kind, meta: Mapping[str, Any]) -> None:
         else:
             errs.dns_subdomain("metadata.name", name)
     for key, value in _map(meta.get("labels")).items():
-        _label_key(errs, f"metadata.labels", key)
+        _label_key(errs, "metadata.labels", key)
         if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
             errs.add(
-                f"metadata.labels",
+                "metadata.labels",
                 "Invalid value",
                 "a valid label must be an empty string or consist of alphanumeric characters, "
                 "'-', '_' or '.', and must start and end with an alphanumeric character",
@@ -392,10 +392,8 @@ def _metadata(errs: _Errors, kind: Kind, meta: Mapping[str, Any]) -> None:
         errs.add("metadata.annotations", "Too long", "must have at most 262144 bytes")
     finalizers = _items(meta.get("finalizers"))
     for i, fin in enumerate(finalizers):
-        if (
-            not isinstance(fin, str)
-            or "/" not in fin
-            and fin not in {"kubernetes", "orphan", "foregroundDeletion"}
+        if not isinstance(fin, str) or (
+            "/" not in fin and fin not in {"kubernetes", "orphan", "foregroundDeletion"}
         ):
             errs.add(
                 f"metadata.finalizers[{i}]",
@@ -589,7 +587,8 @@ def resource_slice_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
         errs.add(
             "spec",
             "Required value",
-            "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required",
+            "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` "
+            "is required",
         )
     elif len(selection) > 1:
         errs.add(
@@ -694,9 +693,9 @@ def claim_spec_errors(errs: _Errors, path: str, spec: Mapping[str, Any]) -> set[
     requests = _items(devices.get("requests"))
     errs.too_many(f"{path}.devices.requests", requests, MAX_REQUESTS)
     names: set[str] = set()
-    for i, req in enumerate(requests):
+    for i, raw_req in enumerate(requests):
         rpath = f"{path}.devices.requests[{i}]"
-        req = _map(req)
+        req = _map(raw_req)
         name = req.get("name")
         errs.dns_label(f"{rpath}.name", name)
         if isinstance(name, str):
@@ -730,9 +729,9 @@ def claim_spec_errors(errs: _Errors, path: str, spec: Mapping[str, Any]) -> set[
                 _exact(errs, f"{rpath}.firstAvailable[{j}]", _map(sub), sub=True)
     constraints = _items(devices.get("constraints"))
     errs.too_many(f"{path}.devices.constraints", constraints, MAX_REQUESTS)
-    for i, constraint in enumerate(constraints):
+    for i, raw_constraint in enumerate(constraints):
         cpath = f"{path}.devices.constraints[{i}]"
-        constraint = _map(constraint)
+        constraint = _map(raw_constraint)
         kinds = [k for k in ("matchAttribute", "distinctAttribute") if constraint.get(k)]
         if len(kinds) != 1:
             errs.add(
@@ -748,7 +747,8 @@ def claim_spec_errors(errs: _Errors, path: str, spec: Mapping[str, Any]) -> set[
                 errs.add(
                     f"{cpath}.requests[{j}]",
                     "Invalid value",
-                    "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'",
+                    "must be the name of a request in the claim or the name of a request and "
+                    "a subrequest separated by '/'",
                     ref,
                 )
     configs = _items(devices.get("config"))
@@ -761,7 +761,8 @@ def claim_spec_errors(errs: _Errors, path: str, spec: Mapping[str, Any]) -> set[
                 errs.add(
                     f"{cpath}.requests[{j}]",
                     "Invalid value",
-                    "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'",
+                    "must be the name of a request in the claim or the name of a request and "
+                    "a subrequest separated by '/'",
                     ref,
                 )
     return names
@@ -773,14 +774,15 @@ def claim_status_errors(errs: _Errors, obj: Mapping[str, Any], names: set[str]) 
     results = _items(_map(_map(allocation).get("devices")).get("results"))
     errs.too_many("status.allocation.devices.results", results, MAX_RESULTS)
     allocated: set[tuple[Any, Any, Any]] = set()
-    for i, result in enumerate(results):
+    for i, raw_result in enumerate(results):
         rpath = f"status.allocation.devices.results[{i}]"
-        result = _map(result)
+        result = _map(raw_result)
         if result.get("request") not in names:
             errs.add(
                 f"{rpath}.request",
                 "Invalid value",
-                "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'",
+                "must be the name of a request in the claim or the name of a request and a "
+                "subrequest separated by '/'",
                 result.get("request"),
             )
         errs.dns_subdomain(f"{rpath}.driver", result.get("driver"), max_len=DRIVER_NAME_MAX)
@@ -808,8 +810,8 @@ def claim_status_errors(errs: _Errors, obj: Mapping[str, Any], names: set[str]) 
             errs.add(f"status.reservedFor[{i}].resource", "Required value", "")
         if not _map(ref).get("name"):
             errs.add(f"status.reservedFor[{i}].name", "Required value", "")
-    for i, device in enumerate(_items(status.get("devices"))):
-        device = _map(device)
+    for i, raw_device in enumerate(_items(status.get("devices"))):
+        device = _map(raw_device)
         key = (device.get("driver"), device.get("pool"), device.get("device"))
         if key not in allocated:
             errs.add(
@@ -824,8 +826,8 @@ def claim_status_errors(errs: _Errors, obj: Mapping[str, Any], names: set[str]) 
 def pod_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
     spec = _map(obj.get("spec"))
     claim_names: set[str] = set()
-    for i, claim in enumerate(_items(spec.get("resourceClaims"))):
-        claim = _map(claim)
+    for i, raw_claim in enumerate(_items(spec.get("resourceClaims"))):
+        claim = _map(raw_claim)
         errs.dns_label(f"spec.resourceClaims[{i}].name", claim.get("name"))
         if claim.get("name") in claim_names:
             errs.add(f"spec.resourceClaims[{i}].name", "Duplicate value", "", claim.get("name"))
@@ -842,8 +844,8 @@ def pod_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
         errs.add("spec.containers", "Required value", "")
     names: set[str] = set()
     for group in ("initContainers", "containers"):
-        for i, container in enumerate(_items(spec.get(group))):
-            container = _map(container)
+        for i, raw_container in enumerate(_items(spec.get(group))):
+            container = _map(raw_container)
             cpath = f"spec.{group}[{i}]"
             errs.dns_label(f"{cpath}.name", container.get("name"))
             if not container.get("image"):
@@ -924,15 +926,3 @@ def semantic_check(kind: Kind, obj: Mapping[str, Any]) -> None:
     elif kind.kind == "Node":
         node_errors(errs, obj)
     errs.raise_if_any(kind, str(_map(obj.get("metadata")).get("name") or ""))
-
-
-def iter_paths(obj: Any, prefix: str = "") -> Iterator[str]:
-    """Dotted paths of every leaf (used by tests to find a field in an error)."""
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from iter_paths(value, f"{prefix}.{key}" if prefix else key)
-    elif isinstance(obj, list):
-        for i, value in enumerate(obj):
-            yield from iter_paths(value, f"{prefix}[{i}]")
-    else:
-        yield prefix

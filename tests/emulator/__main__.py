@@ -1,0 +1,96 @@
+"""Run the emulator as a process: ``python -m tests.emulator --port PORT --kubeconfig FILE``.
+
+Binds 127.0.0.1:PORT (``--port 0`` picks a free port), writes a kubeconfig pointing at it,
+prints ``listening on http://127.0.0.1:PORT`` (flushed, so a parent can wait for the line)
+and serves until SIGTERM or SIGINT, then ends open watches and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from tests.emulator.claims import ResourceClaimController
+from tests.emulator.server import Emulator
+from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaMissingError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.emulator", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: pick a free one)"
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="write a kubeconfig for this server here")
+    parser.add_argument(
+        "--namespace", default="default", help="namespace of the kubeconfig context"
+    )
+    parser.add_argument(
+        "--schema-version",
+        default=DEFAULT_SCHEMA_VERSION,
+        help="Kubernetes version of the validation schemas (default %(default)s)",
+    )
+    parser.add_argument(
+        "--node-identity", help="refuse ResourceSlice list/watch without spec.nodeName=<this>"
+    )
+    parser.add_argument("--history-size", type=int, default=10_000, help="watch history length")
+    parser.add_argument(
+        "--bookmark-interval", type=float, default=1.0, help="seconds between BOOKMARKs"
+    )
+    parser.add_argument(
+        "--resourceclaim-controller",
+        action="store_true",
+        help="also run the resourceclaim controller stand-in (claims from templates)",
+    )
+    parser.add_argument(
+        "--no-graceful-pod-deletion",
+        action="store_true",
+        help="delete bound pods at once (no kubelet will confirm the deletion)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        emulator = Emulator(
+            port=args.port,
+            schema_version=args.schema_version,
+            node_identity=args.node_identity,
+            history_size=args.history_size,
+            bookmark_interval=args.bookmark_interval,
+            pod_graceful_deletion=not args.no_graceful_pod_deletion,
+        ).start()
+    except (SchemaMissingError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    controller = (
+        ResourceClaimController(emulator).start() if args.resourceclaim_controller else None
+    )
+    try:
+        if args.kubeconfig:
+            emulator.write_kubeconfig(args.kubeconfig, namespace=args.namespace)
+        print(f"listening on {emulator.url}", flush=True)
+        while not stop.wait(0.2):
+            pass
+    finally:
+        if controller is not None:
+            controller.stop()
+        emulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

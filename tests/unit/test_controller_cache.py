@@ -1,0 +1,129 @@
+"""Watch caches (controller.cache) against a fake API: list then watch, resume from the last
+resourceVersion (bookmarks included), relist on 410 with the gap reported, retry on 5xx;
+the claim overlay's pending and assumed state."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from controller.api import NODES, RESOURCE_CLAIMS, ListResult, WatchEvent
+from controller.cache import ClaimOverlay, Informer
+from driver.errors import GoneError, ServerError
+from tests.unit.controller_fakes import FakeApi
+
+JSON = dict[str, Any]
+
+
+def node(name: str, rv: int) -> JSON:
+    return {"metadata": {"name": name, "resourceVersion": str(rv)}}
+
+
+def claim(name: str, rv: int, *, allocated: bool = False) -> JSON:
+    obj: JSON = {"metadata": {"name": name, "namespace": "default", "resourceVersion": str(rv)}}
+    if allocated:
+        obj["status"] = {"allocation": {"devices": {"results": []}}}
+    return obj
+
+
+async def until(predicate: Any, limit_s: float = 2.0) -> None:
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
+def test_list_then_watch_then_resume_then_relist_on_gone() -> None:
+    events: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        api = FakeApi()
+        api.lists = [
+            ListResult(items=[node("a", 5), node("b", 6)], resource_version="10"),
+            ListResult(items=[node("b", 30), node("c", 31)], resource_version="40"),
+        ]
+        informer = Informer(api, NODES, retry_initial_s=0.01)
+        informer.add_handler(
+            lambda _k, t, o, n: events.append((t, (n or o or {})["metadata"]["name"]))
+        )
+        task = asyncio.create_task(informer.run())
+        await asyncio.wait_for(informer.synced.wait(), 1)
+        assert set(informer.store) == {"a", "b"}
+        await until(lambda: api.watch_calls == [("nodes", "10")])
+        api.push_event("nodes", WatchEvent("MODIFIED", node("a", 11)))
+        api.push_event("nodes", WatchEvent("BOOKMARK", node("", 15)))
+        api.end_watch("nodes")  # the server ends the stream: resume from the bookmark
+        await until(lambda: len(api.watch_calls) == 2)
+        assert api.watch_calls[1] == ("nodes", "15")
+        api.push_event("nodes", WatchEvent("DELETED", node("a", 16)))
+        api.push_event("nodes", ServerError("connection reset", status=0))
+        await until(lambda: len(api.watch_calls) == 3)
+        assert api.watch_calls[2] == ("nodes", "16"), "a transport error resumes, no relist"
+        api.push_event("nodes", GoneError("too old", status=410))
+        await until(lambda: informer.stats.relists_on_gone == 1 and len(api.watch_calls) == 4)
+        assert api.watch_calls[3] == ("nodes", "40")
+        assert set(informer.store) == {"b", "c"}
+        assert informer.stats.lists == 2
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert events == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("MODIFIED", "a"),
+        ("DELETED", "a"),
+        ("MODIFIED", "b"),  # seen again after the relist, with a newer resourceVersion
+        ("ADDED", "c"),
+    ]
+
+
+def test_relist_reports_objects_that_vanished_during_the_gap() -> None:
+    events: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        api = FakeApi()
+        api.lists = [
+            ListResult(items=[node("a", 5)], resource_version="5"),
+            ListResult(items=[], resource_version="9"),
+        ]
+        informer = Informer(api, NODES)
+        informer.add_handler(
+            lambda _k, t, o, n: events.append((t, (n or o or {})["metadata"]["name"]))
+        )
+        await informer.relist()
+        await informer.relist()
+
+    asyncio.run(scenario())
+    assert events == [("ADDED", "a"), ("DELETED", "a")]
+
+
+def test_overlay_shows_pending_and_assumed_until_the_informer_catches_up() -> None:
+    informer = Informer(FakeApi(), RESOURCE_CLAIMS)
+    informer.store["default/c"] = claim("c", 10)
+    overlay = ClaimOverlay(informer)
+    overlay.set_pending("default/c", claim("c", 10, allocated=True))
+    assert overlay.get("default/c")["status"]  # type: ignore[index]
+    assert overlay.latest_written("default/c") == claim("c", 10)
+    written = claim("c", 12, allocated=True)
+    overlay.assume(written)
+    assert overlay.get("default/c") == written
+    overlay.observe("default/c", claim("c", 11))  # older than the write: keep assuming
+    informer.store["default/c"] = claim("c", 11)
+    assert overlay.view()["default/c"] == written
+    informer.store["default/c"] = claim("c", 12, allocated=True)
+    overlay.observe("default/c", informer.store["default/c"])
+    assert overlay.in_flight == 0
+    assert overlay.view()["default/c"] is informer.store["default/c"]
+
+
+def test_overlay_forget_and_pending_only_keys() -> None:
+    informer = Informer(FakeApi(), RESOURCE_CLAIMS)
+    overlay = ClaimOverlay(informer)
+    overlay.set_pending("default/<pending-bridge>-u", claim("x", 0, allocated=True))
+    assert "default/<pending-bridge>-u" in overlay.view()
+    overlay.clear_pending("default/<pending-bridge>-u")
+    assert overlay.view() == {}
+    overlay.assume(claim("d", 3))
+    overlay.forget("default/d")
+    assert overlay.in_flight == 0

@@ -1,0 +1,150 @@
+"""The scheduling queue (controller.queue) on a fake clock: order, backoff, parking of
+unschedulable pods, moves during an attempt, flushing, dirty re-adds and forgetting."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from controller.queue import Outcome, SchedulingQueue
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(clock: Clock) -> SchedulingQueue:
+    return SchedulingQueue(backoff_initial_s=1.0, backoff_max_s=8.0, flush_s=60.0, clock=clock)
+
+
+def test_fifo_and_each_key_once() -> None:
+    q = make(Clock())
+    for key in ("a", "b", "a", "c"):
+        q.add(key)
+    assert [q.pop_nowait() for _ in range(4)] == ["a", "b", "c", None]
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    clock = Clock()
+    q = make(clock)
+    assert [q.backoff_s(n) for n in range(6)] == [0.0, 1.0, 2.0, 4.0, 8.0, 8.0]
+    q.add("a")
+    for attempt, wait in enumerate([1.0, 2.0, 4.0, 8.0, 8.0], start=1):
+        assert q.pop_nowait() == "a"
+        q.done("a", Outcome.ERROR)
+        assert q.attempts("a") == attempt
+        clock.now += wait - 0.01
+        assert q.pop_nowait() is None, f"released before {wait}s"
+        clock.now += 0.01
+    assert q.pop_nowait() == "a"
+    q.done("a", Outcome.SCHEDULED)
+    assert q.attempts("a") == 0
+    assert len(q) == 0
+
+
+def test_unschedulable_pods_wait_for_a_move() -> None:
+    clock = Clock()
+    q = make(clock)
+    q.add("a")
+    assert q.pop_nowait() == "a"
+    q.done("a", Outcome.UNSCHEDULABLE)
+    clock.now += 30  # well past the backoff, but parked
+    assert q.pop_nowait() is None
+    assert q.depths == {"active": 0, "backoff": 0, "unschedulable": 1}
+    q.move_all()
+    assert q.pop_nowait() == "a"
+
+
+def test_a_move_honours_the_backoff() -> None:
+    clock = Clock()
+    q = make(clock)
+    q.add("a")
+    q.pop_nowait()
+    q.done("a", Outcome.UNSCHEDULABLE)
+    q.move_all()  # immediately: still within the 1 s backoff
+    assert q.pop_nowait() is None
+    clock.now += 1.0
+    assert q.pop_nowait() == "a"
+
+
+def test_a_move_during_the_attempt_is_not_lost() -> None:
+    clock = Clock()
+    q = make(clock)
+    q.add("a")
+    assert q.pop_nowait() == "a"
+    q.move_all()  # e.g. a claim was freed while "a" was being decided
+    q.done("a", Outcome.UNSCHEDULABLE)
+    clock.now += 1.0
+    assert q.pop_nowait() == "a", "parked although the cluster changed during its attempt"
+
+
+def test_parked_pods_are_flushed_eventually() -> None:
+    clock = Clock()
+    q = make(clock)
+    q.add("a")
+    q.pop_nowait()
+    q.done("a", Outcome.UNSCHEDULABLE)
+    clock.now += 59.9
+    assert q.pop_nowait() is None
+    clock.now += 0.2
+    assert q.pop_nowait() == "a"
+
+
+def test_add_while_processing_requeues_after_done() -> None:
+    clock = Clock()
+    q = make(clock)
+    q.add("a")
+    assert q.pop_nowait() == "a"
+    q.add("a")  # the pod changed while being tried
+    assert q.pop_nowait() is None, "a key must never be handed out twice at once"
+    q.done("a", Outcome.UNSCHEDULABLE)
+    clock.now += 1.0
+    assert q.pop_nowait() == "a"
+
+
+def test_add_does_not_skip_a_running_backoff() -> None:
+    clock = Clock()
+    q = make(clock)
+    q.add("a")
+    q.pop_nowait()
+    q.done("a", Outcome.ERROR)
+    q.add("a")
+    assert q.pop_nowait() is None
+    clock.now += 1.0
+    assert q.pop_nowait() == "a"
+
+
+def test_forget_drops_every_trace() -> None:
+    q = make(Clock())
+    q.add("a")
+    q.add("b")
+    q.forget("a")
+    assert q.pop_nowait() == "b"
+    q.done("b", Outcome.UNSCHEDULABLE)
+    q.forget("b")
+    assert len(q) == 0
+    assert q.attempts("b") == 0
+
+
+def test_pop_waits_for_an_add_and_for_a_backoff() -> None:
+    async def scenario() -> list[str]:
+        q = SchedulingQueue(backoff_initial_s=0.05, backoff_max_s=0.05, flush_s=60.0)
+        got: list[str] = []
+        waiter = asyncio.create_task(q.pop())
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        q.add("a")
+        got.append(await asyncio.wait_for(waiter, 1))
+        q.done("a", Outcome.ERROR)
+        got.append(await asyncio.wait_for(q.pop(), 1))  # released by the timer, no event
+        q.close()
+        with pytest.raises(EOFError):
+            await q.pop()
+        return got
+
+    assert asyncio.run(scenario()) == ["a", "a"]

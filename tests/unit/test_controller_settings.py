@@ -1,0 +1,89 @@
+"""Controller settings: flags beat environment twins beat defaults; every bad value is one
+clear line and exit code 2 from ``biaxial controller``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from biaxial.cli import main
+from biaxial.commands import controller as command
+from controller.settings import Settings
+from driver.errors import InvalidInputError
+
+
+def parse(*argv: str) -> Settings:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return command.settings_from_args(parser.parse_args(list(argv)))
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env, _ in command._FLAGS.values():
+        monkeypatch.delenv(env, raising=False)
+    monkeypatch.delenv("BIAXIAL_LEADER_ELECT", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+
+
+def test_defaults() -> None:
+    s = parse()
+    assert (s.scheduler_name, s.driver_name, s.qps, s.burst) == (
+        "biaxial",
+        "gpu.biaxial.dev",
+        100.0,
+        200,
+    )
+    assert s.leader_elect
+    assert s.finalizer == "gpu.biaxial.dev/allocation"
+    assert (s.policies.node, s.policies.gpu) == ("binpack", "binpack")
+
+
+def test_flags_beat_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    monkeypatch.setenv("BIAXIAL_QPS", "7")
+    monkeypatch.setenv("BIAXIAL_BURST", "9")
+    monkeypatch.setenv("BIAXIAL_GPU_POLICY", "spread")
+    monkeypatch.setenv("BIAXIAL_LEADER_ELECT", "false")
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    s = parse("--qps", "50", "--node-policy", "spread")
+    assert (s.qps, s.burst) == (50.0, 9)
+    assert (s.policies.node, s.policies.gpu) == ("spread", "spread")
+    assert not s.leader_elect
+    assert s.kubeconfig == str(kubeconfig)
+    assert parse("--leader-elect").leader_elect
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--qps", "0"], "--qps must be > 0"),
+        (["--qps", "fast"], "--qps: 'fast' is not a number"),
+        (["--burst", "1.5"], "--burst: '1.5' is not an integer"),
+        (["--driver-name", "Not_A_Name"], "--driver-name"),
+        (["--lease-namespace", "a.b"], "--lease-namespace"),
+        (["--lease-duration", "5", "--renew-deadline", "6"], "renew deadline < lease duration"),
+        (["--metrics-port", "70000"], "--metrics-port must be in 0..65535"),
+        (["--node-policy", "pack"], "unknown policy 'pack'"),
+        (["--kubeconfig", "/no/such/file"], "no such file"),
+    ],
+)
+def test_bad_values_are_clear_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(InvalidInputError) as info:
+        parse(*argv)
+    assert message in str(info.value)
+
+
+def test_cli_reports_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["controller", "--qps", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "biaxial controller: error: --qps must be > 0, got -1.0\n"
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings().validate()
+    with pytest.raises(AttributeError):
+        s.qps = 1.0  # type: ignore[misc]

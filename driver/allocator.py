@@ -23,12 +23,20 @@ over *combinations* in candidate order, with these checks per candidate, in orde
 
 Device order: ``order=None`` is upstream first-fit (pools by driver then name, pools with
 binding conditions last, slices by name, devices in slice order). A :data:`DeviceOrder`
-callback reorders, per request, the node's candidates that pass check 2; the allocator
-guarantees that only the order of the search changes: every result it returns passes every
-check above, whatever the callback returns, and a callback that drops or adds candidates is
-an error. With a callback, selectors are evaluated for every candidate of the node before
-the search starts (first-fit evaluates them lazily, as upstream), so a CEL runtime error on any
-visible device is reported even if a solution exists before it.
+callback is called each time a request starts placing devices, with the node's candidates
+that pass check 2 (in first-fit order) and an :class:`OrderContext`; it returns them in the
+order to try. What the allocator guarantees:
+
+* only the order of the search changes, never feasibility: the search is exhaustive over the
+  same candidates, so (within the budget) claims fit with a callback exactly when they fit
+  without one, and every result passes every check above whatever the callback returns;
+* a callback that drops, adds or repeats candidates is an AllocationError;
+* within one request devices are still tried as combinations, in the callback's order (the
+  k-th device is taken from after the (k-1)-th in that order).
+
+With a callback, selectors are evaluated for every candidate of the node before the search
+(first-fit evaluates them lazily, as upstream), so a CEL runtime error on any visible device is
+reported even where first-fit would have stopped before reaching it.
 
 Cost: every call counts its ``allocateOne``-like steps in :class:`SearchStats` and stops with
 an AllocationError after ``budget`` steps.

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from driver.allocator import allocate
+from driver.allocator import Candidate, OrderContext, allocate
 from driver.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.model import ResourceSlice
 from driver.nodes import Node
@@ -418,3 +419,49 @@ def test_sequential_allocation_never_overcommits(slices: list[JSON], claims: lis
     # The folded state agrees with what was placed.
     assert {d.device for d in snap.allocated.exclusive_devices()} == set(exclusive)
     assert {d.device: n for d, n in snap.allocated.shared_devices().items()} == shares
+
+
+@SETTINGS
+@given(cluster=exclusive_clusters(), claims=claim_specs(), seed=st.integers(0, 2**16))
+def test_any_device_order_keeps_feasibility_and_validity(
+    cluster: Cluster, claims: list[ClaimSpec], seed: int
+) -> None:
+    """A scorer only reorders: whether the claims fit is unchanged, and whatever it picks
+    still passes every check (not held, not given twice, selectors and constraints hold)."""
+
+    def shuffle(cands: Sequence[Candidate], ctx: OrderContext) -> Sequence[Candidate]:
+        shuffled = list(cands)
+        random.Random(f"{seed}/{ctx.claim.name}/{ctx.request}").shuffle(shuffled)
+        return shuffled
+
+    snap = _build(cluster.slices, [device_class()], cluster.held)
+    the_node = Node.from_api(node("node-0"))
+    models = [ResourceClaim.from_api(c.json()) for c in claims]
+    got = allocate(snap, models, the_node, order=shuffle)
+    reference = reference_first_fit(cluster.slices, cluster.held, claims, "node-0")
+    assert (got is None) == (reference is None)
+    if got is None:
+        return
+    held = {
+        (r["pool"], r["device"])
+        for h in cluster.held
+        for r in h["status"]["allocation"]["devices"]["results"]
+    }
+    devices = {
+        (s["spec"]["pool"]["name"], d["name"]): d
+        for s in cluster.slices
+        for d in s["spec"].get("devices", [])
+        if s["spec"].get("nodeName") == "node-0"
+    }
+    chosen = [(r.pool, r.device) for a in got for r in a.results]
+    assert len(chosen) == len(set(chosen))
+    assert not set(chosen) & held
+    for spec, allocation in zip(claims, got, strict=True):
+        numa = set()
+        for r in allocation.results:
+            attrs = devices[(r.pool, r.device)]["attributes"]
+            (req,) = [q for q in spec.requests if q.name == r.request]
+            assert SELECTORS[req.selector][1](attrs)
+            numa.add(attrs[NUMA]["int"])
+        if spec.match_numa:
+            assert len(numa) == 1

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
+from driver.cel import MatchCache
 from driver.claims import (
     AllocationResult,
     DeviceClass,
@@ -37,9 +38,6 @@ from driver.ids import DeviceID, DeviceName, DriverName, NodeName, PoolName
 from driver.model import JSON, Capacity, Device, DeviceTaint, ResourceSlice
 from driver.nodes import Node, node_selector_matches
 from driver.quantity import Format
-
-if TYPE_CHECKING:
-    from driver.cel import MatchCache
 
 PoolKey = tuple[str, str]
 """(driver, pool name)."""
@@ -609,11 +607,7 @@ class ClusterSnapshot:
         ``match_cache`` (``driver.cel.MatchCache``) may be passed to keep CEL results across
         rebuilds; results are keyed by slice generation, so stale entries are never used.
         """
-        if match_cache is None:
-            from driver.cel import MatchCache  # noqa: PLC0415 - optional until first use
-
-            match_cache = MatchCache()
-        index = _Index(tuple(slices), match_cache)
+        index = _Index(tuple(slices), match_cache if match_cache is not None else MatchCache())
         cls_map = classes_by_name(classes if isinstance(classes, Mapping) else tuple(classes))
         return cls(index, cls_map, AllocatedState.from_claims(claims))
 

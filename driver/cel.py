@@ -51,14 +51,19 @@ deviations, each pinned by a case in ``tests/unit/cel_cases.py``):
   before it runs (upstream rejects such expressions when they are written, and stops them at
   run time).
 * **Libraries.** Kubernetes' quantity and semver libraries, the strings extension, optional
-  types (``.?``, ``orValue``), ``cel.bind`` and the list-attribute helper ``includes()``
-  (membership on a list, equality on a scalar) are available. Kubernetes' lists, sets, regex
-  (``find``), URL, IP/CIDR libraries and two-variable comprehensions are not (cel-expr-python
-  offers no such extension); they are compile errors ("undeclared reference").
+  types (``.?``, ``orValue``), ``cel.bind``, the list-attribute helper ``includes()``
+  (membership on a list, equality on a scalar), the sets library (``sets.contains``,
+  ``sets.equivalent``, ``sets.intersects``) and, of the lists library, ``isSorted()`` and
+  ``sum()``/``min()``/``max()`` of int lists are available (the last ones in Python: the
+  runtime keeps one implementation, and one return type, per receiver kind). The rest of the
+  lists library (``indexOf`` would clash with the strings extension's), regex ``find``, the
+  URL and IP/CIDR libraries and two-variable comprehensions are not; they are compile errors
+  ("undeclared reference").
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -182,6 +187,26 @@ def _includes(receiver: Any, value: Any) -> bool:
     return bool(receiver == value)
 
 
+def _is_sorted(items: list[Any]) -> bool:
+    try:
+        return all(a <= b for a, b in itertools.pairwise(items))
+    except TypeError as exc:  # mixed element types in a dyn list, or versions
+        raise cel_types.CELFunctionError(f"no such overload: isSorted on {items!r}") from exc
+
+
+def _int_list(items: list[Any], function: str) -> list[int]:
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
+        raise cel_types.CELFunctionError(f"no such overload: {function}() needs a list of ints")
+    return items
+
+
+def _min_max(items: list[Any], function: str, pick: Callable[[list[int]], int]) -> int:
+    values = _int_list(items, function)
+    if not values:
+        raise cel_types.CELFunctionError(f"{function}() of an empty list")
+    return pick(values)
+
+
 def _semver_component(pick: Callable[[cel_types.Semver], int]) -> Callable[[Any], int]:
     return lambda msg: cel_types.semver_int(pick(_to_semver(msg)))
 
@@ -281,6 +306,51 @@ def _functions() -> list[Any]:
             "isSemver",
             free("is_semver_string", t.BOOL, [t.STRING], cel_types.is_semver),
             free("is_semver_string_bool", t.BOOL, [t.STRING, t.BOOL], cel_types.is_semver),
+        ),
+        # Kubernetes' sets library (cel-go ext.Sets) and, of its lists library, what list
+        # attributes (ints, strings, bools, versions) need: isSorted, and sum/min/max of ints.
+        decl(
+            "sets.contains",
+            free(
+                "list_sets_contains_list",
+                t.BOOL,
+                [t.List(t.DYN), t.List(t.DYN)],
+                lambda a, b: all(x in a for x in b),
+            ),
+        ),
+        decl(
+            "sets.equivalent",
+            free(
+                "list_sets_equivalent_list",
+                t.BOOL,
+                [t.List(t.DYN), t.List(t.DYN)],
+                lambda a, b: all(x in a for x in b) and all(x in b for x in a),
+            ),
+        ),
+        decl(
+            "sets.intersects",
+            free(
+                "list_sets_intersects_list",
+                t.BOOL,
+                [t.List(t.DYN), t.List(t.DYN)],
+                lambda a, b: any(x in a for x in b),
+            ),
+        ),
+        decl("isSorted", member("list_is_sorted", t.BOOL, [t.List(t.DYN)], _is_sorted)),
+        decl(
+            "sum",
+            member(
+                "list_int_sum",
+                t.INT,
+                [t.List(t.INT)],
+                lambda items: cel_types.check_int64(sum(_int_list(items, "sum"))),
+            ),
+        ),
+        decl(
+            "min", member("list_int_min", t.INT, [t.List(t.INT)], lambda i: _min_max(i, "min", min))
+        ),
+        decl(
+            "max", member("list_int_max", t.INT, [t.List(t.INT)], lambda i: _min_max(i, "max", max))
         ),
         decl(
             "includes",

@@ -9,9 +9,9 @@ need are skipped by the protobuf parser as unknown fields.
 
 Cost model (an approximation of cel-go's ``EstimateCost`` with upstream DRA's size bounds, used
 because cel-expr-python has no cost tracking): every node costs 1 (constants 0, list literals
-10, map literals 30), a string/list function costs 1 + 0.1 x the size it walks, and a
-comprehension costs its range plus *n* x (condition + step) where *n* is the maximum size of
-the range. Sizes come from literals, or from DRA's API bounds for device data: a device has at
+10, map literals 30), a string/list function costs 1 + 0.1 x the size it walks (a set
+operation: the product of its lists' sizes), and a comprehension costs its range plus
+*n* x (condition + step) where *n* is the maximum size of the range. Sizes come from literals, or from DRA's API bounds for device data: a device has at
 most 32 attributes and capacities, a string attribute at most 64 characters, a list attribute
 at most 64 elements. A value neither bounds (a comprehension variable, a selected field) is
 taken as large as the largest literal in the expression, at least :data:`UNKNOWN_SIZE`; list
@@ -31,13 +31,17 @@ from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, message_fa
 ATTRIBUTES_PER_DEVICE: Final = 32  # ResourceSliceMaxAttributesAndCapacitiesPerDevice
 ATTRIBUTE_VALUE_SIZE: Final = 64  # DeviceAttributeMaxValueLength (strings, list elements)
 UNKNOWN_SIZE: Final = 64
-_STRING_FUNCTIONS: Final = frozenset(
+# Functions whose work grows with the size of their arguments (strings walked, lists scanned).
+_LINEAR_FUNCTIONS: Final = frozenset(
     {
         "contains", "startsWith", "endsWith", "matches", "split", "replace", "lowerAscii",
         "upperAscii", "trim", "substring", "indexOf", "lastIndexOf", "join", "charAt", "reverse",
-        "format", "_+_", "_==_", "_!=_", "@in", "string",
+        "format", "_+_", "_==_", "_!=_", "@in", "string", "includes", "isSorted", "sum", "min",
+        "max",
     }
 )  # fmt: skip
+# Set operations compare every element of one list with every element of the other.
+_QUADRATIC_FUNCTIONS: Final = frozenset({"sets.contains", "sets.equivalent", "sets.intersects"})
 
 _F = descriptor_pb2.FieldDescriptorProto
 
@@ -314,11 +318,14 @@ class _CostModel:
         cost = 1 + sum(p.cost for p in parts)
         size = max((p.size for p in parts), default=1)
         function = call.function
-        if function in _STRING_FUNCTIONS:
+        if function in _LINEAR_FUNCTIONS:
             walked = sum(p.size for p in parts)
             cost += math.ceil(0.1 * walked)
             if function == "_+_":
                 size = walked
+        elif function in _QUADRATIC_FUNCTIONS:
+            cost += math.prod(p.size for p in parts)
+            size = 1
         if function in ("_[_]", "_[?_]"):
             bound = _device_size(node)
             size = bound if bound is not None else self.unknown

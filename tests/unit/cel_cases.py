@@ -123,6 +123,11 @@ NO_TYPE_CHECKER = "celpy has no type checker: the static type error surfaces at 
 NO_TYPE_CHECKER_BOOL = "celpy has no type checker: the non-bool result surfaces at run time"
 NO_OPTIONAL = "celpy 0.5 does not parse optional-type syntax (.?, optional.of)"
 NO_BIND = "celpy 0.5 has no cel.bind extension"
+NO_SETS = Deviation(
+    "celpy 0.5 has no sets extension: `sets.f(a, b)` resolves as a member call on an undeclared"
+    " variable `sets`",
+    error=CELEvaluationError,
+)
 HETEROGENEOUS_EQ = (
     "celpy raises 'no matching overload' for == between different types; cel-spec (and cel-go,"
     " cel-cpp) define heterogeneous equality as false"
@@ -480,6 +485,30 @@ CASES: tuple[Case, ...] = (
     ok("includes on a scalar attribute, other value", f"{STD}.numaNode.includes(1)", False),
     ok("includes on a string list", f'{D}.tags.includes("shared")', device=LISTS),
     ok("includes on a version", f'{D}.cudaComputeCapability.includes(semver("7.5.0"))'),
+    ok("sets.contains", f'sets.contains({D}.tags, ["shared"])', device=LISTS, celpy=NO_SETS),
+    ok(
+        "sets.contains is false for a missing element",
+        f'sets.contains({D}.tags, ["shared", "training"])',
+        False,
+        device=LISTS,
+        celpy=NO_SETS,
+    ),
+    ok(
+        "sets.equivalent ignores order",
+        f'sets.equivalent({D}.tags, ["shared", "inference"])',
+        device=LISTS,
+        celpy=NO_SETS,
+    ),
+    ok("sets.intersects", f"sets.intersects({D}.ports, [1, 8002])", device=LISTS, celpy=NO_SETS),
+    ok("isSorted", f"{D}.ports.isSorted()", device=LISTS),
+    ok("isSorted false", "[3, 1, 2].isSorted()", False),
+    ok("sum of an int list", f"{D}.ports.sum() == 24003", device=LISTS),
+    ok(
+        "min and max of an int list",
+        f"{D}.ports.min() == 8000 && {D}.ports.max() == 8002",
+        device=LISTS,
+    ),
+    runtime("sum overflows", "[9223372036854775807, 1].sum() > 0", "overflow"),
     runtime(
         "includes with a mismatched type",
         f"{D}.type.includes(1)",

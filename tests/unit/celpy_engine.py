@@ -159,6 +159,10 @@ _LIBRARY: dict[str, Callable[..., Any]] = {
     "split": _split,
     "join": _join,
     "includes": lambda a, b: celtypes.BoolType(b in a if isinstance(a, list) else a == b),
+    "isSorted": lambda items: celtypes.BoolType(list(items) == sorted(items)),
+    "sum": lambda items: celtypes.IntType(cel_types.check_int64(sum(int(i) for i in items))),
+    "min": min,
+    "max": max,
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {name: _guard(fn) for name, fn in _LIBRARY.items()}
 

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from driver.errors import BiaxialError, ConfigError
+from driver.errors import BiaxialError, CheckpointError, ConfigError
 from driver.model import GpuInfo
 from driver.nvml import GpuBackend, next_health_event, open_backend
 from driver.nvml.fake import FakeBackend
@@ -244,7 +244,12 @@ async def run(settings: Settings) -> int:
 async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event) -> int:
     settings = plugin.settings
     preparer = Preparer(settings.prepare_settings(), plugin.gpus, api.get_claim)
-    await preparer.recover()
+    try:
+        await preparer.recover()
+    except CheckpointError as exc:
+        # Keep serving: Prepare refuses with this error per claim, Unprepare still cleans up.
+        logger.error("checkpoint recovery failed: %s", exc)  # noqa: TRY400 - no traceback needed
+        plugin.health_state.set_problem("checkpoint", str(exc))
     publisher = Publisher(
         api,
         node_name=settings.node_name,
@@ -303,6 +308,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event) -> int:
         logger.info("stopping (%s)", "a task crashed" if code else "signal")
         await guard.cancel_all(settings.grace_s)
     finally:
+        await plugin.broadcaster.close()
         await dra_server.stop(settings.grace_s)
         settings.dra_socket.unlink(missing_ok=True)
         if runner is not None:

@@ -229,17 +229,25 @@ class HealthBroadcaster:
     def __init__(self, tracker: HealthTracker) -> None:
         self.tracker = tracker
         self._changed = asyncio.Condition()
+        self.closed = False
 
     async def notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
+
+    async def close(self) -> None:
+        """End every stream (at shutdown, so the gRPC server need not wait for them)."""
+        self.closed = True
+        await self.notify()
 
     async def wait_change(self, seen_version: int, timeout_s: float) -> int:
         """Wait until the version differs from ``seen_version`` or the timeout passes."""
         async with self._changed:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
-                    self._changed.wait_for(lambda: self.tracker.version != seen_version),
+                    self._changed.wait_for(
+                        lambda: self.closed or self.tracker.version != seen_version
+                    ),
                     timeout_s,
                 )
         return self.tracker.version

@@ -9,7 +9,8 @@
 * ``v1alpha1.DRAResourceHealth`` and ``v1.DRAResourceHealth``: ``NodeWatchResources`` streams
   the complete device list (HEALTHY / UNHEALTHY, ``last_updated_time``,
   ``health_check_timeout_seconds``, ``message``) at once, on every change and every
-  ``resend_s`` seconds, until the kubelet or the server ends the stream.
+  ``resend_s`` seconds, until the kubelet ends the stream or the plugin closes the
+  broadcaster (shutdown).
 
 Handlers are registered as generic method handlers (no generated servicer base classes), so
 one implementation serves both API versions. :func:`unix_server` binds a ``grpc.aio`` server to
@@ -214,7 +215,7 @@ class HealthService:
         self, pb: ModuleType, _request: Any, _context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         logger.info("kubelet opened a %s health stream", pb.DESCRIPTOR.package)
-        while True:
+        while not self._broadcaster.closed:
             version = self._broadcaster.tracker.version
             yield self.snapshot(pb)
             await self._broadcaster.wait_change(version, self._resend_s)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -316,3 +317,19 @@ def test_node_name_is_required() -> None:
     )
     assert proc.returncode == 2
     assert "--node-name is required" in proc.stderr
+
+
+def test_sigterm_ends_open_health_streams_and_exits_promptly(
+    cluster: tuple[Emulator, Path], root: Path
+) -> None:
+    _, kubeconfig = cluster
+    plugin = PluginProcess(root, kubeconfig).start()
+    with FakeKubelet(plugin.registration_socket) as kubelet, kubelet.health_stream("v1") as stream:
+        assert len(next(stream).devices) == 4
+        started = time.monotonic()
+        assert plugin.stop() == 0
+        remaining = list(stream)  # ends cleanly (status OK), no RpcError
+        assert all(len(m.devices) == 4 for m in remaining)
+    assert time.monotonic() - started < 3.0, plugin.log()  # no 5 s grace wait on the stream
+    assert not plugin.registration_socket.exists()
+    assert not (plugin.plugin_dir / DRIVER / "dra.sock").exists()

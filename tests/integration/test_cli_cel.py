@@ -193,15 +193,21 @@ def test_load_objects_names_the_document(tmp_path: Path) -> None:
         load_objects([str(path)])
 
 
-def test_subprocess_console_script(files: dict[str, Path]) -> None:
+def test_subprocess_console_script_reads_files_and_stdin(files: dict[str, Path]) -> None:
     script = Path(sys.executable).with_name("biaxial")
     proc = subprocess.run(
-        [str(script), "cel", "--expression", GPU, str(files["single"])],
+        [str(script), "cel", "--expression", GPU, str(files["single"]), "-"],
+        input=yaml.safe_dump(NODE_A),
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
     report = json.loads(proc.stdout)
-    assert report["results"] == [{"pool": "node-b", "device": "gpu-0-mig-1g5gb-0", "result": False}]
+    assert report["results"] == [
+        {"pool": "node-b", "device": "gpu-0-mig-1g5gb-0", "result": False},
+        {"pool": "node-a", "device": "gpu-0", "result": True},
+        {"pool": "node-a", "device": "gpu-1", "result": True},
+    ]

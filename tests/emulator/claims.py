@@ -121,7 +121,7 @@ class ResourceClaimController:
         tmeta = tspec.get("metadata") or {}
         prefix = f"{meta.get('name')}-{entry}"
         prefix = prefix[:57] if len(prefix) > 57 else prefix
-        claim = {
+        claim: dict[str, Any] = {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {

@@ -50,7 +50,7 @@ def api_client(emulator: Emulator) -> Iterator[Any]:
     try:
         yield api
     finally:
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ connection before it returns.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import json
@@ -953,7 +954,7 @@ class Emulator:
         self,
         kind: str | Kind,
         name: str,
-        patch: dict[str, Any] | list[Any],
+        patch: dict[str, Any] | builtins.list[Any],
         *,
         namespace: str | None = None,
         subresource: str | None = None,
@@ -1010,7 +1011,7 @@ class Emulator:
         timeout: float = 5.0,
     ) -> Obj:
         """Wait until the object exists (and satisfies ``predicate``); returns it."""
-        found: list[Obj] = []
+        found: builtins.list[Obj] = []
 
         def check() -> bool:
             obj = self.get(kind, name, namespace)

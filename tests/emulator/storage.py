@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import copy
 import datetime as dt
 import json
@@ -361,7 +362,7 @@ class Store:
         with self.lock:
             self._watchers.discard(watcher)
 
-    def watchers(self, kind: Kind | None = None) -> list[Watcher]:
+    def watchers(self, kind: Kind | None = None) -> builtins.list[Watcher]:
         with self.lock:
             return [w for w in self._watchers if kind is None or w.kind.key == kind.key]
 
@@ -869,7 +870,7 @@ class Store:
         labels: LabelSelector | None,
         fields: FieldSelector | None,
         options: Any = None,
-    ) -> list[Obj]:
+    ) -> builtins.list[Obj]:
         with self.lock:
             victims = self.list(kind, namespace, labels=labels, fields=fields).items
             return [

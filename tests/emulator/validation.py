@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import referencing
 import referencing.jsonschema
 

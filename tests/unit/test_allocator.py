@@ -1161,6 +1161,166 @@ CASES: list[Case] = [
             and rs[0].config[0].requests == ()
         ),
     ),
+    # ----------------------------------------------------------------- more upstream scenarios
+    Case(
+        "all-mode-after-admin-request-in-same-claim",
+        gpus(2),
+        [claim("c0").request("a", admin=True).request("b", admin=True, mode="All")],
+        None,
+    ),
+    Case(
+        "admin-access-shares-device-across-claims",
+        gpus(2),
+        [one("c0"), one("c1", admin=True), one("c2", admin=True)],
+        [["r0:node-0/gpu-0"], ["r0:node-0/gpu-0"], ["r0:node-0/gpu-0"]],
+    ),
+    Case(
+        "all-mode-constraint-violation-is-fatal",
+        [slice_("s", devices=[gpu(0, numa=0), gpu(1, numa=1)])],
+        [one(mode="All").constraint(match=NUMA)],
+        Fails("cannot add device gpu.biaxial.dev/node-0/gpu-1 because a claim constraint"),
+    ),
+    Case(
+        "all-mode-empty-falls-back-to-next-subrequest",
+        [slice_("empty", pool="a"), slice_("s", pool="b", devices=[gpu(0)])],
+        [
+            claim("c0").first_available(
+                "r0",
+                sub("all", mode="All", selectors=['device.driver == "nobody"']),
+                sub("one"),
+            )
+        ],
+        [["r0/one:b/gpu-0"]],
+    ),
+    Case(
+        "constraints-backtrack-across-requests",
+        [
+            slice_(
+                "s",
+                devices=[
+                    gpu(0, extra={"v": ver("1.0.0"), "s": "a"}),
+                    gpu(1, extra={"v": ver("2.0.0"), "s": "b"}),
+                    gpu(2, extra={"v": ver("3.0.0"), "s": "b"}),
+                ],
+            )
+        ],
+        [
+            claim("c0")
+            .request("a")
+            .request("b")
+            .constraint(match=f"{DRIVER}/v", requests=["a"])
+            .constraint(match=f"{DRIVER}/s")
+        ],
+        [["a:node-0/gpu-1", "b:node-0/gpu-2"]],
+    ),
+    Case(
+        "too-many-devices-total-is-fatal",
+        gpus(2),
+        [claim("c0").request("a", count=32).request("b")],
+        Fails("number of requested devices 33 exceeds the claim limit of 32"),
+    ),
+    Case(
+        "network-attached-union-with-match-fields",
+        [
+            slice_(
+                "s1",
+                pool="p1",
+                node=None,
+                node_selector=node_selector(label_term("region", values=["r1"])),
+                devices=[gpu(0)],
+            ),
+            slice_("s1", pool="p2", node=None, all_nodes=True, devices=[gpu(0)]),
+            slice_(
+                "s1",
+                pool="p3",
+                node=None,
+                node_selector=node_selector(
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-0"]}
+                        ]
+                    }
+                ),
+                devices=[gpu(0)],
+            ),
+        ],
+        [one(count=3)],
+        [["r0:p1/gpu-0", "r0:p2/gpu-0", "r0:p3/gpu-0"]],
+        node=node("node-0", labels={"region": "r1"}),
+        check=lambda rs: (
+            rs[0].node_selector
+            == {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [{"key": "region", "operator": "In", "values": ["r1"]}],
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["node-0"]}
+                        ],
+                    }
+                ]
+            }
+        ),
+    ),
+    Case(
+        "class-config-lists-every-request-of-the-class",
+        [slice_("s", devices=[gpu(0), gpu(1), gpu(2)])],
+        [claim("c0").request("a").request("b").request("c", cls="other")],
+        [["a:node-0/gpu-0", "b:node-0/gpu-1", "c:node-0/gpu-2"]],
+        classes=[device_class(config=[{"k": "A"}]), device_class("other", config=[{"k": "B"}])],
+        check=lambda rs: (
+            [(c.source, c.requests) for c in rs[0].config]
+            == [("FromClass", ("a", "b")), ("FromClass", ("c",))]
+        ),
+    ),
+    Case(
+        "claim-config-covering-every-request-via-subrequest-is-cleared",
+        gpus(2),
+        [
+            claim("c0")
+            .first_available("r0", sub("x"), sub("y"))
+            .request("r1")
+            .config({"all": 1}, requests=["r0/x", "r1"])
+            .config({"scoped": 1}, requests=["r0/x", "r0/y"])
+        ],
+        [["r0/x:node-0/gpu-0", "r1:node-0/gpu-1"]],
+        check=lambda rs: (
+            [(dict(c.opaque.parameters), c.requests) for c in rs[0].config]
+            == [({"all": 1}, ()), ({"scoped": 1}, ("r0/x", "r0/y"))]
+        ),
+    ),
+    Case(
+        "subrequest-selectors-with-capacity-expressions",
+        [
+            slice_(
+                "s",
+                devices=[gpu(1, memory="2Gi"), gpu(2, memory="2Gi"), gpu(3, memory="1Gi")],
+            )
+        ],
+        [
+            claim("c0")
+            .request(
+                "r0",
+                selectors=[f'device.capacity["{DRIVER}"].memory.compareTo(quantity("1Gi")) >= 0'],
+            )
+            .first_available(
+                "r1",
+                sub(
+                    "big",
+                    selectors=[
+                        f'device.capacity["{DRIVER}"].memory.compareTo(quantity("4Gi")) >= 0'
+                    ],
+                ),
+                sub(
+                    "two",
+                    count=2,
+                    selectors=[
+                        f'device.capacity["{DRIVER}"].memory.compareTo(quantity("2Gi")) >= 0'
+                    ],
+                ),
+            )
+        ],
+        [["r0:node-0/gpu-3", "r1/two:node-0/gpu-1", "r1/two:node-0/gpu-2"]],
+    ),
 ]
 
 

@@ -23,14 +23,15 @@ The ``device`` variable
 (bool). Unqualified keys live under the driver name's domain; ``a.io/b`` under ``a.io``.
 Attribute values: int, bool, string, version -> ``kubernetes.Semver``, lists -> CEL lists.
 
-Faithful representations of what cel-expr-python cannot express natively (documented
-deviations, each pinned by a case in ``tests/unit/cel_cases.py``):
+Faithful representations of what cel-expr-python cannot express natively, and the
+deviations they leave:
 
 * **Object type.** Upstream declares ``device`` as the object type ``kubernetes.DRADevice``.
   Here its four fields are four variables with dotted names (``device.driver`` ...), which CEL
   name resolution reads exactly like field selections, fully typed: ``device.driver + 1`` and
-  ``device.nosuchfield`` are compile errors as upstream. Only a bare ``device`` (not a field of
-  it) does not resolve.
+  ``device.nosuchfield`` are compile errors as upstream. A bare ``device`` (not a field of it)
+  does not resolve, and ``has(device.driver)`` yields the variable rather than ``true``
+  (a compile error for the string fields, the value for ``allowMultipleAllocations``).
 * **Quantity and Semver.** The engine has no opaque runtime types, so these are protobuf
   messages ``kubernetes.Quantity`` / ``kubernetes.Semver`` (upstream's type names) from a
   private descriptor pool, carrying the exact value (nano-units, or the version without build
@@ -59,6 +60,10 @@ deviations, each pinned by a case in ``tests/unit/cel_cases.py``):
   lists library (``indexOf`` would clash with the strings extension's), regex ``find``, the
   URL and IP/CIDR libraries and two-variable comprehensions are not; they are compile errors
   ("undeclared reference").
+
+Where the result differs from upstream's (the object-type and unknown-domain notes above), the
+conformance table has a case with an ``upstream`` note, and cel-python, which gives upstream's
+answer there, is asserted to do so.
 """
 
 from __future__ import annotations

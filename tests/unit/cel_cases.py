@@ -105,6 +105,9 @@ class Case:
     device: Device = T4
     driver: str = DRIVER
     celpy: Deviation | None = field(default=None)
+    # Non-empty where driver.cel knowingly differs from upstream (listed in its module
+    # docstring): the expectation is then driver.cel's behaviour, and the note says upstream's.
+    upstream: str = ""
 
 
 def ok(name: str, expression: str, result: bool = True, **kw: object) -> Case:
@@ -123,6 +126,7 @@ NO_TYPE_CHECKER = "celpy has no type checker: the static type error surfaces at 
 NO_TYPE_CHECKER_BOOL = "celpy has no type checker: the non-bool result surfaces at run time"
 NO_OPTIONAL = "celpy 0.5 does not parse optional-type syntax (.?, optional.of)"
 NO_BIND = "celpy 0.5 has no cel.bind extension"
+CELPY_IS_UPSTREAM = "celpy gives upstream's answer here; driver.cel deviates (see `upstream`)"
 NO_SETS = Deviation(
     "celpy 0.5 has no sets extension: `sets.f(a, b)` resolves as a member call on an undeclared"
     " variable `sets`",
@@ -225,6 +229,38 @@ CASES: tuple[Case, ...] = (
             error=CELEvaluationError,
             fragment="vendor",
         ),
+    ),
+    # --- documented deviations of driver.cel from upstream ---------------------------------
+    compile_error(
+        "has() on a device field",
+        "has(device.driver)",
+        "must evaluate to bool",
+        upstream="true: device is an object whose fields are always set; here the fields are"
+        " variables and cel-cpp resolves has(device.driver) to the variable itself",
+        celpy=Deviation(CELPY_IS_UPSTREAM, result=True),
+    ),
+    ok(
+        "has() on allowMultipleAllocations",
+        "has(device.allowMultipleAllocations)",
+        False,
+        device=A100_MIG,
+        upstream="true (the field is set); here has() yields the variable's value",
+        celpy=Deviation(CELPY_IS_UPSTREAM, result=True),
+    ),
+    runtime(
+        "computed domain name",
+        'device.attributes["x.example" + ".com"].size() == 0',
+        "no such key",
+        upstream="true: every unknown domain is an empty map; here only literal domain names"
+        " are padded with empty maps",
+        celpy=Deviation(CELPY_IS_UPSTREAM, result=True),
+    ),
+    ok(
+        "in sees a padded literal domain",
+        '"x.example.com" in device.attributes && device.attributes["x.example.com"].size() == 0',
+        upstream="false: `in` sees only the device's real domains; here the literally named"
+        " missing domain is present as an empty map",
+        celpy=Deviation(CELPY_IS_UPSTREAM, result=False),
     ),
     # --- capacity and quantities ---------------------------------------------------------
     ok(

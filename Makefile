@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv check test demo bench bench-emulator proto proto-check lint typecheck imports manifests clean
+.PHONY: all venv check test demo bench bench-emulator proto proto-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -29,8 +29,15 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
+## manifests: deploy/manifests/ rendered from the Helm chart (fails when stale), then every
+## manifest, rendered chart object and example validated strictly for Kubernetes 1.34 and 1.37
 manifests: $(STAMP)
-	$(BIN)/python -m tests.validate_manifests deviceclasses $(wildcard deploy) $(wildcard examples)
+	$(BIN)/python -m tests.render_chart --check
+	$(BIN)/python -m tests.validate_manifests deviceclasses deploy/manifests $(wildcard examples)
+
+## manifests-render: regenerate deploy/manifests/ from deploy/helm/biaxial
+manifests-render: $(STAMP)
+	$(BIN)/python -m tests.render_chart
 
 ## proto: regenerate the gRPC code from kubeletplugin/proto/*.proto
 proto: $(STAMP)
@@ -53,6 +60,12 @@ demo: $(STAMP)
 ## bench: decision throughput, latency, cold start and memory at 100..5000 nodes
 bench: $(STAMP)
 	$(BIN)/python -m bench.decisions
+
+## e2e-kind: kind cluster with fake GPUs (deploy/kind/up.sh), then tests/e2e against it. Needs
+## docker or podman, kind and kubectl; without them tests/e2e is skipped with the reason
+e2e-kind: $(STAMP)
+	if deploy/kind/up.sh --check-tools; then deploy/kind/up.sh; fi
+	BIAXIAL_E2E=1 $(BIN)/python -m pytest tests/e2e -rs -v
 
 bench-emulator: $(STAMP)
 	$(BIN)/python -m bench.emulator

@@ -65,6 +65,9 @@ def _ceil_away_from_zero(value: Fraction) -> int:
     return magnitude if value >= 0 else -magnitude
 
 
+_PARSED_MAX: Final = 4096
+
+
 @total_ordering
 class Quantity:
     """An exact, immutable Kubernetes quantity."""
@@ -93,7 +96,22 @@ class Quantity:
     # ----------------------------------------------------------------- construction
     @classmethod
     def parse(cls, text: str) -> Quantity:
-        """Parse a quantity string such as ``"40Gi"``, ``"1500m"`` or ``"1e3"``."""
+        """Parse a quantity string such as ``"40Gi"``, ``"1500m"`` or ``"1e3"``.
+
+        Results are memoised per string (quantities are immutable and manifests repeat the
+        same few strings thousands of times; the cache is bounded)."""
+        if cls is Quantity and isinstance(text, str):
+            cached = _PARSED.get(text)
+            if cached is None:
+                cached = cls._parse(text)
+                if len(_PARSED) >= _PARSED_MAX:
+                    _PARSED.clear()
+                _PARSED[text] = cached
+            return cached
+        return cls._parse(text)
+
+    @classmethod
+    def _parse(cls, text: str) -> Quantity:
         if not isinstance(text, str):
             raise QuantityError(f"quantity must be a string, got {type(text).__name__}")
         stripped = text.strip()
@@ -228,6 +246,9 @@ class Quantity:
 
     def __repr__(self) -> str:
         return f"Quantity({str(self)!r})"
+
+
+_PARSED: dict[str, Quantity] = {}
 
 
 def _canonical(nanos: int, fmt: Format) -> str:

@@ -233,6 +233,9 @@ class _Placed:
         self.shared = False
 
 
+_EMPTY: Final[Mapping[str, int]] = {}
+
+
 class _BudgetExhaustedError(Exception):
     pass
 
@@ -524,11 +527,10 @@ class _Search:
             names = {c.name for c in capacities}
             if any(name not in names for name in requests):
                 return None
-        held: Mapping[str, int] = {}
-        pending: Mapping[str, int] = {}
-        if cand.multi:
-            held = self._pool_usage(cand.pool).capacity.get(cand.device_id.device, {})
-            pending = self.allocating_capacity.get(cand, {})
+        # As upstream, capacity other claims' shares consumed counts even if the device no
+        # longer allows multiple allocations (it was republished): it is still in use.
+        held = self._pool_usage(cand.pool).capacity.get(cand.device_id.device, _EMPTY)
+        pending = self.allocating_capacity.get(cand, _EMPTY)
         consumed: dict[str, tuple[int, Format]] = {}
         for spec in capacities:
             amount = _consume(spec, requests.get(spec.name))

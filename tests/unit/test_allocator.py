@@ -1321,6 +1321,173 @@ CASES: list[Case] = [
         ],
         [["r0:node-0/gpu-3", "r1/two:node-0/gpu-1", "r1/two:node-0/gpu-2"]],
     ),
+    Case(
+        "partitionable-shared-devices-with-two-counter-sets-and-subrequests",
+        [
+            slice_(
+                "s1",
+                count=2,
+                devices=[
+                    device(
+                        f"device{i}",
+                        multi=True,
+                        capacity={
+                            "c0": c0,
+                            "c1": cap("4", default="2", min="2", step="2", max="4"),
+                        },
+                        consumes={"set1": {"c0": c0}, "set2": {"c1": "4"}},
+                    )
+                    for i, c0 in ((1, "2"), (2, "4"), (3, "2"))
+                ],
+            ),
+            slice_("s2", count=2, shared_counters={"set1": {"c0": "4"}, "set2": {"c1": "8"}}),
+        ],
+        [
+            claim("c0")
+            .request("req0", cls="any", capacity={"c0": "1"})
+            .request("req2", cls="any", capacity={"c0": "2"})
+            .first_available(
+                "req1",
+                sub(
+                    "sub0",
+                    cls="any",
+                    capacity={"c0": "1"},
+                    selectors=[f'device.capacity["{DRIVER}"].c0.compareTo(quantity("4")) >= 0'],
+                ),
+                sub(
+                    "sub1",
+                    cls="any",
+                    capacity={"c0": "1"},
+                    selectors=[f'device.capacity["{DRIVER}"].c0.compareTo(quantity("2")) >= 0'],
+                ),
+            )
+        ],
+        [
+            [
+                "req0:node-0/device1",
+                "req2:node-0/device3",
+                "req1/sub1:node-0/device1",
+            ]
+        ],
+        classes=[device_class("any", selectors=["true"])],
+        check=lambda rs: (
+            [{k: str(v) for k, v in (r.consumed_capacity or {}).items()} for r in rs[0].results]
+            == [{"c0": "1", "c1": "2"}, {"c0": "2", "c1": "2"}, {"c0": "1", "c1": "2"}]
+        ),
+    ),
+    Case(
+        "shared-device-counters-taken-by-other-claims-share",
+        [
+            slice_(
+                "s1",
+                count=2,
+                devices=[
+                    device(
+                        f"d{i}",
+                        multi=True,
+                        attrs={"mode": mode},
+                        capacity={"c0": "1"},
+                        consumes={"set1": {"c0": "1"}},
+                    )
+                    for i, mode in ((1, "a"), (2, "b"))
+                ],
+            ),
+            slice_("s2", count=2, shared_counters={"set1": {"c0": "1"}}),
+        ],
+        [
+            one(
+                cls="any",
+                capacity={"c0": "1"},
+                selectors=[f'device.attributes["{DRIVER}"].mode == "b"'],
+            )
+        ],
+        None,
+        held=[
+            claim("h").allocated(
+                {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "r0",
+                                "driver": DRIVER,
+                                "pool": "node-0",
+                                "device": "d1",
+                                "shareID": "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa",
+                                "consumedCapacity": {"c0": "1"},
+                            }
+                        ]
+                    }
+                }
+            )
+        ],
+        classes=[device_class("any", selectors=["true"])],
+    ),
+    Case(
+        "distinct-constraint-with-subrequests-scoped",
+        [
+            slice_(
+                "s",
+                devices=[
+                    device("device1", multi=True, attrs={"flag": True}),
+                    device("device2", multi=True, attrs={"flag": False}),
+                ],
+            )
+        ],
+        [
+            claim("c0")
+            .first_available(
+                "req0",
+                sub("sub0", cls="any", selectors=[f'device.attributes["{DRIVER}"].flag']),
+                sub("sub1", cls="any"),
+            )
+            .first_available(
+                "req1",
+                sub("sub0", cls="any", selectors=[f'device.attributes["{DRIVER}"].flag']),
+                sub("sub1", cls="any"),
+            )
+            .first_available(
+                "req2",
+                sub("sub0", cls="any", selectors=[f'device.attributes["{DRIVER}"].flag']),
+                sub("sub1", cls="any"),
+            )
+            .constraint(distinct=f"{DRIVER}/flag", requests=["req0", "req1"])
+        ],
+        [["req0/sub0:node-0/device1", "req1/sub1:node-0/device2", "req2/sub0:node-0/device1"]],
+        classes=[device_class("any", selectors=["true"])],
+        check=lambda rs: all(r.share_id and r.consumed_capacity is None for r in rs[0].results),
+    ),
+    Case(
+        "dedicated-device-still-holding-shared-capacity",
+        [
+            slice_(
+                "s",
+                devices=[
+                    device("d1", capacity={"c0": cap("2", default="2", min="2", step="2", max="4")})
+                ],
+            )
+        ],
+        [one(cls="any", capacity={"c0": "1"})],
+        None,
+        held=[
+            claim("h").allocated(
+                {
+                    "devices": {
+                        "results": [
+                            {
+                                "request": "r0",
+                                "driver": DRIVER,
+                                "pool": "node-0",
+                                "device": "d1",
+                                "shareID": "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa",
+                                "consumedCapacity": {"c0": "1"},
+                            }
+                        ]
+                    }
+                }
+            )
+        ],
+        classes=[device_class("any", selectors=["true"])],
+    ),
 ]
 
 

@@ -1,0 +1,48 @@
+# syntax=docker/dockerfile:1
+# One image for both long-running components (and every other subcommand):
+#   biaxial kubelet-plugin ...   (DaemonSet, see deploy/helm/biaxial)
+#   biaxial controller ...       (Deployment)
+# Build:  docker build -t biaxial:0.1.0 .
+#
+# Stage 1 builds the wheel and installs it with its dependencies into a virtual environment;
+# stage 2 copies only that environment onto a clean slim base: no compiler, no pip cache, no
+# source tree.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY biaxial/ biaxial/
+COPY driver/ driver/
+COPY kubeletplugin/ kubeletplugin/
+COPY controller/ controller/
+RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
+ && python -m venv /opt/biaxial \
+ && /opt/biaxial/bin/pip install /wheels/biaxial-*.whl \
+ && /opt/biaxial/bin/biaxial --help >/dev/null
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="biaxial" \
+      org.opencontainers.image.description="Kubernetes DRA driver for NVIDIA GPUs with node x GPU binpack/spread scheduling" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /opt/biaxial /opt/biaxial
+ENV PATH=/opt/biaxial/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# The default user is unprivileged (65532, "nonroot" by convention): the controller only talks
+# to the API server and runs as this user with a read-only root file system.
+#
+# The kubelet plugin is the exception and the chart runs it as root (runAsUser: 0, privileged)
+# because it must:
+#   * create its registration and DRA sockets in the kubelet's hostPath directories
+#     /var/lib/kubelet/plugins_registry and /var/lib/kubelet/plugins, which root owns;
+#   * open /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-caps/* through NVML (device nodes
+#     of the host; MIG capabilities need them too);
+#   * write CDI specs into the runtime's /var/run/cdi and its checkpoint into /var/lib/biaxial;
+#   * start and stop nvidia-cuda-mps-control daemons for the mps sharing strategy.
+# docs/operations.md ("Why the plugin runs as root") says the same for operators.
+USER 65532:65532
+ENTRYPOINT ["biaxial"]
+CMD ["--help"]

@@ -1,5 +1,6 @@
 """Read Kubernetes objects from YAML or JSON files: a single object, multi-document YAML, or a
-``v1`` ``List`` (``kind: List`` or any ``*List`` kind with ``items``), in any mix.
+``v1`` ``List`` (``kind: List`` or any ``*List`` kind with ``items``), in any mix. Items of a
+typed list as the API returns it (``ResourceSliceList``) inherit its apiVersion and kind.
 
 :func:`load_objects` returns the objects in file order, Lists flattened in place, empty YAML
 documents skipped. It raises :class:`~driver.errors.ManifestError` naming the file (and the
@@ -61,8 +62,13 @@ def _flatten(where: str, document: Any) -> Iterator[JSON]:
             return
         if not isinstance(items, list):
             raise ManifestError(f"{where}: {kind}.items must be a list")
+        item_kind = kind.removesuffix("List")
         for position, item in enumerate(items):
-            yield from _flatten(f"{where} item {position}", item)
+            typed = item
+            if item_kind and isinstance(item, dict) and "kind" not in item:
+                # An API list response (ResourceSliceList) leaves kind and apiVersion to the list.
+                typed = {"apiVersion": document.get("apiVersion"), "kind": item_kind, **item}
+            yield from _flatten(f"{where} item {position}", typed)
         return
     if not isinstance(document.get("apiVersion"), str):
         raise ManifestError(f"{where}: {kind} without an apiVersion")

@@ -186,6 +186,14 @@ def test_load_objects_flattens_lists_and_skips_empty_documents(files: dict[str, 
     assert objects_of_kind(objects, "ConfigMap", "apps") == []
 
 
+def test_load_objects_reads_an_api_list_response(tmp_path: Path) -> None:
+    bare = {k: v for k, v in NODE_B.items() if k not in ("apiVersion", "kind")}
+    path = tmp_path / "list.json"
+    response = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSliceList", "items": [bare]}
+    path.write_text(json.dumps(response), encoding="utf-8")
+    assert load_objects([str(path)]) == [NODE_B]
+
+
 def test_load_objects_names_the_document(tmp_path: Path) -> None:
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(CONFIGMAP) + "---\n42\n", encoding="utf-8")

@@ -576,10 +576,13 @@ class _Search:
         self,
         req: _Req,
         cand: Candidate,
-        consumed: dict[str, tuple[int, Format]],
+        consumed: dict[str, tuple[int, Format]] | None,
         must: bool,
     ) -> _Placed | None:
-        """Upstream ``allocateDevice``: counters, taints, constraints, then record."""
+        """Upstream ``allocateDevice``: in use, counters, taints, constraints, capacity, then
+        record. ``consumed`` is the capacity check's answer when the caller already made it
+        (the ExactCount search does, as upstream's ``allocateOne``); for ``All`` mode it is
+        checked here, after the constraints, so a constraint violation is reported first."""
         ci = req.claim_index
         multi = cand.multi
         if not multi and req.admin:
@@ -588,7 +591,7 @@ class _Search:
                 return None
         if not req.admin and self._in_use(req, cand):
             return None
-        placed = _Placed(req, cand, consumed if multi else None)
+        placed = _Placed(req, cand, None)
         if cand.consumes:
             device = cand.device_id.device
             # Upstream skips the counter check for a multi-allocation device whose capacity
@@ -617,6 +620,13 @@ class _Search:
                         )
                     return None
                 added += 1
+        if consumed is None:
+            consumed = self._capacity(req, cand)
+            if consumed is None:
+                self._undo(placed, added)
+                return None
+        if multi:
+            placed.consumed = consumed
         if not multi:
             self.allocating.setdefault(cand, set()).add(ci)
             placed.marked = True
@@ -732,8 +742,7 @@ class _Search:
             raise _MaxSizeExceededError
         if doing_all:
             cand = req.all_devices[di]
-            consumed = self._capacity(req, cand)
-            placed = None if consumed is None else self._place(req, cand, consumed, must=True)
+            placed = self._place(req, cand, None, must=True)
             if placed is None:
                 return False
             try:

@@ -1488,6 +1488,118 @@ CASES: list[Case] = [
         ],
         classes=[device_class("any", selectors=["true"])],
     ),
+    Case(
+        "all-mode-capacity-rejection-rolls-back-constraints",
+        [
+            slice_(
+                "s",
+                devices=[
+                    device("device1", multi=True, attrs={"s": "cap"}, capacity={"c0": "2"}),
+                    device("device2", attrs={"s": "fb"}),
+                ],
+            )
+        ],
+        [
+            one(
+                "c0",
+                cls="any",
+                capacity={"c0": "2"},
+                selectors=[f'device.attributes["{DRIVER}"].s == "cap"'],
+            ),
+            claim("c1")
+            .first_available(
+                "r0",
+                sub(
+                    "all",
+                    cls="any",
+                    mode="All",
+                    capacity={"c0": "2"},
+                    selectors=[f'device.attributes["{DRIVER}"].s == "cap"'],
+                ),
+                sub("fb", cls="any", selectors=[f'device.attributes["{DRIVER}"].s == "fb"']),
+            )
+            .constraint(match=f"{DRIVER}/s"),
+        ],
+        [["r0:node-0/device1"], ["r0/fb:node-0/device2"]],
+        classes=[device_class("any", selectors=["true"])],
+    ),
+    Case(
+        "shared-counter-ownership-survives-backtracking",
+        [
+            slice_(
+                "s1",
+                count=2,
+                devices=[
+                    device(
+                        "device1",
+                        multi=True,
+                        attrs={"kind": "shared", "s": "red"},
+                        consumes={"set1": {"c": "1"}},
+                    ),
+                    device("device2", attrs={"kind": "fallback", "s": "blue"}),
+                    device("device3", attrs={"kind": "gate", "s": "blue"}),
+                ],
+            ),
+            slice_("s2", count=2, shared_counters={"set1": {"c": "1"}}),
+        ],
+        [
+            one("c0", cls="any", selectors=[f'device.attributes["{DRIVER}"].kind == "shared"']),
+            claim("c1")
+            .request(
+                "req1",
+                cls="any",
+                selectors=[
+                    (
+                        f'device.attributes["{DRIVER}"].kind == "shared" || '
+                        f'device.attributes["{DRIVER}"].kind == "fallback"'
+                    )
+                ],
+            )
+            .request("req2", cls="any", selectors=[f'device.attributes["{DRIVER}"].kind == "gate"'])
+            .request(
+                "req3", cls="any", selectors=[f'device.attributes["{DRIVER}"].kind == "shared"']
+            )
+            .constraint(match=f"{DRIVER}/s", requests=["req1", "req2"]),
+        ],
+        [
+            ["r0:node-0/device1"],
+            ["req1:node-0/device2", "req2:node-0/device3", "req3:node-0/device1"],
+        ],
+        classes=[device_class("any", selectors=["true"])],
+    ),
+    Case(
+        "counter-reservation-released-on-backtrack",
+        [
+            slice_(
+                "s1",
+                count=2,
+                devices=[
+                    device(
+                        "device1",
+                        multi=True,
+                        attrs={"kind": "shared"},
+                        consumes={"set1": {"c": "1"}},
+                    ),
+                    device("device2", attrs={"kind": "shared"}),
+                    device("device3", attrs={"kind": "counteronly"}, consumes={"set1": {"c": "1"}}),
+                ],
+            ),
+            slice_("s2", count=2, shared_counters={"set1": {"c": "1"}}),
+        ],
+        [
+            claim("c0")
+            .request(
+                "req0", cls="any", selectors=[f'device.attributes["{DRIVER}"].kind == "shared"']
+            )
+            .request(
+                "req1",
+                cls="any",
+                selectors=[f'device.attributes["{DRIVER}"].kind == "counteronly"'],
+            )
+        ],
+        [["req0:node-0/device2", "req1:node-0/device3"]],
+        classes=[device_class("any", selectors=["true"])],
+    ),
 ]
 
 

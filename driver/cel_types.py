@@ -108,6 +108,8 @@ def _normalize_semver(text: str) -> str:
     if match is None:
         return text
     parts = [str(int(p)) for p in match["core"].split(".")]
+    if len(parts) < 3 and match["rest"]:
+        return text  # a short version cannot carry pre-release or build metadata
     parts += ["0"] * (3 - len(parts))
     return ".".join(parts) + match["rest"]
 

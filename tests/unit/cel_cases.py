@@ -350,6 +350,8 @@ CASES: tuple[Case, ...] = (
     ok("semver normalize", 'semver("v7.5", true) == semver("7.5.0")'),
     ok("isSemver strict", 'isSemver("7.5")', False),
     ok("isSemver normalize", 'isSemver("v7.5", true)'),
+    ok("semver normalize strips leading zeros", 'semver("v07.05.00", true) == semver("7.5.0")'),
+    ok("isSemver normalize rejects a short prerelease", 'isSemver("7.5-rc.1", true)', False),
     runtime("semver strict rejects short", 'semver("7.5").major() == 7', "semver"),
     runtime(
         "invalid version attribute",

@@ -225,3 +225,40 @@ def test_match_cache_discard_forgets_a_device() -> None:
     assert len(cache) == 1
     assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
     assert cache.misses == 3
+
+
+# --------------------------------------------------------------------------- semver precedence
+
+SEMVER_ORDER = (  # semver.org 2.0.0, section 11
+    "1.0.0-alpha",
+    "1.0.0-alpha.1",
+    "1.0.0-alpha.beta",
+    "1.0.0-beta",
+    "1.0.0-beta.2",
+    "1.0.0-beta.11",
+    "1.0.0-rc.1",
+    "1.0.0",
+    "2.0.0",
+    "2.1.0",
+    "2.1.1",
+)
+
+
+@pytest.mark.parametrize("index", range(len(SEMVER_ORDER) - 1))
+def test_semver_precedence_follows_the_spec(index: int) -> None:
+    lower, higher = SEMVER_ORDER[index], SEMVER_ORDER[index + 1]
+    expression = (
+        f'semver("{lower}").isLessThan(semver("{higher}")) && '
+        f'semver("{higher}").isGreaterThan(semver("{lower}")) && '
+        f'semver("{lower}").compareTo(semver("{higher}")) == -1'
+    )
+    assert cel.compile_selector(expression).matches(T4, DRIVER) is True
+    assert celpy_engine.compile(expression).matches(T4, DRIVER) is True
+
+
+@pytest.mark.parametrize(
+    "text", ["1.2", "1.2.3.4", "01.2.3", "1.2.3-", "1.2.3-01", "1.2.3+", "v1.2.3", "1.2.3 "]
+)
+def test_strict_semver_rejects(text: str) -> None:
+    selector = cel.compile_selector(f'isSemver("{text}")')
+    assert selector.matches(T4, DRIVER) is False

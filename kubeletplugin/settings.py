@@ -24,6 +24,7 @@ from typing import Final
 
 from driver import DEFAULT_DRIVER_NAME
 from driver.errors import ConfigError
+from driver.nvml.fake import builtin_profiles
 from kubeletplugin.prepare import PrepareSettings
 
 MAX_SOCKET_PATH: Final = 107  # bytes; sun_path is 108 including the terminating NUL
@@ -109,6 +110,15 @@ class Settings:
             raise ConfigError(f"--pod-uid {self.pod_uid!r} is not a UID")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port {self.metrics_port} is not 0 (off) or a port")
+        if (
+            self.fake_gpus is not None
+            and self.fake_gpus not in builtin_profiles()
+            and not Path(self.fake_gpus).is_file()
+        ):
+            raise ConfigError(
+                f"--fake-gpus {self.fake_gpus!r} is neither a built-in profile "
+                f"({', '.join(builtin_profiles())}) nor a profile file"
+            )
         if self.kubeconfig is not None and not self.kubeconfig.is_file():
             raise ConfigError(f"--kubeconfig {self.kubeconfig}: no such file")
         for flag, value in (

@@ -51,6 +51,7 @@ def test_pod_uid_gives_per_pod_sockets_hashed_when_too_long() -> None:
         ({"state_dir": Path("relative")}, "--state-dir relative must be an absolute path"),
         ({"plugin_dir": Path("/tmp/" + "p" * 90)}, "DRA socket path /tmp/ppp"),
         ({"kubeconfig": Path("/nonexistent")}, "--kubeconfig /nonexistent: no such file"),
+        ({"fake_gpus": "t5x9"}, "--fake-gpus 't5x9' is neither a built-in profile (a100"),
     ],
 )
 def test_invalid_settings_name_the_flag(overrides: dict[str, object], message: str) -> None:

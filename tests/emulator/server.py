@@ -21,6 +21,7 @@ import contextlib
 import copy
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -173,6 +174,15 @@ class _Server(ThreadingHTTPServer):
         with self.conn_lock:
             self.connections.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-request is normal; anything else is an emulator bug."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            return
+        if exc is not None:
+            self.emulator.internal_errors.append(exc)
+        super().handle_error(request, client_address)
 
     def close_connections(self) -> None:
         with self.conn_lock:

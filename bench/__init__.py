@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``, ``make bench-emulator``): each module prints one table."""

@@ -26,6 +26,8 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.emulator import Emulator
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -41,8 +43,6 @@ def _claim(name: str) -> dict[str, Any]:
 @contextmanager
 def _server(in_process: bool) -> Iterator[str]:
     if in_process:
-        from tests.emulator import Emulator
-
         with Emulator() as emulator:
             yield emulator.url
         return

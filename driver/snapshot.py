@@ -13,9 +13,12 @@ Contract:
 * :class:`ClusterSnapshot` indexes slices once (:meth:`ClusterSnapshot.build`).
   :meth:`ClusterSnapshot.candidates` gives a node's visible pools and devices in upstream
   first-fit order (pools by driver then name, pools with binding conditions last, slices by
-  name, devices in slice order), only the highest pool generation, incomplete and invalid
-  pools marked; the result is cached per node and shared by every snapshot derived with
-  :meth:`ClusterSnapshot.with_allocations`.
+  name, devices in slice order), incomplete and invalid pools marked; the result is cached per
+  node and shared by every snapshot derived with :meth:`ClusterSnapshot.with_allocations`.
+  Generations follow upstream ``GatherPools``: the node's slices of a pool at their highest
+  generation are used when they add up to ``resourceSliceCount``; otherwise all slices of the
+  pool decide: a newer generation anywhere makes the pool obsolete (invisible), too few
+  slices make it incomplete.
 * Nothing here mutates its inputs. Caches are internal and never change an answer.
 """
 
@@ -383,11 +386,9 @@ class _PoolInfo:
     has_binding_conditions: bool
 
 
-def _pool_info(slices: list[ResourceSlice]) -> _PoolInfo:
-    generation = max(s.pool.generation for s in slices)
-    current = sorted((s for s in slices if s.pool.generation == generation), key=lambda s: s.name)
-    expected = current[0].pool.resource_slice_count
-    incomplete = len(current) != expected
+def _pool_info(current: Sequence[ResourceSlice], generation: int, incomplete: bool) -> _PoolInfo:
+    """Validity, shared counters and counter consumption of one pool's slices at one
+    generation (upstream: duplicate device names, duplicate or missing counter sets)."""
     invalid = ""
     names: set[str] = set()
     counter_sets: dict[str, dict[str, int]] = {}
@@ -432,6 +433,10 @@ def _pool_info(slices: list[ResourceSlice]) -> _PoolInfo:
     )
 
 
+def _by_name(s: ResourceSlice) -> str:
+    return s.name
+
+
 def _device_matches_node(device: Device, node: Node, where: str) -> bool:
     """Upstream ``NodeMatches`` for per-device node selection."""
     if device.node_name:
@@ -465,9 +470,11 @@ class _Index:
     __slots__ = (
         "by_node",
         "cluster_wide",
+        "info_cache",
         "match_cache",
         "node_cache",
-        "pools",
+        "pool_generation",
+        "pool_slices",
         "slices",
         "spec_cache",
     )
@@ -476,14 +483,18 @@ class _Index:
         self.slices = slices
         self.by_node: dict[str, list[ResourceSlice]] = {}
         self.cluster_wide: list[ResourceSlice] = []
-        grouped: dict[PoolKey, list[ResourceSlice]] = {}
+        self.pool_slices: dict[PoolKey, list[ResourceSlice]] = {}
+        self.pool_generation: dict[PoolKey, int] = {}
         for s in slices:
             if s.node_name:
                 self.by_node.setdefault(s.node_name, []).append(s)
             else:
                 self.cluster_wide.append(s)
-            grouped.setdefault((s.driver, s.pool.name), []).append(s)
-        self.pools: dict[PoolKey, _PoolInfo] = {k: _pool_info(v) for k, v in grouped.items()}
+            key = (s.driver, s.pool.name)
+            self.pool_slices.setdefault(key, []).append(s)
+            if s.pool.generation > self.pool_generation.get(key, -1):
+                self.pool_generation[key] = s.pool.generation
+        self.info_cache: dict[tuple[PoolKey, int, bool, tuple[int, ...]], _PoolInfo] = {}
         self.node_cache: dict[str, NodeCandidates] = {}
         self.match_cache = match_cache
         self.spec_cache = _SpecCache()
@@ -508,19 +519,16 @@ class _Index:
             raise AllocationError(f"node {node.name}: gather pool information: {exc}") from exc
         views: list[PoolView] = []
         for key, node_slices in relevant.items():
-            info = self.pools[key]
-            current = sorted(
-                (s for s in node_slices if s.pool.generation == info.generation),
-                key=lambda s: s.name,
-            )
-            if not current:
-                continue  # obsolete: a newer generation exists elsewhere
+            found = self._pool(key, node_slices)
+            if found is None:
+                continue
+            current, info = found
             views.append(
                 PoolView(
                     driver=DriverName(key[0]),
                     name=PoolName(key[1]),
                     generation=info.generation,
-                    slices=tuple(current),
+                    slices=current,
                     incomplete=info.incomplete,
                     invalid_reason=info.invalid_reason,
                     counter_sets=info.counter_sets,
@@ -538,6 +546,36 @@ class _Index:
                 for d in s.devices:
                     devices.append(self._candidate(node, pool, s, d, len(devices), generation))
         return NodeCandidates(node=node, pools=tuple(views), devices=tuple(devices))
+
+    def _pool(
+        self, key: PoolKey, node_slices: list[ResourceSlice]
+    ) -> tuple[tuple[ResourceSlice, ...], _PoolInfo] | None:
+        """Upstream ``GatherPools`` for one pool: the node's slices at their highest
+        generation; when those do not add up to ``resourceSliceCount``, every slice of the pool
+        decides (a newer generation anywhere makes the pool obsolete: None; too few slices
+        make it incomplete). Returns the node's slices (by name) and the pool's facts."""
+        generation = max(s.pool.generation for s in node_slices)
+        current = tuple(
+            sorted((s for s in node_slices if s.pool.generation == generation), key=_by_name)
+        )
+        expected = current[0].pool.resource_slice_count
+        members = current
+        if len(current) != expected:
+            if self.pool_generation[key] > generation:
+                return None
+            members = tuple(
+                sorted(
+                    (s for s in self.pool_slices[key] if s.pool.generation == generation),
+                    key=_by_name,
+                )
+            )
+        incomplete = len(members) != expected
+        cache_key = (key, generation, incomplete, tuple(id(s) for s in members))
+        info = self.info_cache.get(cache_key)
+        if info is None:
+            info = _pool_info(members, generation, incomplete)
+            self.info_cache[cache_key] = info
+        return current, info
 
     def _candidate(  # noqa: PLR0917 - internal, called once per device in one loop
         self, node: Node, pool: PoolView, s: ResourceSlice, d: Device, index: int, generation: int

@@ -404,14 +404,45 @@ CASES: list[Case] = [
         [one(count=3)],
         None,
     ),
+    # Upstream looks beyond the node's own slices only when they do not add up: a complete
+    # set of node-local slices is used even if a newer generation exists on another node
+    # (upstream's "multi-host-resource-pool-complete-update-from-node-1-to-node-2").
     Case(
-        "obsolete-pool-newer-generation-elsewhere",
+        "node-complete-pool-ignores-newer-generation-elsewhere",
         [
             slice_("here", pool="p", devices=[gpu(0)], generation=1),
             slice_("there", pool="p", node="node-1", devices=[gpu(1)], generation=2),
         ],
         [one()],
+        [["r0:p/gpu-0"]],
+    ),
+    Case(
+        "obsolete-pool-stale-slice-for-this-node",
+        [
+            slice_("here", pool="p", devices=[gpu(0)], generation=1, count=2),
+            slice_("there", pool="p", node="node-1", devices=[gpu(1)], generation=2, count=2),
+        ],
+        [one()],
         None,
+    ),
+    Case(
+        "multi-host-pool-complete-across-nodes",
+        [
+            slice_("a", pool="p", devices=[gpu(0)], count=2),
+            slice_("b", pool="p", node="node-1", devices=[gpu(1)], count=2),
+        ],
+        [one(mode="All")],
+        [["r0:p/gpu-0"]],
+    ),
+    Case(
+        "multi-host-pool-incomplete-across-nodes",
+        [
+            slice_("a", pool="p", devices=[gpu(0)], count=3),
+            slice_("b", pool="p", node="node-1", devices=[gpu(1)], count=3),
+        ],
+        [one()],
+        None,
+        stats=lambda s: s.incomplete_pools == [f"{DRIVER}/p"],
     ),
     Case(
         "pools-sorted-by-name",

@@ -238,7 +238,10 @@ async def run(settings: Settings) -> int:
         async with PluginApi(endpoint) as api:
             return await _serve(plugin, api, stop)
     finally:
-        await asyncio.to_thread(backend.close)
+        # A cancelled NVML event wait keeps running in its thread until its (short) timeout;
+        # wait for every worker thread before shutting NVML down underneath it.
+        await asyncio.get_running_loop().shutdown_default_executor()
+        backend.close()
 
 
 async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event) -> int:

@@ -14,9 +14,9 @@ Contract:
 * :meth:`Publisher.run` loops: list -> plan -> apply, repeated until a list needs no write,
   then watches from that list's resourceVersion. Any event on one of the driver's slices for
   this node (another writer, a deletion by the kubelet), a new inventory or the resync period
-  ends the watch and re-lists. 409 -> re-list and retry at once; 5xx / transport errors ->
-  exponential backoff (0.2 s .. 30 s); a dropped watch or 410 -> re-list. A restart simply
-  re-lists: names are deterministic, so an unchanged pool causes no writes.
+  ends the watch and re-lists. 409 (or 404 on update) -> re-list and retry at once; 5xx /
+  transport errors -> exponential backoff (0.2 s .. 30 s); a dropped watch or 410 -> re-list.
+  A restart simply re-lists: names are deterministic, so an unchanged pool causes no writes.
 * :meth:`Publisher.remove_all` deletes the pool (``--remove-slices-on-exit``).
 """
 
@@ -288,7 +288,8 @@ class Publisher:
             self._wake.clear()
             try:
                 plan, rv = await self.sync_once()
-            except ConflictError as exc:
+            except (ConflictError, NotFoundError) as exc:
+                # Someone changed or deleted a slice between our list and our write.
                 logger.info("pool %s: conflict (%s); re-listing", self._node, exc)
                 rounds += 1
                 if rounds >= MAX_WRITE_ROUNDS:

@@ -39,9 +39,16 @@ NAMESPACE: Final = "biaxial-system"
 #: deploy/manifests/<file> -> the values it is rendered with (on top of values.yaml).
 VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
     "biaxial.yaml": {},
-    # Clusters without GPUs (kind, CI): fake T4 GPUs on every node.
+    # Clusters without GPUs (kind, CI): 4 fake T4s on every node labelled
+    # biaxial.dev/fake-gpus=true; nvidia.com/gpumem and gpucores advertised on the Node so the
+    # kubelet admits HAMi-style pods (docs/requesting-gpus.md).
     "biaxial-fake-gpus.yaml": {
-        "kubeletPlugin": {"fakeGpus": "t4x4", "nodeSelector": None, "tolerations": None},
+        "kubeletPlugin": {
+            "fakeGpus": "t4x4",
+            "nodeSelector": {"nvidia.com/gpu.present": None, "biaxial.dev/fake-gpus": "true"},
+            "tolerations": None,
+            "advertiseLegacyResources": True,
+        },
     },
 }
 
@@ -126,7 +133,7 @@ def manifest_text(values: Mapping[str, Any], *, namespace: str = NAMESPACE) -> s
     """One multi-document YAML file: the Namespace, then every rendered object."""
     header = (
         "# Generated from deploy/helm/biaxial by `python -m tests.render_chart`; do not edit.\n"
-        f"# Values: {yaml.safe_dump(dict(values), default_flow_style=True).strip()}\n"
+        f"# Values: {yaml.safe_dump(dict(values), default_flow_style=True, width=1000).strip()}\n"
         f"#   kubectl apply --server-side -f <this file>\n"
     )
     ns = {

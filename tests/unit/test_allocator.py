@@ -1631,6 +1631,102 @@ CASES: list[Case] = [
         [["req0:node-0/device2", "req1:node-0/device3"]],
         classes=[device_class("any", selectors=["true"])],
     ),
+    Case(
+        "counters-consumed-on-another-node-count",
+        [
+            slice_("s1", pool="p", count=3, shared_counters={"set1": {"memory": "8Gi"}}),
+            slice_(
+                "s2",
+                pool="p",
+                count=3,
+                devices=[
+                    device(
+                        "device1", capacity={"memory": "6Gi"}, consumes={"set1": {"memory": "6Gi"}}
+                    ),
+                    device(
+                        "device2", capacity={"memory": "2Gi"}, consumes={"set1": {"memory": "2Gi"}}
+                    ),
+                ],
+            ),
+            slice_(
+                "s3",
+                pool="p",
+                node="node-1",
+                count=3,
+                devices=[device("device3", consumes={"set1": {"memory": "6Gi"}})],
+            ),
+        ],
+        [
+            claim("c0").first_available(
+                "r0",
+                sub(
+                    "big",
+                    cls="any",
+                    selectors=[
+                        f'device.capacity["{DRIVER}"].memory.compareTo(quantity("6Gi")) >= 0'
+                    ],
+                ),
+                sub(
+                    "small",
+                    cls="any",
+                    selectors=[
+                        f'device.capacity["{DRIVER}"].memory.compareTo(quantity("2Gi")) >= 0'
+                    ],
+                ),
+            )
+        ],
+        [["r0/small:p/device2"]],
+        held=[claim("h").holding("device3", pool="p")],
+        classes=[device_class("any", selectors=["true"])],
+    ),
+    Case(
+        "counter-set-defined-twice-in-pool-is-invalid",
+        [
+            slice_("s1", count=4, devices=[device("device1")]),
+            slice_("s2", count=4, shared_counters={"set1": {"c": "1"}}),
+            slice_("s3", count=4, devices=[device("device2")]),
+            slice_("s4", count=4, shared_counters={"set1": {"c": "1"}}),
+        ],
+        [one(cls="any")],
+        None,
+        classes=[device_class("any", selectors=["true"])],
+        stats=lambda s: s.invalid_pools == [f"{DRIVER}/node-0"],
+    ),
+    Case(
+        "invalid-slice-on-other-node-invalidates-pool",
+        [
+            slice_("s1", pool="p", count=3, shared_counters={"set1": {"memory": "8Gi"}}),
+            slice_(
+                "s2",
+                pool="p",
+                count=3,
+                devices=[device("device1", consumes={"set1": {"memory": "6Gi"}})],
+            ),
+            slice_(
+                "s3",
+                pool="p",
+                node="node-1",
+                count=3,
+                devices=[device("device3", consumes={"set2": {"memory": "6Gi"}})],
+            ),
+        ],
+        [one(cls="any")],
+        None,
+        classes=[device_class("any", selectors=["true"])],
+        stats=lambda s: s.invalid_pools == [f"{DRIVER}/p"],
+    ),
+    Case(
+        "combinations-not-permutations-steps",
+        [
+            slice_("s1", pool="p", count=2, devices=[device("d1"), device("d2")]),
+            slice_("s2", pool="p", count=2, devices=[device("d3"), device("d4")]),
+        ],
+        [one(cls="any", count=5)],
+        None,
+        classes=[device_class("any", selectors=["true"])],
+        # Upstream pins 16 allocateOne invocations: every subset of 4 devices, once.
+        stats=lambda s: s.steps == 16,
+    ),
 ]
 
 

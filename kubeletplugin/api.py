@@ -1,11 +1,12 @@
 """The kubelet plugin's thin async access to the Kubernetes API, as raw JSON.
 
-Decision: ``kubernetes.aio`` (37.x) is a generated async copy of the model-based client; its
-calls return models unless ``_preload_content=False`` and its watch helper re-parses into
-models. The plugin needs eight calls, all on small objects except the slice list, so it talks
-HTTP itself over ``aiohttp`` (already a dependency of the ``kubernetes`` distribution), on the
-process's one asyncio loop, and uses the official package only to *resolve* a kubeconfig or
-the in-cluster service account. Everything returned is plain ``dict`` JSON.
+Decision: ``kubernetes.aio`` (37.x) is a generated async copy of the model-based client on
+``aiohttp`` + ``aiohttp_retry``; its calls return models unless one uses the
+``*_without_preload_content`` variants (raw responses to decode by hand) and its watch helper
+deserializes events into models. The plugin needs eight calls, so it talks HTTP itself over
+``aiohttp`` (already a dependency of the ``kubernetes`` distribution), on the process's one
+asyncio loop, and uses the official package only to *resolve* a kubeconfig or the in-cluster
+service account. Everything returned is plain ``dict`` JSON.
 
 Contracts:
 

@@ -1727,6 +1727,40 @@ CASES: list[Case] = [
         # Upstream pins 16 allocateOne invocations: every subset of 4 devices, once.
         stats=lambda s: s.steps == 16,
     ),
+    Case(
+        "taints-apply-to-admin-access",
+        [slice_("s", devices=[gpu(0, taints=[taint("bad")])])],
+        [one(admin=True)],
+        None,
+        held=[claim("h").holding("gpu-0")],
+    ),
+    Case(
+        "first-available-all-mode-blocked-by-held-device",
+        gpus(2),
+        [claim("c0").first_available("r0", sub("all", mode="All"), sub("one"))],
+        [["r0/one:node-0/gpu-0"]],
+        held=[claim("h").holding("gpu-1")],
+    ),
+    Case(
+        "taint-tolerated-only-on-subrequest",
+        [
+            slice_(
+                "s",
+                devices=[
+                    gpu(0, taints=[taint("a")]),
+                    gpu(1, taints=[taint("b", "NoExecute")]),
+                ],
+            )
+        ],
+        [
+            claim("c0").first_available(
+                "r0",
+                sub("plain"),
+                sub("tolerant", tolerations=[toleration("b", "Exists", effect="NoExecute")]),
+            )
+        ],
+        [["r0/tolerant:node-0/gpu-1"]],
+    ),
 ]
 
 

@@ -129,6 +129,51 @@ def _api_group(group: str, versions: list[str]) -> dict[str, Any]:
     }
 
 
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def _openapi_gv(segments: list[str]) -> tuple[str, str] | None:
+    for group, version in BY_GROUP_VERSION:
+        if "/".join(segments) == _gv_path(group, version):
+            return group, version
+    return None
+
+
+def _openapi_v3(group: str, version: str) -> dict[str, Any]:
+    """A minimal OpenAPI v3 document: paths and PATCH operations only, no schemas.
+
+    It tells kubectl that the server validates fields itself (the ``fieldValidation`` query
+    parameter), so ``kubectl apply/create`` send ``fieldValidation=Strict`` instead of
+    downloading schemas for client-side validation. Without schemas kubectl computes apply
+    patches from its compiled-in types, as it does against a server without OpenAPI.
+    """
+    paths: dict[str, Any] = {}
+    for kind in BY_GROUP_VERSION[(group, version)].values():
+        prefix = f"/{_gv_path(group, version)}"
+        scope = "/namespaces/{namespace}" if kind.namespaced else ""
+        gvk = {"group": group, "version": version, "kind": kind.kind}
+        paths[f"{prefix}{scope}/{kind.plural}/{{name}}"] = {
+            "patch": {
+                "operationId": f"patch{kind.kind}",
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
+                    {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
+                    {"name": "dryRun", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes (biaxial API emulator)", "version": "v1.37.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
+
+
 class _Request:
     """A parsed resource request."""
 
@@ -323,6 +368,21 @@ class _Handler(BaseHTTPRequestHandler):
                     ],
                 },
             )
+        elif segments == ["openapi", "v3"]:
+            self._send(
+                200,
+                {
+                    "paths": {
+                        _gv_path(g, v): {
+                            "serverRelativeURL": f"/openapi/v3/{_gv_path(g, v)}?hash=emulator"
+                        }
+                        for g, v in BY_GROUP_VERSION
+                    }
+                },
+            )
+        elif segments[:2] == ["openapi", "v3"] and _openapi_gv(segments[2:]) is not None:
+            group, version = _openapi_gv(segments[2:]) or ("", "")
+            self._send(200, _openapi_v3(group, version))
         elif segments == ["api", "v1"]:
             self._send(200, _resource_list("", "v1"))
         elif segments == ["apis"]:

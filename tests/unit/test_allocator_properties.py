@@ -39,7 +39,7 @@ from tests.unit.builders import (
 NUMA = "resource.kubernetes.io/numaNode"
 PRODUCTS = ("T4", "A10G")
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

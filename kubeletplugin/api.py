@@ -59,6 +59,7 @@ class Endpoint:
     @classmethod
     def resolve(cls, kubeconfig: Path | None) -> Endpoint:
         """A kubeconfig file, or the in-cluster service account when ``kubeconfig`` is None."""
+        import yaml  # noqa: PLC0415 - the kubeconfig loader's parser
         from kubernetes import client, config  # noqa: PLC0415 - heavy; process start only
 
         cfg = client.Configuration()
@@ -71,7 +72,14 @@ class Endpoint:
                 config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=str(kubeconfig), client_configuration=cfg, persist_config=False
                 )
-        except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        except (
+            config.ConfigException,
+            yaml.YAMLError,
+            OSError,
+            ValueError,
+            TypeError,
+            KeyError,
+        ) as exc:
             where = kubeconfig or "in-cluster configuration (no --kubeconfig given)"
             raise ConfigError(f"cannot load Kubernetes config from {where}: {exc}") from exc
         headers: dict[str, str] = {}

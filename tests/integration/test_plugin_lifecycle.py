@@ -286,6 +286,10 @@ def test_failed_registration_recreates_the_socket_and_is_reported(
         (["--driver-name", "Not_A_Name"], "--driver-name 'Not_A_Name' must be a DNS subdomain"),
         (["--registry-dir", "/tmp/" + "x" * 100], "unix socket paths must be shorter than 108"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig"),
+        (
+            ["--kubeconfig", __file__, "--fake-gpus", "t4x4"],  # a file, not a kubeconfig
+            f"cannot load Kubernetes config from {__file__}",
+        ),
     ],
 )
 def test_bad_settings_are_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -21,6 +21,10 @@ over *combinations* in candidate order, with these checks per candidate, in orde
 5. taints against the request's tolerations (``NoSchedule`` / ``NoExecute`` block);
 6. claim constraints (``matchAttribute`` / ``distinctAttribute``).
 
+(``All`` mode fixes its devices up front from checks 2 and 3 against other claims' use, then
+places them in order with checks 1, 4, 5, 6 and 3 again; any failure means no solution, and a
+constraint violation there is an error, as upstream.)
+
 Device order: ``order=None`` is upstream first-fit (pools by driver then name, pools with
 binding conditions last, slices by name, devices in slice order). A :data:`DeviceOrder`
 callback is called each time a request starts placing devices, with the node's candidates
@@ -121,7 +125,13 @@ DeviceOrder = Callable[[Sequence[Candidate], OrderContext], Sequence[Candidate]]
 
 @dataclass(slots=True)
 class SearchStats:
-    """Counters one or more ``allocate`` calls add to (pass the same object to accumulate)."""
+    """Counters one or more ``allocate`` calls add to (pass the same object to accumulate).
+
+    ``steps`` counts ``allocateOne``-like invocations (upstream's
+    ``numAllocateOneInvocations``). When a call finds no solution, the invalid and incomplete
+    pools it had to skip on that node are appended (``driver/pool``), so callers can say
+    "invalid resource pools were encountered" as upstream does.
+    """
 
     steps: int = 0
     calls: int = 0

@@ -81,7 +81,8 @@ class Endpoint:
             KeyError,
         ) as exc:
             where = kubeconfig or "in-cluster configuration (no --kubeconfig given)"
-            raise ConfigError(f"cannot load Kubernetes config from {where}: {exc}") from exc
+            detail = " ".join(str(exc).split())  # YAML errors span lines; errors are one line
+            raise ConfigError(f"cannot load Kubernetes config from {where}: {detail}") from exc
         headers: dict[str, str] = {}
         token = cfg.get_api_key_with_prefix("authorization")
         if token:

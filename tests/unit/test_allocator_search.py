@@ -243,3 +243,30 @@ def test_unknown_class_in_later_claim_is_fatal_even_if_first_fits() -> None:
     claims = [to_claim(claim("a").request("r0")), to_claim(claim("b").request("r0", cls="nope"))]
     with pytest.raises(AllocationError, match="claim default/b, request r0: device class nope"):
         allocate(snap, claims, NODE)
+
+
+def test_cel_errors_are_reported_on_every_call_and_cache_is_shared() -> None:
+    from driver.cel import MatchCache
+    from driver.claims import DeviceClass
+    from driver.model import ResourceSlice
+    from driver.snapshot import ClusterSnapshot
+
+    cache = MatchCache()
+    slices = [ResourceSlice.from_api(slice_("s", devices=[gpu(0), gpu(1, extra={"mode": "y"})]))]
+    classes = [DeviceClass.from_api(device_class())]
+    snap = ClusterSnapshot.build(slices, classes, [], match_cache=cache)
+    bad = to_claim(
+        claim("c").request("r0", selectors=[f'device.attributes["{DRIVER}"].mode == "y"'])
+    )
+    for _ in range(2):
+        with pytest.raises(AllocationError, match="CEL runtime error"):
+            allocate(snap, [bad], NODE)
+    good = to_claim(
+        claim("g").request("r0", selectors=[f'device.attributes["{DRIVER}"].index == 1'])
+    )
+    assert allocate(snap, [good], NODE) is not None
+    before = cache.hits
+    # A rebuilt snapshot over the same slices reuses the CEL results.
+    again = ClusterSnapshot.build(slices, classes, [], match_cache=cache)
+    assert allocate(again, [good], NODE) is not None
+    assert cache.hits > before

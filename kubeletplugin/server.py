@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import grpc
 from grpc import aio
@@ -32,7 +32,7 @@ from grpc import aio
 from driver.errors import BiaxialError
 from kubeletplugin.health import HealthBroadcaster
 from kubeletplugin.metrics import Metrics
-from kubeletplugin.prepare import ClaimRef, Preparer, PrepareResult
+from kubeletplugin.prepare import ClaimRef, PrepareResult
 from kubeletplugin.proto.gen import (
     dra_v1_pb2,
     dra_v1beta1_pb2,
@@ -65,10 +65,18 @@ def _claim_refs(claims: Sequence[Any]) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
 
+class ClaimPreparer(Protocol):
+    """What the DRA handlers need from :class:`~kubeletplugin.prepare.Preparer`."""
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]: ...
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]: ...
+
+
 class DraService:
     """NodePrepareResources / NodeUnprepareResources for both API versions."""
 
-    def __init__(self, preparer: Preparer, metrics: Metrics) -> None:
+    def __init__(self, preparer: ClaimPreparer, metrics: Metrics) -> None:
         self._preparer = preparer
         self._metrics = metrics
 

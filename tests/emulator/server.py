@@ -414,9 +414,8 @@ class _Handler(BaseHTTPRequestHandler):
             query = {**query, "watch": "true"}
             rest = rest[1:]
         namespace: str | None = None
-        if (len(rest) >= 3 and rest[0] == "namespaces" and group == "") or (
-            len(rest) >= 3 and rest[0] == "namespaces"
-        ):
+        namespace_subresource = group == "" and len(rest) == 3 and rest[2] in {"status", "finalize"}
+        if len(rest) >= 3 and rest[0] == "namespaces" and not namespace_subresource:
             namespace, rest = rest[1], rest[2:]
         if group == "" and namespace is not None and rest == ["bindings"]:
             return _Request(POD, namespace, None, "binding", query)

@@ -27,6 +27,7 @@ import datetime as dt
 import json
 import random
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -976,17 +977,23 @@ class Store:
             return count
 
     def wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
-        """Block until ``predicate()`` holds (re-checked after every commit) or time runs out."""
-        import time
+        """Block until ``predicate()`` holds or ``timeout`` seconds pass; False on timeout.
 
+        The predicate runs without the store lock (it may call the emulator over HTTP); it is
+        re-checked after every commit and at least every 50 ms (for state outside the store,
+        such as an informer's cache)."""
         deadline = time.monotonic() + timeout
-        with self.changed:
-            while not predicate():
+        while True:
+            with self.lock:
+                seen = self.rv
+            if predicate():
+                return True
+            with self.changed:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                self.changed.wait(min(left, 0.05))
-            return True
+                if self.rv == seen:
+                    self.changed.wait(min(left, 0.05))
 
     def close_watchers(self, payload: Any = None, kinds: Iterable[Kind] | None = None) -> int:
         keys = {k.key for k in kinds} if kinds is not None else None

@@ -19,10 +19,11 @@ Functions are pure; validators are safe to share between threads.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +36,7 @@ from driver.errors import QuantityError
 from driver.quantity import Quantity
 from tests.emulator.errors import ApiStatusError, FieldError, bad_request, invalid
 from tests.emulator.kinds import Kind
+from tests.emulator.schema import Issue, compile_schema, issues
 
 DEFAULT_SCHEMA_VERSION: Final = "1.37"
 
@@ -63,14 +65,23 @@ def _schema_file_name(kind: Kind) -> str:
 
 
 class SchemaValidators:
-    """One cached, thread-safe strict-schema validator per (apiVersion, kind)."""
+    """One cached, thread-safe strict-schema validator per (apiVersion, kind).
 
-    def __init__(self, version: str = DEFAULT_SCHEMA_VERSION) -> None:
+    ``engine="compiled"`` (default) uses :mod:`tests.emulator.schema`; ``engine="jsonschema"``
+    validates the same kubernetes-validate schemas with ``jsonschema`` (slower; the suite
+    checks that both agree).
+    """
+
+    def __init__(self, version: str = DEFAULT_SCHEMA_VERSION, *, engine: str = "compiled") -> None:
+        if engine not in {"compiled", "jsonschema"}:
+            raise ValueError(f"unknown schema engine {engine!r}")
         self.version = version
+        self.engine = engine
         self._dir = _schema_dir(version)
         self._lock = threading.Lock()
+        self._definitions: dict[str, Any] | None = None
         self._registry: referencing.Registry[Any] | None = None
-        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+        self._validators: dict[tuple[str, str], Callable[[Any], list[Issue]]] = {}
 
     def _load(self, name: str) -> Any:
         path = self._dir / name
@@ -80,46 +91,48 @@ class SchemaValidators:
             )
         return json.loads(path.read_text())
 
-    def validator(self, api_version: str, kind_name: str, file_name: str) -> Any:
+    def validator(
+        self, api_version: str, kind_name: str, file_name: str
+    ) -> Callable[[Any], list[Issue]]:
+        """The cached validator for one kind: object -> schema issues (empty when valid)."""
         key = (api_version, kind_name)
         found = self._validators.get(key)
         if found is not None:
             return found
         with self._lock:
-            if self._registry is None:
-                definitions = referencing.Resource.from_contents(self._load("_definitions.json"))
-                self._registry = definitions @ referencing.Registry()
+            if self._definitions is None:
+                self._definitions = self._load("_definitions.json")
             schema = self._load(file_name)
-            registry = referencing.Resource.from_contents(schema) @ self._registry
-            validator = jsonschema.Draft202012Validator(schema, registry=registry)
-            self._validators[key] = validator
-            return validator
+            built: Callable[[Any], list[Issue]]
+            if self.engine == "compiled":
+                compiled = compile_schema(schema, self._definitions["$defs"])
+                built = functools.partial(issues, compiled)
+            else:
+                if self._registry is None:
+                    definitions = referencing.Resource.from_contents(self._definitions)
+                    self._registry = definitions @ referencing.Registry()
+                registry = referencing.Resource.from_contents(schema) @ self._registry
+                reference = jsonschema.Draft202012Validator(schema, registry=registry)
+                built = functools.partial(_jsonschema_issues, reference)
+            self._validators[key] = built
+            return built
 
-    def for_kind(self, kind: Kind) -> Any:
+    def for_kind(self, kind: Kind) -> Callable[[Any], list[Issue]]:
         return self.validator(kind.api_version, kind.kind, _schema_file_name(kind))
 
+    def issues(self, kind: Kind, obj: Mapping[str, Any]) -> list[Issue]:
+        return self.for_kind(kind)(obj)
+
     def check(self, kind: Kind, obj: Mapping[str, Any]) -> None:
-        """Raise the API server's error for the first class of schema violation found."""
-        errors = list(self.for_kind(kind).iter_errors(obj))
-        if not errors:
-            return
-        decode: list[str] = []
-        fields: list[FieldError] = []
-        for error in errors:
-            _classify(error, decode, fields)
-        name = str((obj.get("metadata") or {}).get("name") or "")
-        if decode:
-            raise bad_request(
-                f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
-                + "; ".join(sorted(set(decode)))
-            )
-        raise invalid(kind, name, fields)
+        """Raise the API server's error for the schema violations found (400 or 422)."""
+        found = self.for_kind(kind)(obj)
+        if found:
+            raise_for_issues(kind, obj, found)
 
     def check_raw(self, api_version: str, kind_name: str, file_name: str, obj: Any) -> list[str]:
-        """Schema messages for an auxiliary body (Binding, DeleteOptions): empty when valid."""
+        """Schema messages for an auxiliary body (Binding): empty when valid."""
         return [
-            f"{_path(e.absolute_path) or '.'}: {e.message}"
-            for e in self.validator(api_version, kind_name, file_name).iter_errors(obj)
+            _describe(issue) for issue in self.validator(api_version, kind_name, file_name)(obj)
         ]
 
 
@@ -133,7 +146,7 @@ def _path(parts: Any) -> str:
     return out
 
 
-_JSON_TYPES: Final = {
+_GO_TYPES: Final = {
     "string": "string",
     "integer": "int64",
     "number": "float64",
@@ -157,44 +170,91 @@ def _json_type(value: Any) -> str:
     return "null"
 
 
-def _classify(error: Any, decode: list[str], fields: list[FieldError]) -> None:
-    path = _path(error.absolute_path)
-    validator = error.validator
-    if validator == "additionalProperties":
+def _describe(issue: Issue) -> str:
+    path = _path(issue.path) or "."
+    if issue.kind == "unknown":
+        return f'strict decoding error: unknown field "{path}"'
+    if issue.kind == "type":
+        wanted = "/".join(_GO_TYPES.get(str(t), str(t)) for t in issue.expected if t != "null")
+        return (
+            f"json: cannot unmarshal {_json_type(issue.instance)} into Go struct field "
+            f"{path} of type {wanted or 'value'}"
+        )
+    if issue.kind == "required":
+        return f"{path}: Required value"
+    if issue.kind == "enum":
+        return f"{path}: Unsupported value: {json.dumps(issue.instance)}"
+    return f"{path}: Invalid value: {json.dumps(issue.instance)}"
+
+
+def raise_for_issues(kind: Kind, obj: Mapping[str, Any], found: list[Issue]) -> None:
+    """Unknown fields and wrong types are decoding errors (400); the rest field errors (422)."""
+    decode = sorted({_describe(i) for i in found if i.kind in {"unknown", "type"}})
+    if decode:
+        raise bad_request(
+            f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '
+            + "; ".join(decode)
+        )
+    fields: list[FieldError] = []
+    for issue in found:
+        path = _path(issue.path)
+        if issue.kind == "required":
+            fields.append(FieldError(path, "Required value", ""))
+        elif issue.kind == "enum":
+            supported = ", ".join(f'"{v}"' for v in issue.expected)
+            fields.append(
+                FieldError(
+                    path, "Unsupported value", f"supported values: {supported}", issue.instance
+                )
+            )
+        else:
+            fields.append(FieldError(path, "Invalid value", "", issue.instance))
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    raise invalid(kind, name, fields)
+
+
+def _jsonschema_issues(validator: Any, obj: Any) -> list[Issue]:
+    out: list[Issue] = []
+    for error in validator.iter_errors(obj):
+        _from_jsonschema(error, out)
+    return out
+
+
+def _from_jsonschema(error: Any, out: list[Issue]) -> None:
+    path = tuple(error.absolute_path)
+    keyword = error.validator
+    if keyword == "additionalProperties":
         allowed = set((error.schema.get("properties") or {}).keys())
-        decode.extend(
-            f'strict decoding error: unknown field "{_path([*error.absolute_path, extra])}"'
+        out.extend(
+            Issue("unknown", (*path, extra), error.instance[extra])
             for extra in sorted(set(error.instance) - allowed)
         )
-        return
-    if validator == "type" or (validator in {"oneOf", "anyOf"} and not error.context):
-        wanted = error.validator_value if validator == "type" else "value"
-        if isinstance(wanted, list):
-            wanted = "/".join(w for w in wanted if w != "null")
-        decode.append(
-            f"json: cannot unmarshal {_json_type(error.instance)} into Go struct field "
-            f"{path or '.'} of type {_JSON_TYPES.get(str(wanted), str(wanted))}"
+    elif keyword == "type":
+        wanted = error.validator_value
+        out.append(
+            Issue(
+                "type",
+                path,
+                error.instance,
+                tuple(wanted) if isinstance(wanted, list) else (wanted,),
+            )
         )
-        return
-    if validator in {"oneOf", "anyOf"}:
-        for sub in error.context:
-            _classify(sub, decode, fields)
-        return
-    if validator == "required":
+    elif keyword in {"oneOf", "anyOf"}:
+        types = tuple(
+            t
+            for alt in error.validator_value
+            for t in (alt.get("type") if isinstance(alt.get("type"), list) else [alt.get("type")])
+        )
+        out.append(Issue("type", path, error.instance, types))
+    elif keyword == "required":
         present = set(error.instance) if isinstance(error.instance, dict) else set()
-        fields.extend(
-            FieldError(_path([*error.absolute_path, missing]), "Required value", "")
-            for missing in error.validator_value
-            if missing not in present
+        out.extend(
+            Issue("required", (*path, m), None) for m in error.validator_value if m not in present
         )
-        return
-    if validator == "enum":
-        supported = ", ".join(f'"{v}"' for v in error.validator_value)
-        fields.append(
-            FieldError(path, "Unsupported value", f"supported values: {supported}", error.instance)
-        )
-        return
-    fields.append(FieldError(path, "Invalid value", error.message, error.instance))
+    elif keyword == "enum":
+        out.append(Issue("enum", path, error.instance, tuple(error.validator_value)))
+    else:
+        out.append(Issue("invalid", path, error.instance))
 
 
 # --------------------------------------------------------------------------- semantic checks

@@ -224,10 +224,25 @@ def _signals(stop: asyncio.Event) -> None:
         loop.add_signal_handler(sig, stop.set)
 
 
+def _make_dirs(settings: Settings) -> None:
+    """Create the directories the plugin writes to; a failure names the flag."""
+    for flag, path in (
+        ("--registry-dir", settings.registry_dir),
+        ("--plugin-dir", settings.dra_socket.parent),
+        ("--cdi-dir", settings.cdi_dir),
+        ("--state-dir", settings.state_dir),
+    ):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{flag}: cannot create {path}: {exc}") from exc
+
+
 async def run(settings: Settings) -> int:
     """Run the plugin until SIGTERM/SIGINT (exit 0) or a crashed task (exit 1)."""
     stop = asyncio.Event()
     _signals(stop)
+    await asyncio.to_thread(_make_dirs, settings)
     backend = await asyncio.to_thread(
         open_backend, settings.fake_gpus, node_name=settings.node_name
     )

@@ -4,7 +4,8 @@ One :class:`Metrics` per process, on its own ``CollectorRegistry`` (never the gl
 tests can build several). :class:`HealthState` collects the reasons the process is unhealthy
 (failed registration, a crashed background task); ``/healthz`` answers 200 ``ok`` when there
 are none and 503 with the reasons otherwise. :func:`serve` runs both endpoints on an
-``aiohttp`` server inside the process's event loop; port 0 disables it.
+``aiohttp`` server inside the process's event loop; port 0 disables it; a port that cannot be
+bound is a :class:`~driver.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import logging
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from driver.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +107,10 @@ async def serve(metrics: Metrics, health: HealthState, host: str, port: int) -> 
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise ConfigError(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc}") from exc
     logger.info("metrics and /healthz on %s:%d", host, port)
     return runner

@@ -29,7 +29,7 @@ from typing import Any, Final, Protocol
 import grpc
 from grpc import aio
 
-from driver.errors import BiaxialError
+from driver.errors import BiaxialError, ConfigError
 from kubeletplugin.health import HealthBroadcaster
 from kubeletplugin.metrics import Metrics
 from kubeletplugin.prepare import ClaimRef, PrepareResult
@@ -53,11 +53,15 @@ HEALTH_SERVICES: Final[dict[str, ModuleType]] = {
 
 
 def unix_server(path: Path) -> aio.Server:
-    """A ``grpc.aio`` server bound to the unix socket ``path`` (stale socket removed first)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.unlink(missing_ok=True)
-    server = aio.server()
-    server.add_insecure_port(f"unix://{path}")
+    """A ``grpc.aio`` server bound to the unix socket ``path`` (stale socket removed first).
+    A socket that cannot be created is a :class:`~driver.errors.ConfigError` naming it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        server = aio.server()
+        server.add_insecure_port(f"unix://{path}")
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"cannot listen on unix socket {path}: {exc}") from exc
     return server
 
 

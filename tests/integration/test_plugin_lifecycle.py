@@ -309,6 +309,37 @@ def test_bad_settings_are_one_line_and_exit_2(args: list[str], message: str) -> 
     assert message in lines[0]
 
 
+def test_environment_problems_are_one_line_and_exit_2(
+    cluster: tuple[Emulator, Path], root: Path
+) -> None:
+    _, kubeconfig = cluster
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    (root / "file").write_text("")
+    cases = [
+        (["--metrics-port", str(port), "--metrics-address", "127.0.0.1"], f"--metrics-port {port}"),
+        (["--registry-dir", str(root / "file" / "reg")], "--registry-dir: cannot create"),
+    ]
+    try:
+        for args, message in cases:
+            proc = subprocess.run(
+                [sys.executable, "-m", "biaxial", "kubelet-plugin", "--node-name", NODE,
+                 "--fake-gpus", "t4x4", "--kubeconfig", str(kubeconfig),
+                 "--plugin-dir", str(root / "plug"), "--cdi-dir", str(root / "cdi"),
+                 "--state-dir", str(root / "state"), "--registry-dir", str(root / "reg"), *args],
+                cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert proc.returncode == 2, proc.stderr
+            errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+            assert len(errors) == 1, proc.stderr
+            assert message in errors[0]
+            assert "Traceback" not in proc.stderr
+    finally:
+        busy.close()
+
+
 def test_node_name_is_required() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "biaxial", "kubelet-plugin"],

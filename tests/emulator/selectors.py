@@ -146,7 +146,7 @@ def parse_label_selector(text: str) -> LabelSelector:
                         continue
                     values.append(_check_value(tokens[i], text))
                     i += 1
-                if not values and op == "in":
+                if not values:
                     raise bad_request(
                         f"unable to parse requirement: for 'in', 'notin' operators, values set "
                         f"can't be empty ({text!r})"

@@ -546,8 +546,9 @@ class _Handler(BaseHTTPRequestHandler):
         if req.verb == "get":
             self._send(200, store.get(kind, req.namespace, req.name), req)
         elif req.verb == "update":
+            existed = store.try_get(kind, req.namespace, req.name) is not None
             self._send(
-                200,
+                200 if existed or req.subresource else 201,
                 store.replace(
                     kind,
                     req.namespace,

@@ -1,0 +1,137 @@
+"""Contract: namespace lifecycle, exact-RV lists, delete-collection, dry run, create on
+update (Lease), and the create-time resourceVersion rule."""
+
+from __future__ import annotations
+
+import time
+
+from tests.contract.conftest import Api, claim, pod
+
+
+def _eventually(check: object, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_namespace_termination(api: Api) -> None:
+    name = api.name("ns")
+    api.ok(
+        api.post(
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+        )
+    )
+    created = api.ok(api.get(f"/api/v1/namespaces/{name}"))
+    assert created["status"]["phase"] == "Active"
+    assert created["metadata"]["labels"]["kubernetes.io/metadata.name"] == name
+    held = claim("held")
+    held["metadata"]["finalizers"] = ["example.com/hold"]
+    claims = f"/apis/resource.k8s.io/v1/namespaces/{name}/resourceclaims"
+    api.ok(api.post(claims, held), 201)
+    api.ok(api.post(f"/api/v1/namespaces/{name}/pods", pod("p")), 201)
+    api.ok(api.delete(f"/api/v1/namespaces/{name}"))
+    terminating = api.ok(api.get(f"/api/v1/namespaces/{name}"))
+    assert terminating["metadata"]["deletionTimestamp"]
+    assert terminating["status"]["phase"] == "Terminating"
+    refused = api.post(f"/api/v1/namespaces/{name}/pods", pod("late"))
+    assert refused.status == 403
+    assert refused.reason == "Forbidden"
+    _eventually(lambda: api.get(f"/api/v1/namespaces/{name}/pods/p").status == 404)
+    _eventually(lambda: api.ok(api.get(f"{claims}/held"))["metadata"].get("deletionTimestamp"))
+    api.ok(api.patch(f"{claims}/held", {"metadata": {"finalizers": None}}))
+    _eventually(lambda: api.get(f"/api/v1/namespaces/{name}").status == 404)
+    assert api.post(f"/api/v1/namespaces/{name}/pods", pod("later")).status == 404
+
+
+def test_list_at_an_exact_resource_version(api: Api) -> None:
+    api.ok(api.post(api.pods(), pod("a")), 201)
+    rv = api.ok(api.get(api.pods()))["metadata"]["resourceVersion"]
+    api.ok(api.post(api.pods(), pod("b")), 201)
+    api.ok(api.patch(api.pods("a"), {"metadata": {"labels": {"changed": "yes"}}}))
+    then = api.ok(api.get(api.pods(), resourceVersion=rv, resourceVersionMatch="Exact"))
+    assert [p["metadata"]["name"] for p in then["items"]] == ["a"]
+    assert "labels" not in then["items"][0]["metadata"]
+    assert then["metadata"]["resourceVersion"] == rv
+    assert api.get(api.pods(), resourceVersionMatch="Exact").status == 400
+
+
+def test_delete_collection_with_a_label_selector(api: Api) -> None:
+    for name, team in (("a", "x"), ("b", "x"), ("c", "y")):
+        body = pod(name)
+        body["metadata"]["labels"] = {"team": team}
+        api.ok(api.post(api.pods(), body), 201)
+    response = api.request("DELETE", api.pods(), query={"labelSelector": "team=x"})
+    assert response.status == 200
+    assert [p["metadata"]["name"] for p in api.ok(api.get(api.pods()))["items"]] == ["c"]
+
+
+def test_dry_run_stores_nothing(api: Api) -> None:
+    response = api.request("POST", api.pods(), pod("p"), query={"dryRun": "All"})
+    assert response.status == 201
+    assert response.body["metadata"]["name"] == "p"
+    assert api.get(api.pods("p")).status == 404
+    api.ok(api.post(api.pods(), pod("q")), 201)
+    patched = api.request(
+        "PATCH",
+        api.pods("q"),
+        {"metadata": {"labels": {"a": "b"}}},
+        content_type="application/merge-patch+json",
+        query={"dryRun": "All"},
+    )
+    assert patched.body["metadata"]["labels"] == {"a": "b"}
+    assert "labels" not in api.ok(api.get(api.pods("q")))["metadata"]
+    assert api.request("DELETE", api.pods("q"), query={"dryRun": "All"}).status == 200
+    assert api.get(api.pods("q")).status == 200
+
+
+def test_lease_put_creates(api: Api) -> None:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{api.namespace}/leases/leader"
+    body = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "leader"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+    }
+    created = api.put(path, body)
+    assert created.status == 201
+    renewed = dict(created.body)
+    renewed["spec"] = {**created.body["spec"], "holderIdentity": "b"}
+    assert api.ok(api.put(path, renewed))["spec"]["holderIdentity"] == "b"
+    assert api.put(path, renewed).status == 409
+
+
+def test_resource_version_on_create_is_refused(api: Api) -> None:
+    body = pod("p")
+    body["metadata"]["resourceVersion"] = "12345"
+    response = api.post(api.pods(), body)
+    assert response.status == 500
+    assert "resourceVersion should not be set" in response.body["message"]
+    assert api.get(api.pods("p")).status == 404
+
+
+def test_put_to_a_missing_pod_is_404(api: Api) -> None:
+    assert api.put(api.pods("ghost"), pod("ghost")).status == 404
+
+
+def test_namespace_and_node_status_subresources(api: Api) -> None:
+    ns = api.ok(api.get(api.ns_path))
+    ns["status"] = {"phase": "Active"}
+    assert api.put(f"{api.ns_path}/status", ns).status == 200
+    node_name = api.name("node")
+    api.ok(
+        api.post(
+            "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}}
+        ),
+        201,
+    )
+    node = api.ok(api.get(f"/api/v1/nodes/{node_name}"))
+    node["status"] = {"capacity": {"example.com/widgets": "4"}}
+    written = api.ok(api.put(f"/api/v1/nodes/{node_name}/status", node))
+    assert written["status"]["capacity"]["example.com/widgets"] == "4"
+    node["metadata"] = written["metadata"]
+    node["status"] = {}
+    node["metadata"]["labels"] = {"gpu": "yes"}
+    kept = api.ok(api.put(f"/api/v1/nodes/{node_name}", node))
+    assert kept["status"]["capacity"]["example.com/widgets"] == "4"

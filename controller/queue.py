@@ -174,8 +174,11 @@ class SchedulingQueue:
             deadline = self._promote(self._clock())
             timeout = None if deadline is None else max(0.0, deadline - self._clock())
             self._wakeup.clear()
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+            # that races with the event being set, and the loop would never end.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
 
     def done(self, key: str, outcome: Outcome) -> None:
         """Report the result of trying ``key`` (obtained from :meth:`pop`)."""

@@ -89,6 +89,15 @@ def _device_set(claim: Mapping[str, Any] | None) -> frozenset[tuple[str, str, st
     )
 
 
+def _reap(task: asyncio.Task[None]) -> None:
+    """Log what a background write task raised (nothing may disappear silently)."""
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if isinstance(exc, Exception):
+        log.error("background write failed unexpectedly", exc_info=exc)
+
+
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """A pod's claims, by key, in ``spec.resourceClaims`` order."""
@@ -515,6 +524,7 @@ class Scheduler:
             await coro
 
         task = asyncio.get_running_loop().create_task(wrapped())
+        task.add_done_callback(_reap)
         if track:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

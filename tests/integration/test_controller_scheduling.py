@@ -17,6 +17,7 @@ from tests.integration.controller_env import (
     delete_all_pods,
     leftovers,
     pod,
+    resource_claim,
     seed_cluster,
 )
 
@@ -50,3 +51,118 @@ def test_pods_with_template_claims_are_bound(
     assert check_invariants(cluster) == []
     delete_all_pods(cluster)
     cluster.wait_until(lambda: not leftovers(cluster), timeout=20, message=str(leftovers(cluster)))
+
+
+def _condition(cluster: Emulator, name: str) -> dict[str, str] | None:
+    p = cluster.get("pods", name, "default") or {}
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return dict(c)
+    return None
+
+
+def _events(cluster: Emulator, name: str) -> list[tuple[str, str]]:
+    return [
+        (e["reason"], e["message"])
+        for e in cluster.list("events")
+        if e["involvedObject"]["name"] == name
+    ]
+
+
+def test_unschedulable_pod_gets_condition_and_event(
+    cluster: Emulator, controller: ControllerThread
+) -> None:
+    cluster.create(claim_template("five", count=5))
+    cluster.create(pod("big", template="five"))
+    cluster.wait_until(lambda: _condition(cluster, "big") is not None, timeout=20)
+    condition = _condition(cluster, "big")
+    assert condition is not None
+    assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
+    assert condition["message"].startswith("0/2 nodes are available: ")
+    cluster.wait_until(lambda: bool(_events(cluster, "big")), timeout=10)
+    assert _events(cluster, "big") == [("FailedScheduling", condition["message"])]
+    assert not bound_pods(cluster)
+    assert check_invariants(cluster) == []
+
+
+def test_invalid_input_is_reported_and_blocks_no_one(
+    cluster: Emulator, controller: ControllerThread
+) -> None:
+    cluster.create(resource_claim("nowhere", device_class="no-such-class"))
+    cluster.create(pod("bad-class", claim="nowhere"))
+    cluster.create(
+        pod("bad-policy", legacy_gpus=1, annotations={"biaxial.dev/gpu-policy": "tight"})
+    )
+    cluster.create(pod("missing-claim", claim="does-not-exist"))
+    cluster.create(pod("good", legacy_gpus=1))
+    cluster.wait_until(lambda: "good" in bound_pods(cluster), timeout=20)
+    for name in ("bad-class", "bad-policy", "missing-claim"):
+        cluster.wait_until(lambda n=name: _condition(cluster, n) is not None, timeout=10)
+    messages = {
+        n: _condition(cluster, n)["message"] for n in ("bad-class", "bad-policy", "missing-claim")
+    }  # type: ignore[index]
+    assert "DeviceClass 'no-such-class' does not exist" in messages["bad-class"]
+    assert "biaxial.dev/gpu-policy" in messages["bad-policy"]
+    assert "tight" in messages["bad-policy"]
+    assert 'resourceclaim "does-not-exist", which does not exist' in messages["missing-claim"]
+    assert set(bound_pods(cluster)) == {"good"}
+    assert check_invariants(cluster) == []
+
+
+def test_foreign_allocations_are_respected_and_left_alone(
+    cluster: Emulator, controller: ControllerThread
+) -> None:
+    # Someone else (another scheduler) holds every GPU of gpu-t4.
+    foreign = cluster.create(resource_claim("foreign"))
+    results = [
+        {"request": "gpu", "driver": "gpu.biaxial.dev", "pool": "gpu-t4", "device": f"gpu-{i}"}
+        for i in range(4)
+    ]
+    foreign["status"] = {"allocation": {"devices": {"results": results}}}
+    cluster.replace(foreign, subresource="status")
+    names = [f"w{i}" for i in range(4)]
+    for name in names:
+        cluster.create(pod(name, legacy_gpus=1))
+    cluster.wait_until(lambda: len(bound_pods(cluster, names)) == 4, timeout=20)
+    assert set(bound_pods(cluster, names).values()) == {"gpu-a10g"}
+    assert check_invariants(cluster) == []
+    delete_all_pods(cluster)
+    cluster.wait_until(lambda: leftovers(cluster) == ["foreign: still allocated"], timeout=20)
+    after = cluster.get("resourceclaims", "foreign", "default")
+    assert after is not None
+    assert after["status"]["allocation"]["devices"]["results"] == results
+    assert not after["metadata"].get("finalizers")
+
+
+def test_freed_devices_requeue_a_waiting_pod(
+    cluster: Emulator, controller: ControllerThread
+) -> None:
+    names = [f"f{i}" for i in range(8)]
+    for name in names:
+        cluster.create(pod(name, legacy_gpus=1))
+    cluster.wait_until(lambda: len(bound_pods(cluster, names)) == 8, timeout=20)
+    cluster.create(pod("waiting", legacy_gpus=1))
+    cluster.wait_until(lambda: _condition(cluster, "waiting") is not None, timeout=10)
+    assert "waiting" not in bound_pods(cluster)
+    cluster.delete("pods", "f0", "default")
+    cluster.finish_pod_deletions()
+    cluster.wait_until(lambda: "waiting" in bound_pods(cluster), timeout=20)
+    assert check_invariants(cluster) == []
+
+
+def test_finished_pods_release_their_devices(
+    cluster: Emulator, controller: ControllerThread
+) -> None:
+    cluster.create(resource_claim("job-claim"))
+    cluster.create(pod("job", claim="job-claim"))
+    cluster.wait_until(lambda: "job" in bound_pods(cluster), timeout=20)
+    job = cluster.get("pods", "job", "default")
+    assert job is not None
+    cluster.update_status("pods", "job", {**job.get("status", {}), "phase": "Succeeded"}, "default")
+
+    def released() -> bool:
+        c = cluster.get("resourceclaims", "job-claim", "default") or {}
+        return not (c.get("status") or {}).get("allocation") and not c["metadata"].get("finalizers")
+
+    cluster.wait_until(released, timeout=20)
+    assert check_invariants(cluster) == []

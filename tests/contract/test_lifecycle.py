@@ -135,3 +135,15 @@ def test_namespace_and_node_status_subresources(api: Api) -> None:
     node["metadata"]["labels"] = {"gpu": "yes"}
     kept = api.ok(api.put(f"/api/v1/nodes/{node_name}", node))
     assert kept["status"]["capacity"]["example.com/widgets"] == "4"
+
+
+def test_bodies_without_content_type_or_in_yaml(api: Api) -> None:
+    plain = api.request("POST", api.pods(), pod("json"), content_type=None)
+    assert plain.status == 201
+    yaml_body = (
+        b"apiVersion: v1\nkind: Pod\nmetadata:\n  name: yaml\nspec:\n  containers:\n"
+        b"  - name: c\n    image: registry.k8s.io/pause:3.10\n"
+    )
+    created = api.request("POST", api.pods(), yaml_body, content_type="application/yaml")
+    assert created.status == 201
+    assert created.body["metadata"]["name"] == "yaml"

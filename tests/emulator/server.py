@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlsplit
 
+import yaml
+
 from tests.emulator import errors
 from tests.emulator.errors import ApiStatusError
 from tests.emulator.faults import Faults, RequestRecord
@@ -463,6 +465,7 @@ class _Handler(BaseHTTPRequestHandler):
         if injected is not None:
             raise injected
         self._authorize(req, emulator)
+        body = self._normalize_body(body)
         store = emulator.store
         dry_run = q.get("dryRun") == "All"
         if "dryRun" in q and not dry_run:
@@ -585,6 +588,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(
                 200, store.delete(kind, req.namespace, req.name, options, dry_run=dry_run), req
             )
+
+    def _normalize_body(self, body: bytes) -> bytes:
+        """POST/PUT/DELETE bodies may be JSON (also without Content-Type) or YAML; protobuf
+        is not emulated (415)."""
+        if self.command == "PATCH" or not body.strip():
+            return body
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
+        if content_type in {"application/yaml", "application/x-yaml", "text/yaml"}:
+            try:
+                return json.dumps(yaml.safe_load(body)).encode()
+            except yaml.YAMLError as exc:
+                raise errors.bad_request(
+                    f"the body of the request could not be decoded as YAML: {exc}"
+                ) from exc
+        if content_type.startswith("application/vnd.kubernetes.protobuf"):
+            raise errors.unsupported_media_type(content_type)
+        return body
 
     def _authorize(self, req: _Request, emulator: Emulator) -> None:
         node = emulator.node_identity

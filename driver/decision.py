@@ -49,6 +49,7 @@ from driver.bridge import (
     dra_resources_on_node,
     legacy_resources,
 )
+from driver.cel import compile_selector
 from driver.claims import AllocationResult, DeviceResult, ResourceClaim
 from driver.errors import BiaxialError, InvalidInputError
 from driver.ids import DeviceID, NodeName
@@ -65,6 +66,8 @@ from driver.quantity import NANO, Quantity
 from driver.scoring import (
     CORES,
     MEMORY,
+    NUMA_NODE,
+    PCIE_ROOT,
     NodeAmounts,
     consumption,
     gpu_order,
@@ -72,12 +75,12 @@ from driver.scoring import (
     node_rank,
     node_score,
 )
-from driver.snapshot import ClusterSnapshot
+from driver.snapshot import Candidate, ClusterSnapshot
 
 log = logging.getLogger(__name__)
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
-LEVELS: Final = 4
+LEVELS: Final = 32
 REASON_NO_GPUS: Final = "node(s) had no GPUs"
 REASON_GPU_MEMORY: Final = "insufficient GPU memory"
 REASON_GPU_CORES: Final = "insufficient GPU cores"
@@ -140,7 +143,7 @@ def _units(nanos: int) -> int:
 
 def _capacity_units(device: Device, name: str) -> int:
     capacity = device.capacity.get(name)
-    return capacity.value.value() if capacity is not None else 0
+    return -(-capacity.value.nanos // NANO) if capacity is not None else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +152,7 @@ class DeviceState:
 
     device_id: DeviceID
     device: Device
+    kind: int  # index into the node shape's distinct device kinds
     memory: int
     cores: int
     used_memory: int
@@ -171,23 +175,30 @@ class DeviceState:
 
 @dataclass(frozen=True, slots=True)
 class NodeShape:
-    """Nodes with the same devices (capacities and policies) share a shape, hence bounds."""
+    """Nodes with the same devices (capacities and policies, in order) share a shape, hence
+    totals and per-pod bounds."""
 
     key: tuple[object, ...]
     total: NodeAmounts
-    devices: tuple[Device, ...]  # one representative per distinct device kind
+    kinds: tuple[Device, ...]  # one representative per distinct device kind
     max_memory: int
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(self.kinds) == 1
 
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """The index's view of one node."""
+    """The index's view of one node. ``level`` is the largest free memory of a device already
+    in use (shared), in 1/LEVELS of the shape's largest device (0 when none is in use)."""
 
     node: Node
     shape: NodeShape
     devices: tuple[DeviceState, ...]
     used: NodeAmounts
     level: int
+    group_fresh: int  # most idle devices sharing one NUMA node or one PCIe root
 
     def list_key(self, cores: bool) -> int:
         """Σ_d U_d · Π_{e≠d} T_e over the node dims: proportional to the node's current mean
@@ -204,51 +215,69 @@ class NodeState:
         return key
 
 
-def _device_kind(device: Device) -> tuple[object, ...]:
-    return (
-        device.allow_multiple_allocations,
-        tuple(
-            sorted(
-                (name, cap.value.nanos, repr(cap.request_policy))
-                for name, cap in device.capacity.items()
-            )
-        ),
-    )
+def _device_kind(candidate: Candidate) -> tuple[object, ...]:
+    """Devices of one kind consume and fit alike: same sharing, capacities and policies."""
+    return (candidate.multi, candidate.capacities)
+
+
+Partition = tuple[tuple[object, ...], int, int, int]
+"""(shape key, level, devices in use, idle devices in one locality group): nodes whose bound
+is monotone in their list key."""
+Variant = tuple[bool, str]
+"""(cores dimension?, policy direction)."""
 
 
 class CapacityIndex:
     """Per-node device totals and use, filed in sorted lists for bound-ordered walks.
 
-    Lists are keyed by (shape, level, devices in use, cores-dimension?, policy direction) and
-    hold ``(±list_key, node name)`` sorted ascending, so the first entry is the best bound.
-    ``refresh(node)`` re-files one node in O(devices on the node + log n).
+    ``lists[variant][partition]`` holds ``(±list_key, node name)`` sorted ascending, so the
+    first entry has the best bound of its partition. ``refresh(node)`` re-files one node in
+    O(devices on the node + n) with a memmove-cheap constant.
     """
 
     def __init__(self, snapshot: ClusterSnapshot, nodes: Iterable[Node]) -> None:
         self.snapshot = snapshot
         self.states: dict[str, NodeState] = {}
         self.shapes: dict[tuple[object, ...], NodeShape] = {}
-        self.lists: dict[tuple[object, ...], list[tuple[int, str]]] = {}
+        self._kinds: dict[tuple[object, ...], tuple[tuple[object, ...], ...]] = {}
+        self.lists: dict[Variant, dict[Partition, list[tuple[int, str]]]] = {
+            (cores, direction): {} for cores in (False, True) for direction in ("binpack", "spread")
+        }
         self.deviceless: set[str] = set()
         for node in nodes:
             self._file(node)
 
     # ------------------------------------------------------------------ state
-    def _node_devices(self, node: Node) -> list[tuple[DeviceID, Device]]:
-        view = self.snapshot.candidates(node)
-        return [(c.device_id, c.device) for c in view.devices if c.node_local and c.node_match]
-
     def _state(self, node: Node) -> NodeState | None:
-        devices = self._node_devices(node)
+        view = self.snapshot.candidates(node)
+        devices = [c for c in view.devices if c.node_local and c.node_match]
         if not devices:
             return None
+        kinds_of = [_device_kind(c) for c in devices]
+        key = tuple(kinds_of)
+        shape = self.shapes.get(key)
+        distinct = list(dict.fromkeys(kinds_of))
+        if shape is None:
+            representatives = {k: c.device for k, c in zip(kinds_of, devices, strict=True)}
+            memories = [_capacity_units(c.device, MEMORY) for c in devices]
+            shape = NodeShape(
+                key=key,
+                total=NodeAmounts(
+                    devices=len(devices),
+                    memory=sum(memories),
+                    cores=sum(_capacity_units(c.device, CORES) for c in devices),
+                ),
+                kinds=tuple(representatives[k] for k in distinct),
+                max_memory=max(memories),
+            )
+            self.shapes[key] = shape
         allocated = self.snapshot.allocated
         states = []
-        kinds: dict[tuple[object, ...], Device] = {}
-        for device_id, device in devices:
+        max_free = 0
+        for cand, kind in zip(devices, kinds_of, strict=True):
+            device_id, device = cand.device_id, cand.device
             memory = _capacity_units(device, MEMORY)
             cores = _capacity_units(device, CORES)
-            shareable = device.allow_multiple_allocations
             usage = allocated.pool(device_id.driver, device_id.pool)
             if device_id.device in usage.exclusive:
                 used_memory, used_cores, in_use = memory, cores, True
@@ -257,45 +286,52 @@ class CapacityIndex:
                 used_memory = _units(consumed.get(MEMORY, 0))
                 used_cores = _units(consumed.get(CORES, 0))
                 in_use = True
+                max_free = max(max_free, memory - used_memory)
             else:
                 used_memory = used_cores = 0
                 in_use = False
             states.append(
                 DeviceState(
-                    device_id, device, memory, cores, used_memory, used_cores, in_use, shareable
+                    device_id,
+                    device,
+                    distinct.index(kind),
+                    memory,
+                    cores,
+                    used_memory,
+                    used_cores,
+                    in_use,
+                    device.allow_multiple_allocations,
                 )
             )
-            kinds.setdefault(_device_kind(device), device)
-        key = tuple(_device_kind(d) for _, d in devices)
-        shape = self.shapes.get(key)
-        if shape is None:
-            total = NodeAmounts(
-                devices=len(states),
-                memory=sum(s.memory for s in states),
-                cores=sum(s.cores for s in states),
-            )
-            shape = NodeShape(
-                key=key,
-                total=total,
-                devices=tuple(kinds.values()),
-                max_memory=max(s.memory for s in states),
-            )
-            self.shapes[key] = shape
         used = NodeAmounts(
             devices=sum(s.in_use for s in states),
             memory=sum(s.used_memory for s in states),
             cores=sum(s.used_cores for s in states),
         )
-        max_free = max(s.free_memory for s in states)
-        level = (LEVELS * max_free // shape.max_memory) if shape.max_memory > 0 else LEVELS
-        return NodeState(node=node, shape=shape, devices=tuple(states), used=used, level=level)
+        level = LEVELS * max_free // shape.max_memory if shape.max_memory > 0 else 0
+        groups: dict[tuple[str, object], int] = {}
+        for device_state in states:
+            if device_state.in_use:
+                continue
+            attributes = device_state.device.attributes
+            for attribute in (NUMA_NODE, PCIE_ROOT):
+                group = (attribute, attributes.get(attribute))
+                groups[group] = groups.get(group, 0) + 1
+        return NodeState(
+            node=node,
+            shape=shape,
+            devices=tuple(states),
+            used=used,
+            level=level,
+            group_fresh=max(groups.values(), default=0),
+        )
 
-    def _entries(self, state: NodeState) -> Iterator[tuple[tuple[object, ...], tuple[int, str]]]:
+    def _entries(self, state: NodeState) -> Iterator[tuple[Variant, Partition, tuple[int, str]]]:
+        partition = (state.shape.key, state.level, state.used.devices, state.group_fresh)
         for cores in (False, True):
             key = state.list_key(cores)
-            base = (state.shape.key, state.level, state.used.devices, cores)
-            yield (*base, "binpack"), (-key, state.node.name)
-            yield (*base, "spread"), (key, state.node.name)
+            yield (cores, "binpack"), partition, (-key, state.node.name)
+            yield (cores, "spread"), partition, (key, state.node.name)
 
     def _file(self, node: Node) -> None:
         state = self._state(node)
@@ -305,20 +341,20 @@ class CapacityIndex:
             return
         self.deviceless.discard(node.name)
         self.states[node.name] = state
-        for list_id, entry in self._entries(state):
-            insort(self.lists.setdefault(list_id, []), entry)
+        for variant, partition, entry in self._entries(state):
+            insort(self.lists[variant].setdefault(partition, []), entry)
 
     def _unfile(self, name: str) -> None:
         state = self.states.pop(name, None)
         if state is None:
             self.deviceless.discard(name)
             return
-        for list_id, entry in self._entries(state):
-            entries = self.lists[list_id]
-            at = bisect_left(entries, entry)
-            del entries[at]
+        for variant, partition, entry in self._entries(state):
+            partitions = self.lists[variant]
+            entries = partitions[partition]
+            del entries[bisect_left(entries, entry)]
             if not entries:
-                del self.lists[list_id]
+                del partitions[partition]
 
     def refresh(self, snapshot: ClusterSnapshot, node: Node) -> None:
         """Re-read one node after its use changed (and adopt the newer snapshot)."""
@@ -338,41 +374,77 @@ class _Alternative:
 
 @dataclass(frozen=True, slots=True)
 class _Demand:
-    """The pod's device requests, reduced to what bounds and prechecks need."""
+    """The pod's device requests, reduced to what bounds and prechecks need.
+
+    ``simple``: one claim, one request, one alternative of one device, no constraints, no
+    request selectors, no admin access. For such a pod (on a uniform class, see
+    :meth:`DecisionEngine._uniform`) the GPU axis's choice on a node is known from the index
+    alone, which makes the bound on the devices dimension exact.
+    """
 
     requests: tuple[tuple[_Alternative, ...], ...]  # per request: its alternatives
+    grouped: tuple[bool, ...]  # per request: matchAttribute on the NUMA node or PCIe root
     cores: bool  # the node score includes the cores dimension
     prunable: bool
+    simple: bool
+    classes: frozenset[str]
 
 
 def _demand(claims: Sequence[ResourceClaim]) -> _Demand:
     requests: list[tuple[_Alternative, ...]] = []
+    grouped: list[bool] = []
     prunable = True
     cores = False
+    selectors = False
+    classes: set[str] = set()
     for claim in claims:
+        local = {
+            name
+            for c in claim.constraints
+            if c.match_attribute in (NUMA_NODE, PCIE_ROOT)
+            for name in (c.requests or tuple(r.name for r in claim.requests))
+        }
         for request in claim.requests:
             alternatives = (
                 (request.exactly,) if request.exactly is not None else request.first_available
             )
             alts = []
             for alt in alternatives:
-                if alt.allocation_mode != "ExactCount":
+                classes.add(alt.device_class_name)
+                selectors = selectors or bool(alt.selectors)
+                if alt.allocation_mode != "ExactCount" or alt.admin_access:
                     prunable = False
                     continue
-                if alt.admin_access:
-                    prunable = False
                 want_cores = alt.capacity_requests.get(CORES)
                 if want_cores is not None and want_cores.sign() > 0:
                     cores = True
                 alts.append(_Alternative(alt.count, alt.capacity_requests))
             if alts:
                 requests.append(tuple(alts))
-    return _Demand(requests=tuple(requests), cores=cores, prunable=prunable)
+                grouped.append(request.name in local)
+    simple = (
+        prunable
+        and len(claims) == 1
+        and not claims[0].constraints
+        and len(requests) == 1
+        and len(requests[0]) == 1
+        and requests[0][0].count == 1
+        and not selectors
+    )
+    return _Demand(
+        requests=tuple(requests),
+        grouped=tuple(grouped),
+        cores=cores,
+        prunable=prunable,
+        simple=simple,
+        classes=frozenset(classes),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _ShapeBounds:
-    """Per node shape: what the pod can add at most / at least, and the level it needs."""
+    """Per node shape: what the pod can add at most / at least, the level it needs, and the
+    consumption of each request alternative on each device kind (for the precheck)."""
 
     memory_max: int
     memory_min: int
@@ -383,26 +455,38 @@ class _ShapeBounds:
     forced_fresh: int
     level: int
     feasible: bool
+    amounts: tuple[tuple[tuple[Mapping[str, int] | None, ...], ...], ...]
+    tight: bool  # simple pod, homogeneous shape, a fraction of a shareable device
+    needs_cores: bool
+    group_need: int  # idle devices one locality group must have (whole, grouped requests)
 
 
-def _shape_bounds(shape: NodeShape, demand: _Demand) -> _ShapeBounds:
+def _shape_bounds(shape: NodeShape, demand: _Demand, uniform: bool) -> _ShapeBounds:
     memory_max = memory_min = cores_max = cores_min = 0
     count_total = count_max_single = forced = 0
     min_need: int | None = None
     feasible = True
-    for alternatives in demand.requests:
+    amounts: list[tuple[tuple[Mapping[str, int] | None, ...], ...]] = []
+    partial = False
+    needs_cores = False
+    group_need = 0
+    for alternatives, grouped in zip(demand.requests, demand.grouped, strict=True):
         best: list[tuple[int, int, int, int, int, bool, int]] = []
+        per_alt = []
         for alt in alternatives:
-            amounts = [consumption(d, alt.requests) for d in shape.devices]
-            usable = [(d, a) for d, a in zip(shape.devices, amounts, strict=True) if a is not None]
+            by_kind = tuple(consumption(d, alt.requests) for d in shape.kinds)
+            per_alt.append(by_kind)
+            usable = [(d, a) for d, a in zip(shape.kinds, by_kind, strict=True) if a is not None]
             if not usable:
                 continue
             mems = [a.get(MEMORY, 0) for _, a in usable]
             cores = [a.get(CORES, 0) for _, a in usable]
+            needs_cores = needs_cores or max(cores) > 0
             whole = all(
                 not d.allow_multiple_allocations or a.get(MEMORY, 0) >= _capacity_units(d, MEMORY)
                 for d, a in usable
             )
+            partial = partial or not whole
             best.append(
                 (
                     alt.count * max(mems),
@@ -414,6 +498,7 @@ def _shape_bounds(shape: NodeShape, demand: _Demand) -> _ShapeBounds:
                     min(mems),
                 )
             )
+        amounts.append(tuple(per_alt))
         if not best:
             feasible = False
             continue
@@ -425,11 +510,21 @@ def _shape_bounds(shape: NodeShape, demand: _Demand) -> _ShapeBounds:
         count_max_single = max(count_max_single, min(b[4] for b in best))
         if all(b[5] for b in best):
             forced += min(b[4] for b in best)
+            if grouped:
+                group_need = max(group_need, min(b[4] for b in best))
         need = min(b[6] for b in best)
         min_need = need if min_need is None else min(min_need, need)
     level = 0
     if min_need is not None and shape.max_memory > 0:
         level = LEVELS * min_need // shape.max_memory
+    tight = (
+        demand.simple
+        and uniform
+        and shape.homogeneous
+        and shape.kinds[0].allow_multiple_allocations
+        and partial
+        and feasible
+    )
     return _ShapeBounds(
         memory_max=memory_max,
         memory_min=memory_min,
@@ -440,26 +535,53 @@ def _shape_bounds(shape: NodeShape, demand: _Demand) -> _ShapeBounds:
         forced_fresh=forced,
         level=level,
         feasible=feasible,
+        amounts=tuple(amounts),
+        tight=tight,
+        needs_cores=needs_cores,
+        group_need=group_need,
     )
 
 
-def _bound(
-    policy: str, shape: NodeShape, used: NodeAmounts, bounds: _ShapeBounds, cores: bool
-) -> Fraction:
-    total = shape.total
-    if policy == "binpack":
-        adding = NodeAmounts(
-            devices=min(bounds.count_total, total.devices - used.devices),
-            memory=bounds.memory_max,
-            cores=bounds.cores_max,
-        )
-    else:
-        adding = NodeAmounts(
-            devices=max(bounds.forced_fresh, bounds.count_max_single - used.devices, 0),
-            memory=bounds.memory_min,
-            cores=bounds.cores_min,
-        )
-    return node_score(total, used, adding, cores=cores)
+def _devices_bound(
+    policies: PodPolicies, total: int, level: int, in_use: int, bounds: _ShapeBounds
+) -> int:
+    """The most (node binpack) or least (node spread) devices the pod can newly take."""
+    fresh = total - in_use
+    if bounds.tight:
+        if policies.gpu == "spread":
+            # The emptiest fitting GPU comes first: an idle one while there is one.
+            return 1 if fresh > 0 else 0
+        if policies.gpu == "binpack" and not bounds.needs_cores:
+            # The fullest fitting GPU comes first: a shared one when one certainly fits.
+            if level > bounds.level:
+                return 0
+            if level < bounds.level:
+                return 1 if fresh > 0 else 0
+    if policies.node == "binpack":
+        return min(bounds.count_total, fresh)
+    return max(bounds.forced_fresh, bounds.count_max_single - in_use, 0)
+
+
+def _bound_amounts(
+    policies: PodPolicies, shape: NodeShape, level: int, in_use: int, bounds: _ShapeBounds
+) -> NodeAmounts:
+    binpack = policies.node == "binpack"
+    return NodeAmounts(
+        devices=_devices_bound(policies, shape.total.devices, level, in_use, bounds),
+        memory=bounds.memory_max if binpack else bounds.memory_min,
+        cores=bounds.cores_max if binpack else bounds.cores_min,
+    )
+
+
+def _float_score(total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, cores: bool) -> float:
+    """:func:`node_score` in floating point (heap order only; decisions use the exact one)."""
+    dims = node_dims(total, cores=cores)
+    if not dims:
+        return 0.0
+    score = 0.0
+    for dim in dims:
+        score += (getattr(used, dim) + getattr(adding, dim)) / getattr(total, dim)
+    return score / len(dims)
 
 
 # --------------------------------------------------------------------------- per-pod context
@@ -480,6 +602,9 @@ class _PodContext:
     bridge_cache: dict[
         tuple[frozenset[str], int | None], tuple[BridgeClaim, ResourceClaim] | None
     ] = field(default_factory=dict)
+    demand: _Demand | None = None
+    shape_bounds: dict[tuple[object, ...], _ShapeBounds] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,6 +657,11 @@ class DecisionEngine:
             for name, quantity in node.allocatable.items()
             if "/" in name and quantity.sign() > 0
         )
+        self._uniform_cache: dict[str, bool] = {}
+        if not self.exhaustive:
+            # The CEL sweep: which classes select every node-local device everywhere (stops
+            # at a class's first non-matching device). Results stay in the snapshot's cache.
+            self._uniform(frozenset(snapshot.classes))
         self.stats = DecisionStats()
 
     # ------------------------------------------------------------------ public
@@ -606,6 +736,10 @@ class DecisionEngine:
         best: tuple[tuple[Fraction, str], _NodeOutcome, Node] | None = None
         evaluated = 0
         for node in self.nodes.values():
+            known = ctx.reasons.get(node.name)
+            if known is not None:
+                reasons[known] = reasons.get(known, 0) + 1
+                continue
             outcome = self._evaluate(ctx, node)
             evaluated += 1
             self.stats.nodes_evaluated += 1
@@ -638,57 +772,111 @@ class DecisionEngine:
         demand = _demand(all_claims)
         if not demand.prunable or not demand.requests or ctx.allocated_claims:
             return self._exhaustive(ctx)
-        policy = ctx.policies.node
-        heap: list[tuple[tuple[Fraction, str], int, list[tuple[int, str]], int]] = []
-        shape_bounds = {
-            key: _shape_bounds(shape, demand) for key, shape in self.index.shapes.items()
+        uniform = self._uniform(demand.classes)
+        ctx.demand = demand
+        ctx.shape_bounds = {
+            key: _shape_bounds(shape, demand, uniform) for key, shape in self.index.shapes.items()
         }
+        policies = ctx.policies
+        policy = policies.node
+        sign = -1.0 if policy == "binpack" else 1.0
+        states = self.index.states
+        heap: list[tuple[float, str, int, list[tuple[int, str]], int, NodeAmounts, NodeShape]] = []
         serial = 0
-        for list_id, entries in self.index.lists.items():
-            shape_key, level, _udev, cores, direction = list_id
-            if cores != demand.cores or direction != policy:
+        for partition, entries in self.index.lists[(demand.cores, policy)].items():
+            shape_key, level, in_use, group_fresh = partition
+            bounds = ctx.shape_bounds[shape_key]
+            shape = self.index.shapes[shape_key]
+            idle = shape.total.devices - in_use
+            if (
+                not bounds.feasible
+                or (idle == 0 and level < bounds.level)  # no device takes the smallest request
+                or idle < bounds.forced_fresh  # whole devices wanted, fewer idle
+                or group_fresh < bounds.group_need  # not enough idle ones side by side
+            ):
                 continue
-            bounds = shape_bounds[shape_key]  # type: ignore[index]
-            if not bounds.feasible or level < bounds.level:  # type: ignore[operator]
-                continue
-            state = self.index.states[entries[0][1]]
-            bound = _bound(policy, state.shape, state.used, bounds, demand.cores)
-            heap.append((node_rank(policy, bound, entries[0][1]), serial, entries, 0))
+            adding = _bound_amounts(policies, shape, level, in_use, bounds)
+            name = entries[0][1]
+            bound = _float_score(shape.total, states[name].used, adding, demand.cores)
+            heap.append((sign * bound, name, serial, entries, 0, adding, shape))
             serial += 1
         heapq.heapify(heap)
         best: tuple[tuple[Fraction, str], _NodeOutcome, Node] | None = None
         evaluated = 0
         while heap:
-            rank, _, entries, position = heapq.heappop(heap)
-            if best is not None and rank > best[0]:
-                break
-            name = entries[position][1]
+            _, name, _, entries, position, adding, shape = heapq.heappop(heap)
+            state = states[name]
+            if best is not None:
+                exact = node_score(shape.total, state.used, adding, cores=demand.cores)
+                if node_rank(policy, exact, name) > best[0]:
+                    continue  # nothing left in this partition can beat the best
             node = self.nodes[name]
-            outcome = self._evaluate(ctx, node)
             evaluated += 1
             self.stats.nodes_evaluated += 1
-            if not isinstance(outcome, str):
-                exact = node_rank(policy, outcome.score, name)
-                if best is None or exact < best[0]:
-                    best = (exact, outcome, node)
+            # The index's precheck first: it is the cheapest test and fails most often. Its
+            # reason is not kept: the filter's reasons come first in kube-scheduler's order.
+            if _precheck(state, demand, ctx.shape_bounds[shape.key]) is None:
+                outcome = self._evaluate(ctx, node, prechecked=True)
+                if isinstance(outcome, str):
+                    ctx.reasons[name] = outcome
+                else:
+                    rank = node_rank(policy, outcome.score, name)
+                    if best is None or rank < best[0]:
+                        best = (rank, outcome, node)
             if position + 1 < len(entries):
                 nxt = entries[position + 1][1]
-                state = self.index.states[nxt]
-                bounds = shape_bounds[state.shape.key]
-                bound = _bound(policy, state.shape, state.used, bounds, demand.cores)
-                heapq.heappush(heap, (node_rank(policy, bound, nxt), serial, entries, position + 1))
+                bound = _float_score(shape.total, states[nxt].used, adding, demand.cores)
+                heapq.heappush(
+                    heap, (sign * bound, nxt, serial, entries, position + 1, adding, shape)
+                )
                 serial += 1
         for name in sorted(self.index.deviceless):
             outcome = self._evaluate(ctx, self.nodes[name])
             evaluated += 1
             self.stats.nodes_evaluated += 1
-            if not isinstance(outcome, str):
-                exact = node_rank(policy, outcome.score, name)
-                if best is None or exact < best[0]:
-                    best = (exact, outcome, self.nodes[name])
+            if isinstance(outcome, str):
+                ctx.reasons[name] = outcome
+            else:
+                rank = node_rank(policy, outcome.score, name)
+                if best is None or rank < best[0]:
+                    best = (rank, outcome, self.nodes[name])
         if best is None:
             return self._exhaustive(ctx)  # nothing fits: every node's reason is needed
         return self._placement(ctx, best[2], best[1], evaluated)
+
+    def _uniform(self, classes: frozenset[str]) -> bool:
+        """Whether every node-local device of every indexed node passes these classes'
+        selectors and nothing else (taints, counters) can set one apart; cached per class."""
+        uniform = True
+        for name in sorted(classes):
+            known = self._uniform_cache.get(name)
+            if known is None:
+                known = self._class_is_uniform(name)
+                self._uniform_cache[name] = known
+            uniform = uniform and known
+        return uniform
+
+    def _class_is_uniform(self, name: str) -> bool:
+        device_class = self.snapshot.classes.get(name)
+        cache = self.snapshot.match_cache
+        if device_class is None or cache is None:
+            return False
+        try:
+            selectors = [compile_selector(e) for e in device_class.selectors]
+            for state in self.index.states.values():
+                for cand in self.snapshot.candidates(state.node).devices:
+                    if not cand.node_local or not cand.node_match:
+                        continue
+                    if cand.blocking_taints or cand.consumes:
+                        return False
+                    for selector in selectors:
+                        if not cache.matches(
+                            selector, cand.device_id, cand.match_generation, cand.device
+                        ):
+                            return False
+        except BiaxialError:
+            return False
+        return True
 
     def _bridge(
         self, ctx: _PodContext, dra: frozenset[str], gpu_memory: int | None
@@ -720,7 +908,9 @@ class DecisionEngine:
             return None
         return min(d.memory for d in state.devices if d.memory > 0) if state.devices else None
 
-    def _evaluate(self, ctx: _PodContext, node: Node) -> _NodeOutcome | str:
+    def _evaluate(
+        self, ctx: _PodContext, node: Node, *, prechecked: bool = False
+    ) -> _NodeOutcome | str:
         """The node's exact outcome for the pod, or the reason it does not fit."""
         dra = dra_resources_on_node(ctx.legacy.resources, node.allocatable)
         exempt = set(dra) | (
@@ -748,9 +938,9 @@ class DecisionEngine:
             return _NodeOutcome(node_score(total, used, NodeAmounts(), cores=False), (), bridge)
         if state is None and not self.exhaustive:
             return REASON_NO_GPUS
-        demand = _demand(claims)
-        if state is not None and demand.prunable and not self.exhaustive:
-            short = _precheck(state, demand)
+        bounds = ctx.shape_bounds.get(state.shape.key) if state is not None else None
+        if not prechecked and state is not None and bounds is not None and ctx.demand is not None:
+            short = _precheck(state, ctx.demand, bounds)
             if short is not None:
                 return short
         stats = SearchStats()
@@ -767,11 +957,17 @@ class DecisionEngine:
         if results is None:
             if state is None:
                 return REASON_NO_GPUS
-            return _precheck(state, demand) or REASON_CLAIMS
+            demand = _demand(claims)
+            if not demand.prunable:
+                return REASON_CLAIMS
+            return _precheck(state, demand, _shape_bounds(state.shape, demand, False)) or (
+                REASON_CLAIMS
+            )
         if state is None:
             return _NodeOutcome(Fraction(0), tuple(results), bridge)
         adding = _added(state, results)
-        score = node_score(state.shape.total, state.used, adding, cores=demand.cores)
+        cores = ctx.demand.cores if ctx.demand is not None else _demand(claims).cores
+        score = node_score(state.shape.total, state.used, adding, cores=cores)
         return _NodeOutcome(score, tuple(results), bridge)
 
     def _placement(
@@ -792,17 +988,17 @@ class DecisionEngine:
         )
 
 
-def _precheck(state: NodeState, demand: _Demand) -> str | None:
+def _precheck(state: NodeState, demand: _Demand, bounds: _ShapeBounds) -> str | None:
     """A necessary condition from the index: each request has enough devices with room.
     Returns the kube-style reason when it fails."""
-    for alternatives in demand.requests:
+    for alternatives, per_alt in zip(demand.requests, bounds.amounts, strict=True):
         ok = False
         reason = REASON_FREE_GPUS
-        for alt in alternatives:
+        for alt, by_kind in zip(alternatives, per_alt, strict=True):
             hosts = 0
             memory_short = cores_short = False
             for device in state.devices:
-                amounts = consumption(device.device, alt.requests)
+                amounts = by_kind[device.kind]
                 if amounts is None:
                     memory_short = memory_short or MEMORY in alt.requests
                     cores_short = cores_short or MEMORY not in alt.requests
@@ -811,29 +1007,24 @@ def _precheck(state: NodeState, demand: _Demand) -> str | None:
                     if not device.in_use:
                         hosts += 1
                     continue
-                need_memory = amounts.get(MEMORY, 0)
-                need_cores = amounts.get(CORES, 0)
-                if need_memory > device.free_memory:
+                if amounts.get(MEMORY, 0) > device.free_memory:
                     memory_short = True
                     continue
-                if need_cores > device.free_cores:
+                if amounts.get(CORES, 0) > device.free_cores:
                     cores_short = True
                     continue
                 hosts += 1
             if hosts >= alt.count:
                 ok = True
                 break
-            if hosts == 0 and memory_short and not _whole(state, alt):
+            whole = alt.requests.get(MEMORY) is None and all(d.shareable for d in state.devices)
+            if hosts == 0 and memory_short and not whole:
                 reason = REASON_GPU_MEMORY
             elif hosts == 0 and cores_short:
                 reason = REASON_GPU_CORES
         if not ok:
             return reason
     return None
-
-
-def _whole(state: NodeState, alt: _Alternative) -> bool:
-    return alt.requests.get(MEMORY) is None and all(d.shareable for d in state.devices)
 
 
 def _added(state: NodeState, results: Iterable[AllocationResult]) -> NodeAmounts:

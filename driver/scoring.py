@@ -33,6 +33,7 @@ Everything is a pure function of its arguments; same input, same output.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from driver.allocator import DeviceOrder, OrderContext
 from driver.model import Capacity, Device
 from driver.policy import GpuPolicy, NodePolicy
 from driver.quantity import NANO, Quantity
-from driver.snapshot import Candidate
+from driver.snapshot import Candidate, CapacitySpec
 
 MEMORY: Final = "memory"
 CORES: Final = "cores"
@@ -55,6 +56,7 @@ _DIGITS: Final = re.compile(r"(\d+)")
 T = TypeVar("T")
 
 
+@functools.lru_cache(maxsize=65536)
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """``gpu-2`` before ``gpu-10``: digit runs compare as numbers."""
     return tuple((1, int(p)) if p.isdigit() else (0, p) for p in _DIGITS.split(name) if p)
@@ -304,45 +306,84 @@ def best_node(policy: NodePolicy, scored: Sequence[tuple[Fraction, str]]) -> tup
 # --------------------------------------------------------------------------- allocator hook
 
 
-def _load(candidate: Candidate, ctx: OrderContext) -> DeviceLoad:
-    """What other claims and this attempt already use of a candidate (whole units)."""
-    device_id = candidate.device_id
-    usage = ctx.allocated.pool(device_id.driver, device_id.pool)
-    used: dict[str, int] = {}
-    in_use = False
-    if device_id.device in usage.exclusive:
-        return DeviceLoad(
-            used={n: _ceil_units(c.value.nanos) for n, c in candidate.device.capacity.items()},
-            in_use=True,
-        )
-    consumed = usage.capacity.get(device_id.device)
-    if consumed is not None or device_id.device in usage.shares:
-        in_use = True
-        for name, nanos in (consumed or {}).items():
-            used[name] = used.get(name, 0) + nanos
-    pending = ctx.pending.get(device_id)
-    if pending is not None:
-        in_use = True
-        if not pending:
-            return DeviceLoad(
-                used={n: _ceil_units(c.value.nanos) for n, c in candidate.device.capacity.items()},
-                in_use=True,
+def _spec_amount(spec: CapacitySpec, multi: bool, requested: int | None) -> int | None:
+    """Nano-units one capacity takes under its request policy (None: not allowed)."""
+    if not multi:
+        return None if requested is not None and requested > spec.value else spec.value
+    if not spec.has_policy:
+        if requested is None:
+            return spec.value
+        return requested if requested <= spec.value else None
+    if requested is None:
+        return spec.default if spec.default is not None else spec.value
+    amount = requested
+    if spec.valid_values:
+        for valid in spec.valid_values:
+            if valid >= amount:
+                return valid
+        return None
+    if spec.range_min is not None:
+        amount = max(amount, spec.range_min)
+        if spec.range_step:
+            amount = (
+                spec.range_min + -(-(amount - spec.range_min) // spec.range_step) * spec.range_step
             )
-        for name, nanos in pending.items():
-            used[name] = used.get(name, 0) + nanos
-    return DeviceLoad(used={n: _ceil_units(v) for n, v in used.items()}, in_use=in_use)
+        if spec.range_max is not None and amount > spec.range_max:
+            return None
+    return amount if amount <= spec.value else None
+
+
+def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> list[ScoredDevice]:
+    """:func:`score_devices` for the allocator hook, on the candidates' precomputed capacity
+    specs (integer nano-units) and the allocated/pending state."""
+    requests = {name: q.nanos for name, q in ctx.capacity_requests.items()}
+    wants_cores = requests.get(CORES, 0) > 0
+    dims = (MEMORY, CORES) if wants_cores else (MEMORY,)
+    out = []
+    for cand in candidates:
+        device_id = cand.device_id
+        key = (device_id.driver, device_id.pool, natural_key(device_id.device))
+        attributes = cand.device.attributes
+        group = (attributes.get(PCIE_ROOT), attributes.get(NUMA_NODE))
+        specs = cand.capacities
+        if any(name not in {s.name for s in specs} for name in requests):
+            out.append(ScoredDevice(score=0.0, fits=False, group=group, key=key))
+            continue
+        usage = ctx.allocated.pool(device_id.driver, device_id.pool)
+        exclusive = device_id.device in usage.exclusive
+        consumed = usage.capacity.get(device_id.device) or {}
+        in_use = exclusive or device_id.device in usage.shares
+        pending = ctx.pending.get(device_id)
+        if pending is not None:
+            in_use = True
+            exclusive = exclusive or not pending
+        fits = not (exclusive or (in_use and not cand.multi))
+        total = 0.0
+        counted = 0
+        for spec in specs:
+            amount = _spec_amount(spec, cand.multi, requests.get(spec.name))
+            if amount is None:
+                fits = False
+                break
+            used = consumed.get(spec.name, 0) + (pending.get(spec.name, 0) if pending else 0)
+            if cand.multi and used + amount > spec.value:
+                fits = False
+            if spec.name in dims and spec.value > 0:
+                if cand.multi:
+                    total += (used + amount) / spec.value
+                else:  # exclusive: the fit ratio of what was asked (best-fit under binpack)
+                    total += requests.get(spec.name, spec.value) / spec.value
+                counted += 1
+        score = total / counted if counted else (1.0 if in_use else 0.0)
+        out.append(ScoredDevice(score=score, fits=fits, group=group, key=key))
+    return out
 
 
 def _make_order(policy: GpuPolicy) -> DeviceOrder:
     def order(candidates: Sequence[Candidate], ctx: OrderContext) -> Sequence[Candidate]:
         if len(candidates) <= 1:
             return candidates
-        scored = score_devices(
-            [c.device for c in candidates],
-            [_load(c, ctx) for c in candidates],
-            ctx.capacity_requests,
-            [(c.device_id.driver, c.device_id.pool, c.device_id.device) for c in candidates],
-        )
+        scored = _candidate_scores(candidates, ctx)
         return reorder(candidates, order_indices(scored, policy, ctx.count))
 
     order.__name__ = f"gpu_{policy}_order"

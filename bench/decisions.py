@@ -1,0 +1,209 @@
+"""Decision-core benchmark (``make bench``): throughput, latency, cold start and memory.
+
+For each cluster size (100, 500, 1000, 5000 nodes x 8 GPUs; see :mod:`bench.scenarios`) a
+fresh child process
+
+1. generates the scenario (not timed);
+2. measures the **cold start**: parse the listed JSON (Nodes, ResourceSlices, DeviceClasses,
+   allocated ResourceClaims) into models, build the cluster snapshot, sweep every class
+   selector over every device (CEL, results cached for the allocator), and build the decision
+   engine's capacity index;
+3. places the pods one by one with the real decision core (``decide`` then ``assume``; no API
+   writes) and records each decision's wall time;
+4. reports pods/s, p50/p99 decision time and the process's peak RSS.
+
+One table is printed. ``--nodes`` / ``--pods`` run other sizes; ``--profile`` runs one size
+under cProfile and prints the top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import gc
+import json
+import pstats
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+from bench.scenarios import generate
+from driver.claims import DeviceClass, ResourceClaim
+from driver.decision import DecisionEngine, Placement
+from driver.model import ResourceSlice
+from driver.nodes import Node
+from driver.snapshot import ClusterSnapshot
+
+DEFAULT_SIZES = (100, 500, 1000, 5000)
+DEFAULT_PODS = 1000
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
+    """One size, in this process."""
+
+    scenario = generate(nodes, pods, seed=seed)
+    raw = json.dumps(
+        {
+            "nodes": scenario.nodes,
+            "slices": scenario.slices,
+            "classes": scenario.classes,
+            "claims": scenario.claims,
+        }
+    )
+
+    # A long-running scheduler keeps its startup objects forever: collect nothing while
+    # loading them, then freeze them out of the collector's way (gc.freeze), so full
+    # collections stay short during decisions. The controller does the same.
+    gc.collect()
+    gc.disable()
+    started = time.perf_counter()
+    listed = json.loads(raw)
+    node_models = [Node.from_api(n) for n in listed["nodes"]]
+    slices = [ResourceSlice.from_api(s) for s in listed["slices"]]
+    classes = [DeviceClass.from_api(c) for c in listed["classes"]]
+    claims = [ResourceClaim.from_api(c) for c in listed["claims"]]
+    snapshot = ClusterSnapshot.build(slices, classes, claims)
+    engine = DecisionEngine(snapshot, node_models)
+    cold = time.perf_counter() - started
+    del listed, raw
+    gc.freeze()
+    gc.enable()
+
+    pod_inputs = [
+        (pod, [ResourceClaim.from_api(c) for c in pod_claims]) for pod, pod_claims in scenario.pods
+    ]
+    durations: list[float] = []
+    placed = 0
+    loop_started = time.perf_counter()
+    for pod, pod_claims in pod_inputs:
+        t0 = time.perf_counter()
+        decision = engine.decide(pod, pod_claims)
+        if isinstance(decision, Placement):
+            engine.assume(decision, pod)
+            placed += 1
+        durations.append(time.perf_counter() - t0)
+    total = time.perf_counter() - loop_started
+    return {
+        "nodes": nodes,
+        "gpus": sum(1 for s in scenario.slices for _ in s["spec"].get("devices", ())),
+        "preheld": len(scenario.claims),
+        "pods": len(pod_inputs),
+        "placed": placed,
+        "podsPerSecond": len(pod_inputs) / total,
+        "p50Ms": 1000 * _percentile(durations, 0.50),
+        "p99Ms": 1000 * _percentile(durations, 0.99),
+        "meanMs": 1000 * total / len(pod_inputs),
+        "coldStartSeconds": cold,
+        "nodesEvaluated": engine.stats.nodes_evaluated,
+        "allocatorCalls": engine.stats.allocator_calls,
+        "peakRssMb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _child(nodes: int, pods: int, seed: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.decisions",
+            "--child",
+            "--nodes",
+            str(nodes),
+            "--pods",
+            str(pods),
+            "--seed",
+            str(seed),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    headers = [
+        "nodes",
+        "GPUs",
+        "pods",
+        "placed",
+        "pods/s",
+        "p50 ms",
+        "p99 ms",
+        "cold start s",
+        "peak RSS MB",
+        "allocator calls/pod",
+    ]
+    lines = []
+    body = [
+        [
+            str(r["nodes"]),
+            str(r["gpus"]),
+            str(r["pods"]),
+            str(r["placed"]),
+            f"{r['podsPerSecond']:.0f}",
+            f"{r['p50Ms']:.2f}",
+            f"{r['p99Ms']:.2f}",
+            f"{r['coldStartSeconds']:.2f}",
+            f"{r['peakRssMb']:.0f}",
+            f"{r['allocatorCalls'] / r['pods']:.1f}",
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(headers)]
+    lines.append(" | ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    lines.append("-+-".join("-" * w for w in widths))
+    lines.extend(" | ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body)
+    if len(rows) >= 2:
+        small = next((r for r in rows if r["nodes"] == 500), rows[0])
+        large = rows[-1]
+        ratio = large["meanMs"] / small["meanMs"]
+        lines.append("")
+        lines.append(
+            f"per-pod cost at {large['nodes']} nodes = {ratio:.2f} x that at {small['nodes']} nodes"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.decisions", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--nodes", type=int, action="append", help="cluster size(s); default 100 500 1000 5000"
+    )
+    parser.add_argument("--pods", type=int, default=DEFAULT_PODS, help="pods to place per size")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--profile", action="store_true", help="cProfile one size in-process")
+    args = parser.parse_args(argv)
+    sizes = args.nodes or list(DEFAULT_SIZES)
+    if args.child:
+        print(json.dumps(measure(sizes[0], args.pods, args.seed)))
+        return 0
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        result = measure(sizes[0], args.pods, args.seed)
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
+        print(table([result]))
+        return 0
+    rows = []
+    for nodes in sizes:
+        rows.append(_child(nodes, args.pods, args.seed))
+        print(f"  {nodes} nodes done", file=sys.stderr)
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

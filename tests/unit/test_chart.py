@@ -1,0 +1,371 @@
+"""The Helm chart ``deploy/helm/biaxial``, rendered by Helm's own engine (``tests.render_chart``):
+strict schema validity for 1.34 and 1.37 in several value sets, least-privilege RBAC exactly as
+the reference lists it, the ResourceSlice admission policy, and the contract with the binaries
+(every rendered argument parses with the real CLI and gives settings that validate).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from biaxial.cli import build_parser
+from biaxial.commands import controller as controller_cmd
+from biaxial.commands import kubelet_plugin as plugin_cmd
+from tests.render_chart import MANIFESTS, NAMESPACE, VARIANTS, manifest_text, render_objects
+from tests.validate_manifests import validate_object
+
+ROOT = Path(__file__).resolve().parents[2]
+VERSIONS = ("1.34", "1.37")
+JSON = dict[str, Any]
+
+
+@functools.cache
+def _render_cached(key: str) -> list[JSON]:
+    values = yaml.safe_load(key)
+    return [r.obj for r in render_objects(values)]
+
+
+def render(values: Mapping[str, Any] | None = None) -> list[JSON]:
+    return _render_cached(yaml.safe_dump(dict(values or {}), sort_keys=True))
+
+
+def one(objs: list[JSON], kind: str, name: str | None = None) -> JSON:
+    found = [
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"{len(found)} x {kind} {name or ''}"
+    return found[0]
+
+
+def rules(objs: list[JSON], kind: str, name: str) -> list[JSON]:
+    rules_: list[JSON] = one(objs, kind, name)["rules"]
+    return rules_
+
+
+def grants(rule_list: list[JSON], resource: str, group: str = "") -> set[str]:
+    verbs: set[str] = set()
+    for rule in rule_list:
+        if resource in rule["resources"] and group in rule["apiGroups"]:
+            verbs |= set(rule["verbs"])
+    return verbs
+
+
+def container(objs: list[JSON], kind: str) -> JSON:
+    workload = one(objs, kind)
+    containers = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    c: JSON = containers[0]
+    return c
+
+
+# --------------------------------------------------------------------------- validity
+
+VALUE_SETS: dict[str, Mapping[str, Any]] = {
+    "defaults": {},
+    **{f"variant {name}": values for name, values in VARIANTS.items()},
+    "everything on": {
+        "verbosity": 2,
+        "kubeletPlugin": {
+            "advertiseLegacyResources": True,
+            "removeSlicesOnExit": True,
+            "hamiCoreLibrary": "/usr/local/vgpu/libvgpu.so",
+            "runtimeClassName": "nvidia",
+            "extraArgs": ["--resync-seconds=30"],
+            "extraEnv": [{"name": "BIAXIAL_XID_QUIET_SECONDS", "value": "120"}],
+        },
+        "controller": {"extraArgs": ["--qps=50"], "nodePolicy": "spread"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "commonLabels": {"team": "ml-platform"},
+    },
+    "leader election off, controller only": {
+        "kubeletPlugin": {"enabled": False},
+        "controller": {"replicas": 1, "leaderElection": {"enabled": False}},
+    },
+}
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_every_rendered_object_validates_strictly(values: Mapping[str, Any]) -> None:
+    objs = render(values)
+    assert objs
+    for obj in objs:
+        for version in VERSIONS:
+            assert validate_object(obj, version) == [], (obj["kind"], obj["metadata"]["name"])
+
+
+def test_default_render_has_the_expected_objects() -> None:
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in render())
+    assert kinds == sorted(
+        [
+            ("ClusterRole", "biaxial-controller"),
+            ("ClusterRole", "biaxial-kubelet-plugin"),
+            ("ClusterRoleBinding", "biaxial-controller"),
+            ("ClusterRoleBinding", "biaxial-kubelet-plugin"),
+            ("DaemonSet", "biaxial-kubelet-plugin"),
+            ("Deployment", "biaxial-controller"),
+            ("DeviceClass", "gpu.biaxial.dev"),
+            ("DeviceClass", "mig.biaxial.dev"),
+            ("Role", "biaxial-controller-leader-election"),
+            ("RoleBinding", "biaxial-controller-leader-election"),
+            ("Service", "biaxial-controller-metrics"),
+            ("Service", "biaxial-kubelet-plugin-metrics"),
+            ("ServiceAccount", "biaxial-controller"),
+            ("ServiceAccount", "biaxial-kubelet-plugin"),
+            ("ValidatingAdmissionPolicy", "biaxial-resourceslices"),
+            ("ValidatingAdmissionPolicyBinding", "biaxial-resourceslices"),
+        ]
+    )
+    for obj in render():
+        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding", "DeviceClass"} and not (
+            obj["kind"].startswith("ValidatingAdmissionPolicy")
+        ):
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+
+
+@pytest.mark.parametrize("filename", sorted(VARIANTS))
+def test_plain_manifests_are_fresh_and_start_with_the_namespace(filename: str) -> None:
+    path = MANIFESTS / filename
+    assert path.read_text(encoding="utf-8") == manifest_text(VARIANTS[filename]), (
+        f"{path} is stale: run `python -m tests.render_chart`"
+    )
+    first = next(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d)
+    assert (first["kind"], first["metadata"]["name"]) == ("Namespace", NAMESPACE)
+
+
+def test_service_monitor_option() -> None:
+    assert not [o for o in render() if o["kind"] == "ServiceMonitor"]
+    objs = render({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "p"}}}})
+    monitors = [o for o in objs if o["kind"] == "ServiceMonitor"]
+    assert len(monitors) == 2
+    services = [o for o in objs if o["kind"] == "Service"]
+    for monitor in monitors:
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert monitor["metadata"]["labels"]["release"] == "p"
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        matched = [s for s in services if selector.items() <= s["metadata"]["labels"].items()]
+        assert len(matched) == 1
+        assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+# --------------------------------------------------------------------------- device classes
+
+
+@pytest.mark.parametrize("name", ["gpu.biaxial.dev", "mig.biaxial.dev"])
+def test_device_classes_equal_the_repository_files(name: str) -> None:
+    repo = yaml.safe_load((ROOT / "deviceclasses" / f"{name}.yaml").read_text(encoding="utf-8"))
+    rendered = one(render(), "DeviceClass", name)
+    assert rendered["spec"] == repo["spec"]
+
+
+def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
+    objs = render({"driverName": "gpu.example.org", "deviceClasses": {"extendedResourceName": ""}})
+    gpu = one(objs, "DeviceClass", "gpu.biaxial.dev")
+    assert "extendedResourceName" not in gpu["spec"]
+    assert 'device.driver == "gpu.example.org"' in gpu["spec"]["selectors"][0]["cel"]["expression"]
+    assert "--driver-name=gpu.example.org" in container(objs, "DaemonSet")["args"]
+    assert "--driver-name=gpu.example.org" in container(objs, "Deployment")["args"]
+    driver_rule = next(
+        r
+        for r in rules(objs, "ClusterRole", "biaxial-kubelet-plugin")
+        if r["resources"] == ["resourceclaims/driver"]
+    )
+    assert driver_rule["resourceNames"] == ["gpu.example.org"]
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def test_no_wildcards_anywhere() -> None:
+    objs = render({"kubeletPlugin": {"advertiseLegacyResources": True}})
+    for obj in objs:
+        for rule in obj.get("rules", []):
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], (obj["metadata"]["name"], rule)
+
+
+def test_plugin_rbac_is_the_reference_list() -> None:
+    plugin = rules(render(), "ClusterRole", "biaxial-kubelet-plugin")
+    res = "resource.k8s.io"
+    assert grants(plugin, "resourceslices", res) == {
+        "get", "list", "watch", "create", "update", "patch", "delete"
+    }  # fmt: skip
+    assert grants(plugin, "resourceclaims", res) == {"get", "list", "watch"}
+    assert grants(plugin, "resourceclaims/status", res) == {"update", "patch"}
+    assert grants(plugin, "resourceclaims/driver", res) == {
+        "associated-node:update",
+        "associated-node:patch",
+    }
+    assert grants(plugin, "nodes") == {"get"}
+    assert grants(plugin, "nodes/status") == set()
+    assert grants(plugin, "pods") == set()
+    legacy = rules(
+        render({"kubeletPlugin": {"advertiseLegacyResources": True}}),
+        "ClusterRole",
+        "biaxial-kubelet-plugin",
+    )
+    assert grants(legacy, "nodes/status") == {"patch"}
+
+
+def test_controller_rbac_is_the_reference_list() -> None:
+    objs = render()
+    ctl = rules(objs, "ClusterRole", "biaxial-controller")
+    res = "resource.k8s.io"
+    assert grants(ctl, "pods") == {"get", "list", "watch"}
+    assert grants(ctl, "pods/binding") == {"create"}
+    assert grants(ctl, "pods/status") == {"patch", "update"}
+    assert grants(ctl, "nodes") == {"list", "watch"}
+    for resource in ("resourceslices", "deviceclasses", "resourceclaimtemplates"):
+        assert grants(ctl, resource, res) == {"get", "list", "watch"}, resource
+    assert grants(ctl, "resourceclaims", res) == {
+        "get", "list", "watch", "create", "update", "patch", "delete"
+    }  # fmt: skip
+    assert grants(ctl, "resourceclaims/status", res) == {"update", "patch"}
+    assert grants(ctl, "resourceclaims/binding", res) == {"update", "patch"}
+    assert grants(ctl, "resourceclaims/driver", res) == set()
+    assert grants(ctl, "events") == {"create", "patch"}
+    assert grants(ctl, "leases", "coordination.k8s.io") == set()  # namespaced Role only
+    lease_role = one(objs, "Role", "biaxial-controller-leader-election")
+    assert lease_role["metadata"]["namespace"] == NAMESPACE
+    assert grants(lease_role["rules"], "leases", "coordination.k8s.io") == {
+        "get",
+        "create",
+        "update",
+    }
+
+
+def test_bindings_name_the_chart_service_accounts() -> None:
+    objs = render()
+    for component in ("kubelet-plugin", "controller"):
+        binding = one(objs, "ClusterRoleBinding", f"biaxial-{component}")
+        assert binding["roleRef"]["name"] == f"biaxial-{component}"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": f"biaxial-{component}", "namespace": NAMESPACE}
+        ]
+    workload = {"kubelet-plugin": "DaemonSet", "controller": "Deployment"}
+    for component, kind in workload.items():
+        spec = one(objs, kind)["spec"]["template"]["spec"]
+        assert spec["serviceAccountName"] == f"biaxial-{component}"
+
+
+def test_resourceslice_policy_restricts_the_plugin_to_its_node() -> None:
+    objs = render()
+    policy = one(objs, "ValidatingAdmissionPolicy")["spec"]
+    binding = one(objs, "ValidatingAdmissionPolicyBinding")["spec"]
+    assert binding == {"policyName": "biaxial-resourceslices", "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    assert rule["resources"] == ["resourceslices"]
+    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+    assert "v1" in rule["apiVersions"]
+    (condition,) = policy["matchConditions"]
+    assert f'"system:serviceaccount:{NAMESPACE}:biaxial-kubelet-plugin"' in condition["expression"]
+    variables = {v["name"]: v["expression"] for v in policy["variables"]}
+    assert "authentication.kubernetes.io/node-name" in variables["userNodeName"]
+    assert "oldObject" in variables["objectNodeName"]
+    assert "DELETE" in variables["objectNodeName"]
+    checks = [v["expression"] for v in policy["validations"]]
+    assert checks == [
+        'variables.userNodeName != ""',
+        "variables.userNodeName == variables.objectNodeName",
+    ]
+    assert not [
+        o for o in render({"resourceSlicePolicy": {"enabled": False}}) if "Policy" in o["kind"]
+    ]
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def test_plugin_daemonset_host_paths_env_and_probes() -> None:
+    objs = render()
+    ds = one(objs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    paths = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert {
+        "/var/lib/kubelet/plugins_registry",
+        "/var/lib/kubelet/plugins",
+        "/var/run/cdi",
+        "/var/lib/biaxial",
+    } <= set(paths.values())
+    c = container(objs, "DaemonSet")
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts == paths  # host paths are mounted at their own path (CDI specs carry them)
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert not any(a.startswith("--fake-gpus") for a in c["args"])
+    (port,) = c["ports"]
+    assert f"--metrics-port={port['containerPort']}" in c["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert c["securityContext"]["privileged"] is True
+
+
+def test_fake_gpus_value() -> None:
+    c = container(render({"kubeletPlugin": {"fakeGpus": "a10gx4"}}), "DaemonSet")
+    assert "--fake-gpus=a10gx4" in c["args"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in c["env"]}
+
+
+def test_controller_deployment() -> None:
+    objs = render()
+    deploy = one(objs, "Deployment")
+    assert deploy["spec"]["replicas"] == 2
+    pod = deploy["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    c = container(objs, "Deployment")
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "--leader-elect" in c["args"]
+    assert f"--lease-namespace={NAMESPACE}" in c["args"]
+    (port,) = c["ports"]
+    assert f"--metrics-port={port['containerPort']}" in c["args"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    env = {e["name"]: e for e in c["env"]}
+    assert env["BIAXIAL_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    off = render({"controller": {"leaderElection": {"enabled": False}}})
+    assert "--no-leader-elect" in container(off, "Deployment")["args"]
+    assert not [o for o in off if o["kind"] in {"Role", "RoleBinding"}]
+
+
+# --------------------------------------------------------------------------- contract with the CLI
+
+
+@pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
+def test_rendered_arguments_are_accepted_by_the_binaries(
+    values: Mapping[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("KUBECONFIG", "NODE_NAME", "POD_UID"):
+        monkeypatch.delenv(name, raising=False)
+    objs = render(values)
+    parser = build_parser()
+    for kind in ("DaemonSet", "Deployment"):
+        if not [o for o in objs if o["kind"] == kind]:
+            continue
+        c = container(objs, kind)
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        for name, value in env.items():
+            if value is not None:
+                monkeypatch.setenv(name, value)
+        args = parser.parse_args(c["args"])
+        if kind == "DaemonSet":
+            assert args.command == "kubelet-plugin"
+            monkeypatch.setenv("NODE_NAME", "gpu-node-1")
+            monkeypatch.setenv("POD_UID", "0f5c1e9e-2f3a-4a57-9d1e-1c2b3d4e5f60")
+            settings = plugin_cmd.build_settings(args)
+            assert settings.driver_name == "gpu.biaxial.dev"
+            assert str(settings.registry_dir) == "/var/lib/kubelet/plugins_registry"
+        else:
+            assert args.command == "controller"
+            monkeypatch.setenv("BIAXIAL_IDENTITY", "biaxial-controller-abc")
+            ctl = controller_cmd.settings_from_args(args)
+            assert ctl.scheduler_name == "biaxial"

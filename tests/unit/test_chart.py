@@ -17,7 +17,7 @@ import yaml
 from biaxial.cli import build_parser
 from biaxial.commands import controller as controller_cmd
 from biaxial.commands import kubelet_plugin as plugin_cmd
-from tests.render_chart import MANIFESTS, NAMESPACE, VARIANTS, manifest_text, render_objects
+from tests.render_chart import CHART, MANIFESTS, NAMESPACE, VARIANTS, manifest_text, render_objects
 from tests.validate_manifests import validate_object
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +126,16 @@ def test_default_render_has_the_expected_objects() -> None:
             obj["kind"].startswith("ValidatingAdmissionPolicy")
         ):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+
+
+def test_helm_lint_strict_finds_nothing_above_info() -> None:
+    import helm_python as helm
+
+    report = helm.lint(str(CHART), strict=True)
+    assert report["errors"] == []
+    assert report["total_charts_linted"] == 1
+    # Severity 1 is INFO ("icon is recommended"); 2 WARNING, 4 ERROR.
+    assert [m for m in report["messages"] if m["severity"] > 1] == []
 
 
 @pytest.mark.parametrize("filename", sorted(VARIANTS))

@@ -7,6 +7,9 @@
 * ``kubeconfig``: path of a kubeconfig file for it, for subprocesses and ``kubernetes.config``.
 * ``claim_controller``: a running :class:`~tests.emulator.ResourceClaimController`.
 
+When a test that used ``emulator`` fails, the API's failed requests and last calls are printed
+(pytest shows them with the failure).
+
 Options: mark a test ``@pytest.mark.emulator(node_identity="n1", history_size=10)`` to pass
 constructor arguments to the fixture.
 """
@@ -21,6 +24,28 @@ import pytest
 
 from tests.emulator.claims import ResourceClaimController
 from tests.emulator.server import Emulator
+
+_CALL_REPORT = pytest.StashKey[pytest.TestReport]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call":
+        item.stash[_CALL_REPORT] = report
+    return report
+
+
+def _explain_failure(api: Emulator) -> None:
+    """On a failed test, print what the API saw: failed requests and the last few calls."""
+    records = list(api.requests)
+    failed = [r for r in records if r.status >= 400]
+    lines = [f"API emulator: {len(records)} requests, {len(failed)} answered with an error"]
+    lines += [f"  ERROR {r.status} {r.method} {r.path} {r.query or ''}" for r in failed[-20:]]
+    lines += ["  last requests:"] + [
+        f"  {r.status} {r.method} {r.path} {r.query or ''}" for r in records[-15:]
+    ]
+    print("\n".join(lines))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -38,6 +63,9 @@ def emulator(request: pytest.FixtureRequest) -> Iterator[Emulator]:
         yield api
     finally:
         api.stop()
+        report = request.node.stash.get(_CALL_REPORT, None)
+        if report is not None and report.failed:
+            _explain_failure(api)
     if api.internal_errors:
         pytest.fail(f"the emulator hit internal errors: {api.internal_errors!r}")
 

@@ -104,6 +104,7 @@ class BridgePlan:
     claim: JSON
     allocation: JSON
     request_mappings: tuple[JSON, ...]
+    placeholder_key: str | None = None  # the overlay key that showed it before it existed
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +380,11 @@ class Committer:
             key = object_key(created)
             self.locked.add(key)
             try:
-                self.overlay.assume(created)
+                # Until its status is written, the new claim counts with its allocation.
+                pending = {**created, "status": {"allocation": plan.bridge.allocation}}
+                self.overlay.set_pending(key, pending)
+                if plan.bridge.placeholder_key is not None:
+                    self.overlay.clear_pending(plan.bridge.placeholder_key)
                 await self._on_step("bridge-create", key)
                 written = await self.write_status(
                     key, created, plan.bridge.allocation, plan.pod, "bridge-allocation"
@@ -390,6 +395,7 @@ class Committer:
                 await self._on_step("bridge-link", key)
             finally:
                 self.locked.discard(key)
+                self.overlay.clear_pending(key)
         await self._bind(plan)
         await self._on_step("binding", plan.pod.key)
 

@@ -248,10 +248,12 @@ class Scheduler:
         obj = new if new is not None else old
         assert obj is not None
         key = object_key(obj)
+        ours = False
         if is_bridge(obj):
             for owner in meta(obj).get("ownerReferences") or ():
                 if owner.get("controller") and owner.get("kind") == "Pod":
                     uid = str(owner.get("uid"))
+                    ours = uid in self._assumed_pods
                     if new is None:
                         self._bridges.get(uid, set()).discard(key)
                     else:
@@ -261,8 +263,9 @@ class Scheduler:
             self.queue.move_all()  # a template claim may have appeared
         if before == after:
             return
-        if after and self._expected.get(key) == after:
-            del self._expected[key]
+        if after and (ours or self._expected.get(key) == after):
+            # Our own write landing: the engine assumed this placement already.
+            self._expected.pop(key, None)
             return
         self._dirty = True
         if before - after:
@@ -501,12 +504,13 @@ class Scheduler:
         bridge: BridgePlan | None = None
         if decision.bridge is not None and decision.bridge_allocation is not None:
             allocation = decision.bridge_allocation.to_api()
+            pending_key = f"{ref.namespace}/{PENDING_BRIDGE_PREFIX}{ref.uid}"
             bridge = BridgePlan(
                 claim=decision.bridge.claim,
                 allocation=allocation,
                 request_mappings=decision.bridge.request_mappings,
+                placeholder_key=pending_key,
             )
-            pending_key = f"{ref.namespace}/{PENDING_BRIDGE_PREFIX}{ref.uid}"
             placeholder = {
                 **decision.bridge.claim,
                 "metadata": {
@@ -538,8 +542,6 @@ class Scheduler:
                 await self.committer.commit(plan)
                 self.metrics.commit_seconds.observe(time.perf_counter() - started)
             outcome = Outcome.SCHEDULED
-            if plan.bridge is not None:
-                self._dirty = True  # the bridge claim's real key replaces the placeholder
             await self.recorder.scheduled(plan.pod, plan.node)
         except (CommitAbortedError, ApiError) as exc:
             log.warning("pod %s: placement on %s not written: %s", key, plan.node, exc)

@@ -94,9 +94,10 @@ class TaskGuard:
                 continue
             task.remove_done_callback(self._done)
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(task, timeout_s)
-            if not task.cancelled() and task.done() and task.exception() is not None:
+            done, _ = await asyncio.wait({task}, timeout=timeout_s)
+            if not done:
+                logger.warning("task %s did not stop within %.1f s", task.get_name(), timeout_s)
+            elif not task.cancelled() and task.exception() is not None:
                 logger.error(
                     "task %s failed while stopping", task.get_name(), exc_info=task.exception()
                 )

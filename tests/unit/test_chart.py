@@ -379,3 +379,43 @@ def test_rendered_arguments_are_accepted_by_the_binaries(
             monkeypatch.setenv("BIAXIAL_IDENTITY", "biaxial-controller-abc")
             ctl = controller_cmd.settings_from_args(args)
             assert ctl.scheduler_name == "biaxial"
+
+
+# --------------------------------------------------------------------------- the image it runs
+
+
+def test_dockerfile_copies_every_package_and_runs_unprivileged() -> None:
+    import tomllib
+
+    lines = (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
+    ignore = [
+        line
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    ]
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {p.rstrip("*") for p in include}
+    # COPY <src>... <dest> from the build context (not --from another stage)
+    copied = {
+        src.rstrip("/")
+        for line in lines
+        if line.startswith("COPY ") and "--from=" not in line
+        for src in line.split()[1:-1]
+    }
+    assert packages <= copied, f"Dockerfile does not copy {packages - copied}"
+    assert {"pyproject.toml", "README.md", "deviceclasses"} <= copied
+    # the context is an allow-list: everything excluded, then what the COPY lines need
+    assert ignore[0] == "*"
+    allowed = {line.removeprefix("!").rstrip("/") for line in ignore if line.startswith("!")}
+    assert copied <= allowed, f".dockerignore excludes {copied - allowed}"
+    assert len([line for line in lines if line.startswith("FROM ")]) == 2
+    assert 'ENTRYPOINT ["biaxial"]' in lines
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users, "no USER: the image would run as root"
+    uid = users[-1].split(":")[0]
+    assert uid not in {"0", "root"}
+    # the chart runs the controller as that unprivileged user and only the plugin as root
+    pod = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsUser"] == int(uid)
+    assert container(render(), "DaemonSet")["securityContext"]["runAsUser"] == 0

@@ -144,13 +144,8 @@ class Api:
     ) -> Response:
         url = self.base + path + (("?" + urlencode(query)) if query else "")
         data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-        if (
-            method in {"POST", "PUT", "PATCH"}
-            and data is not None
-            and path.startswith(("/api/", "/apis/"))
-        ):
-            created = self._remember(method, path, body)
-            del created
+        if method == "POST" and isinstance(body, dict):
+            self._remember_cluster_scoped(path, body)
         resp = self.client.rest_client.pool_manager.request(
             method,
             url,
@@ -166,16 +161,16 @@ class Api:
             parsed = raw.decode(errors="replace")
         return Response(resp.status, parsed, {k.lower(): v for k, v in resp.headers.items()})
 
-    def _remember(self, method: str, path: str, body: Any) -> None:
-        if (
-            method == "POST"
-            and isinstance(body, dict)
-            and "/namespaces/" not in path
-            and path.count("/") <= 4
-        ):
-            name = (body.get("metadata") or {}).get("name")
-            if name:
-                self._cluster_objects.append(f"{path}/{name}")
+    def _remember_cluster_scoped(self, path: str, body: dict[str, Any]) -> None:
+        """Note a cluster-scoped object (a POST to ``/api/v1/<plural>`` or
+        ``/apis/<group>/<version>/<plural>``) so that teardown deletes it."""
+        parts = [p for p in path.split("/") if p]
+        collection = (parts[0] == "api" and len(parts) == 3) or (
+            parts[0] == "apis" and len(parts) == 4
+        )
+        name = (body.get("metadata") or {}).get("name")
+        if collection and name:
+            self._cluster_objects.append(f"{path}/{name}")
 
     def get(self, path: str, **query: Any) -> Response:
         return self.request("GET", path, query=query or None)

@@ -346,3 +346,26 @@ def test_standalone_process_serves_kubeconfig_clients(tmp_path: Path) -> None:
         assert process.wait(timeout=10) == 0
         process.stdout.close()  # type: ignore[union-attr]
         process.stderr.close()  # type: ignore[union-attr]
+
+
+def test_send_initial_events_ends_with_an_annotated_bookmark(emulator: Emulator) -> None:
+    import urllib.request
+
+    emulator.seed([_pod("a"), _pod("b")])
+    url = (
+        f"{emulator.url}/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true"
+        "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
+    )
+    with urllib.request.urlopen(url, timeout=10) as response:
+        events = [json.loads(line) for line in response.read().splitlines() if line.strip()]
+    kinds = [(e["type"], e["object"]["metadata"].get("name")) for e in events]
+    assert kinds[:3] == [("ADDED", "a"), ("ADDED", "b"), ("BOOKMARK", None)]
+    annotations = events[2]["object"]["metadata"]["annotations"]
+    assert annotations == {"k8s.io/initial-events-end": "true"}
+    refused = urllib.request.Request(
+        f"{emulator.url}/api/v1/namespaces/default/pods?watch=true&sendInitialEvents=true"
+    )
+    with pytest.raises(urllib.error.HTTPError) as invalid:
+        urllib.request.urlopen(refused, timeout=10)
+    assert invalid.value.code == 422
+    invalid.value.close()

@@ -170,6 +170,7 @@ class Committer:
         self._on_step = on_step or _noop
         self._on_conflict = on_conflict or (lambda _step: None)
         self.locked: set[str] = set()  # claim keys with writes in progress
+        self.pods_in_flight: set[str] = set()  # UIDs of pods whose placement is being written
 
     # ------------------------------------------------------------------ helpers
 
@@ -330,6 +331,7 @@ class Committer:
         progress = _Progress()
         keys = [c.key for c in plan.claims]
         self.locked.update(keys)
+        self.pods_in_flight.add(plan.pod.uid)
         try:
             await self._commit(plan, progress)
         except BaseException as exc:
@@ -339,6 +341,7 @@ class Committer:
             raise
         finally:
             self.locked.difference_update(keys)
+            self.pods_in_flight.discard(plan.pod.uid)
             for key in keys:
                 self.overlay.clear_pending(key)
         log.info(

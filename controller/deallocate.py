@@ -163,6 +163,9 @@ class Deallocator:
         claim = self.cache.claims.get(key)
         if claim is None or not self._relevant(claim):
             return Outcome.FORGET
+        owner = _controller_pod(claim) if is_bridge(claim) else None
+        if owner is not None and str(owner.get("uid")) in self.committer.pods_in_flight:
+            return Outcome.ERROR  # a bridge claim whose creation is being completed
         namespace = str(meta(claim).get("namespace") or "default")
         status = claim.get("status") or {}
         for ref in status.get("reservedFor") or ():
@@ -177,7 +180,6 @@ class Deallocator:
                     return Outcome.FORGET
                 claim = written
         if is_bridge(claim):
-            owner = _controller_pod(claim)
             pod = await self._pod_state(owner, namespace) if owner else None
             stale = pod is not None and _bound(pod) and _linked_claim(pod) != meta(claim)["name"]
             if pod is None or stale:

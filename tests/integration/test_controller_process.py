@@ -1,0 +1,120 @@
+"""``biaxial controller`` as a real process against the emulator: it serves /healthz, /readyz
+and /metrics, schedules a pod, leads through its Lease, and exits 0 on SIGTERM after
+releasing the Lease."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.emulator import Emulator, ResourceClaimController
+from tests.integration.controller_env import bound_pods, check_invariants, pod, seed_cluster
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _wait_http(url: str, status: int, timeout: float = 15.0, *, needle: str = "") -> str:
+    deadline = time.monotonic() + timeout
+    last: tuple[int, str] | None = None
+    while time.monotonic() < deadline:
+        try:
+            last = _get(url)
+        except OSError:
+            last = None
+        if last is not None and last[0] == status and needle in last[1]:
+            return last[1]
+        time.sleep(0.1)
+    raise TimeoutError(f"{url}: wanted {status}, last {last}")
+
+
+def test_controller_process_end_to_end(
+    emulator: Emulator, claim_controller: ResourceClaimController, kubeconfig: Path
+) -> None:
+    seed_cluster(emulator)
+    port = _free_port()
+    env = {**os.environ, "BIAXIAL_QPS": "500", "BIAXIAL_LEASE_NAMESPACE": "kube-system"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "biaxial",
+            "-v",
+            "controller",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-port",
+            str(port),
+            "--identity",
+            "proc-1",
+            "--lease-duration",
+            "3",
+            "--renew-deadline",
+            "2",
+            "--retry-period",
+            "0.5",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert _wait_http(f"{base}/healthz", 200) == "ok\n"
+        assert _wait_http(f"{base}/readyz", 200).startswith("ok")
+        emulator.create(pod("proc-pod", legacy_gpus=1, gpumem=4000))
+        emulator.wait_until(lambda: "proc-pod" in bound_pods(emulator), timeout=15)
+        assert check_invariants(emulator) == []
+        lease = emulator.get("leases", "biaxial-controller", "kube-system")
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == "proc-1"
+        metrics = _wait_http(
+            f"{base}/metrics", 200, needle="biaxial_controller_commit_seconds_count 1.0"
+        )
+        assert 'biaxial_controller_decisions_total{result="scheduled"} 1.0' in metrics
+        assert "biaxial_controller_leader 1.0" in metrics
+        assert "biaxial_controller_commit_seconds_count 1.0" in metrics
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output, output
+    released = emulator.get("leases", "biaxial-controller", "kube-system")
+    assert released is not None
+    assert not released["spec"].get("holderIdentity")
+
+
+def test_bad_kubeconfig_is_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "biaxial", "controller", "--kubeconfig", str(broken)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("biaxial controller: error: kubeconfig ")

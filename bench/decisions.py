@@ -26,7 +26,9 @@ import pstats
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.scenarios import generate
@@ -45,26 +47,33 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
-    """One size, in this process."""
-
+def write_scenario(path: Path, nodes: int, pods: int, seed: int) -> None:
+    """Generate a scenario and store it as the JSON a controller would list."""
     scenario = generate(nodes, pods, seed=seed)
-    raw = json.dumps(
-        {
-            "nodes": scenario.nodes,
-            "slices": scenario.slices,
-            "classes": scenario.classes,
-            "claims": scenario.claims,
-        }
+    path.write_text(
+        json.dumps(
+            {
+                "nodes": scenario.nodes,
+                "slices": scenario.slices,
+                "classes": scenario.classes,
+                "claims": scenario.claims,
+                "pods": [[pod, claims] for pod, claims in scenario.pods],
+            }
+        ),
+        encoding="utf-8",
     )
 
+
+def measure(path: Path) -> dict[str, Any]:
+    """One size, in this process, from a stored scenario."""
     # A long-running scheduler keeps its startup objects forever: collect nothing while
     # loading them, then freeze them out of the collector's way (gc.freeze), so full
     # collections stay short during decisions. The controller does the same.
     gc.collect()
     gc.disable()
     started = time.perf_counter()
-    listed = json.loads(raw)
+    with path.open(encoding="utf-8") as handle:
+        listed = json.load(handle)
     node_models = [Node.from_api(n) for n in listed["nodes"]]
     slices = [ResourceSlice.from_api(s) for s in listed["slices"]]
     classes = [DeviceClass.from_api(c) for c in listed["classes"]]
@@ -72,12 +81,15 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     snapshot = ClusterSnapshot.build(slices, classes, claims)
     engine = DecisionEngine(snapshot, node_models)
     cold = time.perf_counter() - started
-    del listed, raw
+    scenario_pods = listed["pods"]
+    devices = sum(len(s["spec"].get("devices", ())) for s in listed["slices"])
+    preheld = len(listed["claims"])
+    del listed
     gc.freeze()
     gc.enable()
 
     pod_inputs = [
-        (pod, [ResourceClaim.from_api(c) for c in pod_claims]) for pod, pod_claims in scenario.pods
+        (pod, [ResourceClaim.from_api(c) for c in pod_claims]) for pod, pod_claims in scenario_pods
     ]
     durations: list[float] = []
     placed = 0
@@ -91,9 +103,9 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         durations.append(time.perf_counter() - t0)
     total = time.perf_counter() - loop_started
     return {
-        "nodes": nodes,
-        "gpus": sum(1 for s in scenario.slices for _ in s["spec"].get("devices", ())),
-        "preheld": len(scenario.claims),
+        "nodes": len(node_models),
+        "gpus": devices,
+        "preheld": preheld,
         "pods": len(pod_inputs),
         "placed": placed,
         "podsPerSecond": len(pod_inputs) / total,
@@ -108,23 +120,15 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
 
 
 def _child(nodes: int, pods: int, seed: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.decisions",
-            "--child",
-            "--nodes",
-            str(nodes),
-            "--pods",
-            str(pods),
-            "--seed",
-            str(seed),
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
+        path = Path(tmp) / "scenario.json"
+        write_scenario(path, nodes, pods, seed)
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.decisions", "--child", str(path)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     result: dict[str, Any] = json.loads(out.stdout)
     return result
 
@@ -182,18 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--pods", type=int, default=DEFAULT_PODS, help="pods to place per size")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", metavar="SCENARIO", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help="cProfile one size in-process")
     args = parser.parse_args(argv)
     sizes = args.nodes or list(DEFAULT_SIZES)
     if args.child:
-        print(json.dumps(measure(sizes[0], args.pods, args.seed)))
+        print(json.dumps(measure(Path(args.child))))
         return 0
     if args.profile:
-        profiler = cProfile.Profile()
-        profiler.enable()
-        result = measure(sizes[0], args.pods, args.seed)
-        profiler.disable()
+        with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
+            path = Path(tmp) / "scenario.json"
+            write_scenario(path, sizes[0], args.pods, args.seed)
+            profiler = cProfile.Profile()
+            profiler.enable()
+            result = measure(path)
+            profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
         print(table([result]))
         return 0

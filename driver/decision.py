@@ -182,6 +182,7 @@ class NodeShape:
     total: NodeAmounts
     kinds: tuple[Device, ...]  # one representative per distinct device kind
     max_memory: int
+    max_cores: int
 
     @property
     def homogeneous(self) -> bool:
@@ -199,6 +200,7 @@ class NodeState:
     used: NodeAmounts
     level: int
     group_fresh: int  # most idle devices sharing one NUMA node or one PCIe root
+    fit_level: int  # like level, for the scarcer of memory and cores on one shared device
 
     def list_key(self, cores: bool) -> int:
         """Σ_d U_d · Π_{e≠d} T_e over the node dims: proportional to the node's current mean
@@ -220,7 +222,7 @@ def _device_kind(candidate: Candidate) -> tuple[object, ...]:
     return (candidate.multi, candidate.capacities)
 
 
-Partition = tuple[tuple[object, ...], int, int, int]
+Partition = tuple[tuple[object, ...], int, int, int, int]
 """(shape key, level, devices in use, idle devices in one locality group): nodes whose bound
 is monotone in their list key."""
 Variant = tuple[bool, str]
@@ -269,11 +271,13 @@ class CapacityIndex:
                 ),
                 kinds=tuple(representatives[k] for k in distinct),
                 max_memory=max(memories),
+                max_cores=max(_capacity_units(c.device, CORES) for c in devices),
             )
             self.shapes[key] = shape
         allocated = self.snapshot.allocated
         states = []
         max_free = 0
+        max_fit = 0
         for cand, kind in zip(devices, kinds_of, strict=True):
             device_id, device = cand.device_id, cand.device
             memory = _capacity_units(device, MEMORY)
@@ -287,6 +291,14 @@ class CapacityIndex:
                 used_cores = _units(consumed.get(CORES, 0))
                 in_use = True
                 max_free = max(max_free, memory - used_memory)
+                if shape.max_memory > 0 and shape.max_cores > 0:
+                    max_fit = max(
+                        max_fit,
+                        min(
+                            LEVELS * (memory - used_memory) // shape.max_memory,
+                            LEVELS * (cores - used_cores) // shape.max_cores,
+                        ),
+                    )
             else:
                 used_memory = used_cores = 0
                 in_use = False
@@ -324,10 +336,17 @@ class CapacityIndex:
             used=used,
             level=level,
             group_fresh=max(groups.values(), default=0),
+            fit_level=max_fit,
         )
 
     def _entries(self, state: NodeState) -> Iterator[tuple[Variant, Partition, tuple[int, str]]]:
-        partition = (state.shape.key, state.level, state.used.devices, state.group_fresh)
+        partition = (
+            state.shape.key,
+            state.level,
+            state.used.devices,
+            state.group_fresh,
+            state.fit_level,
+        )
         for cores in (False, True):
             key = state.list_key(cores)
             yield (cores, "binpack"), partition, (-key, state.node.name)
@@ -458,6 +477,7 @@ class _ShapeBounds:
     amounts: tuple[tuple[tuple[Mapping[str, int] | None, ...], ...], ...]
     tight: bool  # simple pod, homogeneous shape, a fraction of a shareable device
     needs_cores: bool
+    fit_need: int  # the fit level a shared device needs to certainly take a simple pod
     group_need: int  # idle devices one locality group must have (whole, grouped requests)
 
 
@@ -517,6 +537,14 @@ def _shape_bounds(shape: NodeShape, demand: _Demand, uniform: bool) -> _ShapeBou
     level = 0
     if min_need is not None and shape.max_memory > 0:
         level = LEVELS * min_need // shape.max_memory
+    fit_need = LEVELS + 1
+    if len(amounts) == 1 and len(amounts[0]) == 1 and shape.homogeneous:
+        single = amounts[0][0][0]
+        if single is not None and shape.max_memory > 0 and shape.max_cores > 0:
+            fit_need = max(
+                LEVELS * single.get(MEMORY, 0) // shape.max_memory,
+                LEVELS * single.get(CORES, 0) // shape.max_cores,
+            )
     tight = (
         demand.simple
         and uniform
@@ -538,22 +566,28 @@ def _shape_bounds(shape: NodeShape, demand: _Demand, uniform: bool) -> _ShapeBou
         amounts=tuple(amounts),
         tight=tight,
         needs_cores=needs_cores,
+        fit_need=fit_need,
         group_need=group_need,
     )
 
 
 def _devices_bound(
-    policies: PodPolicies, total: int, level: int, in_use: int, bounds: _ShapeBounds
+    policies: PodPolicies,
+    total: int,
+    partition: Partition,
+    bounds: _ShapeBounds,
 ) -> int:
     """The most (node binpack) or least (node spread) devices the pod can newly take."""
+    _, level, in_use, _, fit_level = partition
     fresh = total - in_use
     if bounds.tight:
         if policies.gpu == "spread":
             # The emptiest fitting GPU comes first: an idle one while there is one.
             return 1 if fresh > 0 else 0
-        if policies.gpu == "binpack" and not bounds.needs_cores:
-            # The fullest fitting GPU comes first: a shared one when one certainly fits.
-            if level > bounds.level:
+        if policies.gpu == "binpack":
+            # The fullest fitting GPU comes first: a shared one when one certainly fits,
+            # an idle one when no shared one has the memory.
+            if fit_level > bounds.fit_need or (not bounds.needs_cores and level > bounds.level):
                 return 0
             if level < bounds.level:
                 return 1 if fresh > 0 else 0
@@ -563,11 +597,11 @@ def _devices_bound(
 
 
 def _bound_amounts(
-    policies: PodPolicies, shape: NodeShape, level: int, in_use: int, bounds: _ShapeBounds
+    policies: PodPolicies, shape: NodeShape, partition: Partition, bounds: _ShapeBounds
 ) -> NodeAmounts:
     binpack = policies.node == "binpack"
     return NodeAmounts(
-        devices=_devices_bound(policies, shape.total.devices, level, in_use, bounds),
+        devices=_devices_bound(policies, shape.total.devices, partition, bounds),
         memory=bounds.memory_max if binpack else bounds.memory_min,
         cores=bounds.cores_max if binpack else bounds.cores_min,
     )
@@ -784,7 +818,7 @@ class DecisionEngine:
         heap: list[tuple[float, str, int, list[tuple[int, str]], int, NodeAmounts, NodeShape]] = []
         serial = 0
         for partition, entries in self.index.lists[(demand.cores, policy)].items():
-            shape_key, level, in_use, group_fresh = partition
+            shape_key, level, in_use, group_fresh, _ = partition
             bounds = ctx.shape_bounds[shape_key]
             shape = self.index.shapes[shape_key]
             idle = shape.total.devices - in_use
@@ -795,7 +829,7 @@ class DecisionEngine:
                 or group_fresh < bounds.group_need  # not enough idle ones side by side
             ):
                 continue
-            adding = _bound_amounts(policies, shape, level, in_use, bounds)
+            adding = _bound_amounts(policies, shape, partition, bounds)
             name = entries[0][1]
             bound = _float_score(shape.total, states[name].used, adding, demand.cores)
             heap.append((sign * bound, name, serial, entries, 0, adding, shape))

@@ -268,7 +268,14 @@ def random_pod(rng: random.Random, i: int) -> tuple[dict[str, Any], tuple[Any, .
     pod = claim_pod(f"p{i}", node_policy=node_policy, gpu_policy=gpu_policy)
     builder = claim(f"p{i}-gpu", uid=f"uid-c{i}")
     count = rng.choice([1, 2])
-    capacity = rng.choice([None, {"memory": "3Gi"}, {"memory": "5Gi", "cores": "25"}])
+    capacity = rng.choice(
+        [
+            None,
+            {"memory": "3Gi"},
+            {"memory": "5Gi", "cores": "25"},
+            {"memory": "2Gi", "cores": "60"},
+        ]
+    )
     builder.request("r", count=count, capacity=capacity)
     if count > 1 and rng.random() < 0.5:
         builder.constraint(match=NUMA)

@@ -140,18 +140,27 @@ def test_publisher_survives_conflicts_server_errors_and_watch_faults(
         plugin.inject("remove", 0)
         wait(lambda: consistent(emulator, ["gpu-1", "gpu-2", "gpu-3"]), what="after 409")
 
-        # Dropped and expired watches: re-list and keep going.
+        # A dropped watch: the plugin re-lists and opens a new one.
+        def watches() -> int:
+            return len(emulator.requests_for(resource="resourceslices", verb="watch"))
+
         emulator.wait_for_watches(kind="resourceslices")
+        opened = watches()
         emulator.drop_watches("resourceslices")
+        wait(lambda: watches() > opened, what="a new watch after a drop")
+        # An expired resourceVersion (410) on the next watch: re-list, watch again, keep going.
         emulator.wait_for_watches(kind="resourceslices")
-        emulator.drop_watches("resourceslices", expire=True)
-        emulator.wait_for_watches(kind="resourceslices")
+        opened = watches()
+        emulator.expire_next_watch(resource="resourceslices")
+        emulator.drop_watches("resourceslices", clean=True)
+        wait(lambda: watches() >= opened + 2, what="a watch after the 410")
         plugin.inject("restore", 0)
         wait(lambda: consistent(emulator, ALL), what="after dropped watches")
         log = plugin.log()
         assert "sync failed" in log  # the 5xx path (backoff)
         assert "conflict" in log  # the 409 path (re-list)
-        assert "watch ended" in log  # dropped / expired watches
+        assert "watch ended" in log  # the 410
+        assert "Expired" in log or "410" in log
     finally:
         assert plugin.stop() == 0, plugin.log()
 

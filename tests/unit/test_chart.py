@@ -419,3 +419,104 @@ def test_dockerfile_copies_every_package_and_runs_unprivileged() -> None:
     pod = one(render(), "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsUser"] == int(uid)
     assert container(render(), "DaemonSet")["securityContext"]["runAsUser"] == 0
+
+
+# --------------------------------------------------------------------------- the VAP, evaluated
+
+PLUGIN_USER = f"system:serviceaccount:{NAMESPACE}:biaxial-kubelet-plugin"
+
+
+def _admit(operation: str, user: str, node: str | None, slice_node: str | None) -> str:
+    """Evaluate the chart's policy like the API server: 'skip' (no match), 'allow' or the
+    first failing validation's message."""
+    from cel_expr_python import cel
+    from cel_expr_python.ext import ext_optional, ext_strings
+
+    policy = one(render(), "ValidatingAdmissionPolicy")["spec"]
+    t = cel.Type
+    env = cel.NewEnv(
+        None,
+        variables=dict.fromkeys(("request", "object", "oldObject", "variables"), t.DYN),
+        extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()],
+    )
+    spec: JSON = {"driver": "gpu.biaxial.dev", "pool": {"name": "p"}}
+    if slice_node is None:
+        spec["allNodes"] = True
+    else:
+        spec["nodeName"] = slice_node
+    obj = {"spec": spec}
+    extra = {} if node is None else {"authentication.kubernetes.io/node-name": [node]}
+    inputs: JSON = {
+        "request": {"operation": operation, "userInfo": {"username": user, "extra": extra}},
+        "object": None if operation == "DELETE" else obj,
+        "oldObject": obj if operation != "CREATE" else None,
+        "variables": {},
+    }
+
+    def run(expression: str) -> Any:
+        return env.compile(expression).eval(env.Activation(inputs)).value()
+
+    if not all(run(c["expression"]) for c in policy["matchConditions"]):
+        return "skip"
+    for variable in policy["variables"]:
+        inputs["variables"] = {**inputs["variables"], variable["name"]: run(variable["expression"])}
+    for check in policy["validations"]:
+        if not run(check["expression"]):
+            if "messageExpression" in check:
+                message: str = run(check["messageExpression"])
+                return message
+            return " ".join(check["message"].split())
+    return "allow"
+
+
+@pytest.mark.parametrize(
+    ("operation", "user", "node", "slice_node", "verdict"),
+    [
+        ("CREATE", PLUGIN_USER, "gpu-1", "gpu-1", "allow"),
+        ("UPDATE", PLUGIN_USER, "gpu-1", "gpu-1", "allow"),
+        ("DELETE", PLUGIN_USER, "gpu-1", "gpu-1", "allow"),
+        ("CREATE", PLUGIN_USER, "gpu-1", "gpu-2", "may only write ResourceSlices"),
+        ("DELETE", PLUGIN_USER, "gpu-1", "gpu-2", "not 'gpu-2'"),
+        ("CREATE", PLUGIN_USER, "gpu-1", None, "not ''"),
+        ("CREATE", PLUGIN_USER, None, "gpu-1", "no node association"),
+        ("CREATE", "system:serviceaccount:other:other", None, "gpu-2", "skip"),
+        ("DELETE", "system:node:gpu-1", None, "gpu-2", "skip"),
+    ],
+)
+def test_resourceslice_policy_decisions(
+    operation: str, user: str, node: str | None, slice_node: str | None, verdict: str
+) -> None:
+    got = _admit(operation, user, node, slice_node)
+    if verdict in {"allow", "skip"}:
+        assert got == verdict
+    else:
+        assert verdict in got, got
+
+
+# --------------------------------------------------------------------------- kind quick start
+
+
+def test_kind_configs_and_script_match_the_fake_gpu_variant() -> None:
+    kind = ROOT / "deploy" / "kind"
+    old = yaml.safe_load((kind / "cluster-1.34.yaml").read_text(encoding="utf-8"))
+    new = yaml.safe_load((kind / "cluster-1.36.yaml").read_text(encoding="utf-8"))
+    assert old["featureGates"] == {
+        "DRAConsumableCapacity": True,
+        "DRAExtendedResource": True,
+        "DRADeviceTaints": True,
+        "DRAPartitionableDevices": True,
+    }
+    assert "featureGates" not in new  # everything biaxial uses is on by default from 1.36
+    fake = VARIANTS["biaxial-fake-gpus.yaml"]["kubeletPlugin"]
+    wanted_labels = {k: v for k, v in fake["nodeSelector"].items() if v is not None}
+    for config in (old, new):
+        assert config["kind"] == "Cluster"
+        workers = [n for n in config["nodes"] if n["role"] == "worker"]
+        assert len(workers) == 2
+        assert all(wanted_labels.items() <= n["labels"].items() for n in workers)
+    script = (kind / "up.sh").read_text(encoding="utf-8")
+    assert f"kubeletPlugin.fakeGpus={fake['fakeGpus']}" in script
+    assert "kubeletPlugin.advertiseLegacyResources=true" in script
+    assert "deploy/manifests/biaxial-fake-gpus.yaml" in script
+    for key, value in wanted_labels.items():
+        assert f'"{key}":"{value}"' in script

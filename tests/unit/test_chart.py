@@ -76,6 +76,7 @@ VALUE_SETS: dict[str, Mapping[str, Any]] = {
             "removeSlicesOnExit": True,
             "hamiCoreLibrary": "/usr/local/vgpu/libvgpu.so",
             "runtimeClassName": "nvidia",
+            "hostIPC": True,
             "extraArgs": ["--resync-seconds=30"],
             "extraEnv": [{"name": "BIAXIAL_XID_QUIET_SECONDS", "value": "120"}],
         },
@@ -318,6 +319,12 @@ def test_plugin_daemonset_host_paths_env_and_probes() -> None:
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
     assert c["securityContext"]["privileged"] is True
+
+
+def test_host_ipc_only_when_asked() -> None:
+    assert "hostIPC" not in one(render(), "DaemonSet")["spec"]["template"]["spec"]
+    on = one(render({"kubeletPlugin": {"hostIPC": True}}), "DaemonSet")
+    assert on["spec"]["template"]["spec"]["hostIPC"] is True
 
 
 def test_fake_gpus_value() -> None:

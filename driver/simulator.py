@@ -177,7 +177,13 @@ def expand_deployment(deployment: Mapping[str, Any]) -> list[JSON]:
         meta["name"] = f"{name}-{n}"
         meta["namespace"] = namespace
         meta["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "controller": True}
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "name": name,
+                "uid": stable_uid("Deployment", namespace, name),
+                "controller": True,
+            }
         ]
         pods.append(
             {

@@ -16,7 +16,9 @@ def test_keep_alive_calls_cost_about_a_millisecond(api: Api) -> None:
     per_call = (time.perf_counter() - start) / 50
     # Nagle + delayed ACK would make each call ~40 ms; kmock-style servers without
     # keep-alive pay a connect per call.
-    assert per_call < 0.02, f"{per_call * 1000:.1f} ms per call"
+    # a remote cluster adds its network round trip; the emulator must stay near a millisecond
+    limit = 0.02 if api.emulator is not None else 0.5
+    assert per_call < limit, f"{per_call * 1000:.1f} ms per call"
 
 
 def test_watch_is_a_chunked_stream(api: Api) -> None:

@@ -73,6 +73,7 @@ cluster_config() {
 # nvidia-uvm major read from /proc/devices when the host has it, else 510) in a node container.
 fake_device_nodes() {
   local node="$1" eng="$2"
+  # shellcheck disable=SC2016 # expanded by the shell inside the node container
   "$eng" exec "$node" sh -ec '
     uvm=$(awk "\$2 == \"nvidia-uvm\" {print \$1}" /proc/devices); uvm=${uvm:-510}
     for i in 0 1 2 3; do [ -e /dev/nvidia$i ] || mknod -m 666 /dev/nvidia$i c 195 $i; done
@@ -125,7 +126,7 @@ main() {
       --namespace "$NAMESPACE" --create-namespace \
       --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
       --set kubeletPlugin.fakeGpus=t4x4 \
-      --set-json 'kubeletPlugin.nodeSelector={"biaxial.dev/fake-gpus":"true"}' \
+      --set-json 'kubeletPlugin.nodeSelector={"nvidia.com/gpu.present":null,"biaxial.dev/fake-gpus":"true"}' \
       --set kubeletPlugin.tolerations=null \
       --set kubeletPlugin.advertiseLegacyResources=true
   else

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -527,3 +528,35 @@ def test_kind_configs_and_script_match_the_fake_gpu_variant() -> None:
     assert "deploy/manifests/biaxial-fake-gpus.yaml" in script
     for key, value in wanted_labels.items():
         assert f'"{key}":"{value}"' in script
+
+
+def _merge(base: JSON, extra: Mapping[str, Any]) -> JSON:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def test_kind_script_helm_install_renders_the_fake_gpu_manifest() -> None:
+    import shlex
+
+    import helm_python as helm
+
+    script = (ROOT / "deploy" / "kind" / "up.sh").read_text(encoding="utf-8")
+    start = script.index("helm upgrade --install")
+    command: list[str] = []
+    for line in script[start:].splitlines():
+        command.append(line.rstrip("\\").strip())
+        if not line.rstrip().endswith("\\"):
+            break
+    words = shlex.split(" ".join(command))
+    values: JSON = {}
+    parsers = {"--set": helm.parse_set_string, "--set-json": helm.parse_set_json}
+    for flag, expression in pairwise(words):
+        if flag in parsers and "${" not in expression:  # image flags: the script's default
+            values = _merge(values, parsers[flag](expression))
+    assert values, words
+    assert render(values) == render(VARIANTS["biaxial-fake-gpus.yaml"])

@@ -166,3 +166,20 @@ def test_rejected_update_leaves_state_unchanged(api: Api) -> None:
 def test_valid_slice_at_the_limit_is_accepted(api: Api) -> None:
     body = resource_slice(api.name("s"), api.name("node"), devices=128)
     assert api.post(api.slices(), body).status == 201
+
+
+def test_field_validation_warn_and_ignore_drop_unknown_fields(api: Api) -> None:
+    body = pod("warned")
+    body["spec"]["containers"][0]["imagee"] = "typo"
+    warned = api.request("POST", api.pods(), body, query={"fieldValidation": "Warn"})
+    assert warned.status == 201
+    assert "imagee" not in warned.body["spec"]["containers"][0]
+    assert 'unknown field "spec.containers[0].imagee"' in warned.headers.get("warning", "")
+    body["metadata"]["name"] = "ignored"
+    ignored = api.request("POST", api.pods(), body, query={"fieldValidation": "Ignore"})
+    assert ignored.status == 201
+    assert "warning" not in ignored.headers
+    assert (
+        api.request("POST", api.pods(), pod("x"), query={"fieldValidation": "Sometimes"}).status
+        == 400
+    )

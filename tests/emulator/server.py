@@ -275,10 +275,18 @@ class _Handler(BaseHTTPRequestHandler):
             )
         )
 
-    def _send(self, code: int, payload: Any, req: _Request | None = None) -> None:
+    def _send(
+        self,
+        code: int,
+        payload: Any,
+        req: _Request | None = None,
+        warnings: list[str] | None = None,
+    ) -> None:
         data = json.dumps(payload, separators=(",", ":")).encode()
         self._record(req, code)
         self.send_response(code)
+        for warning in warnings or ():
+            self.send_header("Warning", f'299 - "{warning}"')
         self.send_header("Content-Type", _JSON)
         self.send_header("Cache-Control", "no-cache, private")
         self.send_header("Content-Length", str(len(data)))
@@ -541,9 +549,18 @@ class _Handler(BaseHTTPRequestHandler):
                 req,
             )
             return
+        warnings: list[str] = []
+        validation = q.get("fieldValidation") or emulator.field_validation
         if req.verb == "create":
-            obj = store.create(kind, req.namespace, _json(body), dry_run=dry_run)
-            self._send(201, obj, req)
+            obj = store.create(
+                kind,
+                req.namespace,
+                _json(body),
+                dry_run=dry_run,
+                field_validation=validation,
+                warnings=warnings,
+            )
+            self._send(201, obj, req, warnings)
             return
         assert req.name is not None
         if req.verb == "get":
@@ -559,8 +576,11 @@ class _Handler(BaseHTTPRequestHandler):
                     _json(body),
                     subresource=req.subresource,
                     dry_run=dry_run,
+                    field_validation=validation,
+                    warnings=warnings,
                 ),
                 req,
+                warnings,
             )
         elif req.verb == "patch":
             content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
@@ -576,8 +596,11 @@ class _Handler(BaseHTTPRequestHandler):
                     body,
                     subresource=req.subresource,
                     dry_run=dry_run,
+                    field_validation=validation,
+                    warnings=warnings,
                 ),
                 req,
+                warnings,
             )
         elif req.verb == "delete":
             if req.subresource is not None:
@@ -807,6 +830,7 @@ class Emulator:
         pod_graceful_deletion: bool = True,
         require_namespaces: bool = True,
         validators: SchemaValidators | None = None,
+        field_validation: str = "Strict",
     ) -> None:
         self.schema_version = schema_version
         self.validators = validators or _shared_validators(schema_version)
@@ -818,6 +842,8 @@ class Emulator:
         )
         self.bookmark_interval = bookmark_interval
         self.node_identity = node_identity
+        #: used when a request names no ``fieldValidation``; a real server's default is "Warn"
+        self.field_validation = field_validation
         self.faults = Faults()
         self.requests: list[RequestRecord] = []
         self.internal_errors: list[BaseException] = []

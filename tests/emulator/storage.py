@@ -203,6 +203,29 @@ class Store:
         self.rv += 1
         return str(self.rv)
 
+    def _prune_unknown(self, kind: Kind, obj: Obj, mode: str, warnings: list[str] | None) -> Obj:
+        """``fieldValidation=Ignore|Warn``: drop unknown fields (Warn also reports them), as the
+        API server does; ``Strict`` keeps them so that validation answers 400."""
+        if mode == "Strict":
+            return obj
+        if mode not in {"Ignore", "Warn"}:
+            raise errors.bad_request(
+                f'fieldValidation: Unsupported value: "{mode}": supported values: "Ignore", '
+                '"Strict", "Warn"'
+            )
+        unknown = [i.path for i in self.validators.issues(kind, obj) if i.kind == "unknown"]
+        if not unknown:
+            return obj
+        pruned = copy.deepcopy(obj)
+        for path in unknown:
+            parent: Any = pruned
+            for part in path[:-1]:
+                parent = parent[part]
+            parent.pop(path[-1], None)
+            if mode == "Warn" and warnings is not None:
+                warnings.append(f'unknown field "{_dotted(path)}"')
+        return pruned
+
     def _validate(self, kind: Kind, obj: Obj) -> None:
         self.validators.check(kind, obj)
         semantic_check(kind, obj)
@@ -374,13 +397,24 @@ class Store:
             self.history.clear()
 
     # ------------------------------------------------------------------ create
-    def create(self, kind: Kind, namespace: str | None, body: Any, *, dry_run: bool = False) -> Obj:
+    def create(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        body: Any,
+        *,
+        dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: builtins.list[str] | None = None,
+    ) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
             )
         with self.lock:
-            obj = self._check_type(kind, body)
+            obj = self._prune_unknown(
+                kind, self._check_type(kind, body), field_validation, warnings
+            )
             meta = obj.get("metadata")
             if meta is None:
                 meta = obj["metadata"] = {}
@@ -492,13 +526,17 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: builtins.list[str] | None = None,
     ) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
             )
         with self.lock:
-            obj = self._check_type(kind, body)
+            obj = self._prune_unknown(
+                kind, self._check_type(kind, body), field_validation, warnings
+            )
             meta = obj.get("metadata")
             if not isinstance(meta, dict):
                 meta = obj["metadata"] = {}
@@ -513,7 +551,14 @@ class Store:
             if old is None:
                 if kind.create_on_update and subresource is None:
                     meta.pop("resourceVersion", None)
-                    return self.create(kind, namespace, obj, dry_run=dry_run)
+                    return self.create(
+                        kind,
+                        namespace,
+                        obj,
+                        dry_run=dry_run,
+                        field_validation=field_validation,
+                        warnings=warnings,
+                    )
                 raise errors.not_found(kind, name)
             return self._update(kind, old, obj, subresource=subresource, dry_run=dry_run)
 
@@ -527,6 +572,8 @@ class Store:
         *,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: str = "Strict",
+        warnings: builtins.list[str] | None = None,
     ) -> Obj:
         with self.lock:
             old = self._require(kind, namespace, name)
@@ -551,7 +598,9 @@ class Store:
                     "the namespace of the provided object does not match the namespace sent "
                     "on the request"
                 )
-            patched = self._check_type(kind, patched)
+            patched = self._prune_unknown(
+                kind, self._check_type(kind, patched), field_validation, warnings
+            )
             return self._update(kind, old, patched, subresource=subresource, dry_run=dry_run)
 
     def _update(
@@ -1044,6 +1093,13 @@ def _check_pod_update(kind: Kind, old: Obj, new: Obj) -> None:
                 )
             ],
         )
+
+
+def _dotted(path: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def _etcd_key(key: ObjKey) -> str:

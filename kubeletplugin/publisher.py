@@ -10,7 +10,9 @@ Contract:
   helper: the pool generation is kept when at most one slice has to change and bumped by one
   otherwise (then every slice is rewritten with it); obsolete slices are deleted first, then
   changed ones updated (PUT with the listed ``resourceVersion`` as precondition), then missing
-  ones created. Every slice written carries the final ``resourceSliceCount``.
+  ones created. Every slice written carries the final ``resourceSliceCount``. A slice the API
+  server stored differently from what was sent (fields dropped by a disabled feature gate) is
+  not rewritten while it stays as stored (one warning), so the loop never fights the server.
 * :meth:`Publisher.run` loops: list -> plan -> apply, repeated until a list needs no write,
   then watches from that list's resourceVersion. Any event on one of the driver's slices for
   this node (another writer, a deletion by the kubelet), a new inventory or the resync period
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -125,20 +128,44 @@ def _body(desired: ResourceSlice, generation: int, resource_version: str = "") -
     return body
 
 
-def plan_sync(existing: Sequence[JSON], desired: Sequence[ResourceSlice]) -> SyncPlan:
+def fingerprint(desired: ResourceSlice) -> str:
+    """A generation-independent identity of a desired slice's content."""
+    return json.dumps(_body(desired, 0), sort_keys=True, separators=(",", ":"))
+
+
+def _resource_version(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion", ""))
+
+
+def plan_sync(
+    existing: Sequence[JSON],
+    desired: Sequence[ResourceSlice],
+    written: Mapping[str, tuple[str, str]] | None = None,
+) -> SyncPlan:
     """Decide the writes that turn ``existing`` (this driver's slices on this node) into
-    ``desired`` (see the module docstring). Never mutates its inputs."""
+    ``desired`` (see the module docstring). Never mutates its inputs.
+
+    ``written`` maps a slice name to ``(resourceVersion, fingerprint)`` of this process's last
+    write of it. A slice still at that resourceVersion, for an unchanged fingerprint, counts as
+    up to date even if the API server dropped fields (a disabled feature gate), so such a
+    pool is written once instead of forever.
+    """
+    written = written or {}
     by_name = {str((o.get("metadata") or {}).get("name", "")): o for o in existing}
     wanted = {s.name: s for s in desired}
     current_gen = max((_generation(o) for o in existing), default=0)
     obsolete = [o for name, o in sorted(by_name.items()) if name not in wanted]
     missing = [s for s in desired if s.name not in by_name]
-    changed = [
-        s
-        for s in desired
-        if s.name in by_name
-        and (not _matches(by_name[s.name], s) or _generation(by_name[s.name]) != current_gen)
-    ]
+
+    def up_to_date(obj: JSON, slice_: ResourceSlice) -> bool:
+        if _generation(obj) != current_gen:
+            return False
+        ours = written.get(slice_.name)
+        if ours is not None and ours == (_resource_version(obj), fingerprint(slice_)):
+            return True
+        return _matches(obj, slice_)
+
+    changed = [s for s in desired if s.name in by_name and not up_to_date(by_name[s.name], s)]
     writes = len(obsolete) + len(missing) + len(changed)
     if writes == 0:
         return SyncPlan(generation=current_gen)
@@ -149,7 +176,7 @@ def plan_sync(existing: Sequence[JSON], desired: Sequence[ResourceSlice]) -> Syn
         changed = [s for s in desired if s.name in by_name]  # all carry the new generation
 
     def rv(name: str) -> str:
-        return str((by_name[name].get("metadata") or {}).get("resourceVersion", ""))
+        return _resource_version(by_name[name])
 
     return SyncPlan(
         generation=generation,
@@ -202,6 +229,8 @@ class Publisher:
         self._resync_s = resync_s
         self._selector = f"spec.nodeName={node_name},spec.driver={driver_name}"
         self._inventory: Inventory | None = None
+        self._written: dict[str, tuple[str, str]] = {}
+        self._dropped_warned: set[str] = set()
         self._wake = asyncio.Event()
         self.synced = asyncio.Event()  # set after the first sync that needed no writes
         self.published_devices = 0
@@ -241,21 +270,23 @@ class Publisher:
             raise RuntimeError("sync before the first inventory")
         desired = await self._desired(inventory)
         existing, rv = await self._api.list_slices(self._selector)
-        plan = plan_sync(existing, desired)
+        plan = plan_sync(existing, desired, self._written)
         self.syncs += 1
         if not plan.empty:
             started = time.monotonic()
+            by_name = {s.name: s for s in desired}
             for obj in plan.delete:
                 meta = obj.get("metadata") or {}
+                self._written.pop(str(meta.get("name")), None)
                 await self._api.delete_slice(
                     str(meta.get("name")),
                     uid=str(meta.get("uid", "")),
                     resource_version=str(meta.get("resourceVersion", "")),
                 )
             for body in plan.update:
-                await self._api.update_slice(body)
+                self._record(by_name[body["metadata"]["name"]], await self._api.update_slice(body))
             for body in plan.create:
-                await self._api.create_slice(body)
+                self._record(by_name[body["metadata"]["name"]], await self._api.create_slice(body))
             self.writes += len(plan.delete) + len(plan.update) + len(plan.create)
             logger.info(
                 "pool %s: %s in %.1f ms",
@@ -266,6 +297,19 @@ class Publisher:
         self.generation = plan.generation
         self.published_devices = sum(len(s.devices) for s in desired)
         return plan, rv
+
+    def _record(self, desired: ResourceSlice, stored: JSON) -> None:
+        """Remember what we wrote; warn (once per slice content) when the server changed it."""
+        self._written[desired.name] = (_resource_version(stored), fingerprint(desired))
+        if not _matches(stored, desired) and desired.name not in self._dropped_warned:
+            self._dropped_warned.add(desired.name)
+            logger.warning(
+                "pool %s: the API server dropped or changed fields of slice %s (a DRA feature "
+                "gate such as DRADeviceTaints or DRAConsumableCapacity is probably off); "
+                "publishing it as stored",
+                self._node,
+                desired.name,
+            )
 
     async def remove_all(self) -> int:
         """Delete every slice of this driver on this node; returns how many were deleted."""

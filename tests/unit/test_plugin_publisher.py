@@ -14,7 +14,7 @@ import pytest
 from driver.errors import ConflictError, NotFoundError, ServerError
 from driver.model import DeviceTaint, GpuInfo, ResourceSlice
 from driver.slices import build_slices
-from kubeletplugin.publisher import Publisher, plan_sync
+from kubeletplugin.publisher import Publisher, fingerprint, plan_sync
 
 NODE = "node-a"
 DRIVER = "gpu.biaxial.dev"
@@ -140,6 +140,7 @@ class MemoryApi:
         self.faults: list[Exception] = []
         self.writes: list[str] = []
         self.changed = asyncio.Event()
+        self.drop_taints = False
 
     def _fault(self) -> None:
         if self.faults:
@@ -162,6 +163,9 @@ class MemoryApi:
 
     def _store(self, body: Mapping[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(dict(body))
+        if self.drop_taints:  # as an API server with DRADeviceTaints off does
+            for dev in obj["spec"].get("devices") or []:
+                dev.pop("taints", None)
         obj["metadata"]["resourceVersion"] = str(next(self.rv))
         obj["metadata"].setdefault("uid", f"uid-{obj['metadata']['name']}")
         self.objects[obj["metadata"]["name"]] = obj
@@ -250,3 +254,40 @@ def test_the_loop_publishes_follows_changes_and_survives_faults() -> None:
                 await task
 
     asyncio.run(scenario())
+
+
+def test_fields_dropped_by_the_server_are_written_once_not_forever(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> MemoryApi:
+        api = MemoryApi()
+        api.drop_taints = True
+        publisher = Publisher(api, node_name=NODE, driver_name=DRIVER, resync_s=30)
+        taint = DeviceTaint(key="gpu.biaxial.dev/unhealthy", effect="NoSchedule")
+        publisher.set_inventory([gpu(i) for i in range(4)], {"gpu-1": (taint,)})
+        task = asyncio.create_task(publisher.run())
+        try:
+            await converge(api, publisher)
+            api.writes.clear()
+            api.changed.set()  # an external event: re-list, nothing to write
+            await converge(api, publisher)
+            assert api.writes == []
+            return api
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+    api = asyncio.run(scenario())
+    assert all("taints" not in d for o in api.objects.values() for d in o["spec"]["devices"])
+    assert "dropped or changed fields" in caplog.text
+
+
+def test_a_slice_changed_by_someone_else_is_rewritten_despite_the_write_record() -> None:
+    wanted = desired(4)
+    existing = stored(wanted)
+    written = {wanted[0].name: ("10", fingerprint(wanted[0]))}
+    assert plan_sync(existing, wanted, written).empty
+    existing[0]["metadata"]["resourceVersion"] = "11"  # edited since our write
+    existing[0]["spec"]["devices"] = existing[0]["spec"]["devices"][:1]
+    assert len(plan_sync(existing, wanted, written).update) == 1

@@ -8,7 +8,7 @@ Skipped with the reason unless the cluster is there (see conftest.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,10 +20,10 @@ PATTERNS = ROOT / "examples" / "four-patterns"
 DRIVER = "gpu.biaxial.dev"
 
 
-def _wait(what: str, check: object, timeout_s: float = 120.0) -> None:
+def _wait(what: str, check: Callable[[], bool], timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        if callable(check) and check():
+        if check():
             return
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")

@@ -191,7 +191,7 @@ def test_documented_result_is_what_the_simulator_prints(run: Documented) -> None
 
 
 def _other_simulate_lines() -> list[tuple[str, list[str]]]:
-    found = []
+    found: list[tuple[str, list[str]]] = []
     for doc in DOCS:
         for block in _blocks(doc):
             if block.lang != "sh":

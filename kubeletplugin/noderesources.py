@@ -2,12 +2,14 @@
 the Node, so schedulers and dashboards that only know ``nvidia.com/gpumem`` /
 ``nvidia.com/gpucores`` still see this node's GPUs.
 
-Contract: :func:`legacy_resources` (pure) gives ``status.capacity`` for every discovered GPU
-and ``status.allocatable`` for the healthy ones: ``nvidia.com/gpumem`` in MiB (whole MiB per
-GPU, summed) and ``nvidia.com/gpucores`` 100 per GPU (MIG-enabled GPUs count with their whole
-memory and cores). :func:`node_status_patch` wraps them in a JSON merge patch of the Node's
-``status``; applying it twice is a no-op, so the plugin re-applies it on every inventory change
-and periodically (the kubelet may rewrite node status on restart).
+Contract: :func:`legacy_resources` (pure) gives, for the *healthy* discovered GPUs,
+``nvidia.com/gpumem`` in MiB (whole MiB per GPU, summed) and ``nvidia.com/gpucores`` 100 per
+GPU (a MIG-enabled GPU counts with its whole memory and cores). :func:`node_status_patch` puts
+the same values in ``status.capacity`` and ``status.allocatable`` (JSON merge patch): the
+kubelet recomputes allocatable as capacity for extended resources on its own status updates
+(kubernetes/kubernetes#115190), so an unhealthy GPU has to leave capacity too, or the kubelet
+would put it back. Applying the patch twice is a no-op; the plugin re-applies it on every
+inventory or health change and periodically.
 """
 
 from __future__ import annotations
@@ -23,22 +25,15 @@ CORES_PER_GPU: Final = 100
 MIB: Final = 1024 * 1024
 
 
-def _totals(gpus: Iterable[GpuInfo]) -> dict[str, str]:
-    gpus = list(gpus)
+def legacy_resources(gpus: Iterable[GpuInfo], unhealthy: Collection[str] = ()) -> dict[str, str]:
+    """The extended resources of the GPUs whose UUID is not in ``unhealthy``."""
+    healthy = [g for g in gpus if g.uuid not in unhealthy]
     return {
-        GPUMEM: str(sum(g.memory_bytes // MIB for g in gpus)),
-        GPUCORES: str(CORES_PER_GPU * len(gpus)),
+        GPUMEM: str(sum(g.memory_bytes // MIB for g in healthy)),
+        GPUCORES: str(CORES_PER_GPU * len(healthy)),
     }
 
 
-def legacy_resources(
-    gpus: Iterable[GpuInfo], unhealthy: Collection[str] = ()
-) -> tuple[dict[str, str], dict[str, str]]:
-    """``(capacity, allocatable)``; ``unhealthy`` holds GPU UUIDs left out of allocatable."""
-    gpus = list(gpus)
-    return _totals(gpus), _totals(g for g in gpus if g.uuid not in unhealthy)
-
-
 def node_status_patch(gpus: Iterable[GpuInfo], unhealthy: Collection[str] = ()) -> dict[str, Any]:
-    capacity, allocatable = legacy_resources(gpus, unhealthy)
-    return {"status": {"capacity": capacity, "allocatable": allocatable}}
+    resources = legacy_resources(gpus, unhealthy)
+    return {"status": {"capacity": resources, "allocatable": dict(resources)}}

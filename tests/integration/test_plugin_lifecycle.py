@@ -283,6 +283,8 @@ def test_failed_registration_recreates_the_socket_and_is_reported(
         assert node["status"]["capacity"]["nvidia.com/gpucores"] == "400"
         plugin.inject("lost", 0)
         wait(lambda: node_resources() == str(3 * 15360), what="lost GPU leaves allocatable")
+        node = emulator.get("nodes", NODE) or {}
+        assert node["status"]["capacity"]["nvidia.com/gpucores"] == "300"
         wait(lambda: "biaxial_plugin_unhealthy_devices 1.0" in http_get(f"{base}/metrics")[1])
     finally:
         assert plugin.stop() == 0, plugin.log()

@@ -169,13 +169,13 @@ def test_broadcaster_wakes_waiters_on_change_and_on_close() -> None:
     asyncio.run(scenario())
 
 
-def test_legacy_resources_count_memory_and_cores_and_drop_unhealthy_from_allocatable() -> None:
-    capacity, allocatable = legacy_resources(GPUS, unhealthy={"GPU-1"})
-    assert capacity == {"nvidia.com/gpumem": str(2 * 40960), "nvidia.com/gpucores": "200"}
-    assert allocatable == {"nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "100"}
-    assert node_status_patch([]) == {
-        "status": {
-            "capacity": {"nvidia.com/gpumem": "0", "nvidia.com/gpucores": "0"},
-            "allocatable": {"nvidia.com/gpumem": "0", "nvidia.com/gpucores": "0"},
-        }
+def test_legacy_resources_count_healthy_gpus_in_capacity_and_allocatable() -> None:
+    assert legacy_resources(GPUS) == {
+        "nvidia.com/gpumem": str(2 * 40960),
+        "nvidia.com/gpucores": "200",
     }
+    healthy_only = {"nvidia.com/gpumem": "40960", "nvidia.com/gpucores": "100"}
+    assert node_status_patch(GPUS, unhealthy={"GPU-1"}) == {
+        "status": {"capacity": healthy_only, "allocatable": healthy_only}
+    }
+    assert legacy_resources([]) == {"nvidia.com/gpumem": "0", "nvidia.com/gpucores": "0"}

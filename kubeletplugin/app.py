@@ -241,6 +241,7 @@ def _make_dirs(settings: Settings) -> None:
 
 async def run(settings: Settings) -> int:
     """Run the plugin until SIGTERM/SIGINT (exit 0) or a crashed task (exit 1)."""
+    started = time.monotonic()
     stop = asyncio.Event()
     _signals(stop)
     await asyncio.to_thread(_make_dirs, settings)
@@ -252,7 +253,7 @@ async def run(settings: Settings) -> int:
         endpoint = await asyncio.to_thread(Endpoint.resolve, settings.kubeconfig)
         plugin = Plugin(settings, backend, gpus)
         async with PluginApi(endpoint) as api:
-            return await _serve(plugin, api, stop)
+            return await _serve(plugin, api, stop, started)
     finally:
         # A cancelled NVML event wait keeps running in its thread until its (short) timeout;
         # wait for every worker thread before shutting NVML down underneath it.
@@ -260,7 +261,7 @@ async def run(settings: Settings) -> int:
         backend.close()
 
 
-async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event) -> int:
+async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: float) -> int:
     settings = plugin.settings
     preparer = Preparer(settings.prepare_settings(), plugin.gpus, api.get_claim)
     try:
@@ -318,6 +319,13 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event) -> int:
             grace_s=settings.grace_s,
         )
         guard.start("registration", registrar.run())
+        logger.info(
+            "plugin %s on node %s ready in %.0f ms (%s)",
+            settings.driver_name,
+            settings.node_name,
+            (time.monotonic() - started) * 1000,
+            f"fake GPUs {settings.fake_gpus}" if settings.fake_gpus else "NVML",
+        )
         stopper = asyncio.create_task(stop.wait())
         crasher = asyncio.create_task(guard.crashed.wait())
         await asyncio.wait({stopper, crasher}, return_when=asyncio.FIRST_COMPLETED)

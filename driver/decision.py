@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import re
 import time
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -179,6 +180,7 @@ class NodeShape:
     totals and per-pod bounds."""
 
     key: tuple[object, ...]
+    ident: int  # small integer standing for ``key`` in partitions
     total: NodeAmounts
     kinds: tuple[Device, ...]  # one representative per distinct device kind
     max_memory: int
@@ -222,9 +224,9 @@ def _device_kind(candidate: Candidate) -> tuple[object, ...]:
     return (candidate.multi, candidate.capacities)
 
 
-Partition = tuple[tuple[object, ...], int, int, int, int]
-"""(shape key, level, devices in use, idle devices in one locality group): nodes whose bound
-is monotone in their list key."""
+Partition = tuple[int, int, int, int, int]
+"""(shape id, level, devices in use, idle devices in one locality group, fit level): nodes
+whose bound is monotone in their list key."""
 Variant = tuple[bool, str]
 """(cores dimension?, policy direction)."""
 
@@ -241,6 +243,7 @@ class CapacityIndex:
         self.snapshot = snapshot
         self.states: dict[str, NodeState] = {}
         self.shapes: dict[tuple[object, ...], NodeShape] = {}
+        self.by_ident: list[NodeShape] = []
         self._kinds: dict[tuple[object, ...], tuple[tuple[object, ...], ...]] = {}
         self.lists: dict[Variant, dict[Partition, list[tuple[int, str]]]] = {
             (cores, direction): {} for cores in (False, True) for direction in ("binpack", "spread")
@@ -264,6 +267,7 @@ class CapacityIndex:
             memories = [_capacity_units(c.device, MEMORY) for c in devices]
             shape = NodeShape(
                 key=key,
+                ident=len(self.by_ident),
                 total=NodeAmounts(
                     devices=len(devices),
                     memory=sum(memories),
@@ -274,6 +278,7 @@ class CapacityIndex:
                 max_cores=max(_capacity_units(c.device, CORES) for c in devices),
             )
             self.shapes[key] = shape
+            self.by_ident.append(shape)
         allocated = self.snapshot.allocated
         states = []
         max_free = 0
@@ -341,7 +346,7 @@ class CapacityIndex:
 
     def _entries(self, state: NodeState) -> Iterator[tuple[Variant, Partition, tuple[int, str]]]:
         partition = (
-            state.shape.key,
+            state.shape.ident,
             state.level,
             state.used.devices,
             state.group_fresh,
@@ -637,7 +642,7 @@ class _PodContext:
         tuple[frozenset[str], int | None], tuple[BridgeClaim, ResourceClaim] | None
     ] = field(default_factory=dict)
     demand: _Demand | None = None
-    shape_bounds: dict[tuple[object, ...], _ShapeBounds] = field(default_factory=dict)
+    shape_bounds: dict[int, _ShapeBounds] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
 
@@ -809,7 +814,7 @@ class DecisionEngine:
         uniform = self._uniform(demand.classes)
         ctx.demand = demand
         ctx.shape_bounds = {
-            key: _shape_bounds(shape, demand, uniform) for key, shape in self.index.shapes.items()
+            shape.ident: _shape_bounds(shape, demand, uniform) for shape in self.index.by_ident
         }
         policies = ctx.policies
         policy = policies.node
@@ -818,9 +823,9 @@ class DecisionEngine:
         heap: list[tuple[float, str, int, list[tuple[int, str]], int, NodeAmounts, NodeShape]] = []
         serial = 0
         for partition, entries in self.index.lists[(demand.cores, policy)].items():
-            shape_key, level, in_use, group_fresh, _ = partition
-            bounds = ctx.shape_bounds[shape_key]
-            shape = self.index.shapes[shape_key]
+            shape_id, level, in_use, group_fresh, _ = partition
+            bounds = ctx.shape_bounds[shape_id]
+            shape = self.index.by_ident[shape_id]
             idle = shape.total.devices - in_use
             if (
                 not bounds.feasible
@@ -849,7 +854,7 @@ class DecisionEngine:
             self.stats.nodes_evaluated += 1
             # The index's precheck first: it is the cheapest test and fails most often. Its
             # reason is not kept: the filter's reasons come first in kube-scheduler's order.
-            if _precheck(state, demand, ctx.shape_bounds[shape.key]) is None:
+            if _precheck(state, demand, ctx.shape_bounds[shape.ident]) is None:
                 outcome = self._evaluate(ctx, node, prechecked=True)
                 if isinstance(outcome, str):
                     ctx.reasons[name] = outcome
@@ -897,16 +902,29 @@ class DecisionEngine:
             return False
         try:
             selectors = [compile_selector(e) for e in device_class.selectors]
+            names = [referenced_names(s.expression) for s in selectors]
+            keys = [_visible_keys(n) if n is not None else None for n in names]
+            seen: set[tuple[object, ...]] = set()
             for state in self.index.states.values():
                 for cand in self.snapshot.candidates(state.node).devices:
                     if not cand.node_local or not cand.node_match:
                         continue
                     if cand.blocking_taints or cand.consumes:
                         return False
-                    for selector in selectors:
-                        if not cache.matches(
-                            selector, cand.device_id, cand.match_generation, cand.device
-                        ):
+                    for selector, referenced in zip(selectors, keys, strict=True):
+                        if referenced is None:
+                            ok = cache.matches(
+                                selector, cand.device_id, cand.match_generation, cand.device
+                            )
+                        else:
+                            # Devices that agree on everything the expression can read give
+                            # the same answer: evaluate one of them.
+                            key = (selector.expression, *_visible(cand, referenced))
+                            if key in seen:
+                                continue
+                            ok = selector.matches(cand.device, cand.device_id.driver)
+                            seen.add(key)
+                        if not ok:
                             return False
         except BiaxialError:
             return False
@@ -972,7 +990,7 @@ class DecisionEngine:
             return _NodeOutcome(node_score(total, used, NodeAmounts(), cores=False), (), bridge)
         if state is None and not self.exhaustive:
             return REASON_NO_GPUS
-        bounds = ctx.shape_bounds.get(state.shape.key) if state is not None else None
+        bounds = ctx.shape_bounds.get(state.shape.ident) if state is not None else None
         if not prechecked and state is not None and bounds is not None and ctx.demand is not None:
             short = _precheck(state, ctx.demand, bounds)
             if short is not None:
@@ -1084,6 +1102,48 @@ def _added(state: NodeState, results: Iterable[AllocationResult]) -> NodeAmounts
 
 def _quantity_units(quantity: Quantity | None) -> int:
     return quantity.value() if quantity is not None else 0
+
+
+_DYNAMIC_ACCESS: Final = re.compile(
+    r"\b(?:all|exists|exists_one|map|filter|size|has)\s*\(|\bin\b|[?\\@{]"
+)
+_LITERAL_INDEX: Final = re.compile(r"\[\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\]")
+_TOKEN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def referenced_names(expression: str) -> frozenset[str] | None:
+    """Every name a CEL selector can read from a device, or None when it may read names it
+    does not spell out (comprehensions, ``size``, ``has``, ``in``, computed or optional
+    indexes, escapes). Conservative: a word anywhere in the text, string literals included,
+    counts as referenced."""
+    if _DYNAMIC_ACCESS.search(expression):
+        return None
+    if "[" in _LITERAL_INDEX.sub(" ", expression):
+        return None
+    words = set(_TOKEN.findall(expression))
+    for literal in _LITERAL_INDEX.findall(expression):
+        words.update(literal.strip("\"'").split("/"))
+    return frozenset(words)
+
+
+def _visible_keys(names: frozenset[str]) -> tuple[str, ...]:
+    """The attribute / capacity keys a selector reading only ``names`` can reach: a name in
+    the driver's domain (unqualified key) or in a domain it spells out (``domain/name``)."""
+    domains = sorted(n for n in names if "." in n)
+    return (*sorted(names), *(f"{d}/{n}" for d in domains for n in sorted(names)))
+
+
+def _visible(candidate: Candidate, keys: tuple[str, ...]) -> tuple[object, ...]:
+    """What a selector that reads only ``keys`` sees of a device."""
+    device = candidate.device
+    attributes = device.attributes
+    capacity = device.capacity
+    return (
+        candidate.device_id.driver,
+        device.allow_multiple_allocations,
+        tuple(attributes.get(k) for k in keys),
+        tuple(c.value.nanos if (c := capacity.get(k)) is not None else None for k in keys),
+    )
 
 
 def device_results(placement: Placement) -> list[tuple[str, DeviceResult]]:

@@ -65,7 +65,7 @@ bench: $(STAMP)
 ## docker or podman, kind and kubectl; without them tests/e2e is skipped with the reason
 e2e-kind: $(STAMP)
 	if deploy/kind/up.sh --check-tools; then deploy/kind/up.sh; fi
-	BIAXIAL_E2E=1 $(BIN)/python -m pytest tests/e2e -rs -v
+	BIAXIAL_E2E=1 KUBECONFIG=$${TMPDIR:-/tmp}/biaxial-kind.kubeconfig $(BIN)/python -m pytest tests/e2e -rs -v
 
 bench-emulator: $(STAMP)
 	$(BIN)/python -m bench.emulator

@@ -45,6 +45,11 @@ def _why_not() -> tuple[str | None, str | None]:
     kubeconfig = os.environ.get("KUBECONFIG") or (
         str(KIND_KUBECONFIG) if KIND_KUBECONFIG.is_file() else None
     )
+    if kubeconfig is not None and not Path(kubeconfig).is_file():
+        return (
+            f"BIAXIAL_E2E=1 but KUBECONFIG {kubeconfig} does not exist: run deploy/kind/up.sh",
+            None,
+        )
     if kubeconfig is None:
         engine = _container_engine()
         if engine is None:

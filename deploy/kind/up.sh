@@ -45,8 +45,8 @@ check_tools() {
   command -v kind >/dev/null 2>&1 || missing+=("kind")
   command -v kubectl >/dev/null 2>&1 || missing+=("kubectl")
   if ((${#missing[@]})); then
-    local IFS=';'
-    printf 'up.sh: cannot create a kind cluster here; missing: %s\n' "${missing[*]}" >&2
+    local joined; joined="$(printf '%s, ' "${missing[@]}")"
+    printf 'up.sh: cannot create a kind cluster here; missing: %s\n' "${joined%, }" >&2
     return 1
   fi
 }

@@ -38,6 +38,7 @@ from typing import Any, Final
 from driver.errors import BiaxialError, CheckpointError, ConfigError, PrepareError, QuantityError
 from driver.model import GpuInfo
 from driver.quantity import Quantity
+from driver.slices import gpu_device_name, mig_device_name
 from kubeletplugin import cdi
 from kubeletplugin.cdi import ClaimSpec, DeviceAllocation, GpuTarget, SharingPaths
 from kubeletplugin.checkpoint import (
@@ -121,18 +122,13 @@ ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 # --------------------------------------------------------------------------- pure planning
 
 
-def mig_device_name(parent_minor: int, profile: str, start: int) -> str:
-    """``gpu-<minor>-mig-<profile without dots>-<start>``."""
-    return f"gpu-{parent_minor}-mig-{profile.replace('.', '')}-{start}"
-
-
 def device_targets(gpus: Iterable[GpuInfo]) -> dict[str, GpuTarget]:
     """This node's devices by published name: full GPUs and their MIG partitions."""
     targets: dict[str, GpuTarget] = {}
     for gpu in gpus:
         pci = gpu.pci_bus_id or ""
-        targets[f"gpu-{gpu.minor}"] = GpuTarget(
-            name=f"gpu-{gpu.minor}",
+        targets[gpu_device_name(gpu.minor)] = GpuTarget(
+            name=gpu_device_name(gpu.minor),
             uuid=gpu.uuid,
             minor=gpu.minor,
             pci_bus_id=pci,

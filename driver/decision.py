@@ -81,6 +81,7 @@ from driver.snapshot import Candidate, ClusterSnapshot
 log = logging.getLogger(__name__)
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
+_EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
 LEVELS: Final = 32
 REASON_NO_GPUS: Final = "node(s) had no GPUs"
 REASON_GPU_MEMORY: Final = "insufficient GPU memory"
@@ -614,13 +615,18 @@ def _bound_amounts(
 
 def _float_score(total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, cores: bool) -> float:
     """:func:`node_score` in floating point (heap order only; decisions use the exact one)."""
-    dims = node_dims(total, cores=cores)
-    if not dims:
-        return 0.0
     score = 0.0
-    for dim in dims:
-        score += (getattr(used, dim) + getattr(adding, dim)) / getattr(total, dim)
-    return score / len(dims)
+    dims = 0
+    if total.devices > 0:
+        score += (used.devices + adding.devices) / total.devices
+        dims += 1
+    if total.memory > 0:
+        score += (used.memory + adding.memory) / total.memory
+        dims += 1
+    if cores and total.cores > 0:
+        score += (used.cores + adding.cores) / total.cores
+        dims += 1
+    return score / dims if dims else 0.0
 
 
 # --------------------------------------------------------------------------- per-pod context
@@ -842,13 +848,18 @@ class DecisionEngine:
         heapq.heapify(heap)
         best: tuple[tuple[Fraction, str], _NodeOutcome, Node] | None = None
         evaluated = 0
+        best_key = 0.0
         while heap:
-            _, name, _, entries, position, adding, shape = heapq.heappop(heap)
+            key, name, _, entries, position, adding, shape = heapq.heappop(heap)
             state = states[name]
-            if best is not None:
+            if best is not None and key >= best_key - _EPSILON:
+                # Floats order the heap; whether a bound can still win is decided exactly,
+                # unless it is clearly worse.
+                if key > best_key + _EPSILON:
+                    continue  # nothing left in this partition can beat the best
                 exact = node_score(shape.total, state.used, adding, cores=demand.cores)
                 if node_rank(policy, exact, name) > best[0]:
-                    continue  # nothing left in this partition can beat the best
+                    continue
             node = self.nodes[name]
             evaluated += 1
             self.stats.nodes_evaluated += 1
@@ -862,6 +873,7 @@ class DecisionEngine:
                     rank = node_rank(policy, outcome.score, name)
                     if best is None or rank < best[0]:
                         best = (rank, outcome, node)
+                        best_key = sign * float(outcome.score)
             if position + 1 < len(entries):
                 nxt = entries[position + 1][1]
                 bound = _float_score(shape.total, states[nxt].used, adding, demand.cores)

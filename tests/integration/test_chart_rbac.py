@@ -1,0 +1,345 @@
+"""The chart's RBAC is sufficient: run both binaries exactly as the chart runs them (its
+rendered arguments and environment) against the API emulator, record every API request they
+make, and check each one against the chart's ClusterRoles and Roles the way the RBAC authorizer
+would. A request the chart does not grant would be a 403 on a real cluster; this catches it
+here, where the emulator itself authorizes everything.
+
+The runs cover each component's main path: the plugin publishes its pool, advertises legacy
+resources, registers with a (fake) kubelet and prepares and unprepares a claim; the controller
+takes the Lease, schedules a legacy pod through a bridge claim and a template pod, binds them,
+and releases the Lease on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.emulator import Emulator, ResourceClaimController
+from tests.emulator.faults import RequestRecord
+from tests.integration.controller_env import bound_pods, pod, seed_cluster
+from tests.integration.fake_kubelet import FakeKubelet, wait
+from tests.render_chart import NAMESPACE, render_objects
+
+JSON = dict[str, Any]
+NODE = "node-a"
+DRIVER = "gpu.biaxial.dev"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return 0
+
+
+def _ok(url: str) -> bool:
+    return _status(url) == 200
+
+
+def _workload(objs: list[JSON], kind: str) -> tuple[list[str], dict[str, str], JSON]:
+    (workload,) = [o for o in objs if o["kind"] == kind]
+    (c,) = workload["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+    return list(c["args"]), env, c
+
+
+# --------------------------------------------------------------------------- the authorizer
+
+
+def _split(record: RequestRecord) -> tuple[str, str, str | None, str | None] | None:
+    """(group, resource[/subresource], namespace, name) of a resource request; None for
+    discovery and other non-resource paths (allowed to every user by system:discovery)."""
+    parts = [p for p in record.path.split("?")[0].split("/") if p]
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else None
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    return group, resource, namespace, name
+
+
+def _verb(record: RequestRecord, name: str | None) -> str:
+    watch = record.query.get("watch", "").lower() in {"1", "true"}
+    return {
+        "GET": "watch" if watch else ("get" if name else "list"),
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if name else "deletecollection",
+    }[record.method]
+
+
+def _allowed(rules: list[JSON], group: str, resource: str, verb: str, name: str | None) -> bool:
+    return any(
+        group in rule["apiGroups"]
+        and resource in rule["resources"]
+        and verb in rule["verbs"]
+        and (not rule.get("resourceNames") or name in rule["resourceNames"])
+        for rule in rules
+    )
+
+
+def denied(objs: list[JSON], service_account: str, records: list[RequestRecord]) -> list[str]:
+    """Requests the chart's RBAC would refuse to ``service_account``."""
+
+    def bound(binding_kind: str, role_kind: str) -> list[tuple[JSON, str | None]]:
+        out = []
+        for b in objs:
+            if b["kind"] != binding_kind:
+                continue
+            if not any(s.get("name") == service_account for s in b["subjects"]):
+                continue
+            role = next(
+                o
+                for o in objs
+                if o["kind"] == role_kind and o["metadata"]["name"] == b["roleRef"]["name"]
+            )
+            out.append((role, b["metadata"].get("namespace")))
+        return out
+
+    cluster_rules = [
+        r for role, _ in bound("ClusterRoleBinding", "ClusterRole") for r in role["rules"]
+    ]
+    namespaced = bound("RoleBinding", "Role")
+    problems = []
+    for record in records:
+        split = _split(record)
+        if split is None:
+            continue
+        group, resource, namespace, name = split
+        verb = _verb(record, name)
+        rules = cluster_rules + [
+            r for role, ns in namespaced if ns == namespace for r in role["rules"]
+        ]
+        if not _allowed(rules, group, resource, verb, name):
+            where = f" in {namespace}" if namespace else ""
+            problems.append(f"{verb} {group or 'core'}/{resource} {name or ''}{where}")
+    return sorted(set(problems))
+
+
+def test_the_authorizer_model_refuses_what_is_not_granted() -> None:
+    objs = [r.obj for r in render_objects()]
+    record = RequestRecord(
+        method="DELETE",
+        path="/api/v1/namespaces/default/pods/p",
+        query={},
+        content_type="",
+        verb="delete",
+        resource="pods",
+        status=200,
+    )
+    assert denied(objs, "biaxial-controller", [record]) == ["delete core/pods p in default"]
+    lease = RequestRecord(
+        method="PUT",
+        path="/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x",
+        query={},
+        content_type="",
+        verb="update",
+        resource="leases",
+        status=200,
+    )
+    # the leader-election Role is granted in the release namespace only
+    assert denied(objs, "biaxial-controller", [lease]) != []
+
+
+# --------------------------------------------------------------------------- the runs
+
+
+@pytest.fixture
+def short_root() -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(dir="/tmp", prefix="bxr"))  # unix socket paths stay short
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_kubelet_plugin_needs_nothing_the_chart_does_not_grant(
+    emulator: Emulator, short_root: Path
+) -> None:
+    port = _free_port()
+    dirs = {k: short_root / k for k in ("reg", "plugins", "cdi", "state", "mps", "lock")}
+    values = {
+        "kubeletPlugin": {
+            "fakeGpus": "t4x4",
+            "advertiseLegacyResources": True,
+            "metricsPort": port,
+            "hostPaths": {
+                "registry": str(dirs["reg"]),
+                "plugins": str(dirs["plugins"]),
+                "cdi": str(dirs["cdi"]),
+                "state": str(dirs["state"]),
+                "mpsRoot": str(dirs["mps"]),
+                "hamiLockDir": str(dirs["lock"]),
+            },
+        }
+    }
+    objs = [r.obj for r in render_objects(values)]
+    args, env, c = _workload(objs, "DaemonSet")
+    for d in dirs.values():
+        d.mkdir()
+    emulator.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    kubeconfig = emulator.write_kubeconfig(short_root / "kubeconfig")
+    pod_uid = str(uuid.uuid4())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "biaxial", *args, "--kubeconfig", str(kubeconfig)],
+        env={**os.environ, **env, "NODE_NAME": NODE, "POD_UID": pod_uid},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        health = f"http://127.0.0.1:{port}{c['readinessProbe']['httpGet']['path']}"
+        wait(lambda: _status(health) == 200, 20, "plugin /healthz")
+        wait(
+            lambda: [s for s in emulator.list("resourceslices") if s["spec"]["nodeName"] == NODE],
+            20,
+            "published slices",
+        )
+        wait(
+            lambda: (
+                "nvidia.com/gpumem"
+                in ((emulator.get("nodes", NODE) or {}).get("status") or {}).get("capacity", {})
+            ),
+            20,
+            "legacy resources on the Node",
+        )
+        (registration,) = dirs["reg"].glob("*.sock")
+        assert pod_uid in registration.name  # rolling-update socket names from POD_UID
+        created = emulator.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "c1", "namespace": "default"},
+                "spec": {
+                    "devices": {
+                        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]
+                    }
+                },
+            }
+        )
+        emulator.update_status(
+            "ResourceClaim",
+            "c1",
+            {
+                "allocation": {
+                    "devices": {
+                        "results": [
+                            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}
+                        ]
+                    }
+                }
+            },
+            namespace="default",
+        )
+        ref = ("default", created["metadata"]["uid"], "c1")
+        with FakeKubelet(registration) as kubelet:
+            kubelet.notify(registered=True)
+            dra = kubelet.dra("v1")
+            prepared = dra.prepare([ref])
+            assert prepared[ref[1]].error == ""
+            assert dra.unprepare([ref]) == {ref[1]: ""}
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    records = list(emulator.requests)
+    assert any(r.method == "POST" and "resourceslices" in r.path for r in records)
+    assert denied(objs, "biaxial-kubelet-plugin", records) == []
+
+
+def test_controller_needs_nothing_the_chart_does_not_grant(
+    emulator: Emulator, claim_controller: ResourceClaimController, short_root: Path
+) -> None:
+    port = _free_port()
+    objs = [
+        r.obj
+        for r in render_objects(
+            {
+                "controller": {
+                    "metricsPort": port,
+                    "leaderElection": {"leaseDuration": 3, "renewDeadline": 2, "retryPeriod": 0.5},
+                }
+            }
+        )
+    ]
+    args, env, c = _workload(objs, "Deployment")
+    emulator.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    seed_cluster(emulator)
+    kubeconfig = emulator.write_kubeconfig(short_root / "kubeconfig")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "biaxial", *args, "--kubeconfig", str(kubeconfig)],
+        env={**os.environ, **env, "BIAXIAL_IDENTITY": "biaxial-controller-0"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for url in (base + c[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")):
+            wait(functools.partial(_ok, url), 20, url)
+        emulator.create(pod("legacy", legacy_gpus=1, gpumem=4000))
+        emulator.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "one-gpu", "namespace": "default"},
+                "spec": {
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]
+                        }
+                    }
+                },
+            }
+        )
+        emulator.create(pod("templated", template="one-gpu"))
+        wait(lambda: {"legacy", "templated"} <= set(bound_pods(emulator)), 20, "pods bound")
+        lease = emulator.get("leases", "biaxial-controller", NAMESPACE)
+        assert lease is not None
+        assert lease["spec"]["holderIdentity"] == "biaxial-controller-0"
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, output
+    records = list(emulator.requests)
+    assert any(r.path.endswith("/binding") for r in records)
+    assert denied(objs, "biaxial-controller", records) == []

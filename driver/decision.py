@@ -59,6 +59,7 @@ from driver.nodefit import (
     NodeUsage,
     PodSchedulingFacts,
     filter_node,
+    node_allocatable,
     unschedulable_message,
 )
 from driver.nodes import Node, node_selector_matches
@@ -408,7 +409,7 @@ class _Demand:
     """
 
     requests: tuple[tuple[_Alternative, ...], ...]  # per request: its alternatives
-    grouped: tuple[bool, ...]  # per request: matchAttribute on the NUMA node or PCIe root
+    grouped: tuple[str | None, ...]  # per request: matchAttribute on NUMA node or PCIe root
     cores: bool  # the node score includes the cores dimension
     prunable: bool
     simple: bool
@@ -417,14 +418,14 @@ class _Demand:
 
 def _demand(claims: Sequence[ResourceClaim]) -> _Demand:
     requests: list[tuple[_Alternative, ...]] = []
-    grouped: list[bool] = []
+    grouped: list[str | None] = []
     prunable = True
     cores = False
     selectors = False
     classes: set[str] = set()
     for claim in claims:
         local = {
-            name
+            name: c.match_attribute
             for c in claim.constraints
             if c.match_attribute in (NUMA_NODE, PCIE_ROOT)
             for name in (c.requests or tuple(r.name for r in claim.requests))
@@ -446,7 +447,7 @@ def _demand(claims: Sequence[ResourceClaim]) -> _Demand:
                 alts.append(_Alternative(alt.count, alt.capacity_requests))
             if alts:
                 requests.append(tuple(alts))
-                grouped.append(request.name in local)
+                grouped.append(local.get(request.name))
     simple = (
         prunable
         and len(claims) == 1
@@ -648,6 +649,8 @@ class _PodContext:
         tuple[frozenset[str], int | None], tuple[BridgeClaim, ResourceClaim] | None
     ] = field(default_factory=dict)
     demand: _Demand | None = None
+    legacy_resources: frozenset[str] = frozenset()
+    exempt: frozenset[str] = frozenset()  # resources the node filter leaves to DRA
     shape_bounds: dict[int, _ShapeBounds] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -703,6 +706,7 @@ class DecisionEngine:
             if "/" in name and quantity.sign() > 0
         )
         self._uniform_cache: dict[str, bool] = {}
+        self._allocatable = {name: node_allocatable(node) for name, node in self.nodes.items()}
         if not self.exhaustive:
             # The CEL sweep: which classes select every node-local device everywhere (stops
             # at a class's first non-matching device). Results stay in the snapshot's cache.
@@ -760,6 +764,9 @@ class DecisionEngine:
             user_claims=tuple(claims),
             to_allocate=tuple(c for c in claims if c.allocation is None),
             allocated_claims=tuple(c for c in claims if c.allocation is not None),
+            legacy_resources=legacy.resources,
+            exempt=legacy.resources
+            | (MODIFIER_RESOURCES if GPU_RESOURCE in legacy.resources else frozenset()),
         )
 
     def _decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> Decision:
@@ -976,12 +983,18 @@ class DecisionEngine:
         self, ctx: _PodContext, node: Node, *, prechecked: bool = False
     ) -> _NodeOutcome | str:
         """The node's exact outcome for the pod, or the reason it does not fit."""
-        dra = dra_resources_on_node(ctx.legacy.resources, node.allocatable)
-        exempt = set(dra) | (
-            set(MODIFIER_RESOURCES) if GPU_RESOURCE in ctx.legacy.resources else set()
-        )
+        resources = ctx.legacy_resources
+        if resources & self.advertised:
+            dra = dra_resources_on_node(resources, node.allocatable)
+            exempt = dra | (MODIFIER_RESOURCES if GPU_RESOURCE in resources else frozenset())
+        else:
+            dra, exempt = resources, ctx.exempt
         reason = filter_node(
-            ctx.facts, node, self.usage.get(node.name, NodeUsage()), dra_resources=exempt
+            ctx.facts,
+            node,
+            self.usage.get(node.name, NodeUsage()),
+            dra_resources=exempt,
+            allocatable=self._allocatable[node.name],
         )
         if reason is not None:
             return reason
@@ -1055,11 +1068,14 @@ class DecisionEngine:
 def _precheck(state: NodeState, demand: _Demand, bounds: _ShapeBounds) -> str | None:
     """A necessary condition from the index: each request has enough devices with room.
     Returns the kube-style reason when it fails."""
-    for alternatives, per_alt in zip(demand.requests, bounds.amounts, strict=True):
+    for alternatives, per_alt, grouped in zip(
+        demand.requests, bounds.amounts, demand.grouped, strict=True
+    ):
         ok = False
         reason = REASON_FREE_GPUS
         for alt, by_kind in zip(alternatives, per_alt, strict=True):
             hosts = 0
+            groups: dict[object, int] = {}
             memory_short = cores_short = False
             for device in state.devices:
                 amounts = by_kind[device.kind]
@@ -1068,19 +1084,25 @@ def _precheck(state: NodeState, demand: _Demand, bounds: _ShapeBounds) -> str | 
                     cores_short = cores_short or MEMORY not in alt.requests
                     continue
                 if not device.shareable:
-                    if not device.in_use:
-                        hosts += 1
-                    continue
-                if amounts.get(MEMORY, 0) > device.free_memory:
+                    if device.in_use:
+                        continue
+                elif amounts.get(MEMORY, 0) > device.free_memory:
                     memory_short = True
                     continue
-                if amounts.get(CORES, 0) > device.free_cores:
+                elif amounts.get(CORES, 0) > device.free_cores:
                     cores_short = True
                     continue
                 hosts += 1
+                if grouped is not None:
+                    value = device.device.attributes.get(grouped)
+                    if value is not None:
+                        groups[value] = groups.get(value, 0) + 1
             if hosts >= alt.count:
-                ok = True
-                break
+                if grouped is None or max(groups.values(), default=0) >= alt.count:
+                    ok = True
+                    break
+                reason = REASON_CLAIMS  # enough devices, but not side by side
+                continue
             whole = alt.requests.get(MEMORY) is None and all(d.shareable for d in state.devices)
             if hosts == 0 and memory_short and not whole:
                 reason = REASON_GPU_MEMORY

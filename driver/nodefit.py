@@ -182,11 +182,17 @@ class NodeUsage:
         return NodeUsage(requested=merged, pods=self.pods + 1)
 
 
-def _allocatable(node: Node, resource: str) -> int | None:
-    quantity = node.allocatable.get(resource)
-    if quantity is None:
-        return None
-    return quantity.milli_value() if resource in _MILLI_RESOURCES else quantity.value()
+def _amount_of(resource: str, quantity: Quantity) -> int:
+    nanos = quantity.nanos
+    if resource in _MILLI_RESOURCES:
+        return -(-nanos // 10**6)
+    return -(-nanos // 10**9)
+
+
+def node_allocatable(node: Node) -> dict[str, int]:
+    """The node's allocatable resources in the filter's integer units (cpu in millicores);
+    compute once per node and pass to :func:`filter_node`."""
+    return {name: _amount_of(name, q) for name, q in node.allocatable.items()}
 
 
 def untolerated_taint(facts: PodSchedulingFacts, node: Node) -> NodeTaint | None:
@@ -207,8 +213,12 @@ def filter_node(
     usage: NodeUsage,
     *,
     dra_resources: Collection[str] = (),
+    allocatable: Mapping[str, int] | None = None,
 ) -> str | None:
-    """None if the pod may run on ``node`` (GPUs aside), else the kube-scheduler reason."""
+    """None if the pod may run on ``node`` (GPUs aside), else the kube-scheduler reason.
+    ``allocatable``: :func:`node_allocatable` of the node, when the caller keeps it."""
+    if allocatable is None:
+        allocatable = node_allocatable(node)
     if node.unschedulable and not facts.tolerates(
         NodeTaint(key=UNSCHEDULABLE_TAINT, effect="NoSchedule")
     ):
@@ -222,14 +232,14 @@ def filter_node(
         facts.required_affinity, node, f"pod {facts.name} node affinity"
     ):
         return REASON_AFFINITY
-    pods_allowed = _allocatable(node, "pods")
+    pods_allowed = allocatable.get("pods")
     if pods_allowed is not None and usage.pods + 1 > pods_allowed:
         return REASON_TOO_MANY_PODS
     for resource in sorted(facts.requests):
         want = facts.requests[resource]
         if want <= 0 or resource in dra_resources:
             continue
-        have = _allocatable(node, resource)
+        have = allocatable.get(resource)
         if have is None:
             if resource in ("cpu", "memory", "ephemeral-storage"):
                 continue  # a node that does not report it is not limited by it

@@ -41,7 +41,8 @@ VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
     "biaxial.yaml": {},
     # Clusters without GPUs (kind, CI): 4 fake T4s on every node labelled
     # biaxial.dev/fake-gpus=true; nvidia.com/gpumem and gpucores advertised on the Node so the
-    # kubelet admits HAMi-style pods (docs/requesting-gpus.md).
+    # kubelet admits HAMi-style pods (docs/requesting-gpus.md); shares time-sliced (strategy
+    # none), since there is no HAMi-core library to inject.
     "biaxial-fake-gpus.yaml": {
         "kubeletPlugin": {
             "fakeGpus": "t4x4",
@@ -49,6 +50,7 @@ VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
             "tolerations": None,
             "advertiseLegacyResources": True,
         },
+        "deviceClasses": {"sharingStrategy": "none"},
     },
 }
 

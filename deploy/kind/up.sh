@@ -15,7 +15,8 @@
 # Fake GPUs publish real ResourceSlices and go through real allocation and Prepare; the CDI
 # specs they produce name /dev/nvidia* device nodes, so this script creates inert character
 # devices with NVIDIA's major numbers inside each worker's node container (nothing can open
-# them: there is no driver) and pods reach Running.
+# them: there is no driver), and GPU shares are time-sliced (deviceClasses.sharingStrategy=none:
+# there is no HAMi-core library to inject), so pods reach Running.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -128,7 +129,8 @@ main() {
       --set kubeletPlugin.fakeGpus=t4x4 \
       --set-json 'kubeletPlugin.nodeSelector={"nvidia.com/gpu.present":null,"biaxial.dev/fake-gpus":"true"}' \
       --set kubeletPlugin.tolerations=null \
-      --set kubeletPlugin.advertiseLegacyResources=true
+      --set kubeletPlugin.advertiseLegacyResources=true \
+      --set deviceClasses.sharingStrategy=none
   else
     # The same values, rendered: deploy/manifests/biaxial-fake-gpus.yaml.
     [[ "$IMAGE" == biaxial:0.1.0 ]] || die "without helm only IMAGE=biaxial:0.1.0 is supported"

@@ -190,6 +190,27 @@ def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
     assert driver_rule["resourceNames"] == ["gpu.example.org"]
 
 
+@pytest.mark.parametrize("strategy", ["hami-core", "mps", "none"])
+def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str) -> None:
+    from kubeletplugin.config import parse_gpu_config
+
+    gpu = one(
+        render({"deviceClasses": {"sharingStrategy": strategy}}), "DeviceClass", "gpu.biaxial.dev"
+    )
+    (entry,) = gpu["spec"]["config"]
+    assert entry["opaque"]["driver"] == "gpu.biaxial.dev"
+    assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.strategy == strategy
+    assert "config" not in one(render(), "DeviceClass", "gpu.biaxial.dev")["spec"]
+    assert "config" not in one(render(), "DeviceClass", "mig.biaxial.dev")["spec"]
+
+
+def test_unknown_class_sharing_strategy_fails_the_render() -> None:
+    from tests.render_chart import RenderError
+
+    with pytest.raises(RenderError, match=r"sharingStrategy: unknown value \"mig\""):
+        render_objects({"deviceClasses": {"sharingStrategy": "mig"}})
+
+
 # --------------------------------------------------------------------------- RBAC
 
 

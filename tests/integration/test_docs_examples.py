@@ -128,6 +128,26 @@ def test_example_header_names_its_own_simulate_command(path: Path) -> None:
     assert (ROOT / args[0]).is_file(), commands[0]
 
 
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+@pytest.mark.parametrize("doc", [*DOCS, ROOT / "README.md"], ids=lambda p: p.name)
+def test_relative_links_resolve(doc: Path) -> None:
+    text = FENCE.sub("", doc.read_text(encoding="utf-8"))
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path, _, anchor = target.partition("#")
+        resolved = (doc.parent / path).resolve() if path else doc
+        assert resolved.exists(), f"{doc.name}: broken link {target}"
+        if anchor and resolved.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", resolved.read_text(encoding="utf-8"), re.MULTILINE)
+            assert anchor in {_slug(h) for h in headings}, f"{doc.name}: no anchor {target}"
+
+
 # --------------------------------------------------------------------------- documented results
 
 

@@ -1,0 +1,301 @@
+"""End-to-end controller benchmark: pods/s from creation to binding through the API emulator.
+
+Three processes, as in a cluster: the API emulator (``python -m tests.emulator``), the
+controller (``biaxial controller``, the real binary with the given ``--qps`` / ``--burst``),
+and this driver. The driver
+
+1. seeds a :mod:`bench.scenarios` cluster over HTTP (N nodes x 8 A100-80GB with their
+   ResourceSlices, the DeviceClasses, claims already holding 0-70 % of each node, and the
+   ResourceClaims of the pods to come); not timed;
+2. starts the controller and waits until ``/readyz`` answers;
+3. creates the pods (``spec.schedulerName: biaxial``) as fast as the emulator takes them, while
+   a watch records when each pod is bound;
+4. prints one table: pods bound, wall time from the first creation to the last binding,
+   pods/s, creation-to-binding latency p50/p99, and the client QPS/burst the controller used.
+
+``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.scenarios import Scenario, generate
+from controller.api import (
+    DEVICE_CLASSES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Endpoint,
+    KubeApi,
+    Resource,
+)
+
+JSON = dict[str, Any]
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SEED_CONCURRENCY = 32
+STALL_S = 10.0
+
+
+@contextlib.contextmanager
+def _process(argv: list[str], *, wait_for: str | None = None) -> Iterator[str]:
+    """Run ``argv``; yields the first output line containing ``wait_for`` (or "")."""
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE if wait_for else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if wait_for else subprocess.DEVNULL,
+        text=True,
+        env=os.environ.copy(),
+    )
+    try:
+        found = ""
+        if wait_for is not None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if wait_for in line:
+                    found = line.strip()
+                    break
+            else:
+                raise RuntimeError(f"{argv[:4]} exited before printing {wait_for!r}")
+            # Keep draining its output so the child never blocks on a full pipe.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield found
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(port: int, timeout: float = 120.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+                if resp.status == 200:
+                    return time.monotonic() - started
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError("the controller did not become ready")
+
+
+async def _gather_bounded(calls: list[Any], limit: int) -> None:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(call: Any) -> None:
+        async with sem:
+            await call()
+
+    await asyncio.gather(*(one(c) for c in calls))
+
+
+def _strip(obj: JSON) -> JSON:
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("uid", "resourceVersion")}
+    return {**obj, "metadata": meta}
+
+
+async def _seed(api: KubeApi, scenario: Scenario) -> None:
+    claims = list(scenario.claims) + [c for _, cs in scenario.pods for c in cs]
+    namespaces = {"bench"} | {c["metadata"]["namespace"] for c in claims}
+    for namespace in sorted(namespaces):
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        await api.create(NAMESPACES, body)
+
+    async def node(obj: JSON) -> None:
+        created = await api.create(NODES, _strip(obj))
+        created["status"] = obj["status"]
+        await api.replace(NODES, created, subresource="status")
+
+    await _gather_bounded([lambda o=o: node(o) for o in scenario.nodes], SEED_CONCURRENCY)
+    uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in (await api.list(NODES)).items}
+
+    async def resource_slice(obj: JSON) -> None:
+        body = _strip(obj)
+        for owner in body["metadata"].get("ownerReferences") or []:
+            owner["uid"] = uids[owner["name"]]
+        await api.create(RESOURCE_SLICES, body)
+
+    await _gather_bounded(
+        [lambda o=o: resource_slice(o) for o in scenario.slices], SEED_CONCURRENCY
+    )
+    for dc in scenario.classes:
+        await api.create(DEVICE_CLASSES, _strip(dc))
+
+    async def claim(obj: JSON) -> None:
+        created = await api.create(RESOURCE_CLAIMS, _strip(obj))
+        if obj.get("status"):
+            created["status"] = obj["status"]
+            await api.replace(RESOURCE_CLAIMS, created, subresource="status")
+
+    await _gather_bounded([lambda o=o: claim(o) for o in claims], SEED_CONCURRENCY)
+
+
+async def _drive(
+    api: KubeApi, scenario: Scenario, timeout_s: float
+) -> tuple[float, list[float], int]:
+    """Create the pods and wait for their bindings; (wall seconds, latencies, bound)."""
+    listed = await api.list(PODS)
+    created: dict[str, float] = {}
+    bound: dict[str, float] = {}
+    total = len(scenario.pods)
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        async for event in api.watch(PODS, resource_version=listed.resource_version, timeout_s=600):
+            obj = event.object
+            name = (obj.get("metadata") or {}).get("name")
+            if name and (obj.get("spec") or {}).get("nodeName") and name not in bound:
+                bound[name] = time.monotonic()
+                if len(bound) == total:
+                    done.set()
+                    return
+
+    watcher = asyncio.create_task(watch())
+    started = time.monotonic()
+
+    async def create(pod: JSON) -> None:
+        body = _strip(pod)
+        body["spec"] = {**body["spec"], "schedulerName": "biaxial"}
+        created[body["metadata"]["name"]] = time.monotonic()
+        await api.create(PODS, body)
+
+    await _gather_bounded([lambda p=p: create(p) for p, _ in scenario.pods], 16)
+    deadline = time.monotonic() + timeout_s
+    while not done.is_set() and time.monotonic() < deadline:
+        progress = len(bound)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STALL_S):
+                await done.wait()
+        if len(bound) == progress:
+            break  # nothing bound for STALL_S: the rest is unschedulable (or stuck)
+    watcher.cancel()
+    await asyncio.gather(watcher, return_exceptions=True)
+    last = max(bound.values(), default=started)
+    latencies = [bound[n] - created[n] for n in bound]
+    for pod, _ in scenario.pods:
+        name = pod["metadata"]["name"]
+        if name not in bound:
+            live = await api.get(PODS, name, "bench")
+            conditions = (live.get("status") or {}).get("conditions") or []
+            print(f"not bound: {name}: {[c.get('message') for c in conditions]}", file=sys.stderr)
+    return last - started, latencies, len(bound)
+
+
+async def _run_async(url: str, scenario: Scenario, timeout_s: float, phase: str) -> Any:
+    endpoint = Endpoint(host=url, headers={}, ssl_context=None)
+    async with KubeApi(endpoint, qps=5000, burst=5000, request_timeout_s=120) as api:
+        if phase == "seed":
+            await _seed(api, scenario)
+            return None
+        return await _drive(api, scenario, timeout_s)
+
+
+def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str, Any]:
+    scenario = generate(nodes, pods)
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        emulator_argv = [
+            sys.executable,
+            "-m",
+            "tests.emulator",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--history-size",
+            "200000",
+        ]
+        with _process(emulator_argv, wait_for="listening on") as line:
+            url = line.split("listening on", 1)[1].strip()
+            seeded = time.monotonic()
+            asyncio.run(_run_async(url, scenario, 0, "seed"))
+            seed_s = time.monotonic() - seeded
+            port = _free_port()
+            controller_argv = [
+                sys.executable,
+                "-m",
+                "biaxial",
+                "controller",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--no-leader-elect",
+                "--qps",
+                str(qps),
+                "--burst",
+                str(burst),
+                "--max-concurrent-writes",
+                str(writes),
+                "--metrics-port",
+                str(port),
+            ]
+            with _process(controller_argv):
+                ready_s = _wait_ready(port)
+                wall, latencies, bound = asyncio.run(_run_async(url, scenario, 300, "drive"))
+    latencies.sort()
+    return {
+        "nodes": nodes,
+        "gpus": nodes * 8,
+        "pods": pods,
+        "bound": bound,
+        "seconds": wall,
+        "pods_per_s": bound / wall if wall > 0 else 0.0,
+        "p50_ms": 1000 * statistics.median(latencies) if latencies else 0.0,
+        "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0,
+        "qps": qps,
+        "burst": burst,
+        "writes": writes,
+        "seed_s": seed_s,
+        "ready_s": ready_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.controller", description=__doc__)
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--qps", type=float, default=1000.0)
+    parser.add_argument("--burst", type=int, default=1000)
+    parser.add_argument("--max-concurrent-writes", type=int, default=32)
+    args = parser.parse_args(argv)
+    row = run(args.nodes, args.pods, args.qps, args.burst, args.max_concurrent_writes)
+    print(
+        "| nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps | burst "
+        "| writes | seed s | ready s |"
+    )
+    print("|---:" * 13 + "|")
+    print(
+        f"| {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
+        f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
+        f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
+        f"| {row['seed_s']:.1f} | {row['ready_s']:.1f} |"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

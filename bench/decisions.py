@@ -47,24 +47,29 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def write_scenario(path: Path, nodes: int, pods: int, seed: int) -> None:
-    """Generate a scenario and store it as the JSON a controller would list."""
+KINDS = ("nodes", "slices", "classes", "claims", "pods")
+
+
+def write_scenario(folder: Path, nodes: int, pods: int, seed: int) -> None:
+    """Generate a scenario and store one JSON list per kind, as a controller lists them."""
     scenario = generate(nodes, pods, seed=seed)
-    path.write_text(
-        json.dumps(
-            {
-                "nodes": scenario.nodes,
-                "slices": scenario.slices,
-                "classes": scenario.classes,
-                "claims": scenario.claims,
-                "pods": [[pod, claims] for pod, claims in scenario.pods],
-            }
-        ),
-        encoding="utf-8",
-    )
+    lists: dict[str, Any] = {
+        "nodes": scenario.nodes,
+        "slices": scenario.slices,
+        "classes": scenario.classes,
+        "claims": scenario.claims,
+        "pods": [[pod, claims] for pod, claims in scenario.pods],
+    }
+    for kind in KINDS:
+        (folder / f"{kind}.json").write_text(json.dumps(lists[kind]), encoding="utf-8")
 
 
-def measure(path: Path) -> dict[str, Any]:
+def _listed(folder: Path, kind: str) -> Any:
+    with (folder / f"{kind}.json").open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def measure(folder: Path) -> dict[str, Any]:
     """One size, in this process, from a stored scenario."""
     # A long-running scheduler keeps its startup objects forever: collect nothing while
     # loading them, then freeze them out of the collector's way (gc.freeze), so full
@@ -72,21 +77,25 @@ def measure(path: Path) -> dict[str, Any]:
     gc.collect()
     gc.disable()
     started = time.perf_counter()
-    with path.open(encoding="utf-8") as handle:
-        listed = json.load(handle)
-    node_models = [Node.from_api(n) for n in listed["nodes"]]
-    slices = [ResourceSlice.from_api(s) for s in listed["slices"]]
-    classes = [DeviceClass.from_api(c) for c in listed["classes"]]
-    claims = [ResourceClaim.from_api(c) for c in listed["claims"]]
+    phases: dict[str, float] = {}
+    node_models = [Node.from_api(n) for n in _listed(folder, "nodes")]
+    slices = [ResourceSlice.from_api(s) for s in _listed(folder, "slices")]
+    classes = [DeviceClass.from_api(c) for c in _listed(folder, "classes")]
+    claims = [ResourceClaim.from_api(c) for c in _listed(folder, "claims")]
+    phases["list+parse"] = time.perf_counter() - started
     snapshot = ClusterSnapshot.build(slices, classes, claims)
+    for node in node_models:
+        snapshot.candidates(node)
+    phases["snapshot"] = time.perf_counter() - started - phases["list+parse"]
     engine = DecisionEngine(snapshot, node_models)
     cold = time.perf_counter() - started
-    scenario_pods = listed["pods"]
-    devices = sum(len(s["spec"].get("devices", ())) for s in listed["slices"])
-    preheld = len(listed["claims"])
-    del listed
+    phases["cel+index"] = cold - phases["list+parse"] - phases["snapshot"]
+    devices = sum(len(s.devices) for s in slices)
+    preheld = len(claims)
+    del slices, claims
     gc.freeze()
     gc.enable()
+    scenario_pods = _listed(folder, "pods")
 
     pod_inputs = [
         (pod, [ResourceClaim.from_api(c) for c in pod_claims]) for pod, pod_claims in scenario_pods
@@ -113,6 +122,7 @@ def measure(path: Path) -> dict[str, Any]:
         "p99Ms": 1000 * _percentile(durations, 0.99),
         "meanMs": 1000 * total / len(pod_inputs),
         "coldStartSeconds": cold,
+        "coldStartPhases": phases,
         "nodesEvaluated": engine.stats.nodes_evaluated,
         "allocatorCalls": engine.stats.allocator_calls,
         "peakRssMb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -121,10 +131,9 @@ def measure(path: Path) -> dict[str, Any]:
 
 def _child(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
-        path = Path(tmp) / "scenario.json"
-        write_scenario(path, nodes, pods, seed)
+        write_scenario(Path(tmp), nodes, pods, seed)
         out = subprocess.run(
-            [sys.executable, "-m", "bench.decisions", "--child", str(path)],
+            [sys.executable, "-m", "bench.decisions", "--child", tmp],
             check=True,
             capture_output=True,
             text=True,
@@ -195,11 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.profile:
         with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
-            path = Path(tmp) / "scenario.json"
-            write_scenario(path, sizes[0], args.pods, args.seed)
+            write_scenario(Path(tmp), sizes[0], args.pods, args.seed)
             profiler = cProfile.Profile()
             profiler.enable()
-            result = measure(path)
+            result = measure(Path(tmp))
             profiler.disable()
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
         print(table([result]))

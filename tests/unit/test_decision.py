@@ -312,3 +312,51 @@ def test_pruning_visits_few_nodes() -> None:
     for i in range(20):
         assert isinstance(place(spread, legacy_pod(f"p{i}", gpumem=3000)), Placement)
     assert spread.stats.nodes_evaluated <= 20 * 3
+
+
+# --------------------------------------------------------------------------- CEL uniformity
+
+
+@pytest.mark.parametrize(
+    ("expression", "names"),
+    [
+        ('device.driver == "gpu.biaxial.dev"', {"device", "driver"}),
+        ('device.attributes["gpu.biaxial.dev"].uuid.startsWith("GPU-1")', {"uuid", "startsWith"}),
+        ('device.attributes["a" + "b"].x == 1', None),
+        ('size(device.attributes["gpu.biaxial.dev"]) > 3', None),
+        ('device.attributes["gpu.biaxial.dev"].exists(k, k == "uuid")', None),
+        ('has(device.attributes["gpu.biaxial.dev"].uuid)', None),
+        ('"x" in device.attributes["gpu.biaxial.dev"]', None),
+        ('device.attributes[?"gpu.biaxial.dev"].uuid == "a"', None),
+        ('device.attributes["gpu\\x2ebiaxial.dev"].uuid == "a"', None),
+    ],
+)
+def test_referenced_names_are_conservative(expression: str, names: set[str] | None) -> None:
+    from driver.decision import referenced_names
+
+    found = referenced_names(expression)
+    if names is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert names <= found
+
+
+@pytest.mark.parametrize(
+    ("selector", "uniform"),
+    [
+        ('device.driver == "gpu.biaxial.dev"', True),
+        ('device.attributes["gpu.biaxial.dev"].uuid != "GPU-00000003"', False),
+        ('device.attributes["gpu.biaxial.dev"].index < 3', False),
+        ('device.attributes["gpu.biaxial.dev"].productName == "Tesla T4"', True),
+        ('device.attributes["gpu.biaxial.dev"].exists(k, k == "index")', True),
+    ],
+)
+def test_class_uniformity_matches_a_full_sweep(selector: str, uniform: bool) -> None:
+    nodes = [gpu_node("a", 2), gpu_node("b", 4)]
+    snap = snapshot(
+        [s for _, s in nodes],
+        classes=[device_class("picky", selectors=[selector])],
+    )
+    eng = DecisionEngine(snap, [to_node(n) for n, _ in nodes])
+    assert eng._uniform(frozenset({"picky"})) is uniform

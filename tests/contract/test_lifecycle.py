@@ -147,3 +147,93 @@ def test_bodies_without_content_type_or_in_yaml(api: Api) -> None:
     created = api.request("POST", api.pods(), yaml_body, content_type="application/yaml")
     assert created.status == 201
     assert created.body["metadata"]["name"] == "yaml"
+
+
+def test_events_of_both_apis_are_one_resource(api: Api) -> None:
+    events_v1 = f"/apis/events.k8s.io/v1/namespaces/{api.namespace}/events"
+    created = api.ok(
+        api.post(
+            events_v1,
+            {
+                "apiVersion": "events.k8s.io/v1",
+                "kind": "Event",
+                "metadata": {"name": "e1"},
+                "eventTime": "2026-11-23T00:00:00.000000Z",
+                "reportingController": "example.com/ctl",
+                "reportingInstance": "ctl-1",
+                "action": "Allocate",
+                "reason": "Allocated",
+                "type": "Normal",
+                "note": "claim allocated",
+                "regarding": {"kind": "ResourceClaim", "name": "c", "namespace": api.namespace},
+            },
+        ),
+        201,
+    )
+    assert created["note"] == "claim allocated"
+    core = api.ok(api.get(f"{api.ns_path}/events/e1"))
+    assert core["message"] == "claim allocated"
+    assert core["reportingComponent"] == "example.com/ctl"
+    assert core["involvedObject"]["kind"] == "ResourceClaim"
+    assert core["metadata"]["uid"] == created["metadata"]["uid"]
+    patched = api.ok(api.patch(f"{api.ns_path}/events/e1", {"message": "changed"}))
+    again = api.ok(api.get(f"{events_v1}/e1"))
+    assert again["note"] == "changed"
+    assert again["metadata"]["resourceVersion"] == patched["metadata"]["resourceVersion"]
+    listed = api.ok(api.get(events_v1))
+    assert [e["metadata"]["name"] for e in listed["items"]] == ["e1"]
+    missing = api.post(
+        events_v1,
+        {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": "e2"},
+            "reason": "X",
+            "type": "Normal",
+        },
+    )
+    assert missing.status == 422
+    api.ok(api.delete(f"{events_v1}/e1"))
+    assert api.get(f"{api.ns_path}/events/e1").status == 404
+
+
+def test_times_are_stored_in_canonical_form(api: Api) -> None:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{api.namespace}/leases"
+    lease = api.ok(
+        api.post(
+            path,
+            {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": "l"},
+                "spec": {"holderIdentity": "a", "renewTime": "2026-11-23T01:00:00.5+01:00"},
+            },
+        ),
+        201,
+    )
+    assert lease["spec"]["renewTime"] == "2026-11-23T00:00:00.500000Z"  # MicroTime
+    api.ok(api.post(api.pods(), pod("p")), 201)
+    condition = {
+        "type": "example.com/Probe",
+        "status": "True",
+        "lastTransitionTime": "2026-11-23T02:00:00+02:00",
+    }
+    patched = api.ok(
+        api.patch(
+            api.pods("p") + "/status",
+            {"status": {"conditions": [condition]}},
+            "application/strategic-merge-patch+json",
+        )
+    )
+    stored = next(c for c in patched["status"]["conditions"] if c["type"] == "example.com/Probe")
+    assert stored["lastTransitionTime"] == "2026-11-23T00:00:00Z"  # Time: seconds, UTC
+    bad = api.post(
+        path,
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": "m"},
+            "spec": {"renewTime": "yesterday"},
+        },
+    )
+    assert bad.status == 400

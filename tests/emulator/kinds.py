@@ -31,6 +31,8 @@ class Kind:
     spec_immutable: bool = False
     name_is_dns_label: bool = False
     name_is_path_segment: bool = False
+    #: storage shared with another resource (events.k8s.io Events are core Events)
+    storage: tuple[str, str] | None = None
 
     @property
     def api_version(self) -> str:
@@ -48,8 +50,8 @@ class Kind:
 
     @property
     def key(self) -> tuple[str, str]:
-        """Storage identity: events of both API groups are different resources here."""
-        return (self.group, self.plural)
+        """Storage identity (group, plural); shared storage names the owning resource."""
+        return self.storage or (self.group, self.plural)
 
 
 _NAME: Final = frozenset({"metadata.name"})
@@ -136,6 +138,7 @@ EVENT_V1: Final = Kind(
     short_names=("ev",),
     create_on_update=True,
     name_is_path_segment=True,
+    storage=("", "events"),
 )
 LEASE: Final = Kind(
     "coordination.k8s.io",

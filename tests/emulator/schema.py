@@ -13,11 +13,12 @@ Pure functions; compiled validators are immutable and safe to share between thre
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-IssueKind = Literal["unknown", "type", "required", "enum", "invalid"]
+IssueKind = Literal["unknown", "type", "required", "enum", "invalid", "time"]
 Path = tuple[str | int, ...]
 
 
@@ -115,6 +116,100 @@ class _Compiler:
         return check
 
 
+Normalize = Callable[[Any, Path, list[Issue]], Any]
+
+_TIME: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.Time"
+_MICRO_TIME: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
+
+
+def _format_time(micro: bool) -> Normalize:
+    """metav1.Time is stored as RFC 3339 UTC seconds, MicroTime with 6 fractional digits."""
+
+    def normalize(value: Any, path: Path, out: list[Issue]) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            out.append(Issue("time", path, value))
+            return value
+        if parsed.tzinfo is None:
+            out.append(Issue("time", path, value))
+            return value
+        utc = parsed.astimezone(dt.UTC)
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+
+    return normalize
+
+
+class _NormalizerCompiler:
+    """Builds a function that rewrites every Time/MicroTime value of an object in canonical
+    form (as the API server re-encodes them); subtrees without time fields compile to None
+    and are skipped."""
+
+    def __init__(self, definitions: Mapping[str, Any]) -> None:
+        self._definitions = definitions
+        self._refs: dict[str, Normalize | None] = {}
+        self._building: set[str] = set()
+
+    def compile(self, node: Mapping[str, Any]) -> Normalize | None:
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            name = ref.rsplit("/", 1)[-1]
+            if name == _TIME:
+                return _format_time(micro=False)
+            if name == _MICRO_TIME:
+                return _format_time(micro=True)
+            if name in self._building:  # recursive types hold no time fields in served kinds
+                return None
+            if name not in self._refs:
+                self._building.add(name)
+                self._refs[name] = self.compile(self._definitions[name])
+                self._building.discard(name)
+            return self._refs[name]
+        declared = frozenset((node.get("properties") or {}).keys())
+        properties = {
+            key: child
+            for key, child in (
+                (k, self.compile(v)) for k, v in (node.get("properties") or {}).items()
+            )
+            if child is not None
+        }
+        extra = node.get("additionalProperties")
+        extra_norm = self.compile(extra) if isinstance(extra, dict) else None
+        items = self.compile(node["items"]) if isinstance(node.get("items"), dict) else None
+        if not properties and extra_norm is None and items is None:
+            return None
+
+        def normalize(value: Any, path: Path, out: list[Issue]) -> Any:
+            if isinstance(value, dict):
+                changed: dict[str, Any] | None = None
+                for key, child in value.items():
+                    fn = properties.get(key) if key in declared else extra_norm
+                    if fn is None or child is None:
+                        continue
+                    new = fn(child, (*path, key), out)
+                    if new is not child and new != child:
+                        changed = changed if changed is not None else dict(value)
+                        changed[key] = new
+                return changed if changed is not None else value
+            if isinstance(value, list) and items is not None:
+                new_items = [items(child, (*path, i), out) for i, child in enumerate(value)]
+                if any(a is not b for a, b in zip(new_items, value, strict=True)):
+                    return new_items
+            return value
+
+        return normalize
+
+
+def compile_normalizer(schema: Mapping[str, Any], definitions: Mapping[str, Any]) -> Normalize:
+    """Compile the time-normalising pass for a kind (identity when it has no time fields)."""
+    built = _NormalizerCompiler(definitions).compile(schema)
+    if built is None:
+        return lambda value, path, out: value
+    return built
+
+
 def compile_schema(schema: Mapping[str, Any], definitions: Mapping[str, Any]) -> Check:
     """Compile a kind's schema (``$ref`` into ``definitions``, the ``$defs`` map)."""
     return _Compiler(definitions).compile(schema)
@@ -126,4 +221,4 @@ def issues(check: Check, obj: Any) -> list[Issue]:
     return out
 
 
-__all__ = ["Issue", "compile_schema", "issues"]
+__all__ = ["Issue", "compile_normalizer", "compile_schema", "issues"]

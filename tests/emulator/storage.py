@@ -37,7 +37,8 @@ from typing import Any, Final
 from tests.emulator import errors
 from tests.emulator.defaults import apply_update_defaults, prepare_for_create
 from tests.emulator.errors import ApiStatusError, FieldError
-from tests.emulator.kinds import NAMESPACE, POD, Kind
+from tests.emulator.events import to_core, to_v1, v1_errors
+from tests.emulator.kinds import EVENT, EVENT_V1, NAMESPACE, POD, Kind
 from tests.emulator.patch import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -105,6 +106,8 @@ class Watcher:
         return self.fields is None or self.fields.matches(obj)
 
     def put(self, kind: str, payload: Any) -> None:
+        if kind == "EVENT" and self.kind is EVENT_V1 and payload[0] != "BOOKMARK":
+            payload = (payload[0], to_v1(payload[1]))
         with self.cond:
             if self.closed:
                 return
@@ -226,9 +229,23 @@ class Store:
                 warnings.append(f'unknown field "{_dotted(path)}"')
         return pruned
 
-    def _validate(self, kind: Kind, obj: Obj) -> None:
+    def _event_in(self, body: Any, mode: str, warnings: list[str] | None) -> Obj:
+        """Check an events.k8s.io/v1 Event as written and convert it to the stored core form."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        event = self._prune_unknown(EVENT_V1, self._check_type(EVENT_V1, body), mode, warnings)
+        self.validators.check(EVENT_V1, event)
+        problems = v1_errors(event)
+        if problems:
+            raise errors.invalid(EVENT_V1, str(_meta(event).get("name") or ""), problems)
+        return to_core(event)
+
+    def _validate(self, kind: Kind, obj: Obj) -> Obj:
+        """Validate a write; returns it with times in canonical form (what gets stored)."""
         self.validators.check(kind, obj)
+        obj = self.validators.normalize(kind, obj)
         semantic_check(kind, obj)
+        return obj
 
     @staticmethod
     def _strip_rv(obj: Obj) -> Obj:
@@ -245,16 +262,17 @@ class Store:
     # ------------------------------------------------------------------ reads
     def get(self, kind: Kind, namespace: str | None, name: str) -> Obj:
         with self.lock:
-            return self._require(kind, namespace, name)
+            return _view(kind, self._require(kind, namespace, name))
 
     def try_get(self, kind: Kind, namespace: str | None, name: str) -> Obj | None:
         with self.lock:
-            return self._bucket(kind).get(self._key(kind, namespace, name))
+            found = self._bucket(kind).get(self._key(kind, namespace, name))
+            return None if found is None else _view(kind, found)
 
     def all(self, kind: Kind, namespace: str | None = None) -> list[Obj]:
         with self.lock:
             return [
-                obj
+                _view(kind, obj)
                 for key, obj in sorted(self._bucket(kind).items())
                 if namespace is None or key[0] == namespace
             ]
@@ -337,7 +355,7 @@ class Store:
                 )
                 if labels is None and fields is None:
                     remaining = rest
-            return ListResult(matching, list_rv, token, remaining)
+            return ListResult([_view(kind, o) for o in matching], list_rv, token, remaining)
 
     # ------------------------------------------------------------------ watch
     def watch(
@@ -354,7 +372,7 @@ class Store:
         watcher = Watcher(kind, namespace, labels, fields)
         with self.lock:
             if resource_version in (None, "", "0") or send_initial_events:
-                for obj in self.all(kind, namespace):
+                for obj in self.all(_stored(kind), namespace):
                     if watcher.matches(obj):
                         watcher.put("EVENT", ("ADDED", obj))
                 if send_initial_events:
@@ -411,6 +429,10 @@ class Store:
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
             )
+        if kind is EVENT_V1:
+            with self.lock:
+                core = self._event_in(body, field_validation, warnings)
+                return to_v1(self.create(EVENT, namespace, core, dry_run=dry_run))
         with self.lock:
             obj = self._prune_unknown(
                 kind, self._check_type(kind, body), field_validation, warnings
@@ -471,13 +493,13 @@ class Store:
                 meta["generation"] = 1
             else:
                 meta.pop("generation", None)
-            self._validate(kind, obj)
+            obj = self._validate(kind, obj)
             key = self._key(kind, namespace, name)
             if key in self._bucket(kind):
                 raise errors.already_exists(kind, name)
             if dry_run:
                 return obj
-            meta["resourceVersion"] = self._next_rv()
+            obj["metadata"] = {**obj["metadata"], "resourceVersion": self._next_rv()}
             self._bucket(kind)[key] = obj
             self._emit(kind, "ADDED", obj, None)
             return obj
@@ -533,6 +555,14 @@ class Store:
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
             )
+        if kind is EVENT_V1:
+            with self.lock:
+                core = self._event_in(body, field_validation, warnings)
+                return to_v1(
+                    self.replace(
+                        EVENT, namespace, name, core, subresource=subresource, dry_run=dry_run
+                    )
+                )
         with self.lock:
             obj = self._prune_unknown(
                 kind, self._check_type(kind, body), field_validation, warnings
@@ -577,14 +607,7 @@ class Store:
     ) -> Obj:
         with self.lock:
             old = self._require(kind, namespace, name)
-            if content_type == JSON_PATCH:
-                patched = apply_json_patch(old, body)
-            elif content_type == MERGE_PATCH:
-                patched = apply_merge_patch(old, body)
-            elif content_type == STRATEGIC_MERGE_PATCH:
-                patched = apply_strategic_merge_patch(old, body)
-            else:
-                raise errors.unsupported_media_type(content_type)
+            patched = _apply_patch(content_type, _view(kind, old), body)
             if not isinstance(patched.get("metadata"), dict):
                 raise errors.bad_request("metadata must be an object")
             meta = patched["metadata"]
@@ -598,6 +621,9 @@ class Store:
                     "the namespace of the provided object does not match the namespace sent "
                     "on the request"
                 )
+            if kind is EVENT_V1:
+                core = self._event_in(patched, field_validation, warnings)
+                return to_v1(self._update(EVENT, old, core, subresource=None, dry_run=dry_run))
             patched = self._prune_unknown(
                 kind, self._check_type(kind, patched), field_validation, warnings
             )
@@ -677,7 +703,7 @@ class Store:
             **_meta(candidate),
             "resourceVersion": old_meta.get("resourceVersion"),
         }
-        self._validate(kind, candidate)
+        candidate = self._validate(kind, candidate)
         if kind.kind == "ResourceClaim" and subresource == "status":
             self._claim_status_rules(kind, old, candidate)
         if self._strip_rv(candidate) == self._strip_rv(old):
@@ -789,6 +815,18 @@ class Store:
 
     # ------------------------------------------------------------------ delete
     def delete(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        options: Any = None,
+        *,
+        dry_run: bool = False,
+    ) -> Obj:
+        """DELETE: preconditions, pod graceful deletion, finalizers, namespace termination."""
+        return _view(kind, self._delete(kind, namespace, name, options, dry_run=dry_run))
+
+    def _delete(
         self,
         kind: Kind,
         namespace: str | None,
@@ -1004,7 +1042,7 @@ class Store:
                 }
             )
             status["conditions"] = conditions
-            self._validate(POD, new)
+            new = self._validate(POD, new)
             new["metadata"]["resourceVersion"] = self._next_rv()
             self._bucket(POD)[self._key(POD, namespace, name)] = new
             self._emit(POD, "MODIFIED", new, old)
@@ -1093,6 +1131,26 @@ def _check_pod_update(kind: Kind, old: Obj, new: Obj) -> None:
                 )
             ],
         )
+
+
+def _apply_patch(content_type: str, obj: Obj, body: bytes) -> Obj:
+    if content_type == JSON_PATCH:
+        return apply_json_patch(obj, body)
+    if content_type == MERGE_PATCH:
+        return apply_merge_patch(obj, body)
+    if content_type == STRATEGIC_MERGE_PATCH:
+        return apply_strategic_merge_patch(obj, body)
+    raise errors.unsupported_media_type(content_type)
+
+
+def _stored(kind: Kind) -> Kind:
+    """The kind whose form is stored (events.k8s.io Events are stored as core Events)."""
+    return EVENT if kind is EVENT_V1 else kind
+
+
+def _view(kind: Kind, obj: Obj) -> Obj:
+    """A stored object as ``kind`` shows it."""
+    return to_v1(obj) if kind is EVENT_V1 else obj
 
 
 def _dotted(path: tuple[str | int, ...]) -> str:

@@ -36,7 +36,7 @@ from driver.errors import QuantityError
 from driver.quantity import Quantity
 from tests.emulator.errors import ApiStatusError, FieldError, bad_request, invalid
 from tests.emulator.kinds import Kind
-from tests.emulator.schema import Issue, compile_schema, issues
+from tests.emulator.schema import Issue, Normalize, compile_normalizer, compile_schema, issues
 
 DEFAULT_SCHEMA_VERSION: Final = "1.37"
 
@@ -82,6 +82,7 @@ class SchemaValidators:
         self._definitions: dict[str, Any] | None = None
         self._registry: referencing.Registry[Any] | None = None
         self._validators: dict[tuple[str, str], Callable[[Any], list[Issue]]] = {}
+        self._normalizers: dict[tuple[str, str], Normalize] = {}
 
     def _load(self, name: str) -> Any:
         path = self._dir / name
@@ -116,6 +117,25 @@ class SchemaValidators:
                 built = functools.partial(_jsonschema_issues, reference)
             self._validators[key] = built
             return built
+
+    def normalize(self, kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
+        """Re-encode Time/MicroTime fields canonically (RFC 3339 UTC; MicroTime with
+        microseconds), as the API server does; an unparseable time is a 400."""
+        key = (kind.api_version, kind.kind)
+        normalizer = self._normalizers.get(key)
+        if normalizer is None:
+            with self._lock:
+                if self._definitions is None:
+                    self._definitions = self._load("_definitions.json")
+                schema = self._load(_schema_file_name(kind))
+                normalizer = compile_normalizer(schema, self._definitions["$defs"])
+                self._normalizers[key] = normalizer
+        found: list[Issue] = []
+        out = normalizer(obj, (), found)
+        if found:
+            raise_for_issues(kind, obj, found)
+        assert isinstance(out, dict)
+        return out
 
     def for_kind(self, kind: Kind) -> Callable[[Any], list[Issue]]:
         return self.validator(kind.api_version, kind.kind, _schema_file_name(kind))
@@ -180,6 +200,11 @@ def _describe(issue: Issue) -> str:
             f"json: cannot unmarshal {_json_type(issue.instance)} into Go struct field "
             f"{path} of type {wanted or 'value'}"
         )
+    if issue.kind == "time":
+        return (
+            f'{path}: parsing time "{issue.instance}" as "2006-01-02T15:04:05Z07:00": '
+            "not an RFC 3339 time with a zone"
+        )
     if issue.kind == "required":
         return f"{path}: Required value"
     if issue.kind == "enum":
@@ -189,7 +214,7 @@ def _describe(issue: Issue) -> str:
 
 def raise_for_issues(kind: Kind, obj: Mapping[str, Any], found: list[Issue]) -> None:
     """Unknown fields and wrong types are decoding errors (400); the rest field errors (422)."""
-    decode = sorted({_describe(i) for i in found if i.kind in {"unknown", "type"}})
+    decode = sorted({_describe(i) for i in found if i.kind in {"unknown", "type", "time"}})
     if decode:
         raise bad_request(
             f'{kind.kind} in version "{kind.version}" cannot be handled as a {kind.kind}: '

@@ -338,3 +338,28 @@ def test_aio_client(emulator: Emulator) -> None:
             return seen
 
     assert asyncio.run(run()) == [("ADDED", "s1")]
+
+
+def test_events_v1_watch_sees_core_events_converted(api_client: Any) -> None:
+    core = client.CoreV1Api(api_client)
+    events = client.EventsV1Api(api_client)
+    core.create_namespaced_event(
+        "default",
+        client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name="e1"),
+            message="hello",
+            reason="Test",
+            type="Normal",
+            event_time="2026-11-23T00:00:00.000000Z",
+            involved_object=client.V1ObjectReference(kind="Pod", name="p", namespace="default"),
+        ),
+    )
+    seen = [
+        (e["type"], e["object"].note, e["object"].regarding.name)
+        for e in watch.Watch().stream(events.list_namespaced_event, "default", timeout_seconds=1)
+    ]
+    assert seen == [("ADDED", "hello", "p")]
+    # a core Event without eventTime shows "eventTime": null in events.k8s.io/v1, which the
+    # client's EventsV1Event model refuses (as against a real server)
+    raw = events.list_namespaced_event("default", _preload_content=False)
+    assert json.loads(raw.data)["items"][0]["eventTime"] == "2026-11-23T00:00:00.000000Z"

@@ -736,6 +736,15 @@ class DecisionEngine:
         )
         self.index.refresh(self.snapshot, self.nodes[placement.node])
 
+    def forget(self, placement: Placement, pod: Mapping[str, Any]) -> None:
+        """Undo :meth:`assume` (the write failed, or the pod went away before binding)."""
+        self.snapshot = self.snapshot.without_allocations(placement.all_results)
+        facts = PodSchedulingFacts.from_pod(pod)
+        self.usage[placement.node] = self.usage.get(placement.node, NodeUsage()).minus(
+            facts.requests
+        )
+        self.index.refresh(self.snapshot, self.nodes[placement.node])
+
     # ------------------------------------------------------------------ internals
     def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
         facts = PodSchedulingFacts.from_pod(pod)

@@ -181,6 +181,13 @@ class NodeUsage:
         _add(merged, requests)
         return NodeUsage(requested=merged, pods=self.pods + 1)
 
+    def minus(self, requests: Mapping[str, int]) -> NodeUsage:
+        """The usage without one pod again (never below zero)."""
+        remaining = {
+            key: max(0, value - requests.get(key, 0)) for key, value in self.requested.items()
+        }
+        return NodeUsage(requested=remaining, pods=max(0, self.pods - 1))
+
 
 def _amount_of(resource: str, quantity: Quantity) -> int:
     nanos = quantity.nanos

@@ -360,3 +360,33 @@ def test_class_uniformity_matches_a_full_sweep(selector: str, uniform: bool) -> 
     )
     eng = DecisionEngine(snap, [to_node(n) for n, _ in nodes])
     assert eng._uniform(frozenset({"picky"})) is uniform
+
+
+def test_forget_undoes_assume() -> None:
+    eng = engine([gpu_node("a", 1)])
+    pod = legacy_pod("p0")
+    first = place(eng, pod)
+    assert isinstance(first, Placement)
+    assert isinstance(place(eng, legacy_pod("p1")), Unschedulable)
+    eng.forget(first, pod)
+    again = place(eng, legacy_pod("p1"))
+    assert isinstance(again, Placement)
+    assert devices_of(again) == ["gpu-0"]
+
+
+def test_device_plugin_nodes_skip_the_bridge() -> None:
+    plugin_node = node(
+        "plugin", allocatable={"cpu": "8", "memory": "8Gi", "pods": "10", "nvidia.com/gpu": "2"}
+    )
+    eng = engine([gpu_node("dra", 2), (plugin_node, slice_("empty", node="other", devices=[]))])
+    placements = [place(eng, legacy_pod(f"p{i}", gpus=2)) for i in range(3)]
+    assert [type(p).__name__ for p in placements] == ["Placement", "Placement", "Unschedulable"]
+    by_node = {p.node: p for p in placements if isinstance(p, Placement)}
+    assert by_node["plugin"].bridge is None
+    assert by_node["plugin"].all_results == ()
+    assert by_node["dra"].bridge is not None
+    last = placements[2]
+    assert isinstance(last, Unschedulable)
+    assert last.message == (
+        "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 insufficient free GPUs."
+    )

@@ -192,6 +192,14 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
             "spec": {"replicas": "two"},
         },
         legacy("also-good", {"nvidia.com/gpu": 1}),
+        legacy("bad-quantity", {"nvidia.com/gpu": 1, "cpu": "lots"}),
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "rc"},
+            "spec": {"devices": {"requests": [{"name": "r"}]}},
+        },
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
     )
     reasons = {f.pod: f.reason for f in result.unschedulable}
     assert set(by_pod(result)) == {"good", "also-good"}
@@ -210,6 +218,9 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
     assert "larger than every GPU in the cluster" in reasons["default/too-much-gpumem"]
     assert "nvidia.com/gpumem given without nvidia.com/gpu" in reasons["default/gpumem-alone"]
     assert "spec.replicas must be a non-negative integer" in reasons["default/broken (Deployment)"]
+    assert "resource cpu: invalid quantity 'lots'" in reasons["default/bad-quantity"]
+    assert any("ResourceClaim default/rc" in e and "exactly one of" in e for e in result.errors)
+    assert any(e.startswith("ConfigMap default/cm: unsupported kind") for e in result.errors)
 
 
 def test_template_claims_are_named_annotated_and_reserved() -> None:

@@ -725,6 +725,19 @@ class DecisionEngine:
             self.stats.decisions += 1
             self.stats.seconds += elapsed
             self.stats.durations.append(elapsed)
+        if log.isEnabledFor(logging.INFO):
+            if isinstance(decision, Placement):
+                log.info(
+                    "pod %s: node %s (policies node=%s gpu=%s, %d node(s) evaluated, %.2f ms)",
+                    decision.pod,
+                    decision.node,
+                    decision.policies.node,
+                    decision.policies.gpu,
+                    decision.evaluated,
+                    elapsed * 1000,
+                )
+            else:
+                log.info("pod %s: %s (%.2f ms)", decision.pod, decision.message, elapsed * 1000)
         return decision
 
     def assume(self, placement: Placement, pod: Mapping[str, Any]) -> None:
@@ -992,6 +1005,17 @@ class DecisionEngine:
         self, ctx: _PodContext, node: Node, *, prechecked: bool = False
     ) -> _NodeOutcome | str:
         """The node's exact outcome for the pod, or the reason it does not fit."""
+        outcome = self._outcome(ctx, node, prechecked=prechecked)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "pod %s on node %s: %s",
+                ctx.name,
+                node.name,
+                outcome if isinstance(outcome, str) else f"score {float(outcome.score):.6f}",
+            )
+        return outcome
+
+    def _outcome(self, ctx: _PodContext, node: Node, *, prechecked: bool) -> _NodeOutcome | str:
         resources = ctx.legacy_resources
         if resources & self.advertised:
             dra = dra_resources_on_node(resources, node.allocatable)

@@ -40,6 +40,7 @@ import asyncio
 import copy
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -169,10 +170,20 @@ class Committer:
         self.finalizer = finalizer
         self._on_step = on_step or _noop
         self._on_conflict = on_conflict or (lambda _step: None)
-        self.locked: set[str] = set()  # claim keys with writes in progress
+        # Claim keys with writes in progress, counted: two pods sharing a claim may commit at
+        # once, and the first to finish must not unlock the other's writes.
+        self.locked: Counter[str] = Counter()
         self.pods_in_flight: set[str] = set()  # UIDs of pods whose placement is being written
 
     # ------------------------------------------------------------------ helpers
+
+    def _lock(self, keys: Iterable[str]) -> None:
+        self.locked.update(keys)
+
+    def _unlock(self, keys: Iterable[str]) -> None:
+        self.locked.subtract(keys)
+        for key in [k for k, n in self.locked.items() if n <= 0]:
+            del self.locked[key]
 
     async def _get_claim(self, key: str) -> JSON:
         namespace, name = _split(key)
@@ -330,17 +341,22 @@ class Committer:
         start = time.monotonic()
         progress = _Progress()
         keys = [c.key for c in plan.claims]
-        self.locked.update(keys)
+        self._lock(keys)
         self.pods_in_flight.add(plan.pod.uid)
         try:
             await self._commit(plan, progress)
         except BaseException as exc:
             if isinstance(exc, (BiaxialError, asyncio.TimeoutError)):
-                log.warning("pod %s: commit failed (%s); rolling back", plan.pod.key, exc)
+                log.warning(
+                    "pod %s: commit failed (%s); rolling back",
+                    plan.pod.key,
+                    exc,
+                    extra={"pod": plan.pod.key, "node": plan.node},
+                )
                 await self.rollback(plan, progress)
             raise
         finally:
-            self.locked.difference_update(keys)
+            self._unlock(keys)
             self.pods_in_flight.discard(plan.pod.uid)
             for key in keys:
                 self.overlay.clear_pending(key)
@@ -351,6 +367,7 @@ class Committer:
             len(plan.claims),
             " and a bridge claim" if plan.bridge else "",
             (time.monotonic() - start) * 1000,
+            extra={"pod": plan.pod.key, "node": plan.node},
         )
 
     async def _commit(self, plan: Plan, progress: _Progress) -> None:
@@ -381,7 +398,7 @@ class Committer:
             created = await self._create_bridge(plan, plan.bridge)
             progress.bridge = created
             key = object_key(created)
-            self.locked.add(key)
+            self._lock([key])
             try:
                 # Until its status is written, the new claim counts with its allocation.
                 pending = {**created, "status": {"allocation": plan.bridge.allocation}}
@@ -397,7 +414,7 @@ class Committer:
                 await self._link_bridge(plan, str(meta(created)["name"]), plan.bridge)
                 await self._on_step("bridge-link", key)
             finally:
-                self.locked.discard(key)
+                self._unlock([key])
                 self.overlay.clear_pending(key)
         await self._bind(plan)
         await self._on_step("binding", plan.pod.key)

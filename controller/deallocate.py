@@ -127,7 +127,12 @@ class Deallocator:
                 try:
                     outcome = await self.process(key)
                 except (ApiError, CommitAbortedError) as exc:
-                    log.warning("claim %s: deallocation failed (%s); retrying", key, exc)
+                    log.warning(
+                        "claim %s: deallocation failed (%s); retrying",
+                        key,
+                        exc,
+                        extra={"claim": key},
+                    )
                     outcome = Outcome.ERROR
                 self.queue.done(key, outcome)
         finally:
@@ -173,7 +178,12 @@ class Deallocator:
                 continue
             pod = await self._pod_state(ref, namespace)
             if pod is None:
-                log.info("claim %s: pod %s is gone or done; unreserving", key, ref.get("name"))
+                log.info(
+                    "claim %s: pod %s is gone or done; unreserving",
+                    key,
+                    ref.get("name"),
+                    extra={"claim": key},
+                )
                 written = await self.committer.unreserve(key, str(ref.get("uid")), deallocate=False)
                 self.metrics.deallocations.labels(action="unreserve").inc()
                 if written is None:
@@ -183,7 +193,11 @@ class Deallocator:
             pod = await self._pod_state(owner, namespace) if owner else None
             stale = pod is not None and _bound(pod) and _linked_claim(pod) != meta(claim)["name"]
             if pod is None or stale:
-                log.info("claim %s: bridge claim of a gone pod (or an orphan); deleting", key)
+                log.info(
+                    "claim %s: bridge claim of a gone pod (or an orphan); deleting",
+                    key,
+                    extra={"claim": key},
+                )
                 await self.committer.delete_claim(key)
                 self.metrics.deallocations.labels(action="delete-bridge").inc()
                 return Outcome.FORGET
@@ -191,7 +205,7 @@ class Deallocator:
         if status.get("reservedFor"):
             return Outcome.FORGET
         if status.get("allocation") is not None:
-            log.info("claim %s: nothing reserves it; deallocating", key)
+            log.info("claim %s: nothing reserves it; deallocating", key, extra={"claim": key})
             if await self.committer.deallocate(key) is None:
                 return Outcome.FORGET
             self.metrics.deallocations.labels(action="deallocate").inc()

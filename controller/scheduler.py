@@ -356,7 +356,7 @@ class Scheduler:
             try:
                 await self.schedule_one(key)
             except ApiError as exc:
-                log.warning("pod %s: API error while scheduling: %s", key, exc)
+                log.warning("pod %s: API error while scheduling: %s", key, exc, extra={"pod": key})
                 self.queue.done(key, Outcome.ERROR)
                 self.metrics.decisions.labels(result="error").inc()
 
@@ -464,7 +464,7 @@ class Scheduler:
             self.metrics.decisions.labels(result="unschedulable").inc()
             for reason in decision.reasons:
                 self.metrics.unschedulable.labels(reason=reason).inc()
-            log.info("pod %s: unschedulable: %s", key, decision.message)
+            log.info("pod %s: unschedulable: %s", key, decision.message, extra={"pod": key})
             self.queue.done(key, Outcome.UNSCHEDULABLE)
             self._spawn(self.recorder.unschedulable(ref, decision.message))
             return
@@ -477,7 +477,7 @@ class Scheduler:
     def _report_invalid(self, key: str, ref: PodRef, message: str) -> None:
         self.metrics.decisions.labels(result=REASON_INVALID).inc()
         self.metrics.unschedulable.labels(reason=REASON_INVALID).inc()
-        log.info("pod %s: invalid: %s", key, message)
+        log.info("pod %s: invalid: %s", key, message, extra={"pod": key})
         self.queue.done(key, Outcome.UNSCHEDULABLE)
         self._spawn(self.recorder.unschedulable(ref, message))
 
@@ -544,7 +544,13 @@ class Scheduler:
             outcome = Outcome.SCHEDULED
             await self.recorder.scheduled(plan.pod, plan.node)
         except (CommitAbortedError, ApiError) as exc:
-            log.warning("pod %s: placement on %s not written: %s", key, plan.node, exc)
+            log.warning(
+                "pod %s: placement on %s not written: %s",
+                key,
+                plan.node,
+                exc,
+                extra={"pod": key, "node": plan.node},
+            )
             self._assumed_pods.pop(plan.pod.uid, None)
             for claim in plan.claims:
                 self._expected.pop(claim.key, None)
@@ -578,7 +584,11 @@ class Scheduler:
             return False
         if str(meta(live).get("uid")) != ref.uid or pod_node(live):
             return False  # the cache is behind: the pod changed or is bound
-        log.info("pod %s: releasing what an interrupted attempt left behind", ref.key)
+        log.info(
+            "pod %s: releasing what an interrupted attempt left behind",
+            ref.key,
+            extra={"pod": ref.key},
+        )
         try:
             for key in sorted(self._bridges.get(ref.uid, ())):
                 claim = self.cache.claims.get(key)
@@ -594,7 +604,9 @@ class Scheduler:
                     await self.committer.remove_finalizer(key)
                     self.metrics.deallocations.labels(action="unreserve").inc()
         except (CommitAbortedError, ApiError) as exc:
-            log.warning("pod %s: repair failed (%s); will retry", ref.key, exc)
+            log.warning(
+                "pod %s: repair failed (%s); will retry", ref.key, exc, extra={"pod": ref.key}
+            )
             return False
         self._dirty = True
         return True

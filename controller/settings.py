@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Final
 
+from controller.logs import LOG_FORMATS, LogFormat
 from driver.errors import ConfigError
 from driver.policy import PolicyDefaults
 
@@ -60,6 +61,7 @@ class Settings:
     watch_timeout_s: int = 300
     request_timeout_s: float = 30.0
     shutdown_grace_s: float = 10.0
+    log_format: LogFormat = "text"
 
     @property
     def finalizer(self) -> str:
@@ -105,6 +107,10 @@ class Settings:
             raise ConfigError("the unschedulable flush interval must be > 0")
         if self.watch_timeout_s < 1 or self.request_timeout_s <= 0:
             raise ConfigError("watch and request timeouts must be positive")
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                f"--log-format: {self.log_format!r} is not one of {', '.join(LOG_FORMATS)}"
+            )
         if not self.identity:
             raise ConfigError("--identity must not be empty")
         return self

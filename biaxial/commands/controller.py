@@ -41,6 +41,7 @@ _FLAGS: dict[str, tuple[str, str]] = {
     "retry-period": ("BIAXIAL_RETRY_PERIOD", "leader election retry period in seconds (2)"),
     "identity": ("BIAXIAL_IDENTITY", "leader election identity (default: host name + random)"),
     "metrics-port": ("BIAXIAL_METRICS_PORT", "port of /healthz /readyz /metrics; 0 = off (8080)"),
+    "log-format": ("BIAXIAL_LOG_FORMAT", "log line format: text | json (text)"),
     "max-concurrent-writes": (
         "BIAXIAL_MAX_CONCURRENT_WRITES",
         "placements written at the same time (16)",
@@ -125,6 +126,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         "lease-namespace": "lease_namespace",
         "lease-name": "lease_name",
         "identity": "identity",
+        "log-format": "log_format",
     }
     for flag, name in strings.items():
         if (text := _value(args, flag)) is not None:
@@ -141,7 +143,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
-    from controller import app  # noqa: PLC0415
+    from controller import app, logs  # noqa: PLC0415
 
     settings = settings_from_args(args)
+    logs.configure(settings.log_format)
     return asyncio.run(app.run(settings))

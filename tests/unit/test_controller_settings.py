@@ -69,6 +69,7 @@ def test_flags_beat_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
         (["--metrics-port", "70000"], "--metrics-port must be in 0..65535"),
         (["--node-policy", "pack"], "unknown policy 'pack'"),
         (["--kubeconfig", "/no/such/file"], "no such file"),
+        (["--log-format", "xml"], "--log-format: 'xml' is not one of text, json"),
     ],
 )
 def test_bad_values_are_clear_errors(argv: list[str], message: str) -> None:

@@ -1,0 +1,67 @@
+"""Structured logs for the controller process.
+
+Lifecycle log lines carry their subject as record attributes (``extra={"pod": ..., "node":
+..., "claim": ...}``, see :data:`CONTEXT_KEYS`). With ``--log-format json`` every line is one
+JSON object: ``time`` (RFC 3339, UTC, milliseconds), ``level``, ``logger``, ``message``, the
+context keys that are set, and ``error`` (the formatted traceback) when there is one. With the
+default ``text`` format the context is appended as ``key=value``.
+
+:func:`configure` only swaps the formatter of the root logger's handlers (the CLI sets the
+handlers and levels up); it is idempotent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from typing import Final, Literal
+
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: Final = ("text", "json")
+CONTEXT_KEYS: Final = ("pod", "node", "claim", "device")
+_TEXT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _context(record: logging.LogRecord) -> dict[str, str]:
+    return {k: str(v) for k in CONTEXT_KEYS if (v := getattr(record, k, None)) is not None}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = dt.datetime.fromtimestamp(record.created, dt.UTC)
+        out: dict[str, str] = {
+            "time": stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **_context(record),
+        }
+        if record.exc_info:
+            out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out, separators=(",", ":"))
+
+
+class TextFormatter(logging.Formatter):
+    """The usual one-line format, with the context appended as ``key=value``."""
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        context = _context(record)
+        if not context:
+            return line
+        head, sep, tail = line.partition("\n")
+        pairs = " ".join(f"{k}={v}" for k, v in context.items())
+        return f"{head} {pairs}{sep}{tail}"
+
+
+def configure(log_format: LogFormat) -> None:
+    """Use ``log_format`` on every handler of the root logger."""
+    formatter: logging.Formatter = JsonFormatter() if log_format == "json" else TextFormatter()
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)

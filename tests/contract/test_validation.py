@@ -183,3 +183,44 @@ def test_field_validation_warn_and_ignore_drop_unknown_fields(api: Api) -> None:
         api.request("POST", api.pods(), pod("x"), query={"fieldValidation": "Sometimes"}).status
         == 400
     )
+
+
+def test_cel_selectors_must_compile(api: Api) -> None:
+    path = "/apis/resource.k8s.io/v1/deviceclasses"
+    good = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": api.name("good")},
+        "spec": {
+            "selectors": [{"cel": {"expression": 'device.driver == "gpu.contract.example.com"'}}]
+        },
+    }
+    assert api.post(path, good).status == 201
+    for expression in ("device.driver ==", "device.driver + 1", "device.driver"):
+        bad = copy.deepcopy(good)
+        bad["metadata"]["name"] = api.name("bad")
+        bad["spec"]["selectors"][0]["cel"]["expression"] = expression
+        response = api.post(path, bad)
+        assert response.status == 422, (expression, response)
+        assert "spec.selectors[0].cel.expression" in _causes(response.body)
+    claim_body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "gpu",
+                            "selectors": [{"cel": {"expression": "device.attributes["}}],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    response = api.post(api.claims(), claim_body)
+    assert response.status == 422
+    assert "spec.devices.requests[0].exactly.selectors[0].cel.expression" in _causes(response.body)

@@ -731,8 +731,26 @@ def _selectors(errs: _Errors, path: str, selectors: Any) -> None:
     errs.too_many(path, selectors, MAX_SELECTORS)
     for i, selector in enumerate(_items(selectors)):
         cel = _map(_map(selector).get("cel"))
-        if not cel.get("expression"):
+        expression = cel.get("expression")
+        if not expression:
             errs.add(f"{path}[{i}].cel.expression", "Required value", "")
+        elif isinstance(expression, str):
+            problem = _cel_problem(expression)
+            if problem:
+                errs.add(f"{path}[{i}].cel.expression", "Invalid value", problem, expression)
+
+
+def _cel_problem(expression: str) -> str | None:
+    """Why the API server would refuse a DRA CEL selector (syntax, types, result type,
+    length), via the project's CEL environment (``driver.cel``, upstream's declarations)."""
+    from driver.cel import compile_selector
+    from driver.errors import CELCompileError
+
+    try:
+        compile_selector(expression)
+    except CELCompileError as exc:
+        return str(exc)
+    return None
 
 
 def _opaque(errs: _Errors, path: str, opaque: Any) -> None:

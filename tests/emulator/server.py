@@ -328,7 +328,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._resource(req, body, emulator)
         except ApiStatusError as exc:
             self._send_error(exc, req)
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:  # the client hung up (or stop() closed the socket)
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 - any bug becomes a 500 Status, not a hung client
             emulator.internal_errors.append(exc)

@@ -12,15 +12,19 @@ its ResourceClaims), :meth:`DecisionEngine.decide`:
    :class:`Unschedulable` with kube-scheduler's per-node reasons.
 
 **Pruning.** A :class:`CapacityIndex` keeps, per node, its device totals and use, and files
-every node in sorted lists by (node shape, free-memory level, devices in use). For a pod, the
-engine computes per node shape an *optimistic bound* of the node score (the most the pod can
-add under binpack, the least under spread), walks nodes best bound first across the lists
-(a heap merge), evaluates them exactly, and stops as soon as no remaining node can beat the
-best exact (score, name) found. Nodes whose largest free GPU memory is too small are never
-visited. The result is identical to evaluating every node (tests compare both on small
-clusters); :class:`DecisionEngine` takes ``exhaustive=True`` for that reference. Pruning is
-switched off (exhaustive evaluation) when the cluster has slices that are not node-local or a
-pod asks for ``All`` devices, where the bounds would not hold.
+every node in sorted lists by partition (node shape, largest free memory of a shared device,
+devices in use, idle devices side by side, a cores-aware fit level). For a pod, the engine
+computes per partition an *optimistic bound* of the node score (the most the pod can add under
+binpack, the least under spread; exact for simple pods on uniform classes), walks nodes best
+bound first across the lists (a heap merge), evaluates them exactly (index precheck, node
+filter, allocator, exact score), and drops a list as soon as its head cannot beat the best
+exact (score, name) found. Partitions that cannot hold the pod are never visited. The result is
+identical to evaluating every node (tests compare both on random clusters);
+:class:`DecisionEngine` takes ``exhaustive=True`` for that reference. Pruning is switched off
+(every node evaluated) where a bound would not hold: slices that are not node-local, ``All`` or
+admin-access requests, pods with allocated claims, ``gpumem-percentage``, and legacy resources
+some node serves through a device plugin. When nothing fits, every node is evaluated for the
+kube-scheduler message. ``docs/scoring.md`` explains the bounds.
 
 The engine holds state (the snapshot, the index, per-node pod requests). :meth:`assume`
 records a placement so the next decision sees it; :meth:`forget` reverses it. Decisions never
@@ -51,7 +55,7 @@ from driver.bridge import (
     legacy_resources,
 )
 from driver.cel import compile_selector
-from driver.claims import AllocationResult, DeviceResult, ResourceClaim
+from driver.claims import AllocationResult, ResourceClaim
 from driver.errors import BiaxialError, InvalidInputError
 from driver.ids import DeviceID, NodeName
 from driver.model import Device
@@ -1211,11 +1215,3 @@ def _visible(candidate: Candidate, keys: tuple[str, ...]) -> tuple[object, ...]:
         tuple(attributes.get(k) for k in keys),
         tuple(c.value.nanos if (c := capacity.get(k)) is not None else None for k in keys),
     )
-
-
-def device_results(placement: Placement) -> list[tuple[str, DeviceResult]]:
-    """(claim key, result) for every device of a placement, bridge claim last."""
-    out = [(claim.key, r) for claim, allocation in placement.claims for r in allocation.results]
-    if placement.bridge_allocation is not None:
-        out.extend((BRIDGE_CLAIM_PLACEHOLDER, r) for r in placement.bridge_allocation.results)
-    return out

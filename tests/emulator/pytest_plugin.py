@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.emulator.claims import ResourceClaimController
-from tests.emulator.server import Emulator
+if TYPE_CHECKING:  # imported lazily: a session that uses no fixture pays nothing
+    from tests.emulator.claims import ResourceClaimController
+    from tests.emulator.server import Emulator
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
@@ -56,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def emulator(request: pytest.FixtureRequest) -> Iterator[Emulator]:
+    from tests.emulator.server import Emulator
+
     marker = request.node.get_closest_marker("emulator")
     kwargs: dict[str, Any] = dict(marker.kwargs) if marker else {}
     api = Emulator(**kwargs).start()
@@ -88,6 +91,8 @@ def kubeconfig(emulator: Emulator, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def claim_controller(emulator: Emulator) -> Iterator[ResourceClaimController]:
+    from tests.emulator.claims import ResourceClaimController
+
     controller = ResourceClaimController(emulator).start()
     try:
         yield controller

@@ -250,7 +250,6 @@ class CapacityIndex:
         self.states: dict[str, NodeState] = {}
         self.shapes: dict[tuple[object, ...], NodeShape] = {}
         self.by_ident: list[NodeShape] = []
-        self._kinds: dict[tuple[object, ...], tuple[tuple[object, ...], ...]] = {}
         self.lists: dict[Variant, dict[Partition, list[tuple[int, str]]]] = {
             (cores, direction): {} for cores in (False, True) for direction in ("binpack", "spread")
         }

@@ -11,7 +11,9 @@ and this driver. The driver
 3. creates the pods (``spec.schedulerName: biaxial``) as fast as the emulator takes them, while
    a watch records when each pod is bound;
 4. prints one table: pods bound, wall time from the first creation to the last binding,
-   pods/s, creation-to-binding latency p50/p99, and the client QPS/burst the controller used.
+   pods/s, creation-to-binding latency p50/p99, the client QPS/burst the controller used, and
+   from the controller's metrics: decision-engine rebuilds (count, mean ms) and the mean
+   decision time.
 
 ``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
 """
@@ -83,6 +85,18 @@ def _process(argv: list[str], *, wait_for: str | None = None) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The controller's unlabelled metric samples."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.partition(" ")
+            out[name] = float(value)
+    return out
 
 
 def _free_port() -> int:
@@ -256,6 +270,7 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
             with _process(controller_argv):
                 ready_s = _wait_ready(port)
                 wall, latencies, bound = asyncio.run(_run_async(url, scenario, 300, "drive"))
+                metrics = _scrape(port)
     latencies.sort()
     return {
         "nodes": nodes,
@@ -271,6 +286,13 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
         "writes": writes,
         "seed_s": seed_s,
         "ready_s": ready_s,
+        "rebuilds": int(metrics.get("biaxial_controller_engine_rebuild_seconds_count", 0)),
+        "rebuild_ms": 1000
+        * metrics.get("biaxial_controller_engine_rebuild_seconds_sum", 0.0)
+        / max(1.0, metrics.get("biaxial_controller_engine_rebuild_seconds_count", 0.0)),
+        "decision_ms": 1000
+        * metrics.get("biaxial_controller_decision_seconds_sum", 0.0)
+        / max(1.0, metrics.get("biaxial_controller_decision_seconds_count", 0.0)),
     }
 
 
@@ -285,14 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     row = run(args.nodes, args.pods, args.qps, args.burst, args.max_concurrent_writes)
     print(
         "| nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps | burst "
-        "| writes | seed s | ready s |"
+        "| writes | seed s | ready s | rebuilds | rebuild ms | decision ms |"
     )
-    print("|---:" * 13 + "|")
+    print("|---:" * 16 + "|")
     print(
         f"| {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
         f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
-        f"| {row['seed_s']:.1f} | {row['ready_s']:.1f} |"
+        f"| {row['seed_s']:.1f} | {row['ready_s']:.1f} | {row['rebuilds']} "
+        f"| {row['rebuild_ms']:.0f} | {row['decision_ms']:.2f} |"
     )
     return 0
 

@@ -12,7 +12,9 @@ Names (all prefixed ``biaxial_controller_``):
 * ``unschedulable_total{reason}`` counter: unschedulable pods by first reason;
 * ``deallocations_total{action}`` counter: unreserve | deallocate | delete-bridge;
 * ``in_flight_claims`` gauge: claims whose writes are not yet observed;
-* ``leader`` gauge: 1 while this instance leads.
+* ``leader`` gauge: 1 while this instance leads;
+* ``engine_rebuild_seconds`` histogram: rebuilding the decision engine from the caches (done
+  only when the cluster changed in a way the engine does not already know).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Metrics:
     deallocations: Counter = field(init=False)
     in_flight_claims: Gauge = field(init=False)
     leader: Gauge = field(init=False)
+    engine_rebuild_seconds: Histogram = field(init=False)
 
     def __post_init__(self) -> None:
         reg = self.registry
@@ -77,6 +80,12 @@ class Metrics:
             _PREFIX + "in_flight_claims", "Claims with unobserved writes", registry=reg
         )
         self.leader = Gauge(_PREFIX + "leader", "1 while this instance is the leader", registry=reg)
+        self.engine_rebuild_seconds = Histogram(
+            _PREFIX + "engine_rebuild_seconds",
+            "Time to rebuild the decision engine from the caches",
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
 
     def set_queue_depths(self, depths: dict[str, int]) -> None:
         for name, value in depths.items():

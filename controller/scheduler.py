@@ -89,6 +89,24 @@ def _device_set(claim: Mapping[str, Any] | None) -> frozenset[tuple[str, str, st
     )
 
 
+def _relevant_pod_change(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether a pending pod's update can change its scheduling (as kube-scheduler's queueing
+    hints: our own condition and event writes must not re-try it at once)."""
+    if old is None:
+        return True
+    if old.get("spec") != new.get("spec"):
+        return True
+    if (meta(old).get("annotations") or {}) != (meta(new).get("annotations") or {}):
+        return True
+    if meta(old).get("labels") != meta(new).get("labels"):
+        return True
+    old_status, new_status = old.get("status") or {}, new.get("status") or {}
+    return any(
+        old_status.get(field) != new_status.get(field)
+        for field in ("resourceClaimStatuses", "extendedResourceClaimStatus")
+    )
+
+
 def _reap(task: asyncio.Task[None]) -> None:
     """Log what a background write task raised (nothing may disappear silently)."""
     if task.cancelled():
@@ -219,7 +237,7 @@ class Scheduler:
         key = object_key(obj)
         uid = str(meta(obj).get("uid") or "")
         if new is not None and self._needs_scheduling(new):
-            if uid not in self._assumed_pods:
+            if uid not in self._assumed_pods and _relevant_pod_change(old, new):
                 self.queue.add(key)
             return
         self.queue.forget(key)
@@ -259,6 +277,8 @@ class Scheduler:
                     else:
                         self._bridges.setdefault(uid, set()).add(key)
         before, after = _device_set(old), _device_set(new)
+        if new is None:
+            self._expected.pop(key, None)
         if old is None and new is not None:
             self.queue.move_all()  # a template claim may have appeared
         if before == after:
@@ -312,6 +332,7 @@ class Scheduler:
         )
         self._dirty = False
         self.rebuilds += 1
+        self.metrics.engine_rebuild_seconds.observe(time.perf_counter() - started)
         log.debug(
             "decision engine rebuilt: %d nodes, %d allocated claims in %.1f ms",
             len(nodes),

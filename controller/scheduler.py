@@ -380,6 +380,11 @@ class Scheduler:
                 log.warning("pod %s: API error while scheduling: %s", key, exc, extra={"pod": key})
                 self.queue.done(key, Outcome.ERROR)
                 self.metrics.decisions.labels(result="error").inc()
+            except Exception:  # one pod hitting a bug must not stop the others (logged)
+                log.exception("pod %s: unexpected error while scheduling", key, extra={"pod": key})
+                self.queue.done(key, Outcome.ERROR)
+                self.metrics.decisions.labels(result="error").inc()
+                self._dirty = True  # whatever was half-assumed is rebuilt from the caches
 
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait for the writes in flight; True when all finished within ``timeout_s``."""

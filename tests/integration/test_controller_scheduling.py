@@ -166,3 +166,27 @@ def test_finished_pods_release_their_devices(
 
     cluster.wait_until(released, timeout=20)
     assert check_invariants(cluster) == []
+
+
+def test_a_bug_on_one_pod_does_not_stop_the_others(
+    cluster: Emulator, controller: ControllerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from driver.decision import DecisionEngine
+
+    original = DecisionEngine.decide
+    calls: list[str] = []
+
+    def decide(self: DecisionEngine, pod: dict, claims: object = ()) -> object:
+        calls.append(pod["metadata"]["name"])
+        if pod["metadata"]["name"] == "boom":
+            raise RuntimeError("a bug in the decision core")
+        return original(self, pod, claims)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DecisionEngine, "decide", decide)
+    cluster.create(pod("boom", legacy_gpus=1))
+    cluster.create(pod("fine", legacy_gpus=1))
+    cluster.wait_until(lambda: "fine" in bound_pods(cluster), timeout=20)
+    cluster.wait_until(lambda: calls.count("boom") >= 2, timeout=10)  # retried with backoff
+    assert controller.alive
+    assert "boom" not in bound_pods(cluster)
+    assert check_invariants(cluster) == []

@@ -913,16 +913,8 @@ class DecisionEngine:
                     heap, (sign * bound, nxt, serial, entries, position + 1, adding, shape)
                 )
                 serial += 1
-        for name in sorted(self.index.deviceless):
-            outcome = self._evaluate(ctx, self.nodes[name])
-            evaluated += 1
-            self.stats.nodes_evaluated += 1
-            if isinstance(outcome, str):
-                ctx.reasons[name] = outcome
-            else:
-                rank = node_rank(policy, outcome.score, name)
-                if best is None or rank < best[0]:
-                    best = (rank, outcome, self.nodes[name])
+        # Nodes without devices of their own cannot take a device request here (every slice
+        # is node-local when pruning is on): they only matter for the failure message.
         if best is None:
             return self._exhaustive(ctx)  # nothing fits: every node's reason is needed
         return self._placement(ctx, best[2], best[1], evaluated)

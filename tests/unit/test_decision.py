@@ -249,6 +249,8 @@ def random_cluster(rng: random.Random) -> list[tuple[dict[str, Any], dict[str, A
         count = rng.choice([2, 4])
         taints = [taint("t", value="v")] if rng.random() < 0.15 else []
         nodes.append(gpu_node(f"n{i}", count, memory, numa_split=rng.random() < 0.5, taints=taints))
+    if rng.random() < 0.5:
+        nodes.append((node("cpu-only"), slice_("cpu-only-empty", node="cpu-only", devices=[])))
     return nodes
 
 

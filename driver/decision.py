@@ -1203,6 +1203,7 @@ def _visible(candidate: Candidate, keys: tuple[str, ...]) -> tuple[object, ...]:
     return (
         candidate.device_id.driver,
         device.allow_multiple_allocations,
-        tuple(attributes.get(k) for k in keys),
-        tuple(c.value.nanos if (c := capacity.get(k)) is not None else None for k in keys),
+        tuple(map(attributes.get, keys)),
+        tuple(c.value.nanos for k in keys if (c := capacity.get(k)) is not None),
+        tuple(k for k in keys if k in capacity),
     )

@@ -189,6 +189,7 @@ class NodeShape:
     ident: int  # small integer standing for ``key`` in partitions
     total: NodeAmounts
     kinds: tuple[Device, ...]  # one representative per distinct device kind
+    positions: tuple[tuple[int, int, int], ...]  # per device: kind index, memory, cores
     max_memory: int
     max_cores: int
 
@@ -263,35 +264,16 @@ class CapacityIndex:
         devices = [c for c in view.devices if c.node_local and c.node_match]
         if not devices:
             return None
-        kinds_of = [_device_kind(c) for c in devices]
-        key = tuple(kinds_of)
+        key = tuple([_device_kind(c) for c in devices])
         shape = self.shapes.get(key)
-        distinct = list(dict.fromkeys(kinds_of))
         if shape is None:
-            representatives = {k: c.device for k, c in zip(kinds_of, devices, strict=True)}
-            memories = [_capacity_units(c.device, MEMORY) for c in devices]
-            shape = NodeShape(
-                key=key,
-                ident=len(self.by_ident),
-                total=NodeAmounts(
-                    devices=len(devices),
-                    memory=sum(memories),
-                    cores=sum(_capacity_units(c.device, CORES) for c in devices),
-                ),
-                kinds=tuple(representatives[k] for k in distinct),
-                max_memory=max(memories),
-                max_cores=max(_capacity_units(c.device, CORES) for c in devices),
-            )
-            self.shapes[key] = shape
-            self.by_ident.append(shape)
+            shape = self._shape(key, devices)
         allocated = self.snapshot.allocated
         states = []
         max_free = 0
         max_fit = 0
-        for cand, kind in zip(devices, kinds_of, strict=True):
+        for cand, (kind, memory, cores) in zip(devices, shape.positions, strict=True):
             device_id, device = cand.device_id, cand.device
-            memory = _capacity_units(device, MEMORY)
-            cores = _capacity_units(device, CORES)
             usage = allocated.pool(device_id.driver, device_id.pool)
             if device_id.device in usage.exclusive:
                 used_memory, used_cores, in_use = memory, cores, True
@@ -316,7 +298,7 @@ class CapacityIndex:
                 DeviceState(
                     device_id,
                     device,
-                    distinct.index(kind),
+                    kind,
                     memory,
                     cores,
                     used_memory,
@@ -348,6 +330,26 @@ class CapacityIndex:
             group_fresh=max(groups.values(), default=0),
             fit_level=max_fit,
         )
+
+    def _shape(self, key: tuple[object, ...], devices: Sequence[Candidate]) -> NodeShape:
+        distinct = list(dict.fromkeys(key))
+        representatives = {k: c.device for k, c in zip(key, devices, strict=True)}
+        memories = [_capacity_units(c.device, MEMORY) for c in devices]
+        cores = [_capacity_units(c.device, CORES) for c in devices]
+        shape = NodeShape(
+            key=key,
+            ident=len(self.by_ident),
+            total=NodeAmounts(devices=len(devices), memory=sum(memories), cores=sum(cores)),
+            kinds=tuple(representatives[k] for k in distinct),
+            positions=tuple(
+                (distinct.index(k), m, c) for k, m, c in zip(key, memories, cores, strict=True)
+            ),
+            max_memory=max(memories),
+            max_cores=max(cores),
+        )
+        self.shapes[key] = shape
+        self.by_ident.append(shape)
+        return shape
 
     def _entries(self, state: NodeState) -> Iterator[tuple[Variant, Partition, tuple[int, str]]]:
         partition = (

@@ -212,42 +212,48 @@ class ClaimOverlay:
         self._pending: dict[str, JSON] = {}
         self._assumed: dict[str, _Assumed] = {}
         self._expiry_s = expiry_s
+        self._listeners: list[Callable[[str], None]] = []
         self.version = 0
 
-    def _bump(self) -> None:
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(key)`` is called whenever what :meth:`get` answers for ``key`` may have
+        changed (an informer event, pending or assumed state set or dropped)."""
+        self._listeners.append(listener)
+
+    def touch(self, key: str) -> None:
         self.version += 1
+        for listener in self._listeners:
+            listener(key)
 
     def set_pending(self, key: str, obj: JSON) -> None:
         """Show ``obj`` (e.g. a claim with the decided allocation) until cleared or assumed."""
         self._pending[key] = obj
-        self._bump()
+        self.touch(key)
 
     def clear_pending(self, key: str) -> None:
         if self._pending.pop(key, None) is not None:
-            self._bump()
+            self.touch(key)
 
     def assume(self, written: JSON) -> None:
         """Record what a successful write returned, until the informer catches up."""
         key = object_key(written)
         self._assumed[key] = _Assumed(written, rv_int(written), time.monotonic())
         self._pending.pop(key, None)
-        self._bump()
+        self.touch(key)
 
     def forget(self, key: str) -> None:
         """Drop pending and assumed state for ``key`` (after a rollback or a delete)."""
         changed = self._pending.pop(key, None) is not None
         changed = self._assumed.pop(key, None) is not None or changed
         if changed:
-            self._bump()
+            self.touch(key)
 
     def observe(self, key: str, obj: JSON | None) -> None:
         """Called on informer events: drop assumptions the informer has caught up with."""
         assumed = self._assumed.get(key)
-        if assumed is None:
-            return
-        if obj is None or rv_int(obj) >= assumed.rv:
+        if assumed is not None and (obj is None or rv_int(obj) >= assumed.rv):
             del self._assumed[key]
-            self._bump()
+        self.touch(key)
 
     def get(self, key: str) -> JSON | None:
         """The newest known state of one claim (pending, assumed, or informer)."""
@@ -274,6 +280,7 @@ class ClaimOverlay:
         expired = [k for k, a in self._assumed.items() if now - a.since > self._expiry_s]
         for key in expired:  # a write whose watch event never came: trust the informer again
             del self._assumed[key]
+            self.touch(key)
         claims = dict(self._informer.store)
         for key, assumed in self._assumed.items():
             if rv_int(claims.get(key)) < assumed.rv:

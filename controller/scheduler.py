@@ -49,7 +49,7 @@ from controller.metrics import Metrics
 from controller.queue import Outcome, SchedulingQueue
 from controller.settings import Settings
 from driver.bridge import is_bridge_claim
-from driver.claims import DeviceClass, ResourceClaim
+from driver.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.decision import DecisionEngine, Placement, PodError, Unschedulable
 from driver.errors import ApiError, BiaxialError, NotFoundError
 from driver.model import ResourceSlice
@@ -198,15 +198,23 @@ class Scheduler:
         self.recorder = Recorder(api, component=settings.scheduler_name, instance=settings.identity)
         self._memo = _Memo()
         self._engine: DecisionEngine | None = None
-        self._dirty = True
+        self._dirty = True  # a full rebuild is due (nodes, slices or classes changed)
         self._base: ClusterSnapshot | None = None
         self._base_version: tuple[int, int] = (-1, -1)
-        self._assumed_pods: dict[str, tuple[str, JSON]] = {}  # uid -> (node, pod)
-        self._expected: dict[str, frozenset[tuple[str, str, str, str]]] = {}
+        self._pool_nodes: dict[tuple[str, str], str | None] = {}
+        # What the engine counts, kept equal to the caches by incremental updates:
+        self._counted: dict[str, AllocationResult] = {}  # claim key -> counted allocation
+        self._claims_dirty: set[str] = set()
+        self._pod_requests: dict[str, tuple[str, Mapping[str, int]]] = {}  # uid -> node, requests
+        self._node_pods: dict[str, set[str]] = {}
+        self._nodes_dirty: set[str] = set()
+        self._assumed_pods: dict[str, tuple[str, JSON]] = {}  # uid -> (node, pod), until observed
         self._bridges: dict[str, set[str]] = {}  # pod uid -> bridge claim keys
         self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
         self._tasks: set[asyncio.Task[None]] = set()
         self.rebuilds = 0
+        self.incremental_updates = 0
+        cache.overlay.add_listener(self._claim_touched)
         cache.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ events
@@ -241,62 +249,152 @@ class Scheduler:
                 self.queue.add(key)
             return
         self.queue.forget(key)
-        assumed = self._assumed_pods.get(uid)
-        if (
-            assumed is not None
-            and new is not None
-            and pod_node(new) == assumed[0]
-            and not pod_is_finished(new)
-            and not meta(new).get("deletionTimestamp")
-        ):
-            del self._assumed_pods[uid]  # our binding observed: the engine knows it
-            return
         if new is None or pod_is_finished(new):
             self.recorder.forget(uid)
             self._assumed_pods.pop(uid, None)
             self._bridges.pop(uid, None)
-        was_bound = old is not None and pod_node(old) and not pod_is_finished(old)
-        is_bound = new is not None and pod_node(new) and not pod_is_finished(new)
-        if was_bound != is_bound or (is_bound and old is None):
-            self._dirty = True  # node usage changed behind the engine's back
-            if not is_bound:
-                self.queue.move_all()
+            if uid in self._pod_requests:
+                self._track_pod(uid, None, None)
+                self.queue.move_all()  # its node has room again
+            return
+        node = pod_node(new)
+        if node:
+            assumed = self._assumed_pods.get(uid)
+            if assumed is not None and assumed[0] == node:
+                del self._assumed_pods[uid]  # our binding observed
+            self._track_pod(uid, node, new)
+
+    def _track_pod(self, uid: str, node: str | None, pod: Mapping[str, Any] | None) -> None:
+        """Count (or, with ``node`` None, stop counting) a pod's requests on its node."""
+        current = self._pod_requests.get(uid)
+        if current is not None and current[0] == node:
+            return
+        if current is not None:
+            self._node_pods.get(current[0], set()).discard(uid)
+            del self._pod_requests[uid]
+            self._nodes_dirty.add(current[0])
+        if node is None or pod is None:
+            return
+        try:
+            requests: Mapping[str, int] = PodSchedulingFacts.from_pod(pod).requests
+        except BiaxialError:
+            requests = {}
+        self._pod_requests[uid] = (node, requests)
+        self._node_pods.setdefault(node, set()).add(uid)
+        self._nodes_dirty.add(node)
+
+    def _claim_touched(self, key: str) -> None:
+        self._claims_dirty.add(key)
 
     def _on_claim(self, old: JSON | None, new: JSON | None) -> None:
+        # What the engine counts follows the overlay (its listener marks the key dirty).
         obj = new if new is not None else old
         assert obj is not None
         key = object_key(obj)
-        ours = False
         if is_bridge(obj):
             for owner in meta(obj).get("ownerReferences") or ():
                 if owner.get("controller") and owner.get("kind") == "Pod":
                     uid = str(owner.get("uid"))
-                    ours = uid in self._assumed_pods
                     if new is None:
                         self._bridges.get(uid, set()).discard(key)
                     else:
                         self._bridges.setdefault(uid, set()).add(key)
-        before, after = _device_set(old), _device_set(new)
-        if new is None:
-            self._expected.pop(key, None)
         if old is None and new is not None:
             self.queue.move_all()  # a template claim may have appeared
-        if before == after:
-            return
-        if after and (ours or self._expected.get(key) == after):
-            # Our own write landing: the engine assumed this placement already.
-            self._expected.pop(key, None)
-            return
-        self._dirty = True
-        if before - after:
+        elif _device_set(old) - _device_set(new):
             self.queue.move_all()  # devices freed
 
     # ------------------------------------------------------------------ engine
 
+    def _allocation_of(self, key: str, raw: JSON | None) -> AllocationResult | None:
+        if raw is None or not (raw.get("status") or {}).get("allocation"):
+            return None
+        try:
+            return self._memo.claim(key, raw).allocation
+        except BiaxialError as exc:
+            log.warning("ResourceClaim %s is malformed, not counted: %s", key, exc)
+            return None
+
+    def _nodes_of(self, allocation: AllocationResult) -> set[str] | None:
+        """The nodes whose devices ``allocation`` holds; None when that is not known (a pool
+        that is not node-local, or not published): then only a full rebuild is exact."""
+        nodes: set[str] = set()
+        for result in allocation.results:
+            node = self._pool_nodes.get((result.driver, result.pool))
+            if node is None:
+                return None
+            nodes.add(node)
+        return nodes
+
+    def _node_usage(self, node: str) -> NodeUsage:
+        usage = NodeUsage()
+        for uid in self._node_pods.get(node, ()):
+            usage = usage.plus(self._pod_requests[uid][1])
+        return usage
+
+    def _all_usage(self) -> dict[str, NodeUsage]:
+        return {node: self._node_usage(node) for node, uids in self._node_pods.items() if uids}
+
     def _engine_now(self) -> DecisionEngine:
+        """The engine, brought up to date: incrementally for claims and pods, rebuilt from the
+        caches when nodes, slices or classes changed."""
         versions = (self.cache.slices.version, self.cache.classes.version)
-        if self._engine is not None and not self._dirty:
-            return self._engine
+        if self._engine is None or self._dirty or versions != self._base_version:
+            return self._rebuild(versions)
+        engine = self._engine
+        if self._claims_dirty and not self._sync_claims(engine):
+            return self._rebuild(versions)
+        if self._nodes_dirty:
+            nodes, self._nodes_dirty = self._nodes_dirty, set()
+            for node in nodes:
+                if self._node_pods.get(node):
+                    engine.usage[node] = self._node_usage(node)
+                else:
+                    engine.usage.pop(node, None)
+        return engine
+
+    def _sync_claims(self, engine: DecisionEngine) -> bool:
+        """Apply the changed claims to the engine; False when only a rebuild is exact."""
+        keys, self._claims_dirty = self._claims_dirty, set()
+        removed: list[AllocationResult] = []
+        added: list[AllocationResult] = []
+        touched: set[str] = set()
+        for key in keys:
+            new = self._allocation_of(key, self.cache.overlay.get(key))
+            old = self._counted.get(key)
+            if new == old:
+                continue
+            for allocation in (old, new):
+                if allocation is None:
+                    continue
+                nodes = self._nodes_of(allocation)
+                if nodes is None:
+                    self._dirty = True
+                    return False
+                touched |= nodes
+            if old is not None:
+                removed.append(old)
+            if new is not None:
+                added.append(new)
+                self._counted[key] = new
+            else:
+                del self._counted[key]
+        if not removed and not added:
+            return True
+        snapshot = engine.snapshot
+        if removed:
+            snapshot = snapshot.without_allocations(removed)
+        if added:
+            snapshot = snapshot.with_allocations(added)
+        engine.snapshot = snapshot
+        for name in sorted(touched):
+            node = engine.nodes.get(name)
+            if node is not None:
+                engine.index.refresh(snapshot, node)
+        self.incremental_updates += 1
+        return True
+
+    def _rebuild(self, versions: tuple[int, int]) -> DecisionEngine:
         started = time.perf_counter()
         classes = []
         for raw in self.cache.classes.store.values():
@@ -306,63 +404,61 @@ class Scheduler:
                 log.warning("DeviceClass %s is malformed, skipped: %s", object_key(raw), exc)
         if self._base is None or versions != self._base_version:
             slices = []
+            pool_nodes: dict[tuple[str, str], str | None] = {}
             for raw in self.cache.slices.store.values():
                 try:
-                    slices.append(ResourceSlice.from_api(raw))
+                    parsed = ResourceSlice.from_api(raw)
                 except BiaxialError as exc:
                     log.warning("ResourceSlice %s is malformed, skipped: %s", object_key(raw), exc)
+                    continue
+                slices.append(parsed)
+                pool_key = (str(parsed.driver), str(parsed.pool.name))
+                node_name = str(parsed.node_name) if parsed.node_name else None
+                if pool_nodes.get(pool_key, node_name) != node_name:
+                    node_name = None  # a pool spread over several nodes
+                pool_nodes[pool_key] = node_name
             match_cache = self._base.match_cache if self._base is not None else None
             self._base = ClusterSnapshot.build(slices, classes, (), match_cache=match_cache)
             self._base_version = versions
-        claims = []
+            self._pool_nodes = pool_nodes
+        self._claims_dirty.clear()
+        counted: dict[str, AllocationResult] = {}
         for key, raw in self.cache.overlay.view().items():
-            if not (raw.get("status") or {}).get("allocation"):
-                continue
-            try:
-                claims.append(self._memo.claim(key, raw))
-            except BiaxialError as exc:
-                log.warning("ResourceClaim %s is malformed, skipped: %s", key, exc)
-        snapshot = self._base.with_state(AllocatedState.from_claims(claims))
+            allocation = self._allocation_of(key, raw)
+            if allocation is not None:
+                counted[key] = allocation
+        self._counted = counted
+        snapshot = self._base.with_state(AllocatedState.empty().with_results(counted.values()))
         nodes = [n for raw in self.cache.nodes.store.values() if (n := self._memo.node(raw))]
+        self._nodes_dirty.clear()
         self._engine = DecisionEngine(
             snapshot,
             nodes,
             defaults=self.settings.policies,
-            pods_on_nodes=self._usage(),
+            pods_on_nodes=self._all_usage(),
         )
         self._dirty = False
         self.rebuilds += 1
         self.metrics.engine_rebuild_seconds.observe(time.perf_counter() - started)
-        log.debug(
+        log.info(
             "decision engine rebuilt: %d nodes, %d allocated claims in %.1f ms",
             len(nodes),
-            len(claims),
+            len(counted),
             (time.perf_counter() - started) * 1000,
         )
         return self._engine
 
-    def _usage(self) -> dict[str, NodeUsage]:
-        usage: dict[str, NodeUsage] = {}
-        seen: set[str] = set()
-        pods: Iterable[JSON] = list(self.cache.pods.store.values())
-        for pod in pods:
-            node = pod_node(pod)
-            if not node or pod_is_finished(pod):
-                continue
-            seen.add(str(meta(pod).get("uid")))
-            self._add_usage(usage, node, pod)
-        for uid, (node, pod) in self._assumed_pods.items():
-            if uid not in seen:
-                self._add_usage(usage, node, pod)
-        return usage
-
-    @staticmethod
-    def _add_usage(usage: dict[str, NodeUsage], node: str, pod: JSON) -> None:
-        try:
-            facts = PodSchedulingFacts.from_pod(pod)
-        except BiaxialError:
-            return
-        usage[node] = usage.get(node, NodeUsage()).plus(facts.requests)
+    def consistent(self) -> bool:
+        """Whether the incrementally maintained engine equals one rebuilt from the caches now
+        (allocated devices and per-node pod requests). For tests; call on the loop."""
+        engine = self._engine_now()
+        expected = AllocatedState.empty().with_results(
+            a
+            for key, raw in self.cache.overlay.view().items()
+            if (a := self._allocation_of(key, raw)) is not None
+        )
+        usage = {n: u for n, u in engine.usage.items() if u.pods}
+        return engine.snapshot.allocated == expected and usage == self._all_usage()
 
     # ------------------------------------------------------------------ the loop
 
@@ -495,9 +591,11 @@ class Scheduler:
             self._spawn(self.recorder.unschedulable(ref, decision.message))
             return
         self.metrics.decisions.labels(result="scheduled").inc()
+        # The placement counts from now on: its claims as pending in the overlay (which the
+        # engine follows), the pod's requests on its node.
         plan = self._plan(ref, decision, resolved.keys)
-        engine.assume(decision, pod)
         self._assumed_pods[ref.uid] = (decision.node, pod)
+        self._track_pod(ref.uid, decision.node, pod)
         self._spawn(self._commit(key, plan), track=True)
 
     def _report_invalid(self, key: str, ref: PodRef, message: str) -> None:
@@ -526,7 +624,6 @@ class Scheduler:
                         ],
                     }
                     self.cache.overlay.set_pending(key, pending)
-                    self._expected[key] = _device_set(pending)
         bridge: BridgePlan | None = None
         if decision.bridge is not None and decision.bridge_allocation is not None:
             allocation = decision.bridge_allocation.to_api()
@@ -577,10 +674,8 @@ class Scheduler:
                 exc,
                 extra={"pod": key, "node": plan.node},
             )
-            self._assumed_pods.pop(plan.pod.uid, None)
-            for claim in plan.claims:
-                self._expected.pop(claim.key, None)
-            self._dirty = True
+            if self._assumed_pods.pop(plan.pod.uid, None) is not None:
+                self._track_pod(plan.pod.uid, None, None)
         finally:
             self.cache.overlay.clear_pending(pending_bridge)
             self.queue.done(key, outcome)
@@ -634,7 +729,6 @@ class Scheduler:
                 "pod %s: repair failed (%s); will retry", ref.key, exc, extra={"pod": ref.key}
             )
             return False
-        self._dirty = True
         return True
 
     # ------------------------------------------------------------------ introspection

@@ -14,7 +14,7 @@ import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "gpu.biaxial.dev"
 FINALIZER = f"{DRIVER}/allocation"
 JSON = dict[str, Any]
+T = TypeVar("T")
 
 
 class Killed(BaseException):
@@ -193,6 +194,21 @@ class ControllerThread:
     def call(self, fn: Callable[[], Any]) -> None:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(fn)
+
+    def on_loop(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the controller's loop and return its result."""
+        assert self._loop is not None
+
+        async def call() -> T:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
+
+    def engine_consistent(self) -> bool:
+        """The scheduler's incrementally updated engine equals a rebuild from its caches."""
+        assert self.controller is not None
+        scheduler = self.controller.scheduler
+        return self.on_loop(scheduler.consistent)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.controller is not None and self._loop is not None and not self._loop.is_closed():

@@ -66,6 +66,7 @@ def test_api_faults_are_survived(
         emulator.drop_watches(expire=True)  # 410 on every open watch: relist
         emulator.drop_watches(clean=True)
         _teardown(emulator)
+        assert controller.engine_consistent()
         assert controller.controller is not None
         stats = [i.stats for i in controller.controller.cache.informers]
         assert sum(s.relists_on_gone for s in stats) >= 1
@@ -92,7 +93,9 @@ def test_killed_between_commit_steps_then_restarted(
     second = ControllerThread(emulator, fast_settings(identity="second")).start()
     try:
         _settle(emulator, names)
+        assert second.engine_consistent()
         _teardown(emulator)
+        assert second.engine_consistent()
     finally:
         second.stop()
     assert second.error is None

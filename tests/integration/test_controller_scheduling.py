@@ -33,6 +33,7 @@ def controller(cluster: Emulator) -> Iterator[ControllerThread]:
     running = ControllerThread(cluster).start()
     try:
         yield running
+        assert running.engine_consistent(), "incremental engine state drifted from the caches"
     finally:
         running.stop()
     assert running.error is None

@@ -20,6 +20,7 @@ Functions are pure; validators are safe to share between threads.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import threading
@@ -574,6 +575,8 @@ def _device(errs: _Errors, path: str, device: Mapping[str, Any], per_device_node
             errs.add(
                 f"{cpath}.requestPolicy", "Invalid value", "exactly one policy can be specified", ""
             )
+        if policy:
+            _request_policy(errs, cpath, _map(cap).get("value"), policy, device)
     consumes = _items(device.get("consumesCounters"))
     errs.too_many(f"{path}.consumesCounters", consumes, 2)
     for i, consumption in enumerate(consumes):
@@ -618,6 +621,83 @@ def _device(errs: _Errors, path: str, device: Mapping[str, Any], per_device_node
         )
     if device.get("nodeSelector") is not None:
         _node_selector(errs, f"{path}.nodeSelector", device.get("nodeSelector"))
+
+
+def _q(value: Any) -> Quantity | None:
+    try:
+        return Quantity.parse(str(value)) if value is not None else None
+    except QuantityError:
+        return None  # reported by the quantity check
+
+
+def _request_policy(
+    errs: _Errors, cpath: str, total: Any, policy: Mapping[str, Any], device: Mapping[str, Any]
+) -> None:
+    """Consumable-capacity request policy rules (DRAConsumableCapacity)."""
+    ppath = f"{cpath}.requestPolicy"
+    if device.get("allowMultipleAllocations") is not True:
+        errs.add(ppath, "Forbidden", "only allowed when `allowMultipleAllocations` is true")
+    value, default = _q(total), _q(policy.get("default"))
+    valid = [_q(v) for v in _items(policy.get("validValues"))]
+    if policy.get("validValues") is not None:
+        if errs.too_many(f"{ppath}.validValues", policy.get("validValues"), 10):
+            return
+        known = [v for v in valid if v is not None]
+        if any(b <= a for a, b in itertools.pairwise(known)):
+            errs.add(
+                f"{ppath}.validValues", "Invalid value", "must be sorted in ascending order", ""
+            )
+        if default is not None and default not in known:
+            errs.add(
+                f"{ppath}.default",
+                "Invalid value",
+                "must be one of the validValues",
+                policy.get("default"),
+            )
+        if value is not None and any(v > value for v in known):
+            errs.add(
+                f"{ppath}.validValues", "Invalid value", "may not exceed the capacity value", ""
+            )
+    valid_range = policy.get("validRange")
+    if isinstance(valid_range, dict):
+        low, high = _q(valid_range.get("min")), _q(valid_range.get("max"))
+        if valid_range.get("min") is None:
+            errs.add(f"{ppath}.validRange.min", "Required value", "")
+        if low is not None and value is not None and low > value:
+            errs.add(
+                f"{ppath}.validRange.min",
+                "Invalid value",
+                "may not exceed the capacity value",
+                valid_range.get("min"),
+            )
+        if high is not None and value is not None and high > value:
+            errs.add(
+                f"{ppath}.validRange.max",
+                "Invalid value",
+                "may not exceed the capacity value",
+                valid_range.get("max"),
+            )
+        if low is not None and high is not None and low > high:
+            errs.add(
+                f"{ppath}.validRange.max",
+                "Invalid value",
+                "must be greater than or equal to min",
+                valid_range.get("max"),
+            )
+        if default is not None and low is not None and default < low:
+            errs.add(
+                f"{ppath}.default",
+                "Invalid value",
+                "must be greater than or equal to validRange.min",
+                policy.get("default"),
+            )
+    if default is not None and value is not None and default > value:
+        errs.add(
+            f"{ppath}.default",
+            "Invalid value",
+            "may not exceed the capacity value",
+            policy.get("default"),
+        )
 
 
 def _uses_advanced(device: Mapping[str, Any]) -> bool:

@@ -42,6 +42,7 @@ def _slice() -> dict[str, Any]:
                     "attributes": {"model": {"string": "T4"}, "index": {"int": 0}},
                     "capacity": {"memory": {"value": "16Gi", "requestPolicy": {"default": "1Gi"}}},
                     "taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}],
+                    "allowMultipleAllocations": True,
                 }
             ],
         },
@@ -341,3 +342,70 @@ def test_field_selector_escapes_and_table() -> None:
     assert not selector.matches({"metadata": {"name": "a,b"}, "spec": {}})
     with pytest.raises(ApiStatusError):
         parse_field_selector("spec.nodeName=x", RESOURCE_CLAIM)
+
+
+#: slices the API server refuses but ``driver.slices.validate_slice`` still accepts (reported
+#: to its owner); the test fails once the driver refuses them too, so the list stays true.
+KNOWN_DRIVER_GAPS = frozenset({"node_selector_with_two_terms"})
+
+
+def test_emulator_and_driver_slice_validation_agree() -> None:
+    """The emulator's raw-JSON slice checks and ``driver.slices.validate_slice`` (what the
+    kubelet plugin runs before publishing) accept and refuse the same slices."""
+    from driver.errors import InvalidInputError
+    from driver.model import ResourceSlice
+    from driver.slices import validate_slice
+    from tests.contract.test_validation import _SEMANTIC
+    from tests.emulator.kinds import RESOURCE_SLICE
+
+    def emulator_accepts(body: dict[str, Any]) -> bool:
+        try:
+            COMPILED.check(RESOURCE_SLICE, body)
+            semantic_check(RESOURCE_SLICE, body)
+        except ApiStatusError:
+            return False
+        return True
+
+    def driver_accepts(body: dict[str, Any]) -> bool:
+        try:
+            validate_slice(ResourceSlice.from_api(body))
+        except InvalidInputError:
+            return False
+        return True
+
+    valid = _slice()
+    assert emulator_accepts(valid)
+    assert driver_accepts(valid)
+    from tests.contract.conftest import resource_slice
+
+    for name, mutate, _field in _SEMANTIC:
+        body = resource_slice("s", "n1")
+        mutate(body)
+        assert not emulator_accepts(body), name
+        if name in KNOWN_DRIVER_GAPS:
+            assert driver_accepts(body), f"driver.slices now refuses {name}: drop it from the gaps"
+            continue
+        assert not driver_accepts(body), name
+
+
+def test_consumable_capacity_request_policy_rules() -> None:
+    from tests.emulator.kinds import RESOURCE_SLICE
+
+    semantic_check(RESOURCE_SLICE, _slice())
+    base = "spec.devices[0].capacity[memory].requestPolicy"
+    single = _slice()
+    del single["spec"]["devices"][0]["allowMultipleAllocations"]
+    assert base in _semantic_fields(RESOURCE_SLICE, single)
+    unsorted = _slice()
+    unsorted["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+        "default": "3Gi",
+        "validValues": ["2Gi", "1Gi"],
+    }
+    fields = _semantic_fields(RESOURCE_SLICE, unsorted)
+    assert {f"{base}.validValues", f"{base}.default"} <= fields
+    ranged = _slice()
+    ranged["spec"]["devices"][0]["capacity"]["memory"]["requestPolicy"] = {
+        "default": "1Gi",
+        "validRange": {"min": "2Gi", "max": "32Gi"},
+    }
+    assert {f"{base}.validRange.max", f"{base}.default"} <= _semantic_fields(RESOURCE_SLICE, ranged)

@@ -207,7 +207,7 @@ class Scheduler:
         self._claims_dirty: set[str] = set()
         self._pod_requests: dict[str, tuple[str, Mapping[str, int]]] = {}  # uid -> node, requests
         self._node_pods: dict[str, set[str]] = {}
-        self._nodes_dirty: set[str] = set()
+        self._nodes_dirty: set[str] = set()  # pod requests changed on these nodes
         self._assumed_pods: dict[str, tuple[str, JSON]] = {}  # uid -> (node, pod), until observed
         self._bridges: dict[str, set[str]] = {}  # pod uid -> bridge claim keys
         self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
@@ -235,9 +235,26 @@ class Scheduler:
             self._on_pod(old, new)
         elif kind == "ResourceClaim":
             self._on_claim(old, new)
-        else:  # Node, DeviceClass, ResourceSlice
+        elif kind == "Node":
+            self._on_node(old, new)
+        else:  # DeviceClass, ResourceSlice
             self._dirty = True
             self.queue.move_all()
+
+    def _on_node(self, old: JSON | None, new: JSON | None) -> None:
+        if old is None or new is None:
+            self._dirty = True  # a node came or went: rebuild
+            self.queue.move_all()
+            return
+        try:
+            before, after = Node.from_api(old), Node.from_api(new)
+        except BiaxialError:
+            self._dirty = True
+            return
+        if before == after:
+            return  # a heartbeat, or a field scheduling does not read
+        self._dirty = True  # labels, taints, allocatable, readiness: rebuild
+        self.queue.move_all()
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old
@@ -344,6 +361,7 @@ class Scheduler:
         engine = self._engine
         if self._claims_dirty and not self._sync_claims(engine):
             return self._rebuild(versions)
+
         if self._nodes_dirty:
             nodes, self._nodes_dirty = self._nodes_dirty, set()
             for node in nodes:
@@ -458,7 +476,14 @@ class Scheduler:
             if (a := self._allocation_of(key, raw)) is not None
         )
         usage = {n: u for n, u in engine.usage.items() if u.pods}
-        return engine.snapshot.allocated == expected and usage == self._all_usage()
+        nodes = {
+            n.name: n for raw in self.cache.nodes.store.values() if (n := self._memo.node(raw))
+        }
+        return (
+            engine.snapshot.allocated == expected
+            and usage == self._all_usage()
+            and dict(engine.nodes) == nodes
+        )
 
     # ------------------------------------------------------------------ the loop
 

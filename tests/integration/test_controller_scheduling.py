@@ -138,6 +138,14 @@ def test_foreign_allocations_are_respected_and_left_alone(
     cluster.create(pod("after", legacy_gpus=1))
     cluster.wait_until(lambda: bound_pods(cluster).get("after") == "gpu-t4", timeout=20)
     assert controller.on_loop(lambda: scheduler.rebuilds) == rebuilds
+    # A node heartbeat changes nothing scheduling reads: no rebuild either.
+    node = cluster.get("nodes", "gpu-t4")
+    assert node is not None
+    heartbeat = {"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-11-23T00:00:00Z"}
+    cluster.update_status("nodes", "gpu-t4", {**node["status"], "conditions": [heartbeat]})
+    cluster.create(pod("later", legacy_gpus=1))
+    cluster.wait_until(lambda: "later" in bound_pods(cluster), timeout=20)
+    assert controller.on_loop(lambda: scheduler.rebuilds) == rebuilds
     assert controller.engine_consistent()
     delete_all_pods(cluster)
     cluster.wait_until(lambda: not leftovers(cluster), timeout=20)

@@ -89,7 +89,8 @@ class Recorder:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{pod.name}.{uuid.uuid4().hex[:16]}",
+                # <pod>.<16 hex>, within the 253 characters of a name
+                "name": f"{pod.name[:236]}.{uuid.uuid4().hex[:16]}",
                 "namespace": pod.namespace,
             },
             "involvedObject": {

@@ -1190,14 +1190,14 @@ def referenced_names(expression: str) -> frozenset[str] | None:
     return frozenset(words)
 
 
-def _visible_keys(names: frozenset[str]) -> tuple[str, ...]:
+def _visible_keys(names: frozenset[str]) -> frozenset[str]:
     """The attribute / capacity keys a selector reading only ``names`` can reach: a name in
     the driver's domain (unqualified key) or in a domain it spells out (``domain/name``)."""
-    domains = sorted(n for n in names if "." in n)
-    return (*sorted(names), *(f"{d}/{n}" for d in domains for n in sorted(names)))
+    domains = [n for n in names if "." in n]
+    return names | {f"{d}/{n}" for d in domains for n in names}
 
 
-def _visible(candidate: Candidate, keys: tuple[str, ...]) -> tuple[object, ...]:
+def _visible(candidate: Candidate, keys: frozenset[str]) -> tuple[object, ...]:
     """What a selector that reads only ``keys`` sees of a device."""
     device = candidate.device
     attributes = device.attributes
@@ -1205,7 +1205,6 @@ def _visible(candidate: Candidate, keys: tuple[str, ...]) -> tuple[object, ...]:
     return (
         candidate.device_id.driver,
         device.allow_multiple_allocations,
-        tuple(map(attributes.get, keys)),
-        tuple(c.value.nanos for k in keys if (c := capacity.get(k)) is not None),
-        tuple(k for k in keys if k in capacity),
+        tuple((k, attributes[k]) for k in sorted(attributes.keys() & keys)),
+        tuple((k, capacity[k].value.nanos) for k in sorted(capacity.keys() & keys)),
     )

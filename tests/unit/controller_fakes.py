@@ -131,6 +131,7 @@ class FakeApi:
     # ------------------------------------------------------------------ the Api protocol
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
+        await asyncio.sleep(0)  # let concurrent callers interleave, as over a network
         self._enter("get", res, name)
         return copy.deepcopy(self._get(res, name, namespace))
 
@@ -190,6 +191,7 @@ class FakeApi:
         return written
 
     async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
+        await asyncio.sleep(0)
         meta = body["metadata"]
         lost = self._enter("replace", res, meta["name"], subresource)
         current = self._get(res, meta["name"], meta.get("namespace"))

@@ -16,10 +16,17 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
    then park the pod in the queue until a relevant change (a claim freed, a slice, node or
    class changed) or its flush time.
 
-The engine is rebuilt from the caches only when the cluster changed in a way the engine does
-not already know (anything but this controller's own writes landing); otherwise decisions
-reuse it and :meth:`DecisionEngine.assume` records each placement. Pods being committed, and
-pods bound until the cache shows the binding, are never tried again meanwhile.
+The decision engine is kept equal to the caches without rebuilding it: every change to what a
+claim holds (an informer event, or this controller's pending and assumed writes in the claim
+overlay) is applied to the engine's snapshot as a delta on that claim's allocation, and pod
+requests are recounted per node when pods are bound, finish or go. A full rebuild happens only
+when nodes (in what scheduling reads: heartbeats do not count), slices or classes change.
+:meth:`Scheduler.consistent` compares the engine with a rebuild (the tests assert it).
+A placement counts from the moment it is decided, so decisions made while earlier writes are
+in flight never hand out the same device twice. Pods being committed, and pods bound until
+the cache shows the binding, are never tried again meanwhile. Commit and reporting tasks run
+outside the process's task guard (they are per-pod work, not services); their failures are
+logged and the pod is retried.
 """
 
 from __future__ import annotations

@@ -231,6 +231,22 @@ def test_binding_with_preload_content_false(api_client: Any, emulator: Emulator)
     assert again.value.status == 409
 
 
+def test_typed_binding_response_fails_to_parse_as_against_a_real_server(api_client: Any) -> None:
+    """The real server answers ``Status`` (201) to a binding; the typed client cannot parse it
+    into ``V1Binding``. The emulator reproduces that quirk (the bind itself succeeded)."""
+    import pydantic
+
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod("default", _pod("p"))
+    body = client.V1Binding(
+        metadata=client.V1ObjectMeta(name="p"),
+        target=client.V1ObjectReference(kind="Node", name="n1"),
+    )
+    with pytest.raises(pydantic.ValidationError):
+        core.create_namespaced_pod_binding("p", "default", body)
+    assert core.read_namespaced_pod("p", "default").spec.node_name == "n1"
+
+
 def test_watch_stream_resumes_after_a_410(api_client: Any, emulator: Emulator) -> None:
     core = client.CoreV1Api(api_client)
     core.create_namespaced_pod("default", _pod("a"))

@@ -37,13 +37,11 @@ MERGE_KEYS: Final[dict[str, str]] = {
     "status.reservedFor": "uid",
     "status.addresses": "type",
     "status.resourceClaimStatuses": "name",
-    "status.containerStatuses": "",  # placeholder removed below (no strategy upstream)
     "spec.containers": "name",
     "spec.initContainers": "name",
     "spec.ephemeralContainers": "name",
     "spec.volumes": "name",
     "spec.resourceClaims": "name",
-    "spec.tolerations": "",  # placeholder removed below
     "spec.containers.*.env": "name",
     "spec.containers.*.ports": "containerPort",
     "spec.containers.*.volumeMounts": "mountPath",
@@ -52,11 +50,9 @@ MERGE_KEYS: Final[dict[str, str]] = {
     "spec.imagePullSecrets": "name",
     "spec.hostAliases": "ip",
     "spec.schedulingGates": "name",
-    "spec.taints": "",  # placeholder removed below
-    "status.images": "",  # placeholder removed below
 }
-for _replaced in ("status.containerStatuses", "spec.tolerations", "spec.taints", "status.images"):
-    del MERGE_KEYS[_replaced]
+# Lists without a patch strategy upstream (status.containerStatuses, spec.tolerations,
+# spec.taints, status.images, status.devices ...) are replaced as a whole.
 
 
 def _bad(message: str) -> ApiStatusError:

@@ -38,7 +38,7 @@ from tests.emulator import errors
 from tests.emulator.defaults import apply_update_defaults, prepare_for_create
 from tests.emulator.errors import ApiStatusError, FieldError
 from tests.emulator.events import to_core, to_v1, v1_errors
-from tests.emulator.kinds import EVENT, EVENT_V1, NAMESPACE, POD, Kind
+from tests.emulator.kinds import ALL_KINDS, EVENT, EVENT_V1, NAMESPACE, POD, Kind
 from tests.emulator.patch import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -924,8 +924,6 @@ class Store:
             self._bucket(NAMESPACE)[("", name)] = updated
             self._emit(NAMESPACE, "MODIFIED", updated, ns_obj)
             ns_obj = updated
-        from tests.emulator.kinds import ALL_KINDS
-
         for kind in ALL_KINDS:
             if not kind.namespaced:
                 continue
@@ -943,8 +941,6 @@ class Store:
         ns_obj = self._bucket(NAMESPACE).get(("", name))
         if ns_obj is None or not _meta(ns_obj).get("deletionTimestamp"):
             return
-        from tests.emulator.kinds import ALL_KINDS
-
         for kind in ALL_KINDS:
             if kind.namespaced and any(key[0] == name for key in self._bucket(kind)):
                 return

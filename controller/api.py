@@ -31,6 +31,7 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 import aiohttp
@@ -45,6 +46,7 @@ MERGE_PATCH: Final = "application/merge-patch+json"
 JSON_PATCH: Final = "application/json-patch+json"
 STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
 PatchType = Literal["merge", "json", "strategic"]
+TOKEN_REFRESH_S: Final = 60.0
 _PATCH_TYPES: Final[Mapping[str, str]] = {
     "merge": MERGE_PATCH,
     "json": JSON_PATCH,
@@ -199,18 +201,25 @@ class Endpoint:
     host: str
     headers: Mapping[str, str]
     ssl_context: ssl.SSLContext | None
+    token_file: str | None = None  # re-read periodically: projected tokens rotate
 
     @classmethod
     def from_kubeconfig(cls, path: str | None) -> Endpoint:
-        """Resolve a kubeconfig file (or in-cluster config when ``path`` is None and no
-        ``~/.kube/config`` exists) with the official loader; a bad file is a ConfigError."""
+        """Resolve a kubeconfig file with the official loader; without one, the in-cluster
+        service account when running in a pod, else ``~/.kube/config``. A bad file is a
+        ConfigError. (Tokens from exec plugins are fetched once, at start.)"""
         from kubernetes import client, config  # noqa: PLC0415 - heavy; CLI start only
+        from kubernetes.config.incluster_config import (  # noqa: PLC0415
+            SERVICE_TOKEN_FILENAME,
+        )
 
         cfg = client.Configuration()
+        token_file: str | None = None
         try:
             if path is None:
                 try:
                     config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+                    token_file = SERVICE_TOKEN_FILENAME
                 except config.ConfigException:
                     config.load_kube_config(  # type: ignore[no-untyped-call]
                         client_configuration=cfg, persist_config=False
@@ -236,7 +245,7 @@ class Endpoint:
             if not cfg.verify_ssl:
                 ctx.check_hostname = False
                 ctx.verify_mode = ssl.CERT_NONE
-        return cls(host=host, headers=headers, ssl_context=ctx)
+        return cls(host=host, headers=headers, ssl_context=ctx, token_file=token_file)
 
 
 class KubeApi:
@@ -256,7 +265,24 @@ class KubeApi:
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._headers = {**endpoint.headers, "User-Agent": user_agent, "Accept": JSON_TYPE}
         self._session: aiohttp.ClientSession | None = None
+        self._token: tuple[float, str] | None = None
         self.requests = 0  # number of requests sent (the benchmark reports it)
+
+    def _auth(self) -> dict[str, str] | None:
+        """Fresh ``Authorization`` for a rotating token file (re-read each minute)."""
+        path = self._endpoint.token_file
+        if path is None:
+            return None
+        now = time.monotonic()
+        if self._token is None or now - self._token[0] > TOKEN_REFRESH_S:
+            try:
+                self._token = (now, Path(path).read_text(encoding="utf-8").strip())
+            except OSError as exc:
+                if self._token is None:
+                    raise ServerError(f"service account token {path}: {exc}", status=0) from exc
+                log.warning("could not re-read the service account token: %s", exc)
+                self._token = (now, self._token[1])
+        return {"Authorization": f"Bearer {self._token[1]}"}
 
     async def __aenter__(self) -> KubeApi:
         connector = aiohttp.TCPConnector(limit=64, ssl=self._endpoint.ssl_context or False)
@@ -297,7 +323,9 @@ class KubeApi:
         await self._bucket.acquire()
         self.requests += 1
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
-        headers = {"Content-Type": content_type} if data is not None else None
+        headers = self._auth() or {}
+        if data is not None:
+            headers["Content-Type"] = content_type
         try:
             async with self.session.request(
                 method, self._url(path, params), data=data, headers=headers, timeout=self._timeout
@@ -367,7 +395,9 @@ class KubeApi:
         self.requests += 1
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
         try:
-            async with self.session.get(self._url(path, params), timeout=timeout) as resp:
+            async with self.session.get(
+                self._url(path, params), timeout=timeout, headers=self._auth()
+            ) as resp:
                 if resp.status >= 300:
                     raise _error_from_body("WATCH", path, resp.status, await resp.read())
                 buffer = b""

@@ -14,7 +14,15 @@ import urllib.request
 from pathlib import Path
 
 from tests.emulator import Emulator, ResourceClaimController
-from tests.integration.controller_env import bound_pods, check_invariants, pod, seed_cluster
+from tests.integration.controller_env import (
+    bound_pods,
+    check_invariants,
+    claim_template,
+    delete_all_pods,
+    leftovers,
+    pod,
+    seed_cluster,
+)
 
 
 def _free_port() -> int:
@@ -118,3 +126,54 @@ def test_bad_kubeconfig_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("biaxial controller: error: kubeconfig ")
+
+
+def _start(kubeconfig: Path, port: int, identity: str) -> subprocess.Popen[str]:
+    argv = [
+        sys.executable, "-m", "biaxial", "controller",
+        "--kubeconfig", str(kubeconfig),
+        "--metrics-port", str(port),
+        "--identity", identity,
+        "--lease-namespace", "kube-system",
+        "--lease-duration", "2", "--renew-deadline", "1.5", "--retry-period", "0.2",
+    ]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_sigkill_mid_flight_then_a_new_process_finishes(
+    emulator: Emulator, claim_controller: ResourceClaimController, kubeconfig: Path
+) -> None:
+    seed_cluster(emulator)
+    emulator.create(claim_template("slice", memory="3000Mi"))
+    names = []
+    for i in range(6):
+        emulator.create(pod(f"t{i}", template="slice"))
+        emulator.create(pod(f"l{i}", legacy_gpus=1, gpumem=3000))
+        names += [f"t{i}", f"l{i}"]
+    port = _free_port()
+    first = _start(kubeconfig, port, "first")
+    try:
+        emulator.wait_until(lambda: len(bound_pods(emulator)) >= 3, timeout=20)
+    finally:
+        first.kill()  # SIGKILL: whatever write was in flight lands or not
+        first.communicate(timeout=15)
+    assert check_invariants(emulator) == []
+    second = _start(kubeconfig, _free_port(), "second")
+    try:
+        emulator.wait_until(
+            lambda: len(bound_pods(emulator, names)) == len(names),
+            timeout=30,
+            message=f"bound: {bound_pods(emulator)}",
+        )
+        assert check_invariants(emulator) == []
+        delete_all_pods(emulator)
+        emulator.wait_until(
+            lambda: not leftovers(emulator), timeout=30, message=str(leftovers(emulator))
+        )
+        second.send_signal(signal.SIGTERM)
+        output, _ = second.communicate(timeout=15)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.communicate()
+    assert second.returncode == 0, output

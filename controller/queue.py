@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,6 +58,10 @@ class SchedulingQueue:
         self._active: dict[str, None] = {}  # insertion-ordered set
         self._backoff: set[str] = set()
         self._unschedulable: set[str] = set()
+        # (time, key) heaps over the two sets; stale items are skipped when popped, so due
+        # pods are found in O(log n) however many pods wait.
+        self._backoff_heap: list[tuple[float, str]] = []
+        self._parked_heap: list[tuple[float, str]] = []
         self._processing: dict[str, int] = {}  # key -> move sequence at pop
         self._dirty: set[str] = set()
         self._move_seq = 0
@@ -100,17 +105,26 @@ class SchedulingQueue:
         entry = self._entries.setdefault(key, _Entry())
         self._unschedulable.discard(key)
         if entry.ready_at > self._clock():
-            self._backoff.add(key)
+            self._to_backoff(key, entry)
         else:
             self._active[key] = None
         self._wakeup.set()
+
+    def _to_backoff(self, key: str, entry: _Entry) -> None:
+        self._backoff.add(key)
+        heapq.heappush(self._backoff_heap, (entry.ready_at, key))
+
+    def _park(self, key: str, entry: _Entry) -> None:
+        self._unschedulable.add(key)
+        heapq.heappush(self._parked_heap, (entry.parked_at + self._flush, key))
 
     def move_all(self) -> None:
         """A relevant cluster change: parked pods become eligible (after their backoff)."""
         self._move_seq += 1
         for key in list(self._unschedulable):
             self._unschedulable.discard(key)
-            self._backoff.add(key)
+            self._to_backoff(key, self._entries[key])
+        self._parked_heap.clear()
         self._wakeup.set()
 
     def forget(self, key: str) -> None:
@@ -130,28 +144,26 @@ class SchedulingQueue:
 
     def _promote(self, now: float) -> float | None:
         """Move due pods to active; return the next deadline (or None)."""
-        deadline: float | None = None
-        for key in list(self._backoff):
-            ready = self._entries[key].ready_at
-            if ready <= now:
-                self._backoff.discard(key)
-                self._active[key] = None
-            elif deadline is None or ready < deadline:
-                deadline = ready
-        for key in list(self._unschedulable):
-            due = self._entries[key].parked_at + self._flush
-            if due <= now:
-                self._unschedulable.discard(key)
-                self._backoff.add(key)
-                entry = self._entries[key]
-                if entry.ready_at <= now:
-                    self._backoff.discard(key)
-                    self._active[key] = None
-                elif deadline is None or entry.ready_at < deadline:
-                    deadline = entry.ready_at
-            elif deadline is None or due < deadline:
-                deadline = due
-        return deadline
+        parked = self._parked_heap
+        while parked and parked[0][0] <= now:
+            _, key = heapq.heappop(parked)
+            entry = self._entries.get(key)
+            if key not in self._unschedulable or entry is None:
+                continue  # stale: moved or forgotten meanwhile
+            if entry.parked_at + self._flush > now:
+                continue  # stale: parked again later (its newer item is in the heap)
+            self._unschedulable.discard(key)
+            self._to_backoff(key, entry)
+        waiting = self._backoff_heap
+        while waiting and waiting[0][0] <= now:
+            _, key = heapq.heappop(waiting)
+            entry = self._entries.get(key)
+            if key not in self._backoff or entry is None or entry.ready_at > now:
+                continue  # stale
+            self._backoff.discard(key)
+            self._active[key] = None
+        heads = [h[0][0] for h in (parked, waiting) if h]
+        return min(heads) if heads else None
 
     def pop_nowait(self) -> str | None:
         """The next ready pod, or None (used by tests and by :meth:`pop`)."""
@@ -195,7 +207,7 @@ class SchedulingQueue:
         moved = popped_seq is not None and popped_seq != self._move_seq
         if outcome is Outcome.UNSCHEDULABLE and not dirty and not moved:
             entry.parked_at = now
-            self._unschedulable.add(key)
+            self._park(key, entry)
         else:
-            self._backoff.add(key)
+            self._to_backoff(key, entry)
         self._wakeup.set()

@@ -148,3 +148,63 @@ def test_pop_waits_for_an_add_and_for_a_backoff() -> None:
         return got
 
     assert asyncio.run(scenario()) == ["a", "a"]
+
+
+def test_random_operations_keep_the_queue_invariants() -> None:
+    """Random adds, pops, outcomes, moves, forgets and clock steps: a key is never handed out
+    twice at once nor before its backoff, sits in one set at most, and once the clock is past
+    every backoff and flush, every key still pending is handed out."""
+    import random
+
+    rng = random.Random(7)
+    clock = Clock()
+    q = make(clock)
+    keys = [f"p{i}" for i in range(40)]
+    not_before: dict[str, float] = {}
+    processing: set[str] = set()
+    pending: set[str] = set()
+    for _ in range(4000):
+        op = rng.random()
+        key = rng.choice(keys)
+        if op < 0.3:
+            q.add(key)
+            pending.add(key)
+        elif op < 0.55:
+            got = q.pop_nowait()
+            if got is not None:
+                assert got not in processing, "handed out twice"
+                assert clock.now >= not_before.get(got, 0.0) - 1e-9, "handed out during backoff"
+                processing.add(got)
+        elif op < 0.75 and processing:
+            done = rng.choice(sorted(processing))
+            processing.discard(done)
+            outcome = rng.choice([Outcome.SCHEDULED, Outcome.UNSCHEDULABLE, Outcome.ERROR])
+            q.done(done, outcome)
+            if outcome is Outcome.SCHEDULED:
+                pending.discard(done)
+                not_before.pop(done, None)
+            else:
+                not_before[done] = clock.now + q.backoff_s(q.attempts(done))
+        elif op < 0.8:
+            q.move_all()
+        elif op < 0.85:
+            q.forget(key)
+            if key not in processing:
+                pending.discard(key)
+                not_before.pop(key, None)
+        else:
+            clock.now += rng.choice([0.1, 0.5, 1.0, 3.0])
+        sets = [set(q._active), q._backoff, q._unschedulable]
+        assert sum(len(s) for s in sets) == len(set().union(*sets)), "a key in two sets"
+    for key in list(processing):
+        q.done(key, Outcome.SCHEDULED)
+        pending.discard(key)
+    queued = {k for k in keys if q.is_queued(k)}
+    assert queued == pending, "a pending key was lost, or a finished one kept"
+    clock.now += 1000.0
+    drained = set()
+    while (got := q.pop_nowait()) is not None:
+        drained.add(got)
+        q.done(got, Outcome.SCHEDULED)
+    assert drained == queued
+    assert len(q) == 0

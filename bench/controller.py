@@ -12,8 +12,9 @@ and this driver. The driver
    a watch records when each pod is bound;
 4. prints one table: pods bound, wall time from the first creation to the last binding,
    pods/s, creation-to-binding latency p50/p99, the client QPS/burst the controller used, and
-   from the controller's metrics: decision-engine rebuilds (count, mean ms) and the mean
-   decision time.
+   from the controller's metrics: decision-engine rebuilds (count, mean ms), the mean
+   decision time, and the API requests the controller sent per bound pod (all of them,
+   list/watch included).
 
 ``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
 """
@@ -290,6 +291,8 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
         "rebuild_ms": 1000
         * metrics.get("biaxial_controller_engine_rebuild_seconds_sum", 0.0)
         / max(1.0, metrics.get("biaxial_controller_engine_rebuild_seconds_count", 0.0)),
+        "requests_per_pod": metrics.get("biaxial_controller_api_requests_total", 0.0)
+        / max(1, bound),
         "decision_ms": 1000
         * metrics.get("biaxial_controller_decision_seconds_sum", 0.0)
         / max(1.0, metrics.get("biaxial_controller_decision_seconds_count", 0.0)),
@@ -307,15 +310,15 @@ def main(argv: list[str] | None = None) -> int:
     row = run(args.nodes, args.pods, args.qps, args.burst, args.max_concurrent_writes)
     print(
         "| nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps | burst "
-        "| writes | seed s | ready s | rebuilds | rebuild ms | decision ms |"
+        "| writes | seed s | ready s | rebuilds | rebuild ms | decision ms | requests/pod |"
     )
-    print("|---:" * 16 + "|")
+    print("|---:" * 17 + "|")
     print(
         f"| {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
         f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
         f"| {row['seed_s']:.1f} | {row['ready_s']:.1f} | {row['rebuilds']} "
-        f"| {row['rebuild_ms']:.0f} | {row['decision_ms']:.2f} |"
+        f"| {row['rebuild_ms']:.0f} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} |"
     )
     return 0
 

@@ -29,7 +29,7 @@ import logging
 import ssl
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
@@ -259,6 +259,7 @@ class KubeApi:
         burst: int,
         request_timeout_s: float = 30.0,
         user_agent: str = "biaxial-controller",
+        on_request: Callable[[], object] | None = None,
     ) -> None:
         self._endpoint = endpoint
         self._bucket = TokenBucket(qps, burst)
@@ -266,7 +267,13 @@ class KubeApi:
         self._headers = {**endpoint.headers, "User-Agent": user_agent, "Accept": JSON_TYPE}
         self._session: aiohttp.ClientSession | None = None
         self._token: tuple[float, str] | None = None
-        self.requests = 0  # number of requests sent (the benchmark reports it)
+        self._on_request = on_request
+        self.requests = 0  # number of requests sent
+
+    def _count(self) -> None:
+        self.requests += 1
+        if self._on_request is not None:
+            self._on_request()
 
     def _auth(self) -> dict[str, str] | None:
         """Fresh ``Authorization`` for a rotating token file (re-read each minute)."""
@@ -321,7 +328,7 @@ class KubeApi:
         content_type: str = JSON_TYPE,
     ) -> JSON:
         await self._bucket.acquire()
-        self.requests += 1
+        self._count()
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = self._auth() or {}
         if data is not None:
@@ -392,7 +399,7 @@ class KubeApi:
             params["labelSelector"] = label_selector
         path = res.path()
         await self._bucket.acquire()
-        self.requests += 1
+        self._count()
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
         try:
             async with self.session.get(

@@ -83,10 +83,17 @@ class TaskGuard:
 class Controller:
     """One controller instance on the running loop (see the module docstring)."""
 
-    def __init__(self, settings: Settings, api: Api, *, on_step: StepHook | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        api: Api,
+        *,
+        on_step: StepHook | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.settings = settings
         self.api = api
-        self.metrics = Metrics()
+        self.metrics = metrics or Metrics()
         self.cache = ClusterCache(api, watch_timeout_s=settings.watch_timeout_s)
         self.scheduler = Scheduler(settings, api, self.cache, self.metrics, on_step=on_step)
         self.deallocator = Deallocator(
@@ -209,14 +216,16 @@ class Controller:
 async def run(settings: Settings, *, install_signals: bool = True) -> int:
     """Resolve the kubeconfig, run one controller until it stops; the exit code."""
     endpoint = Endpoint.from_kubeconfig(settings.kubeconfig)
+    metrics = Metrics()
     async with KubeApi(
         endpoint,
         qps=settings.qps,
         burst=settings.burst,
         request_timeout_s=settings.request_timeout_s,
         user_agent=FIELD_MANAGER,
+        on_request=metrics.api_requests.inc,
     ) as api:
-        controller = Controller(settings, api)
+        controller = Controller(settings, api, metrics=metrics)
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,6 +13,8 @@ Names (all prefixed ``biaxial_controller_``):
 * ``deallocations_total{action}`` counter: unreserve | deallocate | delete-bridge;
 * ``in_flight_claims`` gauge: claims whose writes are not yet observed;
 * ``leader`` gauge: 1 while this instance leads;
+* ``api_requests_total`` counter: requests this process sent to the API server (watches
+  included), as the client-side QPS limit counts them;
 * ``engine_rebuild_seconds`` histogram: rebuilding the decision engine from the caches (done
   only when the cluster changed in a way the engine does not already know).
 """
@@ -46,6 +48,7 @@ class Metrics:
     in_flight_claims: Gauge = field(init=False)
     leader: Gauge = field(init=False)
     engine_rebuild_seconds: Histogram = field(init=False)
+    api_requests: Counter = field(init=False)
 
     def __post_init__(self) -> None:
         reg = self.registry
@@ -80,6 +83,9 @@ class Metrics:
             _PREFIX + "in_flight_claims", "Claims with unobserved writes", registry=reg
         )
         self.leader = Gauge(_PREFIX + "leader", "1 while this instance is the leader", registry=reg)
+        self.api_requests = Counter(
+            _PREFIX + "api_requests", "Requests sent to the API server", registry=reg
+        )
         self.engine_rebuild_seconds = Histogram(
             _PREFIX + "engine_rebuild_seconds",
             "Time to rebuild the decision engine from the caches",

@@ -99,6 +99,7 @@ def test_controller_process_end_to_end(
         )
         assert 'biaxial_controller_decisions_total{result="scheduled"} 1.0' in metrics
         assert "biaxial_controller_leader 1.0" in metrics
+        assert "biaxial_controller_api_requests_total " in metrics
         assert "biaxial_controller_commit_seconds_count 1.0" in metrics
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=15)

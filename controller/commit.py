@@ -17,10 +17,15 @@ writes it in this order:
 What a crash leaves behind, and who repairs it:
 
 * after 1: a claim with our finalizer and no allocation; the deallocator removes the finalizer;
-* after 2 or 3: claims allocated and reserved for a pod that is not bound; before the pod is
-  tried again the scheduler releases them (:func:`release_for_unbound_pod`) and deletes a
-  stale bridge claim; until then their devices count as used, so nothing is given twice;
+* after 2 or 3: claims allocated and reserved for a pod that is not bound, maybe a bridge
+  claim (with or without its allocation, linked or not); before the pod is tried again the
+  scheduler releases the reservations and allocations and deletes the bridge claim (its
+  repair step, :mod:`controller.scheduler`); until then their devices count as used, so
+  nothing is given twice;
 * after 4: the pod is bound and every one of its claims is allocated and reserved for it.
+
+While a placement is being written, its claims (and the pod's bridge claim) are locked
+against the deallocator (:attr:`Committer.locked`, :attr:`Committer.pods_in_flight`).
 
 So no pod is ever bound without its claims allocated and reserved, and a device is never
 allocated to two claims by this controller (the snapshot counts pending and assumed writes,

@@ -363,15 +363,15 @@ def pod_claim_keys(p: Mapping[str, Any]) -> list[str]:
     return keys
 
 
-def device_capacity(emulator: Emulator) -> dict[tuple[str, str, str], int]:
-    """Memory capacity (bytes) of every published device."""
+def device_capacity(emulator: Emulator) -> dict[tuple[str, str, str], dict[str, int]]:
+    """Capacities (memory bytes, cores) of every published device."""
     out = {}
     for s in emulator.list("resourceslices"):
         for d in s["spec"].get("devices") or []:
-            memory = (d.get("capacity") or {}).get("memory", {}).get("value", "0")
-            out[(s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])] = int(
-                Quantity.of(memory).value()
-            )
+            capacity = d.get("capacity") or {}
+            out[(s["spec"]["driver"], s["spec"]["pool"]["name"], d["name"])] = {
+                name: int(Quantity.of(value["value"]).value()) for name, value in capacity.items()
+            }
     return out
 
 
@@ -381,7 +381,7 @@ def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[
     claims = _claims_by_key(emulator)
     capacity = device_capacity(emulator)
     exclusive: dict[tuple[str, str, str], str] = {}
-    shared: dict[tuple[str, str, str], int] = {}
+    shared: dict[tuple[str, str, str], dict[str, int]] = {}
     for key, c in claims.items():
         allocation = (c.get("status") or {}).get("allocation")
         if not allocation:
@@ -389,8 +389,9 @@ def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[
         for r in allocation["devices"]["results"]:
             dev = (r["driver"], r["pool"], r["device"])
             if r.get("shareID"):
-                memory = (r.get("consumedCapacity") or {}).get("memory", "0")
-                shared[dev] = shared.get(dev, 0) + int(Quantity.of(memory).value())
+                used = shared.setdefault(dev, {})
+                for name, value in (r.get("consumedCapacity") or {}).items():
+                    used[name] = used.get(name, 0) + int(Quantity.of(value).value())
                 if dev in exclusive:
                     problems.append(f"{dev} shared by {key} but exclusive to {exclusive[dev]}")
             else:
@@ -398,10 +399,10 @@ def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[
                     problems.append(f"{dev} allocated twice ({key}, {exclusive.get(dev)})")
                 exclusive[dev] = key
     for dev, used in shared.items():
-        if used > capacity.get(dev, 0):
-            problems.append(
-                f"{dev}: {used} bytes of memory allocated, capacity {capacity.get(dev)}"
-            )
+        for name, amount in used.items():
+            limit = capacity.get(dev, {}).get(name, 0)
+            if amount > limit:
+                problems.append(f"{dev}: {amount} of {name} allocated, capacity {limit}")
     for p in emulator.list("pods"):
         if p["spec"].get("schedulerName") != scheduler or not p["spec"].get("nodeName"):
             continue

@@ -210,3 +210,30 @@ def test_a_bug_on_one_pod_does_not_stop_the_others(
     assert controller.alive
     assert "boom" not in bound_pods(cluster)
     assert check_invariants(cluster) == []
+
+
+def test_the_invariant_checker_catches_violations(cluster: Emulator) -> None:
+    """The checker the other tests rely on reports double allocation, exceeded capacity and
+    a bound pod whose claim is not reserved for it."""
+    whole = {"request": "gpu", "driver": "gpu.biaxial.dev", "pool": "gpu-t4", "device": "gpu-0"}
+
+    def share(uid: str) -> dict[str, object]:
+        memory = {"memory": "10Gi", "cores": "0"}  # two of them exceed a 15360 MiB T4
+        return {**whole, "device": "gpu-1", "shareID": uid, "consumedCapacity": memory}
+
+    results = {
+        "a": whole,
+        "b": whole,
+        "c": share("7f6c3c1e-0000-4000-8000-000000000001"),
+        "d": share("7f6c3c1e-0000-4000-8000-000000000002"),
+    }
+    for name, result in results.items():
+        claim = cluster.create(resource_claim(name))
+        claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+        cluster.replace(claim, subresource="status")
+    cluster.create(pod("bound", claim="a"))
+    cluster.bind("bound", "gpu-t4")
+    problems = check_invariants(cluster)
+    assert any("allocated twice" in p for p in problems)
+    assert any("of memory allocated" in p for p in problems)
+    assert any("not reserved for it" in p for p in problems)

@@ -230,9 +230,13 @@ class Scheduler:
         return (pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
 
     def _needs_scheduling(self, pod: Mapping[str, Any]) -> bool:
+        """Ours, unbound, alive, and not held back by ``spec.schedulingGates`` (as
+        kube-scheduler, a gated pod is not tried until its gates are removed)."""
+        spec = pod.get("spec") or {}
         return (
             self._ours(pod)
             and not pod_node(pod)
+            and not spec.get("schedulingGates")
             and not meta(pod).get("deletionTimestamp")
             and not pod_is_finished(pod)
         )

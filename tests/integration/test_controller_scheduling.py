@@ -237,3 +237,17 @@ def test_the_invariant_checker_catches_violations(cluster: Emulator) -> None:
     assert any("allocated twice" in p for p in problems)
     assert any("of memory allocated" in p for p in problems)
     assert any("not reserved for it" in p for p in problems)
+
+
+def test_gated_pods_wait_for_their_gates(cluster: Emulator, controller: ControllerThread) -> None:
+    gated = pod("gated", legacy_gpus=1)
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    cluster.create(gated)
+    cluster.create(pod("free", legacy_gpus=1))
+    cluster.wait_until(lambda: "free" in bound_pods(cluster), timeout=20)
+    assert "gated" not in bound_pods(cluster)
+    cluster.patch(
+        "pods", "gated", [{"op": "remove", "path": "/spec/schedulingGates"}], namespace="default"
+    )
+    cluster.wait_until(lambda: "gated" in bound_pods(cluster), timeout=20)
+    assert check_invariants(cluster) == []

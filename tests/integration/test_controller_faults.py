@@ -99,3 +99,26 @@ def test_killed_between_commit_steps_then_restarted(
     finally:
         second.stop()
     assert second.error is None
+
+
+def test_pods_deleted_while_the_controller_is_down_are_released_on_start(
+    emulator: Emulator, claim_controller: ResourceClaimController
+) -> None:
+    seed_cluster(emulator)
+    first = ControllerThread(emulator).start()
+    try:
+        names = _workload(emulator)
+        _settle(emulator, names)
+    finally:
+        first.kill()
+    delete_all_pods(emulator)
+    assert leftovers(emulator), "nothing to release: the test would prove nothing"
+    second = ControllerThread(emulator, fast_settings(identity="second")).start()
+    try:
+        emulator.wait_until(
+            lambda: not leftovers(emulator), timeout=30, message=str(leftovers(emulator))
+        )
+        assert second.engine_consistent()
+    finally:
+        second.stop()
+    assert second.error is None

@@ -290,6 +290,8 @@ class Scheduler:
             assumed = self._assumed_pods.get(uid)
             if assumed is not None and assumed[0] == node:
                 del self._assumed_pods[uid]  # our binding observed
+            if old is not None and old.get("spec") != new.get("spec"):
+                self._track_pod(uid, None, None)  # resized in place: count the new requests
             self._track_pod(uid, node, new)
 
     def _track_pod(self, uid: str, node: str | None, pod: Mapping[str, Any] | None) -> None:

@@ -9,14 +9,15 @@ need are skipped by the protobuf parser as unknown fields.
 
 Cost model (an approximation of cel-go's ``EstimateCost`` with upstream DRA's size bounds, used
 because cel-expr-python has no cost tracking): every node costs 1 (constants 0, list literals
-10, map literals 30), a string/list function costs 1 + 0.1 x the size it walks (a set
-operation: the product of its lists' sizes), and a comprehension costs its range plus
-*n* x (condition + step) where *n* is the maximum size of the range. Sizes come from literals, or from DRA's API bounds for device data: a device has at
-most 32 attributes and capacities, a string attribute at most 64 characters, a list attribute
-at most 64 elements. A value neither bounds (a comprehension variable, a selected field) is
-taken as large as the largest literal in the expression, at least :data:`UNKNOWN_SIZE`; list
-concatenation adds sizes. Comprehension results that grow faster than their range (a ``map``
-whose step builds lists) can exceed that bound; no DRA selector needs one.
+10, map literals 30), a string/list function costs 1 + 0.1 x the size it walks (a set operation:
+the product of its lists' sizes), and a comprehension costs its range plus *n* x (condition +
+step) where *n* is the maximum size of the range. Sizes come from literals, or from DRA's API
+bounds for device data: a device has at most 32 attributes and capacities, a string attribute at
+most 64 characters, a list attribute at most 64 elements. A value neither bounds (a
+comprehension variable, a selected field) is taken as large as the largest literal in the
+expression, at least :data:`UNKNOWN_SIZE`; list concatenation adds sizes. Comprehension results
+that grow faster than their range (a ``map`` whose step builds lists) can exceed that bound; no
+DRA selector needs one.
 """
 
 from __future__ import annotations

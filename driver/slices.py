@@ -512,6 +512,7 @@ def validate_slice(resource_slice: ResourceSlice) -> None:
         )
     if s.node_name is not None:
         _check_subdomain(s.node_name, f"{where}nodeName", MAX_OBJECT_NAME_LENGTH)
+    _check_single_term(s.node_selector, f"{where}nodeSelector")
     if s.devices and s.shared_counters:
         raise ValidationError(f"{where}a slice holds devices or sharedCounters, never both")
     if len(s.shared_counters) > MAX_SHARED_COUNTER_SETS:
@@ -535,6 +536,7 @@ def validate_slice(resource_slice: ResourceSlice) -> None:
         per_device = sum(
             (device.node_name is not None, device.node_selector is not None, device.all_nodes)
         )
+        _check_single_term(device.node_selector, f"{where}device {device.name!r} nodeSelector")
         if s.per_device_node_selection and per_device != 1:
             raise ValidationError(
                 f"{where}device {device.name!r} must set exactly one of nodeName, nodeSelector, "
@@ -545,6 +547,16 @@ def validate_slice(resource_slice: ResourceSlice) -> None:
                 f"{where}device {device.name!r} selects nodes but the slice does not set "
                 "perDeviceNodeSelection"
             )
+
+
+def _check_single_term(selector: Mapping[str, object] | None, where: str) -> None:
+    """A slice's or device's nodeSelector must have exactly one term (API validation)."""
+    if selector is None:
+        return
+    terms = selector.get("nodeSelectorTerms")
+    if not isinstance(terms, list) or len(terms) != 1:
+        count = len(terms) if isinstance(terms, list) else 0
+        raise ValidationError(f"{where} must have exactly one nodeSelectorTerm ({count} given)")
 
 
 def validate_pool(slices: Sequence[ResourceSlice]) -> None:

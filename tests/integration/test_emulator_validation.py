@@ -346,7 +346,7 @@ def test_field_selector_escapes_and_table() -> None:
 
 #: slices the API server refuses but ``driver.slices.validate_slice`` still accepts (reported
 #: to its owner); the test fails once the driver refuses them too, so the list stays true.
-KNOWN_DRIVER_GAPS = frozenset({"node_selector_with_two_terms"})
+KNOWN_DRIVER_GAPS: frozenset[str] = frozenset()
 
 
 def test_emulator_and_driver_slice_validation_agree() -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from driver.errors import ValidationError
+from driver.ids import DriverName, PoolName
 from driver.model import (
     Capacity,
     CounterSet,
@@ -613,3 +614,16 @@ def test_validation_does_not_mutate_its_input() -> None:
     before = json.dumps([s.to_api() for s in slices])
     validate_pool(slices)
     assert json.dumps([s.to_api() for s in slices]) == before
+
+
+@pytest.mark.parametrize("terms", [[], [{"matchFields": []}, {"matchFields": []}]])
+def test_slice_node_selector_needs_exactly_one_term(terms: list[dict[str, Any]]) -> None:
+    selector = {"nodeSelectorTerms": terms}
+    resource_slice = ResourceSlice(
+        name="s",
+        driver=DriverName("gpu.biaxial.dev"),
+        pool=Pool(name=PoolName("p"), generation=1, resource_slice_count=1),
+        node_selector=selector,
+    )
+    with pytest.raises(ValidationError, match="exactly one nodeSelectorTerm"):
+        validate_slice(resource_slice)

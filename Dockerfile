@@ -16,6 +16,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY biaxial/ biaxial/
 COPY driver/ driver/
+COPY kubeapi/ kubeapi/
 COPY kubeletplugin/ kubeletplugin/
 COPY controller/ controller/
 COPY deviceclasses/ deviceclasses/

@@ -215,7 +215,7 @@ class Controller:
 
 async def run(settings: Settings, *, install_signals: bool = True) -> int:
     """Resolve the kubeconfig, run one controller until it stops; the exit code."""
-    endpoint = Endpoint.from_kubeconfig(settings.kubeconfig)
+    endpoint = Endpoint.resolve(settings.kubeconfig, local_fallback=True)
     metrics = Metrics()
     async with KubeApi(
         endpoint,

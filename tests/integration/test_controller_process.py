@@ -126,7 +126,9 @@ def test_bad_kubeconfig_is_one_line(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
-    assert result.stderr.startswith("biaxial controller: error: kubeconfig ")
+    assert result.stderr.startswith(
+        f"biaxial controller: error: cannot load Kubernetes config from {broken}: "
+    )
 
 
 def _start(kubeconfig: Path, port: int, identity: str) -> subprocess.Popen[str]:

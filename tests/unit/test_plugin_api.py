@@ -1,5 +1,7 @@
-"""The plugin's raw-JSON API client against the in-process API emulator: status mapping,
-preconditions, watches (410 -> GoneError), transport failures, kubeconfig errors."""
+"""The plugin's API calls (kubeletplugin.api.PluginApi) against the in-process API emulator:
+claims (404 -> None), nodes, slices with preconditions, slice watches (410 -> GoneError). The
+shared client underneath (status mapping, transport failures, kubeconfig errors) is tested in
+test_kubeapi.py."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ConfigError, ConflictError, GoneError, ServerError
+from driver.errors import ConflictError, GoneError
 from kubeletplugin.api import Endpoint, PluginApi
 
 NODE = "n1"
@@ -84,32 +86,3 @@ def test_watch_yields_events_and_maps_expiry_to_gone(emulator: Any, kubeconfig: 
                 pass
 
     run(kubeconfig, scenario)
-
-
-def test_server_errors_and_transport_failures_are_retryable(
-    emulator: Any, kubeconfig: Path
-) -> None:
-    emulator.fail_next(503, resource="resourceslices")
-
-    async def scenario(api: PluginApi) -> None:
-        with pytest.raises(ServerError) as info:
-            await api.list_slices(SELECTOR)
-        assert info.value.status == 503
-
-    run(kubeconfig, scenario)
-
-    async def unreachable() -> None:
-        endpoint = Endpoint(host="http://127.0.0.1:9", headers={}, ssl_context=None)
-        async with PluginApi(endpoint, request_timeout_s=2) as api:
-            with pytest.raises(ServerError) as info:
-                await api.get_node(NODE)
-            assert info.value.status == 0
-
-    asyncio.run(unreachable())
-
-
-def test_an_unreadable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
-    bad = tmp_path / "kubeconfig"
-    bad.write_text("not: [a kubeconfig")
-    with pytest.raises(ConfigError, match="cannot load Kubernetes config from"):
-        Endpoint.resolve(bad)

@@ -1,0 +1,63 @@
+"""The thin async Kubernetes API access both long-running components share.
+
+``kubeletplugin`` and ``controller`` talk to the API server with raw JSON over ``aiohttp``
+on their process's one asyncio loop; this package is that client, once:
+
+* :mod:`kubeapi.endpoint`: where the API server is and how to authenticate (a kubeconfig, or
+  the in-cluster service account), resolved with the official loader;
+* :mod:`kubeapi.resources`: :class:`Resource` (group, version, plural, scope: its URL path)
+  and the resources biaxial touches;
+* :mod:`kubeapi.client`: :class:`Client`, the request core (token bucket, rotating token,
+  error mapping), list with pagination, chunked watch, create/replace/patch/delete.
+
+Imports ``driver`` (for :mod:`driver.errors`); never ``kubeletplugin``, ``controller`` or
+``biaxial``. The components build their own operations on :class:`Client`.
+"""
+
+from kubeapi.client import (
+    JSON_PATCH,
+    JSON_TYPE,
+    MERGE_PATCH,
+    STRATEGIC_PATCH,
+    Client,
+    ListResult,
+    PatchType,
+    TokenBucket,
+    WatchEvent,
+)
+from kubeapi.endpoint import Endpoint
+from kubeapi.resources import (
+    DEVICE_CLASSES,
+    EVENTS,
+    JSON,
+    LEASES,
+    NODES,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    Resource,
+    meta,
+)
+
+__all__ = [
+    "DEVICE_CLASSES",
+    "EVENTS",
+    "JSON",
+    "JSON_PATCH",
+    "JSON_TYPE",
+    "LEASES",
+    "MERGE_PATCH",
+    "NODES",
+    "PODS",
+    "RESOURCE_CLAIMS",
+    "RESOURCE_SLICES",
+    "STRATEGIC_PATCH",
+    "Client",
+    "Endpoint",
+    "ListResult",
+    "PatchType",
+    "Resource",
+    "TokenBucket",
+    "WatchEvent",
+    "meta",
+]

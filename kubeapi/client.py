@@ -1,0 +1,365 @@
+"""The request core: raw JSON over ``aiohttp``, one client per process and loop.
+
+Decision: ``kubernetes.aio`` returns models (or raw responses to decode by hand) and its watch
+helper deserializes events into models; parsing models costs ~10x on hot paths. So requests
+and watches go over HTTP directly and return plain ``dict`` JSON.
+
+Contracts:
+
+* every non-2xx answer and every transport failure raises an :class:`~driver.errors.ApiError`
+  subclass built by :func:`driver.errors.api_error_for_status` (the only status mapping) with
+  the API server's ``reason`` and ``message``, chained with ``raise ... from``; transport
+  failures, timeouts and malformed answers are ``ServerError`` with status 0 (retryable);
+* writes that must be conditional carry ``metadata.resourceVersion`` (PUT, or a merge patch
+  that includes it) or delete ``preconditions``: the API server answers 409 when the object
+  changed meanwhile;
+* with ``qps`` set, every request passes a client-side token bucket (``qps`` / ``burst``, as
+  client-go's);
+* :meth:`Client.list` follows ``continue`` to the last page;
+* :meth:`Client.watch` yields :class:`WatchEvent` until the server ends the stream; an
+  ``ERROR`` event becomes the matching ``ApiError`` (a 410 becomes ``GoneError``: relist);
+* a rotating service-account token file is re-read every :data:`TOKEN_REFRESH_S` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import urllib.parse
+from collections.abc import AsyncGenerator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final, Literal, Self
+
+import aiohttp
+
+from driver.errors import ApiError, ServerError, api_error_for_status
+from kubeapi.endpoint import Endpoint
+from kubeapi.resources import JSON, Resource, meta
+
+log = logging.getLogger(__name__)
+
+JSON_TYPE: Final = "application/json"
+MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
+STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
+PatchType = Literal["merge", "json", "strategic"]
+TOKEN_REFRESH_S: Final = 60.0
+_PATCH_TYPES: Final[Mapping[str, str]] = {
+    "merge": MERGE_PATCH,
+    "json": JSON_PATCH,
+    "strategic": STRATEGIC_PATCH,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One watch event: ``ADDED`` | ``MODIFIED`` | ``DELETED`` | ``BOOKMARK`` and the object."""
+
+    type: str
+    object: JSON
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    items: list[JSON]
+    resource_version: str
+
+
+class TokenBucket:
+    """client-go's flowcontrol token bucket: ``qps`` tokens per second, at most ``burst``."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self._qps = qps
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
+            self._last = now
+            if self._tokens < 1.0:
+                wait = (1.0 - self._tokens) / self._qps
+                await asyncio.sleep(wait)
+                self._tokens += wait * self._qps
+                self._last = time.monotonic()
+            self._tokens -= 1.0
+
+
+class Client:
+    """The API client (see the module docstring). Use as ``async with``.
+
+    Components subclass it for their own operations and defaults (``default_user_agent``,
+    ``max_connections``); without ``qps`` there is no client-side rate limit.
+    """
+
+    default_user_agent: ClassVar[str] = "biaxial"
+    max_connections: ClassVar[int] = 64
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        qps: float | None = None,
+        burst: int = 1,
+        request_timeout_s: float = 30.0,
+        user_agent: str | None = None,
+        on_request: Callable[[], object] | None = None,
+    ) -> None:
+        self._endpoint = endpoint
+        self._bucket = TokenBucket(qps, burst) if qps is not None else None
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
+        self._headers = {
+            **endpoint.headers,
+            "User-Agent": user_agent or self.default_user_agent,
+            "Accept": JSON_TYPE,
+        }
+        self._session: aiohttp.ClientSession | None = None
+        self._token: tuple[float, str] | None = None
+        self._on_request = on_request
+        self.requests = 0  # number of requests sent
+
+    async def __aenter__(self) -> Self:
+        connector = aiohttp.TCPConnector(
+            limit=self.max_connections, ssl=self._endpoint.ssl_context or False
+        )
+        self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError(f"{type(self).__name__} used outside 'async with'")
+        return self._session
+
+    # ----------------------------------------------------------------- plumbing
+
+    async def _start(self) -> None:
+        """Every request and watch: wait for a token, count it."""
+        if self._bucket is not None:
+            await self._bucket.acquire()
+        self.requests += 1
+        if self._on_request is not None:
+            self._on_request()
+
+    def _auth(self) -> dict[str, str]:
+        """A fresh ``Authorization`` for a rotating token file (re-read each minute)."""
+        path = self._endpoint.token_file
+        if path is None:
+            return {}
+        now = time.monotonic()
+        if self._token is None or now - self._token[0] > TOKEN_REFRESH_S:
+            try:
+                self._token = (now, path.read_text(encoding="utf-8").strip())
+            except OSError as exc:
+                if self._token is None:
+                    raise ServerError(f"service account token {path}: {exc}", status=0) from exc
+                log.warning("could not re-read the service account token %s: %s", path, exc)
+                self._token = (now, self._token[1])
+        return {"Authorization": f"Bearer {self._token[1]}"}
+
+    def _url(self, path: str, params: Mapping[str, str] | None = None) -> str:
+        url = self._endpoint.host + path
+        return f"{url}?{urllib.parse.urlencode(params)}" if params else url
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: object = None,
+        content_type: str = JSON_TYPE,
+    ) -> JSON:
+        """One request; the decoded JSON object (``{}`` for an empty answer), or the mapped
+        :class:`~driver.errors.ApiError`."""
+        await self._start()
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        headers = self._auth()
+        if data is not None:
+            headers["Content-Type"] = content_type
+        try:
+            async with self.session.request(
+                method, self._url(path, params), data=data, headers=headers, timeout=self._timeout
+            ) as resp:
+                raw = await resp.read()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ServerError(f"{method} {path}: {exc or type(exc).__name__}", status=0) from exc
+        if status >= 300:
+            raise _error_from_body(method, path, status, raw)
+        try:
+            decoded = json.loads(raw) if raw else {}
+        except ValueError as exc:
+            raise ServerError(f"{method} {path}: answer is not JSON", status=0) from exc
+        if not isinstance(decoded, dict):
+            raise ServerError(f"{method} {path}: answer is not a JSON object", status=0)
+        return decoded
+
+    # ----------------------------------------------------------------- reads
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
+        return await self.request("GET", res.path(namespace, name))
+
+    async def list(
+        self,
+        res: Resource,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> ListResult:
+        """Every matching object (following ``continue``) and the list's resourceVersion."""
+        items: list[JSON] = []
+        params = _selectors({"limit": str(page_size)}, field_selector, label_selector)
+        while True:
+            page = await self.request("GET", res.path(), params=params)
+            items.extend(page.get("items") or [])
+            lmeta = page.get("metadata") or {}
+            cont = lmeta.get("continue")
+            if not cont:
+                rv = str(lmeta.get("resourceVersion", ""))
+                return ListResult(items=items, resource_version=rv)
+            params["continue"] = str(cont)
+
+    async def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 300,
+    ) -> AsyncGenerator[WatchEvent, None]:
+        """Events from ``resource_version`` until the server ends the stream."""
+        params = _selectors(
+            {
+                "watch": "1",
+                "allowWatchBookmarks": "true",
+                "resourceVersion": resource_version,
+                "timeoutSeconds": str(timeout_s),
+            },
+            field_selector,
+            label_selector,
+        )
+        path = res.path()
+        await self._start()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=timeout_s + 30)
+        try:
+            async with self.session.get(
+                self._url(path, params), timeout=timeout, headers=self._auth()
+            ) as resp:
+                if resp.status >= 300:
+                    raise _error_from_body("WATCH", path, resp.status, await resp.read())
+                buffer = b""
+                async for chunk in resp.content.iter_any():
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if line.strip():
+                            yield _watch_event(path, line)
+                if buffer.strip():
+                    yield _watch_event(path, buffer)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ServerError(f"WATCH {path}: {exc or type(exc).__name__}", status=0) from exc
+
+    # ----------------------------------------------------------------- writes
+
+    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
+        ns = namespace if namespace is not None else meta(body).get("namespace")
+        return await self.request("POST", res.path(ns), body=body)
+
+    async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
+        """PUT the object named by ``body.metadata``; its resourceVersion is the precondition."""
+        m = meta(body)
+        path = res.path(m.get("namespace"), str(m["name"]), subresource)
+        return await self.request("PUT", path, body=body)
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
+    ) -> JSON:
+        return await self.request(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            body=body,
+            content_type=_PATCH_TYPES[patch_type],
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        """DELETE, with ``uid`` / ``resourceVersion`` preconditions when given."""
+        body: JSON | None = None
+        if uid is not None or resource_version is not None:
+            pre: JSON = {}
+            if uid is not None:
+                pre["uid"] = uid
+            if resource_version is not None:
+                pre["resourceVersion"] = resource_version
+            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": pre}
+        await self.request("DELETE", res.path(namespace, name), body=body)
+
+
+def _selectors(
+    params: dict[str, str], field_selector: str | None, label_selector: str | None
+) -> dict[str, str]:
+    if field_selector:
+        params["fieldSelector"] = field_selector
+    if label_selector:
+        params["labelSelector"] = label_selector
+    return params
+
+
+def _error_from_body(method: str, path: str, status: int, raw: bytes) -> ApiError:
+    message = raw.decode(errors="replace")[:500]
+    reason = ""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        message = str(body.get("message") or message)
+        reason = str(body.get("reason") or "")
+    return api_error_for_status(status, f"{method} {path}: {status} {reason}: {message}", reason)
+
+
+def _watch_event(path: str, line: bytes) -> WatchEvent:
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        raise ServerError(f"WATCH {path}: malformed event", status=0) from exc
+    etype = str(event.get("type", ""))
+    obj: JSON = event.get("object") or {}
+    if etype == "ERROR":
+        code = int(obj.get("code") or 500)
+        raise api_error_for_status(
+            code,
+            f"WATCH {path}: {code} {obj.get('reason', '')}: {obj.get('message', '')}",
+            str(obj.get("reason") or ""),
+        )
+    return WatchEvent(type=etype, object=obj)

@@ -1,0 +1,56 @@
+"""API resources as data: where each lives (its URL path) and what it is called.
+
+Pure: no I/O. Names in paths are percent-quoted, so any object name is safe to pass.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """One API resource: where it lives and how it is named."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            base += f"/namespaces/{urllib.parse.quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{urllib.parse.quote(name, safe='')}"
+            if subresource is not None:
+                base += f"/{subresource}"
+        return base
+
+
+PODS: Final = Resource("", "v1", "pods", "Pod", namespaced=True)
+NODES: Final = Resource("", "v1", "nodes", "Node", namespaced=False)
+EVENTS: Final = Resource("", "v1", "events", "Event", namespaced=True)
+LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+DEVICE_CLASSES: Final = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
+RESOURCE_SLICES: Final = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
+RESOURCE_CLAIMS: Final = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+
+
+def meta(obj: Mapping[str, Any]) -> JSON:
+    """``obj.metadata`` (empty dict when absent)."""
+    m: JSON = obj.get("metadata") or {}
+    return m

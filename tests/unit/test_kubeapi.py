@@ -1,0 +1,186 @@
+"""The shared raw-JSON API client (kubeapi) against a tiny local HTTP server: status codes map
+to the error hierarchy with the server's reason, transport failures are retryable, watch
+streams split into events (a 410 ERROR event becomes GoneError), pagination follows
+``continue``, a rotating service-account token is re-read, the token bucket holds requests to
+``qps``, and a kubeconfig that cannot be loaded is a one-line ConfigError."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from driver.errors import ConfigError, ConflictError, GoneError, NotFoundError, ServerError
+from kubeapi import NODES, PODS, Client, Endpoint, Resource, TokenBucket
+from kubeapi import client as client_module
+from tests.unit.local_api import with_server
+
+
+def _status(code: int, reason: str, message: str) -> web.Response:
+    body = {
+        "kind": "Status",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+    return web.json_response(body, status=code)
+
+
+def test_resource_paths_quote_names() -> None:
+    assert PODS.path("default", "p/0", "binding") == "/api/v1/namespaces/default/pods/p%2F0/binding"
+    assert NODES.path("ignored", "n1") == "/api/v1/nodes/n1"
+    assert Resource("x.io", "v1", "things", "Thing", namespaced=False).api_version == "x.io/v1"
+
+
+def test_status_codes_map_to_errors_with_reason() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        name = request.path.rsplit("/", 1)[1]
+        if name == "missing":
+            return _status(404, "NotFound", 'pods "missing" not found')
+        if name == "stale":
+            return _status(409, "Conflict", "the object has been modified")
+        if name == "broken":
+            return web.Response(status=503, text="upstream gone")
+        if name == "garbled":
+            return web.Response(status=200, text="[1, 2]")
+        return web.json_response({"metadata": {"name": name}})
+
+    async def scenario(client: Client) -> None:
+        assert (await client.get(PODS, "ok", "default"))["metadata"]["name"] == "ok"
+        with pytest.raises(NotFoundError) as missing:
+            await client.get(PODS, "missing", "default")
+        assert missing.value.reason == "NotFound"
+        assert 'pods "missing" not found' in str(missing.value)
+        with pytest.raises(ConflictError):
+            await client.get(PODS, "stale", "default")
+        with pytest.raises(ServerError) as broken:
+            await client.get(PODS, "broken", "default")
+        assert broken.value.status == 503
+        with pytest.raises(ServerError, match="not a JSON object"):
+            await client.get(PODS, "garbled", "default")
+        assert client.requests == 5
+
+    asyncio.run(with_server(handler, scenario, Client))
+
+
+def test_transport_failure_is_a_retryable_server_error() -> None:
+    async def scenario() -> None:
+        endpoint = Endpoint(host="http://127.0.0.1:9", headers={}, ssl_context=None)
+        async with Client(endpoint, request_timeout_s=2) as client:
+            with pytest.raises(ServerError) as info:
+                await client.get(NODES, "n")
+            assert info.value.status == 0
+
+    asyncio.run(scenario())
+
+
+def test_list_follows_continue_and_watch_splits_events() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.query.get("watch"):
+            resp = web.StreamResponse()
+            await resp.prepare(request)
+            added = {"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "7"}}}
+            await resp.write(json.dumps(added).encode() + b"\n")
+            gone = {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": "too old",
+                },
+            }
+            half = json.dumps(gone).encode() + b"\n"
+            await resp.write(half[:10])  # an event split across chunks
+            await resp.write(half[10:])
+            return resp
+        if request.query.get("continue") == "page2":
+            return web.json_response(
+                {"items": [{"metadata": {"name": "b"}}], "metadata": {"resourceVersion": "6"}}
+            )
+        return web.json_response(
+            {
+                "items": [{"metadata": {"name": "a"}}],
+                "metadata": {"resourceVersion": "5", "continue": "page2"},
+            }
+        )
+
+    async def scenario(client: Client) -> None:
+        listed = await client.list(NODES)
+        assert [o["metadata"]["name"] for o in listed.items] == ["a", "b"]
+        assert listed.resource_version == "6"
+        events: list[tuple[str, str]] = []
+
+        async def consume() -> None:
+            async for event in client.watch(NODES, resource_version="6"):
+                events.append((event.type, event.object["metadata"]["name"]))  # noqa: PERF401 - kept up to the error
+
+        with pytest.raises(GoneError):
+            await consume()
+        assert events == [("ADDED", "a")]
+
+    asyncio.run(with_server(handler, scenario, Client))
+
+
+def test_delete_sends_preconditions_only_when_given() -> None:
+    bodies: list[bytes] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        bodies.append(await request.read())
+        return web.json_response({})
+
+    async def scenario(client: Client) -> None:
+        await client.delete(NODES, "n")
+        await client.delete(NODES, "n", uid="u1", resource_version="7")
+
+    asyncio.run(with_server(handler, scenario, Client))
+    assert bodies[0] == b""
+    assert json.loads(bodies[1])["preconditions"] == {"uid": "u1", "resourceVersion": "7"}
+
+
+def test_rotating_token_is_reread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    seen: list[str] = []
+    monkeypatch.setattr(client_module, "TOKEN_REFRESH_S", 0.0)
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return web.json_response({})
+
+    async def scenario(client: Client) -> None:
+        await client.get(NODES, "n")
+        token.write_text("second\n")
+        await client.get(NODES, "n")
+
+    asyncio.run(with_server(handler, scenario, Client, token_file=token))
+    assert seen == ["Bearer first", "Bearer second"]
+
+
+def test_token_bucket_allows_a_burst_then_holds_to_qps() -> None:
+    async def scenario() -> tuple[float, float]:
+        bucket = TokenBucket(qps=20, burst=2)
+        start = time.monotonic()
+        for _ in range(2):
+            await bucket.acquire()
+        burst = time.monotonic() - start
+        for _ in range(2):
+            await bucket.acquire()
+        return burst, time.monotonic() - start
+
+    burst, total = asyncio.run(scenario())
+    assert burst < 0.05
+    assert total >= 0.08  # two more tokens at 20 per second
+
+
+def test_an_unreadable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("not: [a kubeconfig")
+    with pytest.raises(ConfigError, match="cannot load Kubernetes config from") as info:
+        Endpoint.resolve(bad)
+    assert "\n" not in str(info.value)

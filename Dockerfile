@@ -24,11 +24,6 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/biaxial \
  && /opt/biaxial/bin/pip install /wheels/biaxial-*.whl \
  && /opt/biaxial/bin/biaxial --help >/dev/null
-# `biaxial simulate` loads the project's DeviceClasses from next to the installed packages
-# (driver.simulator.project_deviceclasses_dir); put them where it looks.
-RUN target="$(/opt/biaxial/bin/python -c \
-      'from driver.simulator import project_deviceclasses_dir as d; print(d())')" \
- && cp -r deviceclasses "$target"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="biaxial" \

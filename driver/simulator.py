@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -642,8 +643,21 @@ def simulate(
 
 
 def project_deviceclasses_dir() -> Path:
-    """``deviceclasses/`` of this repository (loaded by default by ``biaxial simulate``)."""
-    return Path(__file__).resolve().parent.parent / "deviceclasses"
+    """The project's ``deviceclasses/`` (loaded by default by ``biaxial simulate``): the
+    source tree's when running from a checkout, else the copy a wheel installs under
+    ``<prefix>/share/biaxial/deviceclasses``. Raises ManifestError when neither exists."""
+    candidates = (
+        Path(__file__).resolve().parent.parent / "deviceclasses",
+        Path(sys.prefix) / "share" / "biaxial" / "deviceclasses",
+    )
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    raise ManifestError(
+        "the project's DeviceClasses were not found (looked in "
+        + ", ".join(str(c) for c in candidates)
+        + "); pass DeviceClass manifests as PATH or use --no-default-classes"
+    )
 
 
 __all__ = [

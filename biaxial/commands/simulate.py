@@ -79,12 +79,11 @@ def run(args: argparse.Namespace) -> int:
     default_classes: list[dict[str, Any]] = []
     if not args.no_default_classes:
         classes_dir = project_deviceclasses_dir()
-        if classes_dir.is_dir():
-            default_classes = [
-                o
-                for o in load_objects(expand_paths([str(classes_dir)]))
-                if o.get("kind") == "DeviceClass"
-            ]
+        default_classes = [
+            o
+            for o in load_objects(expand_paths([str(classes_dir)]))
+            if o.get("kind") == "DeviceClass"
+        ]
     result = simulate(objects, default_classes=default_classes, defaults=defaults)
     if args.plot:
         from driver.simulator import plot  # noqa: PLC0415

@@ -307,3 +307,13 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     target = tmp_path / "a.png"
     plot(run(*objects), str(target))
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_project_deviceclasses_are_found_from_the_checkout() -> None:
+    from pathlib import Path
+
+    from driver.simulator import project_deviceclasses_dir
+
+    found = project_deviceclasses_dir()
+    assert found == Path(__file__).resolve().parents[2] / "deviceclasses"
+    assert (found / "gpu.biaxial.dev.yaml").is_file()

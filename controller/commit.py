@@ -442,71 +442,71 @@ class Committer:
                 exc,
             )
 
-    async def unreserve(self, key: str, pod_uid: str, *, deallocate: bool) -> JSON | None:
-        """Remove ``pod_uid`` from the claim's reservedFor; with ``deallocate`` also clear the
-        allocation when nothing else reserves it (only for claims this controller allocated).
-        Returns the claim as written (None when it is gone)."""
+    async def _rewrite_status(
+        self, key: str, step: str, edit: Callable[[JSON], JSON | None]
+    ) -> JSON | None:
+        """Re-read the claim, let ``edit`` compute its new status (None: nothing to change),
+        and write it through ``/status`` with the read resourceVersion as precondition,
+        retrying conflicts and server errors. Returns the claim as written (or as found when
+        there was nothing to do); None when the claim is gone."""
         for attempt in range(MAX_ATTEMPTS):
             try:
                 claim = await self._get_claim(key)
             except NotFoundError:
                 self.overlay.forget(key)
                 return None
-            status = claim.get("status") or {}
-            reserved = [r for r in status.get("reservedFor") or [] if r.get("uid") != pod_uid]
-            drop = deallocate and not reserved and status.get("allocation") is not None
-            if len(reserved) == len(status.get("reservedFor") or []) and not drop:
+            new_status = edit(claim.get("status") or {})
+            if new_status is None:
                 return claim
             body = copy.deepcopy(claim)
-            new_status = body.setdefault("status", {})
+            body["status"] = new_status
+            try:
+                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
+            except ConflictError:
+                self._conflict(step)
+                continue
+            except ServerError:
+                await _pause(attempt)
+                continue
+            except NotFoundError:
+                self.overlay.forget(key)
+                return None
+            self.overlay.forget(key)
+            self.overlay.assume(written)
+            return written
+        raise CommitAbortedError(f"claim {key}: could not {step}", conflict=True)
+
+    async def unreserve(self, key: str, pod_uid: str, *, deallocate: bool) -> JSON | None:
+        """Remove ``pod_uid`` from the claim's reservedFor; with ``deallocate`` also clear the
+        allocation when nothing else reserves it (only for claims this controller allocated).
+        Returns the claim as written (None when it is gone)."""
+
+        def edit(status: JSON) -> JSON | None:
+            before = status.get("reservedFor") or []
+            reserved = [r for r in before if r.get("uid") != pod_uid]
+            drop = deallocate and not reserved and status.get("allocation") is not None
+            if len(reserved) == len(before) and not drop:
+                return None
+            new_status = copy.deepcopy(status)
             if reserved:
                 new_status["reservedFor"] = reserved
             else:
                 new_status.pop("reservedFor", None)
             if drop:
                 new_status.pop("allocation", None)
-            try:
-                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
-            except ConflictError:
-                self._conflict("unreserve")
-                continue
-            except ServerError:
-                await _pause(attempt)
-                continue
-            except NotFoundError:
-                self.overlay.forget(key)
-                return None
-            self.overlay.forget(key)
-            self.overlay.assume(written)
-            return written
-        raise CommitAbortedError(f"claim {key}: could not remove reservation", conflict=True)
+            return new_status
+
+        return await self._rewrite_status(key, "unreserve", edit)
 
     async def deallocate(self, key: str) -> JSON | None:
         """Clear the allocation of an unreserved claim this controller allocated."""
-        for attempt in range(MAX_ATTEMPTS):
-            try:
-                claim = await self._get_claim(key)
-            except NotFoundError:
-                return None
-            status = claim.get("status") or {}
+
+        def edit(status: JSON) -> JSON | None:
             if status.get("reservedFor") or status.get("allocation") is None:
-                return claim
-            body = copy.deepcopy(claim)
-            body["status"].pop("allocation", None)
-            try:
-                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
-            except ConflictError:
-                self._conflict("deallocate")
-                continue
-            except ServerError:
-                await _pause(attempt)
-                continue
-            except NotFoundError:
                 return None
-            self.overlay.forget(key)
-            self.overlay.assume(written)
-            return written
-        raise CommitAbortedError(f"claim {key}: could not deallocate", conflict=True)
+            return {k: copy.deepcopy(v) for k, v in status.items() if k != "allocation"}
+
+        return await self._rewrite_status(key, "deallocate", edit)
 
     async def remove_finalizer(self, key: str) -> JSON | None:
         """Remove our finalizer from a claim that has no allocation (never from one that has)."""
@@ -567,33 +567,17 @@ class Committer:
 
     async def unreserve_all(self, key: str) -> JSON | None:
         """Drop every reservation and the allocation of one of our claims."""
-        for attempt in range(MAX_ATTEMPTS):
-            try:
-                claim = await self._get_claim(key)
-            except NotFoundError:
-                self.overlay.forget(key)
-                return None
-            status = claim.get("status") or {}
+
+        def edit(status: JSON) -> JSON | None:
             if not status.get("reservedFor") and status.get("allocation") is None:
-                return claim
-            body = copy.deepcopy(claim)
-            body["status"] = {
-                k: v for k, v in status.items() if k not in ("reservedFor", "allocation")
-            }
-            try:
-                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
-            except ConflictError:
-                self._conflict("deallocate")
-                continue
-            except ServerError:
-                await _pause(attempt)
-                continue
-            except NotFoundError:
                 return None
-            self.overlay.forget(key)
-            self.overlay.assume(written)
-            return written
-        raise CommitAbortedError(f"claim {key}: could not deallocate", conflict=True)
+            return {
+                k: copy.deepcopy(v)
+                for k, v in status.items()
+                if k not in ("reservedFor", "allocation")
+            }
+
+        return await self._rewrite_status(key, "deallocate", edit)
 
 
 def pod_claim_keys(pod: Mapping[str, Any]) -> Iterable[str]:

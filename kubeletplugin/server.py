@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import grpc
 from grpc import aio
@@ -65,6 +65,9 @@ def unix_server(path: Path) -> aio.Server:
     return server
 
 
+_R = TypeVar("_R")
+
+
 def _claim_refs(claims: Sequence[Any]) -> list[ClaimRef]:
     return [ClaimRef(namespace=c.namespace, uid=c.uid, name=c.name) for c in claims]
 
@@ -100,19 +103,30 @@ class DraService:
         if len(errors) - failed:
             self._metrics.requests.labels(operation, "ok").inc(len(errors) - failed)
 
-    async def prepare(
-        self, pb: ModuleType, request: Any, context: aio.ServicerContext[Any, Any]
-    ) -> Any:
+    async def _call(
+        self,
+        operation: str,
+        call: Callable[[Sequence[ClaimRef]], Awaitable[_R]],
+        request: Any,
+        context: aio.ServicerContext[Any, Any],
+    ) -> tuple[list[ClaimRef], _R]:
+        """Check the request's claims, run the Preparer on all of them, time it; a failure of
+        the whole call (never of one claim) aborts the RPC with INTERNAL."""
         refs = _claim_refs(request.claims)
         await self._check(refs, context)
         started = time.monotonic()
         try:
-            results = await self._preparer.prepare(refs)
+            return refs, await call(refs)
         except BiaxialError as exc:
-            logger.exception("NodePrepareResources failed as a whole")
-            await context.abort(grpc.StatusCode.INTERNAL, f"prepare failed: {exc}")
+            logger.exception("Node%sResources failed as a whole", operation.capitalize())
+            await context.abort(grpc.StatusCode.INTERNAL, f"{operation} failed: {exc}")
         finally:
-            self._metrics.latency.labels("prepare").observe(time.monotonic() - started)
+            self._metrics.latency.labels(operation).observe(time.monotonic() - started)
+
+    async def prepare(
+        self, pb: ModuleType, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> Any:
+        refs, results = await self._call("prepare", self._preparer.prepare, request, context)
         response = pb.NodePrepareResourcesResponse()
         errors = []
         has_share_id = "share_id" in pb.Device.DESCRIPTOR.fields_by_name
@@ -141,16 +155,7 @@ class DraService:
     async def unprepare(
         self, pb: ModuleType, request: Any, context: aio.ServicerContext[Any, Any]
     ) -> Any:
-        refs = _claim_refs(request.claims)
-        await self._check(refs, context)
-        started = time.monotonic()
-        try:
-            results = await self._preparer.unprepare(refs)
-        except BiaxialError as exc:
-            logger.exception("NodeUnprepareResources failed as a whole")
-            await context.abort(grpc.StatusCode.INTERNAL, f"unprepare failed: {exc}")
-        finally:
-            self._metrics.latency.labels("unprepare").observe(time.monotonic() - started)
+        refs, results = await self._call("unprepare", self._preparer.unprepare, request, context)
         response = pb.NodeUnprepareResourcesResponse()
         errors = []
         for ref in refs:

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.scenarios import generate
-from driver.claims import DeviceClass, ResourceClaim
-from driver.decision import DecisionEngine, Placement
-from driver.model import ResourceSlice
-from driver.nodes import Node
-from driver.snapshot import ClusterSnapshot
+from driver.api.claims import DeviceClass, ResourceClaim
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
+from driver.scheduling.decision import DecisionEngine, Placement
+from driver.structured.snapshot import ClusterSnapshot
 
 DEFAULT_SIZES = (100, 500, 1000, 5000)
 DEFAULT_PODS = 1000

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.manifests import load_objects
-from driver.nvml import open_backend
-from driver.slices import build_slices
+from biaxial.simulate.manifests import load_objects
+from driver.discovery.backend import open_backend
+from driver.discovery.slices import build_slices
 
 JSON = dict[str, Any]
 PROFILE = "a100-80gbx8"

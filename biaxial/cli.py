@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from types import ModuleType
 
 import biaxial.commands
-from driver.errors import BiaxialError, InvalidInputError
+from driver.api.errors import BiaxialError, InvalidInputError
 
 EXIT_INVALID_INPUT = 2
+ROOT_LOGGER = "biaxial"  # the parent of every logger of the program
 EXIT_FAILURE = 1
 
 
@@ -46,8 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Every biaxial logger is under ``biaxial.``: -v/-vv raise all of biaxial, never the
+    # libraries underneath (aiohttp, grpc), which stay at WARNING.
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger(ROOT_LOGGER).setLevel(
+        {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    )
     try:
         code: int = args.run(args)
     except InvalidInputError as exc:

@@ -39,7 +39,7 @@ from controller.metrics import Metrics
 from controller.scheduler import Scheduler
 from controller.settings import FIELD_MANAGER, Settings
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 EXIT_OK = 0
 EXIT_FAILED = 1

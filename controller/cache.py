@@ -41,9 +41,9 @@ from controller.api import (
     meta,
     object_key,
 )
-from driver.errors import ApiError, GoneError
+from driver.api.errors import ApiError, GoneError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 #: ``(resource kind, event type, old object or None, new object or None)``.
 Handler = Callable[[str, str, JSON | None, JSON | None], None]

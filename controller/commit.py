@@ -52,10 +52,10 @@ from typing import Any, Final
 
 from controller.api import JSON, PODS, RESOURCE_CLAIMS, Api, meta, object_key
 from controller.cache import ClaimOverlay
-from driver.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
-from driver.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
+from driver.api.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
+from driver.scheduling.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 MAX_ATTEMPTS: Final = 5
 RETRY_BASE_S: Final = 0.05

@@ -39,9 +39,9 @@ from controller.commit import (
 )
 from controller.metrics import Metrics
 from controller.queue import Outcome, SchedulingQueue
-from driver.errors import ApiError, NotFoundError
+from driver.api.errors import ApiError, NotFoundError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 RESYNC_S: Final = 30.0
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})

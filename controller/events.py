@@ -19,9 +19,9 @@ from typing import Final
 
 from controller.api import EVENTS, JSON, PODS, Api
 from controller.commit import PodRef
-from driver.errors import ApiError, NotFoundError
+from driver.api.errors import ApiError, NotFoundError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"

@@ -27,9 +27,9 @@ from controller.api import JSON, LEASES, Api, meta
 from controller.events import now_rfc3339
 from controller.metrics import Metrics
 from controller.settings import Settings
-from driver.errors import ApiError, ConflictError, NotFoundError
+from driver.api.errors import ApiError, ConflictError, NotFoundError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 
 class LeaderElector:

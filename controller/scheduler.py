@@ -10,8 +10,8 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
 2. **repair** what an earlier attempt left (a crash or a failed rollback): reservations for
    this unbound pod on claims this controller allocated are released and stale bridge claims
    deleted, after a live GET confirms the pod is still unbound;
-3. **decide** with the decision core (:class:`driver.decision.DecisionEngine`) on the cache's
-   snapshot with every in-flight decision of this controller assumed;
+3. **decide** with the decision core (:class:`driver.scheduling.decision.DecisionEngine`)
+   on the cache's snapshot with every in-flight decision of this controller assumed;
 4. **commit** (:mod:`controller.commit`) or **report**: ``PodScheduled=False`` + an Event,
    then park the pod in the queue until a relevant change (a claim freed, a slice, node or
    class changed) or its flush time.
@@ -55,16 +55,16 @@ from controller.events import Recorder
 from controller.metrics import Metrics
 from controller.queue import Outcome, SchedulingQueue
 from controller.settings import Settings
-from driver.bridge import is_bridge_claim
-from driver.claims import AllocationResult, DeviceClass, ResourceClaim
-from driver.decision import DecisionEngine, Placement, PodError, Unschedulable
-from driver.errors import ApiError, BiaxialError, NotFoundError
-from driver.model import ResourceSlice
-from driver.nodefit import NodeUsage, PodSchedulingFacts
-from driver.nodes import Node
-from driver.snapshot import AllocatedState, ClusterSnapshot
+from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
+from driver.api.errors import ApiError, BiaxialError, NotFoundError
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
+from driver.scheduling.bridge import is_bridge_claim
+from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
+from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_WAITING: Final = "waiting-for-claims"
 REASON_INVALID: Final = "invalid"

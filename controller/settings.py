@@ -1,8 +1,8 @@
 """The controller's settings: one frozen :class:`Settings`, built from flags (with environment
 twins) by the CLI, validated once at start and passed down explicitly.
 
-Contract: :meth:`Settings.validate` raises :class:`~driver.errors.ConfigError` (or
-:class:`~driver.errors.PolicyError` for a policy) naming the offending setting; a Settings
+Contract: :meth:`Settings.validate` raises :class:`~driver.api.errors.ConfigError` (or
+:class:`~driver.api.errors.PolicyError` for a policy) naming the offending setting; a Settings
 object that passed validation is never changed afterwards (it is frozen).
 """
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from controller.logs import LOG_FORMATS, LogFormat
-from driver.errors import ConfigError
-from driver.policy import PolicyDefaults
+from driver.api.errors import ConfigError
+from driver.scheduling.policy import PolicyDefaults
 
 DEFAULT_SCHEDULER_NAME: Final = "biaxial"
 DEFAULT_DRIVER_NAME: Final = "gpu.biaxial.dev"

@@ -10,7 +10,7 @@ on their process's one asyncio loop; this package is that client, once:
 * :mod:`kubeapi.client`: :class:`Client`, the request core (token bucket, rotating token,
   error mapping), list with pagination, chunked watch, create/replace/patch/delete.
 
-Imports ``driver`` (for :mod:`driver.errors`); never ``kubeletplugin``, ``controller`` or
+Imports ``driver`` (for :mod:`driver.api.errors`); never ``kubeletplugin``, ``controller`` or
 ``biaxial``. The components build their own operations on :class:`Client`.
 """
 

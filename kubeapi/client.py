@@ -6,8 +6,8 @@ and watches go over HTTP directly and return plain ``dict`` JSON.
 
 Contracts:
 
-* every non-2xx answer and every transport failure raises an :class:`~driver.errors.ApiError`
-  subclass built by :func:`driver.errors.api_error_for_status` (the only status mapping) with
+* every non-2xx answer and every transport failure raises an :class:`~driver.api.errors.ApiError`
+  subclass built by :func:`driver.api.errors.api_error_for_status` (the only status mapping) with
   the API server's ``reason`` and ``message``, chained with ``raise ... from``; transport
   failures, timeouts and malformed answers are ``ServerError`` with status 0 (retryable);
 * writes that must be conditional carry ``metadata.resourceVersion`` (PUT, or a merge patch
@@ -34,11 +34,11 @@ from typing import Any, ClassVar, Final, Literal, Self
 
 import aiohttp
 
-from driver.errors import ApiError, ServerError, api_error_for_status
+from driver.api.errors import ApiError, ServerError, api_error_for_status
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import JSON, Resource, meta
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 JSON_TYPE: Final = "application/json"
 MERGE_PATCH: Final = "application/merge-patch+json"
@@ -184,7 +184,7 @@ class Client:
         content_type: str = JSON_TYPE,
     ) -> JSON:
         """One request; the decoded JSON object (``{}`` for an empty answer), or the mapped
-        :class:`~driver.errors.ApiError`."""
+        :class:`~driver.api.errors.ApiError`."""
         await self._start()
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = self._auth()

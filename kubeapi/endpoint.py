@@ -3,7 +3,7 @@
 The official ``kubernetes`` package is used only here, and only to *resolve* a kubeconfig
 (contexts, certificates, tokens; exec-plugin tokens are fetched once) or the in-cluster
 service account; it is imported lazily because it is heavy. A file or configuration that
-cannot be loaded is a :class:`~driver.errors.ConfigError` with a one-line message.
+cannot be loaded is a :class:`~driver.api.errors.ConfigError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver.errors import ConfigError
+from driver.api.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """The kubelet plugin's access to the Kubernetes API: the eight calls it makes, as raw JSON.
 
 :class:`PluginApi` is :class:`kubeapi.Client` (raw JSON over ``aiohttp``, error mapping through
-:func:`driver.errors.api_error_for_status`, paginated list, chunked watch, the rotating
+:func:`driver.api.errors.api_error_for_status`, paginated list, chunked watch, the rotating
 in-cluster token; see :mod:`kubeapi.client` for the contracts) plus the plugin's operations on
 claims, nodes and its ResourceSlices. No client-side rate limit: the plugin's traffic is a
 handful of requests per claim and per slice change.
@@ -10,10 +10,10 @@ Contracts of the plugin's operations:
 
 * :meth:`PluginApi.get_claim` returns ``None`` for a 404 (the Preparer's contract).
 * Updates and deletes carry preconditions (``metadata.resourceVersion`` / ``preconditions``);
-  a concurrent change is a :class:`~driver.errors.ConflictError`; deleting a slice that is
+  a concurrent change is a :class:`~driver.api.errors.ConflictError`; deleting a slice that is
   already gone counts as done.
 * :meth:`PluginApi.watch_slices` yields ``(type, object)`` until the server closes the stream;
-  an ``ERROR`` event raises (410 -> :class:`~driver.errors.GoneError`: relist).
+  an ``ERROR`` event raises (410 -> :class:`~driver.api.errors.GoneError`: relist).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from driver.errors import ApiError
+from driver.api.errors import ApiError
 from kubeapi import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Client, Endpoint, meta
 
 __all__ = ["JSON", "Endpoint", "PluginApi"]

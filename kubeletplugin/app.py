@@ -35,10 +35,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from driver.errors import BiaxialError, CheckpointError, ConfigError
-from driver.model import GpuInfo
-from driver.nvml import GpuBackend, next_health_event, open_backend
-from driver.nvml.fake import FakeBackend
+from driver.api.errors import BiaxialError, CheckpointError, ConfigError
+from driver.discovery.backend import GpuBackend, next_health_event, open_backend
+from driver.discovery.fake import FakeBackend
+from driver.discovery.gpus import GpuInfo
 from kubeletplugin.api import Endpoint, PluginApi
 from kubeletplugin.health import HealthBroadcaster, HealthTracker
 from kubeletplugin.metrics import HealthState, Metrics, serve
@@ -49,7 +49,7 @@ from kubeletplugin.registration import Registrar
 from kubeletplugin.server import DraService, HealthService, unix_server
 from kubeletplugin.settings import Settings
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 HEALTH_POLL_S: Final = 0.5  # NVML event wait slice; bounds shutdown latency of the thread
 INJECT_POLL_S: Final = 0.2
@@ -78,10 +78,10 @@ class TaskGuard:
         exc = task.exception()
         name = task.get_name()
         if exc is None:
-            logger.error("background task %s ended unexpectedly", name)
+            log.error("background task %s ended unexpectedly", name)
             reason = "ended unexpectedly"
         else:
-            logger.error("background task %s crashed", name, exc_info=exc)
+            log.error("background task %s crashed", name, exc_info=exc)
             reason = f"crashed: {type(exc).__name__}: {exc}"
         self._metrics.task_crashes.labels(name).inc()
         self._health.set_problem(f"task {name}", reason)
@@ -96,9 +96,9 @@ class TaskGuard:
             task.cancel()
             done, _ = await asyncio.wait({task}, timeout=timeout_s)
             if not done:
-                logger.warning("task %s did not stop within %.1f s", task.get_name(), timeout_s)
+                log.warning("task %s did not stop within %.1f s", task.get_name(), timeout_s)
             elif not task.cancelled() and task.exception() is not None:
-                logger.error(
+                log.error(
                     "task %s failed while stopping", task.get_name(), exc_info=task.exception()
                 )
 
@@ -152,10 +152,10 @@ class Plugin:
             try:
                 gpus = await self.discover()
             except BiaxialError as exc:
-                logger.warning("re-discovery failed; keeping the last inventory: %s", exc)
+                log.warning("re-discovery failed; keeping the last inventory: %s", exc)
                 continue
             if gpus != self.gpus:
-                logger.info("inventory changed: %d -> %d GPU(s)", len(self.gpus), len(gpus))
+                log.info("inventory changed: %d -> %d GPU(s)", len(self.gpus), len(gpus))
                 self.gpus = gpus
                 self.tracker.observe_inventory(gpus)
                 await self.on_change(publisher)
@@ -167,9 +167,9 @@ class Plugin:
             patch = node_status_patch(self.gpus, self.tracker.unhealthy_gpus())
             try:
                 await api.patch_node_status(self.settings.node_name, patch)
-                logger.debug("node resources: %s", patch["status"])
+                log.debug("node resources: %s", patch["status"])
             except BiaxialError as exc:
-                logger.warning("cannot patch node %s status: %s", self.settings.node_name, exc)
+                log.warning("cannot patch node %s status: %s", self.settings.node_name, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.state_changed.wait(), self.settings.resync_s)
 
@@ -205,9 +205,9 @@ class Plugin:
                 self.rediscover_now.set()
             else:
                 raise ConfigError(f"unknown action {action!r}")
-            logger.info("fault injection %s: %s", path.name, command)
+            log.info("fault injection %s: %s", path.name, command)
         except (BiaxialError, ValueError, KeyError, TypeError, OSError) as exc:
-            logger.error("fault injection %s rejected: %s", path.name, exc)  # noqa: TRY400
+            log.error("fault injection %s rejected: %s", path.name, exc)  # noqa: TRY400
         finally:
             path.unlink(missing_ok=True)
 
@@ -268,7 +268,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         await preparer.recover()
     except CheckpointError as exc:
         # Keep serving: Prepare refuses with this error per claim, Unprepare still cleans up.
-        logger.error("checkpoint recovery failed: %s", exc)  # noqa: TRY400 - no traceback needed
+        log.error("checkpoint recovery failed: %s", exc)  # noqa: TRY400 - no traceback needed
         plugin.health_state.set_problem("checkpoint", str(exc))
     publisher = Publisher(
         api,
@@ -295,7 +295,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         )
     )
     await dra_server.start()
-    logger.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
+    log.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
     runner: web.AppRunner | None = None
     guard = TaskGuard(metrics, plugin.health_state)
     try:
@@ -319,7 +319,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
             grace_s=settings.grace_s,
         )
         guard.start("registration", registrar.run())
-        logger.info(
+        log.info(
             "plugin %s on node %s ready in %.0f ms (%s)",
             settings.driver_name,
             settings.node_name,
@@ -332,7 +332,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         for task in (stopper, crasher):
             task.cancel()
         code = EXIT_CRASH if guard.crashed.is_set() else EXIT_OK
-        logger.info("stopping (%s)", "a task crashed" if code else "signal")
+        log.info("stopping (%s)", "a task crashed" if code else "signal")
         await guard.cancel_all(settings.grace_s)
     finally:
         await plugin.broadcaster.close()
@@ -344,6 +344,6 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         try:
             await publisher.remove_all()
         except BiaxialError as exc:
-            logger.error("could not remove this node's ResourceSlices: %s", exc)  # noqa: TRY400
-    logger.info("stopped")
+            log.error("could not remove this node's ResourceSlices: %s", exc)  # noqa: TRY400
+    log.info("stopped")
     return code

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from driver.errors import PrepareError
+from driver.api.errors import PrepareError
 from kubeletplugin.config import SharingStrategy
 
 JSON = dict[str, Any]

@@ -18,7 +18,7 @@ Contract:
 * Two-phase: a claim is recorded ``PrepareStarted`` with everything needed to undo it before
   any side effect, and ``PrepareCompleted`` after.
 * A missing file is an empty checkpoint. An unreadable, truncated, checksum-mismatched or
-  unknown-version file raises :class:`~driver.errors.CheckpointError` naming the file and the
+  unknown-version file raises :class:`~driver.api.errors.CheckpointError` naming the file and the
   problem; the file is left in place (it may describe live claims) and a copy is kept as
   ``checkpoint.json.corrupt-<timestamp>`` for inspection. Nothing is ever silently discarded.
 """
@@ -35,7 +35,7 @@ from typing import Any, Final, Literal
 
 from filelock import FileLock, Timeout
 
-from driver.errors import CheckpointError
+from driver.api.errors import CheckpointError
 from kubeletplugin.cdi import atomic_write
 from kubeletplugin.config import STRATEGIES, SharingStrategy
 

@@ -11,7 +11,7 @@ look like::
 Contract:
 
 * :func:`parse_gpu_config` is strict: unknown fields, a wrong ``apiVersion`` / ``kind``, a
-  value of the wrong type or an unknown strategy raise :class:`~driver.errors.ConfigError`
+  value of the wrong type or an unknown strategy raise :class:`~driver.api.errors.ConfigError`
   whose message names the field (``sharing.strategy: unknown value "foo", expected one of
   "hami-core", "mps", "none"``).
 * :func:`resolve_configs` applies the entries in the order the API stores them (class configs
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
-from driver.errors import ConfigError
+from driver.api.errors import ConfigError
 
 API_VERSION: Final = "gpu.biaxial.dev/v1alpha1"
 KIND: Final = "GpuConfig"

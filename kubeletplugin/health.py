@@ -33,11 +33,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final, Literal
 
-from driver.model import DeviceTaint, GpuInfo
-from driver.nvml import HealthEvent
-from driver.slices import gpu_device_name, mig_device_name
+from driver.api.model import DeviceTaint
+from driver.discovery.backend import HealthEvent
+from driver.discovery.gpus import GpuInfo
+from driver.discovery.slices import gpu_device_name, mig_device_name
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 TAINT_KEY: Final = "gpu.biaxial.dev/unhealthy"
 FATAL_XIDS: Final = frozenset({48, 62, 64, 74, 79, 92, 94, 95, 119, 120})
@@ -121,9 +122,7 @@ class HealthTracker:
         """Apply one backend event; True when any device's health changed."""
         devices = self._uuids.get(event.uuid)
         if not devices:
-            logger.warning(
-                "health event for unknown GPU %s ignored: %s", event.uuid, event.describe()
-            )
+            log.warning("health event for unknown GPU %s ignored: %s", event.uuid, event.describe())
             return False
         changed = False
         for device in devices:
@@ -138,7 +137,7 @@ class HealthTracker:
                 )
         if changed:
             self.version += 1
-            logger.warning("%s -> devices %s", event.describe(), ", ".join(devices))
+            log.warning("%s -> devices %s", event.describe(), ", ".join(devices))
         return changed
 
     def _next(
@@ -174,7 +173,7 @@ class HealthTracker:
         changed = False
         for device, health in list(self._state.items()):
             if not health.healthy and health.clear_at is not None and monotonic >= health.clear_at:
-                logger.info("device %s: no Xid for %.0f s; healthy again", device, self._quiet_s)
+                log.info("device %s: no Xid for %.0f s; healthy again", device, self._quiet_s)
                 self._state[device] = replace(
                     health, healthy=True, message="", effect=None, reason="", clear_at=None
                 )

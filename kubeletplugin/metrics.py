@@ -5,7 +5,7 @@ tests can build several). :class:`HealthState` collects the reasons the process 
 (failed registration, a crashed background task); ``/healthz`` answers 200 ``ok`` when there
 are none and 503 with the reasons otherwise. :func:`serve` runs both endpoints on an
 ``aiohttp`` server inside the process's event loop; port 0 disables it; a port that cannot be
-bound is a :class:`~driver.errors.ConfigError`.
+bound is a :class:`~driver.api.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from driver.errors import ConfigError
+from driver.api.errors import ConfigError
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -112,5 +112,5 @@ async def serve(metrics: Metrics, health: HealthState, host: str, port: int) -> 
     except OSError as exc:
         await runner.cleanup()
         raise ConfigError(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc}") from exc
-    logger.info("metrics and /healthz on %s:%d", host, port)
+    log.info("metrics and /healthz on %s:%d", host, port)
     return runner

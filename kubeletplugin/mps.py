@@ -13,7 +13,7 @@ Contract:
 * Liveness is asked of the daemon itself (``get_server_list`` through the control client),
   so a daemon left by a previous plugin process is adopted, and one that died is restarted.
 * Both calls are idempotent and blocking (run them in a worker thread). Failures raise
-  :class:`~driver.errors.PrepareError` with the binary's output.
+  :class:`~driver.api.errors.PrepareError` with the binary's output.
 * The binary path is a setting so tests run a fake control program.
 """
 
@@ -26,10 +26,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver.errors import PrepareError
+from driver.api.errors import PrepareError
 from kubeletplugin.cdi import mps_pipe_dir
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,7 +102,7 @@ class MpsManager:
                 f"MPS for GPU {gpu_uuid}: control daemon did not start (exit {proc.returncode}: "
                 f"{output}); logs in {self.log_dir(gpu_uuid)}"
             )
-        logger.info(
+        log.info(
             "MPS control daemon started for GPU %s in %.0f ms (pipe %s)",
             gpu_uuid,
             (time.monotonic() - started) * 1000,
@@ -123,4 +123,4 @@ class MpsManager:
                     f"{self._settings.stop_timeout_s:g} s after quit ({output})"
                 )
             time.sleep(0.05)
-        logger.info("MPS control daemon stopped for GPU %s", gpu_uuid)
+        log.info("MPS control daemon stopped for GPU %s", gpu_uuid)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any, Final
 
-from driver.model import GpuInfo
+from driver.discovery.gpus import GpuInfo
 
 GPUMEM: Final = "nvidia.com/gpumem"
 GPUCORES: Final = "nvidia.com/gpucores"

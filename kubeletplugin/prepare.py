@@ -9,8 +9,8 @@ The gRPC handlers call :class:`Preparer`. Contract:
   spec or MPS daemon); unpreparing an unknown or deleted claim succeeds, using what the
   checkpoint cached (the API is not consulted).
 * **Pure planning** (:func:`plan_claim`, :func:`check_conflicts`): claim JSON + this node's
-  GPUs + settings -> devices, CDI spec, MPS GPUs; or a :class:`~driver.errors.PrepareError` /
-  :class:`~driver.errors.ConfigError`. Refused: UID mismatch, not allocated, results for
+  GPUs + settings -> devices, CDI spec, MPS GPUs; or a :class:`~driver.api.errors.PrepareError` /
+  :class:`~driver.api.errors.ConfigError`. Refused: UID mismatch, not allocated, results for
   another node's pool, unknown devices, a device prepared for another claim (unless both are
   shares of a shareable GPU and the summed ``consumedCapacity`` stays within its memory and
   cores), a full GPU while one of its MIG partitions is prepared (and the reverse).
@@ -20,7 +20,7 @@ The gRPC handlers call :class:`Preparer`. Contract:
   retried Prepare redoes it; a changed boot ID rewrites every prepared claim's CDI spec and
   restarts its MPS daemons); mark claims ``PrepareStarted``; write CDI specs and start MPS
   daemons; mark ``PrepareCompleted``. Blocking work runs in ``asyncio.to_thread``.
-* A corrupt checkpoint refuses every Prepare with its :class:`~driver.errors.CheckpointError`
+* A corrupt checkpoint refuses every Prepare with its :class:`~driver.api.errors.CheckpointError`
   text (devices cannot be proven free); Unprepare still removes the claim's CDI spec and
   reports the checkpoint error so the kubelet retries.
 """
@@ -35,10 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from driver.errors import BiaxialError, CheckpointError, ConfigError, PrepareError, QuantityError
-from driver.model import GpuInfo
-from driver.quantity import Quantity
-from driver.slices import gpu_device_name, mig_device_name
+from driver.api.errors import (
+    BiaxialError,
+    CheckpointError,
+    ConfigError,
+    PrepareError,
+    QuantityError,
+)
+from driver.api.quantity import Quantity
+from driver.discovery.gpus import GpuInfo
+from driver.discovery.slices import gpu_device_name, mig_device_name
 from kubeletplugin import cdi
 from kubeletplugin.cdi import ClaimSpec, DeviceAllocation, GpuTarget, SharingPaths
 from kubeletplugin.checkpoint import (
@@ -53,7 +59,7 @@ from kubeletplugin.checkpoint import (
 from kubeletplugin.config import SharingStrategy, resolve_configs
 from kubeletplugin.mps import MpsManager, MpsSettings
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
 FULL_CORES: Final = 100
@@ -437,7 +443,7 @@ class Preparer:
         async with self._lock:
             results = await asyncio.to_thread(self._prepare_sync, list(claims), plans)
         failed = sum(1 for r in results.values() if r.error)
-        logger.info(
+        log.info(
             "prepare: %d claim(s), %d failed, in %.1f ms",
             len(claims),
             failed,
@@ -449,7 +455,7 @@ class Preparer:
         started = time.monotonic()
         async with self._lock:
             results = await asyncio.to_thread(self._unprepare_sync, list(claims))
-        logger.info(
+        log.info(
             "unprepare: %d claim(s), %d failed, in %.1f ms",
             len(claims),
             sum(1 for e in results.values() if e),
@@ -506,7 +512,7 @@ class Preparer:
             try:
                 self._mps.stop(gpu)
             except PrepareError:
-                logger.warning(
+                log.warning(
                     "claim %s/%s: MPS daemon of GPU %s did not stop; it is stopped again when "
                     "a claim using it is released",
                     record.namespace,
@@ -522,7 +528,7 @@ class Preparer:
         changed = False
         for record in list(checkpoint.claims.values()):
             if record.state == PREPARE_STARTED:
-                logger.warning(
+                log.warning(
                     "claim %s/%s (%s): rolling back a Prepare interrupted before completion",
                     record.namespace,
                     record.name,
@@ -532,7 +538,7 @@ class Preparer:
                 changed = True
         if checkpoint.boot_id != self._boot_id:
             if checkpoint.claims:
-                logger.info(
+                log.info(
                     "boot ID changed (%s -> %s): re-preparing %d claim(s)",
                     checkpoint.boot_id,
                     self._boot_id,
@@ -563,7 +569,7 @@ class Preparer:
             for gpu in record.mps_gpus:
                 self._mps.ensure_running(gpu)
         except (OSError, PrepareError) as exc:
-            logger.warning("claim %s/%s: re-prepare failed: %s", record.namespace, record.name, exc)
+            log.warning("claim %s/%s: re-prepare failed: %s", record.namespace, record.name, exc)
             return f"claim {record.namespace}/{record.name} ({record.uid}): {exc}"
         return ""
 
@@ -639,7 +645,7 @@ class Preparer:
                 record = plan.record(PREPARE_COMPLETED)
                 checkpoint = checkpoint.with_claim(record)
                 results[plan.ref.uid] = PrepareResult(devices=prepared_devices(record))
-                logger.info(
+                log.info(
                     "claim %s: prepared %s in %.1f ms",
                     plan.ref,
                     ", ".join(d.device for d in plan.devices),
@@ -670,7 +676,7 @@ class Preparer:
                             cdi.spec_file_name(self._settings.driver_name, ref.uid),
                         )
                     except OSError:
-                        logger.warning("claim %s: cannot remove its CDI spec", ref, exc_info=True)
+                        log.warning("claim %s: cannot remove its CDI spec", ref, exc_info=True)
                     results[ref.uid] = str(exc)
                 return results
             changed = False
@@ -687,7 +693,7 @@ class Preparer:
                     else:
                         checkpoint = self._release(checkpoint, record)
                         changed = True
-                        logger.info("claim %s: unprepared", ref)
+                        log.info("claim %s: unprepared", ref)
                 except OSError as exc:
                     results[ref.uid] = f"claim {ref}: cannot remove its CDI spec: {exc}"
                     continue

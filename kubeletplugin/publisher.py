@@ -2,7 +2,7 @@
 
 Contract:
 
-* The desired pool is ``driver.slices.build_slices(gpus, node_name, driver_name, node_uid,
+* The desired pool is ``driver.discovery.slices.build_slices(gpus, node_name, driver_name, node_uid,
   taints)``; set it with :meth:`Publisher.set_inventory` (discovery, health). Slices are owned
   by the Node (its UID is read from the API at every sync, so a re-created Node is followed).
 * :func:`plan_sync` (pure) compares the slices listed with field selector
@@ -34,11 +34,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
-from driver.errors import ApiError, ConflictError, ManifestError, NotFoundError
-from driver.model import DeviceTaint, GpuInfo, ResourceSlice
-from driver.slices import build_slices
+from driver.api.errors import ApiError, ConflictError, ManifestError, NotFoundError
+from driver.api.model import DeviceTaint, ResourceSlice
+from driver.discovery.gpus import GpuInfo
+from driver.discovery.slices import build_slices
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 JSON = dict[str, Any]
 
 BACKOFF_MIN_S: Final = 0.2
@@ -253,7 +254,7 @@ class Publisher:
             node = await self._api.get_node(self._node)
             node_uid = str((node.get("metadata") or {}).get("uid", ""))
         except NotFoundError:
-            logger.warning("node %s not found; publishing slices without an owner", self._node)
+            log.warning("node %s not found; publishing slices without an owner", self._node)
         return build_slices(
             inventory.gpus,
             node_name=self._node,
@@ -288,7 +289,7 @@ class Publisher:
             for body in plan.create:
                 self._record(by_name[body["metadata"]["name"]], await self._api.create_slice(body))
             self.writes += len(plan.delete) + len(plan.update) + len(plan.create)
-            logger.info(
+            log.info(
                 "pool %s: %s in %.1f ms",
                 self._node,
                 plan.describe(),
@@ -303,7 +304,7 @@ class Publisher:
         self._written[desired.name] = (_resource_version(stored), fingerprint(desired))
         if not _matches(stored, desired) and desired.name not in self._dropped_warned:
             self._dropped_warned.add(desired.name)
-            logger.warning(
+            log.warning(
                 "pool %s: the API server dropped or changed fields of slice %s (a DRA feature "
                 "gate such as DRADeviceTaints or DRAConsumableCapacity is probably off); "
                 "publishing it as stored",
@@ -317,7 +318,7 @@ class Publisher:
         for obj in existing:
             meta = obj.get("metadata") or {}
             await self._api.delete_slice(str(meta.get("name")), uid=str(meta.get("uid", "")))
-        logger.info("pool %s: removed %d slice(s)", self._node, len(existing))
+        log.info("pool %s: removed %d slice(s)", self._node, len(existing))
         return len(existing)
 
     # ----------------------------------------------------------------- the loop
@@ -334,21 +335,21 @@ class Publisher:
                 plan, rv = await self.sync_once()
             except (ConflictError, NotFoundError) as exc:
                 # Someone changed or deleted a slice between our list and our write.
-                logger.info("pool %s: conflict (%s); re-listing", self._node, exc)
+                log.info("pool %s: conflict (%s); re-listing", self._node, exc)
                 rounds += 1
                 if rounds >= MAX_WRITE_ROUNDS:
                     await self._pause(backoff.next())
                 continue
             except ApiError as exc:
                 delay = backoff.next()
-                logger.warning("pool %s: sync failed (%s); retry in %.1f s", self._node, exc, delay)
+                log.warning("pool %s: sync failed (%s); retry in %.1f s", self._node, exc, delay)
                 await self._pause(delay)
                 continue
             if not plan.empty:
                 rounds += 1
                 if rounds >= MAX_WRITE_ROUNDS:
                     delay = backoff.next()
-                    logger.warning(
+                    log.warning(
                         "pool %s: still changing after %d rounds (another writer?); waiting %.1f s",
                         self._node,
                         rounds,
@@ -382,7 +383,7 @@ class Publisher:
             await asyncio.gather(watcher, waker, return_exceptions=True)
         if watcher.done() and not watcher.cancelled() and watcher.exception() is not None:
             exc = watcher.exception()
-            logger.info("pool %s: watch ended (%s); re-listing", self._node, exc)
+            log.info("pool %s: watch ended (%s); re-listing", self._node, exc)
             return time.monotonic() - started > 1.0
         return True
 
@@ -394,5 +395,5 @@ class Publisher:
             if etype == "BOOKMARK":
                 continue
             name = (obj.get("metadata") or {}).get("name")
-            logger.debug("pool %s: slice %s %s externally; re-listing", self._node, name, etype)
+            log.debug("pool %s: slice %s %s externally; re-listing", self._node, name, etype)
             return

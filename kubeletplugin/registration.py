@@ -26,7 +26,7 @@ from kubeletplugin.metrics import HealthState, Metrics
 from kubeletplugin.proto.gen import pluginregistration_pb2 as pb
 from kubeletplugin.server import unix_server
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 PLUGIN_TYPE: Final = "DRAPlugin"
 SUPPORTED_VERSIONS: Final = (
@@ -63,7 +63,7 @@ class Registrar:
         self.serving = asyncio.Event()
 
     async def get_info(self, _request: Any, _context: aio.ServicerContext[Any, Any]) -> Any:
-        logger.info("kubelet asked for plugin info")
+        log.info("kubelet asked for plugin info")
         return pb.PluginInfo(
             type=PLUGIN_TYPE,
             name=self._driver,
@@ -73,11 +73,11 @@ class Registrar:
 
     async def notify(self, request: Any, _context: aio.ServicerContext[Any, Any]) -> Any:
         if request.plugin_registered:
-            logger.info("kubelet registered plugin %s", self._driver)
+            log.info("kubelet registered plugin %s", self._driver)
             self._health.clear(_HEALTH_KEY)
             self.registered.set()
         else:
-            logger.error(
+            log.error(
                 "kubelet failed to register plugin %s: %s; re-creating %s",
                 self._driver,
                 request.error or "(no reason given)",
@@ -110,7 +110,7 @@ class Registrar:
         server = unix_server(self._socket)
         server.add_generic_rpc_handlers((self._handler(),))
         await server.start()
-        logger.info("registration socket %s serving", self._socket)
+        log.info("registration socket %s serving", self._socket)
         return server
 
     async def _stop(self, server: aio.Server) -> None:

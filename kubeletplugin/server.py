@@ -29,7 +29,7 @@ from typing import Any, Final, Protocol, TypeVar
 import grpc
 from grpc import aio
 
-from driver.errors import BiaxialError, ConfigError
+from driver.api.errors import BiaxialError, ConfigError
 from kubeletplugin.health import HealthBroadcaster
 from kubeletplugin.metrics import Metrics
 from kubeletplugin.prepare import ClaimRef, PrepareResult
@@ -40,7 +40,7 @@ from kubeletplugin.proto.gen import (
     health_v1alpha1_pb2,
 )
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 DRA_SERVICES: Final[dict[str, ModuleType]] = {
     "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin": dra_v1_pb2,
@@ -54,7 +54,7 @@ HEALTH_SERVICES: Final[dict[str, ModuleType]] = {
 
 def unix_server(path: Path) -> aio.Server:
     """A ``grpc.aio`` server bound to the unix socket ``path`` (stale socket removed first).
-    A socket that cannot be created is a :class:`~driver.errors.ConfigError` naming it."""
+    A socket that cannot be created is a :class:`~driver.api.errors.ConfigError` naming it."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
@@ -118,7 +118,7 @@ class DraService:
         try:
             return refs, await call(refs)
         except BiaxialError as exc:
-            logger.exception("Node%sResources failed as a whole", operation.capitalize())
+            log.exception("Node%sResources failed as a whole", operation.capitalize())
             await context.abort(grpc.StatusCode.INTERNAL, f"{operation} failed: {exc}")
         finally:
             self._metrics.latency.labels(operation).observe(time.monotonic() - started)
@@ -138,7 +138,7 @@ class DraService:
             errors.append(result.error)
             if result.error:
                 entry.error = result.error
-                logger.warning("prepare claim %s: %s", ref, result.error)
+                log.warning("prepare claim %s: %s", ref, result.error)
                 continue
             for device in result.devices:
                 out = entry.devices.add(
@@ -164,7 +164,7 @@ class DraService:
             entry = response.claims[ref.uid]
             if error:
                 entry.error = error
-                logger.warning("unprepare claim %s: %s", ref, error)
+                log.warning("unprepare claim %s: %s", ref, error)
         self._count("unprepare", errors)
         return response
 
@@ -231,7 +231,7 @@ class HealthService:
     async def watch(
         self, pb: ModuleType, _request: Any, _context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
-        logger.info("kubelet opened a %s health stream", pb.DESCRIPTOR.package)
+        log.info("kubelet opened a %s health stream", pb.DESCRIPTOR.package)
         while not self._broadcaster.closed:
             version = self._broadcaster.tracker.version
             yield self.snapshot(pb)

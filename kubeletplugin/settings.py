@@ -2,7 +2,7 @@
 
 Built by ``biaxial kubelet-plugin`` from flags, each with an environment twin (flag wins;
 ``BIAXIAL_<FLAG>`` and the conventional ``NODE_NAME`` / ``KUBECONFIG``). :meth:`Settings.validate`
-raises :class:`~driver.errors.ConfigError` with one line naming the flag; nothing else in the
+raises :class:`~driver.api.errors.ConfigError` with one line naming the flag; nothing else in the
 plugin re-checks them. Socket paths are derived here:
 
 * registration ``<registry_dir>/<driver>-reg.sock`` (``<driver>-<pod-uid>-reg.sock`` when a
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from driver import DEFAULT_DRIVER_NAME
-from driver.errors import ConfigError
-from driver.nvml.fake import builtin_profiles
+from driver.api.errors import ConfigError
+from driver.api.ids import DEFAULT_DRIVER_NAME
+from driver.discovery.fake import builtin_profiles
 from kubeletplugin.prepare import PrepareSettings
 
 MAX_SOCKET_PATH: Final = 107  # bytes; sun_path is 108 including the terminating NUL

@@ -43,14 +43,14 @@ def verdict(
     objects: list[dict[str, Any]], *, node_name: str | None, gpu_policy: str
 ) -> dict[str, Any]:
     """The allocate verdict for already-loaded objects (raises ManifestError for bad input)."""
-    from driver.allocator import allocate  # noqa: PLC0415 - heavy imports stay out of --help
-    from driver.claims import DeviceClass, ResourceClaim  # noqa: PLC0415
-    from driver.errors import BiaxialError, ManifestError  # noqa: PLC0415
-    from driver.model import ResourceSlice  # noqa: PLC0415
-    from driver.nodes import Node  # noqa: PLC0415
-    from driver.policy import parse_gpu_policy  # noqa: PLC0415
-    from driver.scoring import gpu_order  # noqa: PLC0415
-    from driver.snapshot import ClusterSnapshot  # noqa: PLC0415
+    from driver.api.claims import DeviceClass, ResourceClaim  # noqa: PLC0415
+    from driver.api.errors import BiaxialError, ManifestError  # noqa: PLC0415
+    from driver.api.model import ResourceSlice  # noqa: PLC0415
+    from driver.api.nodes import Node  # noqa: PLC0415
+    from driver.scheduling.policy import parse_gpu_policy  # noqa: PLC0415
+    from driver.scheduling.scoring import gpu_order  # noqa: PLC0415
+    from driver.structured.allocator import allocate  # noqa: PLC0415 - heavy imports stay out of --help
+    from driver.structured.snapshot import ClusterSnapshot  # noqa: PLC0415
 
     policy = parse_gpu_policy(gpu_policy, "--gpu-policy")
     nodes: list[Node] = []
@@ -112,7 +112,7 @@ def verdict(
 
 
 def run(args: argparse.Namespace) -> int:
-    from driver.manifests import load_objects  # noqa: PLC0415
+    from biaxial.simulate.manifests import load_objects  # noqa: PLC0415
 
     result = verdict(load_objects(args.files), node_name=args.node, gpu_policy=args.gpu_policy)
     json.dump(result, sys.stdout, indent=2)

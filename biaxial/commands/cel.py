@@ -46,10 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from driver.cel import compile_selector  # noqa: PLC0415 - keep `biaxial --help` fast
-    from driver.errors import CELCompileError, CELEvaluationError, ManifestError  # noqa: PLC0415
-    from driver.manifests import load_objects, objects_of_kind  # noqa: PLC0415
-    from driver.model import API_GROUP, ResourceSlice  # noqa: PLC0415
+    from biaxial.simulate.manifests import load_objects, objects_of_kind  # noqa: PLC0415
+    from driver.api.errors import CELCompileError, CELEvaluationError, ManifestError  # noqa: PLC0415
+    from driver.api.model import API_GROUP, ResourceSlice  # noqa: PLC0415
+    from driver.cel.engine import compile_selector  # noqa: PLC0415 - keep `biaxial --help` fast
 
     slices: list[ResourceSlice] = []
     for path in args.files:

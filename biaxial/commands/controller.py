@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from driver.errors import ConfigError
+from driver.api.errors import ConfigError
 
 if TYPE_CHECKING:
     from controller.settings import Settings
@@ -93,7 +93,7 @@ def _bool(flag: str, text: str) -> bool:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Flags, then their environment twins, then defaults; validated."""
     from controller.settings import Settings  # noqa: PLC0415 - keep `biaxial --help` fast
-    from driver.policy import PolicyDefaults  # noqa: PLC0415
+    from driver.scheduling.policy import PolicyDefaults  # noqa: PLC0415
 
     fields: dict[str, object] = {}
     kubeconfig = _value(args, "kubeconfig") or os.environ.get("KUBECONFIG") or None

@@ -57,9 +57,9 @@ def _node_name(explicit: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     import yaml  # noqa: PLC0415 - heavy imports inside run keep `biaxial --help` fast
 
-    from driver import DEFAULT_DRIVER_NAME  # noqa: PLC0415
-    from driver.nvml import open_backend  # noqa: PLC0415
-    from driver.slices import build_slices  # noqa: PLC0415
+    from driver.api.ids import DEFAULT_DRIVER_NAME  # noqa: PLC0415
+    from driver.discovery.backend import open_backend  # noqa: PLC0415
+    from driver.discovery.slices import build_slices  # noqa: PLC0415
 
     node = _node_name(args.node)
     with open_backend(args.fake, node_name=node) as backend:

@@ -84,7 +84,7 @@ def _switch(args: argparse.Namespace, flag: str) -> bool:
 
 
 def _typed(args: argparse.Namespace, flag: str, kind: Callable[[str], T]) -> T:
-    from driver.errors import ConfigError  # noqa: PLC0415
+    from driver.api.errors import ConfigError  # noqa: PLC0415
 
     text = _value(args, flag)
     try:
@@ -130,6 +130,6 @@ def run(args: argparse.Namespace) -> int:
 
     settings = build_settings(args)
     if args.verbose == 0:  # a daemon logs its lifecycle by default
-        logging.getLogger().setLevel(logging.INFO)
+        logging.getLogger("biaxial").setLevel(logging.INFO)
     code: int = asyncio.run(app.run(settings))
     return code

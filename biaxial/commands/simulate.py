@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from driver.simulator import SimulationResult
+    from biaxial.simulate.simulator import SimulationResult
 
 NAME = "simulate"
 HELP = "place pods on a simulated cluster (inventory + manifests) with the real scheduler core"
@@ -67,9 +67,9 @@ def expand_paths(paths: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import yaml  # noqa: PLC0415 - heavy imports inside run keep `biaxial --help` fast
 
-    from driver.manifests import load_objects  # noqa: PLC0415
-    from driver.policy import PolicyDefaults  # noqa: PLC0415
-    from driver.simulator import project_deviceclasses_dir, simulate  # noqa: PLC0415
+    from biaxial.simulate.manifests import load_objects  # noqa: PLC0415
+    from biaxial.simulate.simulator import project_deviceclasses_dir, simulate  # noqa: PLC0415
+    from driver.scheduling.policy import PolicyDefaults  # noqa: PLC0415
 
     objects = load_objects(expand_paths(args.paths))
     defaults = PolicyDefaults()
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         ]
     result = simulate(objects, default_classes=default_classes, defaults=defaults)
     if args.plot:
-        from driver.simulator import plot  # noqa: PLC0415
+        from biaxial.simulate.plot import plot  # noqa: PLC0415
 
         plot(result, args.plot)
     if args.output == "json":

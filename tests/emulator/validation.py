@@ -33,8 +33,8 @@ import jsonschema  # type: ignore[import-untyped]
 import referencing
 import referencing.jsonschema
 
-from driver.errors import QuantityError
-from driver.quantity import Quantity
+from driver.api.errors import QuantityError
+from driver.api.quantity import Quantity
 from tests.emulator.errors import ApiStatusError, FieldError, bad_request, invalid
 from tests.emulator.kinds import Kind
 from tests.emulator.schema import Issue, Normalize, compile_normalizer, compile_schema, issues
@@ -822,9 +822,9 @@ def _selectors(errs: _Errors, path: str, selectors: Any) -> None:
 
 def _cel_problem(expression: str) -> str | None:
     """Why the API server would refuse a DRA CEL selector (syntax, types, result type,
-    length), via the project's CEL environment (``driver.cel``, upstream's declarations)."""
-    from driver.cel import compile_selector
-    from driver.errors import CELCompileError
+    length), via the project's CEL environment (``driver.cel.engine``, upstream's declarations)."""
+    from driver.api.errors import CELCompileError
+    from driver.cel.engine import compile_selector
 
     try:
         compile_selector(expression)

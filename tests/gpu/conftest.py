@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.errors import DiscoveryError
+from driver.api.errors import DiscoveryError
 
 HERE = Path(__file__).parent
 
@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 @functools.cache
 def nvml_unavailable_reason() -> str | None:
     """None when NVML initialises and reports at least one GPU, else why not."""
-    from driver.nvml.real import NvmlBackend
+    from driver.discovery.real import NvmlBackend
 
     try:
         backend = NvmlBackend()

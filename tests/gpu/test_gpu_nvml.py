@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from driver.model import GpuInfo
-from driver.nvml import GpuBackend, open_backend
-from driver.nvml.real import ARCHITECTURES, BRANDS, NvmlBackend
-from driver.slices import build_slices, normalize_version
+from driver.discovery.backend import GpuBackend, open_backend
+from driver.discovery.gpus import GpuInfo
+from driver.discovery.real import ARCHITECTURES, BRANDS, NvmlBackend
+from driver.discovery.slices import build_slices, normalize_version
 from tests.validate_manifests import validate_object
 
 pytestmark = pytest.mark.gpu

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from driver.model import GpuInfo
-from driver.nvml import open_backend
+from driver.discovery.backend import open_backend
+from driver.discovery.gpus import GpuInfo
 from kubeletplugin.cdi import MPS_CONTAINER_PIPE_DIR
 from kubeletplugin.mps import MpsManager, MpsSettings
 from kubeletplugin.prepare import ClaimRef, Preparer, PrepareSettings

@@ -21,9 +21,9 @@ import yaml
 from controller.api import Api, Endpoint, KubeApi, ListResult, PatchType, Resource, WatchEvent
 from controller.app import Controller
 from controller.settings import Settings
-from driver.nvml import open_backend
-from driver.quantity import Quantity
-from driver.slices import build_slices
+from driver.api.quantity import Quantity
+from driver.discovery.backend import open_backend
+from driver.discovery.slices import build_slices
 from tests.emulator import Emulator
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """``biaxial cel`` end to end on real files (YAML, JSON, multi-document, List), its exit codes
-and one-line errors, and ``driver.manifests.load_objects`` on the same inputs."""
+and one-line errors, and ``biaxial.simulate.manifests.load_objects`` on the same inputs."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from biaxial.cli import main
-from driver.errors import ManifestError
-from driver.manifests import load_objects, objects_of_kind
+from biaxial.simulate.manifests import load_objects, objects_of_kind
+from driver.api.errors import ManifestError
 
 DRIVER = "gpu.biaxial.dev"
 GPU = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "gpu"'

@@ -95,7 +95,9 @@ def test_yaml_is_one_document_per_slice_and_equals_json(
 ) -> None:
     big = tmp_path / "big.yaml"
     t4 = yaml.safe_load(
-        (Path(__file__).parents[2] / "driver/nvml/profiles/t4x4.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[2] / "driver/discovery/profiles/t4x4.yaml").read_text(
+            encoding="utf-8"
+        )
     )
     big.write_text(yaml.safe_dump({**t4, "count": 150}), encoding="utf-8")
     code, out_yaml, _ = discover(capsys, "--fake", str(big), "--node", "big", "-o", "yaml")

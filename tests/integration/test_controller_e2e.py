@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from driver.manifests import load_objects, objects_of_kind
-from driver.simulator import build_inventory, expand_deployment, simulate
+from biaxial.simulate.manifests import load_objects, objects_of_kind
+from biaxial.simulate.simulator import build_inventory, expand_deployment, simulate
 from tests.emulator import Emulator, ResourceClaimController
 from tests.integration.controller_env import (
     ControllerThread,

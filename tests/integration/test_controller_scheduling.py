@@ -191,7 +191,7 @@ def test_finished_pods_release_their_devices(
 def test_a_bug_on_one_pod_does_not_stop_the_others(
     cluster: Emulator, controller: ControllerThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from driver.decision import DecisionEngine
+    from driver.scheduling.decision import DecisionEngine
 
     original = DecisionEngine.decide
     calls: list[str] = []

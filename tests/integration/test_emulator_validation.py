@@ -344,17 +344,17 @@ def test_field_selector_escapes_and_table() -> None:
         parse_field_selector("spec.nodeName=x", RESOURCE_CLAIM)
 
 
-#: slices the API server refuses but ``driver.slices.validate_slice`` still accepts (reported
-#: to its owner); the test fails once the driver refuses them too, so the list stays true.
+#: slices the API server refuses but ``driver.api.validation.validate_slice`` still accepts
+#: (reported to its owner); the test fails once the driver refuses them too, so the list stays true.
 KNOWN_DRIVER_GAPS: frozenset[str] = frozenset()
 
 
 def test_emulator_and_driver_slice_validation_agree() -> None:
-    """The emulator's raw-JSON slice checks and ``driver.slices.validate_slice`` (what the
+    """The emulator's raw-JSON slice checks and ``driver.api.validation.validate_slice`` (what the
     kubelet plugin runs before publishing) accept and refuse the same slices."""
-    from driver.errors import InvalidInputError
-    from driver.model import ResourceSlice
-    from driver.slices import validate_slice
+    from driver.api.errors import InvalidInputError
+    from driver.api.model import ResourceSlice
+    from driver.api.validation import validate_slice
     from tests.contract.test_validation import _SEMANTIC
     from tests.emulator.kinds import RESOURCE_SLICE
 
@@ -383,7 +383,9 @@ def test_emulator_and_driver_slice_validation_agree() -> None:
         mutate(body)
         assert not emulator_accepts(body), name
         if name in KNOWN_DRIVER_GAPS:
-            assert driver_accepts(body), f"driver.slices now refuses {name}: drop it from the gaps"
+            assert driver_accepts(body), (
+                f"driver.api.validation now refuses {name}: drop it from the gaps"
+            )
             continue
         assert not driver_accepts(body), name
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.errors import DiscoveryError
+from driver.api.errors import DiscoveryError
 from tests.emulator.server import Emulator
 from tests.integration.fake_kubelet import REPO, FakeKubelet, PluginProcess, wait
 from tests.validate_manifests import DEFAULT_VERSIONS, validate_object
@@ -26,7 +26,7 @@ DRIVER = "gpu.biaxial.dev"
 
 @pytest.fixture(scope="module")
 def nvml() -> None:
-    from driver.nvml.real import NvmlBackend
+    from driver.discovery.real import NvmlBackend
 
     try:
         NvmlBackend().close()

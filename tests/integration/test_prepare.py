@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver.errors import PrepareError
-from driver.model import GpuInfo, MigInfo
+from driver.api.errors import PrepareError
+from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin import cdi
 from kubeletplugin.checkpoint import Checkpoint, CheckpointStore, checksum
 from kubeletplugin.prepare import (
@@ -721,7 +721,7 @@ def test_claims_from_a_v1_checkpoint_are_reprepared_and_unprepared(node: Node) -
 KILLED_CHILD = """
 import asyncio, json, sys, time
 from pathlib import Path
-from driver.model import GpuInfo
+from driver.discovery.gpus import GpuInfo
 from kubeletplugin import cdi
 from kubeletplugin.prepare import ClaimRef, Preparer, PrepareSettings
 

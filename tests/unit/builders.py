@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from driver.claims import DeviceClass, ResourceClaim
-from driver.model import ResourceSlice
-from driver.nodes import Node
-from driver.snapshot import ClusterSnapshot
+from driver.api.claims import DeviceClass, ResourceClaim
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
+from driver.structured.snapshot import ClusterSnapshot
 
 JSON = dict[str, Any]
 

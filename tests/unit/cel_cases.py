@@ -4,16 +4,16 @@
 Each :class:`Case` names its device, the expected result or the expected error class with a
 fragment of the message, and -- where cel-python (the second engine) behaves differently --
 a :class:`Deviation` saying what celpy does instead and why. Upstream decides what
-``driver.cel`` does; deviations are asserted for celpy, never skipped.
+``driver.cel.engine`` does; deviations are asserted for celpy, never skipped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from driver.errors import CELCompileError, CELEvaluationError
-from driver.model import Capacity, Device, Version
-from driver.quantity import Quantity
+from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.model import Capacity, Device, Version
+from driver.api.quantity import Quantity
 
 DRIVER = "gpu.biaxial.dev"
 D = f'device.attributes["{DRIVER}"]'
@@ -105,8 +105,9 @@ class Case:
     device: Device = T4
     driver: str = DRIVER
     celpy: Deviation | None = field(default=None)
-    # Non-empty where driver.cel knowingly differs from upstream (listed in its module
-    # docstring): the expectation is then driver.cel's behaviour, and the note says upstream's.
+    # Non-empty where driver.cel.engine knowingly differs from upstream (listed in its module
+    # docstring): the expectation is then driver.cel.engine's behaviour, and the note says
+    # upstream's.
     upstream: str = ""
 
 
@@ -126,7 +127,9 @@ NO_TYPE_CHECKER = "celpy has no type checker: the static type error surfaces at 
 NO_TYPE_CHECKER_BOOL = "celpy has no type checker: the non-bool result surfaces at run time"
 NO_OPTIONAL = "celpy 0.5 does not parse optional-type syntax (.?, optional.of)"
 NO_BIND = "celpy 0.5 has no cel.bind extension"
-CELPY_IS_UPSTREAM = "celpy gives upstream's answer here; driver.cel deviates (see `upstream`)"
+CELPY_IS_UPSTREAM = (
+    "celpy gives upstream's answer here; driver.cel.engine deviates (see `upstream`)"
+)
 NO_SETS = Deviation(
     "celpy 0.5 has no sets extension: `sets.f(a, b)` resolves as a member call on an undeclared"
     " variable `sets`",
@@ -230,7 +233,7 @@ CASES: tuple[Case, ...] = (
             fragment="vendor",
         ),
     ),
-    # --- documented deviations of driver.cel from upstream ---------------------------------
+    # --- documented deviations of driver.cel.engine from upstream ---------------------------------
     compile_error(
         "has() on a device field",
         "has(device.driver)",

@@ -1,14 +1,14 @@
 """Test-only second implementation of the DRA CEL environment on cel-python (``celpy``), with
 the same ``compile(expression) -> selector``, ``selector.matches(device, driver_name)`` shape
-as ``driver.cel``, so the conformance table runs on both engines.
+as ``driver.cel.engine``, so the conformance table runs on both engines.
 
 The Kubernetes libraries are not re-implemented: quantity and semver come from
-``driver.cel_types`` (plain Python), bound to celpy's function table; the strings-extension
+``driver.cel.library`` (plain Python), bound to celpy's function table; the strings-extension
 functions celpy lacks are added here. The ``device`` variable is a celpy map whose
 ``attributes`` / ``capacity`` return an empty map for an unknown domain, exactly upstream's
 behaviour. celpy has no type checker and no cost model: static type errors surface at run time
 (the table records each such case as a celpy deviation), and the cost guard borrows
-``driver.cel``'s compile-time estimate.
+``driver.cel.engine``'s compile-time estimate.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from driver import cel as dra_cel
-from driver import cel_types
-from driver.errors import CELCompileError, CELEvaluationError
-from driver.model import AttributeValue, Device, Version
-from driver.quantity import Quantity
+from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.model import AttributeValue, Device, Version
+from driver.api.quantity import Quantity
+from driver.cel import engine as dra_cel
+from driver.cel import library as cel_types
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,8 +258,8 @@ _ENV = celpy.Environment()
 
 
 def _borrowed_cost(expression: str) -> int:
-    """celpy has no cost model: use driver.cel's estimate when cel-expr-python can compile the
-    expression, else 0 (nothing to guard: it would not compile upstream either)."""
+    """celpy has no cost model: use driver.cel.engine's estimate when cel-expr-python can
+    compile the expression, else 0 (nothing to guard: it would not compile upstream either)."""
     try:
         return dra_cel.compile_selector(expression).max_cost
     except CELCompileError:

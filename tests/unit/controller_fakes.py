@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api import JSON, ListResult, PatchType, Resource, WatchEvent
-from driver.errors import ApiError, ConflictError, NotFoundError, ServerError
+from driver.api.errors import ApiError, ConflictError, NotFoundError, ServerError
 
 
 @dataclass(frozen=True)

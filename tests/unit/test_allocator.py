@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from driver.allocator import SearchStats, allocate
-from driver.claims import AllocationResult, DeviceClass, ResourceClaim
-from driver.errors import AllocationError
-from driver.model import ResourceSlice
-from driver.nodes import Node
-from driver.snapshot import ClusterSnapshot
+from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
+from driver.api.errors import AllocationError
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
+from driver.structured.allocator import SearchStats, allocate
+from driver.structured.snapshot import ClusterSnapshot
 from tests.unit.builders import (
     DRIVER,
     JSON,

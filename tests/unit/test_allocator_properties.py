@@ -20,11 +20,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from driver.allocator import Candidate, OrderContext, allocate
-from driver.claims import AllocationResult, DeviceClass, ResourceClaim
-from driver.model import ResourceSlice
-from driver.nodes import Node
-from driver.snapshot import ClusterSnapshot
+from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
+from driver.structured.allocator import Candidate, OrderContext, allocate
+from driver.structured.snapshot import ClusterSnapshot
 from tests.unit.builders import (
     DRIVER,
     JSON,
@@ -349,7 +349,7 @@ def pods(draw: st.DrawFn) -> list[JSON]:
 
 
 def _quantity_nanos(text: str) -> int:
-    from driver.quantity import Quantity
+    from driver.api.quantity import Quantity
 
     return Quantity.parse(text).nanos
 

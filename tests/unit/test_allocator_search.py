@@ -8,15 +8,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from driver.allocator import (
+from driver.api.errors import AllocationError
+from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
+from driver.structured.allocator import (
     DEFAULT_SEARCH_BUDGET,
     Candidate,
     OrderContext,
     SearchStats,
     allocate,
 )
-from driver.errors import AllocationError
-from driver.ids import DeviceID, DeviceName, DriverName, PoolName
 from tests.unit.builders import (
     DRIVER,
     claim,
@@ -246,10 +246,10 @@ def test_unknown_class_in_later_claim_is_fatal_even_if_first_fits() -> None:
 
 
 def test_cel_errors_are_reported_on_every_call_and_cache_is_shared() -> None:
-    from driver.cel import MatchCache
-    from driver.claims import DeviceClass
-    from driver.model import ResourceSlice
-    from driver.snapshot import ClusterSnapshot
+    from driver.api.claims import DeviceClass
+    from driver.api.model import ResourceSlice
+    from driver.cel.engine import MatchCache
+    from driver.structured.snapshot import ClusterSnapshot
 
     cache = MatchCache()
     slices = [ResourceSlice.from_api(slice_("s", devices=[gpu(0), gpu(1, extra={"mode": "y"})]))]

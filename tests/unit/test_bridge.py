@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from driver.bridge import (
+from driver.api.errors import ManifestError
+from driver.api.quantity import Quantity
+from driver.scheduling.bridge import (
     ExtendedResourceMap,
     build_bridge_claim,
     dra_resources_on_node,
     is_bridge_claim,
     legacy_resources,
 )
-from driver.errors import ManifestError
-from driver.quantity import Quantity
 
 GIB = 1024**3
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from driver.errors import PrepareError
+from driver.api.errors import PrepareError
 from kubeletplugin import cdi
 from kubeletplugin.cdi import (
     DeviceAllocation,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from driver import cel
-from driver.errors import CELCompileError, CELEvaluationError
-from driver.ids import DeviceID, DeviceName, DriverName, PoolName
-from driver.model import Device, Version
+from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
+from driver.api.model import Device, Version
+from driver.cel import engine as cel
 from tests.unit import celpy_engine
 from tests.unit.cel_cases import CASES, DRIVER, T4, Case
 

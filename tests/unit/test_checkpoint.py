@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from driver.errors import CheckpointError
+from driver.api.errors import CheckpointError
 from kubeletplugin import checkpoint as cp
 from kubeletplugin.checkpoint import (
     Checkpoint,

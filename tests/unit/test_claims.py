@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from driver.claims import (
+from driver.api.claims import (
     AllocationResult,
     DeviceClass,
     ResourceClaim,
     Toleration,
 )
-from driver.errors import ManifestError
-from driver.model import DeviceTaint
+from driver.api.errors import ManifestError
+from driver.api.model import DeviceTaint
 from tests.unit.builders import DRIVER, claim, device_class, sub, toleration
 
 

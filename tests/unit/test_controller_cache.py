@@ -9,7 +9,7 @@ from typing import Any
 
 from controller.api import NODES, RESOURCE_CLAIMS, ListResult, WatchEvent
 from controller.cache import ClaimOverlay, Informer
-from driver.errors import GoneError, ServerError
+from driver.api.errors import GoneError, ServerError
 from tests.unit.controller_fakes import FakeApi
 
 JSON = dict[str, Any]

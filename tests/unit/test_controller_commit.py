@@ -20,7 +20,7 @@ from controller.commit import (
     PodRef,
     pod_claim_keys,
 )
-from driver.errors import ConflictError, NotFoundError, ServerError
+from driver.api.errors import ConflictError, NotFoundError, ServerError
 from tests.unit.controller_fakes import FakeApi
 
 FIN = "gpu.biaxial.dev/allocation"

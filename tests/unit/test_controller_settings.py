@@ -11,7 +11,7 @@ import pytest
 from biaxial.cli import main
 from biaxial.commands import controller as command
 from controller.settings import Settings
-from driver.errors import InvalidInputError
+from driver.api.errors import InvalidInputError
 
 
 def parse(*argv: str) -> Settings:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from driver.decision import DecisionEngine, Placement, PodError, Unschedulable
-from driver.policy import PolicyDefaults
+from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.scheduling.policy import PolicyDefaults
 from tests.unit.builders import (
     GPU_CLASS,
     claim,
@@ -334,7 +334,7 @@ def test_pruning_visits_few_nodes() -> None:
     ],
 )
 def test_referenced_names_are_conservative(expression: str, names: set[str] | None) -> None:
-    from driver.decision import referenced_names
+    from driver.scheduling.decision import referenced_names
 
     found = referenced_names(expression)
     if names is None:

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from driver import DEFAULT_DRIVER_NAME
-from driver.cel import compile_selector
-from driver.model import Device
-from driver.nvml import open_backend
-from driver.slices import build_slices
+from driver.api.ids import DEFAULT_DRIVER_NAME
+from driver.api.model import Device
+from driver.cel.engine import compile_selector
+from driver.discovery.backend import open_backend
+from driver.discovery.slices import build_slices
 from tests.validate_manifests import validate_object
 
 CLASSES_DIR = Path(__file__).parents[2] / "deviceclasses"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ConfigError
+from driver.api.errors import ConfigError
 from kubeletplugin.config import GpuConfig, SharingConfig, parse_gpu_config, resolve_configs
 
 DRIVER = "gpu.biaxial.dev"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from driver.errors import ConfigError, ConflictError, GoneError, NotFoundError, ServerError
+from driver.api.errors import ConfigError, ConflictError, GoneError, NotFoundError, ServerError
 from kubeapi import NODES, PODS, Client, Endpoint, Resource, TokenBucket
 from kubeapi import client as client_module
 from tests.unit.local_api import with_server

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.errors import PrepareError
+from driver.api.errors import PrepareError
 from kubeletplugin.mps import MpsManager, MpsSettings
 
 # Behaves like the real control program for what the manager uses: `-d` starts a daemon for

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ManifestError
-from driver.nodefit import (
+from driver.api.errors import ManifestError
+from driver.scheduling.nodefit import (
     NodeUsage,
     PodSchedulingFacts,
     filter_node,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ManifestError
-from driver.nodes import Node, NodeTaint, node_local_selector, node_selector_matches
+from driver.api.errors import ManifestError
+from driver.api.nodes import Node, NodeTaint, node_local_selector, node_selector_matches
 from tests.unit.builders import node
 
 

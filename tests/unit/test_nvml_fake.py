@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from driver.errors import DiscoveryError
-from driver.nvml import GpuBackend, HealthEvent, next_health_event, open_backend
-from driver.nvml.fake import FakeBackend, builtin_profiles, parse_profile
+from driver.api.errors import DiscoveryError
+from driver.discovery.backend import GpuBackend, HealthEvent, next_health_event, open_backend
+from driver.discovery.fake import FakeBackend, builtin_profiles, parse_profile
 
 MIB = 1024 * 1024
 UUID_RE = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

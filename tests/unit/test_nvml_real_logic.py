@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from driver.errors import DiscoveryError
-from driver.nvml import HealthEvent
-from driver.nvml.real import (
+from driver.api.errors import DiscoveryError
+from driver.discovery.backend import HealthEvent
+from driver.discovery.real import (
     NvmlBackend,
     cores_per_sm,
     mig_memory_gb,

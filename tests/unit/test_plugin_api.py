@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ConflictError, GoneError
+from driver.api.errors import ConflictError, GoneError
 from kubeletplugin.api import Endpoint, PluginApi
 
 NODE = "n1"

@@ -27,7 +27,7 @@ def test_a_crash_is_logged_counted_and_makes_the_process_unhealthy(
         await guard.cancel_all(1)
         return metrics, health, guard
 
-    with caplog.at_level(logging.ERROR, logger="kubeletplugin.app"):
+    with caplog.at_level(logging.ERROR, logger="biaxial.kubeletplugin.app"):
         metrics, health, _ = asyncio.run(scenario())
     assert "background task health crashed" in caplog.text
     assert "nvml went away" in caplog.text  # the traceback is logged
@@ -60,7 +60,7 @@ def test_cancel_all_stops_newest_first_even_when_one_fails_while_stopping(
         assert not guard.crashed.is_set()
         return health
 
-    with caplog.at_level(logging.ERROR, logger="kubeletplugin.app"):
+    with caplog.at_level(logging.ERROR, logger="biaxial.kubeletplugin.app"):
         health = asyncio.run(scenario())
     assert stopped == ["registration", "publisher", "dra"]
     assert "task publisher failed while stopping" in caplog.text

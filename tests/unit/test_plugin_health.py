@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from driver.model import GpuInfo, MigInfo
-from driver.nvml import HealthEvent
+from driver.discovery.backend import HealthEvent
+from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin.health import (
     FATAL_XIDS,
     TAINT_KEY,

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ConflictError, NotFoundError, ServerError
-from driver.model import DeviceTaint, GpuInfo, ResourceSlice
-from driver.slices import build_slices
+from driver.api.errors import ConflictError, NotFoundError, ServerError
+from driver.api.model import DeviceTaint, ResourceSlice
+from driver.discovery.gpus import GpuInfo
+from driver.discovery.slices import build_slices
 from kubeletplugin.publisher import Publisher, fingerprint, plan_sync
 
 NODE = "node-a"

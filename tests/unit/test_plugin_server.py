@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc import aio
 
-from driver.errors import CheckpointError
+from driver.api.errors import CheckpointError
 from kubeletplugin.metrics import Metrics
 from kubeletplugin.prepare import ClaimRef, PreparedDevice, PrepareResult
 from kubeletplugin.proto.gen import (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from biaxial.commands import kubelet_plugin
-from driver.errors import ConfigError
+from driver.api.errors import ConfigError
 from kubeletplugin.settings import Settings
 
 

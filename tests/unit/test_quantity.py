@@ -1,4 +1,4 @@
-"""driver.quantity against upstream's own examples (k8s.io/apimachinery/pkg/api/resource
+"""driver.api.quantity against upstream's own examples (k8s.io/apimachinery/pkg/api/resource
 quantity_test.go): parsing, rounding, caps, canonical formatting, arithmetic, comparison and
 errors."""
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from driver.errors import QuantityError
-from driver.quantity import NANO, Quantity, parse_quantity
+from driver.api.errors import QuantityError
+from driver.api.quantity import NANO, Quantity, parse_quantity
 
 INT64_MAX = 2**63 - 1
 

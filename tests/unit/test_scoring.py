@@ -7,12 +7,11 @@ from typing import Any
 
 import pytest
 
-from driver.allocator import allocate
-from driver.errors import PolicyError
-from driver.model import Device
-from driver.policy import PolicyDefaults, policies_for_pod
-from driver.quantity import Quantity
-from driver.scoring import (
+from driver.api.errors import PolicyError
+from driver.api.model import Device
+from driver.api.quantity import Quantity
+from driver.scheduling.policy import PolicyDefaults, policies_for_pod
+from driver.scheduling.scoring import (
     DeviceLoad,
     NodeAmounts,
     best_node,
@@ -23,6 +22,7 @@ from driver.scoring import (
     order_indices,
     score_devices,
 )
+from driver.structured.allocator import allocate
 from tests.unit.builders import cap, claim, device, gpu, node, slice_, snapshot, to_node
 
 MI = 1024 * 1024

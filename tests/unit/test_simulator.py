@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ManifestError
-from driver.manifests import load_objects
-from driver.policy import PolicyDefaults
-from driver.simulator import SimulationResult, expand_deployment, simulate
+from biaxial.simulate.manifests import load_objects
+from biaxial.simulate.simulator import SimulationResult, expand_deployment, simulate
+from driver.api.errors import ManifestError
+from driver.scheduling.policy import PolicyDefaults
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -301,7 +301,7 @@ def test_bad_inventory_is_an_error_for_the_run() -> None:
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
-    from driver.simulator import plot
+    from biaxial.simulate.plot import plot
 
     objects = load_objects([str(EXAMPLES / "four-patterns" / "a-binpack-binpack.yaml")])
     target = tmp_path / "a.png"
@@ -312,7 +312,7 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
 def test_project_deviceclasses_are_found_from_the_checkout() -> None:
     from pathlib import Path
 
-    from driver.simulator import project_deviceclasses_dir
+    from biaxial.simulate.simulator import project_deviceclasses_dir
 
     found = project_deviceclasses_dir()
     assert found == Path(__file__).resolve().parents[2] / "deviceclasses"

@@ -10,30 +10,29 @@ from typing import Any
 
 import pytest
 
-from driver.errors import ValidationError
-from driver.ids import DriverName, PoolName
-from driver.model import (
+from driver.api.errors import ValidationError
+from driver.api.ids import DriverName, PoolName
+from driver.api.model import (
     Capacity,
     CounterSet,
     Device,
     DeviceTaint,
-    GpuInfo,
     Pool,
     RequestPolicy,
     ResourceSlice,
     ValidRange,
     Version,
 )
-from driver.nvml import open_backend
-from driver.nvml.fake import builtin_profiles, parse_profile
-from driver.quantity import Quantity
-from driver.slices import (
+from driver.api.quantity import Quantity
+from driver.api.validation import validate_pool, validate_slice
+from driver.discovery.backend import open_backend
+from driver.discovery.fake import builtin_profiles, parse_profile
+from driver.discovery.gpus import GpuInfo
+from driver.discovery.slices import (
     build_slices,
     mig_device_name,
     normalize_version,
     slice_name,
-    validate_pool,
-    validate_slice,
 )
 from tests.validate_manifests import validate_object
 

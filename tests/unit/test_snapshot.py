@@ -3,10 +3,10 @@ order, pool generation/completeness/validity, counters."""
 
 from __future__ import annotations
 
-from driver.claims import AllocationResult, DeviceResult
-from driver.ids import DeviceID, DeviceName, DriverName, PoolName
-from driver.quantity import Quantity
-from driver.snapshot import AllocatedState
+from driver.api.claims import AllocationResult, DeviceResult
+from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
+from driver.api.quantity import Quantity
+from driver.structured.snapshot import AllocatedState
 from tests.unit.builders import (
     DRIVER,
     claim,

@@ -1,6 +1,6 @@
 """The fake GPU backend: deterministic GPUs described by YAML profiles, plus injectable health.
 
-A profile is a YAML mapping (built-in ones live in ``driver/nvml/profiles/<name>.yaml``; any
+A profile is a YAML mapping (built-in ones live in ``driver/discovery/profiles/<name>.yaml``; any
 file path works too)::
 
     description: 4 x Tesla T4            # free text
@@ -24,13 +24,13 @@ file path works too)::
 A per-GPU entry may also override any ``model`` key (``productName``, ``memoryMiB``, ...).
 Unknown keys, wrong types, MIG partitions on a GPU that is not MIG-capable, unknown MIG
 profiles, placements the table does not allow and overlapping partitions are all rejected with a
-:class:`~driver.errors.DiscoveryError` naming the profile and the field.
+:class:`~driver.api.errors.DiscoveryError` naming the profile and the field.
 
 UUIDs are derived from (node name, profile name, index[, MIG profile, start]) with SHA-256, so
 they are stable across runs and differ between fake nodes that share a profile.
 
 Health: :meth:`FakeBackend.inject`, :meth:`mark_lost`, :meth:`inject_xid` and
-:meth:`mark_recovered` queue :class:`~driver.nvml.HealthEvent` objects, which
+:meth:`mark_recovered` queue :class:`~driver.discovery.backend.HealthEvent` objects, which
 :meth:`wait_health_event` returns in order (thread-safe, so a test thread can inject while the
 plugin's event loop waits through ``asyncio.to_thread``). Discovery results do not change when
 a GPU is marked lost: like NVML, the device stays enumerated and the health watcher decides.
@@ -50,9 +50,9 @@ from typing import Any, Final, Self
 
 import yaml
 
-from driver.errors import DiscoveryError
-from driver.model import GpuInfo, MigInfo
-from driver.nvml import HealthEvent
+from driver.api.errors import DiscoveryError
+from driver.discovery.backend import HealthEvent
+from driver.discovery.gpus import GpuInfo, MigInfo
 
 MIB: Final = 1024 * 1024
 MIG_MEMORY_SLICES: Final = 8  # placement positions on every MIG-capable GPU so far
@@ -78,7 +78,7 @@ _MAX_FAKE_GPUS: Final = 4096
 
 def builtin_profiles() -> tuple[str, ...]:
     """Names of the profiles shipped with the package, sorted."""
-    folder = resources.files("driver.nvml").joinpath("profiles")
+    folder = resources.files("driver.discovery").joinpath("profiles")
     return tuple(
         sorted(
             entry.name.removesuffix(".yaml")
@@ -110,7 +110,8 @@ class FakeProfile:
 
 
 class FakeBackend:
-    """A :class:`~driver.nvml.GpuBackend` serving a profile's GPUs and injected health events."""
+    """A :class:`~driver.discovery.backend.GpuBackend` serving a profile's GPUs and injected
+    health events."""
 
     def __init__(self, profile: FakeProfile) -> None:
         self._profile = profile
@@ -210,7 +211,7 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
     available = builtin_profiles()
     if profile in available:
         text = (
-            resources.files("driver.nvml")
+            resources.files("driver.discovery")
             .joinpath("profiles", f"{profile}.yaml")
             .read_text(encoding="utf-8")
         )

@@ -1,6 +1,6 @@
 """The one device model: ``resource.k8s.io/v1`` devices and slices as frozen, slotted dataclasses.
 
-Discovery (``driver.nvml``) produces :class:`GpuInfo` / :class:`MigInfo`; the slice builder turns
+Discovery (``driver.discovery``) produces ``GpuInfo`` / ``MigInfo``; the slice builder turns
 them into :class:`Device` and :class:`ResourceSlice`; the allocator, the scorer and the kubelet
 plugin read the same objects. Raw API JSON is described with TypedDicts and converted once, at
 the edge, by ``from_api()`` / ``to_api()``. ``to_api(from_api(x)) == x`` for every field this
@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from driver.errors import ManifestError
-from driver.ids import DriverName, NodeName, PoolName
-from driver.quantity import Quantity
+from driver.api.errors import ManifestError
+from driver.api.ids import DriverName, NodeName, PoolName
+from driver.api.quantity import Quantity
 
 API_GROUP = "resource.k8s.io"
 API_VERSION = "resource.k8s.io/v1"
@@ -420,43 +420,3 @@ class ResourceSlice:
         if self.shared_counters:
             spec["sharedCounters"] = [c.to_api() for c in self.shared_counters]
         return {"apiVersion": API_VERSION, "kind": "ResourceSlice", "metadata": meta, "spec": spec}
-
-
-# --------------------------------------------------------------------------- discovery output
-
-
-@dataclass(frozen=True, slots=True)
-class MigInfo:
-    """An existing MIG partition as NVML reports it."""
-
-    uuid: str
-    profile: str  # e.g. "1g.5gb"
-    start: int  # placement start slice
-    size: int  # placement size in slices
-    memory_bytes: int
-    multiprocessors: int
-    parent_uuid: str
-    parent_minor: int
-
-
-@dataclass(frozen=True, slots=True)
-class GpuInfo:
-    """A physical GPU as discovery (real NVML or the fake backend) reports it."""
-
-    uuid: str
-    index: int
-    minor: int
-    product_name: str
-    brand: str
-    architecture: str
-    cuda_compute_capability: str  # "7.5"
-    driver_version: str  # "550.54.15"
-    cuda_driver_version: str  # "12.4"
-    memory_bytes: int
-    multiprocessors: int
-    pci_bus_id: str | None = None  # "0000:3b:00.0"
-    pcie_root: str | None = None  # "pci0000:3a"
-    numa_node: int | None = None
-    mig_capable: bool = False
-    mig_enabled: bool = False
-    mig_devices: tuple[MigInfo, ...] = ()

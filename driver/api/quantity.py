@@ -13,7 +13,7 @@ in, which decides how it is printed back:
   largest suffix use exponent notation (``1e21``, ``10e69``), as upstream prints them;
 * equality, ordering and hashing use the value only (``1Ki == 1024``).
 
-Malformed strings raise :class:`~driver.errors.QuantityError` with the offending text.
+Malformed strings raise :class:`~driver.api.errors.QuantityError` with the offending text.
 The module is pure and every value is immutable.
 """
 
@@ -24,7 +24,7 @@ from fractions import Fraction
 from functools import total_ordering
 from typing import Final, Literal
 
-from driver.errors import QuantityError
+from driver.api.errors import QuantityError
 
 Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 

@@ -1,6 +1,6 @@
 """The simulator behind ``biaxial simulate``: a whole cluster in memory, the real decision code.
 
-Input is a list of Kubernetes objects (already parsed, see :mod:`driver.manifests`):
+Input is a list of Kubernetes objects (already parsed, see :mod:`biaxial.simulate.manifests`):
 
 * exactly one inventory, ``apiVersion: biaxial.dev/v1alpha1, kind: Cluster`` with
   ``nodes: [{name, gpus: PROFILE, cpu, memory, pods, labels, taints}]`` (``gpus`` names a fake
@@ -9,8 +9,8 @@ Input is a list of Kubernetes objects (already parsed, see :mod:`driver.manifest
   ResourceClaimTemplates, ResourceClaims (an allocated one is cluster state), Pods, and
   Deployments, whose replicas become pods ``<deployment>-<n>`` (n = 0, 1, ...) in place.
 
-Pods are placed in input order with :class:`~driver.decision.DecisionEngine`. The simulator
-plays the resourceclaim controller for templates: a pod's claim is named
+Pods are placed in input order with :class:`~driver.scheduling.decision.DecisionEngine`.
+The simulator plays the resourceclaim controller for templates: a pod's claim is named
 ``<pod>-<claim>-<5 characters>`` (deterministic, derived from the pod's UID) and annotated
 ``resource.kubernetes.io/pod-claim-name``. Bridge claims (KEP-5004) get the name
 ``<pod>-extended-resources-<5 characters>`` the API server would generate. UIDs are UUIDv5 of
@@ -18,7 +18,7 @@ the object's namespace/name, so a run is reproducible byte for byte (timings asi
 
 Bad input for one pod (unknown class, invalid CEL, unknown policy, impossible request, a
 malformed Pod or Deployment) becomes an entry in ``unschedulable`` with a specific reason; the
-other pods are still placed. A malformed inventory is a :class:`~driver.errors.ManifestError`
+other pods are still placed. A malformed inventory is a :class:`~driver.api.errors.ManifestError`
 for the whole run.
 
 **Fragmentation** (``summary.fragmentation``): the share of free GPU memory that sits on GPUs
@@ -38,15 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from driver import DEFAULT_DRIVER_NAME
-from driver.claims import AllocationResult, DeviceClass, DeviceResult, ResourceClaim
-from driver.decision import DecisionEngine, Placement, PodError, Unschedulable
-from driver.errors import BiaxialError, ManifestError
-from driver.model import JSON, ResourceSlice
-from driver.nodes import Node
-from driver.nvml import open_backend
-from driver.policy import PolicyDefaults
-from driver.slices import build_slices
+from driver.api.claims import AllocationResult, DeviceClass, DeviceResult, ResourceClaim
+from driver.api.errors import BiaxialError, ManifestError
+from driver.api.ids import DEFAULT_DRIVER_NAME
+from driver.api.model import JSON, ResourceSlice
+from driver.api.nodes import Node
+from driver.discovery.backend import open_backend
+from driver.discovery.slices import build_slices
+from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.scheduling.policy import PolicyDefaults
 
 INVENTORY_API_VERSION: Final = "biaxial.dev/v1alpha1"
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
@@ -416,7 +416,7 @@ class _Run:
                 continue
             if claim.allocation is not None:
                 existing.append(claim)
-        from driver.snapshot import ClusterSnapshot  # noqa: PLC0415 - keeps import cheap
+        from driver.structured.snapshot import ClusterSnapshot  # noqa: PLC0415 - keeps import cheap
 
         snapshot = ClusterSnapshot.build(slices, classes, existing)
         engine = DecisionEngine(snapshot, [n.node for n in nodes], defaults=self.defaults)
@@ -647,7 +647,7 @@ def project_deviceclasses_dir() -> Path:
     source tree's when running from a checkout, else the copy a wheel installs under
     ``<prefix>/share/biaxial/deviceclasses``. Raises ManifestError when neither exists."""
     candidates = (
-        Path(__file__).resolve().parent.parent / "deviceclasses",
+        Path(__file__).resolve().parents[2] / "deviceclasses",
         Path(sys.prefix) / "share" / "biaxial" / "deviceclasses",
     )
     for candidate in candidates:
@@ -671,52 +671,3 @@ __all__ = [
     "project_deviceclasses_dir",
     "simulate",
 ]
-
-
-def plot(result: SimulationResult, path: str) -> None:
-    """Draw nodes x GPUs: one column per node, one bar per GPU whose height is its memory,
-    filled by pod (matplotlib with the Agg backend, imported here only)."""
-    import matplotlib as mpl  # noqa: PLC0415 - optional dependency, only for --plot
-
-    mpl.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    nodes = result.node_names
-    per_node = {n: [g for g in result.gpus if g.node == n] for n in nodes}
-    widest = max((len(g) for g in per_node.values()), default=1) or 1
-    figure, axes = plt.subplots(
-        1, max(len(nodes), 1), figsize=(max(4.0, 2.2 * len(nodes)), 4.5), squeeze=False
-    )
-    pods = sorted({p for g in result.gpus for p, _ in g.pods})
-    colours = plt.get_cmap("tab20")
-    colour = {p: colours(i % 20) for i, p in enumerate(pods)}
-    gib = 1024.0**3
-    for ax, node in zip(axes[0], nodes or ["(no nodes)"], strict=False):
-        gpus = per_node.get(node, [])
-        for x, g in enumerate(gpus):
-            ax.bar(x, g.memory / gib, color="#eeeeee", edgecolor="#888888", width=0.8)
-            bottom = 0.0
-            for pod, memory in g.pods:
-                height = memory / gib
-                ax.bar(x, height, bottom=bottom, color=colour[pod], edgecolor="white", width=0.8)
-                ax.text(
-                    x, bottom + height / 2, pod.split("/")[-1], ha="center", va="center", fontsize=6
-                )
-                bottom += height
-        ax.set_title(node, fontsize=9)
-        ax.set_xticks(range(len(gpus)), [g.device for g in gpus], rotation=45, fontsize=7)
-        ax.set_xlim(-0.6, widest - 0.4)
-        ax.set_ylabel("GPU memory (GiB)", fontsize=8)
-    summary = result.summary()
-    figure.suptitle(
-        f"node {result.policies.node} / GPU {result.policies.gpu}: {summary['placed']} placed, "
-        f"{summary['wholeGpusFree']} whole GPUs free, fragmentation {summary['fragmentation']:.2f}",
-        fontsize=9,
-    )
-    figure.tight_layout()
-    try:
-        figure.savefig(path, dpi=120)
-    except OSError as exc:
-        raise ManifestError(f"--plot {path}: cannot write ({exc.strerror or exc})") from exc
-    finally:
-        plt.close(figure)

@@ -11,7 +11,7 @@ template of a Deployment):
 Anything not given comes from the cluster defaults (:class:`PolicyDefaults`, built from the
 controller's or simulator's settings). ``first-fit`` (upstream's device order, no scoring) is a
 GPU-axis value for settings and flags only; annotations accept exactly ``binpack`` and
-``spread``. An unknown value is a :class:`~driver.errors.PolicyError` naming the key and the
+``spread``. An unknown value is a :class:`~driver.api.errors.PolicyError` naming the key and the
 allowed values, never a silent fallback.
 
 Pure functions over plain data; nothing here mutates its inputs.
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from driver.errors import PolicyError
+from driver.api.errors import PolicyError
 
 NodePolicy = Literal["binpack", "spread"]
 GpuPolicy = Literal["binpack", "spread", "first-fit"]

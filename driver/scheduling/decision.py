@@ -5,9 +5,9 @@ its ResourceClaims), :meth:`DecisionEngine.decide`:
 
 1. resolves the pod's policies (annotations, defaults), its legacy extended resources
    (KEP-5004 bridge) and its scheduling facts; bad input is a :class:`PodError` for that pod;
-2. filters nodes (:mod:`driver.nodefit`), builds the node's variant of the bridge claim,
+2. filters nodes (:mod:`driver.scheduling.nodefit`), builds the node's variant of the bridge claim,
    allocates *all* the pod's unallocated claims on the node with the allocator, the GPU axis
-   ordering devices (:mod:`driver.scoring`), and scores the node on the node axis;
+   ordering devices (:mod:`driver.scheduling.scoring`), and scores the node on the node axis;
 3. picks the best node (ties by name) and returns a :class:`Placement`, or an
    :class:`Unschedulable` with kube-scheduler's per-node reasons.
 
@@ -43,8 +43,14 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
 
-from driver.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
-from driver.bridge import (
+from driver.api.claims import AllocationResult, ResourceClaim
+from driver.api.errors import BiaxialError, InvalidInputError
+from driver.api.ids import DeviceID, NodeName
+from driver.api.model import Device
+from driver.api.nodes import Node, node_selector_matches
+from driver.api.quantity import NANO, Quantity
+from driver.cel.engine import compile_selector
+from driver.scheduling.bridge import (
     GPU_RESOURCE,
     MODIFIER_RESOURCES,
     BridgeClaim,
@@ -54,22 +60,15 @@ from driver.bridge import (
     dra_resources_on_node,
     legacy_resources,
 )
-from driver.cel import compile_selector
-from driver.claims import AllocationResult, ResourceClaim
-from driver.errors import BiaxialError, InvalidInputError
-from driver.ids import DeviceID, NodeName
-from driver.model import Device
-from driver.nodefit import (
+from driver.scheduling.nodefit import (
     NodeUsage,
     PodSchedulingFacts,
     filter_node,
     node_allocatable,
     unschedulable_message,
 )
-from driver.nodes import Node, node_selector_matches
-from driver.policy import PodPolicies, PolicyDefaults, policies_for_pod
-from driver.quantity import NANO, Quantity
-from driver.scoring import (
+from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
+from driver.scheduling.scoring import (
     CORES,
     MEMORY,
     NUMA_NODE,
@@ -81,9 +80,10 @@ from driver.scoring import (
     node_rank,
     node_score,
 )
-from driver.snapshot import Candidate, ClusterSnapshot
+from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
+from driver.structured.snapshot import Candidate, ClusterSnapshot
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly

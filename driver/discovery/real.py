@@ -7,7 +7,7 @@ Contract:
 
 * :class:`NvmlBackend` initialises NVML on construction and shuts it down on :meth:`close`
   (idempotent; also on context exit). A missing library, a missing driver or no GPU raises
-  :class:`~driver.errors.DiscoveryError` with "NVML is not available on this machine: ...".
+  :class:`~driver.api.errors.DiscoveryError` with "NVML is not available on this machine: ...".
 * :meth:`NvmlBackend.discover` reads every GPU: identity, product, brand, architecture,
   compute capability, driver and CUDA driver versions, normalised PCI bus ID
   (``0000:3b:00.0``), PCIe root (``pci<domain>:<bus>`` from the sysfs path, ``None`` when
@@ -33,11 +33,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final, Self
 
-from driver.errors import DiscoveryError
-from driver.model import GpuInfo, MigInfo
-from driver.nvml import HealthEvent
+from driver.api.errors import DiscoveryError
+from driver.discovery.backend import HealthEvent
+from driver.discovery.gpus import GpuInfo, MigInfo
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(f"biaxial.{__name__}")
 
 NO_NVML_HINT: Final = "use --fake PROFILE to run without a GPU"
 
@@ -190,7 +190,7 @@ def cores_per_sm(major: int, minor: int) -> int | None:
 
 
 class NvmlBackend:
-    """A :class:`~driver.nvml.GpuBackend` on the real NVML library."""
+    """A :class:`~driver.discovery.backend.GpuBackend` on the real NVML library."""
 
     def __init__(self, *, sysfs: Path = Path("/sys")) -> None:
         self._nvml: Any = _import_pynvml()

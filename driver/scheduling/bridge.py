@@ -25,7 +25,7 @@ capacity of the container that owns it, as upstream reuses the request as a whol
 As the API server would, a resource given only under ``limits`` counts as requested (requests
 default to limits), so manifests written for HAMi (``limits: {nvidia.com/gpu: 1}``) work as-is.
 
-Conflicting or impossible combinations raise :class:`~driver.errors.ManifestError` with the
+Conflicting or impossible combinations raise :class:`~driver.api.errors.ManifestError` with the
 pod, container and resource named: gpumem or gpucores without gpu, a percentage outside
 1..100 or given together with gpumem, gpucores outside 0..100, gpumem larger than every GPU in
 the cluster, a GPU count that is not a whole number.
@@ -41,9 +41,9 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from driver.errors import ManifestError, QuantityError
-from driver.model import API_VERSION
-from driver.quantity import Quantity
+from driver.api.errors import ManifestError, QuantityError
+from driver.api.model import API_VERSION
+from driver.api.quantity import Quantity
 
 JSON = dict[str, Any]
 
@@ -60,7 +60,7 @@ MIB: Final = 1024 * 1024
 
 
 class DeviceClassLike(Protocol):
-    """What the bridge needs from a DeviceClass (``driver.claims.DeviceClass`` has it)."""
+    """What the bridge needs from a DeviceClass (``driver.api.claims.DeviceClass`` has it)."""
 
     @property
     def name(self) -> str: ...

@@ -3,13 +3,13 @@
 Contract:
 
 * :meth:`Node.from_api` converts a raw ``v1.Node`` once; it never mutates its input and raises
-  :class:`~driver.errors.ManifestError` for malformed objects.
+  :class:`~driver.api.errors.ManifestError` for malformed objects.
 * :func:`node_selector_matches` implements upstream ``NodeSelector`` semantics: terms are ORed;
   within a term every ``matchExpressions`` and ``matchFields`` requirement must hold (ANDed);
   a term with no requirements matches nothing; a selector with no terms matches nothing.
   Operators: ``In``, ``NotIn``, ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt`` (integers).
   ``matchFields`` supports ``metadata.name`` with ``In`` / ``NotIn`` only, as upstream.
-  An unknown operator or field is a :class:`~driver.errors.ManifestError`.
+  An unknown operator or field is a :class:`~driver.api.errors.ManifestError`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.errors import ManifestError, QuantityError
-from driver.ids import NodeName
-from driver.model import JSON
-from driver.quantity import Quantity
+from driver.api.errors import ManifestError, QuantityError
+from driver.api.ids import NodeName
+from driver.api.model import JSON
+from driver.api.quantity import Quantity
 
 
 @dataclass(frozen=True, slots=True)

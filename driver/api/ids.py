@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NewType
+from typing import Final, NewType
+
+DEFAULT_DRIVER_NAME: Final = "gpu.biaxial.dev"
+"""The DRA driver name (a flag can change it); also the domain of unqualified attributes."""
 
 NodeName = NewType("NodeName", str)
 DriverName = NewType("DriverName", str)

@@ -4,13 +4,13 @@
 Contract
 --------
 * :func:`compile_selector` compiles once per expression string (LRU cache) and raises
-  :class:`~driver.errors.CELCompileError` for syntax and type errors (with the position, e.g.
+  :class:`~driver.api.errors.CELCompileError` for syntax and type errors (with the position, e.g.
   ``<input>:1:8: Syntax error: ...``), for expressions longer than
   :data:`MAX_EXPRESSION_LENGTH` bytes, and when the result type is statically known not to be
   bool.
 * :meth:`Selector.matches` evaluates against one device and returns the bool result. Every
   runtime problem (no such key, no matching overload, a non-bool result, an invalid version
-  attribute, the cost limit) raises :class:`~driver.errors.CELEvaluationError` naming the
+  attribute, the cost limit) raises :class:`~driver.api.errors.CELEvaluationError` naming the
   expression and the device: upstream treats these as errors for the pod, never as "does not
   match".
 * :class:`MatchCache` caches results and errors per (expression, device, slice generation) and
@@ -37,7 +37,7 @@ deviations they leave:
   private descriptor pool, carrying the exact value (nano-units, or the version without build
   metadata), so ``==`` means equal value / equal precedence as upstream. Their fields
   (``nanos``, ``version``) are visible to field selection, which upstream does not offer.
-  The library functions run in Python (``driver.cel_types``); the runtime registers one
+  The library functions run in Python (``driver.cel.library``); the runtime registers one
   implementation per member name, which dispatches on the receiver.
 * **Unknown domains.** Upstream returns an empty map for any domain the device does not have.
   The C++ maps cannot default, so every domain the expression names *literally*
@@ -47,7 +47,7 @@ deviations they leave:
   literally named missing domain shows up in ``in``, ``size()`` and iteration over
   ``device.attributes``, where upstream would not list it.
 * **Cost.** The engine has no cost tracking. The worst-case cost is estimated once at compile
-  time over the checked AST with upstream's size bounds (``driver.cel_ast``); an expression
+  time over the checked AST with upstream's size bounds (``driver.cel.checked``); an expression
   whose estimate exceeds :data:`COST_LIMIT` fails every evaluation with a cost-limit error
   before it runs (upstream rejects such expressions when they are written, and stops them at
   run time).
@@ -80,11 +80,11 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from driver import cel_ast, cel_types
-from driver.errors import CELCompileError, CELEvaluationError
-from driver.ids import DeviceID
-from driver.model import AttributeValue, Device, Version
-from driver.quantity import Quantity
+from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.ids import DeviceID
+from driver.api.model import AttributeValue, Device, Version
+from driver.api.quantity import Quantity
+from driver.cel import checked, library
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
@@ -120,7 +120,7 @@ def quantity_value(quantity: Quantity) -> Any:
     return _QuantityMsg(nanos=str(quantity.nanos))
 
 
-def _semver_value(version: cel_types.Semver) -> Any:
+def _semver_value(version: library.Semver) -> Any:
     return _SemverMsg(version=version.precedence_text)
 
 
@@ -128,13 +128,13 @@ def _semver_value(version: cel_types.Semver) -> Any:
 def _quantity_literal(text: str) -> Any:
     """``quantity(s)``; memoised (selectors call it with the same literal on every device).
     The engine copies the message, so sharing one is safe."""
-    return quantity_value(cel_types.parse_quantity(text))
+    return quantity_value(library.parse_quantity(text))
 
 
 @lru_cache(maxsize=4096)
 def _semver_literal(text: str, normalize: bool = False) -> Any:
     """``semver(s[, normalize])``; memoised like :func:`_quantity_literal`."""
-    return _semver_value(cel_types.parse_semver(text, normalize))
+    return _semver_value(library.parse_semver(text, normalize))
 
 
 def _type_name(value: Any) -> str:
@@ -148,14 +148,14 @@ def _type_name(value: Any) -> str:
 def _to_quantity(msg: Any) -> Quantity:
     # Attribute values are dyn, so a Semver can reach a quantity member at run time.
     if not isinstance(msg, _QuantityMsg):
-        raise cel_types.CELFunctionError(f"no such overload: {_type_name(msg)} is not a quantity")
+        raise library.CELFunctionError(f"no such overload: {_type_name(msg)} is not a quantity")
     return Quantity(int(msg.nanos))
 
 
-def _to_semver(msg: Any) -> cel_types.Semver:
+def _to_semver(msg: Any) -> library.Semver:
     if not isinstance(msg, _SemverMsg):
-        raise cel_types.CELFunctionError(f"no such overload: {_type_name(msg)} is not a semver")
-    return cel_types.parse_semver(msg.version)
+        raise library.CELFunctionError(f"no such overload: {_type_name(msg)} is not a semver")
+    return library.parse_semver(msg.version)
 
 
 # --------------------------------------------------------------------------- library bindings
@@ -167,20 +167,20 @@ def _compare(receiver: Any, other: Any) -> int:
         return _to_quantity(receiver).compare(_to_quantity(other))
     if isinstance(receiver, _SemverMsg) and isinstance(other, _SemverMsg):
         return _to_semver(receiver).compare(_to_semver(other))
-    raise cel_types.CELFunctionError(
+    raise library.CELFunctionError(
         f"no such overload: {_type_name(receiver)} compared with {_type_name(other)}"
     )
 
 
 def _add(receiver: Any, other: Any) -> Any:
     if isinstance(other, int):
-        return quantity_value(cel_types.quantity_add_int(_to_quantity(receiver), other))
+        return quantity_value(library.quantity_add_int(_to_quantity(receiver), other))
     return quantity_value(_to_quantity(receiver) + _to_quantity(other))
 
 
 def _sub(receiver: Any, other: Any) -> Any:
     if isinstance(other, int):
-        return quantity_value(cel_types.quantity_sub_int(_to_quantity(receiver), other))
+        return quantity_value(library.quantity_sub_int(_to_quantity(receiver), other))
     return quantity_value(_to_quantity(receiver) - _to_quantity(other))
 
 
@@ -196,24 +196,24 @@ def _is_sorted(items: list[Any]) -> bool:
     try:
         return all(a <= b for a, b in itertools.pairwise(items))
     except TypeError as exc:  # mixed element types in a dyn list, or versions
-        raise cel_types.CELFunctionError(f"no such overload: isSorted on {items!r}") from exc
+        raise library.CELFunctionError(f"no such overload: isSorted on {items!r}") from exc
 
 
 def _int_list(items: list[Any], function: str) -> list[int]:
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise cel_types.CELFunctionError(f"no such overload: {function}() needs a list of ints")
+        raise library.CELFunctionError(f"no such overload: {function}() needs a list of ints")
     return items
 
 
 def _min_max(items: list[Any], function: str, pick: Callable[[list[int]], int]) -> int:
     values = _int_list(items, function)
     if not values:
-        raise cel_types.CELFunctionError(f"{function}() of an empty list")
+        raise library.CELFunctionError(f"{function}() of an empty list")
     return pick(values)
 
 
-def _semver_component(pick: Callable[[cel_types.Semver], int]) -> Callable[[Any], int]:
-    return lambda msg: cel_types.semver_int(pick(_to_semver(msg)))
+def _semver_component(pick: Callable[[library.Semver], int]) -> Callable[[Any], int]:
+    return lambda msg: library.semver_int(pick(_to_semver(msg)))
 
 
 def _functions() -> list[Any]:
@@ -243,7 +243,7 @@ def _functions() -> list[Any]:
                 _quantity_literal,
             ),
         ),
-        decl("isQuantity", free("is_quantity_string", t.BOOL, [t.STRING], cel_types.is_quantity)),
+        decl("isQuantity", free("is_quantity_string", t.BOOL, [t.STRING], library.is_quantity)),
         decl("sign", member("quantity_sign", t.INT, [q], lambda x: _to_quantity(x).sign())),
         decl(
             "isInteger",
@@ -255,7 +255,7 @@ def _functions() -> list[Any]:
                 "quantity_get_integer",
                 t.INT,
                 [q],
-                lambda x: cel_types.quantity_as_integer(_to_quantity(x)),
+                lambda x: library.quantity_as_integer(_to_quantity(x)),
             ),
         ),
         decl(
@@ -309,8 +309,8 @@ def _functions() -> list[Any]:
         ),
         decl(
             "isSemver",
-            free("is_semver_string", t.BOOL, [t.STRING], cel_types.is_semver),
-            free("is_semver_string_bool", t.BOOL, [t.STRING, t.BOOL], cel_types.is_semver),
+            free("is_semver_string", t.BOOL, [t.STRING], library.is_semver),
+            free("is_semver_string_bool", t.BOOL, [t.STRING, t.BOOL], library.is_semver),
         ),
         # Kubernetes' sets library (cel-go ext.Sets) and, of its lists library, what list
         # attributes (ints, strings, bools, versions) need: isSorted, and sum/min/max of ints.
@@ -348,7 +348,7 @@ def _functions() -> list[Any]:
                 "list_int_sum",
                 t.INT,
                 [t.List(t.INT)],
-                lambda items: cel_types.check_int64(sum(_int_list(items, "sum"))),
+                lambda items: library.check_int64(sum(_int_list(items, "sum"))),
             ),
         ),
         decl(
@@ -439,7 +439,7 @@ def _runtime_message(text: str) -> str:
 
 def _attribute_value(value: AttributeValue) -> Any:
     if isinstance(value, Version):
-        return _semver_value(cel_types.parse_semver(value.text))
+        return _semver_value(library.parse_semver(value.text))
     if isinstance(value, tuple):
         return [_attribute_value(v) for v in value]
     return value
@@ -495,7 +495,7 @@ def device_input(device: Device, driver_name: str) -> DeviceInput:
         domain, ident = split_qualified_name(name, driver_name)
         try:
             attributes.setdefault(domain, {})[ident] = _attribute_value(value)
-        except cel_types.CELFunctionError as exc:
+        except library.CELFunctionError as exc:
             raise CELEvaluationError(f"attribute {name}: parse semantic version: {exc}") from exc
     capacity: dict[str, dict[str, Any]] = {}
     for name, cap in device.capacity.items():
@@ -590,12 +590,12 @@ def compile_selector(expression: str) -> Selector:
             f"compilation failed: must evaluate to bool or the unknown type, "
             f"not {output.name().lower()}"
         )
-    root = cel_ast.parse_checked(program.serialize())
+    root = checked.parse_checked(program.serialize())
     return Selector(
         expression=expression,
         _program=program,
-        domains=cel_ast.literal_domains(root),
-        max_cost=cel_ast.estimate_cost(root),
+        domains=checked.literal_domains(root),
+        max_cost=checked.estimate_cost(root),
     )
 
 

@@ -1,14 +1,14 @@
 """Values and functions of the Kubernetes CEL libraries that DRA selectors use: ``quantity`` and
 ``semver``, as plain Python with upstream semantics, independent of any CEL engine.
 
-``driver.cel`` binds these to cel-expr-python; the test-only cel-python adapter binds the same
-functions, so both engines share one implementation of the libraries and differ only where the
-engines themselves differ.
+``driver.cel.engine`` binds these to cel-expr-python; the test-only cel-python adapter binds
+the same functions, so both engines share one implementation of the libraries and differ only
+where the engines themselves differ.
 
 * quantity (k8s.io/apiserver/pkg/cel/library/quantity.go): ``quantity(s)``, ``isQuantity(s)``,
   members ``sign``, ``isInteger``, ``asInteger``, ``asApproximateFloat``, ``add`` / ``sub``
   (quantity or int), ``compareTo``, ``isGreaterThan``, ``isLessThan``. Values are
-  :class:`driver.quantity.Quantity` (exact).
+  :class:`driver.api.quantity.Quantity` (exact).
 * semver (k8s.io/apiserver/pkg/cel/library/semverlib.go, blang/semver): ``semver(s)`` parses
   strict semver 2.0.0; ``semver(s, true)`` normalises first (drops a leading ``v``, fills in a
   missing minor/patch with 0, strips leading zeros); ``isSemver(s[, normalize])``; members
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Final
 
-from driver.errors import QuantityError
-from driver.quantity import Quantity
+from driver.api.errors import QuantityError
+from driver.api.quantity import Quantity
 
 _INT64_MAX: Final = 2**63 - 1
 _INT64_MIN: Final = -(2**63)

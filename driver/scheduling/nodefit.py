@@ -32,9 +32,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from driver.errors import ManifestError, QuantityError
-from driver.nodes import Node, NodeTaint, node_selector_matches
-from driver.quantity import Quantity
+from driver.api.errors import ManifestError, QuantityError
+from driver.api.nodes import Node, NodeTaint, node_selector_matches
+from driver.api.quantity import Quantity
 
 NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
 UNSCHEDULABLE_TAINT: Final = "node.kubernetes.io/unschedulable"

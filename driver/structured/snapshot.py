@@ -28,19 +28,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from driver.cel import MatchCache
-from driver.claims import (
+from driver.api.claims import (
     AllocationResult,
     DeviceClass,
     DeviceResult,
     ResourceClaim,
     classes_by_name,
 )
-from driver.errors import AllocationError, ManifestError
-from driver.ids import DeviceID, DeviceName, DriverName, NodeName, PoolName
-from driver.model import JSON, Capacity, Device, DeviceTaint, ResourceSlice
-from driver.nodes import Node, node_selector_matches
-from driver.quantity import Format
+from driver.api.errors import AllocationError, ManifestError
+from driver.api.ids import DeviceID, DeviceName, DriverName, NodeName, PoolName
+from driver.api.model import JSON, Capacity, Device, DeviceTaint, ResourceSlice
+from driver.api.nodes import Node, node_selector_matches
+from driver.api.quantity import Format
+from driver.cel.engine import MatchCache
 
 PoolKey = tuple[str, str]
 """(driver, pool name)."""

@@ -40,11 +40,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Final, TypeVar
 
-from driver.allocator import DeviceOrder, OrderContext
-from driver.model import Capacity, Device
-from driver.policy import GpuPolicy, NodePolicy
-from driver.quantity import NANO, Quantity
-from driver.snapshot import Candidate, CapacitySpec
+from driver.api.model import Capacity, Device
+from driver.api.quantity import NANO, Quantity
+from driver.scheduling.policy import GpuPolicy, NodePolicy
+from driver.structured.allocator import DeviceOrder, OrderContext
+from driver.structured.snapshot import Candidate, CapacitySpec
 
 MEMORY: Final = "memory"
 CORES: Final = "cores"

@@ -3,19 +3,19 @@
 Contract:
 
 * :func:`open_backend` returns a :class:`GpuBackend`. ``fake=None`` opens the real backend
-  (``driver.nvml.real``, which is the only module that imports ``pynvml``, lazily); any other
+  (``driver.discovery.real``, the only module that imports ``pynvml``, lazily); any other
   value names a built-in fake profile (``t4x4``, ``a10gx4``, ``a100-40gbx8``, ``a100-80gbx8``,
   ``h100-80gbx8``) or the path of a profile YAML file.
-* :meth:`GpuBackend.discover` returns every physical GPU as a :class:`driver.model.GpuInfo`,
-  sorted by minor number, with its existing MIG partitions as :class:`driver.model.MigInfo`
-  children sorted by placement start. It is a pure read: calling it twice gives equal results
-  unless the hardware changed.
+* :meth:`GpuBackend.discover` returns every physical GPU as a
+  :class:`driver.discovery.gpus.GpuInfo`, sorted by minor number, with its existing MIG
+  partitions as :class:`driver.discovery.gpus.MigInfo` children sorted by placement start. It
+  is a pure read: calling it twice gives equal results unless the hardware changed.
 * :meth:`GpuBackend.wait_health_event` blocks for at most ``timeout_s`` seconds and returns the
   next :class:`HealthEvent`, or ``None`` on timeout. It is blocking on purpose (NVML's event
   wait is); async callers run it with ``asyncio.to_thread`` (:func:`next_health_event` does).
 * :meth:`GpuBackend.close` releases the backend (NVML shutdown); it is idempotent. Backends
   are context managers.
-* Every failure is a :class:`driver.errors.DiscoveryError` with a message that says what is
+* Every failure is a :class:`driver.api.errors.DiscoveryError` with a message that says what is
   wrong and what to do (for instance "use --fake PROFILE" on a machine without NVML).
 """
 
@@ -25,7 +25,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Literal, Protocol, Self, runtime_checkable
 
-from driver.model import GpuInfo
+from driver.discovery.gpus import GpuInfo
 
 __all__ = [
     "GpuBackend",
@@ -93,9 +93,9 @@ def open_backend(fake: str | None = None, *, node_name: str = "") -> GpuBackend:
     profile still get different GPU UUIDs. The real backend ignores it.
     """
     if fake is None:
-        from driver.nvml.real import NvmlBackend  # noqa: PLC0415 - keeps pynvml optional
+        from driver.discovery.real import NvmlBackend  # noqa: PLC0415 - keeps pynvml optional
 
         return NvmlBackend()
-    from driver.nvml.fake import FakeBackend  # noqa: PLC0415 - symmetric with the real one
+    from driver.discovery.fake import FakeBackend  # noqa: PLC0415 - symmetric with the real one
 
     return FakeBackend.from_profile(fake, node_name=node_name)

@@ -7,7 +7,7 @@ Everything here is converted once, at the edge, from raw ``resource.k8s.io/v1`` 
 Contract:
 
 * ``from_api()`` never mutates its input and copies every mapping it keeps; malformed objects
-  raise :class:`~driver.errors.ManifestError` naming the object and the field.
+  raise :class:`~driver.api.errors.ManifestError` naming the object and the field.
 * API defaults are applied as the API server applies them: ``allocationMode`` defaults to
   ``ExactCount``, ``count`` to 1 (ExactCount only), a toleration's ``operator`` to ``Equal``.
 * The models are immutable values; mappings inside them are private copies.
@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from driver.errors import ManifestError, QuantityError
-from driver.ids import DeviceID, DeviceName, DriverName, PoolName
-from driver.model import JSON, DeviceTaint
-from driver.quantity import Quantity
+from driver.api.errors import ManifestError, QuantityError
+from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
+from driver.api.model import JSON, DeviceTaint
+from driver.api.quantity import Quantity
 
 AllocationMode = Literal["ExactCount", "All"]
 ConfigSource = Literal["FromClass", "FromClaim"]

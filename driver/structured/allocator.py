@@ -1,8 +1,8 @@
 """Structured-parameter allocation with upstream semantics, as a pure function of a snapshot.
 
-``allocate(snapshot, claims, node)`` returns one :class:`~driver.claims.AllocationResult` per
+``allocate(snapshot, claims, node)`` returns one :class:`~driver.api.claims.AllocationResult` per
 claim (in claim order) when all claims fit on ``node`` together, ``None`` when they do not,
-and raises :class:`~driver.errors.AllocationError` for fatal errors: an unknown class, a CEL
+and raises :class:`~driver.api.errors.AllocationError` for fatal errors: an unknown class, a CEL
 compile or runtime error, ``All`` mode on an incomplete or invalid pool, more than 32 devices
 in a claim, admin access where the caller forbids it, or an exhausted search budget. It never
 mutates its inputs; the same inputs always give the same output (``shareID`` is a UUIDv5 of
@@ -53,8 +53,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from driver.cel import Selector, compile_selector
-from driver.claims import (
+from driver.api.claims import (
     ALLOCATION_RESULTS_MAX_SIZE,
     AllocationConfig,
     AllocationResult,
@@ -67,12 +66,13 @@ from driver.claims import (
     SubRequest,
     Toleration,
 )
-from driver.errors import AllocationError, CELCompileError, CELEvaluationError
-from driver.ids import DeviceID
-from driver.model import JSON, AttributeValue, Version
-from driver.nodes import Node, node_local_selector
-from driver.quantity import Format, Quantity
-from driver.snapshot import (
+from driver.api.errors import AllocationError, CELCompileError, CELEvaluationError
+from driver.api.ids import DeviceID
+from driver.api.model import JSON, AttributeValue, Version
+from driver.api.nodes import Node, node_local_selector
+from driver.api.quantity import Format, Quantity
+from driver.cel.engine import Selector, compile_selector
+from driver.structured.snapshot import (
     AllocatedState,
     Candidate,
     CapacitySpec,

@@ -3,7 +3,7 @@
 typed list as the API returns it (``ResourceSliceList``) inherit its apiVersion and kind.
 
 :func:`load_objects` returns the objects in file order, Lists flattened in place, empty YAML
-documents skipped. It raises :class:`~driver.errors.ManifestError` naming the file (and the
+documents skipped. It raises :class:`~driver.api.errors.ManifestError` naming the file (and the
 document) for an unreadable file, a YAML/JSON syntax error, or a document that is not an object
 with ``apiVersion`` and ``kind``. It never guesses: a scalar or a list at the top level is an
 error, not ignored. Kind filtering is the caller's job (:func:`objects_of_kind`). Pure apart
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from driver.errors import ManifestError
+from driver.api.errors import ManifestError
 
 JSON = dict[str, Any]
 

@@ -1,0 +1,3 @@
+"""The DRA CEL environment: compiling and evaluating device selectors with upstream's
+semantics, its libraries, cost and caching. Imports only ``driver.api``.
+"""

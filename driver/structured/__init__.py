@@ -1,0 +1,3 @@
+"""Structured-parameter allocation with upstream's semantics: the immutable cluster snapshot
+and the allocator. Imports ``driver.api`` and ``driver.cel``.
+"""

@@ -112,6 +112,49 @@ def test_gpu_disappearing_and_returning_updates_the_pool(
         assert plugin.stop() == 0
 
 
+def allocated_claim(emulator: Emulator, name: str, device: str) -> tuple[str, str, str]:
+    """A claim allocated ``device`` of this node (as a scheduler would write it)."""
+    created = emulator.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}
+            },
+        }
+    )
+    result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}
+    emulator.update_status(
+        "ResourceClaim",
+        name,
+        {"allocation": {"devices": {"results": [result]}}},
+        namespace="default",
+    )
+    return ("default", created["metadata"]["uid"], name)
+
+
+def test_prepare_follows_the_devices_rediscovery_publishes(
+    cluster: tuple[Emulator, Path], root: Path
+) -> None:
+    emulator, kubeconfig = cluster
+    plugin = PluginProcess(root, kubeconfig).start()
+    try:
+        wait(lambda: consistent(emulator, ALL), what="pool published")
+        ref = allocated_claim(emulator, "on-gpu-1", "gpu-1")
+        with FakeKubelet(plugin.registration_socket) as kubelet:
+            plugin.inject("remove", 1)
+            wait(lambda: consistent(emulator, ["gpu-0", "gpu-2", "gpu-3"]), what="gpu-1 gone")
+            error = kubelet.dra("v1").prepare([ref])[ref[1]].error
+            assert "unknown device 'gpu-1' (this node has gpu-0, gpu-2, gpu-3)" in error
+            plugin.inject("restore", 1)
+            wait(lambda: consistent(emulator, ALL), what="gpu-1 back")
+            assert kubelet.dra("v1").prepare([ref])[ref[1]].error == ""
+            assert kubelet.dra("v1").unprepare([ref]) == {ref[1]: ""}
+    finally:
+        assert plugin.stop() == 0, plugin.log()
+
+
 def test_publisher_survives_conflicts_server_errors_and_watch_faults(
     cluster: tuple[Emulator, Path], root: Path
 ) -> None:
@@ -178,30 +221,7 @@ def test_two_overlapping_instances_serve_and_serialize_prepare(
         ):
             assert k_old.get_info().endpoint.endswith("dra-pod-old.sock")
             assert k_new.get_info().endpoint.endswith("dra-pod-new.sock")
-            refs = []
-            for name in ("first", "second"):
-                created = emulator.create(
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "ResourceClaim",
-                        "metadata": {"name": name, "namespace": "default"},
-                        "spec": {
-                            "devices": {
-                                "requests": [
-                                    {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}
-                                ]
-                            }
-                        },
-                    }
-                )
-                result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}
-                emulator.update_status(
-                    "ResourceClaim",
-                    name,
-                    {"allocation": {"devices": {"results": [result]}}},
-                    namespace="default",
-                )
-                refs.append(("default", created["metadata"]["uid"], name))
+            refs = [allocated_claim(emulator, name, "gpu-0") for name in ("first", "second")]
             answers: dict[str, str] = {}
 
             def call(kubelet: FakeKubelet, ref: tuple[str, str, str]) -> None:

@@ -10,14 +10,10 @@ from typing import Any
 import pytest
 
 from driver.api.errors import PrepareError
+from driver.discovery.devices import DeviceTable, NodeDevice
+from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin import cdi
-from kubeletplugin.cdi import (
-    DeviceAllocation,
-    GpuTarget,
-    SharingPaths,
-    build_claim_spec,
-    minimum_cdi_version,
-)
+from kubeletplugin.cdi import DeviceAllocation, SharingPaths, build_claim_spec, minimum_cdi_version
 
 DRIVER = "gpu.biaxial.dev"
 UID = "a1b2c3d4-0000-4000-8000-000000000001"
@@ -29,30 +25,51 @@ PATHS = SharingPaths(
 )
 
 
-def gpu(minor: int, pci: str = "") -> GpuTarget:
-    return GpuTarget(
-        name=f"gpu-{minor}",
+def _gpu_info(minor: int, pci: str = "", *, mig: bool = False) -> GpuInfo:
+    return GpuInfo(
         uuid=f"GPU-{minor}",
+        index=minor,
         minor=minor,
-        pci_bus_id=pci or f"0000:{0x10 + minor:02x}:00.0",
+        product_name="NVIDIA A100-SXM4-40GB",
+        brand="Nvidia",
+        architecture="Ampere",
+        cuda_compute_capability="8.0",
+        driver_version="550.54.15",
+        cuda_driver_version="12.4",
         memory_bytes=16384 * MIB,
-        shareable=True,
+        multiprocessors=108,
+        pci_bus_id=pci or f"0000:{0x10 + minor:02x}:00.0",
+        mig_capable=mig,
+        mig_enabled=mig,
+        mig_devices=(
+            MigInfo(
+                uuid="MIG-abc",
+                profile="1g.5gb",
+                start=0,
+                size=1,
+                memory_bytes=4864 * MIB,
+                multiprocessors=14,
+                parent_uuid=f"GPU-{minor}",
+                parent_minor=minor,
+            ),
+        )
+        if mig
+        else (),
     )
 
 
-MIG = GpuTarget(
-    name="gpu-0-mig-1g5gb-0",
-    uuid="MIG-abc",
-    minor=0,
-    pci_bus_id="0000:10:00.0",
-    memory_bytes=4864 * MIB,
-    is_mig=True,
-    parent_uuid="GPU-0",
-)
+def gpu(minor: int, pci: str = "") -> NodeDevice:
+    """A whole GPU, as the node's device table has it."""
+    device = DeviceTable.from_gpus([_gpu_info(minor, pci)]).published_device(f"gpu-{minor}")
+    assert device is not None
+    return device
+
+
+MIG = DeviceTable.from_gpus([_gpu_info(0, mig=True)]).published[0]
 
 
 def alloc(
-    target: GpuTarget,
+    target: NodeDevice,
     request: str = "r0",
     *,
     strategy: Any = "none",
@@ -108,7 +125,7 @@ def test_device_nodes_per_device_and_control_nodes_spec_wide() -> None:
         ([MIG], "MIG-abc", "0"),
     ],
 )
-def test_visible_devices_and_indices(targets: list[GpuTarget], visible: str, cuda: str) -> None:
+def test_visible_devices_and_indices(targets: list[NodeDevice], visible: str, cuda: str) -> None:
     spec = build_claim_spec(DRIVER, UID, [alloc(t) for t in targets], PATHS).spec
     for index in range(len(targets)):
         env = env_of(spec, index)

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from driver.api.errors import ConfigError
-from kubeletplugin.config import GpuConfig, SharingConfig, parse_gpu_config, resolve_configs
+from driver.api.claims import AllocationConfig
+from driver.api.config import GpuConfig, SharingConfig, parse_gpu_config, resolve_configs
+from driver.api.errors import ConfigError, ManifestError
 
 DRIVER = "gpu.biaxial.dev"
 HEAD = {"apiVersion": "gpu.biaxial.dev/v1alpha1", "kind": "GpuConfig"}
@@ -24,13 +25,14 @@ def entry(
     params: Any,
     *,
     source: str = "FromClaim",
-    requests: list[str] | None = None,
+    requests: Any = None,
     driver: str = DRIVER,
-) -> dict[str, Any]:
+) -> AllocationConfig:
+    """One ``status.allocation.devices.config`` entry, read through the claim model."""
     out: dict[str, Any] = {"source": source, "opaque": {"driver": driver, "parameters": params}}
     if requests is not None:
         out["requests"] = requests
-    return out
+    return AllocationConfig.from_api(out, "allocation: devices.config[0]")
 
 
 @pytest.mark.parametrize(
@@ -117,9 +119,9 @@ def test_invalid_entry_is_reported_even_if_it_applies_to_no_request() -> None:
     assert 'sharing.strategy: unknown value "foo"' in message
 
 
-def test_malformed_requests_list() -> None:
-    with pytest.raises(ConfigError, match=r"config\[0\]\.requests: expected a list"):
-        resolve_configs([entry(cfg("mps"), requests="a")], DRIVER, ["a"])  # type: ignore[arg-type]
+def test_malformed_requests_list_is_refused_by_the_claim_model() -> None:
+    with pytest.raises(ManifestError, match=r"config\[0\]: requests: expected a list"):
+        entry(cfg("mps"), requests="a")
 
 
 def test_inputs_are_not_mutated() -> None:

@@ -1,7 +1,8 @@
-"""Opaque ``GpuConfig`` parsing, validation and resolution per request.
+"""``GpuConfig``: the driver's opaque configuration type, parsed and resolved.
 
-A claim's ``status.allocation.devices.config`` carries opaque parameters for each driver. Ours
-look like::
+A DeviceClass (``spec.config``) or a claim (``spec.devices.config``) may carry opaque
+parameters for a driver; the allocation copies them into ``status.allocation.devices.config``
+(class entries first). Ours look like::
 
     apiVersion: gpu.biaxial.dev/v1alpha1
     kind: GpuConfig
@@ -13,11 +14,13 @@ Contract:
 * :func:`parse_gpu_config` is strict: unknown fields, a wrong ``apiVersion`` / ``kind``, a
   value of the wrong type or an unknown strategy raise :class:`~driver.api.errors.ConfigError`
   whose message names the field (``sharing.strategy: unknown value "foo", expected one of
-  "hami-core", "mps", "none"``).
-* :func:`resolve_configs` applies the entries in the order the API stores them (class configs
-  first, then claim configs), so a claim config overrides a class config for the same request.
-  Only entries whose ``opaque.driver`` is ours are read; an empty ``requests`` list means
-  "every request"; an entry naming ``req`` applies to its subrequests ``req/sub`` too.
+  "hami-core", "mps", "none"``). Another driver's parameters relabelled with our driver name
+  are refused the same way (the first field we do not know is named).
+* :func:`resolve_configs` gives the effective config per (sub)request of an allocation: entries
+  apply in the order the API stores them with class entries first, so a claim entry overrides
+  a class entry for the same request. Only entries whose ``opaque.driver`` is ours are read; an
+  empty ``requests`` list means "every request"; an entry naming ``req`` applies to its
+  subrequests ``req/sub`` too. Every entry of ours is parsed, so a bad one is always reported.
 * Pure: no I/O, inputs are never mutated.
 """
 
@@ -27,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
+from driver.api.claims import AllocationConfig, OpaqueConfig
 from driver.api.errors import ConfigError
 
 API_VERSION: Final = "gpu.biaxial.dev/v1alpha1"
@@ -100,6 +104,20 @@ def parse_gpu_config(raw: object) -> GpuConfig:
     )
 
 
+def parse_opaque(opaque: OpaqueConfig, driver: str, where: str) -> GpuConfig | None:
+    """The :class:`GpuConfig` of one opaque entry, ``None`` when the entry is another driver's.
+
+    A parse error is re-raised as ``<where> opaque.parameters: <field error>``, so every reader
+    (Prepare, the scheduler) reports the field in the same words, prefixed by where it looks.
+    """
+    if opaque.driver != driver:
+        return None
+    try:
+        return parse_gpu_config(opaque.parameters)
+    except ConfigError as exc:
+        raise ConfigError(f"{where} opaque.parameters: {exc}") from exc
+
+
 def _applies(entry_requests: Sequence[str], request: str) -> bool:
     if not entry_requests:
         return True
@@ -108,42 +126,35 @@ def _applies(entry_requests: Sequence[str], request: str) -> bool:
 
 
 def resolve_configs(
-    configs: Sequence[Mapping[str, Any]], driver: str, requests: Sequence[str]
+    configs: Sequence[AllocationConfig], driver: str, requests: Sequence[str]
 ) -> dict[str, GpuConfig]:
     """The effective :class:`GpuConfig` for each of ``requests`` (``req`` or ``req/sub``).
 
-    ``configs`` is ``status.allocation.devices.config`` as the API returns it. Requests that
-    no entry of ours applies to are absent from the result. Each entry of ours is parsed even
-    if it applies to no listed request, so a bad config is always reported.
+    ``configs`` is an allocation's ``devices.config``. Requests that no entry of ours applies
+    to are absent from the result. A bad entry raises :class:`ConfigError` located as
+    ``allocation.devices.config[<index>] (<source>)``.
     """
-    if not isinstance(configs, Sequence):
-        raise ConfigError("allocation.devices.config: expected a list")
     # Stable sort: FromClass before FromClaim, API order kept within each source.
-    ordered = sorted(
-        enumerate(configs),
-        key=lambda item: (
-            0 if isinstance(item[1], Mapping) and item[1].get("source") == "FromClass" else 1
-        ),
-    )
+    ordered = sorted(enumerate(configs), key=lambda item: item[1].source != "FromClass")
     result: dict[str, GpuConfig] = {}
     for index, entry in ordered:
-        where = f"allocation.devices.config[{index}]"
-        if not isinstance(entry, Mapping):
-            raise ConfigError(f"{where}: expected an object")
-        opaque = entry.get("opaque")
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
+        parsed = parse_opaque(
+            entry.opaque, driver, f"allocation.devices.config[{index}] ({entry.source})"
+        )
+        if parsed is None:
             continue
-        entry_requests = entry.get("requests") or []
-        if not isinstance(entry_requests, list) or not all(
-            isinstance(r, str) for r in entry_requests
-        ):
-            raise ConfigError(f"{where}.requests: expected a list of request names")
-        try:
-            parsed = parse_gpu_config(opaque.get("parameters"))
-        except ConfigError as exc:
-            source = entry.get("source", "")
-            raise ConfigError(f"{where} ({source}) opaque.parameters: {exc}") from exc
         for request in requests:
-            if _applies(entry_requests, request):
+            if _applies(entry.requests, request):
                 result[request] = parsed
     return result
+
+
+# --------------------------------------------------------------------------- Prepare's words
+
+
+def mps_device_count_error(request: str, devices: int) -> str:
+    """The refusal of ``mps`` for a request served by more than one GPU (Prepare's words)."""
+    return (
+        f"request {request!r}: sharing.strategy mps serves one GPU per container (one MPS pipe "
+        f"directory), got {devices} GPUs; use hami-core or one request per GPU"
+    )

@@ -11,9 +11,9 @@ import pytest
 
 from driver.api.errors import PrepareError
 from driver.discovery.devices import DeviceTable, NodeDevice
-from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin import cdi
 from kubeletplugin.cdi import DeviceAllocation, SharingPaths, build_claim_spec, minimum_cdi_version
+from tests.unit.builders import gpu_info
 
 DRIVER = "gpu.biaxial.dev"
 UID = "a1b2c3d4-0000-4000-8000-000000000001"
@@ -25,47 +25,16 @@ PATHS = SharingPaths(
 )
 
 
-def _gpu_info(minor: int, pci: str = "", *, mig: bool = False) -> GpuInfo:
-    return GpuInfo(
-        uuid=f"GPU-{minor}",
-        index=minor,
-        minor=minor,
-        product_name="NVIDIA A100-SXM4-40GB",
-        brand="Nvidia",
-        architecture="Ampere",
-        cuda_compute_capability="8.0",
-        driver_version="550.54.15",
-        cuda_driver_version="12.4",
-        memory_bytes=16384 * MIB,
-        multiprocessors=108,
-        pci_bus_id=pci or f"0000:{0x10 + minor:02x}:00.0",
-        mig_capable=mig,
-        mig_enabled=mig,
-        mig_devices=(
-            MigInfo(
-                uuid="MIG-abc",
-                profile="1g.5gb",
-                start=0,
-                size=1,
-                memory_bytes=4864 * MIB,
-                multiprocessors=14,
-                parent_uuid=f"GPU-{minor}",
-                parent_minor=minor,
-            ),
-        )
-        if mig
-        else (),
-    )
-
-
 def gpu(minor: int, pci: str = "") -> NodeDevice:
     """A whole GPU, as the node's device table has it."""
-    device = DeviceTable.from_gpus([_gpu_info(minor, pci)]).published_device(f"gpu-{minor}")
+    device = DeviceTable.from_gpus([gpu_info(minor, pci=pci, memory_mib=16384)]).published_device(
+        f"gpu-{minor}"
+    )
     assert device is not None
     return device
 
 
-MIG = DeviceTable.from_gpus([_gpu_info(0, mig=True)]).published[0]
+MIG = DeviceTable.from_gpus([gpu_info(0, mig_starts=(0,))]).published[0]
 
 
 def alloc(
@@ -122,7 +91,7 @@ def test_device_nodes_per_device_and_control_nodes_spec_wide() -> None:
         # In-container order is PCI bus order, whatever the allocation order.
         ([gpu(1, "0000:81:00.0"), gpu(0, "0000:3b:00.0")], "GPU-0,GPU-1", "0,1"),
         ([gpu(5), gpu(2), gpu(7)], "GPU-2,GPU-5,GPU-7", "0,1,2"),
-        ([MIG], "MIG-abc", "0"),
+        ([MIG], "MIG-0-0", "0"),
     ],
 )
 def test_visible_devices_and_indices(targets: list[NodeDevice], visible: str, cuda: str) -> None:

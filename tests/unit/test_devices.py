@@ -11,10 +11,11 @@ import pytest
 from driver.api.errors import PrepareError
 from driver.discovery.backend import HealthEvent
 from driver.discovery.devices import DeviceTable, gpu_device_name, mig_device_name
-from driver.discovery.gpus import GpuInfo, MigInfo
+from driver.discovery.gpus import GpuInfo
 from driver.discovery.slices import build_slices
 from kubeletplugin.health import HealthTracker
 from kubeletplugin.prepare import ClaimRef, PrepareSettings, plan_claim
+from tests.unit.builders import gpu_info
 
 MIB = 1024 * 1024
 NODE = "gpu-node"
@@ -22,37 +23,7 @@ DRIVER = "gpu.biaxial.dev"
 
 
 def gpu(minor: int, *, mig_starts: tuple[int, ...] | None = None) -> GpuInfo:
-    """An A100; ``mig_starts`` given: MIG enabled with 1g.5gb partitions at those starts."""
-    migs = tuple(
-        MigInfo(
-            uuid=f"MIG-{minor}-{start}",
-            profile="1g.5gb",
-            start=start,
-            size=1,
-            memory_bytes=4864 * MIB,
-            multiprocessors=14,
-            parent_uuid=f"GPU-{minor}",
-            parent_minor=minor,
-        )
-        for start in mig_starts or ()
-    )
-    return GpuInfo(
-        uuid=f"GPU-{minor}",
-        index=minor,
-        minor=minor,
-        product_name="NVIDIA A100-SXM4-40GB",
-        brand="Nvidia",
-        architecture="Ampere",
-        cuda_compute_capability="8.0",
-        driver_version="550.54.15",
-        cuda_driver_version="12.4",
-        memory_bytes=40960 * MIB,
-        multiprocessors=108,
-        pci_bus_id=f"0000:{0x10 + minor:02x}:00.0",
-        mig_capable=True,
-        mig_enabled=mig_starts is not None,
-        mig_devices=migs,
-    )
+    return gpu_info(minor, mig_starts=mig_starts)
 
 
 # GPU 1 is in MIG mode (partitions at 3 and 0, out of order); GPUs 0 and 2 are whole.

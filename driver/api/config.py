@@ -1,4 +1,4 @@
-"""``GpuConfig``: the driver's opaque configuration type, parsed and resolved.
+"""``GpuConfig``: the driver's opaque configuration type, parsed, resolved and checked.
 
 A DeviceClass (``spec.config``) or a claim (``spec.devices.config``) may carry opaque
 parameters for a driver; the allocation copies them into ``status.allocation.devices.config``
@@ -21,6 +21,13 @@ Contract:
   a class entry for the same request. Only entries whose ``opaque.driver`` is ours are read; an
   empty ``requests`` list means "every request"; an entry naming ``req`` applies to its
   subrequests ``req/sub`` too. Every entry of ours is parsed, so a bad one is always reported.
+* :func:`check_claim_config` is what the scheduler asks before it allocates anything: does the
+  node accept this claim's configuration? It raises the error Prepare would raise for every
+  refusal that depends only on the claim and its DeviceClasses: an entry of ours that does not
+  parse (from any class a request may use, or from the claim itself), and the ``mps`` strategy
+  on a request that asks for more than one device (one MPS daemon serves one GPU per
+  container). Refusals that depend on the devices chosen (a sharing strategy on a MIG device)
+  or on the node's settings (``hami-core`` without its library) remain Prepare's.
 * Pure: no I/O, inputs are never mutated.
 """
 
@@ -30,7 +37,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
-from driver.api.claims import AllocationConfig, OpaqueConfig
+from driver.api.claims import (
+    AllocationConfig,
+    DeviceClass,
+    ExactRequest,
+    OpaqueConfig,
+    ResourceClaim,
+    SubRequest,
+)
 from driver.api.errors import ConfigError
 
 API_VERSION: Final = "gpu.biaxial.dev/v1alpha1"
@@ -149,7 +163,7 @@ def resolve_configs(
     return result
 
 
-# --------------------------------------------------------------------------- Prepare's words
+# --------------------------------------------------------------------------- the claim-level check
 
 
 def mps_device_count_error(request: str, devices: int) -> str:
@@ -158,3 +172,69 @@ def mps_device_count_error(request: str, devices: int) -> str:
         f"request {request!r}: sharing.strategy mps serves one GPU per container (one MPS pipe "
         f"directory), got {devices} GPUs; use hami-core or one request per GPU"
     )
+
+
+def check_claim_config(
+    claim: ResourceClaim, classes: Mapping[str, DeviceClass], driver: str
+) -> None:
+    """Raise :class:`ConfigError` if the node would refuse this claim's configuration.
+
+    For a claim still to be allocated, reads the config of every class the claim's requests
+    (or their ``firstAvailable`` alternatives) may use and the claim's own
+    ``spec.devices.config``; classes missing from ``classes`` are skipped (the caller reports
+    them). For an allocated claim, reads the config its allocation carries, as Prepare does.
+    Messages start with the claim and name the entry (``DeviceClass <name>: spec.config[<i>]``,
+    ``spec.devices.config[<i>]`` or ``status.allocation.devices.config[<i>]``) and the field,
+    in the words Prepare uses.
+    """
+    if claim.allocation is not None:
+        # Allocated already (by anyone): the node reads the config the allocation carries.
+        try:
+            resolve_configs(claim.allocation.config, driver, ())
+        except ConfigError as exc:
+            raise ConfigError(f"claim {claim.key}: status.{exc}") from exc
+        return
+    used: dict[str, DeviceClass] = {}
+    for request in claim.requests:
+        alternatives = (
+            (request.exactly,) if request.exactly is not None else request.first_available
+        )
+        for alt in alternatives:
+            device_class = classes.get(alt.device_class_name)
+            if device_class is not None:
+                used.setdefault(device_class.name, device_class)
+    if not any(o.driver == driver for c in used.values() for o in c.config) and not any(
+        c.opaque.driver == driver for c in claim.config
+    ):
+        return
+    where = f"claim {claim.key}:"
+    for device_class in used.values():
+        for i, opaque in enumerate(device_class.config):
+            parse_opaque(
+                opaque, driver, f"{where} DeviceClass {device_class.name}: spec.config[{i}]"
+            )
+    claim_entries = tuple(
+        AllocationConfig(source="FromClaim", requests=c.requests, opaque=c.opaque)
+        for c in claim.config
+    )
+    for i, entry in enumerate(claim_entries):
+        parse_opaque(entry.opaque, driver, f"{where} spec.devices.config[{i}]")
+    # What Prepare would resolve for each alternative the allocator may choose.
+    for request in claim.requests:
+        choices: list[tuple[str, ExactRequest | SubRequest]] = (
+            [(request.name, request.exactly)]
+            if request.exactly is not None
+            else [(f"{request.name}/{s.name}", s) for s in request.first_available]
+        )
+        for name, alt in choices:
+            if alt.allocation_mode != "ExactCount" or alt.count < 2:
+                continue
+            device_class = classes.get(alt.device_class_name)
+            class_entries = tuple(
+                AllocationConfig(source="FromClass", requests=(name,), opaque=o)
+                for o in (device_class.config if device_class is not None else ())
+            )
+            config = resolve_configs((*class_entries, *claim_entries), driver, [name]).get(name)
+            if config is not None and config.sharing.strategy == "mps":
+                # Prepare names the container set, which is the base request.
+                raise ConfigError(f"{where} {mps_device_count_error(request.name, alt.count)}")

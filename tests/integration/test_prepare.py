@@ -20,7 +20,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver.api.errors import PrepareError
+from driver.api.claims import ResourceClaim
+from driver.api.config import check_claim_config
+from driver.api.errors import ConfigError, PrepareError
 from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin import cdi
@@ -872,3 +874,38 @@ def test_accepted_plans_never_double_book_or_exceed_capacity(
                 assert len(held) == 1
             assert sum(d.memory_bytes for d in held) <= T4_MEMORY
             assert sum(d.cores for d in held if not d.exclusive) <= 100
+
+
+# ----------------------------------------------------------------- same words as the scheduler
+
+
+@pytest.mark.parametrize(
+    ("results", "config", "count", "words"),
+    [
+        ([result("gpu-0", memory_mib=10)], gpu_config("bogus"), 1, "sharing.strategy: "),
+        (
+            [result("gpu-0", memory_mib=10), result("gpu-1", memory_mib=10)],
+            gpu_config("mps", ["gpu"]),
+            2,
+            "request 'gpu': sharing.strategy mps",
+        ),
+    ],
+    ids=["bad-strategy", "mps-on-two-gpus"],
+)
+def test_the_scheduler_refuses_in_prepares_words(
+    node: Node, results: list[dict[str, Any]], config: dict[str, Any], count: int, words: str
+) -> None:
+    ref = node.api.add("c", results, config=[config])
+    refused = run(node.preparer().prepare([ref]))[ref.uid].error
+    # The same claim before allocation, as the scheduler sees it.
+    raw = node.api.claims[("default", "c")]
+    raw["spec"]["devices"] = {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": count}}],
+        "config": [{k: v for k, v in config.items() if k != "source"}],
+    }
+    del raw["status"]
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(ResourceClaim.from_api(raw), {}, DRIVER)
+    scheduler = str(info.value)
+    assert words in refused
+    assert refused[refused.index(words) :] == scheduler[scheduler.index(words) :]

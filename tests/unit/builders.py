@@ -524,3 +524,18 @@ def gpu_info(
         mig_enabled=mig_starts is not None,
         mig_devices=migs,
     )
+
+
+def gpu_config(strategy: str, *, driver: str = DRIVER) -> JSON:
+    """A ``DeviceConfiguration`` holding a ``GpuConfig`` with ``sharing.strategy`` (as a class's
+    ``spec.config`` or a claim's ``spec.devices.config`` entry)."""
+    return {
+        "opaque": {
+            "driver": driver,
+            "parameters": {
+                "apiVersion": "gpu.biaxial.dev/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": strategy},
+            },
+        }
+    }

@@ -162,11 +162,6 @@ class DeviceTable:
         return inventory if isinstance(inventory, DeviceTable) else cls.from_gpus(inventory)
 
     @property
-    def gpus(self) -> tuple[GpuInfo, ...]:
-        """The physical GPUs, by minor."""
-        return tuple(d.gpu for d in self.devices if not d.is_mig)
-
-    @property
     def published(self) -> tuple[NodeDevice, ...]:
         """The devices the node's ResourceSlices carry, in publishing order."""
         return tuple(d for d in self.devices if d.published)

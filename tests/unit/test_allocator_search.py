@@ -241,7 +241,9 @@ def test_claims_in_one_call_see_each_other() -> None:
 def test_unknown_class_in_later_claim_is_fatal_even_if_first_fits() -> None:
     snap = snapshot([node_gpus("node-0", 2)], classes=[device_class()])
     claims = [to_claim(claim("a").request("r0")), to_claim(claim("b").request("r0", cls="nope"))]
-    with pytest.raises(AllocationError, match="claim default/b, request r0: device class nope"):
+    with pytest.raises(
+        AllocationError, match="claim default/b, request r0: could not retrieve device class nope"
+    ):
         allocate(snap, claims, NODE)
 
 

@@ -38,9 +38,20 @@ def test_table_is_large_enough() -> None:
     assert len({c.name for c in CASES}) == len(CASES), "case names must be unique"
 
 
+# Each of these is a difference listed in driver.cel.engine's docstring and docs/cel.md.
+KNOWN_DEVIATIONS = {
+    "has() on a device field",  # object type
+    "has() on allowMultipleAllocations",  # object type
+    "computed domain name",  # unknown domains
+    "in sees a padded literal domain",  # unknown domains
+    "cost limit: nested comprehension",  # iterations
+    "cost limit: comprehension over a nested literal",  # iterations
+}
+
+
 def test_driver_deviations_from_upstream_are_few_and_documented() -> None:
     deviations = [c for c in CASES if c.upstream]
-    assert len(deviations) <= 5
+    assert {c.name for c in deviations} == KNOWN_DEVIATIONS
     for case in deviations:
         # celpy implements the upstream behaviour in each: the table asserts it there.
         assert case.celpy is not None

@@ -213,6 +213,7 @@ class NodeState:
     level: int
     group_fresh: int  # most idle devices sharing one NUMA node or one PCIe root
     fit_level: int  # like level, for the scarcer of memory and cores on one shared device
+    by_id: Mapping[DeviceID, DeviceState] = field(default_factory=dict)
 
     def list_key(self, cores: bool) -> int:
         """Σ_d U_d · Π_{e≠d} T_e over the node dims: proportional to the node's current mean
@@ -332,6 +333,7 @@ class CapacityIndex:
             level=level,
             group_fresh=max(groups.values(), default=0),
             fit_level=max_fit,
+            by_id={d.device_id: d for d in states},
         )
 
     def _shape(self, key: tuple[object, ...], devices: Sequence[Candidate]) -> NodeShape:
@@ -1152,7 +1154,7 @@ def _precheck(state: NodeState, demand: _Demand, bounds: _ShapeBounds) -> str | 
 
 def _added(state: NodeState, results: Iterable[AllocationResult]) -> NodeAmounts:
     """What a pod's allocation adds to a node's devices/memory/cores use."""
-    by_id = {d.device_id: d for d in state.devices}
+    by_id = state.by_id
     fresh: set[DeviceID] = set()
     memory = cores = 0
     for allocation in results:

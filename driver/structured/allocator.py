@@ -474,6 +474,7 @@ class _Search:
         if verdicts is None:
             if len(cache) >= MAX_CACHED_SELECTOR_SETS:
                 cache.clear()
+                self.nc.selected.clear()
             verdicts = [None] * len(self.nc.devices)
             cache[key] = verdicts
         return verdicts
@@ -695,7 +696,12 @@ class _Search:
     def _candidates_for(self, req: _Req, key: tuple[int, int, int]) -> Sequence[Candidate]:
         if self.order is None:
             return self.nc.devices
-        selectable = [c for c in self.nc.devices if self._selectable(req, c)]
+        selectable = self.nc.selected.get(req.selector_key)
+        if selectable is None:
+            # Every verdict of the set is known afterwards (or a CEL error was raised): the
+            # filtered list is the same for every later request with these selectors.
+            selectable = tuple(c for c in self.nc.devices if self._selectable(req, c))
+            self.nc.selected[req.selector_key] = selectable
         pending: dict[DeviceID, Mapping[str, int]] = {}
         for cand in self.allocating:
             if self.allocating[cand]:

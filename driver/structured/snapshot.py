@@ -248,9 +248,11 @@ class CapacitySpec:
     range_step: int | None = None
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class PoolView:
-    """One visible pool on one node: its slices that target the node, sorted by name."""
+    """One visible pool on one node: its slices that target the node, sorted by name.
+    Weakly referenceable, so derived facts (the scorer's counter geometries) can be cached
+    per view without keeping old snapshots alive."""
 
     driver: DriverName
     name: PoolName
@@ -309,6 +311,8 @@ class NodeCandidates:
     devices: tuple[Candidate, ...]
     # Selector verdicts per selector set (class selectors, "", request selectors), by index.
     verdicts: dict[tuple[str, ...], list[bool | None]] = field(default_factory=dict)
+    # The devices a selector set selects, in order, once every verdict of the set is known.
+    selected: dict[tuple[str, ...], tuple[Candidate, ...]] = field(default_factory=dict)
 
     @property
     def blocked_pools(self) -> tuple[PoolView, ...]:

@@ -95,6 +95,12 @@ class NodeDevice:
         return self.placement is not None
 
     @property
+    def mig_backed(self) -> bool:
+        """A container gets a MIG instance: a MIG device, or a dynamic GPU's whole device
+        (its full-size instance)."""
+        return self.is_mig or self.mig is not None or self.placement is not None
+
+    @property
     def uuid(self) -> str:
         """``GPU-...`` for a whole GPU, ``MIG-...`` for a partition (``""`` for a dynamic
         placement whose instance does not exist yet)."""

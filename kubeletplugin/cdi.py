@@ -183,6 +183,11 @@ def _set_edits(
         cores = min(sum(a.cores_percent or 0 for a in group), 100)
         return memory, cores
 
+    if strategy == "hami-core" and any(t.mig_backed for t in targets):
+        raise PrepareError(
+            f"request {request!r}: sharing.strategy hami-core is not supported on MIG devices"
+            + _DYNAMIC_HINT * any(t.dynamic for t in targets)
+        )
     if strategy == "hami-core":
         limit_env: list[str] = []
         for index, target in enumerate(targets):
@@ -232,11 +237,6 @@ def _set_edits(
                 "containerPath": MPS_CONTAINER_PIPE_DIR,
                 "options": ["rw", "nosuid", "nodev", "bind"],
             }
-        )
-    if strategy == "hami-core" and any(t.mig_backed for t in targets):
-        raise PrepareError(
-            f"request {request!r}: sharing.strategy hami-core is not supported on MIG devices"
-            + _DYNAMIC_HINT * any(t.dynamic for t in targets)
         )
     return env, mounts
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from driver.api.errors import ConfigError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.discovery.fake import builtin_profiles
+from driver.discovery.mig import DynamicMigPolicy
 from kubeletplugin.prepare import PrepareSettings
 
 MAX_SOCKET_PATH: Final = 107  # bytes; sun_path is 108 including the terminating NUL
@@ -54,6 +55,8 @@ class Settings:
     advertise_legacy_resources: bool = False
     hami_core_library_path: Path | None = None
     mps_root: Path = Path("/run/biaxial/mps")
+    # GPUs partitioned on demand (off by default); GPUs a fake profile declares are added.
+    dynamic_mig: DynamicMigPolicy = field(default_factory=DynamicMigPolicy)
     health_check_timeout_s: int = 30
     health_resend_s: float = 10.0
     xid_quiet_s: float = 300.0
@@ -77,6 +80,12 @@ class Settings:
     def dra_socket(self) -> Path:
         base = self.plugin_dir / self.driver_name
         return base / (f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock")
+
+    @property
+    def fake_mig_state(self) -> Path:
+        """Test-only: where the fake backend keeps its MIG instances, so they outlive the
+        process as NVML's do."""
+        return self.state_dir / "fake-nvml-mig.json"
 
     @property
     def inject_dir(self) -> Path:

@@ -40,6 +40,15 @@ _FLAGS: list[tuple[str, str, str, str]] = [
     ("--metrics-address", "ADDR", "address for /metrics and /healthz", "0.0.0.0"),  # noqa: S104
     ("--hami-core-library", "PATH", "host path of HAMi-core libvgpu.so", ""),
     ("--mps-root", "DIR", "MPS pipe/log root", "/run/biaxial/mps"),
+    (
+        "--dynamic-mig",
+        "GPUS",
+        (
+            "partition GPUs on demand: off, all, or comma-separated product names; only GPUs "
+            "whose MIG mode is already on (biaxial never changes it)"
+        ),
+        "off",
+    ),
     ("--health-resend-seconds", "S", "re-send the health list this often", "10"),
     ("--health-check-timeout-seconds", "S", "health timeout told to the kubelet", "30"),
     ("--xid-quiet-seconds", "S", "non-fatal Xid clears after this long without another", "300"),
@@ -95,6 +104,7 @@ def _typed(args: argparse.Namespace, flag: str, kind: Callable[[str], T]) -> T:
 
 def build_settings(args: argparse.Namespace) -> Settings:
     """Flags + environment -> validated :class:`kubeletplugin.settings.Settings`."""
+    from driver.discovery.mig import DynamicMigPolicy  # noqa: PLC0415
     from kubeletplugin.settings import Settings  # noqa: PLC0415 - heavy imports inside run
 
     kubeconfig = _value(args, "--kubeconfig", "KUBECONFIG")
@@ -115,6 +125,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         advertise_legacy_resources=_switch(args, "--advertise-legacy-resources"),
         hami_core_library_path=Path(hami) if hami else None,
         mps_root=Path(_value(args, "--mps-root")),
+        dynamic_mig=DynamicMigPolicy.parse(_value(args, "--dynamic-mig")),
         health_resend_s=_typed(args, "--health-resend-seconds", float),
         health_check_timeout_s=_typed(args, "--health-check-timeout-seconds", int),
         xid_quiet_s=_typed(args, "--xid-quiet-seconds", float),

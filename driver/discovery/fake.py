@@ -36,8 +36,9 @@ profile and the field.
 MIG instances (:meth:`FakeBackend.create_mig`, :meth:`FakeBackend.destroy_mig`) are modelled as
 NVML does: creation needs MIG mode, a profile and start the table allows, no overlap with an
 existing instance and enough compute slices and media engines left (else
-:class:`~driver.api.errors.MigError`); each new instance gets a fresh UUID, the lowest free GPU
-instance ID and its ``/dev/nvidia-caps`` nodes. :meth:`FakeBackend.fail_next` injects failures.
+:class:`~driver.api.errors.MigError`); each new instance gets a fresh random UUID (NVML's are
+not reproducible either), the lowest free GPU instance ID and its ``/dev/nvidia-caps`` nodes.
+:meth:`FakeBackend.fail_next` injects failures.
 With a ``state_file`` the instances outlive the backend object, as NVML's outlive a process:
 the state is read at start and written after every change (deleting the file models a
 reboot, which destroys every instance but those the profile lists).
@@ -172,7 +173,6 @@ class FakeBackend:
         self._instances: dict[str, tuple[MigInfo, ...]] = {
             g.uuid: g.mig_devices for g in profile.gpus
         }
-        self._serial = 0
         self._failures: list[tuple[MigOperation, str]] = []
         #: Called with each new instance once it exists (and is saved); tests use it to
         #: model a process that dies right after NVML created an instance.
@@ -253,12 +253,11 @@ class FakeBackend:
                     f"{clash.uuid} ({clash.profile} at {clash.start})"
                 )
             self._check_resources(gpu, row, current, where)
-            self._serial += 1
             used = {m.gi_id for m in current}
             gi_id = next(i for i in range(1, len(current) + 2) if i not in used)
-            node, name, index = self._profile.node_name, self._profile.name, str(gpu.index)
             instance = MigInfo(
-                uuid=_fake_uuid("MIG", node, name, index, profile, str(start), str(self._serial)),
+                # Random, as NVML's: an instance re-created after a reboot is a new one.
+                uuid=f"MIG-{uuidlib.uuid4()}",
                 profile=profile,
                 start=start,
                 size=row.size,
@@ -346,7 +345,6 @@ class FakeBackend:
         except (OSError, ValueError) as exc:
             raise DiscoveryError(f"fake MIG state {path}: unreadable ({exc})") from exc
         try:
-            self._serial = int(raw["serial"])
             for gpu_uuid, entries in raw["instances"].items():
                 self._gpu(gpu_uuid)
                 self._instances[gpu_uuid] = tuple(
@@ -360,7 +358,6 @@ class FakeBackend:
         if path is None:
             return
         data = {
-            "serial": self._serial,
             "instances": {
                 uuid: [dataclasses.asdict(m) for m in migs]
                 for uuid, migs in sorted(self._instances.items())

@@ -22,7 +22,9 @@ Contract:
   keeps two ``+me`` instances apart). A placement consumes exactly its memory slices, its
   profile's compute slices and its engines; the whole GPU consumes everything.
 * :func:`placements` lists every valid (profile, start) of a GPU in publishing order: by
-  start, larger profiles first, then by name.
+  start, larger profiles first, then by name; :func:`still_placeable` those that still fit
+  beside some taken ones, :func:`free_slices` the memory slices nothing covers (what the
+  simulator's fragmentation and the plugin's metrics report).
 * Everything is pure and deterministic; nothing here talks to NVML.
 """
 
@@ -223,6 +225,28 @@ class MigGeometry:
         return MigPlacement(self.full, 0)
 
 
+def still_placeable(
+    geometry: MigGeometry, taken: Iterable[MigPlacement]
+) -> tuple[MigPlacement, ...]:
+    """The placements of ``geometry`` that still fit beside ``taken`` (counters: slots,
+    compute slices, media engines), in publishing order."""
+    left = dict(geometry.totals)
+    for placement in taken:
+        for counter, amount in geometry.consumes(placement).items():
+            left[counter] -= amount
+    return tuple(
+        p
+        for p in geometry.placements
+        if all(left.get(c, 0) >= a for c, a in geometry.consumes(p).items())
+    )
+
+
+def free_slices(geometry: MigGeometry, taken: Iterable[MigPlacement]) -> int:
+    """Memory slices no ``taken`` placement covers."""
+    used = {s for p in taken for s in p.slices}
+    return geometry.memory_slices - len(used)
+
+
 def placements(gpu: GpuInfo) -> tuple[MigPlacement, ...]:
     """Every valid (profile, start) of a GPU, in publishing order (see the module docstring)."""
     return MigGeometry.of(gpu).placements
@@ -242,8 +266,10 @@ __all__ = [
     "MigGeometry",
     "MigPlacement",
     "counter_set_name",
+    "free_slices",
     "instance_at",
     "memory_slice_counter",
     "placements",
+    "still_placeable",
     "unusable_reason",
 ]

@@ -98,3 +98,17 @@ def test_prepare_settings_carry_the_plugin_settings() -> None:
     assert (prepare.node_name, prepare.driver_name) == ("n1", "gpu.example.com")
     assert (prepare.state_dir, prepare.cdi_dir) == (Path("/s"), Path("/c"))
     assert prepare.hami_core_library_path == Path("/lib/libvgpu.so")
+
+
+def test_dynamic_mig_is_off_unless_asked_and_takes_all_or_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BIAXIAL_DYNAMIC_MIG", raising=False)
+    assert kubelet_plugin.build_settings(parse(["--node-name", "n1"])).dynamic_mig.off
+    every = kubelet_plugin.build_settings(parse(["--node-name", "n1", "--dynamic-mig", "all"]))
+    assert every.dynamic_mig.everywhere
+    monkeypatch.setenv("BIAXIAL_DYNAMIC_MIG", "NVIDIA A100-SXM4-80GB,NVIDIA H100 80GB HBM3")
+    models = kubelet_plugin.build_settings(parse(["--node-name", "n1"])).dynamic_mig.models
+    assert models == {"NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"}
+    with pytest.raises(ConfigError, match="--dynamic-mig 'a,,b'"):
+        kubelet_plugin.build_settings(parse(["--node-name", "n1", "--dynamic-mig", "a,,b"]))

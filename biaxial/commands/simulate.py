@@ -5,10 +5,12 @@ name order). They hold one cluster inventory (``biaxial.dev/v1alpha1`` ``Cluster
 ordinary objects: DeviceClass, ResourceClaimTemplate, ResourceClaim, Pod, Deployment. The
 project's ``deviceclasses/`` are loaded first unless ``--no-default-classes``.
 
-Output: ``-o table`` (default) prints the placements, per-node and per-GPU utilisation, whole
-GPUs left free, fragmentation and timing; ``-o json`` / ``-o yaml`` print
+Output: ``-o table`` (default) prints the placements, per-node and per-GPU utilisation (with
+dynamic MIG, each GPU's free memory slices and the partitions biaxial would create), whole GPUs
+left free, fragmentation and timing; ``-o json`` / ``-o yaml`` print
 ``{placements, unschedulable, errors, summary, objects}``. ``--plot FILE.png`` draws nodes x
-GPUs with each GPU's memory filled by pod (matplotlib, imported only then). A pod that cannot
+GPUs with each GPU's memory filled by pod, and a dynamic-MIG GPU's partitions at their memory
+slices inside it (matplotlib, imported only then). A pod that cannot
 be placed or is invalid is listed with its reason; the exit code is 0 whenever the simulation
 ran, 2 for unreadable input.
 """
@@ -168,9 +170,11 @@ def render_table(result: SimulationResult) -> str:
         )
     )
     lines.append("")
+    dynamic = any(g.memory_slices for g in result.gpus)
     lines.extend(
         _table(
-            ["NODE", "GPU", "PRODUCT", "MEMORY USED", "CORES", "PODS"],
+            ["NODE", "GPU", "PRODUCT", "MEMORY USED", "CORES", "PODS"]
+            + (["MIG SLICES FREE", "PARTITIONS (profile@start)"] if dynamic else []),
             [
                 [
                     g.node,
@@ -180,6 +184,14 @@ def render_table(result: SimulationResult) -> str:
                     f"{g.cores_used}/{g.cores}",
                     ",".join(p for p, _ in g.pods) or "-",
                 ]
+                + (
+                    [
+                        f"{g.free_slices}/{g.memory_slices}" if g.memory_slices else "-",
+                        ",".join(f"{p.profile}@{p.start}" for p in g.partitions) or "-",
+                    ]
+                    if dynamic
+                    else []
+                )
                 for g in result.gpus
             ],
         )

@@ -9,7 +9,9 @@ from driver.api.errors import ManifestError
 
 def plot(result: SimulationResult, path: str) -> None:
     """Draw nodes x GPUs: one column per node, one bar per GPU whose height is its memory,
-    filled by pod (matplotlib with the Agg backend, imported here only)."""
+    filled by pod; a dynamic-MIG GPU's partitions are drawn inside it at their memory slices
+    (a slice is 1/``memorySlices`` of the bar), labelled with profile and pod (matplotlib
+    with the Agg backend, imported here only)."""
     import matplotlib as mpl  # noqa: PLC0415 - optional dependency, only for --plot
 
     mpl.use("Agg")
@@ -29,6 +31,29 @@ def plot(result: SimulationResult, path: str) -> None:
         gpus = per_node.get(node, [])
         for x, g in enumerate(gpus):
             ax.bar(x, g.memory / gib, color="#eeeeee", edgecolor="#888888", width=0.8)
+            if g.memory_slices:
+                slot = g.memory / gib / g.memory_slices
+                for edge in range(1, g.memory_slices):
+                    ax.plot([x - 0.4, x + 0.4], [edge * slot] * 2, color="#cccccc", lw=0.5)
+                for part in g.partitions:
+                    ax.bar(
+                        x,
+                        part.size * slot,
+                        bottom=part.start * slot,
+                        color=colour[part.pod],
+                        edgecolor="black",
+                        width=0.8,
+                    )
+                    ax.text(
+                        x,
+                        (part.start + part.size / 2) * slot,
+                        f"{part.profile}\n{part.pod.split('/')[-1]}",
+                        ha="center",
+                        va="center",
+                        fontsize=5,
+                    )
+                if g.partitions:
+                    continue  # a cut GPU has no shares: its partitions are the picture
             bottom = 0.0
             for pod, memory in g.pods:
                 height = memory / gib

@@ -24,6 +24,15 @@ for the whole run.
 **Fragmentation** (``summary.fragmentation``): the share of free GPU memory that sits on GPUs
 already partly in use, i.e. memory a whole-GPU request cannot use. 0 means every free byte is on
 an idle GPU; 1 means no idle GPU is left although memory is free.
+
+**Dynamic MIG.** A node whose profile declares dynamic MIG (``a100-80gbx8-dynmig``, or
+``mig: {enabled: true, dynamic: true}`` in a profile file) publishes each such GPU's counters
+and every (profile, placement), as the kubelet plugin would. The placements the decisions take
+are the partitions the plugin would create: each GPU row lists them (``partitions``: device,
+profile, start, size, pod) with the GPU's ``memorySlices``, ``freeMemorySlices`` and the
+largest profile still placeable; unused placement devices are not GPU rows. A dynamic GPU's
+free memory is counted in MIG slots (its free memory slices' share of its memory), so
+fragmentation covers the slots partitions leave behind; ``summary.mig`` totals them.
 """
 
 from __future__ import annotations
@@ -34,16 +43,18 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
 from driver.api.claims import AllocationResult, DeviceClass, DeviceResult, ResourceClaim
 from driver.api.errors import BiaxialError, ManifestError
 from driver.api.ids import DEFAULT_DRIVER_NAME
-from driver.api.model import JSON, ResourceSlice
+from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
-from driver.discovery.backend import open_backend
+from driver.discovery.devices import DeviceTable
+from driver.discovery.fake import FakeBackend
+from driver.discovery.mig import MEMORY_SLICE_PREFIX, DynamicMigPolicy
 from driver.discovery.slices import build_slices
 from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
@@ -143,13 +154,17 @@ def build_inventory(
         node = Node.from_api(node_json)
         if profile:
             try:
-                with open_backend(fake=profile, node_name=name) as backend:
+                with FakeBackend.from_profile(profile, node_name=name) as backend:
                     gpus = backend.discover()
+                    policy = DynamicMigPolicy(gpus=backend.dynamic_mig)
             except BiaxialError as exc:
                 raise ManifestError(f"Cluster inventory: node {name}: {exc}") from exc
             slices.extend(
                 build_slices(
-                    gpus, node_name=name, driver_name=DEFAULT_DRIVER_NAME, node_uid=node.uid
+                    DeviceTable.from_gpus(gpus, policy),
+                    node_name=name,
+                    driver_name=DEFAULT_DRIVER_NAME,
+                    node_uid=node.uid,
                 )
             )
         nodes.append(InventoryNode(node=node, raw=node_json, profile=profile))
@@ -224,6 +239,18 @@ class PodFailure:
 
 
 @dataclass(frozen=True, slots=True)
+class Partition:
+    """A MIG partition the decisions took on a dynamic-MIG GPU (the plugin would create it)."""
+
+    device: str
+    profile: str
+    start: int
+    size: int
+    memory: int
+    pod: str
+
+
+@dataclass(frozen=True, slots=True)
 class GpuUsage:
     node: str
     device: str
@@ -234,6 +261,18 @@ class GpuUsage:
     cores: int
     cores_used: int
     pods: tuple[tuple[str, int], ...]  # (pod, memory bytes)
+    # Dynamic MIG only: memory slices of the GPU, its partitions, what is still free.
+    memory_slices: int = 0
+    partitions: tuple[Partition, ...] = ()
+    free_slices: int = 0
+    largest_placeable: str = ""
+
+    @property
+    def free_memory(self) -> int:
+        """Free memory; on a cut dynamic-MIG GPU, its free memory slices' share of it."""
+        if self.partitions and self.memory_slices:
+            return self.memory * self.free_slices // self.memory_slices
+        return self.memory - self.memory_used
 
 
 @dataclass(slots=True)
@@ -270,8 +309,9 @@ class SimulationResult:
                     "memoryUtilisation": round(used / memory, 4) if memory else 0.0,
                 }
             )
-        free_total = sum(g.memory - g.memory_used for g in self.gpus)
-        free_partial = sum(g.memory - g.memory_used for g in self.gpus if g.pods)
+        free_total = sum(g.free_memory for g in self.gpus)
+        free_partial = sum(g.free_memory for g in self.gpus if g.pods)
+        dynamic = [g for g in self.gpus if g.memory_slices]
         decisions = len(self.durations)
         ordered = sorted(self.durations)
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
@@ -285,19 +325,22 @@ class SimulationResult:
             "fragmentation": round(free_partial / free_total, 4) if free_total else 0.0,
             "policies": {"node": self.policies.node, "gpu": self.policies.gpu},
             "nodes": nodes,
-            "gpus": [
+            "gpus": [_gpu_json(g) for g in self.gpus],
+            **(
                 {
-                    "node": g.node,
-                    "device": g.device,
-                    "uuid": g.uuid,
-                    "productName": g.product,
-                    "memoryBytes": g.memory,
-                    "memoryUsedBytes": g.memory_used,
-                    "coresUsed": g.cores_used,
-                    "pods": [p for p, _ in g.pods],
+                    "mig": {
+                        "dynamicGpus": len(dynamic),
+                        "partitions": sum(len(g.partitions) for g in dynamic),
+                        "memorySlices": sum(g.memory_slices for g in dynamic),
+                        "freeMemorySlices": sum(g.free_slices for g in dynamic),
+                        "freeMemorySlicesOnCutGpus": sum(
+                            g.free_slices for g in dynamic if g.partitions
+                        ),
+                    }
                 }
-                for g in self.gpus
-            ],
+                if dynamic
+                else {}
+            ),
             "timing": {
                 "startupSeconds": round(self.startup_seconds, 6),
                 "decisionSeconds": round(self.decision_seconds, 6),
@@ -319,6 +362,34 @@ class SimulationResult:
             "summary": self.summary(),
             "objects": copy.deepcopy(self.objects),
         }
+
+
+def _gpu_json(g: GpuUsage) -> JSON:
+    out: JSON = {
+        "node": g.node,
+        "device": g.device,
+        "uuid": g.uuid,
+        "productName": g.product,
+        "memoryBytes": g.memory,
+        "memoryUsedBytes": g.memory_used,
+        "coresUsed": g.cores_used,
+        "pods": [p for p, _ in g.pods],
+    }
+    if g.memory_slices:
+        out["memorySlices"] = g.memory_slices
+        out["freeMemorySlices"] = g.free_slices
+        out["largestPlaceable"] = g.largest_placeable or None
+        out["partitions"] = [
+            {
+                "device": p.device,
+                "profile": p.profile,
+                "start": p.start,
+                "size": p.size,
+                "pod": p.pod,
+            }
+            for p in g.partitions
+        ]
+    return out
 
 
 # --------------------------------------------------------------------------- the run
@@ -600,8 +671,12 @@ class _Run:
         for pod, r in self._device_pods:
             held.setdefault((r.driver, r.pool, r.device), []).append((pod, r))
         position = {name: i for i, name in enumerate(self.result.node_names)}
-        for s in sorted(slices, key=lambda s: (position.get(s.node_name or "", -1), s.name)):
+        ordered = sorted(slices, key=lambda s: (position.get(s.node_name or "", -1), s.name))
+        mig = _MigState(ordered, held)
+        for s in ordered:
             for d in s.devices:
+                if mig.is_placement(d):
+                    continue  # a partition: shown inside its GPU's row when taken
                 memory = d.capacity["memory"].value.value() if "memory" in d.capacity else 0
                 cores = d.capacity["cores"].value.value() if "cores" in d.capacity else 0
                 pods: list[tuple[str, int]] = []
@@ -619,19 +694,102 @@ class _Run:
                     pods.append((pod, share_memory))
                     used_memory += share_memory
                     used_cores += share_cores
-                self.result.gpus.append(
-                    GpuUsage(
-                        node=str(s.node_name or s.pool.name),
-                        device=d.name,
-                        uuid=str(d.attributes.get("uuid", "")),
-                        product=str(d.attributes.get("productName", "")),
+                usage = GpuUsage(
+                    node=str(s.node_name or s.pool.name),
+                    device=d.name,
+                    uuid=str(d.attributes.get("uuid", "")),
+                    product=str(d.attributes.get("productName", "")),
+                    memory=memory,
+                    memory_used=used_memory,
+                    cores=cores,
+                    cores_used=used_cores,
+                    pods=tuple(pods),
+                )
+                self.result.gpus.append(mig.with_partitions(s, d, usage))
+
+
+class _MigState:
+    """Dynamic-MIG bookkeeping of a simulated cluster: which devices are placements, which
+    were taken (the partitions the plugin would create), and what is left of each GPU's
+    counter set."""
+
+    def __init__(
+        self,
+        slices: Sequence[ResourceSlice],
+        held: Mapping[tuple[str, str, str], list[tuple[str, DeviceResult]]],
+    ) -> None:
+        self.held = held
+        self.left: dict[tuple[str, str, str], dict[str, int]] = {}  # (driver, pool, set)
+        self.members: dict[tuple[str, str, str], list[tuple[Device, dict[str, int]]]] = {}
+        for s in slices:
+            for counter_set in s.shared_counters:
+                key = (s.driver, s.pool.name, counter_set.name)
+                self.left[key] = {k: v.value() for k, v in counter_set.counters.items()}
+        for s in slices:
+            for d in s.devices:
+                for consumption in d.consumes_counters:
+                    key = (s.driver, s.pool.name, consumption.name)
+                    amounts = {k: v.value() for k, v in consumption.counters.items()}
+                    self.members.setdefault(key, []).append((d, amounts))
+                    if (s.driver, s.pool.name, d.name) in held and key in self.left:
+                        for counter, amount in amounts.items():
+                            self.left[key][counter] = self.left[key].get(counter, 0) - amount
+
+    @staticmethod
+    def is_placement(device: Device) -> bool:
+        return bool(device.consumes_counters) and device.attributes.get("type") == "mig"
+
+    def with_partitions(self, s: ResourceSlice, device: Device, usage: GpuUsage) -> GpuUsage:
+        """A dynamic GPU's row with its partitions, free slices and largest placeable."""
+        if not device.consumes_counters:
+            return usage
+        key = (s.driver, s.pool.name, device.consumes_counters[0].name)
+        left = self.left.get(key, {})
+        slots = sorted(c for c in left if c.startswith(MEMORY_SLICE_PREFIX))
+        partitions: list[Partition] = []
+        for member, amounts in self.members.get(key, ()):
+            if not self.is_placement(member):
+                continue
+            starts = sorted(
+                int(c.removeprefix(MEMORY_SLICE_PREFIX))
+                for c in amounts
+                if c.startswith(MEMORY_SLICE_PREFIX)
+            )
+            memory = member.capacity["memory"].value.value() if "memory" in member.capacity else 0
+            for pod, _ in self.held.get((s.driver, s.pool.name, member.name), ()):
+                partitions.append(
+                    Partition(
+                        device=member.name,
+                        profile=str(member.attributes.get("profile", "")),
+                        start=starts[0] if starts else 0,
+                        size=len(starts),
                         memory=memory,
-                        memory_used=used_memory,
-                        cores=cores,
-                        cores_used=used_cores,
-                        pods=tuple(pods),
+                        pod=pod,
                     )
                 )
+        partitions.sort(key=lambda p: (p.start, p.device))
+        placeable = [
+            member
+            for member, amounts in self.members.get(key, ())
+            if self.is_placement(member) and all(left.get(c, 0) >= a for c, a in amounts.items())
+        ]
+        largest = max(
+            placeable,
+            key=lambda m: (
+                m.capacity["memory"].value.value() if "memory" in m.capacity else 0,
+                m.capacity["cores"].value.value() if "cores" in m.capacity else 0,
+            ),
+            default=None,
+        )
+        return replace(
+            usage,
+            memory_used=usage.memory_used + sum(p.memory for p in partitions),
+            pods=(*usage.pods, *((p.pod, p.memory) for p in partitions)),
+            memory_slices=len(slots),
+            partitions=tuple(partitions),
+            free_slices=sum(1 for c in slots if left[c] > 0),
+            largest_placeable=str(largest.attributes.get("profile", "")) if largest else "",
+        )
 
 
 def simulate(
@@ -666,6 +824,7 @@ def project_deviceclasses_dir() -> Path:
 __all__ = [
     "INVENTORY_API_VERSION",
     "GpuUsage",
+    "Partition",
     "PodFailure",
     "PodPlacement",
     "SimulationResult",

@@ -39,6 +39,7 @@ from driver.api.errors import ConfigError
 from driver.discovery.gpus import GpuInfo, MigInfo, MigProfile
 
 COUNTER_COMPUTE: Final = "compute-slices"
+MEMORY_SLICE_PREFIX: Final = "memory-slice-"
 ENGINE_COUNTERS: Final = (
     ("decoders", "decoders"),
     ("encoders", "encoders"),
@@ -53,7 +54,7 @@ POLICY_ALL: Final = "all"
 
 def memory_slice_counter(index: int) -> str:
     """``memory-slice-<i>``: placement position ``i`` of the GPU's memory."""
-    return f"memory-slice-{index}"
+    return f"{MEMORY_SLICE_PREFIX}{index}"
 
 
 def counter_set_name(minor: int) -> str:
@@ -262,6 +263,7 @@ def instance_at(gpu: GpuInfo, profile: str, start: int) -> MigInfo | None:
 
 __all__ = [
     "COUNTER_COMPUTE",
+    "MEMORY_SLICE_PREFIX",
     "DynamicMigPolicy",
     "MigGeometry",
     "MigPlacement",

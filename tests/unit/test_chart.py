@@ -113,6 +113,22 @@ def test_default_render_has_the_expected_objects() -> None:
             ("Deployment", "biaxial-controller"),
             ("DeviceClass", "gpu.biaxial.dev"),
             ("DeviceClass", "mig.biaxial.dev"),
+            *(
+                ("DeviceClass", f"mig-{profile}.biaxial.dev")
+                for profile in (
+                    "1g.5gb",
+                    "1g.10gb",
+                    "1g.20gb",
+                    "2g.10gb",
+                    "2g.20gb",
+                    "3g.20gb",
+                    "3g.40gb",
+                    "4g.20gb",
+                    "4g.40gb",
+                    "7g.40gb",
+                    "7g.80gb",
+                )
+            ),
             ("Role", "biaxial-controller-leader-election"),
             ("RoleBinding", "biaxial-controller-leader-election"),
             ("Service", "biaxial-controller-metrics"),
@@ -128,6 +144,13 @@ def test_default_render_has_the_expected_objects() -> None:
             obj["kind"].startswith("ValidatingAdmissionPolicy")
         ):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+
+
+def test_mig_profile_classes_can_be_left_out() -> None:
+    classes = [
+        o for o in render({"deviceClasses": {"migProfiles": []}}) if o["kind"] == "DeviceClass"
+    ]
+    assert sorted(o["metadata"]["name"] for o in classes) == ["gpu.biaxial.dev", "mig.biaxial.dev"]
 
 
 def test_helm_lint_strict_finds_nothing_above_info() -> None:
@@ -168,7 +191,15 @@ def test_service_monitor_option() -> None:
 # --------------------------------------------------------------------------- device classes
 
 
-@pytest.mark.parametrize("name", ["gpu.biaxial.dev", "mig.biaxial.dev"])
+# Every repository class but the product class (an example to copy, not installed).
+INSTALLED_CLASSES = [
+    p.name.removesuffix(".yaml")
+    for p in sorted((ROOT / "deviceclasses").glob("*.yaml"))
+    if not p.name.startswith("a100-80gb.")
+]
+
+
+@pytest.mark.parametrize("name", INSTALLED_CLASSES)
 def test_device_classes_equal_the_repository_files(name: str) -> None:
     repo = yaml.safe_load((ROOT / "deviceclasses" / f"{name}.yaml").read_text(encoding="utf-8"))
     rendered = one(render(), "DeviceClass", name)

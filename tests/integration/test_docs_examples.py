@@ -38,7 +38,11 @@ DOCS = tuple(
     ROOT / "docs" / f"{name}.md"
     for name in ("quickstart", "requesting-gpus", "policies", "operations", "migration")
 )
-EXAMPLE_DIRS = (ROOT / "examples" / "requesting-gpus", ROOT / "examples" / "migration")
+EXAMPLE_DIRS = (
+    ROOT / "examples" / "requesting-gpus",
+    ROOT / "examples" / "migration",
+    ROOT / "examples" / "dynamic-mig",
+)
 VERSIONS = ("1.34", "1.37")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import re
 import time
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -53,6 +52,7 @@ from driver.api.model import Device
 from driver.api.nodes import Node, node_selector_matches
 from driver.api.quantity import NANO, Quantity
 from driver.cel.engine import compile_selector
+from driver.cel.reads import readable_keys, visible
 from driver.scheduling.bridge import (
     GPU_RESOURCE,
     MODIFIER_RESOURCES,
@@ -948,8 +948,7 @@ class DecisionEngine:
             return False
         try:
             selectors = [compile_selector(e) for e in device_class.selectors]
-            names = [referenced_names(s.expression) for s in selectors]
-            keys = [_visible_keys(n) if n is not None else None for n in names]
+            keys = [readable_keys(s.expression) for s in selectors]
             seen: set[tuple[object, ...]] = set()
             for state in self.index.states.values():
                 for cand in self.snapshot.candidates(state.node).devices:
@@ -965,7 +964,10 @@ class DecisionEngine:
                         else:
                             # Devices that agree on everything the expression can read give
                             # the same answer: evaluate one of them.
-                            key = (selector.expression, *_visible(cand, referenced))
+                            key = (
+                                selector.expression,
+                                *visible(cand.device, cand.device_id.driver, referenced),
+                            )
                             if key in seen:
                                 continue
                             ok = selector.matches(cand.device, cand.device_id.driver)
@@ -1175,45 +1177,3 @@ def _added(state: NodeState, results: Iterable[AllocationResult]) -> NodeAmounts
 
 def _quantity_units(quantity: Quantity | None) -> int:
     return quantity.value() if quantity is not None else 0
-
-
-_DYNAMIC_ACCESS: Final = re.compile(
-    r"\b(?:all|exists|exists_one|map|filter|size|has)\s*\(|\bin\b|[?\\@{]"
-)
-_LITERAL_INDEX: Final = re.compile(r"\[\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\]")
-_TOKEN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def referenced_names(expression: str) -> frozenset[str] | None:
-    """Every name a CEL selector can read from a device, or None when it may read names it
-    does not spell out (comprehensions, ``size``, ``has``, ``in``, computed or optional
-    indexes, escapes). Conservative: a word anywhere in the text, string literals included,
-    counts as referenced."""
-    if _DYNAMIC_ACCESS.search(expression):
-        return None
-    if "[" in _LITERAL_INDEX.sub(" ", expression):
-        return None
-    words = set(_TOKEN.findall(expression))
-    for literal in _LITERAL_INDEX.findall(expression):
-        words.update(literal.strip("\"'").split("/"))
-    return frozenset(words)
-
-
-def _visible_keys(names: frozenset[str]) -> frozenset[str]:
-    """The attribute / capacity keys a selector reading only ``names`` can reach: a name in
-    the driver's domain (unqualified key) or in a domain it spells out (``domain/name``)."""
-    domains = [n for n in names if "." in n]
-    return names | {f"{d}/{n}" for d in domains for n in names}
-
-
-def _visible(candidate: Candidate, keys: frozenset[str]) -> tuple[object, ...]:
-    """What a selector that reads only ``keys`` sees of a device."""
-    device = candidate.device
-    attributes = device.attributes
-    capacity = device.capacity
-    return (
-        candidate.device_id.driver,
-        device.allow_multiple_allocations,
-        tuple((k, attributes[k]) for k in sorted(attributes.keys() & keys)),
-        tuple((k, capacity[k].value.nanos) for k in sorted(capacity.keys() & keys)),
-    )

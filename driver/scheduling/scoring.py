@@ -475,16 +475,29 @@ def free_counters(
     return tuple(tuple(v) for v in left)
 
 
-def counter_verdict(
-    known: PoolCounters, free: tuple[tuple[int, ...], ...], device: str
-) -> CounterVerdict | None:
-    """(fits, utilisation after placement, tiebreak) of a device that consumes from exactly
-    one counter set of the pool; None for any other device."""
-    found = known.vectors.get(device)
-    if found is None:
-        return None
-    i, vec = found
-    return known.geometries[i].verdicts(free[i])[vec]
+class CounterVerdicts:
+    """The verdicts of one pool's counter-consuming devices in one state (what other claims
+    and this attempt hold); each counter set's table is looked up once."""
+
+    __slots__ = ("_free", "_known", "_tables")
+
+    def __init__(self, pool: PoolView, usage: PoolUsage, pending: frozenset[str]) -> None:
+        self._known = pool_counters(pool)
+        self._free = free_counters(pool, usage, pending)
+        self._tables: dict[int, Mapping[tuple[int, ...], CounterVerdict]] = {}
+
+    def of(self, device: str) -> CounterVerdict | None:
+        """(fits, utilisation after placement, tiebreak) of a device that consumes from
+        exactly one counter set of the pool; None for any other device."""
+        found = self._known.vectors.get(device)
+        if found is None:
+            return None
+        i, vec = found
+        table = self._tables.get(i)
+        if table is None:
+            table = self._known.geometries[i].verdicts(self._free[i])
+            self._tables[i] = table
+        return table[vec]
 
 
 # --------------------------------------------------------------------------- allocator hook
@@ -524,7 +537,7 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
     wants_cores = requests.get(CORES, 0) > 0
     dims = (MEMORY, CORES) if wants_cores else (MEMORY,)
     out = []
-    counters_by_pool: dict[PoolView, tuple[PoolCounters, tuple[tuple[int, ...], ...]]] = {}
+    counters_by_pool: dict[PoolView, CounterVerdicts] = {}
     for cand in candidates:
         device_id = cand.device_id
         key = (device_id.driver, device_id.pool, natural_key(device_id.device))
@@ -532,17 +545,17 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
         group = (attributes.get(PCIE_ROOT), attributes.get(NUMA_NODE))
         by_counters: CounterVerdict | None = None
         if cand.consumes:
-            known = counters_by_pool.get(cand.pool)
-            if known is None:
+            verdicts = counters_by_pool.get(cand.pool)
+            if verdicts is None:
                 usage = ctx.allocated.pool(device_id.driver, device_id.pool)
                 placed = frozenset(
                     d.device
                     for d in ctx.pending
                     if d.driver == device_id.driver and d.pool == device_id.pool
                 )
-                known = (pool_counters(cand.pool), free_counters(cand.pool, usage, placed))
-                counters_by_pool[cand.pool] = known
-            by_counters = counter_verdict(known[0], known[1], device_id.device)
+                verdicts = CounterVerdicts(cand.pool, usage, placed)
+                counters_by_pool[cand.pool] = verdicts
+            by_counters = verdicts.of(device_id.device)
             if by_counters is not None and not cand.multi:
                 # Taken, by other claims or this attempt, means its counters are: no fit.
                 fits, score, tiebreak = by_counters

@@ -692,11 +692,11 @@ class ClusterSnapshot:
         if cached is not None and cached[0] is usage:
             return cached[1]
         available = {k: dict(v) for k, v in pool.counter_sets.items()}
-        for device, consumes in pool.device_counters.items():
-            if usage.allocated(device):
-                for set_name, counter, nanos in consumes:
-                    counters = available.get(set_name)
-                    if counters is not None and counter in counters:
-                        counters[counter] -= nanos
+        # Only the devices in use consume (each once, however many shares it has).
+        for device in {*usage.exclusive, *usage.shares}:
+            for set_name, counter, nanos in pool.device_counters.get(device, ()):
+                counters = available.get(set_name)
+                if counters is not None and counter in counters:
+                    counters[counter] -= nanos
         self._counter_cache[pool.key] = (usage, available)
         return available

@@ -402,7 +402,7 @@ def test_pruning_visits_few_nodes() -> None:
     ],
 )
 def test_referenced_names_are_conservative(expression: str, names: set[str] | None) -> None:
-    from driver.scheduling.decision import referenced_names
+    from driver.cel.reads import referenced_names
 
     found = referenced_names(expression)
     if names is None:

@@ -14,8 +14,9 @@ Contract (DESIGN "Contracts"; reference §2.1, §5.6, §8):
   devices consumes exactly its slots, compute slices and media engines, its whole-GPU device
   consumes all of them, so whole-GPU, share and MIG use of one GPU exclude each other through
   counters alone. A placement device has no ``uuid`` attribute (its instance does not exist
-  until Prepare); everything else equals a static MIG device's. The whole GPU carries the
-  capacity of the full-size instance that backs it.
+  until Prepare) and carries ``dynamicMig: true``, as the whole GPU does (a selector can keep
+  a claim off dynamic GPUs); everything else equals a static MIG device's. The whole GPU
+  carries the capacity of the full-size instance that backs it.
 * Slices: devices are cut, in order, into slices of at most 128 devices (64 when any device of
   the pool uses taints, counters or list attributes); counter sets follow in slices of their
   own (the newest API's rule: a slice holds devices or counters), at most 8 sets each. Slice
@@ -73,6 +74,7 @@ STANDARD_DOMAIN: Final = "resource.kubernetes.io"
 ATTR_PCI_BUS_ID: Final = f"{STANDARD_DOMAIN}/pciBusID"
 ATTR_PCIE_ROOT: Final = f"{STANDARD_DOMAIN}/pcieRoot"
 ATTR_NUMA_NODE: Final = f"{STANDARD_DOMAIN}/numaNode"
+ATTR_DYNAMIC_MIG: Final = "dynamicMig"  # true on every device of a dynamic-MIG GPU
 CAPACITY_MEMORY: Final = "memory"
 CAPACITY_CORES: Final = "cores"
 CORES_PER_GPU: Final = 100
@@ -192,6 +194,8 @@ def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
         raise ValidationError(f"GPU {gpu.uuid}: memory {device.memory_bytes} bytes is below 1Mi")
     attrs = {"type": "gpu", "uuid": gpu.uuid, **_common_attributes(gpu)}
     attrs["multiprocessors"] = device.multiprocessors
+    if device.dynamic:
+        attrs[ATTR_DYNAMIC_MIG] = True
     return Device(
         name=device.name,
         attributes=attrs,
@@ -239,6 +243,8 @@ def mig_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
     attrs["multiprocessors"] = sms
     attrs["profile"] = device.profile
     attrs["parentUUID"] = gpu.uuid
+    if device.dynamic:
+        attrs[ATTR_DYNAMIC_MIG] = True
     return Device(
         name=device.name,
         attributes=attrs,

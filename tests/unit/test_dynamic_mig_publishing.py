@@ -271,7 +271,10 @@ def test_placement_devices_look_like_static_mig_but_for_the_uuid() -> None:
     }
     for name in ("gpu-7-mig-3g40gb-0", "gpu-7-mig-2g20gb-4", "gpu-7-mig-1g10gb-6"):
         mine, theirs = published[name], static[name]
-        assert {k: v for k, v in theirs.attributes.items() if k != "uuid"} == mine.attributes
+        assert {k: v for k, v in theirs.attributes.items() if k != "uuid"} == {
+            k: v for k, v in mine.attributes.items() if k != "dynamicMig"
+        }
+        assert mine.attributes["dynamicMig"] is True
         assert mine.capacity == theirs.capacity
         assert not mine.allow_multiple_allocations
     assert policy.gpus  # the profile declared its GPUs

@@ -164,6 +164,43 @@ def test_conflicts_are_retried_on_a_fresh_read() -> None:
     assert stored_claim(api, "c0")["status"]["reservedFor"] == [ref.consumer()]
 
 
+def test_each_step_counts_its_own_conflicts() -> None:
+    api, committer, ref = setup("c0")
+    api.fail("create", "resourceclaims", ConflictError("name taken", status=409))
+    api.fail("delete", "resourceclaims", ConflictError("uid precondition", status=409))
+    conflicts: list[str] = []
+    committer._on_conflict = conflicts.append
+    plan = Plan(pod=ref, node="n1", bridge=bridge_plan(ref))
+    asyncio.run(committer.commit(plan))
+    assert conflicts == ["bridge-create"]
+    bridge = next(n for (p, _, n) in api.objects if n.startswith("p-extended"))
+    asyncio.run(committer.delete_claim(f"default/{bridge}"))
+    assert conflicts == ["bridge-create", "delete"]
+    assert not [n for (_, _, n) in api.objects if n.startswith("p-extended")]
+
+
+@pytest.mark.parametrize(("bound_to", "landed"), [("n1", True), ("n2", False)])
+def test_a_binding_conflict_is_not_retried_but_read(bound_to: str, landed: bool) -> None:
+    api, committer, ref = setup("c0")
+    p = api.stored(PODS, "p")
+    assert p is not None
+    p["spec"]["nodeName"] = bound_to
+    api.seed(PODS, p)
+    api.fail("bind", "pods", ConflictError("already bound", status=409))
+    conflicts: list[str] = []
+    committer._on_conflict = conflicts.append
+    plan = Plan(pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),))
+    if landed:
+        asyncio.run(committer.commit(plan))
+    else:
+        with pytest.raises(CommitAbortedError, match="cannot be bound") as info:
+            asyncio.run(committer.commit(plan))
+        assert info.value.conflict
+        assert not (stored_claim(api, "c0").get("status") or {}).get("allocation")  # rolled back
+    assert conflicts == ["binding"]
+    assert [v for v in api.verbs() if v[0] == "bind"] == [("bind", "pods", "binding")]
+
+
 def test_a_lost_answer_is_not_written_twice() -> None:
     api, committer, ref = setup("c0")
     api.lose_answer("replace", "resourceclaims")

@@ -152,30 +152,23 @@ def test_an_allocated_claim_is_only_reserved() -> None:
     assert ("patch", "resourceclaims", None) not in api.verbs()
 
 
-def test_conflicts_are_retried_on_a_fresh_read() -> None:
+def test_conflicts_are_retried_on_a_fresh_read_and_counted_per_step() -> None:
     api, committer, ref = setup("c0")
     api.fail("patch", "resourceclaims", ConflictError("stale", status=409))
     api.fail("replace", "resourceclaims", ConflictError("stale", status=409))
-    conflicts: list[str] = []
-    committer._on_conflict = conflicts.append
-    plan = Plan(pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),))
-    asyncio.run(committer.commit(plan))
-    assert conflicts == ["finalizer", "allocation"]
-    assert stored_claim(api, "c0")["status"]["reservedFor"] == [ref.consumer()]
-
-
-def test_each_step_counts_its_own_conflicts() -> None:
-    api, committer, ref = setup("c0")
     api.fail("create", "resourceclaims", ConflictError("name taken", status=409))
-    api.fail("delete", "resourceclaims", ConflictError("uid precondition", status=409))
     conflicts: list[str] = []
     committer._on_conflict = conflicts.append
-    plan = Plan(pod=ref, node="n1", bridge=bridge_plan(ref))
+    plan = Plan(
+        pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),), bridge=bridge_plan(ref)
+    )
     asyncio.run(committer.commit(plan))
-    assert conflicts == ["bridge-create"]
-    bridge = next(n for (p, _, n) in api.objects if n.startswith("p-extended"))
+    assert conflicts == ["finalizer", "allocation", "bridge-create"]
+    assert stored_claim(api, "c0")["status"]["reservedFor"] == [ref.consumer()]
+    bridge = next(n for (_, _, n) in api.objects if n.startswith("p-extended"))
+    api.fail("delete", "resourceclaims", ConflictError("uid precondition", status=409))
     asyncio.run(committer.delete_claim(f"default/{bridge}"))
-    assert conflicts == ["bridge-create", "delete"]
+    assert conflicts[3:] == ["delete"]
     assert not [n for (_, _, n) in api.objects if n.startswith("p-extended")]
 
 

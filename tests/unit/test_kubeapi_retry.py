@@ -59,7 +59,7 @@ def test_backoff_doubles_up_to_its_maximum_and_resets() -> None:
     assert backoff.delay(10_000) == 1.0  # no overflow however long it failed
 
 
-def test_jitter_draws_each_delay_from_its_lower_part() -> None:
+def test_jitter_draws_each_delay_from_the_upper_half_of_its_step() -> None:
     backoff = Backoff(1.0, 8.0, jitter=0.5)
     for n, full in enumerate([1.0, 2.0, 4.0, 8.0, 8.0]):
         drawn = {backoff.delay(n) for _ in range(50)}

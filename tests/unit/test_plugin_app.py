@@ -38,7 +38,7 @@ def test_a_crash_is_logged_counted_and_makes_the_process_unhealthy(
     assert 'biaxial_plugin_task_crashes_total{task="health"} 1.0' in metrics.render().decode()
 
 
-def test_cancel_all_stops_newest_first_even_when_one_fails_while_stopping(
+def test_stop_cancels_newest_first_and_a_failure_while_stopping_is_not_a_crash(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stopped: list[str] = []

@@ -459,6 +459,7 @@ class Scheduler:
             nodes,
             defaults=self.settings.policies,
             pods_on_nodes=self._all_usage(),
+            driver_name=self.settings.driver_name,
         )
         self._dirty = False
         self.rebuilds += 1

@@ -36,6 +36,7 @@ from aiohttp import web
 
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError
 from driver.discovery.backend import GpuBackend, next_health_event, open_backend
+from driver.discovery.devices import DeviceTable
 from driver.discovery.fake import FakeBackend
 from driver.discovery.gpus import GpuInfo
 from kubeapi.tasks import TaskGuard
@@ -74,10 +75,11 @@ class Plugin:
         self.settings = settings
         self.backend = backend
         self.gpus = gpus
+        self.devices = DeviceTable.from_gpus(gpus)  # once per discovery, read by all
         self.hidden: set[str] = set()  # fake: UUIDs removed from discovery by the injector
         self.metrics = Metrics()
         self.health_state = HealthState()
-        self.tracker = HealthTracker(gpus, quiet_s=settings.xid_quiet_s)
+        self.tracker = HealthTracker(self.devices, quiet_s=settings.xid_quiet_s)
         self.broadcaster = HealthBroadcaster(self.tracker)
         self.state_changed = asyncio.Event()  # inventory or health changed (node resources)
         self.rediscover_now = asyncio.Event()
@@ -85,7 +87,7 @@ class Plugin:
     # ----------------------------------------------------------------- shared state
 
     async def on_change(self, publisher: Publisher) -> None:
-        publisher.set_inventory(self.gpus, self.tracker.taints())
+        publisher.set_inventory(self.devices, self.tracker.taints())
         self.state_changed.set()
         await self.broadcaster.notify()
 
@@ -107,7 +109,7 @@ class Plugin:
             if changed:
                 await self.on_change(publisher)
 
-    async def rediscover_loop(self, publisher: Publisher) -> None:
+    async def rediscover_loop(self, publisher: Publisher, preparer: Preparer) -> None:
         """Re-discover periodically (and on demand); follow appearing/disappearing GPUs."""
         while True:
             with contextlib.suppress(TimeoutError):
@@ -121,7 +123,9 @@ class Plugin:
             if gpus != self.gpus:
                 log.info("inventory changed: %d -> %d GPU(s)", len(self.gpus), len(gpus))
                 self.gpus = gpus
-                self.tracker.observe_inventory(gpus)
+                self.devices = DeviceTable.from_gpus(gpus)
+                self.tracker.observe_inventory(self.devices)
+                preparer.observe_inventory(self.devices)
                 await self.on_change(publisher)
 
     async def node_resources_loop(self, api: PluginApi) -> None:
@@ -227,7 +231,7 @@ async def run(settings: Settings) -> int:
 
 async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: float) -> int:
     settings = plugin.settings
-    preparer = Preparer(settings.prepare_settings(), plugin.gpus, api.get_claim)
+    preparer = Preparer(settings.prepare_settings(), plugin.devices, api.get_claim)
     try:
         await preparer.recover()
     except CheckpointError as exc:
@@ -240,7 +244,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         driver_name=settings.driver_name,
         resync_s=settings.resync_s,
     )
-    publisher.set_inventory(plugin.gpus, plugin.tracker.taints())
+    publisher.set_inventory(plugin.devices, plugin.tracker.taints())
     metrics = plugin.metrics
     metrics.published_devices.set_function(lambda: publisher.published_devices)
     metrics.pool_generation.set_function(lambda: publisher.generation)
@@ -269,7 +273,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
             )
         guard.start("publisher", publisher.run())
         guard.start("health", plugin.health_loop(publisher))
-        guard.start("rediscover", plugin.rediscover_loop(publisher))
+        guard.start("rediscover", plugin.rediscover_loop(publisher, preparer))
         if settings.advertise_legacy_resources:
             guard.start("node-resources", plugin.node_resources_loop(api))
         if settings.fake_gpus is not None:

@@ -2,8 +2,9 @@
 
 Contract:
 
-* The desired pool is ``driver.discovery.slices.build_slices(gpus, node_name, driver_name, node_uid,
-  taints)``; set it with :meth:`Publisher.set_inventory` (discovery, health). Slices are owned
+* The desired pool is ``driver.discovery.slices.build_slices(devices, node_name, driver_name,
+  node_uid, taints)`` for the node's device table; set it with :meth:`Publisher.set_inventory`
+  (discovery, health). Slices are owned
   by the Node (its UID is read from the API at every sync, so a re-created Node is followed).
 * :func:`plan_sync` (pure) compares the slices listed with field selector
   ``spec.nodeName=<node>,spec.driver=<driver>`` with the desired ones and decides, as upstream's
@@ -29,12 +30,13 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from driver.api.errors import ApiError, ConflictError, ManifestError, NotFoundError
 from driver.api.model import DeviceTaint, ResourceSlice
+from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
 from driver.discovery.slices import build_slices
 from kubeapi.retry import Backoff
@@ -192,7 +194,7 @@ def plan_sync(
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    gpus: tuple[GpuInfo, ...]
+    devices: DeviceTable
     taints: Mapping[str, tuple[DeviceTaint, ...]] = field(default_factory=dict)
 
 
@@ -222,11 +224,14 @@ class Publisher:
         self.syncs = 0
         self.writes = 0
 
-    def set_inventory(self, gpus: Sequence[GpuInfo], taints: Mapping[str, Any]) -> None:
-        """New desired state; the loop publishes it promptly."""
-        inventory = Inventory(gpus=tuple(gpus), taints=dict(taints))
-        if inventory != self._inventory:
-            self._inventory = inventory
+    def set_inventory(
+        self, inventory: DeviceTable | Iterable[GpuInfo], taints: Mapping[str, Any]
+    ) -> None:
+        """New desired state (the node's device table, or the GPUs it is derived from); the
+        loop publishes it promptly."""
+        wanted = Inventory(devices=DeviceTable.of(inventory), taints=dict(taints))
+        if wanted != self._inventory:
+            self._inventory = wanted
             self._wake.set()
 
     # ----------------------------------------------------------------- one sync
@@ -239,7 +244,7 @@ class Publisher:
         except NotFoundError:
             log.warning("node %s not found; publishing slices without an owner", self._node)
         return build_slices(
-            inventory.gpus,
+            inventory.devices,
             node_name=self._node,
             driver_name=self._driver,
             generation=0,

@@ -192,7 +192,7 @@ def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
 
 @pytest.mark.parametrize("strategy", ["hami-core", "mps", "none"])
 def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str) -> None:
-    from kubeletplugin.config import parse_gpu_config
+    from driver.api.config import parse_gpu_config
 
     gpu = one(
         render({"deviceClasses": {"sharingStrategy": strategy}}), "DeviceClass", "gpu.biaxial.dev"

@@ -80,7 +80,8 @@ class TaskGuard:
             reason = "ended unexpectedly"
         else:
             log.error("background task %s crashed", name, exc_info=exc)
-            reason = f"crashed: {type(exc).__name__}: {exc}"
+            cause = _cause(exc)
+            reason = f"crashed: {type(cause).__name__}: {cause}"
         self.reason = self.reason or f"task {name}: {reason}"
         if self._on_failure is not None:
             self._on_failure(name, reason)
@@ -136,3 +137,11 @@ class TaskGuard:
                 log.error(
                     "task %s failed while stopping", task.get_name(), exc_info=task.exception()
                 )
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """The error a task group wrapped alone (a service's own helper task failed), else
+    ``exc``: the reason then names what actually went wrong."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

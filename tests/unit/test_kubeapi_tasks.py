@@ -155,3 +155,29 @@ def test_until_returns_whether_the_work_finished_before_a_stop_or_a_trip() -> No
         return results
 
     assert asyncio.run(scenario()) == [True, False, False, False, False]
+
+
+def test_a_service_whose_helper_task_fails_is_reported_by_the_helper_error() -> None:
+    """A service may run helpers in a TaskGroup (the deallocator's resync): the failure of one
+    ends the service, and the reason names the helper's error, not the group."""
+    failures: list[str] = []
+
+    async def scenario() -> TaskGuard:
+        guard = TaskGuard(on_failure=lambda _name, reason: failures.append(reason))
+
+        async def helper() -> None:
+            await asyncio.sleep(0)
+            raise KeyError("claim")
+
+        async def service() -> None:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(helper())
+                await forever()
+
+        guard.start("deallocator", service())
+        await asyncio.wait_for(guard.tripped.wait(), 1)
+        return guard
+
+    guard = asyncio.run(scenario())
+    assert failures == ["crashed: KeyError: 'claim'"]
+    assert guard.reason == "task deallocator: crashed: KeyError: 'claim'"

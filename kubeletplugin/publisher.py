@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +39,7 @@ from driver.api.model import DeviceTaint, ResourceSlice
 from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
 from driver.discovery.slices import build_slices
+from kubeapi.retry import Backoff
 
 log = logging.getLogger(f"biaxial.{__name__}")
 JSON = dict[str, Any]
@@ -198,23 +198,6 @@ class Inventory:
     taints: Mapping[str, tuple[DeviceTaint, ...]] = field(default_factory=dict)
 
 
-class Backoff:
-    """Exponential backoff with full jitter."""
-
-    def __init__(self, low: float = BACKOFF_MIN_S, high: float = BACKOFF_MAX_S) -> None:
-        self._low = low
-        self._high = high
-        self._next = low
-
-    def reset(self) -> None:
-        self._next = self._low
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._high, self._next * 2)
-        return random.uniform(delay / 2, delay)  # noqa: S311 - jitter, not cryptography
-
-
 class Publisher:
     """Publishes and maintains the node's pool (see the module docstring)."""
 
@@ -330,7 +313,7 @@ class Publisher:
 
     async def run(self) -> None:
         """Reconcile forever (cancel to stop)."""
-        backoff = Backoff()
+        backoff = Backoff(BACKOFF_MIN_S, BACKOFF_MAX_S, jitter=0.5)
         rounds = 0
         while True:
             if self._inventory is None:

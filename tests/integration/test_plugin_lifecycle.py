@@ -285,7 +285,13 @@ def test_failed_registration_recreates_the_socket_and_is_reported(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--metrics-port", "abc"], "--metrics-port 'abc': not a valid int"),
+        (
+            ["--metrics-port", "abc"],
+            (
+                "--metrics-port: 'abc' is not an integer "
+                "(from the flag; environment twin $BIAXIAL_METRICS_PORT)"
+            ),
+        ),
         (["--driver-name", "Not_A_Name"], "--driver-name 'Not_A_Name' must be a DNS subdomain"),
         (["--registry-dir", "/tmp/" + "x" * 100], "unix socket paths must be shorter than 108"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig"),

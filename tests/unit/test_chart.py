@@ -400,7 +400,7 @@ def test_rendered_arguments_are_accepted_by_the_binaries(
             assert args.command == "kubelet-plugin"
             monkeypatch.setenv("NODE_NAME", "gpu-node-1")
             monkeypatch.setenv("POD_UID", "0f5c1e9e-2f3a-4a57-9d1e-1c2b3d4e5f60")
-            settings = plugin_cmd.build_settings(args)
+            settings = plugin_cmd.settings_from_args(args)
             assert settings.driver_name == "gpu.biaxial.dev"
             assert str(settings.registry_dir) == "/var/lib/kubelet/plugins_registry"
         else:

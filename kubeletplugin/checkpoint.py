@@ -64,6 +64,9 @@ class DeviceRecord:
     memory_bytes: int  # reserved memory (the whole device's when exclusive)
     cores: int  # reserved compute percent (100 when exclusive)
     strategy: SharingStrategy
+    # Allocated for administrative access: it neither blocks other claims nor is blocked by
+    # them, and takes no share of the device's capacity (upstream's adminAccess).
+    admin_access: bool = False
 
     def to_json(self) -> JSON:
         return {
@@ -77,6 +80,7 @@ class DeviceRecord:
             "memoryBytes": self.memory_bytes,
             "cores": self.cores,
             "strategy": self.strategy,
+            "adminAccess": self.admin_access,
         }
 
     @classmethod
@@ -96,6 +100,7 @@ class DeviceRecord:
             memory_bytes=int(raw["memoryBytes"]),
             cores=int(raw["cores"]),
             strategy=strategy,
+            admin_access=bool(raw.get("adminAccess", False)),
         )
 
 

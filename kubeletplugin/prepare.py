@@ -4,11 +4,12 @@ The gRPC handlers call :class:`Preparer`. Contract:
 
 * **Per claim.** Every claim of a call appears in the result; one bad claim never fails its
   neighbours (its :class:`PrepareResult` carries ``error``). Errors name the claim, the
-  request and the device.
+  request and the device, and never another tenant's objects: a device held by another claim
+  is "prepared for another claim" (the holder is named in the node's log only).
 * **Idempotent.** Preparing a prepared claim returns the same devices (healing a missing CDI
   spec or MPS daemon); unpreparing an unknown or deleted claim succeeds, using what the
   checkpoint cached (the API is not consulted).
-* **Pure planning** (:func:`plan_claim`, :func:`check_conflicts`): claim JSON + this node's
+* **Pure planning** (:func:`plan_claim`, :func:`find_conflict`): claim JSON + this node's
   device table (:class:`~driver.discovery.devices.DeviceTable`) + settings -> devices, CDI
   spec, MPS GPUs; or a :class:`~driver.api.errors.PrepareError` /
   :class:`~driver.api.errors.ConfigError` (or the claim model's
@@ -18,7 +19,8 @@ The gRPC handlers call :class:`Preparer`. Contract:
   allocated, results for another node's pool, devices the table does not publish, a device
   prepared for another claim (unless both are shares of a shareable GPU and the summed
   ``consumedCapacity`` stays within its memory and cores), a full GPU while one of its MIG
-  partitions is prepared (and the reverse).
+  partitions is prepared (and the reverse). Admin-access devices are exempt from the
+  conflict rules in both directions, as upstream's allocator exempts them.
 * The device table is the one the plugin derives per discovery; :meth:`Preparer.observe_inventory`
   replaces it. One call plans and checks against one table.
 * **Transactional shell**, under the node-wide file lock ``<state_dir>/serialize.lock`` (two
@@ -246,6 +248,7 @@ def plan_claim(
                 memory_bytes=memory,
                 cores=cores,
                 strategy=strategy,
+                admin_access=bool(result.admin_access),
             )
         )
     paths = SharingPaths(
@@ -274,55 +277,83 @@ def _is_mig(device: str, devices: DeviceTable) -> bool:
     return known is not None and known.is_mig
 
 
-def check_conflicts(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable) -> None:
-    """Refuse a plan whose devices are held by other claims in ``checkpoint`` (any state).
-    ``devices`` is the table the plan was made with. Pure; raises :class:`PrepareError`
-    naming the device and the holder."""
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Why a plan cannot be prepared next to the claims already prepared. ``message`` is for
+    the claim's owner and names only the claim's own objects; ``holder`` (another tenant's
+    claim, when one is in the way) is for the node's log."""
+
+    message: str
+    holder: ClaimRecord | None = None
+
+
+def find_conflict(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable) -> Conflict | None:
+    """The first reason ``plan`` cannot join the claims held in ``checkpoint`` (any state), or
+    ``None``. ``devices`` is the table the plan was made with. Pure.
+
+    Admin access (upstream's ``adminAccess``: "ignore all ordinary claims to the device") is
+    never blocked and never blocks: an admin-access device of either side is skipped, and
+    admin-access shares count towards no capacity.
+    """
     others = [
         (rec, dev)
         for rec in checkpoint.claims.values()
         if rec.uid != plan.ref.uid
         for dev in rec.devices
+        if not dev.admin_access
     ]
     for mine in plan.devices:
+        if mine.admin_access:
+            continue
         physical = _physical(mine.device, devices)
         for rec, dev in others:
-            holder = f"claim {rec.namespace}/{rec.name} ({rec.uid})"
             if dev.device == mine.device:
                 if dev.exclusive or mine.exclusive:
-                    raise PrepareError(
+                    return Conflict(
                         f"claim {plan.ref}: device {mine.device} is already prepared for "
-                        f"{holder}"
+                        "another claim"
                         + (
                             ""
                             if dev.exclusive
                             else " as a share; an exclusive allocation cannot join it"
-                        )
+                        ),
+                        rec,
                     )
             elif _physical(dev.device, devices) == physical and not (
                 _is_mig(mine.device, devices) and _is_mig(dev.device, devices)
             ):
                 # A full GPU and a MIG partition of it; distinct MIG partitions never overlap.
-                raise PrepareError(
+                return Conflict(
                     f"claim {plan.ref}: device {mine.device} overlaps {dev.device} on the same "
-                    f"GPU, which is prepared for {holder}"
+                    "GPU, which is prepared for another claim",
+                    rec,
                 )
     # Capacity of each shared device: every prepared share plus this claim's.
-    for device in sorted({d.device for d in plan.devices if not d.exclusive}):
+    for device in sorted(
+        {d.device for d in plan.devices if not d.exclusive and not d.admin_access}
+    ):
         target = devices.get(device)
         if target is None:  # the plan was made with another table: plan again
-            raise PrepareError(f"claim {plan.ref}: device {device} is not on this node")
+            return Conflict(f"claim {plan.ref}: device {device} is not on this node")
         shares = [dev for _, dev in others if dev.device == device] + [
-            d for d in plan.devices if d.device == device
+            d for d in plan.devices if d.device == device and not d.admin_access
         ]
         memory = sum(d.memory_bytes for d in shares)
         cores = sum(d.cores for d in shares)
         if memory > target.memory_bytes or cores > FULL_CORES:
-            raise PrepareError(
+            return Conflict(
                 f"claim {plan.ref}: shares of device {device} would exceed its capacity "
                 f"(memory {memory} of {target.memory_bytes} bytes, cores {cores} of "
                 f"{FULL_CORES}) with the {len(shares) - 1} share(s) already prepared"
             )
+    return None
+
+
+def check_conflicts(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable) -> None:
+    """:func:`find_conflict` as an exception: raises :class:`PrepareError` with its message."""
+    conflict = find_conflict(plan, checkpoint, devices)
+    if conflict is not None:
+        raise PrepareError(conflict.message)
 
 
 def prepared_devices(record: ClaimRecord) -> tuple[PreparedDevice, ...]:
@@ -569,10 +600,18 @@ class Preparer:
                 if isinstance(plan, str):
                     results[ref.uid] = PrepareResult(error=plan)
                     continue
-                try:
-                    check_conflicts(plan, checkpoint, devices)
-                except PrepareError as exc:
-                    results[ref.uid] = PrepareResult(error=str(exc))
+                conflict = find_conflict(plan, checkpoint, devices)
+                if conflict is not None:
+                    if conflict.holder is not None:
+                        holder = conflict.holder
+                        log.warning(
+                            "%s (held by claim %s/%s (%s))",
+                            conflict.message,
+                            holder.namespace,
+                            holder.name,
+                            holder.uid,
+                        )
+                    results[ref.uid] = PrepareResult(error=conflict.message)
                     continue
                 checkpoint = checkpoint.with_claim(plan.record(PREPARE_STARTED))
                 todo.append(plan)

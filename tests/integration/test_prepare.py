@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import shutil
 import signal
 import stat
@@ -152,8 +153,11 @@ def result(
     share: str | None = None,
     pool: str = NODE,
     driver: str = DRIVER,
+    admin: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if admin:
+        out["adminAccess"] = True
     if memory_mib is not None:
         out["shareID"] = share or f"share-{device}-{memory_mib}-{cores}"
         out["consumedCapacity"] = {"memory": f"{memory_mib}Mi", "cores": str(cores)}
@@ -386,13 +390,23 @@ def test_a_gpu_found_by_rediscovery_can_be_prepared(node: Node) -> None:
 # --------------------------------------------------------------------------- device conflicts
 
 
-def test_exclusive_device_held_by_another_claim_is_refused(node: Node) -> None:
-    first = node.api.add("first", [result("gpu-0")])
-    second = node.api.add("second", [result("gpu-0")])
+def test_exclusive_device_held_by_another_claim_is_refused(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = node.api.add("first", [result("gpu-0")], namespace="team-a")
+    second = node.api.add("second", [result("gpu-0")], namespace="team-b")
     preparer = node.preparer()
     assert not run(preparer.prepare([first]))[first.uid].error
-    error = run(preparer.prepare([second]))[second.uid].error
-    assert "device gpu-0 is already prepared for claim default/first (uid-first)" in error
+    with caplog.at_level(logging.WARNING, logger="biaxial.kubeletplugin.prepare"):
+        error = run(preparer.prepare([second]))[second.uid].error
+    assert error == (
+        "claim team-b/second (uid-second): device gpu-0 is already prepared for another claim"
+    )
+    # The error reaches team-b's pod events: it names none of team-a's objects. The node's
+    # log (the administrator's) names the holder.
+    assert "first" not in error
+    assert "team-a" not in error
+    assert "held by claim team-a/first (uid-first)" in caplog.text
     assert not node.spec_exists(second)
     # Once the holder is unprepared the device is free.
     run(preparer.unprepare([first]))
@@ -422,7 +436,34 @@ def test_shares_within_capacity_are_accepted_and_over_capacity_refused(node: Nod
     holder = node.api.add("holder", [result("gpu-2")])
     share = node.api.add("share", [result("gpu-2", memory_mib=10)])
     out = run(preparer.prepare([holder, share]))
-    assert "device gpu-2 is already prepared for claim default/holder" in out[share.uid].error
+    assert "device gpu-2 is already prepared for another claim" in out[share.uid].error
+    assert "holder" not in out[share.uid].error
+
+
+def test_admin_access_is_neither_blocked_nor_blocking(node: Node) -> None:
+    """Upstream: a request with adminAccess "ignores all ordinary claims to the device with
+    respect to access modes and any resource allocations" (DeviceRequest.adminAccess, and
+    allocateDevice skips deviceInUse for it); kube-scheduler therefore allocates a busy device
+    to a monitoring claim, and the node must prepare it rather than refuse it."""
+    preparer = node.preparer()
+    held = node.api.add("held", [result("gpu-0")], namespace="team-a")
+    monitor = node.api.add("monitor", [result("gpu-0", admin=True)], namespace="ops")
+    assert run(preparer.prepare([held]))[held.uid].error == ""
+    assert run(preparer.prepare([monitor]))[monitor.uid].error == ""
+    assert env(node.spec(monitor))["NVIDIA_VISIBLE_DEVICES"] == "GPU-t4-0"
+    # Prepared first, an admin-access claim blocks nobody: an exclusive claim and shares join.
+    watcher = node.api.add("watcher", [result("gpu-1", admin=True)], namespace="ops")
+    whole = node.api.add("whole", [result("gpu-1")])
+    assert run(preparer.prepare([watcher, whole]))[whole.uid].error == ""
+    spy = node.api.add("spy", [result("gpu-2", memory_mib=15360, admin=True)], namespace="ops")
+    share = node.api.add("share", [result("gpu-2", memory_mib=15360, cores=100)])
+    out = run(preparer.prepare([spy, share]))
+    assert out[spy.uid].error == out[share.uid].error == ""  # its capacity is not counted
+    # Ordinary claims still conflict with each other.
+    late = node.api.add("late", [result("gpu-1")])
+    assert "already prepared for another claim" in run(preparer.prepare([late]))[late.uid].error
+    run(preparer.unprepare([held, monitor, watcher, whole, spy, share]))
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
 
 
 def test_full_gpu_and_its_mig_partitions(node: Node) -> None:
@@ -456,7 +497,8 @@ def test_a_partition_overlapping_a_whole_gpu_prepared_before_mig_mode_is_refused
     mig0 = node.api.add("mig0", [result("gpu-4-mig-1g5gb-0")])
     error = run(node.preparer().prepare([mig0]))[mig0.uid].error
     assert "device gpu-4-mig-1g5gb-0 overlaps gpu-4 on the same GPU" in error
-    assert "prepared for claim default/whole (uid-whole)" in error
+    assert error.endswith("which is prepared for another claim")
+    assert "whole" not in error
 
 
 def test_two_plugin_instances_never_prepare_one_device_twice(node: Node) -> None:
@@ -753,8 +795,7 @@ def test_claims_from_a_v1_checkpoint_are_reprepared_and_unprepared(node: Node) -
     # gpu-1 is held by the migrated claim: refused until it is unprepared.
     blocked = node.api.add("new", [result("gpu-1")])
     assert (
-        "already prepared for claim default/old"
-        in run(preparer.prepare([blocked]))[blocked.uid].error
+        "already prepared for another claim" in run(preparer.prepare([blocked]))[blocked.uid].error
     )
     # The v1 record has no spec content: Prepare plans it again from the API.
     out = run(preparer.prepare([kept]))

@@ -243,6 +243,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         node_name=settings.node_name,
         driver_name=settings.driver_name,
         resync_s=settings.resync_s,
+        max_shares=settings.max_shares,
     )
     publisher.set_inventory(plugin.devices, plugin.tracker.taints())
     metrics = plugin.metrics

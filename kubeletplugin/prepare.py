@@ -123,6 +123,8 @@ class PrepareSettings:
     # "none" (nothing to limit). "hami-core" refuses rather than run a share unlimited when the
     # library is not configured; set "none" to allow unlimited time-slicing by default.
     default_sharing_strategy: SharingStrategy = "hami-core"
+    # The node's share cap (published as each shareable GPU's ``shares`` capacity); None: none.
+    max_shares_per_gpu: int | None = None
     lock_timeout_s: float = 60.0
 
 
@@ -287,9 +289,16 @@ class Conflict:
     holder: ClaimRecord | None = None
 
 
-def find_conflict(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable) -> Conflict | None:
+def find_conflict(
+    plan: ClaimPlan,
+    checkpoint: Checkpoint,
+    devices: DeviceTable,
+    max_shares: int | None = None,
+) -> Conflict | None:
     """The first reason ``plan`` cannot join the claims held in ``checkpoint`` (any state), or
-    ``None``. ``devices`` is the table the plan was made with. Pure.
+    ``None``. ``devices`` is the table the plan was made with; ``max_shares`` the node's share
+    cap (at most that many shares of one GPU are prepared, as the published ``shares``
+    capacity allows). Pure.
 
     Admin access (upstream's ``adminAccess``: "ignore all ordinary claims to the device") is
     never blocked and never blocks: an admin-access device of either side is skipped, and
@@ -346,12 +355,20 @@ def find_conflict(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable)
                 f"(memory {memory} of {target.memory_bytes} bytes, cores {cores} of "
                 f"{FULL_CORES}) with the {len(shares) - 1} share(s) already prepared"
             )
+        # Each allocation result is one share (the published ``shares`` capacity).
+        if max_shares is not None and len(shares) > max_shares:
+            return Conflict(
+                f"claim {plan.ref}: device {device} would have {len(shares)} shares prepared; "
+                f"this node allows at most {max_shares} per GPU (its published shares capacity)"
+            )
     return None
 
 
-def check_conflicts(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable) -> None:
+def check_conflicts(
+    plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable, max_shares: int | None = None
+) -> None:
     """:func:`find_conflict` as an exception: raises :class:`PrepareError` with its message."""
-    conflict = find_conflict(plan, checkpoint, devices)
+    conflict = find_conflict(plan, checkpoint, devices, max_shares)
     if conflict is not None:
         raise PrepareError(conflict.message)
 
@@ -600,7 +617,9 @@ class Preparer:
                 if isinstance(plan, str):
                     results[ref.uid] = PrepareResult(error=plan)
                     continue
-                conflict = find_conflict(plan, checkpoint, devices)
+                conflict = find_conflict(
+                    plan, checkpoint, devices, self._settings.max_shares_per_gpu
+                )
                 if conflict is not None:
                     if conflict.holder is not None:
                         holder = conflict.holder

@@ -54,6 +54,7 @@ class Settings:
     advertise_legacy_resources: bool = False
     hami_core_library_path: Path | None = None
     mps_root: Path = Path("/run/biaxial/mps")
+    max_shares_per_gpu: int = 0  # 0: no cap
     health_check_timeout_s: int = 30
     health_resend_s: float = 10.0
     xid_quiet_s: float = 300.0
@@ -91,7 +92,13 @@ class Settings:
             cdi_dir=self.cdi_dir,
             hami_core_library_path=self.hami_core_library_path,
             mps_root=self.mps_root,
+            max_shares_per_gpu=self.max_shares,
         )
+
+    @property
+    def max_shares(self) -> int | None:
+        """The share cap per GPU, ``None`` for no cap."""
+        return self.max_shares_per_gpu or None
 
     # ----------------------------------------------------------------- validation
 
@@ -129,6 +136,11 @@ class Settings:
         ):
             if value <= 0:
                 raise ConfigError(f"{flag} must be positive, got {value}")
+        if self.max_shares_per_gpu < 0:
+            raise ConfigError(
+                f"--max-shares-per-gpu must be 0 (no cap) or positive, got "
+                f"{self.max_shares_per_gpu}"
+            )
         if self.health_check_timeout_s <= 0:
             raise ConfigError("--health-check-timeout-seconds must be positive")
         for flag, path in (

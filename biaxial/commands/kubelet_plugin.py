@@ -130,6 +130,14 @@ FLAGS = Flags(
         metavar="DIR",
     ),
     Flag(
+        "max-shares-per-gpu",
+        "at most this many claims share one GPU, published as its shares capacity (0 = no cap)",
+        field="max_shares_per_gpu",
+        kind=INTEGER,
+        default="0",
+        metavar="N",
+    ),
+    Flag(
         "health-resend-seconds",
         "re-send the health list this often",
         field="health_resend_s",

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver.api.claims import ResourceClaim
+from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.config import check_claim_config
 from driver.api.errors import ConfigError, PrepareError
 from driver.discovery.devices import DeviceTable
@@ -576,6 +576,45 @@ def test_class_config_applies_and_claim_config_overrides(node: Node) -> None:
     assert env(spec, 1)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "100m"
 
 
+def test_the_class_sharing_policy_holds_against_the_claims_own_config(node: Node) -> None:
+    """The administrator's class fixes hami-core for shares: a claim asking for none on a
+    1 Gi share is refused (nothing written), one naming no strategy gets hami-core's limits,
+    in the words the scheduler uses before allocating."""
+    policy = {**gpu_config("hami-core"), "source": "FromClass"}
+    policy["opaque"]["parameters"]["sharing"]["allowedStrategies"] = ["hami-core"]
+    weakened = node.api.add(
+        "weak", [result("gpu-0", memory_mib=1024)], config=[policy, gpu_config("none")]
+    )
+    plain = node.api.add("plain", [result("gpu-0", memory_mib=1024)], config=[policy])
+    out = run(node.preparer().prepare([weakened, plain]))
+    error = out[weakened.uid].error
+    assert error == (
+        "claim default/weak (uid-weak): allocation.devices.config[1] (FromClaim) "
+        "opaque.parameters: sharing.strategy: \"none\" is not allowed for request 'gpu' by "
+        'the DeviceClass\'s sharing policy (sharing.allowedStrategies: "hami-core")'
+    )
+    assert not node.spec_exists(weakened)
+    assert out[plain.uid].error == ""
+    assert env(node.spec(plain))["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
+    # The scheduler refuses the same claim before allocating, in the same words.
+    raw = node.api.claims[("default", "weak")]
+    raw["spec"]["devices"] = {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}],
+        "config": [{"opaque": gpu_config("none")["opaque"]}],
+    }
+    del raw["status"]
+    gpu_class = DeviceClass.from_api(
+        {
+            "metadata": {"name": DRIVER},
+            "spec": {"config": [{"opaque": policy["opaque"]}]},
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(ResourceClaim.from_api(raw), {DRIVER: gpu_class}, DRIVER)
+    words = "sharing.strategy: "
+    assert error[error.index(words) :] == str(info.value)[str(info.value).index(words) :]
+
+
 # --------------------------------------------------------------------------- crashes, reboots
 
 
@@ -950,3 +989,25 @@ def test_the_scheduler_refuses_in_prepares_words(
     scheduler = str(info.value)
     assert words in refused
     assert refused[refused.index(words) :] == scheduler[scheduler.index(words) :]
+
+
+def test_the_node_holds_its_share_cap_against_any_allocator(node: Node) -> None:
+    """The scheduler respects the published ``shares`` capacity; the node checks the same cap
+    at Prepare, for allocations written by anything."""
+    preparer = node.preparer(max_shares_per_gpu=2)
+    refs = [node.api.add(f"s{i}", [result("gpu-0", memory_mib=100)]) for i in range(3)]
+    out = run(preparer.prepare(refs))
+    assert out[refs[0].uid].error == out[refs[1].uid].error == ""
+    assert out[refs[2].uid].error == (
+        "claim default/s2 (uid-s2): device gpu-0 would have 3 shares prepared; this node "
+        "allows at most 2 per GPU (its published shares capacity)"
+    )
+    # Two shares of one claim count twice, as the allocator counts them.
+    double = node.api.add(
+        "double", [result("gpu-1", "a", memory_mib=10), result("gpu-1", "b", memory_mib=10)]
+    )
+    assert run(preparer.prepare([double]))[double.uid].error == ""
+    third = node.api.add("third", [result("gpu-1", memory_mib=10)])
+    assert "would have 3 shares" in run(preparer.prepare([third]))[third.uid].error
+    run(preparer.unprepare([refs[0]]))
+    assert run(preparer.prepare([refs[2]]))[refs[2].uid].error == ""

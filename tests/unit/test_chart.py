@@ -7,6 +7,7 @@ the reference lists it, the ResourceSlice admission policy, and the contract wit
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
@@ -202,6 +203,62 @@ def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str
     assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.strategy == strategy
     assert "config" not in one(render(), "DeviceClass", "gpu.biaxial.dev")["spec"]
     assert "config" not in one(render(), "DeviceClass", "mig.biaxial.dev")["spec"]
+
+
+def test_class_sharing_policy_is_a_gpu_config_the_plugin_accepts() -> None:
+    from driver.api.claims import OpaqueConfig
+    from driver.api.config import parse_opaque
+
+    values = {
+        "deviceClasses": {
+            "sharingStrategy": "hami-core",
+            "allowedSharingStrategies": ["hami-core", "mps"],
+        }
+    }
+    gpu = one(render(values), "DeviceClass", "gpu.biaxial.dev")
+    (entry,) = gpu["spec"]["config"]
+    opaque = OpaqueConfig(
+        driver=entry["opaque"]["driver"], parameters=entry["opaque"]["parameters"]
+    )
+    parsed = parse_opaque(opaque, "gpu.biaxial.dev", "class", from_class=True)
+    assert parsed is not None
+    assert parsed.sharing.strategy == "hami-core"
+    assert parsed.sharing.allowed == ("hami-core", "mps")
+    for version in ("1.34", "1.37"):
+        assert validate_object(gpu, version) == []
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"sharingStrategy": "none", "allowedSharingStrategies": ["hami-core"]},
+            (
+                "allowedSharingStrategies needs deviceClasses.sharingStrategy set to one of "
+                'them, got "none"'
+            ),
+        ),
+        (
+            {"allowedSharingStrategies": ["hami-core"]},
+            "allowedSharingStrategies needs deviceClasses.sharingStrategy",
+        ),
+        (
+            {"sharingStrategy": "mps", "allowedSharingStrategies": ["mps", "timeslicing"]},
+            'allowedSharingStrategies: unknown value "timeslicing"',
+        ),
+    ],
+)
+def test_a_bad_class_sharing_policy_fails_the_render(values: dict[str, Any], message: str) -> None:
+    from tests.render_chart import RenderError
+
+    with pytest.raises(RenderError, match=re.escape(message)):
+        render_objects({"deviceClasses": values})
+
+
+def test_the_share_cap_reaches_the_plugin() -> None:
+    assert "--max-shares-per-gpu=10" in container(render(), "DaemonSet")["args"]
+    objs = render({"kubeletPlugin": {"maxSharesPerGpu": 0}})
+    assert "--max-shares-per-gpu=0" in container(objs, "DaemonSet")["args"]
 
 
 def test_unknown_class_sharing_strategy_fails_the_render() -> None:

@@ -103,6 +103,13 @@ PLUGIN = [
     ),
     Case("mps-root", "BIAXIAL_MPS_ROOT", "/m", lambda s: s.mps_root, Path("/m")),
     Case(
+        "max-shares-per-gpu",
+        "BIAXIAL_MAX_SHARES_PER_GPU",
+        "8",
+        lambda s: s.max_shares_per_gpu,
+        8,
+    ),
+    Case(
         "health-resend-seconds",
         "BIAXIAL_HEALTH_RESEND_SECONDS",
         "5",

@@ -11,7 +11,7 @@ The gRPC handlers call :class:`Preparer`. Contract:
   checkpoint cached (the API is not consulted).
 * **Pure planning** (:func:`plan_claim`, :func:`find_conflict`): claim JSON + this node's
   device table (:class:`~driver.discovery.devices.DeviceTable`) + settings -> devices, CDI
-  spec, MPS GPUs; or a :class:`~driver.api.errors.PrepareError` /
+  spec, MPS daemons; or a :class:`~driver.api.errors.PrepareError` /
   :class:`~driver.api.errors.ConfigError` (or the claim model's
   :class:`~driver.api.errors.ManifestError` for a malformed claim). The claim is read only
   through the core's claim model (:class:`~driver.api.claims.ResourceClaim`) and its
@@ -27,8 +27,11 @@ The gRPC handlers call :class:`Preparer`. Contract:
   plugin pods overlap during a rolling update): load the checkpoint; recover (a
   ``PrepareStarted`` entry seen under the lock is a crashed Prepare: it is rolled back, and a
   retried Prepare redoes it; a changed boot ID rewrites every prepared claim's CDI spec and
-  restarts its MPS daemons); mark claims ``PrepareStarted``; write CDI specs and start MPS
-  daemons; mark ``PrepareCompleted``. Blocking work runs in ``asyncio.to_thread``.
+  restarts its MPS daemons); mark claims ``PrepareStarted``; write CDI specs and start the
+  claim's own MPS daemons (:mod:`kubeletplugin.mps`: one per claim and GPU, limits set on the
+  daemon); mark ``PrepareCompleted``. Unprepare stops the claim's daemons; :meth:`Preparer.recover`
+  (at start) also stops every daemon no prepared claim uses. Blocking work runs in
+  ``asyncio.to_thread``.
 * A corrupt checkpoint refuses every Prepare with its :class:`~driver.api.errors.CheckpointError`
   text (devices cannot be proven free); Unprepare still removes the claim's CDI spec and
   reports the checkpoint error so the kubelet retries.
@@ -61,7 +64,7 @@ from kubeletplugin.checkpoint import (
     DeviceRecord,
     Timeout,
 )
-from kubeletplugin.mps import MpsManager, MpsSettings
+from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -141,7 +144,7 @@ class ClaimPlan:
     ref: ClaimRef
     devices: tuple[DeviceRecord, ...]
     spec: ClaimSpec
-    mps_gpus: tuple[str, ...]
+    mps_daemons: tuple[MpsDaemon, ...]
 
     def record(self, state: str) -> ClaimRecord:
         return ClaimRecord(
@@ -152,7 +155,7 @@ class ClaimPlan:
             devices=self.devices,
             cdi_spec_file=self.spec.file_name,
             cdi_spec=self.spec.spec,
-            mps_gpus=self.mps_gpus,
+            mps_daemons=self.mps_daemons,
         )
 
 
@@ -265,8 +268,40 @@ def plan_claim(
     prepared = tuple(
         replace(r, cdi_device_ids=ids) for r, ids in zip(records, spec.cdi_device_ids, strict=True)
     )
-    mps_gpus = tuple(sorted({a.target.uuid for a in allocations if a.strategy == "mps"}))
-    return ClaimPlan(ref=ref, devices=prepared, spec=spec, mps_gpus=mps_gpus)
+    return ClaimPlan(
+        ref=ref,
+        devices=prepared,
+        spec=spec,
+        mps_daemons=mps_daemons(ref.uid, allocations, settings.mps_root),
+    )
+
+
+def mps_daemons(
+    claim_uid: str, allocations: Sequence[DeviceAllocation], mps_root: Path
+) -> tuple[MpsDaemon, ...]:
+    """The claim's own MPS daemons: one per GPU it shares with ``mps``, limited to what the
+    claim reserved on that GPU (all its ``mps`` shares there together; a whole device under
+    ``mps`` sets no memory limit). Pure; sorted by directory."""
+    by_gpu: dict[str, list[DeviceAllocation]] = {}
+    for alloc in allocations:
+        if alloc.strategy == "mps":
+            by_gpu.setdefault(alloc.target.uuid, []).append(alloc)
+    daemons = []
+    for uuid, group in by_gpu.items():
+        target = group[0].target
+        memory: int | None = None
+        if all(a.memory_limit_bytes is not None for a in group):
+            memory = min(sum(a.memory_limit_bytes or 0 for a in group), target.memory_bytes)
+        cores = min(sum(a.cores_percent or 0 for a in group), FULL_CORES)
+        daemons.append(
+            MpsDaemon(
+                directory=daemon_dir(mps_root, claim_uid, target.name),
+                gpu_uuid=uuid,
+                memory_bytes=memory,
+                cores=cores,
+            )
+        )
+    return tuple(sorted(daemons, key=lambda d: str(d.directory)))
 
 
 def _physical(device: str, devices: DeviceTable) -> str:
@@ -494,10 +529,13 @@ class Preparer:
     def _recover_sync(self) -> None:
         with self._store.lock():
             checkpoint = self._recover(self._store.load())
+            # MPS daemons no prepared claim uses (released while the plugin was down, or the
+            # per-GPU daemons of an older plugin no claim needs any more) are stopped.
+            self._mps.sweep(self._mps_users(checkpoint))
             self._publish(checkpoint)
 
-    def _mps_users(self, checkpoint: Checkpoint) -> set[str]:
-        return {g for r in checkpoint.claims.values() for g in r.mps_gpus}
+    def _mps_users(self, checkpoint: Checkpoint) -> set[Path]:
+        return {d.directory for r in checkpoint.claims.values() for d in r.mps_daemons}
 
     def _release(self, checkpoint: Checkpoint, record: ClaimRecord) -> Checkpoint:
         """Undo a claim's side effects and drop it; stop MPS daemons nobody uses any more.
@@ -505,18 +543,17 @@ class Preparer:
         cdi.remove_spec(self._settings.cdi_dir, record.cdi_spec_file)
         remaining = checkpoint.without_claim(record.uid)
         still_used = self._mps_users(remaining)
-        for gpu in record.mps_gpus:
-            if gpu in still_used:
-                continue
+        for daemon in record.mps_daemons:
+            if daemon.directory in still_used:
+                continue  # a version-2 daemon still shared with another claim
             try:
-                self._mps.stop(gpu)
+                self._mps.stop(daemon.directory)
             except PrepareError:
                 log.warning(
-                    "claim %s/%s: MPS daemon of GPU %s did not stop; it is stopped again when "
-                    "a claim using it is released",
+                    "claim %s/%s: MPS daemon %s did not stop; the next plugin start stops it",
                     record.namespace,
                     record.name,
-                    gpu,
+                    daemon.directory,
                     exc_info=True,
                 )
         return remaining
@@ -565,8 +602,8 @@ class Preparer:
                         cdi_device_ids=(),
                     ),
                 )
-            for gpu in record.mps_gpus:
-                self._mps.ensure_running(gpu)
+            for daemon in record.mps_daemons:
+                self._mps.ensure_running(daemon)
         except (OSError, PrepareError) as exc:
             log.warning("claim %s/%s: re-prepare failed: %s", record.namespace, record.name, exc)
             return f"claim {record.namespace}/{record.name} ({record.uid}): {exc}"
@@ -645,8 +682,8 @@ class Preparer:
                     for directory in plan.spec.host_dirs:
                         Path(directory).mkdir(parents=True, exist_ok=True)
                     cdi.write_spec(self._settings.cdi_dir, plan.spec)
-                    for gpu in plan.mps_gpus:
-                        self._mps.ensure_running(gpu)
+                    for daemon in plan.mps_daemons:
+                        self._mps.ensure_running(daemon)
                 except (OSError, PrepareError) as exc:
                     checkpoint = self._release(checkpoint, checkpoint.claims[plan.ref.uid])
                     results[plan.ref.uid] = PrepareResult(error=f"claim {plan.ref}: {exc}")
@@ -684,7 +721,8 @@ class Preparer:
                             self._settings.cdi_dir,
                             cdi.spec_file_name(self._settings.driver_name, ref.uid),
                         )
-                    except OSError:
+                        self._mps.stop_claim(ref.uid)
+                    except (OSError, PrepareError):
                         log.warning("claim %s: cannot remove its CDI spec", ref, exc_info=True)
                     results[ref.uid] = str(exc)
                 return results

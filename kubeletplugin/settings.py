@@ -33,6 +33,9 @@ _DNS_SUBDOMAIN: Final = re.compile(
 )
 _UID: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
 _MAX_REG_NAME: Final = 80
+#: ``--mps-root`` bound: a claim's daemon sockets live in ``<root>/<claim UID (36)>/gpu-<minor>/
+#: pipe/``, and their names take up to 18 bytes; the whole path must fit a unix socket's 107.
+MAX_MPS_ROOT: Final = 38
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +154,12 @@ class Settings:
         ):
             if not path.is_absolute():
                 raise ConfigError(f"{flag} {path} must be an absolute path")
+        if not self.mps_root.is_absolute() or len(str(self.mps_root).encode()) > MAX_MPS_ROOT:
+            raise ConfigError(
+                f"--mps-root {self.mps_root} must be an absolute path of at most {MAX_MPS_ROOT} "
+                "bytes (MPS daemon sockets live below it, and unix socket paths are limited to "
+                "107 bytes)"
+            )
         for what, sock in (
             ("registration socket", self.registration_socket),
             ("DRA socket", self.dra_socket),

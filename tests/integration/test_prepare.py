@@ -28,6 +28,7 @@ from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin import cdi
 from kubeletplugin.checkpoint import Checkpoint, CheckpointStore, checksum
+from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
 from kubeletplugin.prepare import (
     ClaimRef,
     PreparedDevice,
@@ -46,12 +47,13 @@ KIND = "k8s.gpu.biaxial.dev/gpu"
 
 FAKE_CONTROL = """#!/bin/sh
 pipe="$CUDA_MPS_PIPE_DIRECTORY"
-echo "${1:-client}" >> "$pipe/../calls.log"
-if [ "$1" = "-d" ]; then : > "$pipe/daemon"; exit 0; fi
+if [ "$1" = "-d" ]; then echo "-d" >> "$pipe/../calls.log"; : > "$pipe/daemon"; exit 0; fi
 read -r cmd
+echo "$cmd" >> "$pipe/../calls.log"
 case "$cmd" in
     get_server_list) [ -f "$pipe/daemon" ] || exit 1 ;;
     quit) rm -f "$pipe/daemon" ;;
+    set_default_*) [ -f "$pipe/daemon" ] || exit 1 ;;
 esac
 """
 
@@ -214,12 +216,17 @@ class Node:
     def spec_exists(self, ref: ClaimRef) -> bool:
         return (self.settings.cdi_dir / cdi.spec_file_name(DRIVER, ref.uid)).exists()
 
-    def mps_running(self, gpu_uuid: str) -> bool:
-        return (self.settings.mps_root / gpu_uuid / "pipe" / "daemon").exists()
+    def mps_dir(self, ref: ClaimRef, device: str = "gpu-0") -> Path:
+        """The claim's own MPS daemon directory on one GPU."""
+        return self.settings.mps_root / ref.uid / device
 
-    def mps_starts(self, gpu_uuid: str) -> int:
-        log = self.settings.mps_root / gpu_uuid / "calls.log"
-        return log.read_text().split().count("-d") if log.exists() else 0
+    def mps_running(self, ref: ClaimRef, device: str = "gpu-0") -> bool:
+        return (self.mps_dir(ref, device) / "pipe" / "daemon").exists()
+
+    def mps_calls(self, ref: ClaimRef, device: str = "gpu-0") -> list[str]:
+        log = self.mps_dir(ref, device) / "calls.log"
+        calls = log.read_text().splitlines() if log.exists() else []
+        return [c for c in calls if c != "get_server_list"]
 
 
 def _fields(settings: PrepareSettings) -> dict[str, Any]:
@@ -520,26 +527,73 @@ def test_two_plugin_instances_never_prepare_one_device_twice(node: Node) -> None
 # --------------------------------------------------------------------------- sharing
 
 
-def test_mps_daemon_is_refcounted_across_claims(node: Node) -> None:
+def test_each_mps_claim_has_its_own_daemon_with_its_limits_set_on_the_daemon(
+    node: Node,
+) -> None:
+    """Measured before: limits came only from the client's own environment, and one control
+    pipe per GPU was writable by every tenant on it. NVIDIA's DRA driver runs a control daemon
+    per claim with the limits set on the daemon; so does biaxial now."""
     preparer = node.preparer()
     cfg = [gpu_config("mps")]
     a = node.api.add("a", [result("gpu-0", memory_mib=4000, cores=30)], config=cfg)
-    b = node.api.add("b", [result("gpu-0", memory_mib=4000, cores=30)], config=cfg)
-    out = run(preparer.prepare([a, b]))
-    assert not out[a.uid].error
-    assert not out[b.uid].error
-    assert node.mps_running("GPU-t4-0")
-    assert node.mps_starts("GPU-t4-0") == 1
-    spec_env = env(node.spec(b))
+    b = node.api.add("b", [result("gpu-0", memory_mib=2000, cores=0)], config=cfg)
+    two = node.api.add(  # two shares of gpu-0 in one claim: one daemon, their sum
+        "two",
+        [result("gpu-0", "x", memory_mib=1000, cores=10), result("gpu-0", "y", memory_mib=500)],
+        config=cfg,
+    )
+    out = run(preparer.prepare([a, b, two]))
+    assert [out[r.uid].error for r in (a, b, two)] == ["", "", ""]
+    for ref in (a, b, two):
+        assert node.mps_running(ref)
+        mount = node.spec(ref)["devices"][0]["containerEdits"]["mounts"][0]
+        assert mount["hostPath"] == str(node.mps_dir(ref) / "pipe")  # its own pipe only
+    assert node.mps_calls(a) == [
+        "-d",
+        "set_default_device_pinned_mem_limit GPU-t4-0 4000M",
+        "set_default_active_thread_percentage 30",
+    ]
+    assert node.mps_calls(b) == ["-d", "set_default_device_pinned_mem_limit GPU-t4-0 2000M"]
+    assert node.mps_calls(two) == [
+        "-d",
+        "set_default_device_pinned_mem_limit GPU-t4-0 1500M",
+        "set_default_active_thread_percentage 10",
+    ]
+    spec_env = env(node.spec(a))  # the client's environment still carries them too
     assert spec_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4000M"
     assert spec_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
-    assert node.spec(b)["devices"][0]["containerEdits"]["mounts"][0]["hostPath"] == str(
-        node.settings.mps_root / "GPU-t4-0" / "pipe"
-    )
+    stored = CheckpointStore(node.settings.state_dir).load().claims[a.uid].mps_daemons
+    assert [(d.directory, d.memory_bytes, d.cores) for d in stored] == [
+        (node.mps_dir(a), 4000 * MIB, 30)
+    ]
+    # Unprepare stops the claim's daemon and removes its pipes; the others keep theirs.
     run(preparer.unprepare([a]))
-    assert node.mps_running("GPU-t4-0")
-    run(preparer.unprepare([b]))
-    assert not node.mps_running("GPU-t4-0")
+    assert not node.mps_dir(a).exists()
+    assert not (node.settings.mps_root / a.uid).exists()
+    assert node.mps_running(b)
+    run(preparer.unprepare([b, two]))
+    assert list(node.settings.mps_root.iterdir()) == []
+
+
+def test_start_stops_mps_daemons_no_prepared_claim_uses(node: Node) -> None:
+    """Cleaned up at start: a daemon whose claim was released while the plugin was down (or
+    whose record is gone), and an older plugin's per-GPU daemon no claim uses any more. A
+    per-GPU daemon a migrated claim still uses is kept."""
+    preparer = node.preparer()
+    kept = node.api.add("kept", [result("gpu-1", memory_mib=100)], config=[gpu_config("mps")])
+    assert run(preparer.prepare([kept]))[kept.uid].error == ""
+    manager = MpsManager(
+        MpsSettings(root=node.settings.mps_root, control_binary=node.settings.mps_control_binary)
+    )
+    orphan = MpsDaemon(directory=daemon_dir(node.settings.mps_root, "uid-gone", "gpu-2"),
+                       gpu_uuid="GPU-t4-2")  # fmt: skip
+    legacy = MpsDaemon(directory=node.settings.mps_root / "GPU-t4-3", gpu_uuid="GPU-t4-3")
+    for daemon in (orphan, legacy):
+        manager.ensure_running(daemon)
+    run(node.preparer().recover())
+    assert node.mps_running(kept, "gpu-1")
+    assert not orphan.directory.parent.exists()
+    assert not legacy.directory.exists()
 
 
 def test_failed_mps_start_rolls_the_claim_back(node: Node) -> None:
@@ -648,7 +702,7 @@ def test_crash_between_the_phases_is_rolled_back_then_redone(
     out = run(node.preparer().prepare([ref]))
     assert not out[ref.uid].error
     assert node.spec_exists(ref)
-    assert node.mps_running("GPU-t4-0")
+    assert node.mps_running(ref)
 
 
 def test_crash_after_cdi_write_cleans_the_spec_on_rollback(
@@ -678,12 +732,17 @@ def test_reboot_reprepares_from_the_checkpoint(node: Node) -> None:
     before = node.spec(ref)
     # Reboot: /var/run/cdi and the MPS daemons are gone; the API is unreachable.
     shutil.rmtree(node.settings.cdi_dir)
-    (node.settings.mps_root / "GPU-t4-2" / "pipe" / "daemon").unlink()
+    (node.mps_dir(ref, "gpu-2") / "pipe" / "daemon").unlink()
     node.api.claims.clear()
     rebooted = node.preparer(boot_id="boot-2")
     run(rebooted.recover())
     assert node.spec(ref) == before
-    assert node.mps_running("GPU-t4-2")
+    assert node.mps_running(ref, "gpu-2")
+    # Restarted with its limits set again.
+    assert (
+        node.mps_calls(ref, "gpu-2").count("set_default_device_pinned_mem_limit GPU-t4-2 2048M")
+        == 2
+    )
     assert CheckpointStore(node.settings.state_dir).load().boot_id == "boot-2"
     assert run(rebooted.prepare([ref])) == first
 

@@ -33,8 +33,13 @@ The gRPC handlers call :class:`Preparer`. Contract:
   (at start) also stops every daemon no prepared claim uses. Blocking work runs in
   ``asyncio.to_thread``.
 * A corrupt checkpoint refuses every Prepare with its :class:`~driver.api.errors.CheckpointError`
-  text (devices cannot be proven free); Unprepare still removes the claim's CDI spec and
-  reports the checkpoint error so the kubelet retries.
+  text (devices cannot be proven free); Unprepare proceeds: it removes the claim's CDI spec and
+  stops its MPS daemons (both found by the claim's UID) and succeeds, so pods can finish
+  terminating. Every read of the checkpoint reports its state to ``on_checkpoint`` (the app
+  turns it into readiness and a node Event), so a repaired file is noticed at the next read.
+* **Reconciliation support** (:mod:`kubeletplugin.reconcile` decides what is stale):
+  :meth:`Preparer.snapshot` reads the checkpoint, :meth:`Preparer.release_stale` unprepares
+  one completed claim unless the kubelet asked to prepare it since it first looked stale.
 """
 
 from __future__ import annotations
@@ -132,6 +137,9 @@ class PrepareSettings:
 
 
 ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+#: Told the checkpoint's state after every read: ``None`` readable, else the error's text.
+#: Called from the worker thread that read it, only when the state changed.
+CheckpointObserver = Callable[[str | None], None]
 
 
 # --------------------------------------------------------------------------- pure planning
@@ -441,10 +449,17 @@ class Preparer:
         get_claim: ClaimGetter,
         *,
         boot_id: str | None = None,
+        on_checkpoint: CheckpointObserver | None = None,
     ) -> None:
         self._settings = settings
         self._devices = DeviceTable.of(inventory)
         self._get_claim = get_claim
+        self._on_checkpoint = on_checkpoint
+        self._checkpoint_error: str | None = None
+        self._swept = False
+        # Claim UID -> monotonic time of the last Prepare call that named it (reconciliation
+        # never releases a claim the kubelet has asked for since it first looked stale).
+        self._asked: dict[str, float] = {}
         self._boot_id = boot_id if boot_id is not None else read_boot_id()
         self._store = CheckpointStore(settings.state_dir, lock_timeout_s=settings.lock_timeout_s)
         self._mps = MpsManager(
@@ -463,11 +478,29 @@ class Preparer:
         """Claims in the checkpoint as of the last call (for metrics and health)."""
         return self._prepared
 
+    @property
+    def checkpoint_error(self) -> str | None:
+        """Why the checkpoint could not be read the last time it was, or ``None``."""
+        return self._checkpoint_error
+
     async def recover(self) -> None:
         """Finish crash/reboot recovery now instead of at the first call (call at start-up).
         Raises :class:`CheckpointError` if the checkpoint is corrupt."""
         async with self._lock:
             await asyncio.to_thread(self._recover_sync)
+
+    async def snapshot(self) -> Checkpoint:
+        """The checkpoint as it is now, recovered (crashed Prepares rolled back, a reboot
+        re-applied). Raises :class:`CheckpointError` if it cannot be read."""
+        async with self._lock:
+            return await asyncio.to_thread(self._snapshot_sync)
+
+    async def release_stale(self, uid: str, reason: str, stale_since: float) -> ClaimRecord | None:
+        """Unprepare the completed claim ``uid`` on reconciliation's word that it is stale
+        (``reason``, first seen at monotonic ``stale_since``); the released record, or ``None``
+        when it is no longer there, not completed, or a Prepare named it since."""
+        async with self._lock:
+            return await asyncio.to_thread(self._release_stale_sync, uid, reason, stale_since)
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         started = time.monotonic()
@@ -526,13 +559,59 @@ class Preparer:
             for _, r in sorted(checkpoint.claims.items())
         )
 
+    def _report(self, error: str | None) -> None:
+        if error == self._checkpoint_error:
+            return
+        self._checkpoint_error = error
+        if self._on_checkpoint is not None:
+            self._on_checkpoint(error)
+
+    def _load(self) -> Checkpoint:
+        """Read and recover the checkpoint (the caller holds the file lock) and report its
+        state. The first successful read of the process also stops the MPS daemons no
+        prepared claim uses (released while the plugin was down, or the per-GPU daemons of an
+        older plugin no claim needs any more)."""
+        try:
+            checkpoint = self._recover(self._store.load())
+        except CheckpointError as exc:
+            self._report(str(exc))
+            raise
+        self._report(None)
+        if not self._swept:
+            self._mps.sweep(self._mps_users(checkpoint))
+            self._swept = True
+        return checkpoint
+
     def _recover_sync(self) -> None:
         with self._store.lock():
-            checkpoint = self._recover(self._store.load())
-            # MPS daemons no prepared claim uses (released while the plugin was down, or the
-            # per-GPU daemons of an older plugin no claim needs any more) are stopped.
-            self._mps.sweep(self._mps_users(checkpoint))
+            self._publish(self._load())
+
+    def _snapshot_sync(self) -> Checkpoint:
+        with self._store.lock():
+            checkpoint = self._load()
             self._publish(checkpoint)
+            return checkpoint
+
+    def _release_stale_sync(self, uid: str, reason: str, stale_since: float) -> ClaimRecord | None:
+        with self._store.lock():
+            checkpoint = self._load()
+            record = checkpoint.claims.get(uid)
+            if record is None or record.state != PREPARE_COMPLETED:
+                return None
+            if self._asked.get(uid, float("-inf")) >= stale_since:
+                return None  # the kubelet asked for it after it first looked stale
+            checkpoint = self._release(checkpoint, record)
+            self._store.save(checkpoint)
+            self._publish(checkpoint)
+        log.warning(
+            "claim %s/%s (%s): unprepared by reconciliation (%s); freed %s",
+            record.namespace,
+            record.name,
+            record.uid,
+            reason,
+            ", ".join(d.device for d in record.devices),
+        )
+        return record
 
     def _mps_users(self, checkpoint: Checkpoint) -> set[Path]:
         return {d.directory for r in checkpoint.claims.values() for d in r.mps_daemons}
@@ -634,8 +713,11 @@ class Preparer:
     ) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         with self._store.lock():
+            now = time.monotonic()
+            for ref in refs:
+                self._asked[ref.uid] = now
             try:
-                checkpoint = self._recover(self._store.load())
+                checkpoint = self._load()
             except CheckpointError as exc:
                 return {ref.uid: PrepareResult(error=str(exc)) for ref in refs}
             # Phase 1: already prepared, refused, or marked started.
@@ -702,6 +784,30 @@ class Preparer:
             self._publish(checkpoint)
         return {ref.uid: results[ref.uid] for ref in refs}
 
+    def _unprepare_unrecorded(self, refs: list[ClaimRef], exc: CheckpointError) -> dict[str, str]:
+        """Unprepare with an unreadable checkpoint: what can be undone without it is (the
+        claim's CDI spec, its own MPS daemons, both named after its UID), and the claim is
+        reported unprepared so its pod can finish terminating. The checkpoint still lists it
+        until repaired; reconciliation then finds it stale and releases it."""
+        results: dict[str, str] = {}
+        for ref in refs:
+            try:
+                cdi.remove_spec(
+                    self._settings.cdi_dir, cdi.spec_file_name(self._settings.driver_name, ref.uid)
+                )
+                self._mps.stop_claim(ref.uid)
+            except (OSError, PrepareError) as err:
+                results[ref.uid] = f"claim {ref}: cannot undo its preparation: {err}"
+                continue
+            log.warning(
+                "claim %s: unprepared without the checkpoint (CDI spec removed, MPS daemons "
+                "stopped); the checkpoint cannot be read: %s",
+                ref,
+                exc,
+            )
+            results[ref.uid] = ""
+        return results
+
     def _unprepare_sync(self, refs: list[ClaimRef]) -> dict[str, str]:
         try:
             return self._unprepare_locked(refs)
@@ -712,20 +818,12 @@ class Preparer:
     def _unprepare_locked(self, refs: list[ClaimRef]) -> dict[str, str]:
         results: dict[str, str] = {}
         with self._store.lock():
+            for ref in refs:
+                self._asked.pop(ref.uid, None)
             try:
-                checkpoint = self._recover(self._store.load())
+                checkpoint = self._load()
             except CheckpointError as exc:
-                for ref in refs:
-                    try:
-                        cdi.remove_spec(
-                            self._settings.cdi_dir,
-                            cdi.spec_file_name(self._settings.driver_name, ref.uid),
-                        )
-                        self._mps.stop_claim(ref.uid)
-                    except (OSError, PrepareError):
-                        log.warning("claim %s: cannot remove its CDI spec", ref, exc_info=True)
-                    results[ref.uid] = str(exc)
-                return results
+                return self._unprepare_unrecorded(refs, exc)
             changed = False
             for ref in refs:
                 record = checkpoint.claims.get(ref.uid)

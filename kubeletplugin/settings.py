@@ -32,6 +32,7 @@ _DNS_SUBDOMAIN: Final = re.compile(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
 _UID: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _MAX_REG_NAME: Final = 80
 #: ``--mps-root`` bound: a claim's daemon sockets live in ``<root>/<claim UID (36)>/gpu-<minor>/
 #: pipe/``, and their names take up to 18 bytes; the whole path must fit a unix socket's 107.
@@ -63,6 +64,9 @@ class Settings:
     xid_quiet_s: float = 300.0
     rediscover_s: float = 60.0
     resync_s: float = 60.0
+    reconcile_s: float = 60.0
+    release_grace_s: float = 300.0
+    event_namespace: str = "default"
     grace_s: float = 5.0
 
     # ----------------------------------------------------------------- derived
@@ -136,6 +140,7 @@ class Settings:
             ("--xid-quiet-seconds", self.xid_quiet_s),
             ("--rediscover-seconds", self.rediscover_s),
             ("--resync-seconds", self.resync_s),
+            ("--reconcile-seconds", self.reconcile_s),
         ):
             if value <= 0:
                 raise ConfigError(f"{flag} must be positive, got {value}")
@@ -144,6 +149,12 @@ class Settings:
                 f"--max-shares-per-gpu must be 0 (no cap) or positive, got "
                 f"{self.max_shares_per_gpu}"
             )
+        if self.release_grace_s < 0:
+            raise ConfigError(
+                f"--release-grace-seconds must be 0 or positive, got {self.release_grace_s}"
+            )
+        if len(self.event_namespace) > 63 or not _DNS_LABEL.fullmatch(self.event_namespace):
+            raise ConfigError(f"--event-namespace {self.event_namespace!r} is not a namespace name")
         if self.health_check_timeout_s <= 0:
             raise ConfigError("--health-check-timeout-seconds must be positive")
         for flag, path in (

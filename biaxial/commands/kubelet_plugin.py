@@ -177,6 +177,30 @@ FLAGS = Flags(
         default="60",
         metavar="S",
     ),
+    Flag(
+        "reconcile-seconds",
+        "check the checkpoint's claims against the API this often",
+        field="reconcile_s",
+        kind=NUMBER,
+        default="60",
+        metavar="S",
+    ),
+    Flag(
+        "release-grace-seconds",
+        "unprepare a claim the API no longer needs once it has been so this long",
+        field="release_grace_s",
+        kind=NUMBER,
+        default="300",
+        metavar="S",
+    ),
+    Flag(
+        "event-namespace",
+        "namespace of the Events recorded about this node",
+        field="event_namespace",
+        default="default",
+        metavar="NS",
+        conventional_env=("POD_NAMESPACE",),
+    ),
 )
 
 

@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -750,22 +751,58 @@ def test_reboot_reprepares_from_the_checkpoint(node: Node) -> None:
 # --------------------------------------------------------------------------- corrupt checkpoint
 
 
-def test_corrupt_checkpoint_refuses_prepare_and_keeps_the_file(node: Node) -> None:
-    held = node.api.add("held", [result("gpu-0")])
+def test_corrupt_checkpoint_refuses_prepare_lets_unprepare_proceed_and_keeps_the_file(
+    node: Node,
+) -> None:
+    """Measured before: a corrupt checkpoint refused Unprepare too, so pods could not finish
+    terminating. Now Prepare stays refused (devices cannot be proven free), Unprepare undoes
+    what it can without the file and succeeds, and the file's state is reported on every
+    read, so a repair is noticed."""
+    held = node.api.add("held", [result("gpu-0", memory_mib=100)], config=[gpu_config("mps")])
     run(node.preparer().prepare([held]))
+    assert node.mps_running(held)
     path = node.settings.state_dir / "checkpoint.json"
     content = path.read_bytes()[:-30]
     path.write_bytes(content)
+    states: list[str | None] = []
     newcomer = node.api.add("new", [result("gpu-1")])
-    preparer = node.preparer()
+    preparer = Preparer(
+        node.settings, GPUS, node.api.get, boot_id="boot-1", on_checkpoint=states.append
+    )
     error = run(preparer.prepare([newcomer]))[newcomer.uid].error
     assert str(path) in error
     assert "devices cannot be proven free" in error
     assert path.read_bytes() == content
     assert list(node.settings.state_dir.glob("checkpoint.json.corrupt-*"))
-    # Unprepare still removes the spec, and reports the problem so the kubelet retries.
-    assert str(path) in run(preparer.unprepare([held]))[held.uid]
+    assert preparer.checkpoint_error == error
+    assert states == [error]  # reported once, however often it is read
+    # Unprepare proceeds: the spec and the claim's own MPS daemon are gone, the pod can end.
+    assert run(preparer.unprepare([held])) == {held.uid: ""}
     assert not node.spec_exists(held)
+    assert not node.mps_dir(held).exists()
+    assert states == [error]
+    # The administrator removes the file (no GPU pod left on the node): the next read says
+    # so, and Prepare works again.
+    path.unlink()
+    assert run(preparer.prepare([newcomer]))[newcomer.uid].error == ""
+    assert states == [error, None]
+    assert preparer.checkpoint_error is None
+
+
+def test_release_stale_keeps_a_claim_the_kubelet_asked_for_since(node: Node) -> None:
+    preparer = node.preparer()
+    ref = node.api.add("a", [result("gpu-0")])
+    assert run(preparer.prepare([ref]))[ref.uid].error == ""
+    looked_stale = time.monotonic()
+    assert run(preparer.prepare([ref]))[ref.uid].error == ""  # the kubelet asks again
+    assert run(preparer.release_stale(ref.uid, "gone", looked_stale)) is None
+    assert node.spec_exists(ref)
+    released = run(preparer.release_stale(ref.uid, "gone", time.monotonic()))
+    assert released is not None
+    assert released.uid == ref.uid
+    assert not node.spec_exists(ref)
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
+    assert run(preparer.release_stale(ref.uid, "gone", time.monotonic())) is None  # done
 
 
 # --------------------------------------------------------------------------- over HTTP

@@ -115,7 +115,9 @@ def test_default_render_has_the_expected_objects() -> None:
             ("DeviceClass", "gpu.biaxial.dev"),
             ("DeviceClass", "mig.biaxial.dev"),
             ("Role", "biaxial-controller-leader-election"),
+            ("Role", "biaxial-kubelet-plugin-events"),
             ("RoleBinding", "biaxial-controller-leader-election"),
+            ("RoleBinding", "biaxial-kubelet-plugin-events"),
             ("Service", "biaxial-controller-metrics"),
             ("Service", "biaxial-kubelet-plugin-metrics"),
             ("ServiceAccount", "biaxial-controller"),
@@ -395,8 +397,10 @@ def test_plugin_daemonset_host_paths_env_and_probes() -> None:
     assert not any(a.startswith("--fake-gpus") for a in c["args"])
     (port,) = c["ports"]
     assert f"--metrics-port={port['containerPort']}" in c["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    # A restart does not mend an unreadable checkpoint: it fails readiness, never liveness.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert c["securityContext"]["privileged"] is True
 
 
@@ -430,7 +434,24 @@ def test_controller_deployment() -> None:
     assert env["BIAXIAL_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     off = render({"controller": {"leaderElection": {"enabled": False}}})
     assert "--no-leader-elect" in container(off, "Deployment")["args"]
-    assert not [o for o in off if o["kind"] in {"Role", "RoleBinding"}]
+    assert not [
+        o
+        for o in off
+        if o["kind"] in {"Role", "RoleBinding"} and "controller" in o["metadata"]["name"]
+    ]
+
+
+def test_the_plugin_may_create_events_in_its_namespace_and_nothing_else_there() -> None:
+    objs = render()
+    role = one(objs, "Role", "biaxial-kubelet-plugin-events")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    binding = one(objs, "RoleBinding", "biaxial-kubelet-plugin-events")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "biaxial-kubelet-plugin", "namespace": NAMESPACE}
+    ]
+    plugin = rules(objs, "ClusterRole", "biaxial-kubelet-plugin")
+    assert not [r for r in plugin if "events" in r["resources"]]
 
 
 # --------------------------------------------------------------------------- contract with the CLI

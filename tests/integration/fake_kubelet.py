@@ -20,9 +20,12 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -59,10 +62,16 @@ ClaimTuple = tuple[str, str, str]  # namespace, uid, name
 
 
 def allocated_claim(
-    emulator: Emulator, name: str, results: list[dict[str, Any]], *, device_class: str = DRIVER
+    emulator: Emulator,
+    name: str,
+    results: list[dict[str, Any]],
+    *,
+    device_class: str = DRIVER,
+    config: list[dict[str, Any]] | None = None,
 ) -> ClaimTuple:
-    """Create claim ``default/<name>`` with ``results`` in its ``status.allocation``, as a
-    scheduler would have written it; returns what the kubelet would send for it."""
+    """Create claim ``default/<name>`` with ``results`` (and ``config``) in its
+    ``status.allocation``, as a scheduler would have written it; returns what the kubelet
+    would send for it."""
     created = emulator.create(
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -75,13 +84,29 @@ def allocated_claim(
             },
         }
     )
+    devices: dict[str, Any] = {"results": results}
+    if config:
+        devices["config"] = config
     emulator.update_status(
-        "ResourceClaim",
-        name,
-        {"allocation": {"devices": {"results": results}}},
-        namespace="default",
+        "ResourceClaim", name, {"allocation": {"devices": devices}}, namespace="default"
     )
     return ("default", created["metadata"]["uid"], name)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on (for a plugin's metrics)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """Status and body of a GET (an HTTP error status is returned, not raised)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 class DraClient:

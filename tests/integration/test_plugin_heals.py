@@ -14,11 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
-import stat
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,32 +22,21 @@ from typing import Any
 import pytest
 
 from kubeletplugin.checkpoint import CheckpointStore
+from tests import fake_mps
 from tests.emulator.server import Emulator
 from tests.integration.fake_kubelet import (
     FakeKubelet,
     PluginProcess,
     allocated_claim,
     effective_capabilities,
+    free_port,
+    http_get,
     wait,
 )
 
 NODE = "node-a"
 DRIVER = "gpu.biaxial.dev"
 EVENTS_NS = "gpu-system"
-
-FAKE_CONTROL = """#!/bin/sh
-pipe="$CUDA_MPS_PIPE_DIRECTORY"
-if [ "$1" = "-d" ]; then
-    echo "-d $CUDA_VISIBLE_DEVICES" >> "$pipe/../calls.log"; : > "$pipe/daemon"; exit 0
-fi
-read -r cmd
-echo "$cmd" >> "$pipe/../calls.log"
-case "$cmd" in
-    get_server_list) [ -f "$pipe/daemon" ] || exit 1 ;;
-    quit) rm -f "$pipe/daemon" ;;
-    set_default_*) [ -f "$pipe/daemon" ] || exit 1 ;;
-esac
-"""
 
 
 @pytest.fixture
@@ -72,20 +57,6 @@ def cluster(root: Path) -> Iterator[tuple[Emulator, Path]]:
         yield emulator, emulator.write_kubeconfig(root / "kubeconfig")
     finally:
         emulator.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def node_events(emulator: Emulator, reason: str) -> list[dict[str, Any]]:
@@ -240,9 +211,7 @@ def test_the_plugin_needs_no_capability(cluster: tuple[Emulator, Path], root: Pa
     emulator, kubeconfig = cluster
     bin_dir = root / "bin"
     bin_dir.mkdir()
-    control = bin_dir / "nvidia-cuda-mps-control"
-    control.write_text(FAKE_CONTROL)
-    control.chmod(control.stat().st_mode | stat.S_IXUSR)
+    fake_mps.install(bin_dir)
     port = free_port()
     proc = plugin(
         root,
@@ -281,26 +250,11 @@ def test_the_plugin_needs_no_capability(cluster: tuple[Emulator, Path], root: Pa
                 },
             }
         ]
-        refs = []
-        for name in ("mps-a", "mps-b", "mps-c"):
-            created = emulator.create(
-                {
-                    "apiVersion": "resource.k8s.io/v1",
-                    "kind": "ResourceClaim",
-                    "metadata": {"name": name, "namespace": "default"},
-                    "spec": {
-                        "devices": {
-                            "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]
-                        }
-                    },
-                }
-            )
-            share = on("gpu-2", memory="1Gi", cores="20", shares="1")
-            allocation = {"devices": {"results": [share], "config": config}}
-            emulator.update_status(
-                "ResourceClaim", name, {"allocation": allocation}, namespace="default"
-            )
-            refs.append(("default", created["metadata"]["uid"], name))
+        share = on("gpu-2", memory="1Gi", cores="20", shares="1")
+        refs = [
+            allocated_claim(emulator, name, [share], config=config)
+            for name in ("mps-a", "mps-b", "mps-c")
+        ]
         with FakeKubelet(proc.registration_socket) as kubelet:
             assert kubelet.get_info().name == DRIVER
             kubelet.notify(registered=True)

@@ -9,7 +9,6 @@ import json
 import logging
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -39,24 +38,13 @@ from kubeletplugin.prepare import (
     check_conflicts,
     plan_claim,
 )
+from tests import fake_mps
 
 DRIVER = "gpu.biaxial.dev"
 NODE = "gpu-t4"
 MIB = 1024 * 1024
 T4_MEMORY = 15360 * MIB
 KIND = "k8s.gpu.biaxial.dev/gpu"
-
-FAKE_CONTROL = """#!/bin/sh
-pipe="$CUDA_MPS_PIPE_DIRECTORY"
-if [ "$1" = "-d" ]; then echo "-d" >> "$pipe/../calls.log"; : > "$pipe/daemon"; exit 0; fi
-read -r cmd
-echo "$cmd" >> "$pipe/../calls.log"
-case "$cmd" in
-    get_server_list) [ -f "$pipe/daemon" ] || exit 1 ;;
-    quit) rm -f "$pipe/daemon" ;;
-    set_default_*) [ -f "$pipe/daemon" ] || exit 1 ;;
-esac
-"""
 
 
 def t4(minor: int) -> GpuInfo:
@@ -185,9 +173,7 @@ def gpu_config(strategy: str, requests: list[str] | None = None) -> dict[str, An
 class Node:
     def __init__(self, root: Path) -> None:
         self.root = root
-        control = root / "nvidia-cuda-mps-control"
-        control.write_text(FAKE_CONTROL)
-        control.chmod(control.stat().st_mode | stat.S_IXUSR)
+        control = fake_mps.install(root)
         library = root / "libvgpu.so"
         library.write_bytes(b"\x7fELF")
         self.settings = PrepareSettings(
@@ -225,9 +211,7 @@ class Node:
         return (self.mps_dir(ref, device) / "pipe" / "daemon").exists()
 
     def mps_calls(self, ref: ClaimRef, device: str = "gpu-0") -> list[str]:
-        log = self.mps_dir(ref, device) / "calls.log"
-        calls = log.read_text().splitlines() if log.exists() else []
-        return [c for c in calls if c != "get_server_list"]
+        return fake_mps.calls(self.mps_dir(ref, device))
 
 
 def _fields(settings: PrepareSettings) -> dict[str, Any]:

@@ -2,45 +2,13 @@
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 import pytest
 
 from driver.api.errors import PrepareError
 from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
-
-# Behaves like the real control program for what the manager uses: `-d` starts a daemon for
-# $CUDA_MPS_PIPE_DIRECTORY, `get_server_list` fails when none runs, `quit` stops it, the
-# set_default_* commands need a running daemon. Every call is logged, next to the pipe
-# directory, with the GPU it was made for and the command it got.
-FAKE_CONTROL = """#!/bin/sh
-pipe="$CUDA_MPS_PIPE_DIRECTORY"
-if [ "$1" = "-d" ]; then
-    echo "-d $CUDA_VISIBLE_DEVICES $CUDA_MPS_LOG_DIRECTORY" >> "$pipe/../calls.log"
-    [ -n "$FAKE_MPS_FAIL_START" ] && {
-        echo "[Control] $FAKE_MPS_FAIL_START" >> "$CUDA_MPS_LOG_DIRECTORY/control.log"
-        echo "cannot start: $FAKE_MPS_FAIL_START" >&2; exit 3; }
-    : > "$pipe/daemon"; exit 0
-fi
-read -r cmd
-echo "$cmd" >> "$pipe/../calls.log"
-case "$cmd" in
-    get_server_list)
-        [ -f "$pipe/daemon" ] || { echo "Cannot find MPS control daemon" >&2; exit 1; } ;;
-    quit) [ -n "$FAKE_MPS_IGNORE_QUIT" ] || rm -f "$pipe/daemon" ;;
-    set_default_*)
-        [ -n "$FAKE_MPS_REFUSE_LIMITS" ] && { echo "unknown command" >&2; exit 4; }
-        [ -f "$pipe/daemon" ] || exit 1 ;;
-esac
-"""
-
-
-def fake_control(directory: Path) -> Path:
-    path = directory / "nvidia-cuda-mps-control"
-    path.write_text(FAKE_CONTROL)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
+from tests.fake_mps import install as fake_control
 
 
 @pytest.fixture

@@ -185,7 +185,12 @@ class ControllerThread:
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
         endpoint = Endpoint(host=self.emulator.url, headers={}, ssl_context=None)
-        async with KubeApi(endpoint, qps=self.settings.qps, burst=self.settings.burst) as real:
+        async with KubeApi(
+            endpoint,
+            qps=self.settings.qps,
+            burst=self.settings.burst,
+            user_agent=f"biaxial-controller ({self.settings.identity})",
+        ) as real:
             self.api = KillableApi(real)
             self.controller = Controller(self.settings, self.api, on_step=self._on_step)
             self._started.set()

@@ -36,15 +36,14 @@ ENV PATH=/opt/biaxial/bin:$PATH \
 # The default user is unprivileged (65532, "nonroot" by convention): the controller only talks
 # to the API server and runs as this user with a read-only root file system.
 #
-# The kubelet plugin is the exception and the chart runs it as root (runAsUser: 0, privileged)
-# because it must:
-#   * create its registration and DRA sockets in the kubelet's hostPath directories
-#     /var/lib/kubelet/plugins_registry and /var/lib/kubelet/plugins, which root owns;
-#   * open /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-caps/* through NVML (device nodes
-#     of the host; MIG capabilities need them too);
-#   * write CDI specs into the runtime's /var/run/cdi and its checkpoint into /var/lib/biaxial;
-#   * start and stop nvidia-cuda-mps-control daemons for the mps sharing strategy.
-# docs/operations.md ("Why the plugin runs as root") says the same for operators.
+# The kubelet plugin runs as root but unprivileged (the chart: runAsUser 0, no privilege
+# escalation, every capability dropped) because the host directories it writes belong to root:
+#   * its registration and DRA sockets in the kubelet's /var/lib/kubelet/plugins_registry and
+#     /var/lib/kubelet/plugins;
+#   * CDI specs in the runtime's /var/run/cdi, its checkpoint in /var/lib/biaxial, MPS pipe and
+#     log directories under /run/biaxial/mps, HAMi-core's lock directory /tmp/vgpulock.
+# The GPUs' device nodes and libnvidia-ml come from the NVIDIA container toolkit, not from
+# privileges. docs/operations.md ("What the plugin may do") says the same for operators.
 USER 65532:65532
 ENTRYPOINT ["biaxial"]
 CMD ["--help"]

@@ -38,7 +38,12 @@ _FLAGS: list[tuple[str, str, str, str]] = [
     ("--pod-uid", "UID", "this pod's UID: per-pod socket names (rolling updates)", ""),
     ("--metrics-port", "N", "port for /metrics and /healthz (0 = off)", "0"),
     ("--metrics-address", "ADDR", "address for /metrics and /healthz", "0.0.0.0"),  # noqa: S104
-    ("--hami-core-library", "PATH", "host path of HAMi-core libvgpu.so", ""),
+    (
+        "--hami-core-library",
+        "PATH",
+        "host path of HAMi-core libvgpu.so for the hami-core sharing strategy; none = no library",
+        "/var/lib/biaxial/hami-core/libvgpu.so",
+    ),
     ("--mps-root", "DIR", "MPS pipe/log root", "/run/biaxial/mps"),
     ("--health-resend-seconds", "S", "re-send the health list this often", "10"),
     ("--health-check-timeout-seconds", "S", "health timeout told to the kubelet", "30"),
@@ -113,7 +118,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
         metrics_address=_value(args, "--metrics-address"),
         remove_slices_on_exit=_switch(args, "--remove-slices-on-exit"),
         advertise_legacy_resources=_switch(args, "--advertise-legacy-resources"),
-        hami_core_library_path=Path(hami) if hami else None,
+        hami_core_library_path=Path(hami) if hami and hami != "none" else None,
         mps_root=Path(_value(args, "--mps-root")),
         health_resend_s=_typed(args, "--health-resend-seconds", float),
         health_check_timeout_s=_typed(args, "--health-check-timeout-seconds", int),

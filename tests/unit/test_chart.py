@@ -478,7 +478,9 @@ def test_dockerfile_copies_every_package_and_runs_unprivileged() -> None:
     assert ignore[0] == "*"
     allowed = {line.removeprefix("!").rstrip("/") for line in ignore if line.startswith("!")}
     assert copied <= allowed, f".dockerignore excludes {copied - allowed}"
-    assert len([line for line in lines if line.startswith("FROM ")]) == 2
+    stages = [line.split()[-1] for line in lines if line.startswith("FROM ") and " AS " in line]
+    assert stages == ["hami-core-build", "hami-core-none", "hami-core", "build"]
+    assert len([line for line in lines if line.startswith("FROM ")]) == 5  # + the final stage
     assert 'ENTRYPOINT ["biaxial"]' in lines
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users, "no USER: the image would run as root"
@@ -676,3 +678,160 @@ def test_kind_script_helm_install_renders_the_fake_gpu_manifest() -> None:
             values = _merge(values, parsers[flag](expression))
     assert values, words
     assert render(values) == render(VARIANTS["biaxial-fake-gpus.yaml"])
+
+
+# --------------------------------------------------------------------------- HAMi-core
+
+HAMI_LIBRARY = "/var/lib/biaxial/hami-core/libvgpu.so"
+
+
+def _pod(objs: list[JSON]) -> JSON:
+    spec: JSON = one(objs, "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def _install_container(objs: list[JSON]) -> list[JSON]:
+    return [c for c in _pod(objs).get("initContainers", []) if c["name"] == "install-hami-core"]
+
+
+def _dockerfile_args() -> dict[str, str]:
+    lines = (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
+    return dict(
+        line.removeprefix("ARG ").split("=", 1)
+        for line in lines
+        if line.startswith("ARG ") and "=" in line
+    )
+
+
+def test_the_image_builds_hami_core_from_a_pinned_upstream_commit() -> None:
+    import re
+
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    args = _dockerfile_args()
+    assert args["HAMI_CORE_REPOSITORY"] == "https://github.com/Project-HAMi/HAMi-core.git"
+    assert re.fullmatch(r"[0-9a-f]{40}", args["HAMI_CORE_COMMIT"])
+    assert args["HAMI_CORE"] == "build"
+    assert args["CUDA_DEVEL_IMAGE"].startswith("nvidia/cuda:")
+    assert "devel" in args["CUDA_DEVEL_IMAGE"]
+    assert 'git checkout --detach "${HAMI_CORE_COMMIT}"' in text
+    assert "bash ./build.sh" in text  # upstream's own build (cmake)
+    assert "COPY --from=hami-core /out/ /opt/biaxial/hami-core/" in text
+    # the docs name the same release and commit
+    sharing = (ROOT / "docs" / "sharing.md").read_text(encoding="utf-8")
+    assert args["HAMI_CORE_COMMIT"] in sharing
+    assert f"HAMi {args['HAMI_CORE_VERSION']}" in sharing
+
+
+def test_hami_core_is_installed_on_every_plugin_node_by_default() -> None:
+    from biaxial.commands import kubelet_plugin
+    from kubeletplugin.settings import DEFAULT_HAMI_CORE_LIBRARY, Settings
+
+    objs = render()
+    (init,) = _install_container(objs)
+    plugin = container(objs, "DaemonSet")
+    assert init["image"] == plugin["image"]
+    assert {e["name"]: e["value"] for e in init["env"]} == {"HAMI_CORE_LIBRARY": HAMI_LIBRARY}
+    assert "/opt/biaxial/hami-core/libvgpu.so" in init["args"][0]  # where the image has it
+    assert init["securityContext"] == {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert init["volumeMounts"] == [
+        {"name": "hami-core", "mountPath": "/var/lib/biaxial/hami-core"}
+    ]
+    volumes = {v["name"]: v["hostPath"] for v in _pod(objs)["volumes"]}
+    assert volumes["hami-core"] == {
+        "path": "/var/lib/biaxial/hami-core",
+        "type": "DirectoryOrCreate",
+    }
+    # the plugin points containers at it and sees it read-only, to check it is there
+    assert f"--hami-core-library={HAMI_LIBRARY}" in plugin["args"]
+    (mount,) = [m for m in plugin["volumeMounts"] if m["name"] == "hami-core"]
+    assert mount == {
+        "name": "hami-core",
+        "mountPath": "/var/lib/biaxial/hami-core",
+        "readOnly": True,
+    }
+    # ... and the plugin finds it there by default without the chart too
+    assert str(DEFAULT_HAMI_CORE_LIBRARY) == HAMI_LIBRARY
+    assert Settings(node_name="n").hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
+    parser = build_parser()
+    args = parser.parse_args(["kubelet-plugin", "--node-name", "n"])
+    assert kubelet_plugin.build_settings(args).hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
+
+
+def test_hami_core_install_and_library_can_be_turned_off() -> None:
+    from biaxial.commands import kubelet_plugin
+
+    elsewhere = render({"kubeletPlugin": {"installHamiCore": False}})
+    assert _install_container(elsewhere) == []  # installed another way: still used
+    assert f"--hami-core-library={HAMI_LIBRARY}" in container(elsewhere, "DaemonSet")["args"]
+    hami = render(
+        {
+            "kubeletPlugin": {
+                "installHamiCore": False,
+                "hamiCoreLibrary": "/usr/local/vgpu/libvgpu.so",
+            }
+        }
+    )
+    volumes = {v["name"]: v["hostPath"]["path"] for v in _pod(hami)["volumes"]}
+    assert volumes["hami-core"] == "/usr/local/vgpu"
+    off = render({"kubeletPlugin": {"hamiCoreLibrary": ""}})
+    assert _install_container(off) == []
+    assert "hami-core" not in {v["name"] for v in _pod(off)["volumes"]}
+    args = container(off, "DaemonSet")["args"]
+    assert "--hami-core-library=none" in args
+    parsed = build_parser().parse_args([*args, "--node-name", "n"])
+    assert kubelet_plugin.build_settings(parsed).hami_core_library_path is None
+
+
+def test_the_install_script_replaces_the_library_atomically(tmp_path: Path) -> None:
+    """Run the init container's script for real (paths moved under tmp_path): it installs,
+    leaves an identical file alone, replaces a changed one by rename (a process holding the old
+    file keeps its content), leaves no temporary file, and fails with a clear message when the
+    image has no library."""
+    import subprocess
+
+    (init,) = _install_container(render())
+    image = tmp_path / "image"
+    image.mkdir()
+    host = tmp_path / "host"
+    host.mkdir()
+    script = init["args"][0].replace("/opt/biaxial/hami-core", str(image))
+    target = host / "libvgpu.so"
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["/bin/sh", "-c", script],
+            env={"HAMI_CORE_LIBRARY": str(target), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    (image / "libvgpu.so").write_bytes(b"first build")
+    (image / "VERSION").write_text("HAMi-core test\n")
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert f"installed {target}: HAMi-core test" in first.stdout
+    assert target.read_bytes() == b"first build"
+    inode = target.stat().st_ino
+    again = run()
+    assert again.returncode == 0
+    assert "is up to date" in again.stdout
+    assert target.stat().st_ino == inode
+    with target.open("rb") as in_use:
+        (image / "libvgpu.so").write_bytes(b"second build")
+        assert run().returncode == 0
+        assert in_use.read() == b"first build"  # a running container keeps its file
+    assert target.read_bytes() == b"second build"
+    assert target.stat().st_ino != inode
+    assert sorted(p.name for p in host.iterdir()) == ["libvgpu.so"]
+    (image / "libvgpu.so").unlink()
+    missing = run()
+    assert missing.returncode == 1
+    assert "installHamiCore=false" in missing.stderr
+    assert target.read_bytes() == b"second build"

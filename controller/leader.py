@@ -61,11 +61,10 @@ import logging
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from controller.api import JSON, LEASES, Api, ListResult, PatchType, Resource, WatchEvent, meta
+from controller.api import JSON, LEASES, Api, GuardedApi
 from controller.events import now_rfc3339
 from controller.metrics import Metrics
 from controller.settings import LEADER_JITTER_FACTOR, Settings
@@ -152,80 +151,17 @@ class WriteFence:
         raise NotLeaderError(f"{method} {path} not sent: {reason}")
 
 
-class FencedApi:
+class FencedApi(GuardedApi):
     """An :class:`~controller.api.Api` whose writes are checked against a :class:`WriteFence`
     first; reads and watches pass through unchanged."""
 
     def __init__(self, inner: Api, fence: WriteFence) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fence = fence
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
-        return await self.inner.get(res, name, namespace)
-
-    async def list(
-        self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
-    ) -> ListResult:
-        return await self.inner.list(
-            res, field_selector=field_selector, label_selector=label_selector
-        )
-
-    def watch(
-        self,
-        res: Resource,
-        *,
-        resource_version: str,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        timeout_s: int = 300,
-    ) -> AsyncIterator[WatchEvent]:
-        return self.inner.watch(
-            res,
-            resource_version=resource_version,
-            field_selector=field_selector,
-            label_selector=label_selector,
-            timeout_s=timeout_s,
-        )
-
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        self.fence.check("POST", res.path(namespace or meta(body).get("namespace")))
-        return await self.inner.create(res, body, namespace)
-
-    async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
-        m = meta(body)
-        self.fence.check("PUT", res.path(m.get("namespace"), str(m.get("name")), subresource))
-        return await self.inner.replace(res, body, subresource=subresource)
-
-    async def patch(
-        self,
-        res: Resource,
-        name: str,
-        body: Any,
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        patch_type: PatchType = "merge",
-    ) -> JSON:
-        self.fence.check("PATCH", res.path(namespace, name, subresource))
-        return await self.inner.patch(
-            res, name, body, namespace=namespace, subresource=subresource, patch_type=patch_type
-        )
-
-    async def delete(
-        self,
-        res: Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        uid: str | None = None,
-        resource_version: str | None = None,
-    ) -> None:
-        self.fence.check("DELETE", res.path(namespace, name))
-        await self.inner.delete(res, name, namespace, uid=uid, resource_version=resource_version)
-
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.fence.check("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding")
-        await self.inner.bind(namespace, name, uid, node)
+    def guard(self, method: str, path: str) -> None:
+        if method not in {"GET", "HEAD"}:
+            self.fence.check(method, path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ skew between machines changes nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -454,15 +455,7 @@ def test_a_candidate_that_crashes_while_waiting_does_not_exit_quietly() -> None:
     API errors no longer end it (above); anything else is a bug and surfaces as one."""
     from controller.app import Controller
 
-    s = Settings(
-        identity="a",
-        lease_namespace="kube-system",
-        lease_duration_s=1.0,
-        renew_deadline_s=0.5,
-        retry_period_s=0.05,
-        metrics_port=0,
-    ).validate()
-    controller = Controller(s, FakeApi())
+    controller = Controller(dataclasses.replace(settings("a"), metrics_port=0), FakeApi())
     assert controller.elector is not None
 
     async def broken() -> None:

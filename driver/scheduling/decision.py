@@ -4,7 +4,9 @@ Used by ``biaxial simulate`` now and the live controller later. For one pod (its
 its ResourceClaims), :meth:`DecisionEngine.decide`:
 
 1. resolves the pod's policies (annotations, defaults), its legacy extended resources
-   (KEP-5004 bridge) and its scheduling facts; bad input is a :class:`PodError` for that pod;
+   (KEP-5004 bridge) and its scheduling facts; bad input is a :class:`PodError` for that pod,
+   including a claim whose ``GpuConfig`` the node would refuse at Prepare
+   (:func:`driver.api.config.check_claim_config`), so nothing is allocated for it;
 2. filters nodes (:mod:`driver.scheduling.nodefit`), builds the node's variant of the bridge claim,
    allocates *all* the pod's unallocated claims on the node with the allocator, the GPU axis
    ordering devices (:mod:`driver.scheduling.scoring`), and scores the node on the node axis;
@@ -44,8 +46,9 @@ from fractions import Fraction
 from typing import Any, Final
 
 from driver.api.claims import AllocationResult, ResourceClaim
+from driver.api.config import check_claim_config
 from driver.api.errors import BiaxialError, InvalidInputError
-from driver.api.ids import DeviceID, NodeName
+from driver.api.ids import DEFAULT_DRIVER_NAME, DeviceID, NodeName
 from driver.api.model import Device
 from driver.api.nodes import Node, node_selector_matches
 from driver.api.quantity import NANO, Quantity
@@ -694,8 +697,10 @@ class DecisionEngine:
         pods_on_nodes: Mapping[str, NodeUsage] | None = None,
         exhaustive: bool = False,
         budget: int = DEFAULT_SEARCH_BUDGET,
+        driver_name: str = DEFAULT_DRIVER_NAME,
     ) -> None:
         self.snapshot = snapshot
+        self.driver_name = driver_name  # whose opaque config (GpuConfig) the engine checks
         self.nodes: dict[str, Node] = {n.name: n for n in sorted(nodes, key=lambda n: n.name)}
         self.defaults = defaults or PolicyDefaults()
         self.usage: dict[str, NodeUsage] = dict(pods_on_nodes or {})
@@ -782,6 +787,7 @@ class DecisionEngine:
                             f"claim {claim.key}: request {request.name!r}: "
                             f"DeviceClass {alt.device_class_name!r} does not exist"
                         )
+            check_claim_config(claim, self.snapshot.classes, self.driver_name)
         return _PodContext(
             name=facts.name,
             pod=pod,
@@ -987,6 +993,7 @@ class DecisionEngine:
             )
             raw["metadata"] = meta
             built = (bridge, ResourceClaim.from_api(raw))
+            check_claim_config(built[1], self.snapshot.classes, self.driver_name)
         ctx.bridge_cache[key] = built
         return built
 

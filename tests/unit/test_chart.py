@@ -190,7 +190,7 @@ def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
 
 @pytest.mark.parametrize("strategy", ["hami-core", "mps", "none"])
 def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str) -> None:
-    from kubeletplugin.config import parse_gpu_config
+    from driver.api.config import parse_gpu_config
 
     gpu = one(
         render({"deviceClasses": {"sharingStrategy": strategy}}), "DeviceClass", "gpu.biaxial.dev"
@@ -440,7 +440,7 @@ def test_rendered_arguments_are_accepted_by_the_binaries(
             assert args.command == "kubelet-plugin"
             monkeypatch.setenv("NODE_NAME", "gpu-node-1")
             monkeypatch.setenv("POD_UID", "0f5c1e9e-2f3a-4a57-9d1e-1c2b3d4e5f60")
-            settings = plugin_cmd.build_settings(args)
+            settings = plugin_cmd.settings_from_args(args)
             assert settings.driver_name == "gpu.biaxial.dev"
             assert str(settings.registry_dir) == "/var/lib/kubelet/plugins_registry"
         else:
@@ -760,7 +760,8 @@ def test_hami_core_is_installed_on_every_plugin_node_by_default() -> None:
     assert Settings(node_name="n").hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
     parser = build_parser()
     args = parser.parse_args(["kubelet-plugin", "--node-name", "n"])
-    assert kubelet_plugin.build_settings(args).hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
+    plugin_settings = kubelet_plugin.settings_from_args(args)
+    assert plugin_settings.hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
 
 
 def test_hami_core_install_and_library_can_be_turned_off() -> None:
@@ -785,7 +786,7 @@ def test_hami_core_install_and_library_can_be_turned_off() -> None:
     args = container(off, "DaemonSet")["args"]
     assert "--hami-core-library=none" in args
     parsed = build_parser().parse_args([*args, "--node-name", "n"])
-    assert kubelet_plugin.build_settings(parsed).hami_core_library_path is None
+    assert kubelet_plugin.settings_from_args(parsed).hami_core_library_path is None
 
 
 def test_the_install_script_replaces_the_library_atomically(tmp_path: Path) -> None:

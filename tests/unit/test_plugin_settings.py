@@ -67,7 +67,7 @@ def test_flags_have_environment_twins_and_flags_win(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("BIAXIAL_METRICS_PORT", "9400")
     monkeypatch.setenv("BIAXIAL_REMOVE_SLICES_ON_EXIT", "true")
     monkeypatch.delenv("KUBECONFIG", raising=False)
-    settings = kubelet_plugin.build_settings(parse([]))
+    settings = kubelet_plugin.settings_from_args(parse([]))
     assert settings.node_name == "from-node-name"
     assert settings.fake_gpus == "t4x4"
     assert settings.metrics_port == 9400
@@ -76,15 +76,18 @@ def test_flags_have_environment_twins_and_flags_win(monkeypatch: pytest.MonkeyPa
     assert settings.kubeconfig is None  # in-cluster
 
     monkeypatch.setenv("BIAXIAL_NODE_NAME", "from-biaxial")
-    assert kubelet_plugin.build_settings(parse([])).node_name == "from-biaxial"
-    flagged = kubelet_plugin.build_settings(parse(["--node-name", "flag", "--metrics-port", "0"]))
+    assert kubelet_plugin.settings_from_args(parse([])).node_name == "from-biaxial"
+    flagged = kubelet_plugin.settings_from_args(
+        parse(["--node-name", "flag", "--metrics-port", "0"])
+    )
     assert (flagged.node_name, flagged.metrics_port) == ("flag", 0)
 
 
 def test_bad_numbers_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BIAXIAL_RESYNC_SECONDS", "soon")
-    with pytest.raises(ConfigError, match="--resync-seconds 'soon': not a valid float"):
-        kubelet_plugin.build_settings(parse(["--node-name", "n1"]))
+    message = "--resync-seconds: 'soon' is not a number (from $BIAXIAL_RESYNC_SECONDS)"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        kubelet_plugin.settings_from_args(parse(["--node-name", "n1"]))
 
 
 def test_prepare_settings_carry_the_plugin_settings() -> None:
@@ -103,15 +106,17 @@ def test_prepare_settings_carry_the_plugin_settings() -> None:
 
 def test_hami_core_library_default_none_and_relative(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BIAXIAL_HAMI_CORE_LIBRARY", raising=False)
-    default = kubelet_plugin.build_settings(parse(["--node-name", "n1"]))
+    default = kubelet_plugin.settings_from_args(parse(["--node-name", "n1"]))
     assert default.hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
-    off = kubelet_plugin.build_settings(parse(["--node-name", "n1", "--hami-core-library", "none"]))
+    off = kubelet_plugin.settings_from_args(
+        parse(["--node-name", "n1", "--hami-core-library", "none"])
+    )
     assert off.hami_core_library_path is None
     monkeypatch.setenv("BIAXIAL_HAMI_CORE_LIBRARY", "/usr/local/vgpu/libvgpu.so")
-    env = kubelet_plugin.build_settings(parse(["--node-name", "n1"]))
+    env = kubelet_plugin.settings_from_args(parse(["--node-name", "n1"]))
     assert env.hami_core_library_path == Path("/usr/local/vgpu/libvgpu.so")
     with pytest.raises(ConfigError, match=r"lib/libvgpu\.so must be an absolute"):
-        kubelet_plugin.build_settings(
+        kubelet_plugin.settings_from_args(
             parse(["--node-name", "n1", "--hami-core-library", "lib/libvgpu.so"])
         )
 

@@ -48,7 +48,7 @@ from kubeletplugin.prepare import Preparer
 from kubeletplugin.publisher import Publisher
 from kubeletplugin.registration import Registrar
 from kubeletplugin.server import DraService, HealthService, unix_server
-from kubeletplugin.settings import Settings
+from kubeletplugin.settings import Settings, with_installed_hami_core
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -231,7 +231,9 @@ async def run(settings: Settings) -> int:
 
 async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: float) -> int:
     settings = plugin.settings
-    preparer = Preparer(settings.prepare_settings(), plugin.devices, api.get_claim)
+    preparer = Preparer(
+        with_installed_hami_core(settings.prepare_settings()), plugin.devices, api.get_claim
+    )
     try:
         await preparer.recover()
     except CheckpointError as exc:

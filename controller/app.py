@@ -7,6 +7,9 @@ HTTP endpoint together:
 * once the caches are synced and (with leader election) the Lease is held, the scheduler and
   the deallocator start; a leader that cannot renew stops and the process exits non-zero, as
   client-go's ``OnStoppedLeading`` does;
+* with leader election, the scheduler, committer and deallocator write through
+  :class:`~controller.leader.FencedApi`: no write leaves a process whose lease is not known
+  valid (:mod:`controller.leader`); the Lease itself goes through its own, unfenced client;
 * ``/healthz`` answers 200 while no background task has crashed, ``/readyz`` once the caches
   are synced, ``/metrics`` the Prometheus text format;
 * one :class:`kubeapi.tasks.TaskGuard` starts every background task; a task that crashes (or
@@ -33,7 +36,7 @@ from controller.api import Api, Endpoint, KubeApi
 from controller.cache import ClusterCache
 from controller.commit import StepHook
 from controller.deallocate import Deallocator
-from controller.leader import LeaderElector
+from controller.leader import FencedApi, LeaderElector, WriteFence
 from controller.metrics import Metrics
 from controller.scheduler import Scheduler
 from controller.settings import FIELD_MANAGER, Settings
@@ -55,20 +58,29 @@ class Controller:
         *,
         on_step: StepHook | None = None,
         metrics: Metrics | None = None,
+        lease_api: Api | None = None,
+        fence: WriteFence | None = None,
     ) -> None:
         self.settings = settings
         self.api = api
         self.metrics = metrics or Metrics()
+        self.fence = fence if fence is not None else WriteFence()
+        # Every write of the scheduler, committer and deallocator passes the leader fence.
+        writer: Api = FencedApi(api, self.fence) if settings.leader_elect else api
         self.cache = ClusterCache(api, watch_timeout_s=settings.watch_timeout_s)
-        self.scheduler = Scheduler(settings, api, self.cache, self.metrics, on_step=on_step)
+        self.scheduler = Scheduler(settings, writer, self.cache, self.metrics, on_step=on_step)
         self.deallocator = Deallocator(
-            api,
+            writer,
             self.cache,
             self.scheduler.committer,
             self.metrics,
             finalizer=settings.finalizer,
         )
-        self.elector = LeaderElector(api, settings, self.metrics) if settings.leader_elect else None
+        self.elector = (
+            LeaderElector(lease_api or api, settings, self.metrics, self.fence)
+            if settings.leader_elect
+            else None
+        )
         self.guard = TaskGuard()
         self.stopping = asyncio.Event()
         self.leading = asyncio.Event()
@@ -169,15 +181,26 @@ async def run(settings: Settings, *, install_signals: bool = True) -> int:
     """Resolve the kubeconfig, run one controller until it stops; the exit code."""
     endpoint = Endpoint.resolve(settings.kubeconfig, local_fallback=True)
     metrics = Metrics()
-    async with KubeApi(
-        endpoint,
-        qps=settings.qps,
-        burst=settings.burst,
-        request_timeout_s=settings.request_timeout_s,
-        user_agent=FIELD_MANAGER,
-        on_request=metrics.api_requests.inc,
-    ) as api:
-        controller = Controller(settings, api, metrics=metrics)
+    fence = WriteFence() if settings.leader_elect else None
+    user_agent = f"{FIELD_MANAGER} ({settings.identity})"  # audit logs name the replica
+    async with (
+        KubeApi(
+            endpoint,
+            qps=settings.qps,
+            burst=settings.burst,
+            request_timeout_s=settings.request_timeout_s,
+            user_agent=user_agent,
+            on_request=metrics.api_requests.inc,
+            write_fence=fence.check if fence is not None else None,
+        ) as api,
+        KubeApi(
+            endpoint,
+            request_timeout_s=settings.request_timeout_s,
+            user_agent=f"{user_agent} leader-election",
+            on_request=metrics.api_requests.inc,
+        ) as lease_api,
+    ):
+        controller = Controller(settings, api, metrics=metrics, lease_api=lease_api, fence=fence)
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):

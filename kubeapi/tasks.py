@@ -107,7 +107,10 @@ class TaskGuard:
 
     async def until(self, stop: asyncio.Event, work: Awaitable[Any] | None = None) -> bool:
         """Await ``work`` (without work: wait) unless ``stop`` is set or the guard trips first;
-        True when the work finished without an error. Unfinished work is cancelled."""
+        True when the work finished without an error. Unfinished work is cancelled; work that
+        raised is logged and trips the guard, as a crashed service does (the process exits
+        non-zero, never silently)."""
+        label = str(getattr(work, "__qualname__", "work"))
         pending = asyncio.ensure_future(work if work is not None else asyncio.Event().wait())
         stopped = asyncio.ensure_future(stop.wait())
         tripped = asyncio.ensure_future(self.tripped.wait())
@@ -117,7 +120,17 @@ class TaskGuard:
             for fut in (pending, stopped, tripped):
                 fut.cancel()
             await asyncio.gather(pending, stopped, tripped, return_exceptions=True)
-        return not pending.cancelled() and pending.exception() is None
+        if pending.cancelled():
+            return False
+        if (exc := pending.exception()) is not None:
+            log.error("%s failed", label, exc_info=exc)
+            cause = _cause(exc)
+            self.reason = self.reason or f"{label}: crashed: {type(cause).__name__}: {cause}"
+            if self._on_failure is not None:
+                self._on_failure(label, f"crashed: {type(cause).__name__}: {cause}")
+            self.tripped.set()
+            return False
+        return True
 
     # ------------------------------------------------------------------ stopping
 

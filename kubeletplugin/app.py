@@ -62,7 +62,7 @@ from kubeletplugin.publisher import Publisher
 from kubeletplugin.reconcile import Reconciler, Released
 from kubeletplugin.registration import Registrar
 from kubeletplugin.server import DraService, HealthService, unix_server
-from kubeletplugin.settings import Settings
+from kubeletplugin.settings import Settings, with_installed_hami_core
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -281,7 +281,10 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         loop.call_soon_threadsafe(plugin.checkpoint_changed, error, events)
 
     preparer = Preparer(
-        settings.prepare_settings(), plugin.devices, api.get_claim, on_checkpoint=on_checkpoint
+        with_installed_hami_core(settings.prepare_settings()),
+        plugin.devices,
+        api.get_claim,
+        on_checkpoint=on_checkpoint,
     )
     try:
         await preparer.recover()

@@ -189,8 +189,10 @@ def _set_edits(
             if paths.hami_core_library is None:
                 raise PrepareError(
                     f"request {request!r}: sharing.strategy hami-core needs the HAMi-core "
-                    "library, and no host path for libvgpu.so is configured on this node "
-                    "(kubelet plugin setting hami_core_library_path)"
+                    "library, and no host path for libvgpu.so is configured on this node, or "
+                    "none was there when the kubelet plugin started (kubelet plugin setting "
+                    "hami_core_library_path; the chart installs it unless "
+                    "kubeletPlugin.installHamiCore is false)"
                 )
             env += [*limit_env, f"LD_PRELOAD={HAMI_CONTAINER_LIBRARY}"]
             mounts += [

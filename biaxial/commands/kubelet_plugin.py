@@ -10,9 +10,10 @@ INFO unless ``-vv``; SIGTERM stops it gracefully (exit 0); a crashed background 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from biaxial.flags import INTEGER, NUMBER, PATH, SWITCH, Flag, Flags, daemon_logging
+from biaxial.flags import INTEGER, NUMBER, PATH, SWITCH, Flag, Flags, Kind, daemon_logging
 
 if TYPE_CHECKING:
     from kubeletplugin.settings import Settings
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 NAME = "kubelet-plugin"
 HELP = "run the DRA kubelet plugin (gRPC services, ResourceSlice publisher, health)"
 ORDER = 10
+
+#: A path, or ``none`` for no path at all (a blank value means "not set": the default).
+PATH_OR_NONE = Kind(
+    "a path or none", lambda text: None if text.strip().lower() == "none" else Path(text)
+)
 
 FLAGS = Flags(
     Flag(
@@ -116,9 +122,10 @@ FLAGS = Flags(
     ),
     Flag(
         "hami-core-library",
-        "host path of HAMi-core libvgpu.so",
+        "host path of HAMi-core libvgpu.so for the hami-core sharing strategy; none = no library",
         field="hami_core_library_path",
-        kind=PATH,
+        kind=PATH_OR_NONE,
+        default="/var/lib/biaxial/hami-core/libvgpu.so",  # kubeletplugin.settings' default
         metavar="PATH",
     ),
     Flag(

@@ -141,7 +141,10 @@ def test_until_returns_whether_the_work_finished_before_a_stop_or_a_trip() -> No
         async def failing() -> None:
             raise RuntimeError("boom")
 
-        results.append(await guard.until(stop, failing()))
+        broken = TaskGuard()  # failing work trips its guard: use another one for it
+        results.append(await broken.until(stop, failing()))
+        assert broken.tripped.is_set()
+        assert "crashed: RuntimeError: boom" in broken.reason
         asyncio.get_running_loop().call_soon(stop.set)
         results.append(await guard.until(stop, forever()))
         stop.clear()

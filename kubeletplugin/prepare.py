@@ -603,6 +603,7 @@ class Preparer:
             checkpoint = self._release(checkpoint, record)
             self._store.save(checkpoint)
             self._publish(checkpoint)
+            self._asked.pop(uid, None)
         log.warning(
             "claim %s/%s (%s): unprepared by reconciliation (%s); freed %s",
             record.namespace,

@@ -94,14 +94,14 @@ FLAGS = Flags(
     ),
     Flag(
         "metrics-port",
-        "port for /metrics and /healthz (0 = off)",
+        "port for /metrics, /healthz and /readyz (0 = off)",
         field="metrics_port",
         kind=INTEGER,
         default="0",
     ),
     Flag(
         "metrics-address",
-        "address for /metrics and /healthz",
+        "address for /metrics, /healthz and /readyz",
         field="metrics_address",
         default="0.0.0.0",  # noqa: S104 - a DaemonSet pod's metrics endpoint
         metavar="ADDR",

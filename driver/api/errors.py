@@ -23,7 +23,9 @@ says what is wrong and where, so the CLI, events and conditions can show it as o
         ├── NotFoundError            404
         ├── ConflictError            409 (stale resourceVersion or AlreadyExists)
         ├── GoneError                410 (watch history expired)
-        └── ServerError              5xx and transport failures; retryable
+        ├── ServerError              5xx and transport failures; retryable
+        └── (NotLeaderError)         not from the API: a write the controller's leader fence
+                                     refused before sending it (controller.leader; status 0)
 
 HTTP status codes are mapped to ``ApiError`` subclasses in exactly one place:
 :func:`api_error_for_status`. Always ``raise ... from`` the underlying exception.

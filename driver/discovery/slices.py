@@ -17,6 +17,13 @@ Contract (DESIGN "Contracts"; reference §2.1, §5.6, §8):
   until Prepare) and carries ``dynamicMig: true``, as the whole GPU does (a selector can keep
   a claim off dynamic GPUs); everything else equals a static MIG device's. The whole GPU
   carries the capacity of the full-size instance that backs it.
+* The share cap (``max_shares``, the node's setting; ``None``: no cap) is published as a third
+  capacity of every shareable GPU, ``shares``: its value is the cap, and its request policy
+  (default ``1``, valid values ``[1]``) makes every allocation consume exactly one, so any
+  allocator that implements DRA consumable capacity (kube-scheduler's too) gives a GPU at most
+  ``max_shares`` claims at once. A claim cannot ask for more or less than one share: a request
+  above 1 violates the policy and the device is skipped, a request below is rounded up to 1.
+  ``memory`` and ``cores`` keep their meaning.
 * Slices: devices are cut, in order, into slices of at most 128 devices (64 when any device of
   the pool uses taints, counters or list attributes); counter sets follow in slices of their
   own (the newest API's rule: a slice holds devices or counters), at most 8 sets each. Slice
@@ -77,6 +84,7 @@ ATTR_NUMA_NODE: Final = f"{STANDARD_DOMAIN}/numaNode"
 ATTR_DYNAMIC_MIG: Final = "dynamicMig"  # true on every device of a dynamic-MIG GPU
 CAPACITY_MEMORY: Final = "memory"
 CAPACITY_CORES: Final = "cores"
+CAPACITY_SHARES: Final = "shares"
 CORES_PER_GPU: Final = 100
 MIB: Final = 1024 * 1024
 
@@ -180,13 +188,28 @@ def counter_sets(devices: DeviceTable) -> tuple[CounterSet, ...]:
     return tuple(out)
 
 
-def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Device:
+def shares_capacity(max_shares: int) -> Capacity:
+    """The ``shares`` capacity of a shareable GPU under a cap of ``max_shares`` claims: every
+    allocation consumes exactly one (default 1, valid values ``[1]``)."""
+    if max_shares < 1:
+        raise ValidationError(f"the share cap must be at least 1, got {max_shares}")
+    return Capacity(
+        value=Quantity.from_int(max_shares),
+        request_policy=RequestPolicy(default=_ONE, valid_values=(_ONE,)),
+    )
+
+
+def gpu_device(
+    device: NodeDevice, taints: tuple[DeviceTaint, ...] = (), max_shares: int | None = None
+) -> Device:
     """A whole, shareable GPU: ``allowMultipleAllocations`` with memory and cores policies.
 
     ``memory`` defaults to the whole GPU (a claim naming no capacity gets it to itself) and may
     be requested in 1Mi steps from 1Mi; ``cores`` (percent of the GPU's SMs, 100 in all)
     defaults to 0 and may be requested in steps of 1. On a dynamic-MIG GPU the device stands
     for the full-size instance (its memory and SMs) and consumes the GPU's whole counter set.
+    With ``max_shares``, a shareable GPU also has the ``shares`` capacity
+    (:func:`shares_capacity`).
     """
     gpu = device.gpu
     memory = _memory_quantity(device.memory_bytes)
@@ -196,6 +219,11 @@ def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
     attrs["multiprocessors"] = device.multiprocessors
     if device.dynamic:
         attrs[ATTR_DYNAMIC_MIG] = True
+    shares = (
+        {CAPACITY_SHARES: shares_capacity(max_shares)}
+        if max_shares is not None and device.shareable
+        else {}
+    )
     return Device(
         name=device.name,
         attributes=attrs,
@@ -214,6 +242,7 @@ def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
                     valid_range=ValidRange(min=_ZERO, max=_HUNDRED, step=_ONE),
                 ),
             ),
+            **shares,
         },
         allow_multiple_allocations=device.shareable,
         consumes_counters=_consumes(device),
@@ -259,12 +288,16 @@ def mig_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
 
 
 def build_devices(
-    devices: DeviceTable, taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None
+    devices: DeviceTable,
+    taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None,
+    max_shares: int | None = None,
 ) -> tuple[Device, ...]:
     """The table's published devices as API devices, in publishing order."""
     taints = taints or {}
     out = tuple(
-        (mig_device if d.is_mig else gpu_device)(d, tuple(taints.get(d.name, ())))
+        mig_device(d, tuple(taints.get(d.name, ())))
+        if d.is_mig
+        else gpu_device(d, tuple(taints.get(d.name, ())), max_shares)
         for d in devices.published
     )
     unknown = sorted(set(taints) - {d.name for d in out})
@@ -286,6 +319,7 @@ def build_slices(
     generation: int = 1,
     node_uid: str | None = None,
     taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None,
+    max_shares: int | None = None,
 ) -> list[ResourceSlice]:
     """The node's pool as ResourceSlices (see the module docstring for every rule).
 
@@ -298,7 +332,7 @@ def build_slices(
     if generation < 0:
         raise ValidationError(f"pool generation must be >= 0, got {generation}")
     table = DeviceTable.of(inventory)
-    devices = build_devices(table, taints)
+    devices = build_devices(table, taints, max_shares)
     sets = counter_sets(table)
     limit = (
         MAX_DEVICES_PER_SLICE_ADVANCED

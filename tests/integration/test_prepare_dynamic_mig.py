@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from driver.api.errors import ApiError
 from driver.discovery.devices import DeviceTable
 from driver.discovery.fake import FakeBackend
 from driver.discovery.gpus import MigInfo
@@ -23,6 +25,7 @@ from driver.discovery.mig import DynamicMigPolicy
 from kubeletplugin import cdi
 from kubeletplugin.checkpoint import CheckpointStore
 from kubeletplugin.prepare import ClaimRef, Preparer, PrepareSettings
+from kubeletplugin.reconcile import Reconciler
 from tests.integration.test_prepare import FakeApi, env, gpu_config, result
 
 DRIVER = "gpu.biaxial.dev"
@@ -164,18 +167,23 @@ def test_hami_core_on_a_dynamic_gpu_is_refused_with_the_way_out(node: DynamicNod
     assert node.instances() == []  # refused before anything was created
 
 
-def test_an_overlapping_placement_for_another_claim_is_refused(node: DynamicNode) -> None:
+def test_an_overlapping_placement_for_another_claim_is_refused(
+    node: DynamicNode, caplog: pytest.LogCaptureFixture
+) -> None:
     held = node.api.add("held", [result("gpu-0-mig-4g40gb-0")])
     overlapping = node.api.add("late", [result("gpu-0-mig-2g20gb-2")])
     whole = node.api.add("whole", [result("gpu-0")])
     beside = node.api.add("beside", [result("gpu-0-mig-3g40gb-4")])
     preparer = node.preparer()
     assert run(preparer.prepare([held]))[held.uid].error == ""
-    out = run(preparer.prepare([overlapping, whole, beside]))
+    with caplog.at_level(logging.WARNING, logger="biaxial.kubeletplugin.prepare"):
+        out = run(preparer.prepare([overlapping, whole, beside]))
     assert (
         "device gpu-0-mig-2g20gb-2 overlaps gpu-0-mig-4g40gb-0 on the same GPU, which is "
-        "prepared for claim default/held" in out[overlapping.uid].error
+        "prepared for another claim" in out[overlapping.uid].error
     )
+    assert "held" not in out[overlapping.uid].error  # another tenant's claim: the log only
+    assert "(held by claim default/held (uid-held))" in caplog.text
     assert "overlaps gpu-0-mig-4g40gb-0" in out[whole.uid].error
     assert out[beside.uid].error == ""
     assert len(node.instances()) == 2
@@ -304,16 +312,27 @@ def test_a_reboot_recreates_them_too(node: DynamicNode) -> None:
     assert env(node.spec(ref))["NVIDIA_VISIBLE_DEVICES"] == made.uuid
 
 
-def test_instances_of_claims_gone_from_the_api_are_destroyed_at_start(
+def reserve(node: DynamicNode, *refs: ClaimRef) -> None:
+    """The claims are in use by a pod, as the API would say."""
+    for ref in refs:
+        status = node.api.claims[(ref.namespace, ref.name)]["status"]
+        status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "pod-1"}]
+
+
+def test_reconciliation_destroys_the_instances_of_claims_gone_from_the_api(
     node: DynamicNode,
 ) -> None:
     kept = node.api.add("kept", [result("gpu-0-mig-1g10gb-6")])
     gone = node.api.add("gone", [result("gpu-0-mig-1g10gb-5")])
     recreated = node.api.add("recreated", [result("gpu-1-mig-1g10gb-6")])
-    run(node.preparer().prepare([kept, gone, recreated]))
+    reserve(node, kept, gone, recreated)
+    preparer = node.preparer()
+    run(preparer.prepare([kept, gone, recreated]))
     del node.api.claims[("default", "gone")]
     node.api.claims[("default", "recreated")]["metadata"]["uid"] = "uid-new"
-    run(node.preparer().recover())
+    reconciler = Reconciler(preparer, node.api.get, node_name=NODE, driver_name=DRIVER, grace_s=0)
+    released = run(reconciler.run_once())
+    assert sorted(r.record.uid for r in released) == [gone.uid, recreated.uid]
     assert [(m.profile, m.start) for m in node.instances(0)] == [("1g.10gb", 6)]
     assert node.instances(1) == []
     assert set(CheckpointStore(node.settings.state_dir).load().claims) == {kept.uid}
@@ -321,10 +340,34 @@ def test_instances_of_claims_gone_from_the_api_are_destroyed_at_start(
     no_leaks(node)
 
 
+def test_a_release_that_cannot_destroy_yet_is_retried_at_the_next_call(
+    node: DynamicNode,
+) -> None:
+    ref = node.api.add("c", [result("gpu-0-mig-1g10gb-6")])
+    preparer = node.preparer()
+    run(preparer.prepare([ref]))
+    del node.api.claims[("default", "c")]
+    node.backend.fail_next("destroy", "In use by another client")
+    reconciler = Reconciler(preparer, node.api.get, node_name=NODE, driver_name=DRIVER, grace_s=0)
+    (released,) = run(reconciler.run_once())
+    assert released.record.uid == ref.uid
+    assert len(node.instances()) == 1  # still recorded: the next load destroys it
+    assert not node.spec_exists(ref)
+    run(preparer.snapshot())
+    assert node.instances() == []
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
+
+
 def test_an_unreachable_api_proves_nothing_gone(node: DynamicNode) -> None:
     ref = node.api.add("c", [result("gpu-0-mig-1g10gb-6")])
-    run(node.preparer().prepare([ref]))
-    node.api.failing.add("c")
+    preparer = node.preparer()
+    run(preparer.prepare([ref]))
+
+    async def unreachable(namespace: str, name: str) -> None:
+        raise ApiError(f"GET {namespace}/{name}: service unavailable", status=503)
+
+    reconciler = Reconciler(preparer, unreachable, node_name=NODE, driver_name=DRIVER, grace_s=0)
+    assert run(reconciler.run_once()) == []
     run(node.preparer().recover())
     assert len(node.instances()) == 1
 

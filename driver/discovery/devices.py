@@ -183,14 +183,7 @@ def _derive_dynamic(gpu: GpuInfo, owned: frozenset[OwnedInstance]) -> Iterator[N
         placement=whole,
     )
     for mig in sorted(foreign, key=lambda m: m.start):
-        yield NodeDevice(
-            name=mig_device_name(gpu.minor, mig.profile, mig.start),
-            kind="mig",
-            gpu=gpu,
-            published=False,
-            shareable=False,
-            mig=mig,
-        )
+        yield _instance_device(gpu, mig, published=False)
     taken = {(m.profile, m.start) for m in foreign}
     for placement in geometry.placements:
         if (placement.profile.name, placement.start) in taken or any(
@@ -222,14 +215,20 @@ def _derive(gpu: GpuInfo) -> Iterator[NodeDevice]:
     if whole:
         return
     for mig in sorted(gpu.mig_devices, key=lambda m: m.start):
-        yield NodeDevice(
-            name=mig_device_name(gpu.minor, mig.profile, mig.start),
-            kind="mig",
-            gpu=gpu,
-            published=True,
-            shareable=False,
-            mig=mig,
-        )
+        yield _instance_device(gpu, mig, published=True)
+
+
+def _instance_device(gpu: GpuInfo, mig: MigInfo, *, published: bool) -> NodeDevice:
+    """An existing MIG instance as a device (of a static geometry, or a foreign one on a
+    dynamic-MIG GPU, which is never published)."""
+    return NodeDevice(
+        name=mig_device_name(gpu.minor, mig.profile, mig.start),
+        kind="mig",
+        gpu=gpu,
+        published=published,
+        shareable=False,
+        mig=mig,
+    )
 
 
 @dataclass(frozen=True, slots=True)

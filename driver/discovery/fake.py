@@ -255,19 +255,14 @@ class FakeBackend:
             self._check_resources(gpu, row, current, where)
             used = {m.gi_id for m in current}
             gi_id = next(i for i in range(1, len(current) + 2) if i not in used)
-            instance = MigInfo(
-                # Random, as NVML's: an instance re-created after a reboot is a new one.
-                uuid=f"MIG-{uuidlib.uuid4()}",
-                profile=profile,
-                start=start,
-                size=row.size,
-                memory_bytes=row.memory_bytes,
-                multiprocessors=row.multiprocessors,
+            # Random UUID, as NVML's: an instance re-created after a reboot is a new one.
+            instance = _instance(
+                f"MIG-{uuidlib.uuid4()}",
+                row,
+                start,
                 parent_uuid=gpu_uuid,
                 parent_minor=gpu.minor,
                 gi_id=gi_id,
-                ci_id=0,
-                caps=caps_paths(gpu.minor, gi_id, 0),
             )
             self._instances[gpu_uuid] = tuple(
                 sorted((*current, instance), key=lambda m: (m.start, m.profile))
@@ -617,23 +612,38 @@ def _mig_devices(
             raise DiscoveryError(f"{dwhere}: {profile_name} at {start} overlaps another partition")
         for s in span:
             used[s] = True
-        gi_id = len(devices) + 1
+        uuid = _fake_uuid("MIG", *ids, profile_name, str(start))
         devices.append(
-            MigInfo(
-                uuid=_fake_uuid("MIG", *ids, profile_name, str(start)),
-                profile=profile_name,
-                start=start,
-                size=profile.size,
-                memory_bytes=profile.memory_bytes,
-                multiprocessors=profile.multiprocessors,
+            _instance(
+                uuid,
+                profile,
+                start,
                 parent_uuid=parent_uuid,
                 parent_minor=parent_minor,
-                gi_id=gi_id,
-                ci_id=0,
-                caps=caps_paths(parent_minor, gi_id, 0),
+                gi_id=len(devices) + 1,
             )
         )
     return enabled, dynamic, tuple(sorted(devices, key=lambda m: m.start))
+
+
+def _instance(
+    uuid: str, profile: MigProfile, start: int, *, parent_uuid: str, parent_minor: int, gi_id: int
+) -> MigInfo:
+    """A MIG device of ``profile`` at ``start``: GPU instance ``gi_id``, one compute instance
+    (ID 0) spanning it, as biaxial and ``nvidia-smi mig -cgi ... -C`` create them."""
+    return MigInfo(
+        uuid=uuid,
+        profile=profile.name,
+        start=start,
+        size=profile.size,
+        memory_bytes=profile.memory_bytes,
+        multiprocessors=profile.multiprocessors,
+        parent_uuid=parent_uuid,
+        parent_minor=parent_minor,
+        gi_id=gi_id,
+        ci_id=0,
+        caps=caps_paths(parent_minor, gi_id, 0),
+    )
 
 
 def _mig_profile(raw: object, where: str) -> MigProfile:

@@ -581,11 +581,7 @@ class NvmlBackend:
                 raise
             parent = _Parent(handle, what, gpu_uuid, minor, total, _profile_names(table))
             with self._mig_errors(what):
-                for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
-                    try:
-                        mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-                    except nvml.NVMLError_NotFound:
-                        continue
+                for mig in self._mig_handles(handle):
                     if int(nvml.nvmlDeviceGetGpuInstanceId(mig)) == gi_id:
                         created = self._mig_info(mig, what, parent)
                         log.info(
@@ -597,6 +593,15 @@ class NvmlBackend:
                         )
                         return created
         raise MigError(f"{what}: the new instance does not appear among the MIG devices")
+
+    def _mig_handles(self, handle: Any) -> Iterator[Any]:
+        """The handles of the GPU's MIG devices (NVML errors other than an empty slot pass)."""
+        nvml = self._nvml
+        for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError_NotFound:
+                continue
 
     def _compute_profile(self, gi: Any, compute_slices: int) -> int:
         """The compute instance profile ID spanning the whole GPU instance."""
@@ -621,11 +626,7 @@ class NvmlBackend:
             handle = self._gpu_handle(gpu_uuid)
             what = f"destroy MIG {mig_uuid} on GPU {gpu_uuid}"
             with self._mig_errors(what):
-                for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
-                    try:
-                        mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-                    except nvml.NVMLError_NotFound:
-                        continue
+                for mig in self._mig_handles(handle):
                     if _text(nvml.nvmlDeviceGetUUID(mig)) != mig_uuid:
                         continue
                     gi_id = int(nvml.nvmlDeviceGetGpuInstanceId(mig))

@@ -10,8 +10,6 @@ claims; foreign instances are never touched."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,14 @@ import pytest
 
 from driver.discovery.fake import FakeBackend
 from tests.emulator.server import Emulator
-from tests.integration.fake_kubelet import FakeKubelet, PluginProcess, allocated_claim, wait
+from tests.integration.fake_kubelet import (
+    FakeKubelet,
+    PluginProcess,
+    allocated_claim,
+    node_cluster,
+    scratch_dir,
+    wait,
+)
 from tests.validate_manifests import DEFAULT_VERSIONS, validate_object
 
 NODE = "node-mig"
@@ -31,21 +36,14 @@ PROFILE = "a100-80gbx8-dynmig"
 
 @pytest.fixture
 def root() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(dir="/tmp", prefix="bxm"))
-    try:
+    with scratch_dir("bxm") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
 def cluster(root: Path) -> Iterator[tuple[Emulator, Path]]:
-    emulator = Emulator().start()
-    emulator.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    try:
-        yield emulator, emulator.write_kubeconfig(root / "kubeconfig")
-    finally:
-        emulator.stop()
+    with node_cluster(root, NODE) as running:
+        yield running
 
 
 def start(root: Path, kubeconfig: Path) -> PluginProcess:

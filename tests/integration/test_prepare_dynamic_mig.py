@@ -7,11 +7,9 @@ prepared claims record, plus the foreign ones, which are never touched."""
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 import logging
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +20,10 @@ from driver.discovery.devices import DeviceTable
 from driver.discovery.fake import FakeBackend
 from driver.discovery.gpus import MigInfo
 from driver.discovery.mig import DynamicMigPolicy
-from kubeletplugin import cdi
 from kubeletplugin.checkpoint import CheckpointStore
-from kubeletplugin.prepare import ClaimRef, Preparer, PrepareSettings
+from kubeletplugin.prepare import ClaimRef, Preparer
 from kubeletplugin.reconcile import Reconciler
-from tests.integration.test_prepare import FakeApi, env, gpu_config, result
+from tests.integration.test_prepare import Node, env, gpu_config, result
 
 DRIVER = "gpu.biaxial.dev"
 NODE = "gpu-t4"  # the pool name result() uses
@@ -36,21 +33,13 @@ class Crash(BaseException):
     """The process dies here."""
 
 
-class DynamicNode:
+class DynamicNode(Node):
     """Two dynamic-MIG A100-80GB GPUs whose NVML state lives in a file (it outlives a
     Preparer, as NVML's outlives a plugin process)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
+        super().__init__(root)
         self.state = root / "nvml.json"
-        self.settings = PrepareSettings(
-            driver_name=DRIVER,
-            node_name=NODE,
-            state_dir=root / "state",
-            cdi_dir=root / "cdi",
-            lock_timeout_s=10,
-        )
-        self.api = FakeApi()
         self.backend = self.nvml()
         self.changes = 0
 
@@ -63,7 +52,7 @@ class DynamicNode:
     def instances(self, index: int = 0) -> list[MigInfo]:
         return list(self.nvml().discover()[index].mig_devices)
 
-    def preparer(self, boot_id: str = "boot-1") -> Preparer:
+    def preparer(self, boot_id: str = "boot-1", **overrides: Any) -> Preparer:
         """A plugin (re)start: a fresh backend object on the same NVML state."""
         self.backend = self.nvml()
         gpus = self.backend.discover()[:2]
@@ -74,7 +63,7 @@ class DynamicNode:
             self.changes += 1
 
         return Preparer(
-            self.settings,
+            dataclasses.replace(self.settings, **overrides),
             DeviceTable.from_gpus(gpus, policy, owned),
             self.api.get,
             boot_id=boot_id,
@@ -82,26 +71,14 @@ class DynamicNode:
             on_mig_change=changed,
         )
 
-    def spec(self, ref: ClaimRef) -> dict[str, Any]:
-        path = self.settings.cdi_dir / cdi.spec_file_name(DRIVER, ref.uid)
-        loaded: dict[str, Any] = json.loads(path.read_text())
-        return loaded
-
-    def spec_exists(self, ref: ClaimRef) -> bool:
-        return (self.settings.cdi_dir / cdi.spec_file_name(DRIVER, ref.uid)).exists()
-
     def recorded(self) -> set[str]:
         checkpoint = CheckpointStore(self.settings.state_dir).load()
         return {m.uuid for m in checkpoint.mig_records() if m.uuid}
 
 
 @pytest.fixture
-def node() -> Iterator[DynamicNode]:
-    root = Path(tempfile.mkdtemp(prefix="bx-mig-", dir="/tmp"))
-    try:
-        yield DynamicNode(root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+def node(tmp_path: Path) -> DynamicNode:
+    return DynamicNode(tmp_path)
 
 
 def run(coro: Any) -> Any:

@@ -54,8 +54,8 @@ from driver.structured.snapshot import ClusterSnapshot
 DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
     "uniform": ((100, 500, 1000, 5000), 1000),
     **dict.fromkeys(VARIANTS, ((500, 5000), 2000)),
-    # 500 nodes x 8 GPUs, dynamic MIG on half: ~100,000 published devices (every placement
-    # of every profile is a device).
+    # 500 nodes x 8 GPUs, dynamic MIG on half: about 55,000 published devices (26 per
+    # dynamic GPU: every placement of every profile, and the whole GPU).
     "dynamic-mig": ((500,), 2000),
 }
 SCENARIOS = tuple(DEFAULTS)

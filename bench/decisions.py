@@ -35,7 +35,8 @@ from bench.scenarios import generate
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
-from driver.scheduling.decision import DecisionEngine, Placement
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.outcome import Placement
 from driver.structured.snapshot import ClusterSnapshot
 
 DEFAULT_SIZES = (100, 500, 1000, 5000)

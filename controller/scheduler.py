@@ -60,8 +60,9 @@ from driver.api.errors import ApiError, BiaxialError, NotFoundError
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
 from driver.scheduling.bridge import is_bridge_claim
-from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
+from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
 log = logging.getLogger(f"biaxial.{__name__}")

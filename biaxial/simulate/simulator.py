@@ -45,7 +45,8 @@ from driver.api.model import JSON, ResourceSlice
 from driver.api.nodes import Node
 from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
-from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
 
 INVENTORY_API_VERSION: Final = "biaxial.dev/v1alpha1"

@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
-from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.scheduling.capacity_index import CapacityIndex
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.uniformity import ClassUniformity, referenced_names
 from tests.unit.builders import (
     GPU_CLASS,
     claim,
@@ -334,8 +337,6 @@ def test_pruning_visits_few_nodes() -> None:
     ],
 )
 def test_referenced_names_are_conservative(expression: str, names: set[str] | None) -> None:
-    from driver.scheduling.decision import referenced_names
-
     found = referenced_names(expression)
     if names is None:
         assert found is None
@@ -360,8 +361,8 @@ def test_class_uniformity_matches_a_full_sweep(selector: str, uniform: bool) -> 
         [s for _, s in nodes],
         classes=[device_class("picky", selectors=[selector])],
     )
-    eng = DecisionEngine(snap, [to_node(n) for n, _ in nodes])
-    assert eng._uniform(frozenset({"picky"})) is uniform
+    index = CapacityIndex(snap, [to_node(n) for n, _ in nodes])
+    assert ClassUniformity(snap, index).uniform(frozenset({"picky"})) is uniform
 
 
 def test_forget_undoes_assume() -> None:

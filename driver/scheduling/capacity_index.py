@@ -184,6 +184,18 @@ class FiledNode(NamedTuple):
     name: str
 
 
+class FilingEntry(NamedTuple):
+    """Where one node is filed, with its shape by key (idents differ between indexes)."""
+
+    variant: Variant
+    shape: tuple[DeviceKind, ...]
+    level: int
+    in_use: int
+    group_fresh: int
+    fit_level: int
+    filed: FiledNode
+
+
 def _pools(state: NodeState) -> set[PoolKey]:
     return {(d.device_id.driver, d.device_id.pool) for d in state.devices}
 
@@ -347,6 +359,23 @@ class CapacityIndex:
             del entries[bisect_left(entries, entry)]
             if not entries:
                 del partitions[partition]
+
+    def filing(self) -> frozenset[FilingEntry]:
+        """Every list entry (for tests: an index kept up to date must equal a fresh one)."""
+        return frozenset(
+            FilingEntry(
+                variant,
+                self.by_ident[p.shape].key,
+                p.level,
+                p.in_use,
+                p.group_fresh,
+                p.fit_level,
+                entry,
+            )
+            for variant, partitions in self.lists.items()
+            for p, entries in partitions.items()
+            for entry in entries
+        )
 
     def refresh(self, snapshot: ClusterSnapshot, node: Node) -> None:
         """Re-read one node after its use changed (and adopt the newer snapshot)."""

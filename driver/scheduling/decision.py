@@ -28,9 +28,24 @@ that are not node-local, ``All`` or admin-access requests, pods with allocated c
 nothing fits, every node is evaluated for the kube-scheduler message. ``docs/scoring.md``
 explains the bounds.
 
-The engine holds state (the snapshot, the index, per-node pod requests). :meth:`assume`
-records a placement so the next decision sees it; :meth:`forget` reverses it. Decisions never
-mutate their inputs.
+**What it counts.** The engine is told about the cluster and about its own decisions only
+through its methods, as kube-scheduler's DRA manager is fed from informers and its assume
+cache (the bookkeeping is :mod:`driver.scheduling.tracker`):
+
+* :meth:`DecisionEngine.assume` counts a placement before it is written;
+  :meth:`~DecisionEngine.forget` drops it when the writes fail. When the cluster later shows
+  the written claims and the bound pod, the observation is recognised as the assumed
+  placement: nothing moves.
+* :meth:`~DecisionEngine.observe_allocation` and :meth:`~DecisionEngine.observe_pod` follow
+  allocated claims and pods on nodes (any writer, any scheduler): each is a delta on the
+  snapshot and re-files only the nodes whose devices it touches.
+* :meth:`~DecisionEngine.observe_node`, :meth:`~DecisionEngine.observe_slice` and
+  :meth:`~DecisionEngine.observe_class` change what the index is built from: the engine
+  rebuilds it (keeping the CEL cache) before the next decision. A heartbeat changes nothing.
+
+Updates are cheap and lazy; :meth:`~DecisionEngine.sync` (called by ``decide``) applies them.
+:meth:`~DecisionEngine.state` exposes what the engine counts, so tests can compare an engine
+kept up to date with one built at once. Decisions never mutate their inputs.
 """
 
 from __future__ import annotations
@@ -41,10 +56,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
-from driver.api.claims import AllocationResult, ResourceClaim
+from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.api.errors import BiaxialError, InvalidInputError
+from driver.api.model import ResourceSlice
 from driver.api.nodes import Node, node_selector_matches
 from driver.scheduling.bounds import (
     Demand,
@@ -65,7 +81,13 @@ from driver.scheduling.bridge import (
     dra_resources_on_node,
     legacy_resources,
 )
-from driver.scheduling.capacity_index import CapacityIndex, FiledNode, NodeShape, Variant
+from driver.scheduling.capacity_index import (
+    CapacityIndex,
+    FiledNode,
+    FilingEntry,
+    NodeShape,
+    Variant,
+)
 from driver.scheduling.nodefit import (
     NodeUsage,
     PodSchedulingFacts,
@@ -85,9 +107,10 @@ from driver.scheduling.outcome import (
 )
 from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
 from driver.scheduling.scoring import NodeAmounts, gpu_order, node_rank, node_score
+from driver.scheduling.tracker import Change, ClusterTracker
 from driver.scheduling.uniformity import ClassUniformity
 from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
-from driver.structured.snapshot import ClusterSnapshot
+from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -96,6 +119,13 @@ _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared
 
 
 # --------------------------------------------------------------------------- per-pod context
+
+
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    """The pod's UID (``namespace/name`` for a pod that has none, as in a test)."""
+    meta = pod.get("metadata") or {}
+    uid = meta.get("uid")
+    return str(uid) if uid else f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
 class _BridgeVariant(NamedTuple):
@@ -159,20 +189,49 @@ class _Frontier(NamedTuple):
 # --------------------------------------------------------------------------- the engine
 
 
+_T = TypeVar("_T")
+
+
+def _replace(store: dict[str, _T], name: str, value: _T | None) -> bool:
+    """Put ``value`` (None: remove) under ``name``; whether that changed anything."""
+    if store.get(name) == value:
+        return False
+    if value is None:
+        del store[name]
+    else:
+        store[name] = value
+    return True
+
+
 @dataclass(slots=True)
 class DecisionStats:
-    """Counters across decisions (for benchmarks and tests)."""
+    """Counters across decisions (for benchmarks, tests and metrics)."""
 
     decisions: int = 0
     nodes_evaluated: int = 0
     allocator_calls: int = 0
     search_steps: int = 0
     seconds: float = 0.0
-    durations: list[float] = field(default_factory=list)
+    rebuilds: int = 0
+    rebuild_seconds: float = 0.0
+    landed: int = 0  # observations recognised as an assumed placement's (nothing moved)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineState:
+    """What an engine counts and how its index files the nodes, comparable between engines:
+    one kept up to date by observations must equal one built from the same cluster at once."""
+
+    allocated: AllocatedState
+    usage: Mapping[str, NodeUsage]
+    nodes: Mapping[str, Node]
+    filing: frozenset[FilingEntry]
 
 
 class DecisionEngine:
-    """Decides pods one at a time against a cluster it keeps up to date with :meth:`assume`."""
+    """Decides pods one at a time against a cluster it is told about (see the module
+    docstring). ``snapshot`` and ``nodes`` are the cluster to start from; allocations already
+    in the snapshot and ``pods_on_nodes`` count for good (they are never observed again)."""
 
     def __init__(
         self,
@@ -184,41 +243,40 @@ class DecisionEngine:
         exhaustive: bool = False,
         budget: int = DEFAULT_SEARCH_BUDGET,
     ) -> None:
-        self.snapshot = snapshot
-        self.nodes: dict[str, Node] = {n.name: n for n in sorted(nodes, key=lambda n: n.name)}
         self.defaults = defaults or PolicyDefaults()
-        self.usage: dict[str, NodeUsage] = dict(pods_on_nodes or {})
         self.budget = budget
-        self.resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
-        self.index = CapacityIndex(snapshot, self.nodes.values())
-        self.exhaustive = exhaustive or any(not s.node_name for s in snapshot.slices)
-        self.max_gpu_memory = max((s.max_memory * 1 for s in self.index.shapes.values()), default=0)
-        self.advertised = frozenset(
-            name
-            for node in self.nodes.values()
-            for name, quantity in node.allocatable.items()
-            if "/" in name and quantity.sign() > 0
-        )
-        self.uniformity = ClassUniformity(snapshot, self.index)
-        self._allocatable = {name: node_allocatable(node) for name, node in self.nodes.items()}
-        if not self.exhaustive:
-            # The CEL sweep: which classes select every node-local device everywhere (stops
-            # at a class's first non-matching device). Results stay in the snapshot's cache.
-            self.uniformity.uniform(frozenset(snapshot.classes))
         self.stats = DecisionStats()
+        self.snapshot = snapshot
+        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self._exhaustive_asked = exhaustive
+        self._baseline = snapshot.allocated
+        self._slices = {s.name or f"#{i}": s for i, s in enumerate(snapshot.slices)}
+        self._classes = dict(snapshot.classes)
+        self._tracker = ClusterTracker(pods_on_nodes)
+        self._rebuild_due = False  # nodes, slices or classes changed
+        self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
+        self._stale: set[str] = set()  # nodes whose filed state lags behind the snapshot
+        self._derive()
 
-    # ------------------------------------------------------------------ public
+    @classmethod
+    def empty(
+        cls, *, defaults: PolicyDefaults | None = None, budget: int = DEFAULT_SEARCH_BUDGET
+    ) -> DecisionEngine:
+        """An engine that knows nothing yet, to be told the cluster by ``observe_*``."""
+        return cls(ClusterSnapshot.build((), ()), (), defaults=defaults, budget=budget)
+
+    # ------------------------------------------------------------------ deciding
     def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
         """Decide one pod. ``claims`` are the pod's ResourceClaims (``spec.resourceClaims``
         order), already created from templates by the caller."""
         started = time.perf_counter()
         try:
+            self.sync()
             decision = self._decide(pod, claims)
         finally:
             elapsed = time.perf_counter() - started
             self.stats.decisions += 1
             self.stats.seconds += elapsed
-            self.stats.durations.append(elapsed)
         if log.isEnabledFor(logging.INFO):
             if isinstance(decision, Placement):
                 log.info(
@@ -234,23 +292,146 @@ class DecisionEngine:
                 log.info("pod %s: %s (%.2f ms)", decision.pod, decision.message, elapsed * 1000)
         return decision
 
+    # ------------------------------------------------------------------ its own decisions
     def assume(self, placement: Placement, pod: Mapping[str, Any]) -> None:
-        """Record a placement: its devices are held and the pod's requests count on the node."""
-        self.snapshot = self.snapshot.with_allocations(placement.all_results)
-        facts = PodSchedulingFacts.from_pod(pod)
-        self.usage[placement.node] = self.usage.get(placement.node, NodeUsage()).plus(
-            facts.requests
+        """Count a placement from now on, before its writes: its devices are held and the
+        pod's requests count on its node, until the cluster shows them (then nothing moves)
+        or :meth:`forget` drops them."""
+        self._apply(
+            self._tracker.assume(
+                pod_uid(pod),
+                placement.node,
+                {claim.key: allocation for claim, allocation in placement.claims},
+                placement.bridge_allocation,
+                PodSchedulingFacts.from_pod(pod).requests,
+            )
         )
-        self.index.refresh(self.snapshot, self.nodes[placement.node])
 
-    def forget(self, placement: Placement, pod: Mapping[str, Any]) -> None:
-        """Undo :meth:`assume` (the write failed, or the pod went away before binding)."""
-        self.snapshot = self.snapshot.without_allocations(placement.all_results)
-        facts = PodSchedulingFacts.from_pod(pod)
-        self.usage[placement.node] = self.usage.get(placement.node, NodeUsage()).minus(
-            facts.requests
+    def forget(self, pod: str) -> None:
+        """The placement assumed for the pod with UID ``pod`` will not be written (or was
+        rolled back): drop what the cluster has not shown yet."""
+        self._apply(self._tracker.forget(pod))
+
+    # ------------------------------------------------------------------ the cluster
+    def observe_allocation(
+        self, claim: str, allocation: AllocationResult | None, *, bridge_of: str | None = None
+    ) -> None:
+        """The cluster shows claim ``claim`` (``namespace/name``) with ``allocation`` (None:
+        unallocated, or gone). ``bridge_of``: the UID of the pod whose KEP-5004 bridge claim
+        it is (so an assumed bridge allocation is recognised when its claim appears)."""
+        self._apply(self._tracker.observe_allocation(claim, allocation, bridge_of=bridge_of))
+
+    def observe_pod(
+        self, pod: str, node: str | None, requests: Mapping[str, int] | None = None
+    ) -> None:
+        """The pod with UID ``pod`` counts on ``node`` with ``requests`` (node None: it is
+        gone or finished). Any pod counts, whichever scheduler placed it."""
+        self._apply(self._tracker.observe_pod(pod, node, requests or {}))
+
+    def observe_node(self, name: str, node: Node | None) -> bool:
+        """A node appeared, changed or (None) went. Returns whether anything scheduling reads
+        changed (a heartbeat does not); the engine then rebuilds before its next decision."""
+        if not _replace(self.nodes, name, node):
+            return False
+        self._rebuild_due = True
+        return True
+
+    def observe_slice(self, name: str, resource_slice: ResourceSlice | None) -> bool:
+        """A ResourceSlice appeared, changed or (None) went; see :meth:`observe_node`."""
+        if not _replace(self._slices, name, resource_slice):
+            return False
+        self._rebuild_due = self._base_changed = True
+        return True
+
+    def observe_class(self, name: str, device_class: DeviceClass | None) -> bool:
+        """A DeviceClass appeared, changed or (None) went; see :meth:`observe_node`."""
+        if not _replace(self._classes, name, device_class):
+            return False
+        self._rebuild_due = self._base_changed = True
+        return True
+
+    # ------------------------------------------------------------------ upkeep
+    def sync(self) -> bool:
+        """Bring the index up to date with what was observed, rebuilding it when nodes,
+        slices or classes changed (:meth:`decide` does this itself). True when it rebuilt."""
+        if self._rebuild_due:
+            self._rebuild()
+            return True
+        if self._stale:
+            for name in sorted(self._stale):
+                node = self.nodes.get(name)
+                if node is not None:
+                    self.index.refresh(self.snapshot, node)
+            self._stale.clear()
+        return False
+
+    def state(self) -> EngineState:
+        """What the engine counts now (see :class:`EngineState`)."""
+        self.sync()
+        return EngineState(
+            allocated=self.snapshot.allocated,
+            usage=self._tracker.usages(),
+            nodes=dict(self.nodes),
+            filing=self.index.filing(),
         )
-        self.index.refresh(self.snapshot, self.nodes[placement.node])
+
+    def _apply(self, change: Change) -> None:
+        if change.landed:
+            self.stats.landed += 1
+        if self._rebuild_due or not (change.removed or change.added):
+            return  # a rebuild reads the tracker
+        snapshot = self.snapshot
+        if change.removed:
+            snapshot = snapshot.without_allocations(change.removed)
+        if change.added:
+            snapshot = snapshot.with_allocations(change.added)
+        self.snapshot = snapshot
+        for allocation in (*change.removed, *change.added):
+            for result in allocation.results:
+                self._stale.update(self.index.nodes_holding((result.driver, result.pool)))
+
+    def _rebuild(self) -> None:
+        started = time.perf_counter()
+        snapshot = self.snapshot
+        if self._base_changed:
+            snapshot = ClusterSnapshot.build(
+                self._slices.values(), self._classes.values(), match_cache=snapshot.match_cache
+            )
+        self.snapshot = snapshot.with_state(self._baseline.with_results(self._tracker.counted()))
+        self._derive()
+        elapsed = time.perf_counter() - started
+        self.stats.rebuilds += 1
+        self.stats.rebuild_seconds += elapsed
+        log.info(
+            "decision engine rebuilt: %d nodes, %d slices, %d classes in %.1f ms",
+            len(self.nodes),
+            len(self._slices),
+            len(self._classes),
+            elapsed * 1000,
+        )
+
+    def _derive(self) -> None:
+        """Everything decisions read that follows from the nodes, slices and classes."""
+        snapshot = self.snapshot
+        self.nodes = dict(sorted(self.nodes.items()))
+        self.resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
+        self.index = CapacityIndex(snapshot, self.nodes.values())
+        self.exhaustive = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
+        self.max_gpu_memory = max((s.max_memory for s in self.index.shapes.values()), default=0)
+        self.advertised = frozenset(
+            name
+            for node in self.nodes.values()
+            for name, quantity in node.allocatable.items()
+            if "/" in name and quantity.sign() > 0
+        )
+        self.uniformity = ClassUniformity(snapshot, self.index)
+        self._allocatable = {name: node_allocatable(node) for name, node in self.nodes.items()}
+        self._rebuild_due = self._base_changed = False
+        self._stale.clear()
+        if not self.exhaustive:
+            # The CEL sweep: which classes select every node-local device everywhere (stops
+            # at a class's first non-matching device). Results stay in the snapshot's cache.
+            self.uniformity.uniform(frozenset(snapshot.classes))
 
     # ------------------------------------------------------------------ per pod
     def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
@@ -467,7 +648,7 @@ class DecisionEngine:
         reason = filter_node(
             ctx.facts,
             node,
-            self.usage.get(node.name, NodeUsage()),
+            self._tracker.usage(node.name),
             dra_resources=exempt,
             allocatable=self._allocatable[node.name],
         )

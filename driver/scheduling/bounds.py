@@ -251,7 +251,8 @@ def _devices_bound(
     policies: PodPolicies, total: int, partition: Partition, bounds: ShapeBounds
 ) -> int:
     """The most (node binpack) or least (node spread) devices the pod can newly take."""
-    fresh = total - partition.in_use
+    _, level, in_use, _, fit_level = partition  # unpacked once: called per partition
+    fresh = total - in_use
     if bounds.tight:
         if policies.gpu == "spread":
             # The emptiest fitting GPU comes first: an idle one while there is one.
@@ -259,15 +260,13 @@ def _devices_bound(
         if policies.gpu == "binpack":
             # The fullest fitting GPU comes first: a shared one when one certainly fits,
             # an idle one when no shared one has the memory.
-            if partition.fit_level > bounds.fit_need or (
-                not bounds.needs_cores and partition.level > bounds.level
-            ):
+            if fit_level > bounds.fit_need or (not bounds.needs_cores and level > bounds.level):
                 return 0
-            if partition.level < bounds.level:
+            if level < bounds.level:
                 return 1 if fresh > 0 else 0
     if policies.node == "binpack":
         return min(bounds.count_total, fresh)
-    return max(bounds.forced_fresh, bounds.count_max_single - partition.in_use, 0)
+    return max(bounds.forced_fresh, bounds.count_max_single - in_use, 0)
 
 
 def bound_amounts(

@@ -1,7 +1,14 @@
 """Decision-core benchmark (``make bench``): throughput, latency, cold start and memory.
 
-For each cluster size (100, 500, 1000, 5000 nodes x 8 GPUs; see :mod:`bench.scenarios`) a
-fresh child process
+Two families of scenarios (:mod:`bench.scenarios`):
+
+* ``uniform``: 100, 500, 1000, 5000 nodes x 8 A100-80GB, 1,000 pods (whole, shares, multi-GPU);
+* ``mixed``, ``mig-heavy``, ``selector-heavy``: the realistic mixed cluster (4 x T4, 4 x A10G,
+  8 x A100-80GB, 8 x H100-80GB with MIG on two GPUs) at 500 and 5000 nodes, 2,000 pods in
+  Deployments of every pod shape (legacy and HAMi resources, shares, NUMA / PCIe groups, MIG,
+  a product class, an H100 selector), each Deployment with its own policies.
+
+For each scenario and size a fresh child process
 
 1. generates the scenario (not timed);
 2. measures the **cold start**: parse the listed JSON (Nodes, ResourceSlices, DeviceClasses,
@@ -12,8 +19,10 @@ fresh child process
    writes) and records each decision's wall time;
 4. reports pods/s, p50/p99 decision time and the process's peak RSS.
 
-One table is printed. ``--nodes`` / ``--pods`` run other sizes; ``--profile`` runs one size
-under cProfile and prints the top functions.
+One table per scenario is printed, with the targets of the mixed cluster (>= 300 pods/s at
+500 nodes, >= 200 at 5000, p99 <= 10 ms, per-pod cost growth <= 3x). ``--scenario``,
+``--nodes`` / ``--pods`` run one scenario at other sizes; ``--profile`` runs one size under
+cProfile and prints the top functions.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.scenarios import generate
+from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
@@ -39,8 +48,12 @@ from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement
 from driver.structured.snapshot import ClusterSnapshot
 
-DEFAULT_SIZES = (100, 500, 1000, 5000)
-DEFAULT_PODS = 1000
+#: scenario -> (sizes, pods per size)
+DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
+    "uniform": ((100, 500, 1000, 5000), 1000),
+    **dict.fromkeys(VARIANTS, ((500, 5000), 2000)),
+}
+SCENARIOS = tuple(DEFAULTS)
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -51,9 +64,15 @@ def _percentile(values: list[float], fraction: float) -> float:
 KINDS = ("nodes", "slices", "classes", "claims", "pods")
 
 
-def write_scenario(folder: Path, nodes: int, pods: int, seed: int) -> None:
+def build(name: str, nodes: int, pods: int, seed: int) -> Scenario:
+    if name == "uniform":
+        return generate(nodes, pods, seed=seed)
+    return generate_mixed(nodes, pods, variant=name, seed=seed)
+
+
+def write_scenario(folder: Path, name: str, nodes: int, pods: int, seed: int) -> None:
     """Generate a scenario and store one JSON list per kind, as a controller lists them."""
-    scenario = generate(nodes, pods, seed=seed)
+    scenario = build(name, nodes, pods, seed)
     lists: dict[str, Any] = {
         "nodes": scenario.nodes,
         "slices": scenario.slices,
@@ -130,9 +149,9 @@ def measure(folder: Path) -> dict[str, Any]:
     }
 
 
-def _child(nodes: int, pods: int, seed: int) -> dict[str, Any]:
+def _child(name: str, nodes: int, pods: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
-        write_scenario(Path(tmp), nodes, pods, seed)
+        write_scenario(Path(tmp), name, nodes, pods, seed)
         out = subprocess.run(
             [sys.executable, "-m", "bench.decisions", "--child", tmp],
             check=True,
@@ -154,6 +173,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "p99 ms",
         "cold start s",
         "peak RSS MB",
+        "nodes evaluated/pod",
         "allocator calls/pod",
     ]
     lines = []
@@ -168,6 +188,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['p99Ms']:.2f}",
             f"{r['coldStartSeconds']:.2f}",
             f"{r['peakRssMb']:.0f}",
+            f"{r['nodesEvaluated'] / r['pods']:.1f}",
             f"{r['allocatorCalls'] / r['pods']:.1f}",
         ]
         for r in rows
@@ -192,20 +213,27 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m bench.decisions", description=__doc__.splitlines()[0]
     )
     parser.add_argument(
-        "--nodes", type=int, action="append", help="cluster size(s); default 100 500 1000 5000"
+        "--scenario",
+        choices=SCENARIOS,
+        action="append",
+        help="scenario(s) to run; default all",
     )
-    parser.add_argument("--pods", type=int, default=DEFAULT_PODS, help="pods to place per size")
+    parser.add_argument("--nodes", type=int, action="append", help="cluster size(s)")
+    parser.add_argument("--pods", type=int, help="pods to place per size")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--child", metavar="SCENARIO", help=argparse.SUPPRESS)
     parser.add_argument("--profile", action="store_true", help="cProfile one size in-process")
     args = parser.parse_args(argv)
-    sizes = args.nodes or list(DEFAULT_SIZES)
     if args.child:
         print(json.dumps(measure(Path(args.child))))
         return 0
+    scenarios = args.scenario or list(SCENARIOS)
     if args.profile:
+        sizes, pods = DEFAULTS[scenarios[0]]
         with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
-            write_scenario(Path(tmp), sizes[0], args.pods, args.seed)
+            write_scenario(
+                Path(tmp), scenarios[0], (args.nodes or sizes)[0], args.pods or pods, args.seed
+            )
             profiler = cProfile.Profile()
             profiler.enable()
             result = measure(Path(tmp))
@@ -213,11 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
         print(table([result]))
         return 0
-    rows = []
-    for nodes in sizes:
-        rows.append(_child(nodes, args.pods, args.seed))
-        print(f"  {nodes} nodes done", file=sys.stderr)
-    print(table(rows))
+    for name in scenarios:
+        sizes, pods = DEFAULTS[name]
+        rows = []
+        for nodes in args.nodes or sizes:
+            rows.append(_child(name, nodes, args.pods or pods, args.seed))
+            print(f"  {name}: {nodes} nodes done", file=sys.stderr)
+        print(f"\n== {name}")
+        print(table(rows))
     return 0
 
 

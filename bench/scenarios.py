@@ -219,3 +219,235 @@ def generate(nodes: int, pods: int, *, seed: int = 42, max_fill: float = 0.7) ->
     classes = load_objects(sorted(str(p) for p in (ROOT / "deviceclasses").glob("*.yaml")))
     pod_list = [_pod(f"pod-{i:06d}", rng) for i in range(pods)]
     return Scenario(nodes=node_objs, slices=slices, classes=classes, claims=held, pods=pod_list)
+
+
+# --------------------------------------------------------------------------- the mixed cluster
+
+#: (fake profile, share of the nodes). H100 nodes run MIG on GPUs 6 and 7 (the profile's own
+#: existing partitions); everything else is whole, shareable GPUs.
+MIXED_NODES: tuple[tuple[str, float], ...] = (
+    ("t4x4", 0.15),
+    ("a10gx4", 0.15),
+    ("a100-80gbx8", 0.45),
+    ("h100-80gbx8", 0.25),
+)
+
+#: The workload's pod shapes and their weights, per variant. Each Deployment has one shape and
+#: one policy pair; its replicas are consecutive pods.
+SHAPES: tuple[str, ...] = (
+    "legacy-whole",  # nvidia.com/gpu: 1
+    "claim-whole",  # a claim for one whole GPU
+    "legacy-two",  # nvidia.com/gpu: 2
+    "share-memory",  # capacity.requests memory
+    "share-memory-cores",  # capacity.requests memory + cores
+    "hami",  # nvidia.com/gpu: 1 + gpumem (+ gpucores)
+    "numa-pair",  # 2 GPUs, matchAttribute numaNode
+    "pcie-quad",  # 4 GPUs, matchAttribute pcieRoot
+    "mig",  # mig.biaxial.dev with a profile selector
+    "product-class",  # a100-80gb.gpu.biaxial.dev, whole or a share
+    "h100-selector-share",  # gpu.biaxial.dev + an H100 CEL selector + a memory share
+)
+VARIANTS: dict[str, dict[str, int]] = {
+    "mixed": {
+        "legacy-whole": 12,
+        "claim-whole": 8,
+        "legacy-two": 5,
+        "share-memory": 14,
+        "share-memory-cores": 10,
+        "hami": 12,
+        "numa-pair": 8,
+        "pcie-quad": 4,
+        "mig": 8,
+        "product-class": 9,
+        "h100-selector-share": 10,
+    },
+    "mig-heavy": {
+        "legacy-whole": 8,
+        "share-memory": 10,
+        "hami": 8,
+        "numa-pair": 4,
+        "mig": 50,
+        "h100-selector-share": 10,
+        "product-class": 10,
+    },
+    "selector-heavy": {
+        "legacy-whole": 10,
+        "share-memory": 10,
+        "hami": 5,
+        "mig": 10,
+        "product-class": 30,
+        "h100-selector-share": 35,
+    },
+}
+#: mig-heavy: half the nodes are H100s (MIG on two GPUs each).
+VARIANT_NODES: dict[str, tuple[tuple[str, float], ...]] = {
+    "mixed": MIXED_NODES,
+    "mig-heavy": (("t4x4", 0.1), ("a10gx4", 0.1), ("a100-80gbx8", 0.3), ("h100-80gbx8", 0.5)),
+    "selector-heavy": MIXED_NODES,
+}
+_MIG_PROFILES = ("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb")
+_H100 = 'device.attributes["gpu.biaxial.dev"].productName.startsWith("NVIDIA H100")'
+
+
+def _claim(name: str, request: JSON, constraints: list[JSON] | None = None) -> JSON:
+    devices: JSON = {"requests": [{"name": "gpu", "exactly": request}]}
+    if constraints:
+        devices["constraints"] = constraints
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "bench", "uid": _uid("claim", name)},
+        "spec": {"devices": devices},
+    }
+
+
+def _shaped_pod(name: str, shape: str, policies: tuple[str, str], rng: random.Random) -> Any:
+    """One replica of a Deployment of ``shape``: the pod and its claims (from its template)."""
+    pod: JSON = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "bench",
+            "uid": _uid("pod", name),
+            "annotations": {
+                "biaxial.dev/node-policy": policies[0],
+                "biaxial.dev/gpu-policy": policies[1],
+            },
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "cuda",
+                    "resources": {"requests": {"cpu": "1", "memory": "4Gi"}},
+                }
+            ]
+        },
+    }
+    resources = pod["spec"]["containers"][0]["resources"]
+    request: JSON = {"deviceClassName": "gpu.biaxial.dev"}
+    constraints: list[JSON] = []
+    if shape == "legacy-whole":
+        resources["limits"] = {"nvidia.com/gpu": 1}
+        return pod, []
+    if shape == "legacy-two":
+        resources["limits"] = {"nvidia.com/gpu": 2}
+        return pod, []
+    if shape == "hami":
+        limits: JSON = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": rng.choice((3000, 6000, 12000))}
+        if rng.random() < 0.5:
+            limits["nvidia.com/gpucores"] = rng.choice((10, 25, 50))
+        resources["limits"] = limits
+        return pod, []
+    if shape == "share-memory":
+        request["capacity"] = {"requests": {"memory": f"{rng.choice((4, 8, 12))}Gi"}}
+    elif shape == "share-memory-cores":
+        request["capacity"] = {
+            "requests": {"memory": f"{rng.choice((4, 8))}Gi", "cores": str(rng.choice((20, 40)))}
+        }
+    elif shape == "numa-pair":
+        request["count"] = 2
+        constraints.append({"matchAttribute": "resource.kubernetes.io/numaNode"})
+    elif shape == "pcie-quad":
+        request["count"] = 4
+        constraints.append({"matchAttribute": "resource.kubernetes.io/pcieRoot"})
+    elif shape == "mig":
+        profile = rng.choice(_MIG_PROFILES)
+        request = {
+            "deviceClassName": "mig.biaxial.dev",
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": (
+                            f'device.attributes["gpu.biaxial.dev"].profile == "{profile}"'
+                        )
+                    }
+                }
+            ],
+        }
+    elif shape == "product-class":
+        request = {"deviceClassName": "a100-80gb.gpu.biaxial.dev"}
+        if rng.random() < 0.5:
+            request["capacity"] = {"requests": {"memory": "20Gi"}}
+    elif shape == "h100-selector-share":
+        request["selectors"] = [{"cel": {"expression": _H100}}]
+        request["capacity"] = {"requests": {"memory": f"{rng.choice((10, 20))}Gi"}}
+    elif shape != "claim-whole":
+        raise ValueError(f"unknown pod shape {shape!r}")
+    claim = _claim(f"{name}-gpu", request, constraints)
+    pod["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}
+    ]
+    resources["claims"] = [{"name": "gpu"}]
+    return pod, [claim]
+
+
+def _held_device(node: str, index: int, device: str, memory_mib: int | None) -> JSON:
+    """A claim already holding ``device``: exclusive (``memory_mib`` None) or a memory share."""
+    if memory_mib is not None:
+        return _held(node, index, device, memory_mib, 0)
+    claim = _held(node, index, device, None, 0)
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    del result["shareID"], result["consumedCapacity"]
+    return claim
+
+
+def generate_mixed(
+    nodes: int, pods: int, *, variant: str = "mixed", seed: int = 42, max_fill: float = 0.0
+) -> Scenario:
+    """The realistic mixed cluster (:data:`VARIANT_NODES`) with 0..``max_fill`` of each node's
+    GPUs already held, and ``pods`` pods in Deployments of :data:`VARIANTS` shapes, each with
+    its own node and GPU policy."""
+    rng = random.Random(seed)
+    templates = {}
+    for profile, _ in VARIANT_NODES[variant]:
+        with open_backend(fake=profile, node_name="template") as backend:
+            templates[profile] = backend.discover()
+    node_objs: list[JSON] = []
+    slices: list[JSON] = []
+    held: list[JSON] = []
+    bounds: list[tuple[float, str]] = []
+    total = 0.0
+    for profile, share in VARIANT_NODES[variant]:
+        total += share
+        bounds.append((total, profile))
+    for n in range(nodes):
+        name = f"mixed-{n:05d}"
+        point = (n + 0.5) / nodes * total
+        profile = next(p for bound, p in bounds if point < bound)
+        node_objs.append(_node(name))
+        gpus = [
+            dataclasses.replace(g, uuid=f"GPU-{_uid(name, g.index)}") for g in templates[profile]
+        ]
+        built = build_slices(gpus, node_name=name, node_uid=_uid("node", name))
+        slices.extend(s.to_api() for s in built)
+        index = 0
+        for device in (d for s in built for d in s.devices):
+            if rng.random() > max_fill:
+                continue
+            memory = device.capacity["memory"].value.value() // (1024 * 1024)
+            share = device.allow_multiple_allocations and rng.random() < 0.7
+            held.append(
+                _held_device(
+                    name, index, device.name, rng.randint(1, memory // 2) if share else None
+                )
+            )
+            index += 1
+    classes = load_objects(sorted(str(p) for p in (ROOT / "deviceclasses").glob("*.yaml")))
+    weights = VARIANTS[variant]
+    shapes = [s for s in SHAPES if s in weights]
+    pod_list: list[tuple[JSON, list[JSON]]] = []
+    deployment = 0
+    while len(pod_list) < pods:
+        shape = rng.choices(shapes, weights=[weights[s] for s in shapes])[0]
+        policies = (
+            rng.choice(("binpack", "binpack", "spread")),
+            rng.choice(("binpack", "binpack", "spread")),
+        )
+        replicas = min(rng.choice((5, 10, 20, 40)), pods - len(pod_list))
+        for replica in range(replicas):
+            name = f"{shape}-{deployment:04d}-{replica:02d}"
+            pod_list.append(_shaped_pod(name, shape, policies, rng))
+        deployment += 1
+    return Scenario(nodes=node_objs, slices=slices, classes=classes, claims=held, pods=pod_list)

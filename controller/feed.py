@@ -135,10 +135,12 @@ class EngineFeed:
         defaults: PolicyDefaults,
         metrics: Metrics,
         *,
+        driver_name: str,
         on_cluster_change: Callable[[], None],
     ) -> None:
         self.cache = cache
         self.defaults = defaults
+        self.driver_name = driver_name
         self.metrics = metrics
         self.parsed = Parsed()
         self.rebuilds = 0  # engines built from the caches, and index rebuilds
@@ -193,7 +195,7 @@ class EngineFeed:
     # ------------------------------------------------------------------ building
     def _build(self) -> DecisionEngine:
         started = time.perf_counter()
-        engine = DecisionEngine.empty(defaults=self.defaults)
+        engine = DecisionEngine.empty(defaults=self.defaults, driver_name=self.driver_name)
         cache = self.cache
         for raw in cache.classes.store.values():
             engine.observe_class(

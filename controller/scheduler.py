@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -51,6 +51,7 @@ from controller.repair import Repairer
 from controller.settings import Settings
 from driver.api.errors import ApiError, BiaxialError
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
+from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -90,15 +91,6 @@ def _relevant_pod_change(old: Mapping[str, Any] | None, new: Mapping[str, Any]) 
         old_status.get(field) != new_status.get(field)
         for field in ("resourceClaimStatuses", "extendedResourceClaimStatus")
     )
-
-
-def _reap(task: asyncio.Task[None]) -> None:
-    """Log what a background write task raised (nothing may disappear silently)."""
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if isinstance(exc, Exception):
-        log.error("background write failed unexpectedly", exc_info=exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +138,15 @@ class Scheduler:
         )
         self.recorder = Recorder(api, component=settings.scheduler_name, instance=settings.identity)
         self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._jobs = TaskGuard()  # placement writes and events in flight
         # The loop's handler first: it asks the feed about a pod before the feed forgets it.
         cache.subscribe(self._on_event)
         self.feed = EngineFeed(
-            cache, settings.policies, metrics, on_cluster_change=self.queue.move_all
+            cache,
+            settings.policies,
+            metrics,
+            driver_name=settings.driver_name,
+            on_cluster_change=self.queue.move_all,
         )
         self.repairer = Repairer(api, cache, self.committer, metrics, finalizer=settings.finalizer)
 
@@ -224,22 +220,16 @@ class Scheduler:
 
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait for the writes in flight; True when all finished within ``timeout_s``."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while self._tasks:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            await asyncio.wait(list(self._tasks), timeout=remaining)
-        return True
+        return await self._jobs.drain(timeout_s)
 
     async def stop(self, grace_s: float) -> None:
         """Let writes in flight finish for up to ``grace_s``, then cancel the rest (which is
         as safe as a crash: see :mod:`controller.commit`)."""
         if not await self.drain(grace_s):
-            log.warning("cancelling %d placement write(s) still in flight", len(self._tasks))
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            log.warning(
+                "cancelling %d placement write(s) still in flight", self._jobs.jobs_in_flight
+            )
+            await self._jobs.stop()
 
     def resolve(self, pod: Mapping[str, Any]) -> Resolved | Waiting:
         """The keys of the pod's claims, or why it must wait."""
@@ -337,7 +327,7 @@ class Scheduler:
         # pending in the overlay for the commit and for other pods sharing them.
         self.feed.assume(decision, pod)
         plan = self._plan(ref, decision, resolved.keys)
-        self._spawn(self._commit(key, plan), track=True)
+        self._spawn(self._commit(key, plan))
 
     def _report_invalid(self, key: str, ref: PodRef, message: str) -> None:
         self.metrics.decisions.labels(result=REASON_INVALID).inc()
@@ -375,15 +365,8 @@ class Scheduler:
             )
         return Plan(pod=ref, node=decision.node, claims=tuple(claim_plans), bridge=bridge)
 
-    def _spawn(self, coro: Awaitable[None], *, track: bool = True) -> None:
-        async def wrapped() -> None:
-            await coro
-
-        task = asyncio.get_running_loop().create_task(wrapped())
-        task.add_done_callback(_reap)
-        if track:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._jobs.spawn(coro)
 
     async def _commit(self, key: str, plan: Plan) -> None:
         outcome = Outcome.ERROR
@@ -411,4 +394,4 @@ class Scheduler:
 
     @property
     def busy(self) -> bool:
-        return bool(self._tasks)
+        return self._jobs.jobs_in_flight > 0

@@ -3,7 +3,7 @@
 Start-up, in order: open discovery (NVML, or a fake profile) and discover; resolve the API
 config; build the Preparer and finish its crash/reboot recovery; start the DRA gRPC server
 (DRA v1 + v1beta1, health v1alpha1 + v1) on the DRA socket; start ``/metrics`` + ``/healthz``;
-then, through one :class:`TaskGuard`: the publisher, the health watcher, periodic
+then, through one :class:`kubeapi.tasks.TaskGuard`: the publisher, the health watcher, periodic
 re-discovery, legacy node resources (when asked), the test-only fake injector (with
 ``--fake-gpus``), and last the registration socket, so the kubelet only learns about the
 plugin once everything it may call is up.
@@ -29,16 +29,17 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError
 from driver.discovery.backend import GpuBackend, next_health_event, open_backend
+from driver.discovery.devices import DeviceTable
 from driver.discovery.fake import FakeBackend
 from driver.discovery.gpus import GpuInfo
+from kubeapi.tasks import TaskGuard
 from kubeletplugin.api import Endpoint, PluginApi
 from kubeletplugin.health import HealthBroadcaster, HealthTracker
 from kubeletplugin.metrics import HealthState, Metrics, serve
@@ -47,7 +48,7 @@ from kubeletplugin.prepare import Preparer
 from kubeletplugin.publisher import Publisher
 from kubeletplugin.registration import Registrar
 from kubeletplugin.server import DraService, HealthService, unix_server
-from kubeletplugin.settings import Settings
+from kubeletplugin.settings import Settings, with_installed_hami_core
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -57,50 +58,14 @@ EXIT_OK: Final = 0
 EXIT_CRASH: Final = 1
 
 
-class TaskGuard:
-    """Starts every background task; logs and reports a crash; cancels in reverse order."""
+def task_guard(metrics: Metrics, health: HealthState) -> TaskGuard:
+    """The guard of the plugin's tasks: a crashed task is also counted and fails ``/healthz``."""
 
-    def __init__(self, metrics: Metrics, health: HealthState) -> None:
-        self._metrics = metrics
-        self._health = health
-        self._tasks: list[asyncio.Task[None]] = []
-        self.crashed = asyncio.Event()
+    def failed(name: str, reason: str) -> None:
+        metrics.task_crashes.labels(name).inc()
+        health.set_problem(f"task {name}", reason)
 
-    def start(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro, name=name)
-        task.add_done_callback(self._done)
-        self._tasks.append(task)
-        return task
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        name = task.get_name()
-        if exc is None:
-            log.error("background task %s ended unexpectedly", name)
-            reason = "ended unexpectedly"
-        else:
-            log.error("background task %s crashed", name, exc_info=exc)
-            reason = f"crashed: {type(exc).__name__}: {exc}"
-        self._metrics.task_crashes.labels(name).inc()
-        self._health.set_problem(f"task {name}", reason)
-        self.crashed.set()
-
-    async def cancel_all(self, timeout_s: float) -> None:
-        """Cancel the tasks one by one, newest first, each awaited before the next."""
-        for task in reversed(self._tasks):
-            if task.done():
-                continue
-            task.remove_done_callback(self._done)
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=timeout_s)
-            if not done:
-                log.warning("task %s did not stop within %.1f s", task.get_name(), timeout_s)
-            elif not task.cancelled() and task.exception() is not None:
-                log.error(
-                    "task %s failed while stopping", task.get_name(), exc_info=task.exception()
-                )
+    return TaskGuard(on_failure=failed)
 
 
 class Plugin:
@@ -110,10 +75,11 @@ class Plugin:
         self.settings = settings
         self.backend = backend
         self.gpus = gpus
+        self.devices = DeviceTable.from_gpus(gpus)  # once per discovery, read by all
         self.hidden: set[str] = set()  # fake: UUIDs removed from discovery by the injector
         self.metrics = Metrics()
         self.health_state = HealthState()
-        self.tracker = HealthTracker(gpus, quiet_s=settings.xid_quiet_s)
+        self.tracker = HealthTracker(self.devices, quiet_s=settings.xid_quiet_s)
         self.broadcaster = HealthBroadcaster(self.tracker)
         self.state_changed = asyncio.Event()  # inventory or health changed (node resources)
         self.rediscover_now = asyncio.Event()
@@ -121,7 +87,7 @@ class Plugin:
     # ----------------------------------------------------------------- shared state
 
     async def on_change(self, publisher: Publisher) -> None:
-        publisher.set_inventory(self.gpus, self.tracker.taints())
+        publisher.set_inventory(self.devices, self.tracker.taints())
         self.state_changed.set()
         await self.broadcaster.notify()
 
@@ -143,7 +109,7 @@ class Plugin:
             if changed:
                 await self.on_change(publisher)
 
-    async def rediscover_loop(self, publisher: Publisher) -> None:
+    async def rediscover_loop(self, publisher: Publisher, preparer: Preparer) -> None:
         """Re-discover periodically (and on demand); follow appearing/disappearing GPUs."""
         while True:
             with contextlib.suppress(TimeoutError):
@@ -157,7 +123,9 @@ class Plugin:
             if gpus != self.gpus:
                 log.info("inventory changed: %d -> %d GPU(s)", len(self.gpus), len(gpus))
                 self.gpus = gpus
-                self.tracker.observe_inventory(gpus)
+                self.devices = DeviceTable.from_gpus(gpus)
+                self.tracker.observe_inventory(self.devices)
+                preparer.observe_inventory(self.devices)
                 await self.on_change(publisher)
 
     async def node_resources_loop(self, api: PluginApi) -> None:
@@ -263,7 +231,9 @@ async def run(settings: Settings) -> int:
 
 async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: float) -> int:
     settings = plugin.settings
-    preparer = Preparer(settings.prepare_settings(), plugin.gpus, api.get_claim)
+    preparer = Preparer(
+        with_installed_hami_core(settings.prepare_settings()), plugin.devices, api.get_claim
+    )
     try:
         await preparer.recover()
     except CheckpointError as exc:
@@ -276,7 +246,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         driver_name=settings.driver_name,
         resync_s=settings.resync_s,
     )
-    publisher.set_inventory(plugin.gpus, plugin.tracker.taints())
+    publisher.set_inventory(plugin.devices, plugin.tracker.taints())
     metrics = plugin.metrics
     metrics.published_devices.set_function(lambda: publisher.published_devices)
     metrics.pool_generation.set_function(lambda: publisher.generation)
@@ -297,7 +267,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
     await dra_server.start()
     log.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
     runner: web.AppRunner | None = None
-    guard = TaskGuard(metrics, plugin.health_state)
+    guard = task_guard(metrics, plugin.health_state)
     try:
         if settings.metrics_port:
             runner = await serve(
@@ -305,7 +275,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
             )
         guard.start("publisher", publisher.run())
         guard.start("health", plugin.health_loop(publisher))
-        guard.start("rediscover", plugin.rediscover_loop(publisher))
+        guard.start("rediscover", plugin.rediscover_loop(publisher, preparer))
         if settings.advertise_legacy_resources:
             guard.start("node-resources", plugin.node_resources_loop(api))
         if settings.fake_gpus is not None:
@@ -326,14 +296,10 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
             (time.monotonic() - started) * 1000,
             f"fake GPUs {settings.fake_gpus}" if settings.fake_gpus else "NVML",
         )
-        stopper = asyncio.create_task(stop.wait())
-        crasher = asyncio.create_task(guard.crashed.wait())
-        await asyncio.wait({stopper, crasher}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (stopper, crasher):
-            task.cancel()
-        code = EXIT_CRASH if guard.crashed.is_set() else EXIT_OK
-        log.info("stopping (%s)", "a task crashed" if code else "signal")
-        await guard.cancel_all(settings.grace_s)
+        await guard.until(stop)
+        code = EXIT_CRASH if guard.tripped.is_set() else EXIT_OK
+        log.info("stopping (%s)", guard.reason or "signal")
+        await guard.stop(settings.grace_s)
     finally:
         await plugin.broadcaster.close()
         await dra_server.stop(settings.grace_s)

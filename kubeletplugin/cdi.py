@@ -41,8 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from driver.api.config import SharingStrategy, mps_device_count_error
 from driver.api.errors import PrepareError
-from kubeletplugin.config import SharingStrategy
+from driver.discovery.devices import NodeDevice
 
 JSON = dict[str, Any]
 
@@ -57,25 +58,11 @@ _NAME_OK: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*[A-Za-z0-9]|[A-Za-z0-9
 
 
 @dataclass(frozen=True, slots=True)
-class GpuTarget:
-    """A device of this node as CDI needs it: a full GPU or a MIG partition."""
-
-    name: str  # the published device name, gpu-<minor> or gpu-<minor>-mig-<profile>-<start>
-    uuid: str  # GPU-... or MIG-...
-    minor: int  # the (parent) GPU's /dev/nvidia<minor>
-    pci_bus_id: str  # "" when unknown
-    memory_bytes: int
-    is_mig: bool = False
-    parent_uuid: str = ""  # MIG only
-    shareable: bool = False  # full GPUs may be shared (allowMultipleAllocations)
-
-
-@dataclass(frozen=True, slots=True)
 class DeviceAllocation:
     """One allocation result of a claim on this node, with its sharing decision."""
 
     request: str  # "req" or "req/sub"
-    target: GpuTarget
+    target: NodeDevice  # from the node's device table
     strategy: SharingStrategy
     share_id: str | None = None
     memory_limit_bytes: int | None = None  # None: no memory limit (whole device)
@@ -158,8 +145,8 @@ def _base_request(request: str) -> str:
     return request.split("/", 1)[0]
 
 
-def _sort_key(target: GpuTarget) -> tuple[str, str]:
-    return (target.pci_bus_id.lower(), target.name)
+def _sort_key(target: NodeDevice) -> tuple[str, str]:
+    return ((target.pci_bus_id or "").lower(), target.name)
 
 
 def _set_edits(
@@ -185,7 +172,7 @@ def _set_edits(
     ]
     mounts: list[JSON] = []
 
-    def limits(target: GpuTarget) -> tuple[int | None, int]:
+    def limits(target: NodeDevice) -> tuple[int | None, int]:
         group = by_uuid[target.uuid]
         if any(a.memory_limit_bytes is None for a in group):
             memory = None
@@ -206,8 +193,10 @@ def _set_edits(
             if paths.hami_core_library is None:
                 raise PrepareError(
                     f"request {request!r}: sharing.strategy hami-core needs the HAMi-core "
-                    "library, and no host path for libvgpu.so is configured on this node "
-                    "(kubelet plugin setting hami_core_library_path)"
+                    "library, and no host path for libvgpu.so is configured on this node, or "
+                    "none was there when the kubelet plugin started (kubelet plugin setting "
+                    "hami_core_library_path; the chart installs it unless "
+                    "kubeletPlugin.installHamiCore is false)"
                 )
             env += [*limit_env, f"LD_PRELOAD={HAMI_CONTAINER_LIBRARY}"]
             mounts += [
@@ -224,11 +213,7 @@ def _set_edits(
             ]
     elif strategy == "mps":
         if len(targets) != 1:
-            raise PrepareError(
-                f"request {request!r}: sharing.strategy mps serves one GPU per container "
-                f"(one MPS pipe directory), got {len(targets)} GPUs; use hami-core or one "
-                "request per GPU"
-            )
+            raise PrepareError(mps_device_count_error(request, len(targets)))
         (target,) = targets
         if target.is_mig:
             raise PrepareError(

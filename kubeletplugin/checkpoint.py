@@ -35,9 +35,9 @@ from typing import Any, Final, Literal
 
 from filelock import FileLock, Timeout
 
+from driver.api.config import STRATEGIES, SharingStrategy
 from driver.api.errors import CheckpointError
 from kubeletplugin.cdi import atomic_write
-from kubeletplugin.config import STRATEGIES, SharingStrategy
 
 JSON = dict[str, Any]
 

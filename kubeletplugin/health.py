@@ -12,8 +12,10 @@
   ``recovered`` event from the backend, or the GPU dropping out of discovery and appearing
   again (:meth:`HealthTracker.observe_inventory` forgets a vanished GPU's devices). A plugin
   restart starts healthy (NVML reports a still-broken GPU again).
-* An event for a whole GPU applies to every published device on it (its MIG partitions);
-  an event naming a MIG UUID applies to that partition only. Unknown UUIDs are ignored.
+* Which devices an event affects is the device table's answer
+  (:meth:`driver.discovery.devices.DeviceTable.health_targets`): an event for a whole GPU
+  applies to every published device on it (its MIG partitions when MIG is enabled); an event
+  naming a MIG UUID applies to that partition only. Unknown UUIDs are ignored.
 * :meth:`HealthTracker.taints` gives the ``gpu.biaxial.dev/unhealthy`` taint per unhealthy
   device, ``timeAdded`` fixed at the moment it became unhealthy, so republishing is stable.
 * :meth:`HealthTracker.version` increases on every visible change, for waiters.
@@ -35,8 +37,8 @@ from typing import Final, Literal
 
 from driver.api.model import DeviceTaint
 from driver.discovery.backend import HealthEvent
+from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
-from driver.discovery.slices import gpu_device_name, mig_device_name
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -72,37 +74,25 @@ def truncate_message(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
-def _devices_by_uuid(gpus: Iterable[GpuInfo]) -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    for gpu in gpus:
-        if gpu.mig_enabled:
-            names = []
-            for mig in gpu.mig_devices:
-                name = mig_device_name(gpu.minor, mig.profile, mig.start)
-                out[mig.uuid] = (name,)
-                names.append(name)
-            out[gpu.uuid] = tuple(names)
-        else:
-            out[gpu.uuid] = (gpu_device_name(gpu.minor),)
-    return out
-
-
 class HealthTracker:
     """Per-device health state (see the module docstring). Not thread-safe: one event loop."""
 
-    def __init__(self, gpus: Iterable[GpuInfo] = (), *, quiet_s: float = 300.0) -> None:
+    def __init__(
+        self, inventory: DeviceTable | Iterable[GpuInfo] = (), *, quiet_s: float = 300.0
+    ) -> None:
         self._quiet_s = quiet_s
         self._uuids: dict[str, tuple[str, ...]] = {}
         self._state: dict[str, DeviceHealth] = {}
         self.version = 0
-        self.observe_inventory(gpus)
+        self.observe_inventory(inventory)
 
     # ----------------------------------------------------------------- inputs
 
-    def observe_inventory(self, gpus: Iterable[GpuInfo]) -> None:
-        """A new discovery result. Devices of GPUs that left discovery are forgotten, so a GPU
-        that comes back (after a reset or re-attach) starts healthy; new devices start healthy."""
-        uuids = _devices_by_uuid(gpus)
+    def observe_inventory(self, inventory: DeviceTable | Iterable[GpuInfo]) -> None:
+        """A new discovery result (the node's device table, or the GPUs it is derived from).
+        Devices of GPUs that left discovery are forgotten, so a GPU that comes back (after a
+        reset or re-attach) starts healthy; new devices start healthy."""
+        uuids = DeviceTable.of(inventory).health_targets()
         devices = {d for names in uuids.values() for d in names}
         changed = uuids != self._uuids
         state = {d: h for d, h in self._state.items() if d in devices}

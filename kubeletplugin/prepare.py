@@ -9,11 +9,18 @@ The gRPC handlers call :class:`Preparer`. Contract:
   spec or MPS daemon); unpreparing an unknown or deleted claim succeeds, using what the
   checkpoint cached (the API is not consulted).
 * **Pure planning** (:func:`plan_claim`, :func:`check_conflicts`): claim JSON + this node's
-  GPUs + settings -> devices, CDI spec, MPS GPUs; or a :class:`~driver.api.errors.PrepareError` /
-  :class:`~driver.api.errors.ConfigError`. Refused: UID mismatch, not allocated, results for
-  another node's pool, unknown devices, a device prepared for another claim (unless both are
-  shares of a shareable GPU and the summed ``consumedCapacity`` stays within its memory and
-  cores), a full GPU while one of its MIG partitions is prepared (and the reverse).
+  device table (:class:`~driver.discovery.devices.DeviceTable`) + settings -> devices, CDI
+  spec, MPS GPUs; or a :class:`~driver.api.errors.PrepareError` /
+  :class:`~driver.api.errors.ConfigError` (or the claim model's
+  :class:`~driver.api.errors.ManifestError` for a malformed claim). The claim is read only
+  through the core's claim model (:class:`~driver.api.claims.ResourceClaim`) and its
+  ``GpuConfig`` entries through :mod:`driver.api.config`. Refused: UID mismatch, not
+  allocated, results for another node's pool, devices the table does not publish, a device
+  prepared for another claim (unless both are shares of a shareable GPU and the summed
+  ``consumedCapacity`` stays within its memory and cores), a full GPU while one of its MIG
+  partitions is prepared (and the reverse).
+* The device table is the one the plugin derives per discovery; :meth:`Preparer.observe_inventory`
+  replaces it. One call plans and checks against one table.
 * **Transactional shell**, under the node-wide file lock ``<state_dir>/serialize.lock`` (two
   plugin pods overlap during a rolling update): load the checkpoint; recover (a
   ``PrepareStarted`` entry seen under the lock is a crashed Prepare: it is rolled back, and a
@@ -31,22 +38,18 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
-from driver.api.errors import (
-    BiaxialError,
-    CheckpointError,
-    ConfigError,
-    PrepareError,
-    QuantityError,
-)
-from driver.api.quantity import Quantity
+from driver.api.claims import ResourceClaim
+from driver.api.config import SharingStrategy, resolve_configs
+from driver.api.errors import BiaxialError, CheckpointError, ConfigError, PrepareError
+from driver.discovery.devices import DeviceTable, NodeDevice
 from driver.discovery.gpus import GpuInfo
-from driver.discovery.slices import gpu_device_name, mig_device_name
+from driver.discovery.slices import CAPACITY_CORES, CAPACITY_MEMORY
 from kubeletplugin import cdi
-from kubeletplugin.cdi import ClaimSpec, DeviceAllocation, GpuTarget, SharingPaths
+from kubeletplugin.cdi import ClaimSpec, DeviceAllocation, SharingPaths
 from kubeletplugin.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -56,7 +59,6 @@ from kubeletplugin.checkpoint import (
     DeviceRecord,
     Timeout,
 )
-from kubeletplugin.config import SharingStrategy, resolve_configs
 from kubeletplugin.mps import MpsManager, MpsSettings
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -128,33 +130,6 @@ ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 # --------------------------------------------------------------------------- pure planning
 
 
-def device_targets(gpus: Iterable[GpuInfo]) -> dict[str, GpuTarget]:
-    """This node's devices by published name: full GPUs and their MIG partitions."""
-    targets: dict[str, GpuTarget] = {}
-    for gpu in gpus:
-        pci = gpu.pci_bus_id or ""
-        targets[gpu_device_name(gpu.minor)] = GpuTarget(
-            name=gpu_device_name(gpu.minor),
-            uuid=gpu.uuid,
-            minor=gpu.minor,
-            pci_bus_id=pci,
-            memory_bytes=gpu.memory_bytes,
-            shareable=not gpu.mig_enabled,
-        )
-        for mig in gpu.mig_devices:
-            name = mig_device_name(gpu.minor, mig.profile, mig.start)
-            targets[name] = GpuTarget(
-                name=name,
-                uuid=mig.uuid,
-                minor=gpu.minor,
-                pci_bus_id=pci,
-                memory_bytes=mig.memory_bytes,
-                is_mig=True,
-                parent_uuid=gpu.uuid,
-            )
-    return targets
-
-
 @dataclass(frozen=True, slots=True)
 class ClaimPlan:
     """Everything Prepare will do for one claim, computed without side effects."""
@@ -177,69 +152,54 @@ class ClaimPlan:
         )
 
 
-def _consumed(raw: object, driver: str, key: str, where: str) -> Quantity | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise PrepareError(f"{where}: consumedCapacity is not an object")
-    value = raw.get(key, raw.get(f"{driver}/{key}"))
-    if value is None:
-        return None
-    try:
-        return Quantity.of(value)
-    except QuantityError as exc:
-        raise PrepareError(f"{where}: consumedCapacity.{key}: {exc}") from exc
-
-
 def plan_claim(
     ref: ClaimRef,
-    claim: Mapping[str, Any],
+    raw_claim: Mapping[str, Any],
     settings: PrepareSettings,
-    targets: Mapping[str, GpuTarget],
+    devices: DeviceTable,
 ) -> ClaimPlan:
     """Plan the preparation of one claim from its API JSON. Pure; raises
-    :class:`PrepareError` or :class:`ConfigError` with a message naming the problem."""
+    :class:`PrepareError`, :class:`ConfigError` or (malformed claim)
+    :class:`~driver.api.errors.ManifestError` with a message naming the problem."""
     driver = settings.driver_name
-    meta = claim.get("metadata") or {}
-    api_uid = meta.get("uid")
-    if api_uid != ref.uid:
+    claim = ResourceClaim.from_api(raw_claim)
+    if claim.uid != ref.uid:
         raise PrepareError(
             f"claim {ref.namespace}/{ref.name}: UID mismatch, the kubelet asked for {ref.uid} "
-            f"but the API has {api_uid} (the claim was deleted and recreated)"
+            f"but the API has {claim.uid or None} (the claim was deleted and recreated)"
         )
-    allocation = (claim.get("status") or {}).get("allocation")
-    if not isinstance(allocation, Mapping):
+    allocation = claim.allocation
+    if allocation is None:
         raise PrepareError(f"claim {ref}: not allocated (status.allocation is empty)")
-    devices_raw = allocation.get("devices") or {}
-    results = [r for r in devices_raw.get("results") or () if r.get("driver") == driver]
+    results = allocation.results_of(driver)
     if not results:
         raise PrepareError(f"claim {ref}: no devices of driver {driver} in its allocation")
+    targets: list[NodeDevice] = []
     for result in results:
-        where = f"claim {ref} request {result.get('request')!r}"
-        if result.get("pool") != settings.node_name:
+        where = f"claim {ref} request {result.request!r}"
+        if result.pool != settings.node_name:
             raise PrepareError(
-                f"{where}: device {result.get('pool')}/{result.get('device')} is in pool "
-                f"{result.get('pool')!r}, not this node's pool {settings.node_name!r}"
+                f"{where}: device {result.pool}/{result.device} is in pool "
+                f"{result.pool!r}, not this node's pool {settings.node_name!r}"
             )
-        if result.get("device") not in targets:
+        target = devices.published_device(result.device)
+        if target is None:
+            names = ", ".join(sorted(d.name for d in devices.published))
             raise PrepareError(
-                f"{where}: unknown device {result.get('device')!r} (this node has "
-                f"{', '.join(sorted(targets)) or 'no devices'})"
+                f"{where}: unknown device {result.device!r} (this node has {names or 'no devices'})"
             )
+        targets.append(target)
     try:
-        configs = resolve_configs(
-            devices_raw.get("config") or [], driver, [str(r.get("request")) for r in results]
-        )
+        configs = resolve_configs(allocation.config, driver, [r.request for r in results])
     except ConfigError as exc:
         raise ConfigError(f"claim {ref}: {exc}") from exc
 
     allocations: list[DeviceAllocation] = []
     records: list[DeviceRecord] = []
-    for result in results:
-        request = str(result.get("request"))
-        where = f"claim {ref} request {request!r} device {result['device']!r}"
-        target = targets[result["device"]]
-        share_id = result.get("shareID")
+    for result, target in zip(results, targets, strict=True):
+        request = result.request
+        where = f"claim {ref} request {request!r} device {result.device!r}"
+        share_id = result.share_id
         config = configs.get(request)
         strategy: SharingStrategy
         if config is not None and config.sharing.strategy is not None:
@@ -251,9 +211,8 @@ def plan_claim(
         if share_id:
             if not target.shareable:
                 raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
-            consumed = result.get("consumedCapacity")
-            memory_q = _consumed(consumed, driver, "memory", where)
-            cores_q = _consumed(consumed, driver, "cores", where)
+            memory_q = result.consumed(CAPACITY_MEMORY)
+            cores_q = result.consumed(CAPACITY_CORES)
             # A share that names no memory reserves the whole GPU's (the published default).
             memory = target.memory_bytes if memory_q is None else memory_q.value()
             cores = 0 if cores_q is None else cores_q.value()
@@ -267,7 +226,7 @@ def plan_claim(
                     request=request,
                     target=target,
                     strategy=strategy,
-                    share_id=str(share_id),
+                    share_id=share_id,
                     memory_limit_bytes=memory,
                     cores_percent=cores,
                 )
@@ -281,7 +240,7 @@ def plan_claim(
                 pool=settings.node_name,
                 device=target.name,
                 cdi_device_ids=(),
-                share_id=str(share_id) if share_id else None,
+                share_id=share_id,
                 gpu_uuid=target.uuid,
                 exclusive=not share_id,
                 memory_bytes=memory,
@@ -298,42 +257,27 @@ def plan_claim(
         spec = cdi.build_claim_spec(driver, ref.uid, allocations, paths)
     except PrepareError as exc:
         raise PrepareError(f"claim {ref}: {exc}") from exc
-    devices = tuple(
-        DeviceRecord(
-            request_names=r.request_names,
-            pool=r.pool,
-            device=r.device,
-            cdi_device_ids=ids,
-            share_id=r.share_id,
-            gpu_uuid=r.gpu_uuid,
-            exclusive=r.exclusive,
-            memory_bytes=r.memory_bytes,
-            cores=r.cores,
-            strategy=r.strategy,
-        )
-        for r, ids in zip(records, spec.cdi_device_ids, strict=True)
+    prepared = tuple(
+        replace(r, cdi_device_ids=ids) for r, ids in zip(records, spec.cdi_device_ids, strict=True)
     )
     mps_gpus = tuple(sorted({a.target.uuid for a in allocations if a.strategy == "mps"}))
-    return ClaimPlan(ref=ref, devices=devices, spec=spec, mps_gpus=mps_gpus)
+    return ClaimPlan(ref=ref, devices=prepared, spec=spec, mps_gpus=mps_gpus)
 
 
-def _physical(device: str, targets: Mapping[str, GpuTarget]) -> str:
-    target = targets.get(device)
-    if target is None:
-        return device
-    return target.parent_uuid or target.uuid
+def _physical(device: str, devices: DeviceTable) -> str:
+    known = devices.get(device)
+    return device if known is None else known.physical_uuid
 
 
-def _is_mig(device: str, targets: Mapping[str, GpuTarget]) -> bool:
-    target = targets.get(device)
-    return target is not None and target.is_mig
+def _is_mig(device: str, devices: DeviceTable) -> bool:
+    known = devices.get(device)
+    return known is not None and known.is_mig
 
 
-def check_conflicts(
-    plan: ClaimPlan, checkpoint: Checkpoint, targets: Mapping[str, GpuTarget]
-) -> None:
+def check_conflicts(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable) -> None:
     """Refuse a plan whose devices are held by other claims in ``checkpoint`` (any state).
-    Pure; raises :class:`PrepareError` naming the device and the holder."""
+    ``devices`` is the table the plan was made with. Pure; raises :class:`PrepareError`
+    naming the device and the holder."""
     others = [
         (rec, dev)
         for rec in checkpoint.claims.values()
@@ -341,7 +285,7 @@ def check_conflicts(
         for dev in rec.devices
     ]
     for mine in plan.devices:
-        physical = _physical(mine.device, targets)
+        physical = _physical(mine.device, devices)
         for rec, dev in others:
             holder = f"claim {rec.namespace}/{rec.name} ({rec.uid})"
             if dev.device == mine.device:
@@ -355,8 +299,8 @@ def check_conflicts(
                             else " as a share; an exclusive allocation cannot join it"
                         )
                     )
-            elif _physical(dev.device, targets) == physical and not (
-                _is_mig(mine.device, targets) and _is_mig(dev.device, targets)
+            elif _physical(dev.device, devices) == physical and not (
+                _is_mig(mine.device, devices) and _is_mig(dev.device, devices)
             ):
                 # A full GPU and a MIG partition of it; distinct MIG partitions never overlap.
                 raise PrepareError(
@@ -365,7 +309,9 @@ def check_conflicts(
                 )
     # Capacity of each shared device: every prepared share plus this claim's.
     for device in sorted({d.device for d in plan.devices if not d.exclusive}):
-        target = targets[device]
+        target = devices.get(device)
+        if target is None:  # the plan was made with another table: plan again
+            raise PrepareError(f"claim {plan.ref}: device {device} is not on this node")
         shares = [dev for _, dev in others if dev.device == device] + [
             d for d in plan.devices if d.device == device
         ]
@@ -408,13 +354,13 @@ class Preparer:
     def __init__(
         self,
         settings: PrepareSettings,
-        gpus: Sequence[GpuInfo],
+        inventory: DeviceTable | Iterable[GpuInfo],
         get_claim: ClaimGetter,
         *,
         boot_id: str | None = None,
     ) -> None:
         self._settings = settings
-        self._targets = device_targets(gpus)
+        self._devices = DeviceTable.of(inventory)
         self._get_claim = get_claim
         self._boot_id = boot_id if boot_id is not None else read_boot_id()
         self._store = CheckpointStore(settings.state_dir, lock_timeout_s=settings.lock_timeout_s)
@@ -425,6 +371,10 @@ class Preparer:
         self._prepared: tuple[PreparedClaim, ...] = ()
 
     # ----------------------------------------------------------------- public API
+
+    def observe_inventory(self, inventory: DeviceTable | Iterable[GpuInfo]) -> None:
+        """A new discovery result: later calls prepare against its device table."""
+        self._devices = DeviceTable.of(inventory)
 
     def prepared_claims(self) -> tuple[PreparedClaim, ...]:
         """Claims in the checkpoint as of the last call (for metrics and health)."""
@@ -438,10 +388,11 @@ class Preparer:
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         started = time.monotonic()
-        fetched = await asyncio.gather(*(self._plan(ref) for ref in claims))
+        devices = self._devices  # one table for the whole call
+        fetched = await asyncio.gather(*(self._plan(ref, devices) for ref in claims))
         plans = dict(zip((ref.uid for ref in claims), fetched, strict=True))
         async with self._lock:
-            results = await asyncio.to_thread(self._prepare_sync, list(claims), plans)
+            results = await asyncio.to_thread(self._prepare_sync, list(claims), plans, devices)
         failed = sum(1 for r in results.values() if r.error)
         log.info(
             "prepare: %d claim(s), %d failed, in %.1f ms",
@@ -465,7 +416,7 @@ class Preparer:
 
     # ----------------------------------------------------------------- planning (async part)
 
-    async def _plan(self, ref: ClaimRef) -> ClaimPlan | str:
+    async def _plan(self, ref: ClaimRef, devices: DeviceTable) -> ClaimPlan | str:
         try:
             claim = await self._get_claim(ref.namespace, ref.name)
         except BiaxialError as exc:
@@ -476,7 +427,7 @@ class Preparer:
         if claim is None:
             return f"claim {ref}: not found in the API (deleted?)"
         try:
-            return plan_claim(ref, claim, self._settings, self._targets)
+            return plan_claim(ref, claim, self._settings, devices)
         except BiaxialError as exc:
             return str(exc)
 
@@ -574,10 +525,10 @@ class Preparer:
         return ""
 
     def _prepare_sync(
-        self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str]
+        self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str], devices: DeviceTable
     ) -> dict[str, PrepareResult]:
         try:
-            return self._prepare_locked(refs, plans)
+            return self._prepare_locked(refs, plans, devices)
         except (Timeout, OSError) as exc:
             # Node-level trouble (lock held too long, state directory unwritable): every claim
             # of the call fails with the reason; the kubelet retries. A checkpoint left with
@@ -594,7 +545,7 @@ class Preparer:
         return f"checkpoint or CDI file operation failed: {exc}"
 
     def _prepare_locked(
-        self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str]
+        self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str], devices: DeviceTable
     ) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         with self._store.lock():
@@ -619,7 +570,7 @@ class Preparer:
                     results[ref.uid] = PrepareResult(error=plan)
                     continue
                 try:
-                    check_conflicts(plan, checkpoint, self._targets)
+                    check_conflicts(plan, checkpoint, devices)
                 except PrepareError as exc:
                     results[ref.uid] = PrepareResult(error=str(exc))
                     continue

@@ -2,8 +2,9 @@
 
 Contract:
 
-* The desired pool is ``driver.discovery.slices.build_slices(gpus, node_name, driver_name, node_uid,
-  taints)``; set it with :meth:`Publisher.set_inventory` (discovery, health). Slices are owned
+* The desired pool is ``driver.discovery.slices.build_slices(devices, node_name, driver_name,
+  node_uid, taints)`` for the node's device table; set it with :meth:`Publisher.set_inventory`
+  (discovery, health). Slices are owned
   by the Node (its UID is read from the API at every sync, so a re-created Node is followed).
 * :func:`plan_sync` (pure) compares the slices listed with field selector
   ``spec.nodeName=<node>,spec.driver=<driver>`` with the desired ones and decides, as upstream's
@@ -28,16 +29,17 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from driver.api.errors import ApiError, ConflictError, ManifestError, NotFoundError
 from driver.api.model import DeviceTaint, ResourceSlice
+from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
 from driver.discovery.slices import build_slices
+from kubeapi.retry import Backoff
 
 log = logging.getLogger(f"biaxial.{__name__}")
 JSON = dict[str, Any]
@@ -192,25 +194,8 @@ def plan_sync(
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    gpus: tuple[GpuInfo, ...]
+    devices: DeviceTable
     taints: Mapping[str, tuple[DeviceTaint, ...]] = field(default_factory=dict)
-
-
-class Backoff:
-    """Exponential backoff with full jitter."""
-
-    def __init__(self, low: float = BACKOFF_MIN_S, high: float = BACKOFF_MAX_S) -> None:
-        self._low = low
-        self._high = high
-        self._next = low
-
-    def reset(self) -> None:
-        self._next = self._low
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._high, self._next * 2)
-        return random.uniform(delay / 2, delay)  # noqa: S311 - jitter, not cryptography
 
 
 class Publisher:
@@ -239,11 +224,14 @@ class Publisher:
         self.syncs = 0
         self.writes = 0
 
-    def set_inventory(self, gpus: Sequence[GpuInfo], taints: Mapping[str, Any]) -> None:
-        """New desired state; the loop publishes it promptly."""
-        inventory = Inventory(gpus=tuple(gpus), taints=dict(taints))
-        if inventory != self._inventory:
-            self._inventory = inventory
+    def set_inventory(
+        self, inventory: DeviceTable | Iterable[GpuInfo], taints: Mapping[str, Any]
+    ) -> None:
+        """New desired state (the node's device table, or the GPUs it is derived from); the
+        loop publishes it promptly."""
+        wanted = Inventory(devices=DeviceTable.of(inventory), taints=dict(taints))
+        if wanted != self._inventory:
+            self._inventory = wanted
             self._wake.set()
 
     # ----------------------------------------------------------------- one sync
@@ -256,7 +244,7 @@ class Publisher:
         except NotFoundError:
             log.warning("node %s not found; publishing slices without an owner", self._node)
         return build_slices(
-            inventory.gpus,
+            inventory.devices,
             node_name=self._node,
             driver_name=self._driver,
             generation=0,
@@ -325,7 +313,7 @@ class Publisher:
 
     async def run(self) -> None:
         """Reconcile forever (cancel to stop)."""
-        backoff = Backoff()
+        backoff = Backoff(BACKOFF_MIN_S, BACKOFF_MAX_S, jitter=0.5)
         rounds = 0
         while True:
             if self._inventory is None:

@@ -22,6 +22,7 @@ import yaml
 from driver.api.errors import ManifestError
 
 JSON = dict[str, Any]
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _read(path: str) -> str:
@@ -42,7 +43,8 @@ def _read(path: str) -> str:
 def _documents(path: str, text: str) -> Iterator[tuple[int, Any]]:
     try:
         # JSON is YAML 1.2; PyYAML's safe loader reads every JSON manifest kubectl writes.
-        yield from enumerate(yaml.safe_load_all(text), start=1)
+        # libyaml's parser when PyYAML was built with it (10x faster on a cluster dump).
+        yield from enumerate(yaml.load_all(text, Loader=_LOADER), start=1)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -252,9 +252,12 @@ class SimulationResult:
 
     # ------------------------------------------------------------------ summary
     def summary(self) -> JSON:
+        by_node: dict[str, list[GpuUsage]] = {name: [] for name in self.node_names}
+        for gpu in self.gpus:
+            by_node.setdefault(gpu.node, []).append(gpu)
         nodes = []
         for name in self.node_names:
-            gpus = [g for g in self.gpus if g.node == name]
+            gpus = by_node[name]
             memory = sum(g.memory for g in gpus)
             used = sum(g.memory_used for g in gpus)
             nodes.append(

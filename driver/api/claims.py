@@ -383,6 +383,16 @@ class DeviceResult:
     def device_id(self) -> DeviceID:
         return DeviceID(DriverName(self.driver), PoolName(self.pool), DeviceName(self.device))
 
+    def consumed(self, capacity: str) -> Quantity | None:
+        """What this share consumes of ``capacity`` (a name in the driver's domain, given
+        unqualified or as ``<driver>/<name>``); ``None`` when the result does not say."""
+        if self.consumed_capacity is None:
+            return None
+        found = self.consumed_capacity.get(capacity)
+        if found is None:
+            found = self.consumed_capacity.get(f"{self.driver}/{capacity}")
+        return found
+
     @classmethod
     def from_api(cls, raw: Mapping[str, Any], where: str) -> DeviceResult:
         if not isinstance(raw, Mapping):
@@ -470,6 +480,10 @@ class AllocationResult:
     config: tuple[AllocationConfig, ...] = ()
     node_selector: JSON | None = None
     allocation_timestamp: str | None = None
+
+    def results_of(self, driver: str) -> tuple[DeviceResult, ...]:
+        """The results of one driver's devices, in allocation order."""
+        return tuple(r for r in self.results if r.driver == driver)
 
     def to_api(self) -> JSON:
         """Exactly the v1 ``status.allocation`` object."""

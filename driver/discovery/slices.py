@@ -5,10 +5,10 @@ Contract (DESIGN "Contracts"; reference §2.1, §5.6, §8):
 * One pool per node, named after the node, published by ``driver_name``. Every slice selects the
   node by ``spec.nodeName`` and, when ``node_uid`` is given, is owned by the Node (controller
   owner reference) so it is garbage-collected with it.
-* Devices: ``gpu-<minor>`` for a whole GPU; when MIG is enabled on a GPU its partitions
-  ``gpu-<minor>-mig-<profile without dots>-<start>`` are published *instead of* the parent.
-  Order: by parent minor, then placement start. Attributes, capacities and request policies are
-  exactly the contract's (see :func:`gpu_device` and :func:`mig_device`).
+* Devices: the published devices of the node's one device table
+  (:class:`driver.discovery.devices.DeviceTable`, which decides names, order and which devices
+  are published: a MIG-enabled GPU is published as its partitions). Attributes, capacities and
+  request policies are exactly the contract's (see :func:`gpu_device` and :func:`mig_device`).
 * Slices: devices are cut, in order, into slices of at most 128 devices (64 when any device of
   the pool uses taints, counters or list attributes). Slice ``i`` (0-based) is named
   ``<node>-<driver>-<i as lower-case hex, at least 2 digits, same width for the whole pool>``;
@@ -52,7 +52,8 @@ from driver.api.validation import (
     check_subdomain,
     validate_pool,
 )
-from driver.discovery.gpus import GpuInfo, MigInfo
+from driver.discovery.devices import DeviceTable, NodeDevice
+from driver.discovery.gpus import GpuInfo
 
 # --------------------------------------------------------------------------- contract names
 
@@ -74,22 +75,7 @@ _HUNDRED: Final = Quantity.from_int(CORES_PER_GPU)
 _NUMERIC_VERSION: Final = re.compile(r"v?(\d+(?:\.\d+)*)")
 
 
-# --------------------------------------------------------------------------- names and versions
-
-
-def gpu_device_name(minor: int) -> str:
-    """``gpu-<minor>``."""
-    return f"gpu-{minor}"
-
-
-def mig_device_name(parent_minor: int, profile: str, start: int) -> str:
-    """``gpu-<minor>-mig-<profile without dots>-<start>``, e.g. ``gpu-0-mig-1g5gb-3``.
-
-    Profile characters other than lower-case letters and digits are dropped (``1g.5gb+me`` ->
-    ``1g5gbme``) so the name stays a DNS label.
-    """
-    compact = re.sub(r"[^a-z0-9]", "", profile.lower())
-    return f"gpu-{parent_minor}-mig-{compact}-{start}"
+# --------------------------------------------------------------------------- versions and names
 
 
 def normalize_version(text: str) -> str:
@@ -150,20 +136,21 @@ def _memory_quantity(memory_bytes: int) -> Quantity:
     return Quantity.from_int(memory_bytes - memory_bytes % MIB, "BinarySI")
 
 
-def gpu_device(gpu: GpuInfo, taints: tuple[DeviceTaint, ...] = ()) -> Device:
+def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Device:
     """A whole, shareable GPU: ``allowMultipleAllocations`` with memory and cores policies.
 
     ``memory`` defaults to the whole GPU (a claim naming no capacity gets it to itself) and may
     be requested in 1Mi steps from 1Mi; ``cores`` (percent of the GPU's SMs, 100 in all)
     defaults to 0 and may be requested in steps of 1.
     """
+    gpu = device.gpu
     memory = _memory_quantity(gpu.memory_bytes)
     if memory < _ONE_MIB:
         raise ValidationError(f"GPU {gpu.uuid}: memory {gpu.memory_bytes} bytes is below 1Mi")
     attrs = {"type": "gpu", "uuid": gpu.uuid, **_common_attributes(gpu)}
     attrs["multiprocessors"] = gpu.multiprocessors
     return Device(
-        name=gpu_device_name(gpu.minor),
+        name=device.name,
         attributes=attrs,
         capacity={
             CAPACITY_MEMORY: Capacity(
@@ -181,17 +168,20 @@ def gpu_device(gpu: GpuInfo, taints: tuple[DeviceTaint, ...] = ()) -> Device:
                 ),
             ),
         },
-        allow_multiple_allocations=True,
+        allow_multiple_allocations=device.shareable,
         taints=taints,
     )
 
 
-def mig_device(gpu: GpuInfo, mig: MigInfo, taints: tuple[DeviceTaint, ...] = ()) -> Device:
+def mig_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Device:
     """An existing MIG partition: exclusive, with its memory and its SM share as ``cores``.
 
     ``index``, ``minor`` and the PCI/NUMA attributes are the parent's; ``multiprocessors`` is the
     partition's SM count and ``cores`` is ``floor(100 * partition SMs / parent SMs)``.
     """
+    gpu, mig = device.gpu, device.mig
+    if mig is None:
+        raise ValueError(f"device {device.name} is not a MIG partition")
     if gpu.multiprocessors <= 0:
         raise ValidationError(f"GPU {gpu.uuid}: multiprocessor count must be positive")
     cores = min(CORES_PER_GPU, CORES_PER_GPU * mig.multiprocessors // gpu.multiprocessors)
@@ -200,44 +190,39 @@ def mig_device(gpu: GpuInfo, mig: MigInfo, taints: tuple[DeviceTaint, ...] = ())
     attrs["profile"] = mig.profile
     attrs["parentUUID"] = gpu.uuid
     return Device(
-        name=mig_device_name(gpu.minor, mig.profile, mig.start),
+        name=device.name,
         attributes=attrs,
         capacity={
             CAPACITY_MEMORY: Capacity(value=_memory_quantity(mig.memory_bytes)),
             CAPACITY_CORES: Capacity(value=Quantity.from_int(cores)),
         },
+        allow_multiple_allocations=device.shareable,
         taints=taints,
     )
 
 
 def build_devices(
-    gpus: Iterable[GpuInfo],
-    taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None,
+    devices: DeviceTable, taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None
 ) -> tuple[Device, ...]:
-    """All devices of a node in publishing order (parent minor, then MIG placement start)."""
+    """The table's published devices as API devices, in publishing order."""
     taints = taints or {}
-    devices: list[Device] = []
-    for gpu in sorted(gpus, key=lambda g: g.minor):
-        if gpu.mig_enabled:
-            for mig in sorted(gpu.mig_devices, key=lambda m: m.start):
-                name = mig_device_name(gpu.minor, mig.profile, mig.start)
-                devices.append(mig_device(gpu, mig, tuple(taints.get(name, ()))))
-        else:
-            name = gpu_device_name(gpu.minor)
-            devices.append(gpu_device(gpu, tuple(taints.get(name, ()))))
-    unknown = sorted(set(taints) - {d.name for d in devices})
+    out = tuple(
+        (mig_device if d.is_mig else gpu_device)(d, tuple(taints.get(d.name, ())))
+        for d in devices.published
+    )
+    unknown = sorted(set(taints) - {d.name for d in out})
     if unknown:
         raise ValidationError(
             f"taints given for devices this node does not have: {', '.join(unknown)}"
         )
-    return tuple(devices)
+    return out
 
 
 # --------------------------------------------------------------------------- slices
 
 
 def build_slices(
-    gpus: Iterable[GpuInfo],
+    inventory: DeviceTable | Iterable[GpuInfo],
     *,
     node_name: str,
     driver_name: str = DEFAULT_DRIVER_NAME,
@@ -247,14 +232,15 @@ def build_slices(
 ) -> list[ResourceSlice]:
     """The node's pool as ResourceSlices (see the module docstring for every rule).
 
-    A node without GPUs gets one empty slice, so the pool exists and is complete with zero
-    devices (consumers then know the node has nothing rather than "not yet published").
+    ``inventory`` is the node's device table, or the discovered GPUs it is derived from. A node
+    without GPUs gets one empty slice, so the pool exists and is complete with zero devices
+    (consumers then know the node has nothing rather than "not yet published").
     """
     check_subdomain(node_name, "node name", MAX_OBJECT_NAME_LENGTH)
     check_subdomain(driver_name, "driver name", MAX_DRIVER_NAME_LENGTH)
     if generation < 0:
         raise ValidationError(f"pool generation must be >= 0, got {generation}")
-    devices = build_devices(gpus, taints)
+    devices = build_devices(DeviceTable.of(inventory), taints)
     limit = (
         MAX_DEVICES_PER_SLICE_ADVANCED
         if any(d.uses_advanced_features for d in devices)

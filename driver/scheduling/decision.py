@@ -5,7 +5,9 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
 
 1. resolves the pod's policies (annotations, defaults), its legacy extended resources
    (KEP-5004 bridge) and its scheduling facts; bad input is a
-   :class:`~driver.scheduling.outcome.PodError` for that pod (``_context``);
+   :class:`~driver.scheduling.outcome.PodError` for that pod (``_context``), including a claim
+   whose ``GpuConfig`` the node would refuse at Prepare
+   (:func:`driver.api.config.check_claim_config`), so nothing is allocated for it;
 2. filters nodes (:mod:`driver.scheduling.nodefit`), builds the node's variant of the bridge
    claim, allocates *all* the pod's unallocated claims on the node with the allocator, the GPU
    axis ordering devices (:mod:`driver.scheduling.scoring`), and scores the node on the node
@@ -60,7 +62,9 @@ from functools import partial
 from typing import Any, Final, NamedTuple, TypeVar
 
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
+from driver.api.config import check_claim_config
 from driver.api.errors import BiaxialError, InvalidInputError
+from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node, node_selector_matches
 from driver.scheduling.bounds import (
@@ -250,7 +254,9 @@ class DecisionEngine:
         pods_on_nodes: Mapping[str, NodeUsage] | None = None,
         exhaustive: bool = False,
         budget: int = DEFAULT_SEARCH_BUDGET,
+        driver_name: str = DEFAULT_DRIVER_NAME,
     ) -> None:
+        self.driver_name = driver_name  # whose opaque config (GpuConfig) the engine checks
         self.defaults = defaults or PolicyDefaults()
         self.budget = budget
         self.stats = DecisionStats()
@@ -268,10 +274,15 @@ class DecisionEngine:
 
     @classmethod
     def empty(
-        cls, *, defaults: PolicyDefaults | None = None, budget: int = DEFAULT_SEARCH_BUDGET
+        cls,
+        *,
+        defaults: PolicyDefaults | None = None,
+        budget: int = DEFAULT_SEARCH_BUDGET,
+        driver_name: str = DEFAULT_DRIVER_NAME,
     ) -> DecisionEngine:
         """An engine that knows nothing yet, to be told the cluster by ``observe_*``."""
-        return cls(ClusterSnapshot.build((), ()), (), defaults=defaults, budget=budget)
+        snapshot = ClusterSnapshot.build((), ())
+        return cls(snapshot, (), defaults=defaults, budget=budget, driver_name=driver_name)
 
     # ------------------------------------------------------------------ deciding
     def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
@@ -460,6 +471,7 @@ class DecisionEngine:
                             f"claim {claim.key}: request {request.name!r}: "
                             f"DeviceClass {alt.device_class_name!r} does not exist"
                         )
+            check_claim_config(claim, self.snapshot.classes, self.driver_name)
         return _PodContext(
             name=facts.name,
             pod=pod,
@@ -623,6 +635,7 @@ class DecisionEngine:
             )
             raw["metadata"] = meta
             built = _BridgeVariant(bridge, ResourceClaim.from_api(raw))
+            check_claim_config(built.claim, self.snapshot.classes, self.driver_name)
         ctx.bridge_cache[key] = built
         return built
 

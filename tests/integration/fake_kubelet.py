@@ -40,6 +40,7 @@ from kubeletplugin.proto.gen import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
+from tests.emulator.server import Emulator
 
 _DRA: dict[str, tuple[ModuleType, ModuleType]] = {
     "v1": (dra_v1_pb2, dra_v1_pb2_grpc),
@@ -50,8 +51,35 @@ _HEALTH: dict[str, tuple[ModuleType, ModuleType]] = {
     "v1alpha1": (health_v1alpha1_pb2, health_v1alpha1_pb2_grpc),
 }
 TIMEOUT_S = 45.0  # the kubelet's per-call default
+DRIVER = "gpu.biaxial.dev"
 
 ClaimTuple = tuple[str, str, str]  # namespace, uid, name
+
+
+def allocated_claim(
+    emulator: Emulator, name: str, results: list[dict[str, Any]], *, device_class: str = DRIVER
+) -> ClaimTuple:
+    """Create claim ``default/<name>`` with ``results`` in its ``status.allocation``, as a
+    scheduler would have written it; returns what the kubelet would send for it."""
+    created = emulator.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class}}]
+                }
+            },
+        }
+    )
+    emulator.update_status(
+        "ResourceClaim",
+        name,
+        {"allocation": {"devices": {"results": results}}},
+        namespace="default",
+    )
+    return ("default", created["metadata"]["uid"], name)
 
 
 class DraClient:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from biaxial.cli import main
+from tests.unit.builders import gpu_config
 from tests.validate_manifests import validate_object
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,6 +157,60 @@ def test_bad_pods_are_listed_with_reasons(
     assert "default/bad" in out
     assert "annotation hami.io/gpu-scheduler-policy: unknown policy 'densest'" in out
     assert "placed 4/5 pods" in out
+
+
+def test_a_claim_with_a_gpu_config_the_node_would_refuse_is_unschedulable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    manifests = tmp_path / "bad-config.yaml"
+    manifests.write_text(
+        yaml.safe_dump_all(
+            [
+                {
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "bogus", "namespace": "default"},
+                    "spec": {
+                        "spec": {
+                            "devices": {
+                                "requests": [
+                                    {
+                                        "name": "gpu",
+                                        "exactly": {"deviceClassName": "gpu.biaxial.dev"},
+                                    }
+                                ],
+                                "config": [gpu_config("bogus")],
+                            }
+                        }
+                    },
+                },
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": "bogus", "namespace": "default"},
+                    "spec": {
+                        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "bogus"}],
+                        "containers": [
+                            {"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}
+                        ],
+                    },
+                },
+            ]
+        ),
+        encoding="utf-8",
+    )
+    code, out, err = simulate(capsys, INVENTORY, str(manifests), "-o", "json")
+    assert (code, err) == (0, "")
+    document = json.loads(out)
+    assert document["placements"] == []
+    (entry,) = document["unschedulable"]
+    assert entry["pod"] == "default/bogus"
+    assert (
+        "spec.devices.config[0] opaque.parameters: sharing.strategy: unknown value"
+        in (entry["reason"])
+    )
+    claims = [o for o in document["objects"] if o["kind"] == "ResourceClaim"]
+    assert not any((c.get("status") or {}).get("allocation") for c in claims)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from tests.integration.controller_env import (
     resource_claim,
     seed_cluster,
 )
+from tests.unit.builders import device_class, gpu_config
 
 
 @pytest.fixture
@@ -115,6 +116,48 @@ def test_invalid_input_is_reported_and_blocks_no_one(
     assert "biaxial.dev/gpu-policy" in messages["bad-policy"]
     assert "tight" in messages["bad-policy"]
     assert 'resourceclaim "does-not-exist", which does not exist' in messages["missing-claim"]
+    assert set(bound_pods(cluster)) == {"good"}
+    assert check_invariants(cluster) == []
+
+
+def test_a_gpu_config_the_node_would_refuse_is_reported_and_nothing_allocated(
+    cluster: Emulator, controller: ControllerThread
+) -> None:
+    bogus = gpu_config("bogus")["opaque"]["parameters"]
+    cluster.create(device_class("shared.gpu.biaxial.dev", config=[bogus]))
+    cluster.create(resource_claim("via-class", device_class="shared.gpu.biaxial.dev"))
+    own = resource_claim("via-claim", memory="1Gi")
+    own["spec"]["devices"]["config"] = [gpu_config("timeslicing")]
+    cluster.create(own)
+    cluster.create(pod("through-class", claim="via-class"))
+    cluster.create(pod("through-claim", claim="via-claim"))
+    cluster.create(pod("good", legacy_gpus=1))
+    cluster.wait_until(lambda: "good" in bound_pods(cluster), timeout=20)
+    expected = {
+        "through-class": "claim default/via-class: DeviceClass shared.gpu.biaxial.dev: "
+        'spec.config[0] opaque.parameters: sharing.strategy: unknown value "bogus", '
+        'expected one of "hami-core", "mps", "none"',
+        "through-claim": "claim default/via-claim: spec.devices.config[0] opaque.parameters: "
+        'sharing.strategy: unknown value "timeslicing", '
+        'expected one of "hami-core", "mps", "none"',
+    }
+    for name, message in expected.items():
+        cluster.wait_until(lambda n=name: _condition(cluster, n) is not None, timeout=10)
+        condition = _condition(cluster, name)
+        assert condition is not None
+        assert (condition["status"], condition["reason"], condition["message"]) == (
+            "False",
+            "Unschedulable",
+            message,
+        )
+        cluster.wait_until(lambda n=name: bool(_events(cluster, n)), timeout=10)
+        assert _events(cluster, name) == [("FailedScheduling", message)]
+    # Nothing was written to the refused claims: no allocation, no reservation, no finalizer.
+    for claim_name in ("via-class", "via-claim"):
+        stored = cluster.get("resourceclaims", claim_name, "default") or {}
+        assert not (stored.get("status") or {}).get("allocation"), stored
+        assert not (stored.get("status") or {}).get("reservedFor"), stored
+        assert not stored["metadata"].get("finalizers"), stored
     assert set(bound_pods(cluster)) == {"good"}
     assert check_invariants(cluster) == []
 

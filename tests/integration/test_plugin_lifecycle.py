@@ -20,7 +20,13 @@ from typing import Any
 import pytest
 
 from tests.emulator.server import Emulator
-from tests.integration.fake_kubelet import REPO, FakeKubelet, PluginProcess, wait
+from tests.integration.fake_kubelet import (
+    REPO,
+    FakeKubelet,
+    PluginProcess,
+    allocated_claim,
+    wait,
+)
 
 NODE = "node-a"
 DRIVER = "gpu.biaxial.dev"
@@ -94,7 +100,7 @@ def test_restart_republishes_nothing_and_remove_on_exit_deletes_the_pool(
     assert pool(emulator) == []
 
 
-def test_gpu_disappearing_and_returning_updates_the_pool(
+def test_gpu_disappearing_and_returning_updates_the_pool_and_prepare(
     cluster: tuple[Emulator, Path], root: Path
 ) -> None:
     emulator, kubeconfig = cluster
@@ -102,14 +108,22 @@ def test_gpu_disappearing_and_returning_updates_the_pool(
     try:
         wait(lambda: consistent(emulator, ALL), what="pool published")
         generation = pool(emulator)[0]["spec"]["pool"]["generation"]
-        plugin.inject("remove", 1)
-        wait(lambda: consistent(emulator, ["gpu-0", "gpu-2", "gpu-3"]), what="gpu-1 gone")
-        # One slice changed: the generation is kept (upstream's rule).
-        assert pool(emulator)[0]["spec"]["pool"]["generation"] == generation
-        plugin.inject("restore", 1)
-        wait(lambda: consistent(emulator, ALL), what="gpu-1 back")
+        on_gpu_1 = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-1"}
+        ref = allocated_claim(emulator, "on-gpu-1", [on_gpu_1])
+        with FakeKubelet(plugin.registration_socket) as kubelet:
+            plugin.inject("remove", 1)
+            wait(lambda: consistent(emulator, ["gpu-0", "gpu-2", "gpu-3"]), what="gpu-1 gone")
+            # One slice changed: the generation is kept (upstream's rule).
+            assert pool(emulator)[0]["spec"]["pool"]["generation"] == generation
+            # Prepare reads the same device table as the publisher.
+            error = kubelet.dra("v1").prepare([ref])[ref[1]].error
+            assert "unknown device 'gpu-1' (this node has gpu-0, gpu-2, gpu-3)" in error
+            plugin.inject("restore", 1)
+            wait(lambda: consistent(emulator, ALL), what="gpu-1 back")
+            assert kubelet.dra("v1").prepare([ref])[ref[1]].error == ""
+            assert kubelet.dra("v1").unprepare([ref]) == {ref[1]: ""}
     finally:
-        assert plugin.stop() == 0
+        assert plugin.stop() == 0, plugin.log()
 
 
 def test_publisher_survives_conflicts_server_errors_and_watch_faults(
@@ -178,30 +192,8 @@ def test_two_overlapping_instances_serve_and_serialize_prepare(
         ):
             assert k_old.get_info().endpoint.endswith("dra-pod-old.sock")
             assert k_new.get_info().endpoint.endswith("dra-pod-new.sock")
-            refs = []
-            for name in ("first", "second"):
-                created = emulator.create(
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "ResourceClaim",
-                        "metadata": {"name": name, "namespace": "default"},
-                        "spec": {
-                            "devices": {
-                                "requests": [
-                                    {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}
-                                ]
-                            }
-                        },
-                    }
-                )
-                result = {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}
-                emulator.update_status(
-                    "ResourceClaim",
-                    name,
-                    {"allocation": {"devices": {"results": [result]}}},
-                    namespace="default",
-                )
-                refs.append(("default", created["metadata"]["uid"], name))
+            on_gpu_0 = [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]
+            refs = [allocated_claim(emulator, name, on_gpu_0) for name in ("first", "second")]
             answers: dict[str, str] = {}
 
             def call(kubelet: FakeKubelet, ref: tuple[str, str, str]) -> None:
@@ -293,7 +285,13 @@ def test_failed_registration_recreates_the_socket_and_is_reported(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--metrics-port", "abc"], "--metrics-port 'abc': not a valid int"),
+        (
+            ["--metrics-port", "abc"],
+            (
+                "--metrics-port: 'abc' is not an integer "
+                "(from the flag; environment twin $BIAXIAL_METRICS_PORT)"
+            ),
+        ),
         (["--driver-name", "Not_A_Name"], "--driver-name 'Not_A_Name' must be a DNS subdomain"),
         (["--registry-dir", "/tmp/" + "x" * 100], "unix socket paths must be shorter than 108"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig"),

@@ -18,7 +18,13 @@ import grpc
 import pytest
 
 from tests.emulator.server import Emulator
-from tests.integration.fake_kubelet import REPO, FakeKubelet, PluginProcess, wait
+from tests.integration.fake_kubelet import (
+    REPO,
+    FakeKubelet,
+    PluginProcess,
+    allocated_claim,
+    wait,
+)
 from tests.validate_manifests import DEFAULT_VERSIONS, validate_object
 
 NODE = "node-a"
@@ -75,26 +81,6 @@ def device(emulator: Emulator, name: str) -> dict[str, Any]:
     raise AssertionError(f"device {name} not published")
 
 
-def claim(emulator: Emulator, name: str, results: list[dict[str, Any]]) -> tuple[str, str, str]:
-    created = emulator.create(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {
-                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}
-            },
-        }
-    )
-    emulator.update_status(
-        "ResourceClaim",
-        name,
-        {"allocation": {"devices": {"results": results}}},
-        namespace="default",
-    )
-    return ("default", created["metadata"]["uid"], name)
-
-
 def result(dev: str, pool: str = NODE) -> dict[str, Any]:
     return {"request": "gpu", "driver": DRIVER, "pool": pool, "device": dev}
 
@@ -127,7 +113,7 @@ def test_prepare_writes_the_cdi_spec_and_unprepare_removes_it(
 ) -> None:
     emulator, _ = cluster
     gpu = "gpu-0" if version == "v1" else "gpu-1"
-    ref = claim(emulator, f"one-{version}", [result(gpu)])
+    ref = allocated_claim(emulator, f"one-{version}", [result(gpu)])
     uid = ref[1]
     dra = kubelet.dra(version)
 
@@ -158,9 +144,9 @@ def test_per_claim_errors_leave_the_good_claim_prepared(
     cluster: tuple[Emulator, Path], kubelet: FakeKubelet
 ) -> None:
     emulator, _ = cluster
-    good = claim(emulator, "good", [result("gpu-2")])
-    foreign = claim(emulator, "foreign", [result("gpu-0", pool="node-b")])
-    unknown = claim(emulator, "unknown", [result("gpu-9")])
+    good = allocated_claim(emulator, "good", [result("gpu-2")])
+    foreign = allocated_claim(emulator, "foreign", [result("gpu-0", pool="node-b")])
+    unknown = allocated_claim(emulator, "unknown", [result("gpu-9")])
     stale = ("default", str(uuid.uuid4()), "good")  # the name exists, under another UID
     missing = ("default", str(uuid.uuid4()), "never-created")
     dra = kubelet.dra("v1")
@@ -173,7 +159,8 @@ def test_per_claim_errors_leave_the_good_claim_prepared(
     assert "UID mismatch" in out[stale[1]].error
     assert "not found" in out[missing[1]].error
 
-    thief = claim(emulator, "thief", [result("gpu-2")])  # gpu-2 is exclusively held by "good"
+    # gpu-2 is exclusively held by "good"
+    thief = allocated_claim(emulator, "thief", [result("gpu-2")])
     taken = dra.prepare([thief])
     assert "already prepared for" in taken[thief[1]].error
     assert dra.unprepare([good, thief]) == {good[1]: "", thief[1]: ""}

@@ -4,6 +4,7 @@ in-memory claim getter: the transactional shell end to end."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shutil
 import signal
@@ -19,7 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver.api.errors import PrepareError
+from driver.api.claims import ResourceClaim
+from driver.api.config import check_claim_config
+from driver.api.errors import ConfigError, PrepareError
+from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin import cdi
 from kubeletplugin.checkpoint import Checkpoint, CheckpointStore, checksum
@@ -30,7 +34,6 @@ from kubeletplugin.prepare import (
     PrepareResult,
     PrepareSettings,
     check_conflicts,
-    device_targets,
     plan_claim,
 )
 
@@ -350,6 +353,36 @@ def test_per_claim_errors_do_not_fail_neighbours(node: Node) -> None:
     ]
 
 
+def test_malformed_allocations_get_a_clear_error_from_the_claim_model(node: Node) -> None:
+    no_pool = node.api.add("nopool", [{"request": "gpu", "driver": DRIVER, "device": "gpu-0"}])
+    bad_capacity = node.api.add(
+        "badcap", [{**result("gpu-1", memory_mib=10), "consumedCapacity": {"memory": "lots"}}]
+    )
+    bad_config = node.api.add(
+        "badcfg", [result("gpu-2")], config=[{"source": "FromClaim", "opaque": {"driver": ""}}]
+    )
+    good = node.api.add("good", [result("gpu-3")])
+    out = run(node.preparer().prepare([no_pool, bad_capacity, bad_config, good]))
+    assert "ResourceClaim default/nopool: status.allocation: devices.results[0]" in (
+        out[no_pool.uid].error
+    )
+    assert "missing field 'pool'" in out[no_pool.uid].error
+    assert "ResourceClaim default/badcap: status.allocation: devices.results[0]" in (
+        out[bad_capacity.uid].error
+    )
+    assert "lots" in out[bad_capacity.uid].error
+    assert "devices.config[0]: opaque config without a driver" in out[bad_config.uid].error
+    assert out[good.uid].error == ""
+
+
+def test_a_gpu_found_by_rediscovery_can_be_prepared(node: Node) -> None:
+    ref = node.api.add("late", [result("gpu-3")])
+    preparer = Preparer(node.settings, GPUS[:3], node.api.get, boot_id="boot-1")
+    assert "unknown device 'gpu-3'" in run(preparer.prepare([ref]))[ref.uid].error
+    preparer.observe_inventory(DeviceTable.from_gpus(GPUS))
+    assert run(preparer.prepare([ref]))[ref.uid].error == ""
+
+
 # --------------------------------------------------------------------------- device conflicts
 
 
@@ -399,7 +432,9 @@ def test_full_gpu_and_its_mig_partitions(node: Node) -> None:
     whole = node.api.add("whole", [result("gpu-4")])
     out = run(preparer.prepare([mig0, mig1, whole]))
     assert out[mig0.uid].error == out[mig1.uid].error == ""
-    assert "overlaps gpu-4-mig-1g5gb-0 on the same GPU" in out[whole.uid].error
+    # A GPU in MIG mode is published as its partitions only (the device table): its whole
+    # device is nobody's to prepare.
+    assert "unknown device 'gpu-4'" in out[whole.uid].error
     spec = node.spec(mig1)
     assert env(spec)["NVIDIA_VISIBLE_DEVICES"] == "MIG-a100-1"
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia4"}]
@@ -408,6 +443,20 @@ def test_full_gpu_and_its_mig_partitions(node: Node) -> None:
     assert (
         "not supported on MIG device" in run(preparer.prepare([mps_on_mig]))[mps_on_mig.uid].error
     )
+
+
+def test_a_partition_overlapping_a_whole_gpu_prepared_before_mig_mode_is_refused(
+    node: Node,
+) -> None:
+    # The whole GPU was prepared while MIG was off; the plugin restarts after MIG was enabled.
+    before_mig = dataclasses.replace(A100_MIG, mig_enabled=False, mig_devices=())
+    whole = node.api.add("whole", [result("gpu-4")])
+    earlier = Preparer(node.settings, [*GPUS[:4], before_mig], node.api.get, boot_id="boot-1")
+    assert run(earlier.prepare([whole]))[whole.uid].error == ""
+    mig0 = node.api.add("mig0", [result("gpu-4-mig-1g5gb-0")])
+    error = run(node.preparer().prepare([mig0]))[mig0.uid].error
+    assert "device gpu-4-mig-1g5gb-0 overlaps gpu-4 on the same GPU" in error
+    assert "prepared for claim default/whole (uid-whole)" in error
 
 
 def test_two_plugin_instances_never_prepare_one_device_twice(node: Node) -> None:
@@ -802,14 +851,14 @@ def test_accepted_plans_never_double_book_or_exceed_capacity(
     prep_settings = PrepareSettings(
         node_name=NODE, state_dir=Path("/nonexistent"), default_sharing_strategy="none"
     )
-    targets = device_targets(GPUS)
+    targets = DeviceTable.from_gpus(GPUS)
     checkpoint = Checkpoint()
     for i, (device, memory_mib, cores) in enumerate(allocs):
         if i in release and checkpoint.claims:
             checkpoint = checkpoint.without_claim(min(checkpoint.claims))
         res = result(device, memory_mib=memory_mib, cores=cores if memory_mib else 0)
         claim = {
-            "metadata": {"uid": f"u{i}"},
+            "metadata": {"name": f"c{i}", "namespace": "default", "uid": f"u{i}"},
             "status": {"allocation": {"devices": {"results": [res]}}},
         }
         ref = ClaimRef(namespace="default", uid=f"u{i}", name=f"c{i}")
@@ -825,3 +874,38 @@ def test_accepted_plans_never_double_book_or_exceed_capacity(
                 assert len(held) == 1
             assert sum(d.memory_bytes for d in held) <= T4_MEMORY
             assert sum(d.cores for d in held if not d.exclusive) <= 100
+
+
+# ----------------------------------------------------------------- same words as the scheduler
+
+
+@pytest.mark.parametrize(
+    ("results", "config", "count", "words"),
+    [
+        ([result("gpu-0", memory_mib=10)], gpu_config("bogus"), 1, "sharing.strategy: "),
+        (
+            [result("gpu-0", memory_mib=10), result("gpu-1", memory_mib=10)],
+            gpu_config("mps", ["gpu"]),
+            2,
+            "request 'gpu': sharing.strategy mps",
+        ),
+    ],
+    ids=["bad-strategy", "mps-on-two-gpus"],
+)
+def test_the_scheduler_refuses_in_prepares_words(
+    node: Node, results: list[dict[str, Any]], config: dict[str, Any], count: int, words: str
+) -> None:
+    ref = node.api.add("c", results, config=[config])
+    refused = run(node.preparer().prepare([ref]))[ref.uid].error
+    # The same claim before allocation, as the scheduler sees it.
+    raw = node.api.claims[("default", "c")]
+    raw["spec"]["devices"] = {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER, "count": count}}],
+        "config": [{k: v for k, v in config.items() if k != "source"}],
+    }
+    del raw["status"]
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(ResourceClaim.from_api(raw), {}, DRIVER)
+    scheduler = str(info.value)
+    assert words in refused
+    assert refused[refused.index(words) :] == scheduler[scheduler.index(words) :]

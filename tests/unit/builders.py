@@ -1,7 +1,8 @@
 """Test builders for the allocator and everything that reads claims, slices, classes and nodes.
 
 Every builder produces **raw API JSON dicts** (what the API server serves), which tests convert
-with the models' ``from_api()``; the helpers at the bottom do that in one step. Examples::
+with the models' ``from_api()``; the helpers at the bottom do that in one step (and
+:func:`gpu_info` builds what discovery reports, the device table's input). Examples::
 
     claim("c0").request("r0", cls=GPU_CLASS, count=2).constraint(match=UUID_ATTR).json()
     slice_("s0", node="n0", devices=[gpu(0), gpu(1)])
@@ -23,6 +24,7 @@ from typing import Any
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
+from driver.discovery.gpus import GpuInfo, MigInfo
 from driver.structured.snapshot import ClusterSnapshot
 
 JSON = dict[str, Any]
@@ -482,3 +484,58 @@ def node_gpus(name: str = "node-0", count: int = 8, *, shared: bool = False, **k
         node=name,
         devices=[gpu(i, shared=shared, **kwargs) for i in range(count)],
     )
+
+
+# --------------------------------------------------------------------------- discovery values
+
+
+def gpu_info(
+    minor: int, *, mig_starts: Sequence[int] | None = None, pci: str = "", memory_mib: int = 40960
+) -> GpuInfo:
+    """What discovery reports for an A100 (not API JSON: the input of the device table).
+    ``mig_starts`` given: MIG enabled, with 1g.5gb partitions (``MIG-<minor>-<start>``)."""
+    migs = tuple(
+        MigInfo(
+            uuid=f"MIG-{minor}-{start}",
+            profile="1g.5gb",
+            start=start,
+            size=1,
+            memory_bytes=4864 * 1024 * 1024,
+            multiprocessors=14,
+            parent_uuid=f"GPU-{minor}",
+            parent_minor=minor,
+        )
+        for start in mig_starts or ()
+    )
+    return GpuInfo(
+        uuid=f"GPU-{minor}",
+        index=minor,
+        minor=minor,
+        product_name="NVIDIA A100-SXM4-40GB",
+        brand="Nvidia",
+        architecture="Ampere",
+        cuda_compute_capability="8.0",
+        driver_version="550.54.15",
+        cuda_driver_version="12.4",
+        memory_bytes=memory_mib * 1024 * 1024,
+        multiprocessors=108,
+        pci_bus_id=pci or f"0000:{0x10 + minor:02x}:00.0",
+        mig_capable=True,
+        mig_enabled=mig_starts is not None,
+        mig_devices=migs,
+    )
+
+
+def gpu_config(strategy: str, *, driver: str = DRIVER) -> JSON:
+    """A ``DeviceConfiguration`` holding a ``GpuConfig`` with ``sharing.strategy`` (as a class's
+    ``spec.config`` or a claim's ``spec.devices.config`` entry)."""
+    return {
+        "opaque": {
+            "driver": driver,
+            "parameters": {
+                "apiVersion": "gpu.biaxial.dev/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": strategy},
+            },
+        }
+    }

@@ -10,14 +10,10 @@ from typing import Any
 import pytest
 
 from driver.api.errors import PrepareError
+from driver.discovery.devices import DeviceTable, NodeDevice
 from kubeletplugin import cdi
-from kubeletplugin.cdi import (
-    DeviceAllocation,
-    GpuTarget,
-    SharingPaths,
-    build_claim_spec,
-    minimum_cdi_version,
-)
+from kubeletplugin.cdi import DeviceAllocation, SharingPaths, build_claim_spec, minimum_cdi_version
+from tests.unit.builders import gpu_info
 
 DRIVER = "gpu.biaxial.dev"
 UID = "a1b2c3d4-0000-4000-8000-000000000001"
@@ -29,30 +25,20 @@ PATHS = SharingPaths(
 )
 
 
-def gpu(minor: int, pci: str = "") -> GpuTarget:
-    return GpuTarget(
-        name=f"gpu-{minor}",
-        uuid=f"GPU-{minor}",
-        minor=minor,
-        pci_bus_id=pci or f"0000:{0x10 + minor:02x}:00.0",
-        memory_bytes=16384 * MIB,
-        shareable=True,
+def gpu(minor: int, pci: str = "") -> NodeDevice:
+    """A whole GPU, as the node's device table has it."""
+    device = DeviceTable.from_gpus([gpu_info(minor, pci=pci, memory_mib=16384)]).published_device(
+        f"gpu-{minor}"
     )
+    assert device is not None
+    return device
 
 
-MIG = GpuTarget(
-    name="gpu-0-mig-1g5gb-0",
-    uuid="MIG-abc",
-    minor=0,
-    pci_bus_id="0000:10:00.0",
-    memory_bytes=4864 * MIB,
-    is_mig=True,
-    parent_uuid="GPU-0",
-)
+MIG = DeviceTable.from_gpus([gpu_info(0, mig_starts=(0,))]).published[0]
 
 
 def alloc(
-    target: GpuTarget,
+    target: NodeDevice,
     request: str = "r0",
     *,
     strategy: Any = "none",
@@ -105,10 +91,10 @@ def test_device_nodes_per_device_and_control_nodes_spec_wide() -> None:
         # In-container order is PCI bus order, whatever the allocation order.
         ([gpu(1, "0000:81:00.0"), gpu(0, "0000:3b:00.0")], "GPU-0,GPU-1", "0,1"),
         ([gpu(5), gpu(2), gpu(7)], "GPU-2,GPU-5,GPU-7", "0,1,2"),
-        ([MIG], "MIG-abc", "0"),
+        ([MIG], "MIG-0-0", "0"),
     ],
 )
-def test_visible_devices_and_indices(targets: list[GpuTarget], visible: str, cuda: str) -> None:
+def test_visible_devices_and_indices(targets: list[NodeDevice], visible: str, cuda: str) -> None:
     spec = build_claim_spec(DRIVER, UID, [alloc(t) for t in targets], PATHS).spec
     for index in range(len(targets)):
         env = env_of(spec, index)

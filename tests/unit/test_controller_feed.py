@@ -49,7 +49,11 @@ class Setup:
         self.cache = ClusterCache(FakeApi())
         self.changes = 0
         self.feed = EngineFeed(
-            self.cache, PolicyDefaults(), Metrics(), on_cluster_change=self._changed
+            self.cache,
+            PolicyDefaults(),
+            Metrics(),
+            driver_name=DRIVER,
+            on_cluster_change=self._changed,
         )
         self.cache.classes.apply(
             "ADDED",

@@ -208,6 +208,74 @@ def test_bad_input_is_an_error_for_that_pod_only(
     assert isinstance(place(eng, legacy_pod("good")), Placement)
 
 
+GPU_CONFIG = {"apiVersion": "gpu.biaxial.dev/v1alpha1", "kind": "GpuConfig"}
+
+
+def config_engine(*class_config: dict[str, Any]) -> DecisionEngine:
+    gpu_class = device_class(
+        GPU_CLASS, extended_resource_name="nvidia.com/gpu", config=class_config
+    )
+    a, slice_a = gpu_node("a", 2)
+    return DecisionEngine(snapshot([slice_a], classes=[gpu_class]), [to_node(a)])
+
+
+@pytest.mark.parametrize(
+    ("class_config", "claim_config", "message"),
+    [
+        (
+            {**GPU_CONFIG, "sharing": {"strategy": "bogus"}},
+            None,
+            (
+                f"claim default/bad-gpu: DeviceClass {GPU_CLASS}: spec.config[0] "
+                'opaque.parameters: sharing.strategy: unknown value "bogus"'
+            ),
+        ),
+        (
+            None,
+            {**GPU_CONFIG, "sharing": {"strategy": "bogus"}},
+            (
+                "claim default/bad-gpu: spec.devices.config[0] opaque.parameters: "
+                'sharing.strategy: unknown value "bogus"'
+            ),
+        ),
+        (
+            None,
+            {**GPU_CONFIG, "sharing": {"strategy": "none", "limit": 1}},
+            "spec.devices.config[0] opaque.parameters: sharing.limit: unknown field",
+        ),
+    ],
+    ids=["class-config", "claim-config", "unknown-field"],
+)
+def test_a_config_the_node_would_refuse_is_a_pod_error_before_allocation(
+    class_config: dict[str, Any] | None, claim_config: dict[str, Any] | None, message: str
+) -> None:
+    eng = config_engine(*([class_config] if class_config else []))
+    built = claim("bad-gpu", uid="u").request("gpu")
+    if claim_config:
+        built = built.config(claim_config)
+    before = eng.snapshot
+    decision = place(eng, claim_pod("bad"), (built.model(),))
+    assert isinstance(decision, PodError), decision
+    assert message in decision.message
+    assert eng.snapshot is before  # nothing was allocated or assumed
+    good = place(eng, claim_pod("good"), (claim("good-gpu", uid="g").request("gpu").model(),))
+    if class_config is None:
+        assert isinstance(good, Placement)  # only the claim with the bad config is refused
+    else:
+        assert isinstance(good, PodError)  # every claim of a class the node would refuse is
+
+
+def test_a_legacy_pod_is_refused_when_its_class_config_would_be() -> None:
+    # The bridge claim asks the class for two GPUs in one request; mps serves one per container.
+    eng = config_engine({**GPU_CONFIG, "sharing": {"strategy": "mps"}})
+    decision = place(eng, legacy_pod("two", gpus=2))
+    assert isinstance(decision, PodError), decision
+    assert "request 'container-0-request-0': sharing.strategy mps serves one GPU" in (
+        decision.message
+    )
+    assert isinstance(place(eng, legacy_pod("one")), Placement)
+
+
 def test_impossible_gpumem_is_an_error() -> None:
     eng = engine([gpu_node("a", 2, "16Gi")])
     decision = place(eng, legacy_pod("huge", gpumem=40000))

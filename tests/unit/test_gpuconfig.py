@@ -1,4 +1,5 @@
-"""GpuConfig opaque parameters: strict parsing (errors name the field) and resolution order."""
+"""GpuConfig opaque parameters: strict parsing (errors name the field), resolution order, and
+the scheduler's check that refuses before allocation what Prepare would refuse after it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ from typing import Any
 
 import pytest
 
-from driver.api.errors import ConfigError
-from kubeletplugin.config import GpuConfig, SharingConfig, parse_gpu_config, resolve_configs
+from driver.api.claims import AllocationConfig, DeviceClass
+from driver.api.config import (
+    GpuConfig,
+    SharingConfig,
+    check_claim_config,
+    parse_gpu_config,
+    resolve_configs,
+)
+from driver.api.errors import ConfigError, ManifestError
+from tests.unit.builders import GPU_CLASS, claim, device_class, sub
 
 DRIVER = "gpu.biaxial.dev"
 HEAD = {"apiVersion": "gpu.biaxial.dev/v1alpha1", "kind": "GpuConfig"}
@@ -24,13 +33,14 @@ def entry(
     params: Any,
     *,
     source: str = "FromClaim",
-    requests: list[str] | None = None,
+    requests: Any = None,
     driver: str = DRIVER,
-) -> dict[str, Any]:
+) -> AllocationConfig:
+    """One ``status.allocation.devices.config`` entry, read through the claim model."""
     out: dict[str, Any] = {"source": source, "opaque": {"driver": driver, "parameters": params}}
     if requests is not None:
         out["requests"] = requests
-    return out
+    return AllocationConfig.from_api(out, "allocation: devices.config[0]")
 
 
 @pytest.mark.parametrize(
@@ -117,9 +127,9 @@ def test_invalid_entry_is_reported_even_if_it_applies_to_no_request() -> None:
     assert 'sharing.strategy: unknown value "foo"' in message
 
 
-def test_malformed_requests_list() -> None:
-    with pytest.raises(ConfigError, match=r"config\[0\]\.requests: expected a list"):
-        resolve_configs([entry(cfg("mps"), requests="a")], DRIVER, ["a"])  # type: ignore[arg-type]
+def test_malformed_requests_list_is_refused_by_the_claim_model() -> None:
+    with pytest.raises(ManifestError, match=r"config\[0\]: requests: expected a list"):
+        entry(cfg("mps"), requests="a")
 
 
 def test_inputs_are_not_mutated() -> None:
@@ -127,3 +137,150 @@ def test_inputs_are_not_mutated() -> None:
     before = repr(configs)
     resolve_configs(configs, DRIVER, ["a"])
     assert repr(configs) == before
+
+
+# --------------------------------------------------------------------------- the scheduler's check
+
+NVIDIA_GPU_CONFIG = {  # the NVIDIA DRA driver's GpuConfig, relabelled with our driver name
+    "apiVersion": "resource.nvidia.com/v1beta1",
+    "kind": "GpuConfig",
+    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+}
+EXPECTED = 'expected one of "hami-core", "mps", "none"'
+
+
+def classes(*configs: dict[str, Any], name: str = GPU_CLASS) -> dict[str, DeviceClass]:
+    return {name: DeviceClass.from_api(device_class(name, config=configs))}
+
+
+@pytest.mark.parametrize(
+    ("built", "class_configs", "message"),
+    [
+        (
+            claim("c").request("gpu").config(cfg("bogus")),
+            (),
+            (
+                "claim default/c: spec.devices.config[0] opaque.parameters: "
+                f'sharing.strategy: unknown value "bogus", {EXPECTED}'
+            ),
+        ),
+        (
+            claim("c").request("gpu"),
+            (cfg("bogus"),),
+            (
+                f"claim default/c: DeviceClass {GPU_CLASS}: spec.config[0] opaque.parameters: "
+                f'sharing.strategy: unknown value "bogus", {EXPECTED}'
+            ),
+        ),
+        (
+            claim("c").request("gpu").config(NVIDIA_GPU_CONFIG),
+            (),
+            (
+                "spec.devices.config[0] opaque.parameters: apiVersion: "
+                "expected \"gpu.biaxial.dev/v1alpha1\", got 'resource.nvidia.com/v1beta1'"
+            ),
+        ),
+        (
+            claim("c").request("gpu").config({**NVIDIA_GPU_CONFIG, **HEAD}),
+            (),
+            "spec.devices.config[0] opaque.parameters: sharing.timeSlicingConfig: unknown field",
+        ),
+        (
+            claim("c").request("gpu").config(cfg("mps"), requests=["gpu"]).config({"gpus": 2}),
+            (),
+            "spec.devices.config[1] opaque.parameters: gpus: unknown field",
+        ),
+        (
+            claim("c").request("gpu", count=2).config(cfg("mps")),
+            (),
+            (
+                "claim default/c: request 'gpu': sharing.strategy mps serves one GPU per container "
+                "(one MPS pipe directory), got 2 GPUs; use hami-core or one request per GPU"
+            ),
+        ),
+        (
+            claim("c").request("gpu", count=3),
+            (cfg("mps"),),
+            "request 'gpu': sharing.strategy mps serves one GPU per container",
+        ),
+        (
+            claim("c").first_available("gpu", sub("one"), sub("two", count=2)).config(cfg("mps")),
+            (),
+            (
+                "request 'gpu': sharing.strategy mps serves one GPU per container "
+                "(one MPS pipe directory), got 2 GPUs"
+            ),
+        ),
+    ],
+)
+def test_the_scheduler_refuses_what_prepare_would_refuse(
+    built: Any, class_configs: tuple[dict[str, Any], ...], message: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(built.model(), classes(*class_configs), DRIVER)
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("built", "class_configs"),
+    [
+        (claim("c").request("gpu", count=4), ()),
+        (claim("c").request("gpu").config(cfg("mps")), ()),
+        (claim("c").request("gpu", count=2).config(cfg("hami-core")), (cfg("mps"),)),
+        (claim("c").request("gpu", count=2).config(cfg("mps"), requests=["other"]), ()),
+        (claim("c").request("gpu", mode="All").config(cfg("mps")), ()),
+        (claim("c").request("gpu").config({"anything": 1}, driver="other.example.com"), ()),
+        (claim("c").request("gpu", cls="no-such-class"), (cfg("bogus"),)),
+    ],
+    ids=[
+        "no-config",
+        "mps-one-gpu",
+        "claim-overrides-class",
+        "mps-for-another-request",
+        "all-mode-is-decided-at-prepare",
+        "another-drivers-config",
+        "unknown-class-is-the-callers",
+    ],
+)
+def test_the_scheduler_accepts_what_prepare_accepts(
+    built: Any, class_configs: tuple[dict[str, Any], ...]
+) -> None:
+    check_claim_config(built.model(), classes(*class_configs), DRIVER)
+
+
+def test_an_allocated_claim_is_checked_by_the_config_its_allocation_carries() -> None:
+    holding = claim("c").request("gpu").holding("gpu-0")
+    # The class changed after the allocation: the node reads the copy in the allocation.
+    check_claim_config(holding.model(), classes(cfg("bogus")), DRIVER)
+    bad = (
+        claim("c")
+        .request("gpu")
+        .allocated(
+            {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": DRIVER, "pool": "n", "device": "gpu-0"}
+                    ],
+                    "config": [
+                        {
+                            "source": "FromClass",
+                            "opaque": {"driver": DRIVER, "parameters": cfg("x")},
+                        }
+                    ],
+                }
+            }
+        )
+    )
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(bad.model(), classes(), DRIVER)
+    assert str(info.value).startswith(
+        "claim default/c: status.allocation.devices.config[0] (FromClass) opaque.parameters: "
+        'sharing.strategy: unknown value "x"'
+    )
+
+
+def test_a_driver_name_flag_changes_whose_config_is_read() -> None:
+    built = claim("c").request("gpu").config(cfg("bogus"), driver="gpu.example.org")
+    check_claim_config(built.model(), classes(), DRIVER)
+    with pytest.raises(ConfigError, match=r"sharing\.strategy: unknown value"):
+        check_claim_config(built.model(), classes(), "gpu.example.org")

@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from driver.discovery.backend import HealthEvent
-from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin.health import (
     FATAL_XIDS,
     TAINT_KEY,
@@ -18,41 +17,9 @@ from kubeletplugin.health import (
 from kubeletplugin.noderesources import legacy_resources, node_status_patch
 from kubeletplugin.proto.gen import health_v1_pb2, health_v1alpha1_pb2
 from kubeletplugin.server import HealthService
+from tests.unit.builders import gpu_info
 
-
-def gpu(minor: int, *, mig: tuple[MigInfo, ...] = ()) -> GpuInfo:
-    return GpuInfo(
-        uuid=f"GPU-{minor}",
-        index=minor,
-        minor=minor,
-        product_name="A100",
-        brand="Nvidia",
-        architecture="Ampere",
-        cuda_compute_capability="8.0",
-        driver_version="550.54.15",
-        cuda_driver_version="12.4",
-        memory_bytes=40 * 1024**3,
-        multiprocessors=108,
-        mig_capable=True,
-        mig_enabled=bool(mig),
-        mig_devices=mig,
-    )
-
-
-def mig(parent: int, start: int) -> MigInfo:
-    return MigInfo(
-        uuid=f"MIG-{parent}-{start}",
-        profile="1g.5gb",
-        start=start,
-        size=1,
-        memory_bytes=5 * 1024**3,
-        multiprocessors=14,
-        parent_uuid=f"GPU-{parent}",
-        parent_minor=parent,
-    )
-
-
-GPUS = (gpu(0), gpu(1, mig=(mig(1, 0), mig(1, 1))))
+GPUS = (gpu_info(0), gpu_info(1, mig_starts=(0, 1)))  # GPU 1 in MIG mode: MIG-1-0, MIG-1-1
 
 
 def test_the_fatal_xid_list_is_the_documented_one() -> None:

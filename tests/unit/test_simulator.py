@@ -4,6 +4,7 @@ pod, template claims, the summary and the plot."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from biaxial.simulate.manifests import load_objects
 from biaxial.simulate.simulator import SimulationResult, expand_deployment, simulate
 from driver.api.errors import ManifestError
 from driver.scheduling.policy import PolicyDefaults
+from tests.unit.builders import device_class, gpu_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -221,6 +223,43 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
     assert "resource cpu: invalid quantity 'lots'" in reasons["default/bad-quantity"]
     assert any("ResourceClaim default/rc" in e and "exactly one of" in e for e in result.errors)
     assert any(e.startswith("ConfigMap default/cm: unsupported kind") for e in result.errors)
+
+
+def test_a_gpu_config_the_node_would_refuse_is_unschedulable_and_allocates_nothing() -> None:
+    bogus = gpu_config("bogus")["opaque"]["parameters"]
+    shared_class = device_class("shared.gpu.biaxial.dev", config=[bogus])
+    own = template("own-config-t", capacity={"requests": {"memory": "1Gi"}})
+    own["spec"]["spec"]["devices"]["config"] = [gpu_config("timeslicing")]
+    result = run(
+        shared_class,
+        template("class-config-t", cls="shared.gpu.biaxial.dev"),
+        own,
+        template("fine-t", capacity={"requests": {"memory": "1Gi"}}),
+        with_claim(pod("through-class"), "class-config-t"),
+        with_claim(pod("through-claim"), "own-config-t"),
+        with_claim(pod("fine"), "fine-t"),
+    )
+    reasons = {f.pod: f.reason for f in result.unschedulable}
+    assert set(reasons) == {"default/through-class", "default/through-claim"}
+    assert re.fullmatch(
+        r"claim default/through-class-gpu-\w+: DeviceClass shared\.gpu\.biaxial\.dev: "
+        r"spec\.config\[0\] opaque\.parameters: sharing\.strategy: unknown value \"bogus\", "
+        r'expected one of "hami-core", "mps", "none"',
+        reasons["default/through-class"],
+    ), reasons["default/through-class"]
+    assert re.match(
+        r"claim default/through-claim-gpu-\w+: spec\.devices\.config\[0\] opaque\.parameters: "
+        r'sharing\.strategy: unknown value "timeslicing"',
+        reasons["default/through-claim"],
+    ), reasons["default/through-claim"]
+    assert set(by_pod(result)) == {"fine"}
+    allocated = [
+        o["metadata"]["name"]
+        for o in result.objects
+        if o["kind"] == "ResourceClaim" and (o.get("status") or {}).get("allocation")
+    ]
+    assert len(allocated) == 1
+    assert allocated[0].startswith("fine-gpu-")
 
 
 def test_template_claims_are_named_annotated_and_reserved() -> None:

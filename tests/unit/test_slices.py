@@ -26,14 +26,10 @@ from driver.api.model import (
 from driver.api.quantity import Quantity
 from driver.api.validation import validate_pool, validate_slice
 from driver.discovery.backend import open_backend
+from driver.discovery.devices import mig_device_name
 from driver.discovery.fake import builtin_profiles, parse_profile
 from driver.discovery.gpus import GpuInfo
-from driver.discovery.slices import (
-    build_slices,
-    mig_device_name,
-    normalize_version,
-    slice_name,
-)
+from driver.discovery.slices import build_slices, normalize_version, slice_name
 from tests.validate_manifests import validate_object
 
 MIB = 1024 * 1024

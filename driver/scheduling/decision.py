@@ -261,7 +261,7 @@ class DecisionEngine:
         self.budget = budget
         self.stats = DecisionStats()
         self.snapshot = snapshot
-        self.nodes: dict[str, Node] = {n.name: n for n in nodes}
+        self._nodes: dict[str, Node] = {n.name: n for n in nodes}
         self._exhaustive_asked = exhaustive
         self._baseline = snapshot.allocated
         self._slices = {s.name or f"#{i}": s for i, s in enumerate(snapshot.slices)}
@@ -350,7 +350,7 @@ class DecisionEngine:
     def observe_node(self, name: str, node: Node | None) -> bool:
         """A node appeared, changed or (None) went. Returns whether anything scheduling reads
         changed (a heartbeat does not); the engine then rebuilds before its next decision."""
-        if not _replace(self.nodes, name, node):
+        if not _replace(self._nodes, name, node):
             return False
         self._rebuild_due = True
         return True
@@ -378,9 +378,9 @@ class DecisionEngine:
             return True
         if self._stale:
             for name in sorted(self._stale):
-                node = self.nodes.get(name)
+                node = self._nodes.get(name)
                 if node is not None:
-                    self.index.refresh(self.snapshot, node)
+                    self._index.refresh(self.snapshot, node)
             self._stale.clear()
         return False
 
@@ -390,8 +390,8 @@ class DecisionEngine:
         return EngineState(
             allocated=self.snapshot.allocated,
             usage=self._tracker.usages(),
-            nodes=dict(self.nodes),
-            filing=self.index.filing(),
+            nodes=dict(self._nodes),
+            filing=self._index.filing(),
         )
 
     def _apply(self, change: Change) -> None:
@@ -407,7 +407,7 @@ class DecisionEngine:
         self.snapshot = snapshot
         for allocation in (*change.removed, *change.added):
             for result in allocation.results:
-                self._stale.update(self.index.nodes_holding((result.driver, result.pool)))
+                self._stale.update(self._index.nodes_holding((result.driver, result.pool)))
 
     def _rebuild(self) -> None:
         started = time.perf_counter()
@@ -423,7 +423,7 @@ class DecisionEngine:
         self.stats.rebuild_seconds += elapsed
         log.info(
             "decision engine rebuilt: %d nodes, %d slices, %d classes in %.1f ms",
-            len(self.nodes),
+            len(self._nodes),
             len(self._slices),
             len(self._classes),
             elapsed * 1000,
@@ -432,25 +432,25 @@ class DecisionEngine:
     def _derive(self) -> None:
         """Everything decisions read that follows from the nodes, slices and classes."""
         snapshot = self.snapshot
-        self.nodes = dict(sorted(self.nodes.items()))
-        self.resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
-        self.index = CapacityIndex(snapshot, self.nodes.values())
-        self.exhaustive = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
-        self.max_gpu_memory = max((s.max_memory for s in self.index.shapes.values()), default=0)
-        self.advertised = frozenset(
+        self._nodes = dict(sorted(self._nodes.items()))
+        self._resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
+        self._index = CapacityIndex(snapshot, self._nodes.values())
+        self._no_pruning = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
+        self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
+        self._advertised = frozenset(
             name
-            for node in self.nodes.values()
+            for node in self._nodes.values()
             for name, quantity in node.allocatable.items()
             if "/" in name and quantity.sign() > 0
         )
-        self.uniformity = ClassUniformity(snapshot, self.index)
-        self._allocatable = {name: node_allocatable(node) for name, node in self.nodes.items()}
+        self._uniformity = ClassUniformity(snapshot, self._index)
+        self._allocatable = {name: node_allocatable(node) for name, node in self._nodes.items()}
         self._rebuild_due = self._base_changed = False
         self._stale.clear()
-        if not self.exhaustive:
+        if not self._no_pruning:
             # The CEL sweep: which classes select every node-local device everywhere (stops
             # at a class's first non-matching device). Results stay in the snapshot's cache.
-            self.uniformity.uniform(frozenset(snapshot.classes))
+            self._uniformity.uniform(frozenset(snapshot.classes))
 
     # ------------------------------------------------------------------ per pod
     def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
@@ -458,7 +458,7 @@ class DecisionEngine:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
         legacy = legacy_resources(
-            pod, self.resource_map, max_gpu_memory_bytes=self.max_gpu_memory or None
+            pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
         )
         for claim in claims:
             for request in claim.requests:
@@ -494,7 +494,7 @@ class DecisionEngine:
         except BiaxialError as exc:
             return PodError(pod=name, message=str(exc))
         try:
-            if self.exhaustive:
+            if self._no_pruning:
                 return self._exhaustive(ctx)
             return self._pruned(ctx)
         except BiaxialError as exc:
@@ -505,7 +505,7 @@ class DecisionEngine:
         reasons: dict[str, int] = {}
         best: _Best | None = None
         evaluated = 0
-        for node in self.nodes.values():
+        for node in self._nodes.values():
             known = ctx.reasons.get(node.name)
             if known is not None:
                 reasons[known] = reasons.get(known, 0) + 1
@@ -522,7 +522,7 @@ class DecisionEngine:
         if best is None:
             return Unschedulable(
                 pod=ctx.name,
-                message=unschedulable_message(len(self.nodes), reasons),
+                message=unschedulable_message(len(self._nodes), reasons),
                 reasons=reasons,
             )
         return self._placement(ctx, best, evaluated)
@@ -530,7 +530,7 @@ class DecisionEngine:
     def _pruned(self, ctx: _PodContext) -> Decision:
         all_claims = list(ctx.to_allocate)
         if any(r.memory_percent is not None for r in ctx.legacy.requests) or (
-            ctx.legacy.resources & self.advertised
+            ctx.legacy.resources & self._advertised
         ):
             # Per-node claim variants (percentages, device-plugin nodes): no common bound.
             return self._exhaustive(ctx)
@@ -542,21 +542,21 @@ class DecisionEngine:
         demand = pod_demand(all_claims)
         if not demand.prunable or not demand.requests or ctx.allocated_claims:
             return self._exhaustive(ctx)
-        uniform = self.uniformity.uniform(demand.classes)
+        uniform = self._uniformity.uniform(demand.classes)
         ctx.demand = demand
         ctx.shape_bounds = {
-            shape.ident: shape_bounds(shape, demand, uniform) for shape in self.index.by_ident
+            shape.ident: shape_bounds(shape, demand, uniform) for shape in self._index.by_ident
         }
         policies = ctx.policies
         policy = policies.node
         sign = -1.0 if policy == "binpack" else 1.0
-        states = self.index.states
+        states = self._index.states
         heap: list[_Frontier] = []
         serial = 0
-        for partition, entries in self.index.lists[Variant(demand.cores, policy)].items():
+        for partition, entries in self._index.lists[Variant(demand.cores, policy)].items():
             shape_id, level, in_use, group_fresh, _ = partition  # unpacked once: a hot loop
             bounds = ctx.shape_bounds[shape_id]
-            shape = self.index.by_ident[shape_id]
+            shape = self._index.by_ident[shape_id]
             idle = shape.total.devices - in_use
             if (
                 not bounds.feasible
@@ -587,7 +587,7 @@ class DecisionEngine:
                 exact = node_score(shape.total, state.used, adding, cores=demand.cores)
                 if node_rank(policy, exact, name) > best.rank:
                     continue
-            node = self.nodes[name]
+            node = self._nodes[name]
             evaluated += 1
             self.stats.nodes_evaluated += 1
             # The index's precheck first: it is the cheapest test and fails most often. Its
@@ -623,7 +623,7 @@ class DecisionEngine:
         if key in ctx.bridge_cache:
             return ctx.bridge_cache[key]
         bridge = build_bridge_claim(
-            ctx.pod, ctx.legacy, self.resource_map, dra_resources=dra, gpu_memory_bytes=gpu_memory
+            ctx.pod, ctx.legacy, self._resource_map, dra_resources=dra, gpu_memory_bytes=gpu_memory
         )
         built: _BridgeVariant | None = None
         if bridge is not None:
@@ -642,7 +642,7 @@ class DecisionEngine:
     def _gpu_memory_for(self, ctx: _PodContext, node: Node) -> int | None:
         if not any(r.memory_percent is not None for r in ctx.legacy.requests):
             return None
-        state = self.index.states.get(node.name)
+        state = self._index.states.get(node.name)
         if state is None:
             return None
         return min(d.memory for d in state.devices if d.memory > 0) if state.devices else None
@@ -663,7 +663,7 @@ class DecisionEngine:
 
     def _outcome(self, ctx: _PodContext, node: Node, *, prechecked: bool) -> _NodeOutcome | str:
         resources = ctx.legacy_resources
-        if resources & self.advertised:
+        if resources & self._advertised:
             dra = dra_resources_on_node(resources, node.allocatable)
             exempt = dra | (MODIFIER_RESOURCES if GPU_RESOURCE in resources else frozenset())
         else:
@@ -687,12 +687,12 @@ class DecisionEngine:
             bridge = self._bridge(ctx, frozenset(dra), self._gpu_memory_for(ctx, node))
             if bridge is not None:
                 claims.append(bridge.claim)
-        state = self.index.states.get(node.name)
+        state = self._index.states.get(node.name)
         if not claims:
             used = state.used if state else NodeAmounts()
             total = state.shape.total if state else NodeAmounts()
             return _NodeOutcome(node_score(total, used, NodeAmounts(), cores=False), (), bridge)
-        if state is None and not self.exhaustive:
+        if state is None and not self._no_pruning:
             return REASON_NO_GPUS
         bounds = ctx.shape_bounds.get(state.shape.ident) if state is not None else None
         if not prechecked and state is not None and bounds is not None and ctx.demand is not None:

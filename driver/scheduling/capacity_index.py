@@ -196,6 +196,14 @@ class FilingEntry(NamedTuple):
     filed: FiledNode
 
 
+class _Filed(NamedTuple):
+    """One place a node is filed: which list, which partition, which entry."""
+
+    variant: Variant
+    partition: Partition
+    entry: FiledNode
+
+
 def _pools(state: NodeState) -> set[PoolKey]:
     return {(d.device_id.driver, d.device_id.pool) for d in state.devices}
 
@@ -317,7 +325,7 @@ class CapacityIndex:
         self.by_ident.append(shape)
         return shape
 
-    def _entries(self, state: NodeState) -> Iterator[tuple[Variant, Partition, FiledNode]]:
+    def _entries(self, state: NodeState) -> Iterator[_Filed]:
         partition = Partition(
             state.shape.ident,
             state.level,
@@ -327,8 +335,8 @@ class CapacityIndex:
         )
         for cores in (False, True):
             key = state.list_key(cores)
-            yield Variant(cores, "binpack"), partition, FiledNode(-key, state.node.name)
-            yield Variant(cores, "spread"), partition, FiledNode(key, state.node.name)
+            yield _Filed(Variant(cores, "binpack"), partition, FiledNode(-key, state.node.name))
+            yield _Filed(Variant(cores, "spread"), partition, FiledNode(key, state.node.name))
 
     def _file(self, node: Node) -> None:
         state = self._state(node)

@@ -133,6 +133,14 @@ def pod_uid(pod: Mapping[str, Any]) -> str:
     return str(uid) if uid else f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
+class _BridgeKey(NamedTuple):
+    """What sets one node's variant of the bridge claim apart: the legacy resources DRA
+    serves there, and the GPU memory a percentage is taken of."""
+
+    dra_resources: frozenset[str]
+    gpu_memory: int | None
+
+
 class _BridgeVariant(NamedTuple):
     """The bridge claim for one node variant: the KEP-5004 object and its claim model."""
 
@@ -152,9 +160,7 @@ class _PodContext:
     user_claims: tuple[ResourceClaim, ...]
     to_allocate: tuple[ResourceClaim, ...]
     allocated_claims: tuple[ResourceClaim, ...]
-    bridge_cache: dict[tuple[frozenset[str], int | None], _BridgeVariant | None] = field(
-        default_factory=dict
-    )
+    bridge_cache: dict[_BridgeKey, _BridgeVariant | None] = field(default_factory=dict)
     demand: Demand | None = None
     legacy_resources: frozenset[str] = frozenset()
     exempt: frozenset[str] = frozenset()  # resources the node filter leaves to DRA
@@ -619,7 +625,7 @@ class DecisionEngine:
     def _bridge(
         self, ctx: _PodContext, dra: frozenset[str], gpu_memory: int | None
     ) -> _BridgeVariant | None:
-        key = (dra, gpu_memory)
+        key = _BridgeKey(dra, gpu_memory)
         if key in ctx.bridge_cache:
             return ctx.bridge_cache[key]
         bridge = build_bridge_claim(

@@ -11,6 +11,8 @@ processes run it with:
   and the resources biaxial touches;
 * :mod:`kubeapi.client`: :class:`Client`, the request core (token bucket, rotating token,
   error mapping), list with pagination, chunked watch, create/replace/patch/delete;
+* :mod:`kubeapi.events`: :func:`~kubeapi.events.event_body`, the core/v1 Event either
+  component records about an object;
 * :mod:`kubeapi.tasks`: :class:`TaskGuard`, the one guard every background task of either
   process is started through (a crash is logged and stops the process; stop cancels in
   reverse start order).

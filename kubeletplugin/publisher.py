@@ -3,9 +3,10 @@
 Contract:
 
 * The desired pool is ``driver.discovery.slices.build_slices(devices, node_name, driver_name,
-  node_uid, taints)`` for the node's device table; set it with :meth:`Publisher.set_inventory`
-  (discovery, health). Slices are owned
-  by the Node (its UID is read from the API at every sync, so a re-created Node is followed).
+  node_uid, taints, max_shares)`` for the node's device table (``max_shares``: the node's
+  share cap, published as each shareable GPU's ``shares`` capacity); set it with
+  :meth:`Publisher.set_inventory` (discovery, health). Slices are owned by the Node (its UID
+  is read from the API at every sync, so a re-created Node is followed).
 * :func:`plan_sync` (pure) compares the slices listed with field selector
   ``spec.nodeName=<node>,spec.driver=<driver>`` with the desired ones and decides, as upstream's
   helper: the pool generation is kept when at most one slice has to change and bumped by one
@@ -208,10 +209,12 @@ class Publisher:
         node_name: str,
         driver_name: str,
         resync_s: float = 60.0,
+        max_shares: int | None = None,
     ) -> None:
         self._api = api
         self._node = node_name
         self._driver = driver_name
+        self._max_shares = max_shares
         self._resync_s = resync_s
         self._selector = f"spec.nodeName={node_name},spec.driver={driver_name}"
         self._inventory: Inventory | None = None
@@ -250,6 +253,7 @@ class Publisher:
             generation=0,
             node_uid=node_uid or None,
             taints=inventory.taints,
+            max_shares=self._max_shares,
         )
 
     async def sync_once(self) -> tuple[SyncPlan, str]:

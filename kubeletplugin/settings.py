@@ -42,10 +42,14 @@ _DNS_SUBDOMAIN: Final = re.compile(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
 _UID: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _MAX_REG_NAME: Final = 80
 #: Where the chart installs HAMi-core's libvgpu.so on each node (a host path; the plugin pod
 #: sees its directory read-only at the same path).
 DEFAULT_HAMI_CORE_LIBRARY: Final = Path("/var/lib/biaxial/hami-core/libvgpu.so")
+#: ``--mps-root`` bound: a claim's daemon sockets live in ``<root>/<claim UID (36)>/gpu-<minor>/
+#: pipe/``, and their names take up to 18 bytes; the whole path must fit a unix socket's 107.
+MAX_MPS_ROOT: Final = 38
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,11 +71,15 @@ class Settings:
     advertise_legacy_resources: bool = False
     hami_core_library_path: Path | None = DEFAULT_HAMI_CORE_LIBRARY
     mps_root: Path = Path("/run/biaxial/mps")
+    max_shares_per_gpu: int = 0  # 0: no cap
     health_check_timeout_s: int = 30
     health_resend_s: float = 10.0
     xid_quiet_s: float = 300.0
     rediscover_s: float = 60.0
     resync_s: float = 60.0
+    reconcile_s: float = 60.0
+    release_grace_s: float = 300.0
+    event_namespace: str = "default"
     grace_s: float = 5.0
 
     # ----------------------------------------------------------------- derived
@@ -104,7 +112,13 @@ class Settings:
             cdi_dir=self.cdi_dir,
             hami_core_library_path=self.hami_core_library_path,
             mps_root=self.mps_root,
+            max_shares_per_gpu=self.max_shares,
         )
+
+    @property
+    def max_shares(self) -> int | None:
+        """The share cap per GPU, ``None`` for no cap."""
+        return self.max_shares_per_gpu or None
 
     # ----------------------------------------------------------------- validation
 
@@ -139,9 +153,21 @@ class Settings:
             ("--xid-quiet-seconds", self.xid_quiet_s),
             ("--rediscover-seconds", self.rediscover_s),
             ("--resync-seconds", self.resync_s),
+            ("--reconcile-seconds", self.reconcile_s),
         ):
             if value <= 0:
                 raise ConfigError(f"{flag} must be positive, got {value}")
+        if self.max_shares_per_gpu < 0:
+            raise ConfigError(
+                f"--max-shares-per-gpu must be 0 (no cap) or positive, got "
+                f"{self.max_shares_per_gpu}"
+            )
+        if self.release_grace_s < 0:
+            raise ConfigError(
+                f"--release-grace-seconds must be 0 or positive, got {self.release_grace_s}"
+            )
+        if len(self.event_namespace) > 63 or not _DNS_LABEL.fullmatch(self.event_namespace):
+            raise ConfigError(f"--event-namespace {self.event_namespace!r} is not a namespace name")
         if self.health_check_timeout_s <= 0:
             raise ConfigError("--health-check-timeout-seconds must be positive")
         for flag, path in (
@@ -155,6 +181,12 @@ class Settings:
         hami = self.hami_core_library_path
         if hami is not None and not hami.is_absolute():
             raise ConfigError(f"--hami-core-library {hami} must be an absolute path (or none)")
+        if not self.mps_root.is_absolute() or len(str(self.mps_root).encode()) > MAX_MPS_ROOT:
+            raise ConfigError(
+                f"--mps-root {self.mps_root} must be an absolute path of at most {MAX_MPS_ROOT} "
+                "bytes (MPS daemon sockets live below it, and unix socket paths are limited to "
+                "107 bytes)"
+            )
         for what, sock in (
             ("registration socket", self.registration_socket),
             ("DRA socket", self.dra_socket),

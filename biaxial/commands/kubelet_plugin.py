@@ -94,14 +94,14 @@ FLAGS = Flags(
     ),
     Flag(
         "metrics-port",
-        "port for /metrics and /healthz (0 = off)",
+        "port for /metrics, /healthz and /readyz (0 = off)",
         field="metrics_port",
         kind=INTEGER,
         default="0",
     ),
     Flag(
         "metrics-address",
-        "address for /metrics and /healthz",
+        "address for /metrics, /healthz and /readyz",
         field="metrics_address",
         default="0.0.0.0",  # noqa: S104 - a DaemonSet pod's metrics endpoint
         metavar="ADDR",
@@ -135,6 +135,14 @@ FLAGS = Flags(
         kind=PATH,
         default="/run/biaxial/mps",
         metavar="DIR",
+    ),
+    Flag(
+        "max-shares-per-gpu",
+        "at most this many claims share one GPU, published as its shares capacity (0 = no cap)",
+        field="max_shares_per_gpu",
+        kind=INTEGER,
+        default="0",
+        metavar="N",
     ),
     Flag(
         "health-resend-seconds",
@@ -175,6 +183,30 @@ FLAGS = Flags(
         kind=NUMBER,
         default="60",
         metavar="S",
+    ),
+    Flag(
+        "reconcile-seconds",
+        "check the checkpoint's claims against the API this often",
+        field="reconcile_s",
+        kind=NUMBER,
+        default="60",
+        metavar="S",
+    ),
+    Flag(
+        "release-grace-seconds",
+        "unprepare a claim the API no longer needs once it has been so this long",
+        field="release_grace_s",
+        kind=NUMBER,
+        default="300",
+        metavar="S",
+    ),
+    Flag(
+        "event-namespace",
+        "namespace of the Events recorded about this node",
+        field="event_namespace",
+        default="default",
+        metavar="NS",
+        conventional_env=("POD_NAMESPACE",),
     ),
 )
 

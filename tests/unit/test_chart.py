@@ -7,6 +7,7 @@ the reference lists it, the ResourceSlice admission policy, and the contract wit
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
@@ -114,7 +115,9 @@ def test_default_render_has_the_expected_objects() -> None:
             ("DeviceClass", "gpu.biaxial.dev"),
             ("DeviceClass", "mig.biaxial.dev"),
             ("Role", "biaxial-controller-leader-election"),
+            ("Role", "biaxial-kubelet-plugin-events"),
             ("RoleBinding", "biaxial-controller-leader-election"),
+            ("RoleBinding", "biaxial-kubelet-plugin-events"),
             ("Service", "biaxial-controller-metrics"),
             ("Service", "biaxial-kubelet-plugin-metrics"),
             ("ServiceAccount", "biaxial-controller"),
@@ -200,6 +203,62 @@ def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str
     assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.strategy == strategy
     assert "config" not in one(render(), "DeviceClass", "gpu.biaxial.dev")["spec"]
     assert "config" not in one(render(), "DeviceClass", "mig.biaxial.dev")["spec"]
+
+
+def test_class_sharing_policy_is_a_gpu_config_the_plugin_accepts() -> None:
+    from driver.api.claims import OpaqueConfig
+    from driver.api.config import parse_opaque
+
+    values = {
+        "deviceClasses": {
+            "sharingStrategy": "hami-core",
+            "allowedSharingStrategies": ["hami-core", "mps"],
+        }
+    }
+    gpu = one(render(values), "DeviceClass", "gpu.biaxial.dev")
+    (entry,) = gpu["spec"]["config"]
+    opaque = OpaqueConfig(
+        driver=entry["opaque"]["driver"], parameters=entry["opaque"]["parameters"]
+    )
+    parsed = parse_opaque(opaque, "gpu.biaxial.dev", "class", from_class=True)
+    assert parsed is not None
+    assert parsed.sharing.strategy == "hami-core"
+    assert parsed.sharing.allowed == ("hami-core", "mps")
+    for version in ("1.34", "1.37"):
+        assert validate_object(gpu, version) == []
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"sharingStrategy": "none", "allowedSharingStrategies": ["hami-core"]},
+            (
+                "allowedSharingStrategies needs deviceClasses.sharingStrategy set to one of "
+                'them, got "none"'
+            ),
+        ),
+        (
+            {"allowedSharingStrategies": ["hami-core"]},
+            "allowedSharingStrategies needs deviceClasses.sharingStrategy",
+        ),
+        (
+            {"sharingStrategy": "mps", "allowedSharingStrategies": ["mps", "timeslicing"]},
+            'allowedSharingStrategies: unknown value "timeslicing"',
+        ),
+    ],
+)
+def test_a_bad_class_sharing_policy_fails_the_render(values: dict[str, Any], message: str) -> None:
+    from tests.render_chart import RenderError
+
+    with pytest.raises(RenderError, match=re.escape(message)):
+        render_objects({"deviceClasses": values})
+
+
+def test_the_share_cap_reaches_the_plugin() -> None:
+    assert "--max-shares-per-gpu=10" in container(render(), "DaemonSet")["args"]
+    objs = render({"kubeletPlugin": {"maxSharesPerGpu": 0}})
+    assert "--max-shares-per-gpu=0" in container(objs, "DaemonSet")["args"]
 
 
 def test_unknown_class_sharing_strategy_fails_the_render() -> None:
@@ -341,8 +400,10 @@ def test_plugin_daemonset_host_paths_env_and_probes() -> None:
     assert not any(a.startswith("--fake-gpus") for a in c["args"])
     (port,) = c["ports"]
     assert f"--metrics-port={port['containerPort']}" in c["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    # A restart does not mend an unreadable checkpoint: it fails readiness, never liveness.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert c["securityContext"] == PLUGIN_SECURITY_CONTEXT
     assert "hostPID" not in pod
     assert "hostNetwork" not in pod
@@ -413,7 +474,24 @@ def test_controller_deployment() -> None:
     assert env["BIAXIAL_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     off = render({"controller": {"leaderElection": {"enabled": False}}})
     assert "--no-leader-elect" in container(off, "Deployment")["args"]
-    assert not [o for o in off if o["kind"] in {"Role", "RoleBinding"}]
+    assert not [
+        o
+        for o in off
+        if o["kind"] in {"Role", "RoleBinding"} and "controller" in o["metadata"]["name"]
+    ]
+
+
+def test_the_plugin_may_create_events_in_its_namespace_and_nothing_else_there() -> None:
+    objs = render()
+    role = one(objs, "Role", "biaxial-kubelet-plugin-events")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    binding = one(objs, "RoleBinding", "biaxial-kubelet-plugin-events")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "biaxial-kubelet-plugin", "namespace": NAMESPACE}
+    ]
+    plugin = rules(objs, "ClusterRole", "biaxial-kubelet-plugin")
+    assert not [r for r in plugin if "events" in r["resources"]]
 
 
 # --------------------------------------------------------------------------- contract with the CLI

@@ -103,6 +103,13 @@ PLUGIN = [
     ),
     Case("mps-root", "BIAXIAL_MPS_ROOT", "/m", lambda s: s.mps_root, Path("/m")),
     Case(
+        "max-shares-per-gpu",
+        "BIAXIAL_MAX_SHARES_PER_GPU",
+        "8",
+        lambda s: s.max_shares_per_gpu,
+        8,
+    ),
+    Case(
         "health-resend-seconds",
         "BIAXIAL_HEALTH_RESEND_SECONDS",
         "5",
@@ -119,6 +126,21 @@ PLUGIN = [
     Case("xid-quiet-seconds", "BIAXIAL_XID_QUIET_SECONDS", "120", lambda s: s.xid_quiet_s, 120.0),
     Case("rediscover-seconds", "BIAXIAL_REDISCOVER_SECONDS", "30", lambda s: s.rediscover_s, 30.0),
     Case("resync-seconds", "BIAXIAL_RESYNC_SECONDS", "30", lambda s: s.resync_s, 30.0),
+    Case("reconcile-seconds", "BIAXIAL_RECONCILE_SECONDS", "5", lambda s: s.reconcile_s, 5.0),
+    Case(
+        "release-grace-seconds",
+        "BIAXIAL_RELEASE_GRACE_SECONDS",
+        "30",
+        lambda s: s.release_grace_s,
+        30.0,
+    ),
+    Case(
+        "event-namespace",
+        "BIAXIAL_EVENT_NAMESPACE",
+        "gpu-system",
+        lambda s: s.event_namespace,
+        "gpu-system",
+    ),
 ]
 COMMANDS = {"controller": (controller_cmd, CONTROLLER), "kubelet-plugin": (plugin_cmd, PLUGIN)}
 CASES = [(name, case) for name, (_, cases) in COMMANDS.items() for case in cases]
@@ -188,6 +210,7 @@ def test_each_flag_and_its_environment_twin_set_the_setting(
         ("kubelet-plugin", "kubeconfig", "KUBECONFIG"),
         ("kubelet-plugin", "node-name", "NODE_NAME"),
         ("kubelet-plugin", "pod-uid", "POD_UID"),
+        ("kubelet-plugin", "event-namespace", "POD_NAMESPACE"),
     ],
 )
 def test_the_twin_wins_over_the_conventional_variable_which_wins_over_the_default(

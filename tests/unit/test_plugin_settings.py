@@ -53,6 +53,15 @@ def test_pod_uid_gives_per_pod_sockets_hashed_when_too_long() -> None:
         ({"plugin_dir": Path("/tmp/" + "p" * 90)}, "DRA socket path /tmp/ppp"),
         ({"kubeconfig": Path("/nonexistent")}, "--kubeconfig /nonexistent: no such file"),
         ({"fake_gpus": "t5x9"}, "--fake-gpus 't5x9' is neither a built-in profile (a100"),
+        (
+            {"mps_root": Path("/var/lib/kubelet/plugins/gpu.biaxial.dev/mps")},
+            (
+                "--mps-root /var/lib/kubelet/plugins/gpu.biaxial.dev/mps must be an absolute "
+                "path of at most 38 bytes"
+            ),
+        ),
+        ({"mps_root": Path("mps")}, "--mps-root mps must be an absolute path"),
+        ({"max_shares_per_gpu": -1}, "--max-shares-per-gpu must be 0 (no cap) or positive"),
     ],
 )
 def test_invalid_settings_name_the_flag(overrides: dict[str, object], message: str) -> None:
@@ -99,6 +108,8 @@ def test_prepare_settings_carry_the_plugin_settings() -> None:
         hami_core_library_path=Path("/lib/libvgpu.so"),
     )
     prepare = settings.prepare_settings()
+    assert prepare.max_shares_per_gpu is None  # 0: no cap
+    assert Settings(node_name="n1", max_shares_per_gpu=4).prepare_settings().max_shares_per_gpu == 4
     assert (prepare.node_name, prepare.driver_name) == ("n1", "gpu.example.com")
     assert (prepare.state_dir, prepare.cdi_dir) == (Path("/s"), Path("/c"))
     assert prepare.hami_core_library_path == Path("/lib/libvgpu.so")

@@ -45,7 +45,8 @@ from driver.api.model import JSON, ResourceSlice
 from driver.api.nodes import Node
 from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
-from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
 
 INVENTORY_API_VERSION: Final = "biaxial.dev/v1alpha1"
@@ -426,8 +427,6 @@ class _Run:
         self.result.startup_seconds = time.perf_counter() - started
         for pod in self.pods:
             self._place(engine, pod)
-        self.result.decision_seconds = engine.stats.seconds
-        self.result.durations = list(engine.stats.durations)
         self._usage(slices)
         self.result.objects = [*self._claim_objects(), *self.placed_pods]
         return self.result
@@ -509,7 +508,11 @@ class _Run:
         except ManifestError as exc:
             self.result.unschedulable.append(PodFailure(pod=pod_key, reason=str(exc)))
             return
+        started = time.perf_counter()
         decision = engine.decide(pod, models)
+        elapsed = time.perf_counter() - started
+        self.result.durations.append(elapsed)
+        self.result.decision_seconds += elapsed
         if isinstance(decision, (Unschedulable, PodError)):
             self.result.unschedulable.append(PodFailure(pod=pod_key, reason=decision.message))
             return

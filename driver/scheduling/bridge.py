@@ -418,3 +418,15 @@ def is_bridge_claim(claim: Mapping[str, Any], pod_name_: str, pod_uid: str) -> b
         o.get("controller") and o.get("name") == pod_name_ and o.get("uid") == pod_uid
         for o in meta.get("ownerReferences") or ()
     )
+
+
+def bridge_claim_owner(claim: Mapping[str, Any]) -> str | None:
+    """The UID of the pod whose special claim this is (the annotation plus a controlling Pod
+    owner); None for any other claim."""
+    meta = claim.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+        return None
+    for owner in meta.get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("kind") == "Pod":
+            return str(owner.get("uid"))
+    return None

@@ -143,10 +143,9 @@ class ControllerThread:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
 
     def engine_consistent(self) -> bool:
-        """The scheduler's incrementally updated engine equals a rebuild from its caches."""
+        """The engine kept up to date by the feed equals one built from the caches now."""
         assert self.controller is not None
-        scheduler = self.controller.scheduler
-        return self.on_loop(scheduler.consistent)
+        return self.on_loop(self.controller.scheduler.feed.consistent)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.controller is not None and self._loop is not None and not self._loop.is_closed():

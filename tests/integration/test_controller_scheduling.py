@@ -51,6 +51,15 @@ def test_pods_with_template_claims_are_bound(
         )
     cluster.wait_until(lambda: len(bound_pods(cluster, names)) == 4, timeout=20)
     assert check_invariants(cluster) == []
+    # Each placement reached the engine once, by assume; its claim write and its binding were
+    # recognised when they showed up (nothing was taken out and counted again).
+    assert controller.controller is not None
+    engine = controller.on_loop(controller.controller.scheduler.feed.engine)
+    cluster.wait_until(
+        lambda: controller.on_loop(lambda: engine.stats.landed) == 2 * len(names),
+        timeout=10,
+        message=f"landed: {engine.stats.landed}",
+    )
     delete_all_pods(cluster)
     cluster.wait_until(lambda: not leftovers(cluster), timeout=20, message=str(leftovers(cluster)))
 
@@ -174,13 +183,13 @@ def test_foreign_allocations_are_respected_and_left_alone(
     # engine follows incrementally, with no rebuild from the caches.
     assert controller.controller is not None
     scheduler = controller.controller.scheduler
-    rebuilds = controller.on_loop(lambda: scheduler.rebuilds)
+    rebuilds = controller.on_loop(lambda: scheduler.feed.rebuilds)
     cluster.create(pod("other", scheduler="default-scheduler"))
     cluster.bind("other", "gpu-t4")
     cluster.update_status("resourceclaims", "foreign", {}, "default")
     cluster.create(pod("after", legacy_gpus=1))
     cluster.wait_until(lambda: bound_pods(cluster).get("after") == "gpu-t4", timeout=20)
-    assert controller.on_loop(lambda: scheduler.rebuilds) == rebuilds
+    assert controller.on_loop(lambda: scheduler.feed.rebuilds) == rebuilds
     # A node heartbeat changes nothing scheduling reads: no rebuild either.
     node = cluster.get("nodes", "gpu-t4")
     assert node is not None
@@ -188,7 +197,7 @@ def test_foreign_allocations_are_respected_and_left_alone(
     cluster.update_status("nodes", "gpu-t4", {**node["status"], "conditions": [heartbeat]})
     cluster.create(pod("later", legacy_gpus=1))
     cluster.wait_until(lambda: "later" in bound_pods(cluster), timeout=20)
-    assert controller.on_loop(lambda: scheduler.rebuilds) == rebuilds
+    assert controller.on_loop(lambda: scheduler.feed.rebuilds) == rebuilds
     assert controller.engine_consistent()
     delete_all_pods(cluster)
     cluster.wait_until(lambda: not leftovers(cluster), timeout=20)

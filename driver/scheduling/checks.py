@@ -62,11 +62,11 @@ FOREIGN_DRIVERS: Final[Mapping[str, tuple[str, str]]] = {
         ),
     ),
 }
-#: Other drivers' DeviceClass names and biaxial's class for the same devices.
-FOREIGN_CLASSES: Final[Mapping[str, str]] = {
-    "gpu.nvidia.com": "gpu.biaxial.dev",
-    "mig.nvidia.com": "mig.biaxial.dev",
-    "gpu.example.com": "gpu.biaxial.dev",
+#: Other drivers' DeviceClass names: (their driver, biaxial's class for the same devices).
+FOREIGN_CLASSES: Final[Mapping[str, tuple[str, str]]] = {
+    "gpu.nvidia.com": ("gpu.nvidia.com", "gpu.biaxial.dev"),
+    "mig.nvidia.com": ("gpu.nvidia.com", "mig.biaxial.dev"),
+    "gpu.example.com": ("gpu.example.com", "gpu.biaxial.dev"),
 }
 _FACT_CACHE_SIZE: Final = 4
 
@@ -209,9 +209,8 @@ def _selected(
 
 def _class_hint(name: str, classes: Iterable[str]) -> str:
     if name in FOREIGN_CLASSES:
-        driver = name if name in FOREIGN_DRIVERS else name.split(".", 1)[1]
-        who = FOREIGN_DRIVERS.get(driver, (f"driver {driver}", ""))[0]
-        return f" ({name} is {who}'s class; biaxial's is {FOREIGN_CLASSES[name]})"
+        driver, ours = FOREIGN_CLASSES[name]
+        return f" ({name} is {FOREIGN_DRIVERS[driver][0]}'s class; biaxial's is {ours})"
     guess = difflib.get_close_matches(name, sorted(classes), n=1, cutoff=0.8)
     return f"; did you mean {guess[0]}?" if guess else ""
 
@@ -247,7 +246,7 @@ def _check_capacity(
         low = offered.minimum.get(bare)
         if low is not None and amount < low:
             hint = ""
-            if bare == "memory" and str(amount).isdigit():
+            if bare == "memory" and amount.sign() > 0 and str(amount).isdigit():
                 hint = f" (memory is in bytes: did you mean {amount}Mi or {amount}Gi?)"
             raise ManifestError(
                 f"{where}: capacity.requests[{name!r}]: {amount} is below the smallest share "

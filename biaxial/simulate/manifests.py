@@ -3,11 +3,21 @@
 typed list as the API returns it (``ResourceSliceList``) inherit its apiVersion and kind.
 
 :func:`load_objects` returns the objects in file order, Lists flattened in place, empty YAML
-documents skipped. It raises :class:`~driver.api.errors.ManifestError` naming the file (and the
-document) for an unreadable file, a YAML/JSON syntax error, or a document that is not an object
-with ``apiVersion`` and ``kind``. It never guesses: a scalar or a list at the top level is an
-error, not ignored. Kind filtering is the caller's job (:func:`objects_of_kind`). Pure apart
-from reading the named files; ``-`` reads standard input.
+documents skipped. Input is strict, as ``kubectl`` (server-side field validation) is:
+
+* a duplicate key in a mapping is an error (YAML would keep the last one; two objects
+  concatenated without ``---`` merge that way);
+* every field of a kind the schema covers (:mod:`biaxial.simulate.schema`) must exist there,
+  with a value of the right shape; an unknown field names its path and the field meant;
+* ``resource.k8s.io`` ``v1beta2`` and ``v1beta1`` objects are converted to v1 as the API
+  server converts them (:mod:`biaxial.simulate.convert`), older versions refused by name;
+* unquoted timestamps stay strings, as Kubernetes reads them.
+
+It raises :class:`~driver.api.errors.ManifestError` naming the file (and the document) for an
+unreadable file, a YAML/JSON syntax error, a document that is not an object with
+``apiVersion`` and ``kind``, and every refusal above. It never guesses: a scalar or a list at
+the top level is an error, not ignored. Kind filtering is the caller's job
+(:func:`objects_of_kind`). Pure apart from reading the named files; ``-`` reads standard input.
 """
 
 from __future__ import annotations
@@ -15,14 +25,60 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
+import yaml.constructor
+import yaml.nodes
 
+from biaxial.simulate.convert import needs_conversion, to_v1
+from biaxial.simulate.schema import check_object
 from driver.api.errors import ManifestError
 
 JSON = dict[str, Any]
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+class StrictLoader(_BASE):  # type: ignore[misc]
+    """PyYAML's safe loader (libyaml's parser when built in) that refuses duplicate keys and
+    keeps unquoted timestamps as strings."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+        for first, resolvers in _BASE.yaml_implicit_resolvers.items()
+    }
+
+    def construct_mapping(self, node: yaml.nodes.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.nodes.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue  # merged keys may be overridden: that is YAML's own rule
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:
+                    continue  # an unhashable key: the base class reports it
+                if duplicate:
+                    hint = (
+                        " (two objects without '---' between them?)"
+                        if key in ("apiVersion", "kind", "metadata")
+                        else ""
+                    )
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping",
+                        node.start_mark,
+                        f"duplicate key {key!r}{hint}",
+                        key_node.start_mark,
+                    )
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:map", StrictLoader.construct_yaml_map)
 
 
 def _read(path: str) -> str:
@@ -44,7 +100,7 @@ def _documents(path: str, text: str) -> Iterator[tuple[int, Any]]:
     try:
         # JSON is YAML 1.2; PyYAML's safe loader reads every JSON manifest kubectl writes.
         # libyaml's parser when PyYAML was built with it (10x faster on a cluster dump).
-        yield from enumerate(yaml.load_all(text, Loader=_LOADER), start=1)
+        yield from enumerate(yaml.load_all(text, Loader=StrictLoader), start=1)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -74,6 +130,23 @@ def _flatten(where: str, document: Any) -> Iterator[JSON]:
         return
     if not isinstance(document.get("apiVersion"), str):
         raise ManifestError(f"{where}: {kind} without an apiVersion")
+    name = (
+        (document.get("metadata") or {}).get("name")
+        if isinstance(document.get("metadata"), dict)
+        else None
+    )
+    label = f"{where} ({kind} {name})" if isinstance(name, str) and name else where
+    try:
+        check_object(document)
+    except ManifestError as exc:
+        raise ManifestError(f"{label}: {exc}") from exc
+    if needs_conversion(document):
+        converted = to_v1(document, label)
+        try:
+            check_object(converted)
+        except ManifestError as exc:
+            raise ManifestError(f"{label} (converted to v1): {exc}") from exc
+        document = converted
     yield document
 
 

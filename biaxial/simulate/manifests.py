@@ -150,16 +150,22 @@ def _flatten(where: str, document: Any) -> Iterator[JSON]:
     yield document
 
 
-def load_objects(paths: Iterable[str]) -> list[JSON]:
-    """Every object in *paths*, in order; see the module docstring."""
-    objects: list[JSON] = []
+def load_documents(paths: Iterable[str]) -> list[tuple[JSON, str]]:
+    """Every object in *paths* with the path it came from, in order (see the module
+    docstring)."""
+    objects: list[tuple[JSON, str]] = []
     for path in paths:
         text = _read(path)
         for index, document in _documents(path, text):
             if document is None:
                 continue
-            objects.extend(_flatten(f"{path} document {index}", document))
+            objects.extend((obj, path) for obj in _flatten(f"{path} document {index}", document))
     return objects
+
+
+def load_objects(paths: Iterable[str]) -> list[JSON]:
+    """Every object in *paths*, in order; see the module docstring."""
+    return [obj for obj, _ in load_documents(paths)]
 
 
 def objects_of_kind(objects: Sequence[JSON], kind: str, api_group: str | None = None) -> list[JSON]:

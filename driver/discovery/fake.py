@@ -236,6 +236,10 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
             raise DiscoveryError(
                 f"cannot read fake GPU profile {profile!r}: {exc.strerror or exc}"
             ) from exc
+        except UnicodeDecodeError as exc:
+            raise DiscoveryError(
+                f"fake GPU profile {profile!r} is not a text (UTF-8 YAML) file"
+            ) from exc
         name = path.stem
     try:
         raw = _parse_yaml(text)

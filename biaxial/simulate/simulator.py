@@ -7,9 +7,11 @@ Input is a list of Kubernetes objects (already parsed and checked, see
 * the cluster: a ``Cluster`` inventory (:mod:`biaxial.simulate.cluster`: fake GPUs through
   the real slice builder) and/or the objects ``kubectl get -A -o yaml`` returns: Nodes,
   ResourceSlices, DeviceClasses (added to, and overriding by name, the default classes the
-  caller passes), ResourceClaims (an allocated one is cluster state), Namespaces (their labels,
-  for the affinity rules' ``namespaceSelector``), and Pods bound to a node (``spec.nodeName``:
-  running, their requests counted on the node);
+  caller passes), ResourceClaims (an allocated one is cluster state), Namespaces (their
+  labels: ``adminAccess`` is admitted only where ``resource.kubernetes.io/admin-access:
+  "true"`` is set, as the API server admits it; kept for the affinity rules'
+  ``namespaceSelector``), and Pods bound to a node (``spec.nodeName``: running, their requests
+  counted on the node);
 * the work: ResourceClaimTemplates, pending Pods, and the workload kinds, whose missing pods
   are created as their controllers would (:mod:`biaxial.simulate.workloads`).
 
@@ -76,6 +78,7 @@ from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
+ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
 DEFAULT_SCHEDULER: Final = "biaxial"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 MIB: Final = 1024 * 1024
@@ -345,6 +348,7 @@ class _Run:
         self.base_dirs = base_dirs
         self.default_classes = default_classes
         self.claims: dict[tuple[str, str], JSON] = {}
+        self.namespaces: dict[str, dict[str, str]] = {}
         self.touched: list[tuple[str, str]] = []
         self.placed_pods: list[JSON] = []
         self._uuids: dict[tuple[str, str, str], str] = {}
@@ -422,6 +426,27 @@ class _Run:
         slices.extend(slice_from_object(raw) for raw in found.slices)
         return nodes, slices
 
+    @staticmethod
+    def _check_admin_access(found: _Input) -> None:
+        """The API server admits ``adminAccess: true`` only in namespaces labelled
+        ``resource.kubernetes.io/admin-access: "true"`` (checked where the Namespace is
+        known)."""
+        specs = [(c, (c.get("spec") or {})) for c in found.claims] + [
+            (t, ((t.get("spec") or {}).get("spec") or {})) for t in found.templates.values()
+        ]
+        for obj, spec in specs:
+            namespace = ns_name(obj)[0]
+            labels = found.namespaces.get(namespace)
+            if labels is None or labels.get(ADMIN_ACCESS_LABEL) == "true":
+                continue
+            for request in (spec.get("devices") or {}).get("requests") or ():
+                if ((request or {}).get("exactly") or {}).get("adminAccess") is True:
+                    raise ManifestError(
+                        f"{object_label(obj)}: request {request.get('name')!r}: adminAccess "
+                        f'needs the label {ADMIN_ACCESS_LABEL}: "true" on Namespace '
+                        f"{namespace}"
+                    )
+
     def _classes(self, found: _Input) -> dict[str, DeviceClass]:
         classes: dict[str, DeviceClass] = {}
         for raw in [*self.default_classes, *found.classes]:
@@ -467,6 +492,8 @@ class _Run:
     def run(self) -> SimulationResult:
         started = time.perf_counter()
         found = self._collect()
+        self._check_admin_access(found)
+        self.namespaces = found.namespaces  # for the affinity rules' namespaceSelector
         nodes, slices = self._cluster(found)
         node_names = {str(n.name) for n in nodes}
         self.result.node_names = [n.name for n in nodes]

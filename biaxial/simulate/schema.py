@@ -9,8 +9,8 @@ path and, for an unknown field, the known field it most resembles::
     spec.containers[0].resources.limit: unknown field; did you mean limits?
 
 Kinds the schema does not cover are not checked here (the caller decides what to do with
-them). ``null`` is accepted for every field, as the API server accepts it. Pure; nothing is
-mutated.
+them). ``null`` is accepted for every field, as the API server accepts it, but not as a list
+item. Pure; nothing is mutated.
 """
 
 from __future__ import annotations
@@ -104,6 +104,8 @@ def _check(value: Any, node: Any, path: str, defs: Mapping[str, Any]) -> None:
         if not isinstance(value, list):
             raise ManifestError(f"{path}: expected a list, got {_type_name(value)}")
         for index, item in enumerate(value):
+            if item is None:
+                raise ManifestError(f"{path}[{index}]: a list item must not be null")
             _check(item, node["a"], f"{path}[{index}]", defs)
         return
     values = node["e"]

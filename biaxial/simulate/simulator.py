@@ -277,6 +277,8 @@ def check_pod_object(pod: Mapping[str, Any]) -> None:
         raise ManifestError(f"{where}: spec.containers: at least one container is required")
     claims = set()
     for i, entry in enumerate(spec.get("resourceClaims") or ()):
+        if not isinstance(entry, Mapping):
+            raise ManifestError(f"{where}: spec.resourceClaims[{i}]: must be an object")
         sources = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(k)]
         if not entry.get("name") or len(sources) != 1:
             raise ManifestError(
@@ -288,6 +290,8 @@ def check_pod_object(pod: Mapping[str, Any]) -> None:
     for field_name in ("initContainers", "containers"):
         for i, container in enumerate(spec.get(field_name) or ()):
             cwhere = f"{where}: spec.{field_name}[{i}]"
+            if not isinstance(container, Mapping):
+                raise ManifestError(f"{cwhere}: must be an object")
             cname = container.get("name")
             if not cname:
                 raise ManifestError(f"{cwhere}.name: required")
@@ -295,10 +299,11 @@ def check_pod_object(pod: Mapping[str, Any]) -> None:
                 raise ManifestError(f"{cwhere}.name: duplicate container name {cname!r}")
             seen.add(cname)
             for j, ref in enumerate((container.get("resources") or {}).get("claims") or ()):
-                if ref.get("name") not in claims:
+                name_ref = ref.get("name") if isinstance(ref, Mapping) else None
+                if name_ref not in claims:
                     listed = ", ".join(sorted(claims)) or "none"
                     raise ManifestError(
-                        f"{cwhere}.resources.claims[{j}].name: {ref.get('name')!r} is not in "
+                        f"{cwhere}.resources.claims[{j}].name: {name_ref!r} is not in "
                         f"spec.resourceClaims (the pod lists: {listed})"
                     )
 

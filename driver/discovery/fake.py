@@ -244,7 +244,12 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
     try:
         raw = _parse_yaml(text)
     except yaml.YAMLError as exc:
-        raise DiscoveryError(f"fake GPU profile {profile!r} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DiscoveryError(
+            f"fake GPU profile {profile!r} is not valid YAML{where}: {problem}"
+        ) from exc
     return parse_profile(raw, name=name, node_name=node_name)
 
 

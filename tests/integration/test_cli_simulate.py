@@ -272,3 +272,25 @@ def test_malformed_input_is_one_line_exit_2(tmp_path: Path, content: str, messag
     assert result.stderr.startswith("biaxial simulate: error: ")
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_exit_code_1_only_when_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    typo = str(ROOT / "examples" / "requesting-gpus" / "policy-typo.yaml")
+    code, out, _ = simulate(capsys, INVENTORY, typo)
+    assert code == 0
+    assert "UNSCHEDULABLE" in out
+    code, _, _ = simulate(capsys, INVENTORY, typo, "--fail-on-unschedulable")
+    assert code == 1
+    code, _, _ = simulate(
+        capsys, INVENTORY, str(PATTERNS / "a-binpack-binpack.yaml"), "--fail-on-unschedulable"
+    )
+    assert code == 0
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    out = capsys.readouterr().out
+    assert "exit codes:" in out
+    assert "1  some pod is unschedulable (only with --fail-on-unschedulable)" in out
+    assert "2  bad input" in out

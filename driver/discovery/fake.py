@@ -1,8 +1,10 @@
 """The fake GPU backend: deterministic GPUs described by YAML profiles, plus injectable health.
 
 A profile is a YAML mapping (built-in ones live in ``driver/discovery/profiles/<name>.yaml``; any
-file path works too)::
+file path works too; ``docs/simulator.md`` documents it for users)::
 
+    apiVersion: biaxial.dev/v1alpha1    # optional, with kind: FakeGpuProfile
+    kind: FakeGpuProfile
     description: 4 x Tesla T4            # free text
     driverVersion: "550.54.15"          # NVML system driver version
     cudaDriverVersion: "12.4"           # "major.minor", as derived from NVML
@@ -60,8 +62,20 @@ _LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when b
 MIG_MEMORY_SLICES: Final = 8  # placement positions on every MIG-capable GPU so far
 
 _TOP_KEYS: Final = frozenset(
-    {"description", "driverVersion", "cudaDriverVersion", "model", "count", "gpus", "migProfiles"}
+    {
+        "apiVersion",
+        "kind",
+        "description",
+        "driverVersion",
+        "cudaDriverVersion",
+        "model",
+        "count",
+        "gpus",
+        "migProfiles",
+    }
 )
+PROFILE_API_VERSION: Final = "biaxial.dev/v1alpha1"
+PROFILE_KIND: Final = "FakeGpuProfile"
 _MODEL_KEYS: Final = frozenset(
     {
         "productName",
@@ -263,6 +277,14 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
     """Turn a profile mapping into a :class:`FakeProfile`; every error names the field."""
     where = f"fake GPU profile {name!r}"
     top = _mapping(raw, where, _TOP_KEYS)
+    if ("apiVersion" in top or "kind" in top) and (
+        top.get("apiVersion"),
+        top.get("kind"),
+    ) != (PROFILE_API_VERSION, PROFILE_KIND):
+        raise DiscoveryError(
+            f"{where}: apiVersion and kind, when given, are {PROFILE_API_VERSION} and "
+            f"{PROFILE_KIND}"
+        )
     model = _mapping(top.get("model"), f"{where}: model", _MODEL_KEYS)
     for key in sorted(_MODEL_KEYS):
         if key not in model:

@@ -37,7 +37,14 @@ from tests.validate_manifests import OWN_API_VERSIONS, validate_object
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = tuple(
     ROOT / "docs" / f"{name}.md"
-    for name in ("quickstart", "requesting-gpus", "policies", "operations", "migration")
+    for name in (
+        "quickstart",
+        "requesting-gpus",
+        "policies",
+        "operations",
+        "migration",
+        "simulator",
+    )
 )
 EXAMPLE_DIRS = (ROOT / "examples" / "requesting-gpus", ROOT / "examples" / "migration")
 VERSIONS = ("1.34", "1.37")

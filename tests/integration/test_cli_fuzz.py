@@ -237,3 +237,15 @@ def test_known_tracebacks_are_one_line(argv: list[str], message: str) -> None:
     assert code == 2
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_binary_profile_is_one_line() -> None:
+    # The issue: a binary profile file given to discover --fake was a traceback.
+    def check(path: str) -> None:
+        code, _, err = _run(["discover", "--fake", path])
+        assert code == 2
+        assert err.strip() == (
+            f"biaxial discover: error: fake GPU profile {path!r} is not a text (UTF-8 YAML) file"
+        )
+
+    _with(bytes(range(256)), check)

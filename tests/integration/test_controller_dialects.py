@@ -76,13 +76,29 @@ def test_hami_and_volcano_hints_are_on_the_claims_the_controller_writes(
             annotations={"nvidia.com/use-gputype": "A10G", "nvidia.com/vgpu-mode": "hami-core"},
         )
     )
+    numa = pod(
+        "numa",
+        legacy_gpus=2,
+        annotations={"nvidia.com/numa-bind": "true", "nvidia.com/nouse-gputype": "T4"},
+    )
+    cluster.create(numa)
     volcano = pod("volcano", annotations={"volcano.sh/vgpu-mode": "mps"})
     volcano["spec"]["containers"][0]["resources"] = {
         "limits": {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2000"}
     }
     cluster.create(volcano)
-    cluster.wait_until(lambda: len(bound_pods(cluster, ["hami-a10g", "volcano"])) == 2, timeout=20)
+    cluster.wait_until(
+        lambda: len(bound_pods(cluster, ["hami-a10g", "volcano", "numa"])) == 3, timeout=20
+    )
     assert bound_pods(cluster)["hami-a10g"] == "gpu-a10g"
+    assert bound_pods(cluster)["numa"] == "gpu-a10g"
+    numa_claim = _bridge_claim(cluster, "numa")["spec"]["devices"]
+    assert numa_claim["constraints"] == [
+        {"requests": ["container-0-request-0"], "matchAttribute": "resource.kubernetes.io/numaNode"}
+    ]
+    assert numa_claim["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"].startswith(
+        '!(["T4"].exists(t,'
+    )
     hami = _bridge_claim(cluster, "hami-a10g")["spec"]["devices"]
     assert (
         '["A10G"].exists(t,' in hami["requests"][0]["exactly"]["selectors"][0]["cel"]["expression"]
@@ -104,6 +120,26 @@ def test_hints_biaxial_cannot_honour_are_events_and_conditions(
     cluster: Emulator, controller: ControllerThread
 ) -> None:
     kai_pod = pod("kai", annotations={"gpu-fraction": "0.5"})
+    cluster.create(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "compute-share", "namespace": "default"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": "gpu.biaxial.dev",
+                                "capacity": {"requests": {"compute": "20"}},
+                            },
+                        }
+                    ]
+                }
+            },
+        }
+    )
     cases = {
         "ghost-uuid": (
             pod("ghost-uuid", legacy_gpus=1, annotations={"nvidia.com/use-gpuuuid": "GPU-0000"}),
@@ -132,6 +168,13 @@ def test_hints_biaxial_cannot_honour_are_events_and_conditions(
             pod("cpu-only", annotations={"nvidia.com/nouse-gputype": "T4"}),
             "pod default/cpu-only: annotation nvidia.com/nouse-gputype: shapes nvidia.com/gpu",
         ),
+        "example-driver": (
+            pod("example-driver", claim="compute-share"),
+            (
+                "claim default/compute-share: request 'gpu': GPU devices have no capacity "
+                "'compute' (they have cores, memory)"
+            ),
+        ),
     }
     for obj, _ in cases.values():
         cluster.create(obj)
@@ -146,6 +189,10 @@ def test_hints_biaxial_cannot_honour_are_events_and_conditions(
         cluster.wait_until(lambda n=name: bool(_events(cluster, n)), timeout=10)
         assert _events(cluster, name) == [("FailedScheduling", condition["message"])]
     assert set(bound_pods(cluster)) == {"good"}
-    claims = [c["metadata"]["name"] for c in cluster.list("resourceclaims")]
-    assert len(claims) == 1, claims  # only the good pod's bridge claim
+    allocated = [
+        c["metadata"]["name"]
+        for c in cluster.list("resourceclaims")
+        if (c.get("status") or {}).get("allocation")
+    ]
+    assert len(allocated) == 1, allocated  # only the good pod's bridge claim
     assert check_invariants(cluster) == []

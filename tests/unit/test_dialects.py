@@ -640,3 +640,14 @@ def test_a_gpu_count_beyond_int64_is_too_large_not_fractional() -> None:
         "nvidia.com/gpu: 1", "nvidia.com/gpu: 99999999999999999999999"
     )
     assert "is too large (at most 9223372036854775807)" in refused(run(manifest))["pinned"]
+
+
+def test_hamis_own_gpu_policies_are_named_as_unsupported() -> None:
+    # HAMi pkg/util/types.go: GPUSchedulerPolicyTopology "topology-aware", Mutex "mutex", Numa
+    # "numa", chained in comma lists (util.PolicyContains).
+    manifest = UUID_POD.format(key="hami.io/gpu-scheduler-policy", value="spread,mutex")
+    assert refused(run(manifest))["pinned"] == (
+        "annotation hami.io/gpu-scheduler-policy: unknown policy 'spread,mutex' (allowed: "
+        "binpack, spread; HAMi's mutex, numa, topology-aware GPU policies (and lists of them) "
+        "are not supported)"
+    )

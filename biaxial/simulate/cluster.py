@@ -204,11 +204,14 @@ def node_from_object(raw: Mapping[str, Any]) -> Node:
 
 
 def slice_from_object(raw: Mapping[str, Any]) -> ResourceSlice:
-    """A ``ResourceSlice`` object, validated as the API server validates it."""
-    name = (raw.get("metadata") or {}).get("name")
+    """A ``ResourceSlice`` object, validated as the API server validates it (unless an API
+    server stored it, which its ``metadata.resourceVersion`` shows: then it did)."""
+    meta = raw.get("metadata") or {}
+    name = meta.get("name")
     try:
         parsed = ResourceSlice.from_api(raw)
-        validate_slice(parsed)
+        if not meta.get("resourceVersion"):
+            validate_slice(parsed)
     except BiaxialError as exc:
         raise ManifestError(f"ResourceSlice {name}: {exc}") from exc
     return parsed

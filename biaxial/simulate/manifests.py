@@ -22,6 +22,7 @@ the top level is an error, not ignored. Kind filtering is the caller's job
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ import yaml.nodes
 from biaxial.simulate.convert import needs_conversion, to_v1
 from biaxial.simulate.schema import check_object
 from driver.api.errors import ManifestError
+from driver.api.yamltext import MAX_DEPTH, too_deep
 
 JSON = dict[str, Any]
 _BASE: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -96,7 +98,51 @@ def _read(path: str) -> str:
         raise ManifestError(f"{path}: cannot read ({exc.strerror or exc})") from exc
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return mapping
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_document(path: str, text: str) -> Any:
+    """A JSON file through the json module (a cluster dump: 10x faster than YAML), or
+    :data:`_NOT_JSON` when it is not JSON (YAML's flow style looks alike)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
+    except _DuplicateKeyError as exc:
+        raise ManifestError(f"{path}: malformed YAML/JSON: duplicate key {exc.key!r}") from exc
+    except RecursionError as exc:
+        raise ManifestError(f"{path}: malformed YAML/JSON: nested too deeply") from exc
+    except ValueError:
+        return _NOT_JSON
+
+
+_NOT_JSON: Any = object()
+
+
 def _documents(path: str, text: str) -> Iterator[tuple[int, Any]]:
+    if text.lstrip()[:1] in ("{", "["):
+        document = _json_document(path, text)
+        if document is not _NOT_JSON:
+            yield 1, document
+            return
+    if too_deep(text):
+        raise ManifestError(f"{path}: malformed YAML/JSON: nested more than {MAX_DEPTH} deep")
     try:
         # JSON is YAML 1.2; PyYAML's safe loader reads every JSON manifest kubectl writes.
         # libyaml's parser when PyYAML was built with it (10x faster on a cluster dump).
@@ -106,6 +152,8 @@ def _documents(path: str, text: str) -> Iterator[tuple[int, Any]]:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ManifestError(f"{path}: malformed YAML/JSON{where}: {problem}") from exc
+    except RecursionError as exc:
+        raise ManifestError(f"{path}: malformed YAML/JSON: nested too deeply") from exc
 
 
 def _flatten(where: str, document: Any) -> Iterator[JSON]:

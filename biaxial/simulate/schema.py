@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
 from typing import Any, Final
@@ -65,57 +65,162 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+class _Invalid(Exception):  # noqa: N818 - internal signal, turned into ManifestError
+    """A problem found deep in an object; the path is filled in while unwinding (paths are
+    only built for the one error, never while checking)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path: list[str] = []
 
 
-def _check(value: Any, node: Any, path: str, defs: Mapping[str, Any]) -> None:
-    while isinstance(node, str) and node.startswith("#"):
-        node = defs[node[1:]]
-    if value is None or node == "*":
-        return
-    if isinstance(node, str):
-        what, types = _SCALARS[node]
-        if not isinstance(value, types) or (node != "b" and isinstance(value, bool)):
-            raise ManifestError(f"{path}: expected {what}, got {_type_name(value)}")
-        return
-    if "o" in node:
-        if not isinstance(value, dict):
-            raise ManifestError(f"{path or 'object'}: expected an object, got {_type_name(value)}")
-        fields = node["o"]
-        for key, item in value.items():
-            sub = fields.get(key)
-            if sub is None:
-                where = _join(path, str(key))
-                guess = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
-                hint = f"; did you mean {guess[0]}?" if guess else ""
-                raise ManifestError(f"{where}: unknown field{hint}")
-            _check(item, sub, _join(path, key), defs)
-        return
-    if "m" in node:
-        if not isinstance(value, dict):
-            raise ManifestError(f"{path}: expected an object, got {_type_name(value)}")
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise ManifestError(f"{path}: keys must be strings, got {key!r}")
-            _check(item, node["m"], f"{path}[{key}]", defs)
-        return
-    if "a" in node:
-        if not isinstance(value, list):
-            raise ManifestError(f"{path}: expected a list, got {_type_name(value)}")
-        for index, item in enumerate(value):
-            if item is None:
-                raise ManifestError(f"{path}[{index}]: a list item must not be null")
-            _check(item, node["a"], f"{path}[{index}]", defs)
-        return
-    values = node["e"]
-    if value not in values:
-        raise ManifestError(f"{path}: unsupported value {value!r} (supported: {', '.join(values)})")
+Check = Callable[[Any], None]
+
+
+def _skip(value: Any) -> None:
+    del value
+
+
+def _scalar(code: str) -> Check:
+    what, types = _SCALARS[code]
+    boolean = code == "b"
+
+    def check(value: Any) -> None:
+        if value is None:
+            return
+        if not isinstance(value, types) or (not boolean and isinstance(value, bool)):
+            raise _Invalid(f"expected {what}, got {_type_name(value)}")
+
+    return check
+
+
+class _Compiler:
+    """Turns the schema's nodes into checking closures, once per definition."""
+
+    def __init__(self, defs: Mapping[str, Any]) -> None:
+        self.defs = defs
+        self.compiled: dict[str, Check] = {}
+
+    def node(self, node: Any) -> Check:
+        if node == "*":
+            return _skip
+        if isinstance(node, str):
+            if node.startswith("#"):
+                return self.definition(node[1:])
+            return _scalar(node)
+        if "o" in node:
+            return self._object(node["o"])
+        if "m" in node:
+            return self._map(self.node(node["m"]))
+        if "a" in node:
+            return self._list(self.node(node["a"]))
+        return self._enum(tuple(node["e"]))
+
+    def definition(self, name: str) -> Check:
+        found = self.compiled.get(name)
+        if found is not None:
+            return found
+        slot: list[Check] = []
+
+        def deferred(value: Any) -> None:  # recursion: resolved after compiling
+            slot[0](value)
+
+        self.compiled[name] = deferred
+        compiled = self.node(self.defs[name])
+        slot.append(compiled)
+        self.compiled[name] = compiled
+        return compiled
+
+    def _object(self, fields_raw: Mapping[str, Any]) -> Check:
+        fields = {k: self.node(v) for k, v in fields_raw.items()}
+        names = list(fields)
+
+        def check(value: Any) -> None:
+            if value is None:
+                return
+            if not isinstance(value, dict):
+                raise _Invalid(f"expected an object, got {_type_name(value)}")
+            for key, item in value.items():
+                sub = fields.get(key)
+                if sub is None:
+                    guess = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+                    error = _Invalid(
+                        "unknown field" + (f"; did you mean {guess[0]}?" if guess else "")
+                    )
+                    error.path.append(f".{key}")
+                    raise error
+                if sub is not _skip and item is not None:
+                    try:
+                        sub(item)
+                    except _Invalid as exc:
+                        exc.path.append(f".{key}")
+                        raise
+
+        return check
+
+    @staticmethod
+    def _map(items: Check) -> Check:
+        def check(value: Any) -> None:
+            if value is None:
+                return
+            if not isinstance(value, dict):
+                raise _Invalid(f"expected an object, got {_type_name(value)}")
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise _Invalid(f"keys must be strings, got {key!r}")
+                if items is not _skip and item is not None:
+                    try:
+                        items(item)
+                    except _Invalid as exc:
+                        exc.path.append(f"[{key}]")
+                        raise
+
+        return check
+
+    @staticmethod
+    def _list(items: Check) -> Check:
+        def check(value: Any) -> None:
+            if value is None:
+                return
+            if not isinstance(value, list):
+                raise _Invalid(f"expected a list, got {_type_name(value)}")
+            for index, item in enumerate(value):
+                if item is None:
+                    error = _Invalid("a list item must not be null")
+                    error.path.append(f"[{index}]")
+                    raise error
+                try:
+                    items(item)
+                except _Invalid as exc:
+                    exc.path.append(f"[{index}]")
+                    raise
+
+        return check
+
+    @staticmethod
+    def _enum(values: tuple[str, ...]) -> Check:
+        def check(value: Any) -> None:
+            if value is not None and value not in values:
+                raise _Invalid(f"unsupported value {value!r} (supported: {', '.join(values)})")
+
+        return check
+
+
+@cache
+def _roots() -> dict[str, Check]:
+    schema = _schema()
+    compiler = _Compiler(schema["defs"])
+    return {key: compiler.node(node) for key, node in schema["roots"].items()}
 
 
 def check_object(obj: Mapping[str, Any]) -> None:
     """Check every field of ``obj`` against its kind's schema (see the module docstring)."""
-    schema = _schema()
-    root = schema["roots"].get(f"{obj.get('apiVersion')}/{obj.get('kind')}")
-    if root is not None:
-        _check(obj, root, "", schema["defs"])
+    check = _roots().get(f"{obj.get('apiVersion')}/{obj.get('kind')}")
+    if check is None:
+        return
+    try:
+        check(obj)
+    except _Invalid as exc:
+        path = "".join(reversed(exc.path)).removeprefix(".")
+        raise ManifestError(f"{path or 'object'}: {exc.message}") from None

@@ -54,6 +54,7 @@ from typing import Any, Final, Self
 import yaml
 
 from driver.api.errors import DiscoveryError
+from driver.api.yamltext import MAX_DEPTH, too_deep
 from driver.discovery.backend import HealthEvent
 from driver.discovery.gpus import GpuInfo, MigInfo
 
@@ -255,6 +256,8 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
                 f"fake GPU profile {profile!r} is not a text (UTF-8 YAML) file"
             ) from exc
         name = path.stem
+    if too_deep(text):
+        raise DiscoveryError(f"fake GPU profile {profile!r} is nested more than {MAX_DEPTH} deep")
     try:
         raw = _parse_yaml(text)
     except yaml.YAMLError as exc:

@@ -274,3 +274,31 @@ def test_the_field_schema_is_generated_from_the_official_schemas() -> None:
     assert gen_field_schema.OUTPUT.read_text(encoding="utf-8") == gen_field_schema.generate(), (
         "biaxial/simulate/fields.json is stale: run make fields"
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.yaml", "a: " + "[" * 100_000 + "]" * 100_000),
+        ("deep.json", "[" * 100_000 + "]" * 100_000),
+        ("indent.yaml", "a:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 1200))),
+    ],
+)
+def test_absurd_nesting_is_refused_not_a_crash(tmp_path: Path, name: str, text: str) -> None:
+    # libyaml's C parser overflows the C stack on deep nesting (a segfault, not an error).
+    with pytest.raises(ManifestError, match="nested"):
+        load_objects([write(tmp_path, text, name)])
+
+
+def test_json_files_are_read_as_json_and_yaml_flow_still_works(tmp_path: Path) -> None:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    assert load_objects([write(tmp_path, json.dumps(pod), "p.json")]) == [pod]
+    flow = "{apiVersion: v1, kind: Pod, metadata: {name: p}, spec: {containers: [{name: c}]}}"
+    assert load_objects([write(tmp_path, flow, "p.yaml")]) == [pod]
+    with pytest.raises(ManifestError, match="duplicate key 'name'"):
+        load_objects([write(tmp_path, '{"metadata": {"name": "a", "name": "b"}}', "d.json")])

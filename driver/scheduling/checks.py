@@ -278,12 +278,7 @@ def check_claim(
     if claim.allocation is not None:
         return
     for request in claim.requests:
-        alternatives: list[tuple[str, ExactRequest | SubRequest]] = (
-            [(request.name, request.exactly)]
-            if request.exactly is not None
-            else [(f"{request.name}/{s.name}", s) for s in request.first_available]
-        )
-        for name, alt in alternatives:
+        for name, alt in request.choices():
             where = f"claim {claim.key}: request {name!r}"
             device_class = classes.get(alt.device_class_name)
             if device_class is None:

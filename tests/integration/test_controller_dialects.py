@@ -18,6 +18,8 @@ from tests.integration.controller_env import (
     bound_pods,
     check_invariants,
     pod,
+    pod_condition,
+    pod_events,
     seed_cluster,
 )
 
@@ -37,22 +39,6 @@ def controller(cluster: Emulator) -> Iterator[ControllerThread]:
     finally:
         running.stop()
     assert running.error is None
-
-
-def _condition(cluster: Emulator, name: str) -> dict[str, str] | None:
-    p = cluster.get("pods", name, "default") or {}
-    for c in (p.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "PodScheduled":
-            return dict(c)
-    return None
-
-
-def _events(cluster: Emulator, name: str) -> list[tuple[str, str]]:
-    return [
-        (e["reason"], e["message"])
-        for e in cluster.list("events")
-        if e["involvedObject"]["name"] == name
-    ]
 
 
 def _bridge_claim(cluster: Emulator, name: str) -> dict[str, Any]:
@@ -181,13 +167,13 @@ def test_hints_biaxial_cannot_honour_are_events_and_conditions(
     cluster.create(pod("good", legacy_gpus=1))
     cluster.wait_until(lambda: "good" in bound_pods(cluster), timeout=20)
     for name, (_, message) in cases.items():
-        cluster.wait_until(lambda n=name: _condition(cluster, n) is not None, timeout=10)
-        condition = _condition(cluster, name)
+        cluster.wait_until(lambda n=name: pod_condition(cluster, n) is not None, timeout=10)
+        condition = pod_condition(cluster, name)
         assert condition is not None
         assert (condition["status"], condition["reason"]) == ("False", "Unschedulable")
         assert condition["message"].startswith(message), condition["message"]
-        cluster.wait_until(lambda n=name: bool(_events(cluster, n)), timeout=10)
-        assert _events(cluster, name) == [("FailedScheduling", condition["message"])]
+        cluster.wait_until(lambda n=name: bool(pod_events(cluster, n)), timeout=10)
+        assert pod_events(cluster, name) == [("FailedScheduling", condition["message"])]
     assert set(bound_pods(cluster)) == {"good"}
     allocated = [
         c["metadata"]["name"]

@@ -148,11 +148,35 @@ def _policy_minimum(device: Device, name: str) -> Quantity | None:
     return min(policy.valid_values) if policy.valid_values else None
 
 
+#: Attributes that tell devices of one kind apart; a class that does not name them selects
+#: all devices of a kind alike, so one of each kind is evaluated.
+_IDENTITY_ATTRIBUTES: Final = (
+    "uuid",
+    "parentUUID",
+    "index",
+    "minor",
+    "resource.kubernetes.io/pciBusID",
+    "resource.kubernetes.io/pcieRoot",
+    "resource.kubernetes.io/numaNode",
+)
+
+
+def _kind_key(driver: str, device: Device, identity: tuple[str, ...]) -> tuple[object, ...]:
+    attributes = device.attributes
+    return (
+        driver,
+        tuple(sorted((k, v) for k, v in attributes.items() if k not in identity)),
+        tuple(sorted(device.capacity)),
+        device.allow_multiple_allocations,
+    )
+
+
 def class_capacities(
     facts: ClusterFacts, device_class: DeviceClass, cache: MatchCache | None
 ) -> ClassCapacities | None:
     """The capacities of the devices ``device_class`` selects (None when it selects none or
-    its selectors do not compile); cached per class."""
+    its selectors do not compile); cached per class. Devices that differ only in identity
+    attributes are evaluated once, unless the class's selectors name one of them."""
     if device_class.name in facts.classes:
         return facts.classes[device_class.name]
     found: ClassCapacities | None = None
@@ -161,13 +185,21 @@ def class_capacities(
     except BiaxialError:
         selectors = None
     if selectors is not None:
+        text = " ".join(device_class.selectors)
+        identity = tuple(a for a in _IDENTITY_ATTRIBUTES if a.rpartition("/")[2] not in text)
+        verdicts: dict[tuple[object, ...], bool] = {}
         names: set[str] = set()
         minimum: dict[str, Quantity] = {}
         kinds: set[object] = set()
         count = 0
         for s in facts.slices:
             for device in s.devices:
-                if not _selected(selectors, s, device, cache):
+                key = _kind_key(s.driver, device, identity)
+                selected = verdicts.get(key)
+                if selected is None:
+                    selected = _selected(selectors, s, device, cache)
+                    verdicts[key] = selected
+                if not selected:
                     continue
                 count += 1
                 kinds.add(device.attributes.get("type"))

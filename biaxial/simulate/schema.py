@@ -45,12 +45,6 @@ def known(api_version: str, kind: str) -> bool:
     return f"{api_version}/{kind}" in _schema()["roots"]
 
 
-def kinds() -> frozenset[tuple[str, str]]:
-    """Every (apiVersion, kind) the schema covers."""
-    pairs = (str(k).rsplit("/", 1) for k in _schema()["roots"])
-    return frozenset((api_version, kind) for api_version, kind in pairs)
-
-
 def _type_name(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"

@@ -302,3 +302,15 @@ def test_json_files_are_read_as_json_and_yaml_flow_still_works(tmp_path: Path) -
     assert load_objects([write(tmp_path, flow, "p.yaml")]) == [pod]
     with pytest.raises(ManifestError, match="duplicate key 'name'"):
         load_objects([write(tmp_path, '{"metadata": {"name": "a", "name": "b"}}', "d.json")])
+
+
+def test_every_kind_the_simulator_reads_is_checked_strictly() -> None:
+    from biaxial.simulate.kinds import READ
+    from biaxial.simulate.schema import known
+
+    unchecked = [
+        f"{spec.api_version} {kind}"
+        for kind, spec in READ.items()
+        if kind != "Cluster" and not known(spec.api_version, kind)
+    ]
+    assert unchecked == [], "add them to tests/gen_field_schema.py ROOTS and run make fields"

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from types import ModuleType
 
 import biaxial.commands
+from biaxial import ROOT_LOGGER
 from driver.api.errors import BiaxialError, InvalidInputError
 
 EXIT_INVALID_INPUT = 2
-ROOT_LOGGER = "biaxial"  # the parent of every logger of the program
 EXIT_FAILURE = 1
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug, reported in one line
 

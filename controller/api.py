@@ -7,6 +7,10 @@ list, chunked watch; see :mod:`kubeapi.client` for the contracts) plus the one c
 scheduler makes, :meth:`KubeApi.bind`. The shared names (:class:`Resource`, the resource table,
 :class:`WatchEvent`, :class:`ListResult`, :func:`meta`, ...) are re-exported from
 :mod:`kubeapi` so the controller imports them from one place.
+
+:class:`GuardedApi` wraps another :class:`Api` and calls a hook before every call (and every
+watch event): the leader's write fence (:class:`controller.leader.FencedApi`) and the tests'
+crash injection are built on it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ __all__ = [
     "RESOURCE_SLICES",
     "Api",
     "Endpoint",
+    "GuardedApi",
     "KubeApi",
     "ListResult",
     "PatchType",
@@ -127,3 +132,92 @@ class KubeApi(Client):
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self.request("POST", PODS.path(namespace, name, "binding"), body=body)
+
+
+class GuardedApi:
+    """An :class:`Api` that delegates to ``inner`` after :meth:`guard` allowed the call.
+
+    Subclasses override :meth:`guard` (raise to refuse; nothing is sent then) and, to stop a
+    watch between events, :meth:`guard_event`.
+    """
+
+    def __init__(self, inner: Api) -> None:
+        self.inner = inner
+
+    def guard(self, method: str, path: str) -> None:
+        """Called before every call with its HTTP method and path; raise to refuse it."""
+
+    def guard_event(self) -> None:
+        """Called before every watch event is handed on; raise to end the watch."""
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
+        self.guard("GET", res.path(namespace, name))
+        return await self.inner.get(res, name, namespace)
+
+    async def list(
+        self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
+    ) -> ListResult:
+        self.guard("GET", res.path())
+        return await self.inner.list(
+            res, field_selector=field_selector, label_selector=label_selector
+        )
+
+    async def watch(
+        self,
+        res: Resource,
+        *,
+        resource_version: str,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        timeout_s: int = 300,
+    ) -> AsyncIterator[WatchEvent]:
+        self.guard("GET", res.path())
+        async for event in self.inner.watch(
+            res,
+            resource_version=resource_version,
+            field_selector=field_selector,
+            label_selector=label_selector,
+            timeout_s=timeout_s,
+        ):
+            self.guard_event()
+            yield event
+
+    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
+        self.guard("POST", res.path(namespace or meta(body).get("namespace")))
+        return await self.inner.create(res, body, namespace)
+
+    async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
+        m = meta(body)
+        self.guard("PUT", res.path(m.get("namespace"), str(m.get("name")), subresource))
+        return await self.inner.replace(res, body, subresource=subresource)
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: PatchType = "merge",
+    ) -> JSON:
+        self.guard("PATCH", res.path(namespace, name, subresource))
+        return await self.inner.patch(
+            res, name, body, namespace=namespace, subresource=subresource, patch_type=patch_type
+        )
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+    ) -> None:
+        self.guard("DELETE", res.path(namespace, name))
+        await self.inner.delete(res, name, namespace, uid=uid, resource_version=resource_version)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.guard("POST", PODS.path(namespace, name, "binding"))
+        await self.inner.bind(namespace, name, uid, node)

@@ -7,10 +7,14 @@ HTTP endpoint together:
 * once the caches are synced and (with leader election) the Lease is held, the scheduler and
   the deallocator start; a leader that cannot renew stops and the process exits non-zero, as
   client-go's ``OnStoppedLeading`` does;
+* with leader election, the scheduler, committer and deallocator write through
+  :class:`~controller.leader.FencedApi`: no write leaves a process whose lease is not known
+  valid (:mod:`controller.leader`); the Lease itself goes through its own, unfenced client;
 * ``/healthz`` answers 200 while no background task has crashed, ``/readyz`` once the caches
   are synced, ``/metrics`` the Prometheus text format;
-* :class:`TaskGuard` starts every background task; a task that crashes (or returns, since
-  they are meant to run forever) is logged with its traceback and stops the process;
+* one :class:`kubeapi.tasks.TaskGuard` starts every background task; a task that crashes (or
+  returns, since they are meant to run forever) is logged with its traceback and stops the
+  process;
 * shutdown (SIGTERM, SIGINT, :meth:`Controller.stop`): stop taking new pods, let writes in
   flight finish for ``shutdown_grace_s``, cancel the tasks in reverse start order, release
   the Lease, close the endpoint and the API session.
@@ -25,8 +29,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Coroutine
-from typing import Any
 
 from aiohttp import web
 
@@ -34,50 +36,16 @@ from controller.api import Api, Endpoint, KubeApi
 from controller.cache import ClusterCache
 from controller.commit import StepHook
 from controller.deallocate import Deallocator
-from controller.leader import LeaderElector
+from controller.leader import FencedApi, LeaderElector, WriteFence
 from controller.metrics import Metrics
 from controller.scheduler import Scheduler
 from controller.settings import FIELD_MANAGER, Settings
+from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-
-
-class TaskGuard:
-    """Starts long-running tasks; the first that ends other than by cancellation trips it."""
-
-    def __init__(self) -> None:
-        self._tasks: list[asyncio.Task[None]] = []
-        self.tripped = asyncio.Event()
-        self.reason = ""
-
-    def start(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        task.add_done_callback(self._ended)
-        self._tasks.append(task)
-        return task
-
-    def _ended(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("task %s crashed", task.get_name(), exc_info=exc)
-            self.reason = self.reason or f"task {task.get_name()} crashed: {exc!r}"
-        else:
-            log.warning("task %s ended", task.get_name())
-            self.reason = self.reason or f"task {task.get_name()} ended"
-        self.tripped.set()
-
-    async def stop(self) -> None:
-        """Cancel the tasks in reverse start order, each awaited before the next."""
-        for task in reversed(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._tasks.clear()
 
 
 class Controller:
@@ -90,20 +58,29 @@ class Controller:
         *,
         on_step: StepHook | None = None,
         metrics: Metrics | None = None,
+        lease_api: Api | None = None,
+        fence: WriteFence | None = None,
     ) -> None:
         self.settings = settings
         self.api = api
         self.metrics = metrics or Metrics()
+        self.fence = fence if fence is not None else WriteFence()
+        # Every write of the scheduler, committer and deallocator passes the leader fence.
+        writer: Api = FencedApi(api, self.fence) if settings.leader_elect else api
         self.cache = ClusterCache(api, watch_timeout_s=settings.watch_timeout_s)
-        self.scheduler = Scheduler(settings, api, self.cache, self.metrics, on_step=on_step)
+        self.scheduler = Scheduler(settings, writer, self.cache, self.metrics, on_step=on_step)
         self.deallocator = Deallocator(
-            api,
+            writer,
             self.cache,
             self.scheduler.committer,
             self.metrics,
             finalizer=settings.finalizer,
         )
-        self.elector = LeaderElector(api, settings, self.metrics) if settings.leader_elect else None
+        self.elector = (
+            LeaderElector(lease_api or api, settings, self.metrics, self.fence)
+            if settings.leader_elect
+            else None
+        )
         self.guard = TaskGuard()
         self.stopping = asyncio.Event()
         self.leading = asyncio.Event()
@@ -153,21 +130,6 @@ class Controller:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def _until(self, aw: Coroutine[Any, Any, Any]) -> bool:
-        """Await ``aw`` unless stopping or the guard trips first; True when it finished."""
-        work = asyncio.ensure_future(aw)
-        stop = asyncio.ensure_future(self.stopping.wait())
-        trip = asyncio.ensure_future(self.guard.tripped.wait())
-        try:
-            await asyncio.wait({work, stop, trip}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for fut in (stop, trip):
-                fut.cancel()
-            if not work.done():
-                work.cancel()
-            await asyncio.gather(work, stop, trip, return_exceptions=True)
-        return work.done() and not work.cancelled() and work.exception() is None
-
     async def run(self) -> int:
         """Run until stopped; returns the process exit code."""
         code = EXIT_OK
@@ -175,17 +137,19 @@ class Controller:
             await self._start_http()
             for informer in self.cache.informers:
                 self.guard.start(f"informer-{informer.resource.plural}", informer.run())
-            if not await self._until(self.cache.wait_synced()):
+            if not await self.guard.until(self.stopping, self.cache.wait_synced()):
                 return self._exit_code()
             log.info("caches synced")
-            if self.elector is not None and not await self._until(self.elector.acquire()):
+            if self.elector is not None and not await self.guard.until(
+                self.stopping, self.elector.acquire()
+            ):
                 return self._exit_code()
             self.leading.set()
             self._scheduler_task = self.guard.start("scheduler", self.scheduler.run())
             self.guard.start("deallocator", self.deallocator.run())
             if self.elector is not None:
                 self.guard.start("leader-renewal", self.elector.hold())
-            await self._until(self.guard.tripped.wait())
+            await self.guard.until(self.stopping)
             code = self._exit_code()
         finally:
             await self._shutdown()
@@ -204,7 +168,7 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._scheduler_task
         await self.scheduler.stop(self.settings.shutdown_grace_s)
-        await self.guard.stop()
+        await self.guard.stop(self.settings.shutdown_grace_s)
         if self.elector is not None:
             await self.elector.release()
         if self._runner is not None:
@@ -217,15 +181,26 @@ async def run(settings: Settings, *, install_signals: bool = True) -> int:
     """Resolve the kubeconfig, run one controller until it stops; the exit code."""
     endpoint = Endpoint.resolve(settings.kubeconfig, local_fallback=True)
     metrics = Metrics()
-    async with KubeApi(
-        endpoint,
-        qps=settings.qps,
-        burst=settings.burst,
-        request_timeout_s=settings.request_timeout_s,
-        user_agent=FIELD_MANAGER,
-        on_request=metrics.api_requests.inc,
-    ) as api:
-        controller = Controller(settings, api, metrics=metrics)
+    fence = WriteFence() if settings.leader_elect else None
+    user_agent = f"{FIELD_MANAGER} ({settings.identity})"  # audit logs name the replica
+    async with (
+        KubeApi(
+            endpoint,
+            qps=settings.qps,
+            burst=settings.burst,
+            request_timeout_s=settings.request_timeout_s,
+            user_agent=user_agent,
+            on_request=metrics.api_requests.inc,
+            write_fence=fence.check if fence is not None else None,
+        ) as api,
+        KubeApi(
+            endpoint,
+            request_timeout_s=settings.request_timeout_s,
+            user_agent=f"{user_agent} leader-election",
+            on_request=metrics.api_requests.inc,
+        ) as lease_api,
+    ):
+        controller = Controller(settings, api, metrics=metrics, lease_api=lease_api, fence=fence)
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):

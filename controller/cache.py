@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from controller.api import (
     object_key,
 )
 from driver.api.errors import ApiError, GoneError
+from kubeapi.retry import Backoff
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -100,8 +100,7 @@ class Informer:
         self.stats = InformerStats()
         self._handlers = list(handlers)
         self._watch_timeout_s = watch_timeout_s
-        self._retry_initial_s = retry_initial_s
-        self._retry_max_s = retry_max_s
+        self._backoff = Backoff(retry_initial_s, retry_max_s, jitter=0.5)
 
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
@@ -161,7 +160,6 @@ class Informer:
     async def run(self) -> None:
         """List, then watch forever (until cancelled); see the module docstring."""
         need_list = True
-        delay = self._retry_initial_s
         while True:
             try:
                 if need_list:
@@ -176,7 +174,7 @@ class Informer:
                     timeout_s=self._watch_timeout_s,
                 ):
                     self.apply(event.type, event.object)
-                    delay = self._retry_initial_s
+                    self._backoff.reset()
             except GoneError:
                 self.stats.relists_on_gone += 1
                 log.info(
@@ -187,14 +185,14 @@ class Informer:
                 need_list = True
             except ApiError as exc:
                 self.stats.errors += 1
+                delay = self._backoff.next()
                 log.warning(
                     "%s list/watch failed (%s); retrying in %.1fs",
                     self.resource.plural,
                     exc,
                     delay,
                 )
-                await asyncio.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter
-                delay = min(delay * 2, self._retry_max_s)
+                await asyncio.sleep(delay)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,9 +31,11 @@ So no pod is ever bound without its claims allocated and reserved, and a device 
 allocated to two claims by this controller (the snapshot counts pending and assumed writes,
 and every status write is conditional on the resourceVersion the decision was based on).
 
-Failures: 409 re-reads the object and retries while the plan still holds (the claim is still
-unallocated, or already carries our allocation); 5xx and transport errors retry with backoff,
-re-reading first because the write may have landed. When the plan no longer holds, or
+Failures, with one policy for every step (:data:`RETRY`, a :class:`kubeapi.retry.Retry`): 409
+re-reads the object and retries at once while the plan still holds (the claim is still
+unallocated, or already carries our allocation; each 409 is counted per step by
+``on_conflict``); 5xx and transport errors retry after a backoff, re-reading first because the
+write may have landed. When the plan no longer holds, or
 retries run out, :class:`CommitAbortedError` is raised after a best-effort rollback of what this
 attempt wrote (reservations, allocations, finalizers, the bridge claim); anything the rollback
 cannot undo is repaired as after a crash.
@@ -42,6 +44,7 @@ cannot undo is repaired as after a crash.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import time
@@ -54,11 +57,12 @@ from controller.api import JSON, PODS, RESOURCE_CLAIMS, Api, meta, object_key
 from controller.cache import ClaimOverlay
 from driver.api.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
 from driver.scheduling.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from kubeapi.retry import Attempts, Backoff, Retry
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
-MAX_ATTEMPTS: Final = 5
-RETRY_BASE_S: Final = 0.05
+#: Every write step: 5 tries; a 409 again at once on a fresh read, a 5xx after 0.05 s * 2**try.
+RETRY: Final = Retry(tries=5, backoff=Backoff(0.05, 1.0))
 MAX_RESERVED_FOR: Final = 256
 
 #: Called after every write with the step name (``finalizer``, ``allocation``,
@@ -149,10 +153,6 @@ def _split(key: str) -> tuple[str, str]:
     return namespace, name
 
 
-async def _pause(attempt: int) -> None:
-    await asyncio.sleep(RETRY_BASE_S * 2**attempt)
-
-
 async def _noop(_step: str, _key: str) -> None:
     return None
 
@@ -192,24 +192,21 @@ class Committer:
 
     async def _get_claim(self, key: str) -> JSON:
         namespace, name = _split(key)
-        for attempt in range(MAX_ATTEMPTS):
-            try:
-                return await self.api.get(RESOURCE_CLAIMS, name, namespace)
-            except ServerError:
-                if attempt == MAX_ATTEMPTS - 1:
-                    raise
-                await _pause(attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await RETRY.call(lambda: self.api.get(RESOURCE_CLAIMS, name, namespace))
 
     def _conflict(self, step: str) -> None:
         self._on_conflict(step)
+
+    def _attempts(self, step: str) -> Attempts:
+        """The tries of a write step whose 409s count as conflicts of ``step``."""
+        return RETRY.attempts(on_conflict=lambda: self._conflict(step))
 
     # ------------------------------------------------------------------ steps
 
     async def add_finalizer(self, key: str, claim: JSON) -> JSON:
         """Step 1 for one claim; returns the claim as written (or as it already was)."""
         namespace, name = _split(key)
-        for attempt in range(MAX_ATTEMPTS):
+        async for attempt in self._attempts("finalizer"):
             if has_finalizer(claim, self.finalizer):
                 return claim
             m = meta(claim)
@@ -223,12 +220,8 @@ class Committer:
                     "finalizers": [*(m.get("finalizers") or []), self.finalizer],
                 }
             }
-            try:
+            async with attempt:
                 return await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
-            except ConflictError:
-                self._conflict("finalizer")
-            except ServerError:
-                await _pause(attempt)
             claim = await self._get_claim(key)
         raise CommitAbortedError(f"claim {key}: could not add finalizer", conflict=True)
 
@@ -236,7 +229,7 @@ class Committer:
         self, key: str, claim: JSON, allocation: JSON | None, pod: PodRef, step: str
     ) -> JSON:
         """Step 2 for one claim: allocation (unless None) plus the pod's reservation."""
-        for attempt in range(MAX_ATTEMPTS):
+        async for attempt in self._attempts(step):
             status = claim.get("status") or {}
             current = status.get("allocation")
             reserved = list(status.get("reservedFor") or [])
@@ -265,12 +258,8 @@ class Committer:
             if allocation is not None:
                 new_status["allocation"] = copy.deepcopy(allocation)
             new_status["reservedFor"] = [*reserved, pod.consumer()]
-            try:
+            async with attempt:
                 return await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
-            except ConflictError:
-                self._conflict(step)
-            except ServerError:
-                await _pause(attempt)
             claim = await self._get_claim(key)
         raise CommitAbortedError(f"claim {key}: could not write status", conflict=True)
 
@@ -278,15 +267,12 @@ class Committer:
         body = copy.deepcopy(bridge.claim)
         body_meta = body.setdefault("metadata", {})
         body_meta["finalizers"] = [self.finalizer]
-        for attempt in range(MAX_ATTEMPTS):
-            try:
+        # A 409 means the generated name collided: try another. After a server error whether
+        # it was created is unknown; an orphan is found by its annotation and owner and
+        # deleted before the pod is tried again.
+        async for attempt in self._attempts("bridge-create"):
+            async with attempt:
                 return await self.api.create(RESOURCE_CLAIMS, body, plan.pod.namespace)
-            except ConflictError:  # generated name collided: try another
-                self._conflict("bridge-create")
-            except ServerError:
-                # Whether it was created is unknown; an orphan is found by its annotation and
-                # owner and deleted before the pod is tried again.
-                await _pause(attempt)
         raise CommitAbortedError(f"pod {plan.pod.key}: could not create the bridge claim")
 
     async def _link_bridge(self, plan: Plan, claim_name: str, bridge: BridgePlan) -> None:
@@ -298,46 +284,38 @@ class Committer:
                 }
             }
         }
-        for attempt in range(MAX_ATTEMPTS):
-            try:
-                await self.api.patch(
+        try:
+            await RETRY.call(
+                lambda: self.api.patch(
                     PODS, plan.pod.name, body, namespace=plan.pod.namespace, subresource="status"
                 )
-            except NotFoundError as exc:
-                raise CommitAbortedError(f"pod {plan.pod.key} is gone") from exc
-            except ServerError:
-                if attempt == MAX_ATTEMPTS - 1:
-                    raise
-                await _pause(attempt)
-            else:
-                return
+            )
+        except NotFoundError as exc:
+            raise CommitAbortedError(f"pod {plan.pod.key} is gone") from exc
 
     async def _bind(self, plan: Plan) -> None:
         pod = plan.pod
-        for attempt in range(MAX_ATTEMPTS):
+        # A 409 is not retried: the pod is bound already, by an earlier try or to another node.
+        async for attempt in RETRY.attempts(reraise=True):
             try:
-                await self.api.bind(pod.namespace, pod.name, pod.uid, plan.node)
+                async with attempt:
+                    await self.api.bind(pod.namespace, pod.name, pod.uid, plan.node)
+                    return
             except ConflictError as exc:
                 self._conflict("binding")
-                current = await self.api.get(PODS, pod.name, pod.namespace)
-                if (current.get("spec") or {}).get("nodeName") == plan.node:
+                if await self._bound_to(pod, plan.node):
                     return  # an earlier attempt landed
                 msg = f"pod {pod.key} cannot be bound: {exc}"
                 raise CommitAbortedError(msg, conflict=True) from exc
             except NotFoundError as exc:
                 raise CommitAbortedError(f"pod {pod.key} is gone") from exc
-            except ServerError:
-                if attempt == MAX_ATTEMPTS - 1:
-                    raise
-                await _pause(attempt)
-                try:
-                    current = await self.api.get(PODS, pod.name, pod.namespace)
-                except ServerError:
-                    continue
-                if (current.get("spec") or {}).get("nodeName") == plan.node:
+            with contextlib.suppress(ServerError):  # after a server error: did it land?
+                if await self._bound_to(pod, plan.node):
                     return
-            else:
-                return
+
+    async def _bound_to(self, pod: PodRef, node: str) -> bool:
+        current = await self.api.get(PODS, pod.name, pod.namespace)
+        return bool((current.get("spec") or {}).get("nodeName") == node)
 
     # ------------------------------------------------------------------ the whole plan
 
@@ -449,7 +427,7 @@ class Committer:
         and write it through ``/status`` with the read resourceVersion as precondition,
         retrying conflicts and server errors. Returns the claim as written (or as found when
         there was nothing to do); None when the claim is gone."""
-        for attempt in range(MAX_ATTEMPTS):
+        async for attempt in self._attempts(step):
             try:
                 claim = await self._get_claim(key)
             except NotFoundError:
@@ -461,19 +439,14 @@ class Committer:
             body = copy.deepcopy(claim)
             body["status"] = new_status
             try:
-                written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
-            except ConflictError:
-                self._conflict(step)
-                continue
-            except ServerError:
-                await _pause(attempt)
-                continue
+                async with attempt:
+                    written = await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
+                    self.overlay.forget(key)
+                    self.overlay.assume(written)
+                    return written
             except NotFoundError:
                 self.overlay.forget(key)
                 return None
-            self.overlay.forget(key)
-            self.overlay.assume(written)
-            return written
         raise CommitAbortedError(f"claim {key}: could not {step}", conflict=True)
 
     async def unreserve(self, key: str, pod_uid: str, *, deallocate: bool) -> JSON | None:
@@ -511,7 +484,7 @@ class Committer:
     async def remove_finalizer(self, key: str) -> JSON | None:
         """Remove our finalizer from a claim that has no allocation (never from one that has)."""
         namespace, name = _split(key)
-        for attempt in range(MAX_ATTEMPTS):
+        async for attempt in self._attempts("finalizer-removal"):
             try:
                 claim = await self._get_claim(key)
             except NotFoundError:
@@ -528,17 +501,12 @@ class Committer:
                 }
             }
             try:
-                written = await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
-            except ConflictError:
-                self._conflict("finalizer-removal")
-                continue
-            except ServerError:
-                await _pause(attempt)
-                continue
+                async with attempt:
+                    written = await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
+                    self.overlay.forget(key)
+                    return written
             except NotFoundError:
                 return None
-            self.overlay.forget(key)
-            return written
         raise CommitAbortedError(f"claim {key}: could not remove finalizer", conflict=True)
 
     async def delete_claim(self, key: str) -> None:
@@ -547,20 +515,16 @@ class Committer:
         allocation, then remove the finalizer; an interruption anywhere leaves a claim that
         still carries our finalizer, so the deallocator finishes the job."""
         namespace, name = _split(key)
-        for attempt in range(MAX_ATTEMPTS):
+        # Should every try fail, go on anyway: what is left keeps our finalizer.
+        async for attempt in self._attempts("delete"):
             try:
-                claim = await self._get_claim(key)
-                await self.api.delete(RESOURCE_CLAIMS, name, namespace, uid=meta(claim).get("uid"))
+                async with attempt:
+                    claim = await self._get_claim(key)
+                    uid = meta(claim).get("uid")
+                    await self.api.delete(RESOURCE_CLAIMS, name, namespace, uid=uid)
             except NotFoundError:
                 self.overlay.forget(key)
                 return
-            except ConflictError:
-                self._conflict("delete")
-                continue
-            except ServerError:
-                await _pause(attempt)
-                continue
-            break
         if await self.unreserve_all(key) is not None:
             await self.remove_finalizer(key)
         self.overlay.forget(key)

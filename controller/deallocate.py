@@ -119,25 +119,27 @@ class Deallocator:
                 self.queue.add(key)
 
     async def run(self) -> None:
+        """Work the queue and re-check every claim each ``resync_s`` until cancelled; should
+        either fail, both stop and the error reaches the controller's task guard."""
         self.resync()
-        resync = asyncio.get_running_loop().create_task(self._resync_loop())
-        try:
-            while True:
-                key = await self.queue.pop()
-                try:
-                    outcome = await self.process(key)
-                except (ApiError, CommitAbortedError) as exc:
-                    log.warning(
-                        "claim %s: deallocation failed (%s); retrying",
-                        key,
-                        exc,
-                        extra={"claim": key},
-                    )
-                    outcome = Outcome.ERROR
-                self.queue.done(key, outcome)
-        finally:
-            resync.cancel()
-            await asyncio.gather(resync, return_exceptions=True)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._resync_loop(), name="deallocator-resync")
+            await self._work()
+
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.pop()
+            try:
+                outcome = await self.process(key)
+            except (ApiError, CommitAbortedError) as exc:
+                log.warning(
+                    "claim %s: deallocation failed (%s); retrying",
+                    key,
+                    exc,
+                    extra={"claim": key},
+                )
+                outcome = Outcome.ERROR
+            self.queue.done(key, outcome)
 
     async def _resync_loop(self) -> None:
         while True:

@@ -12,14 +12,13 @@ swallowed: reporting must never stop scheduling.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import uuid
 from typing import Final
 
 from controller.api import EVENTS, JSON, PODS, Api
 from controller.commit import PodRef
 from driver.api.errors import ApiError, NotFoundError
+from kubeapi.events import event_body, now_rfc3339
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -28,11 +27,7 @@ EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
 
 
-def now_rfc3339(micro: bool = False) -> str:
-    now = dt.datetime.now(dt.UTC)
-    if micro:
-        return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+__all__ = ["Recorder", "now_rfc3339"]
 
 
 class Recorder:
@@ -84,32 +79,21 @@ class Recorder:
         )
 
     async def event(self, pod: PodRef, etype: str, reason: str, message: str) -> None:
-        stamp = now_rfc3339()
-        body: JSON = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                # <pod>.<16 hex>, within the 253 characters of a name
-                "name": f"{pod.name[:236]}.{uuid.uuid4().hex[:16]}",
-                "namespace": pod.namespace,
-            },
-            "involvedObject": {
+        body = event_body(
+            {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "namespace": pod.namespace,
                 "name": pod.name,
                 "uid": pod.uid,
             },
-            "reason": reason,
-            "message": message[:1024],
-            "type": etype,
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "reportingInstance": self.instance[:128],
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
+            namespace=pod.namespace,
+            event_type=etype,
+            reason=reason,
+            message=message,
+            component=self.component,
+            instance=self.instance,
+        )
         try:
             await self.api.create(EVENTS, body, pod.namespace)
         except ApiError as exc:

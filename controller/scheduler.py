@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -63,6 +63,7 @@ from driver.scheduling.bridge import is_bridge_claim
 from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
 from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
 from driver.structured.snapshot import AllocatedState, ClusterSnapshot
+from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -112,15 +113,6 @@ def _relevant_pod_change(old: Mapping[str, Any] | None, new: Mapping[str, Any]) 
         old_status.get(field) != new_status.get(field)
         for field in ("resourceClaimStatuses", "extendedResourceClaimStatus")
     )
-
-
-def _reap(task: asyncio.Task[None]) -> None:
-    """Log what a background write task raised (nothing may disappear silently)."""
-    if task.cancelled():
-        return
-    exc = task.exception()
-    if isinstance(exc, Exception):
-        log.error("background write failed unexpectedly", exc_info=exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +210,7 @@ class Scheduler:
         self._assumed_pods: dict[str, tuple[str, JSON]] = {}  # uid -> (node, pod), until observed
         self._bridges: dict[str, set[str]] = {}  # pod uid -> bridge claim keys
         self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._jobs = TaskGuard()  # placement writes and events in flight
         self.rebuilds = 0
         self.incremental_updates = 0
         cache.overlay.add_listener(self._claim_touched)
@@ -523,22 +515,16 @@ class Scheduler:
 
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait for the writes in flight; True when all finished within ``timeout_s``."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while self._tasks:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            await asyncio.wait(list(self._tasks), timeout=remaining)
-        return True
+        return await self._jobs.drain(timeout_s)
 
     async def stop(self, grace_s: float) -> None:
         """Let writes in flight finish for up to ``grace_s``, then cancel the rest (which is
         as safe as a crash: see :mod:`controller.commit`)."""
         if not await self.drain(grace_s):
-            log.warning("cancelling %d placement write(s) still in flight", len(self._tasks))
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            log.warning(
+                "cancelling %d placement write(s) still in flight", self._jobs.jobs_in_flight
+            )
+            await self._jobs.stop()
 
     def resolve(self, pod: Mapping[str, Any]) -> Resolved | Waiting:
         """The keys of the pod's claims, or why it must wait."""
@@ -635,7 +621,7 @@ class Scheduler:
         plan = self._plan(ref, decision, resolved.keys)
         self._assumed_pods[ref.uid] = (decision.node, pod)
         self._track_pod(ref.uid, decision.node, pod)
-        self._spawn(self._commit(key, plan), track=True)
+        self._spawn(self._commit(key, plan))
 
     def _report_invalid(self, key: str, ref: PodRef, message: str) -> None:
         self.metrics.decisions.labels(result=REASON_INVALID).inc()
@@ -685,15 +671,8 @@ class Scheduler:
             self.cache.overlay.set_pending(pending_key, placeholder)
         return Plan(pod=ref, node=decision.node, claims=tuple(claim_plans), bridge=bridge)
 
-    def _spawn(self, coro: Awaitable[None], *, track: bool = True) -> None:
-        async def wrapped() -> None:
-            await coro
-
-        task = asyncio.get_running_loop().create_task(wrapped())
-        task.add_done_callback(_reap)
-        if track:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._jobs.spawn(coro)
 
     async def _commit(self, key: str, plan: Plan) -> None:
         pending_bridge = f"{plan.pod.namespace}/{PENDING_BRIDGE_PREFIX}{plan.pod.uid}"
@@ -774,4 +753,4 @@ class Scheduler:
 
     @property
     def busy(self) -> bool:
-        return bool(self._tasks)
+        return self._jobs.jobs_in_flight > 0

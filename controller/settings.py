@@ -24,6 +24,9 @@ DEFAULT_DRIVER_NAME: Final = "gpu.biaxial.dev"
 DEFAULT_LEASE_NAME: Final = "biaxial-controller"
 DEFAULT_LEASE_NAMESPACE: Final = "kube-system"
 FIELD_MANAGER: Final = "biaxial-controller"
+#: client-go's leaderelection ``JitterFactor``: a candidate waits retry period x (1 + up to
+#: this), and the renew deadline must exceed retry period x this.
+LEADER_JITTER_FACTOR: Final = 1.2
 
 _DNS_SUBDOMAIN: Final = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -91,6 +94,11 @@ class Settings:
             raise ConfigError(
                 "leader election needs 0 < retry period < renew deadline < lease duration, got "
                 f"{self.retry_period_s} / {self.renew_deadline_s} / {self.lease_duration_s} s"
+            )
+        if self.renew_deadline_s <= LEADER_JITTER_FACTOR * self.retry_period_s:
+            raise ConfigError(
+                f"leader election needs renew deadline > {LEADER_JITTER_FACTOR} x retry period "
+                f"(as client-go), got {self.renew_deadline_s} and {self.retry_period_s} s"
             )
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port must be in 0..65535, got {self.metrics_port}")

@@ -1,14 +1,21 @@
-"""The thin async Kubernetes API access both long-running components share.
+"""What both long-running components share: the thin async Kubernetes API access, and the
+runtime pieces around it.
 
 ``kubeletplugin`` and ``controller`` talk to the API server with raw JSON over ``aiohttp``
-on their process's one asyncio loop; this package is that client, once:
+on their process's one asyncio loop; this package is that client, once, and the pieces both
+processes run it with:
 
 * :mod:`kubeapi.endpoint`: where the API server is and how to authenticate (a kubeconfig, or
   the in-cluster service account), resolved with the official loader;
 * :mod:`kubeapi.resources`: :class:`Resource` (group, version, plural, scope: its URL path)
   and the resources biaxial touches;
 * :mod:`kubeapi.client`: :class:`Client`, the request core (token bucket, rotating token,
-  error mapping), list with pagination, chunked watch, create/replace/patch/delete.
+  error mapping), list with pagination, chunked watch, create/replace/patch/delete;
+* :mod:`kubeapi.events`: :func:`~kubeapi.events.event_body`, the core/v1 Event either
+  component records about an object;
+* :mod:`kubeapi.tasks`: :class:`TaskGuard`, the one guard every background task of either
+  process is started through (a crash is logged and stops the process; stop cancels in
+  reverse start order).
 
 Imports ``driver`` (for :mod:`driver.api.errors`); never ``kubeletplugin``, ``controller`` or
 ``biaxial``. The components build their own operations on :class:`Client`.

@@ -15,6 +15,10 @@ Contracts:
   changed meanwhile;
 * with ``qps`` set, every request passes a client-side token bucket (``qps`` / ``burst``, as
   client-go's);
+* with ``write_fence`` set, it is called with the method and path of every mutating request
+  (POST, PUT, PATCH, DELETE) after the token bucket, immediately before the request is sent;
+  what it raises is raised to the caller and nothing is sent (the controller's leader fence,
+  :mod:`controller.leader`);
 * :meth:`Client.list` follows ``continue`` to the last page;
 * :meth:`Client.watch` yields :class:`WatchEvent` until the server ends the stream; an
   ``ERROR`` event becomes the matching ``ApiError`` (a 410 becomes ``GoneError``: relist);
@@ -46,6 +50,7 @@ JSON_PATCH: Final = "application/json-patch+json"
 STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
 PatchType = Literal["merge", "json", "strategic"]
 TOKEN_REFRESH_S: Final = 60.0
+_READ_METHODS: Final = frozenset({"GET", "HEAD"})
 _PATCH_TYPES: Final[Mapping[str, str]] = {
     "merge": MERGE_PATCH,
     "json": JSON_PATCH,
@@ -109,8 +114,10 @@ class Client:
         request_timeout_s: float = 30.0,
         user_agent: str | None = None,
         on_request: Callable[[], object] | None = None,
+        write_fence: Callable[[str, str], None] | None = None,
     ) -> None:
         self._endpoint = endpoint
+        self._write_fence = write_fence
         self._bucket = TokenBucket(qps, burst) if qps is not None else None
         self._timeout = aiohttp.ClientTimeout(total=request_timeout_s)
         self._headers = {
@@ -146,10 +153,12 @@ class Client:
 
     # ----------------------------------------------------------------- plumbing
 
-    async def _start(self) -> None:
-        """Every request and watch: wait for a token, count it."""
+    async def _start(self, method: str = "GET", path: str = "") -> None:
+        """Every request and watch: wait for a token, pass the write fence, count it."""
         if self._bucket is not None:
             await self._bucket.acquire()
+        if self._write_fence is not None and method not in _READ_METHODS:
+            self._write_fence(method, path)
         self.requests += 1
         if self._on_request is not None:
             self._on_request()
@@ -185,7 +194,7 @@ class Client:
     ) -> JSON:
         """One request; the decoded JSON object (``{}`` for an empty answer), or the mapped
         :class:`~driver.api.errors.ApiError`."""
-        await self._start()
+        await self._start(method, path)
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         headers = self._auth()
         if data is not None:

@@ -1,4 +1,4 @@
-"""The kubelet plugin's access to the Kubernetes API: the eight calls it makes, as raw JSON.
+"""The kubelet plugin's access to the Kubernetes API: the nine calls it makes, as raw JSON.
 
 :class:`PluginApi` is :class:`kubeapi.Client` (raw JSON over ``aiohttp``, error mapping through
 :func:`driver.api.errors.api_error_for_status`, paginated list, chunked watch, the rotating
@@ -23,7 +23,7 @@ from contextlib import aclosing
 from typing import Any
 
 from driver.api.errors import ApiError
-from kubeapi import JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Client, Endpoint, meta
+from kubeapi import EVENTS, JSON, NODES, RESOURCE_CLAIMS, RESOURCE_SLICES, Client, Endpoint, meta
 
 __all__ = ["JSON", "Endpoint", "PluginApi"]
 
@@ -51,6 +51,10 @@ class PluginApi(Client):
     async def patch_node_status(self, name: str, patch: Mapping[str, Any]) -> JSON:
         """A JSON merge patch of the Node's ``status`` subresource."""
         return await self.patch(NODES, name, patch, subresource="status")
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> JSON:
+        """Record a core/v1 Event (about this node) in ``namespace``."""
+        return await self.create(EVENTS, dict(body), namespace)
 
     # ----------------------------------------------------------------- resource slices
 

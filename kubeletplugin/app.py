@@ -2,11 +2,18 @@
 
 Start-up, in order: open discovery (NVML, or a fake profile) and discover; resolve the API
 config; build the Preparer and finish its crash/reboot recovery; start the DRA gRPC server
-(DRA v1 + v1beta1, health v1alpha1 + v1) on the DRA socket; start ``/metrics`` + ``/healthz``;
-then, through one :class:`TaskGuard`: the publisher, the health watcher, periodic
-re-discovery, legacy node resources (when asked), the test-only fake injector (with
-``--fake-gpus``), and last the registration socket, so the kubelet only learns about the
-plugin once everything it may call is up.
+(DRA v1 + v1beta1, health v1alpha1 + v1) on the DRA socket; start ``/metrics``, ``/healthz``
+(liveness) and ``/readyz`` (readiness); then, through one :class:`kubeapi.tasks.TaskGuard`:
+the node Event recorder, the publisher, the health watcher, periodic re-discovery,
+reconciliation of the checkpoint against the API (:mod:`kubeletplugin.reconcile`), legacy
+node resources (when asked), the test-only fake injector (with ``--fake-gpus``), and last the
+registration socket, so the kubelet only learns about the plugin once everything it may call
+is up.
+
+An unreadable checkpoint keeps the plugin serving: Prepare is refused, Unprepare proceeds,
+``/readyz`` fails (never ``/healthz``: a restart does not mend the file), a
+``CheckpointUnreadable`` Event is recorded on the Node, and every reconciliation period reads
+the file again, so a repair clears readiness (``CheckpointReadable``).
 
 Shutdown (SIGTERM / SIGINT, or a crashed task): tasks are cancelled one by one in reverse
 start order (registration first: the kubelet stops calling), the DRA server is stopped
@@ -29,9 +36,8 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from aiohttp import web
 
@@ -40,15 +46,23 @@ from driver.discovery.backend import GpuBackend, next_health_event, open_backend
 from driver.discovery.devices import DeviceTable
 from driver.discovery.fake import FakeBackend
 from driver.discovery.gpus import GpuInfo
+from kubeapi.tasks import TaskGuard
 from kubeletplugin.api import Endpoint, PluginApi
+from kubeletplugin.events import (
+    CHECKPOINT_READABLE,
+    CHECKPOINT_UNREADABLE,
+    STALE_CLAIM_RELEASED,
+    NodeEvents,
+)
 from kubeletplugin.health import HealthBroadcaster, HealthTracker
 from kubeletplugin.metrics import HealthState, Metrics, serve
 from kubeletplugin.noderesources import node_status_patch
 from kubeletplugin.prepare import Preparer
 from kubeletplugin.publisher import Publisher
+from kubeletplugin.reconcile import Reconciler, Released
 from kubeletplugin.registration import Registrar
 from kubeletplugin.server import DraService, HealthService, unix_server
-from kubeletplugin.settings import Settings
+from kubeletplugin.settings import Settings, with_installed_hami_core
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -58,50 +72,14 @@ EXIT_OK: Final = 0
 EXIT_CRASH: Final = 1
 
 
-class TaskGuard:
-    """Starts every background task; logs and reports a crash; cancels in reverse order."""
+def task_guard(metrics: Metrics, health: HealthState) -> TaskGuard:
+    """The guard of the plugin's tasks: a crashed task is also counted and fails ``/healthz``."""
 
-    def __init__(self, metrics: Metrics, health: HealthState) -> None:
-        self._metrics = metrics
-        self._health = health
-        self._tasks: list[asyncio.Task[None]] = []
-        self.crashed = asyncio.Event()
+    def failed(name: str, reason: str) -> None:
+        metrics.task_crashes.labels(name).inc()
+        health.set_problem(f"task {name}", reason)
 
-    def start(self, name: str, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.create_task(coro, name=name)
-        task.add_done_callback(self._done)
-        self._tasks.append(task)
-        return task
-
-    def _done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled():
-            return
-        exc = task.exception()
-        name = task.get_name()
-        if exc is None:
-            log.error("background task %s ended unexpectedly", name)
-            reason = "ended unexpectedly"
-        else:
-            log.error("background task %s crashed", name, exc_info=exc)
-            reason = f"crashed: {type(exc).__name__}: {exc}"
-        self._metrics.task_crashes.labels(name).inc()
-        self._health.set_problem(f"task {name}", reason)
-        self.crashed.set()
-
-    async def cancel_all(self, timeout_s: float) -> None:
-        """Cancel the tasks one by one, newest first, each awaited before the next."""
-        for task in reversed(self._tasks):
-            if task.done():
-                continue
-            task.remove_done_callback(self._done)
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=timeout_s)
-            if not done:
-                log.warning("task %s did not stop within %.1f s", task.get_name(), timeout_s)
-            elif not task.cancelled() and task.exception() is not None:
-                log.error(
-                    "task %s failed while stopping", task.get_name(), exc_info=task.exception()
-                )
+    return TaskGuard(on_failure=failed)
 
 
 class Plugin:
@@ -114,7 +92,8 @@ class Plugin:
         self.devices = DeviceTable.from_gpus(gpus)  # once per discovery, read by all
         self.hidden: set[str] = set()  # fake: UUIDs removed from discovery by the injector
         self.metrics = Metrics()
-        self.health_state = HealthState()
+        self.health_state = HealthState()  # liveness: what a restart mends
+        self.ready_state = HealthState()  # readiness: what an administrator must mend
         self.tracker = HealthTracker(self.devices, quiet_s=settings.xid_quiet_s)
         self.broadcaster = HealthBroadcaster(self.tracker)
         self.state_changed = asyncio.Event()  # inventory or health changed (node resources)
@@ -176,6 +155,29 @@ class Plugin:
                 log.warning("cannot patch node %s status: %s", self.settings.node_name, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.state_changed.wait(), self.settings.resync_s)
+
+    def checkpoint_changed(self, error: str | None, events: NodeEvents) -> None:
+        """The checkpoint became unreadable (``error``) or readable again (``None``): the
+        pod's readiness (never its liveness: a restart does not mend the file), the metric,
+        and a node Event."""
+        if error is not None:
+            self.ready_state.set_problem("checkpoint", error)
+            self.metrics.checkpoint_readable.set(0)
+            events.post(
+                "Warning",
+                CHECKPOINT_UNREADABLE,
+                f"{error}. Prepare is refused on this node until the file is repaired or "
+                "removed; Unprepare proceeds (see the biaxial operations runbook)",
+            )
+            return
+        self.ready_state.clear("checkpoint")
+        self.metrics.checkpoint_readable.set(1)
+        events.post("Normal", CHECKPOINT_READABLE, "the checkpoint can be read again")
+
+    async def released(self, released: Released, events: NodeEvents) -> None:
+        """Reconciliation unprepared a stale claim: count it, tell the administrator."""
+        self.metrics.stale_claims_released.inc()
+        events.post("Warning", STALE_CLAIM_RELEASED, released.message())
 
     async def inject_loop(self) -> None:
         """Test-only: apply fault-injection files (see the module docstring)."""
@@ -267,18 +269,42 @@ async def run(settings: Settings) -> int:
 
 async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: float) -> int:
     settings = plugin.settings
-    preparer = Preparer(settings.prepare_settings(), plugin.devices, api.get_claim)
+    loop = asyncio.get_running_loop()
+    events = NodeEvents(
+        api,
+        node_name=settings.node_name,
+        namespace=settings.event_namespace,
+        instance=f"{settings.node_name}/{settings.pod_uid or 'plugin'}",
+    )
+
+    def on_checkpoint(error: str | None) -> None:  # called from the Preparer's worker thread
+        loop.call_soon_threadsafe(plugin.checkpoint_changed, error, events)
+
+    preparer = Preparer(
+        with_installed_hami_core(settings.prepare_settings()),
+        plugin.devices,
+        api.get_claim,
+        on_checkpoint=on_checkpoint,
+    )
     try:
         await preparer.recover()
     except CheckpointError as exc:
-        # Keep serving: Prepare refuses with this error per claim, Unprepare still cleans up.
+        # Keep serving: Prepare refuses with this error per claim, Unprepare proceeds, the pod
+        # is not ready, and reconciliation reads the file again every period.
         log.error("checkpoint recovery failed: %s", exc)  # noqa: TRY400 - no traceback needed
-        plugin.health_state.set_problem("checkpoint", str(exc))
+    reconciler = Reconciler(
+        preparer,
+        api.get_claim,
+        node_name=settings.node_name,
+        driver_name=settings.driver_name,
+        grace_s=settings.release_grace_s,
+    )
     publisher = Publisher(
         api,
         node_name=settings.node_name,
         driver_name=settings.driver_name,
         resync_s=settings.resync_s,
+        max_shares=settings.max_shares,
     )
     publisher.set_inventory(plugin.devices, plugin.tracker.taints())
     metrics = plugin.metrics
@@ -301,15 +327,24 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
     await dra_server.start()
     log.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
     runner: web.AppRunner | None = None
-    guard = TaskGuard(metrics, plugin.health_state)
+    guard = task_guard(metrics, plugin.health_state)
     try:
         if settings.metrics_port:
             runner = await serve(
-                metrics, plugin.health_state, settings.metrics_address, settings.metrics_port
+                metrics,
+                plugin.health_state,
+                settings.metrics_address,
+                settings.metrics_port,
+                ready=plugin.ready_state,
             )
+        guard.start("events", events.run())
         guard.start("publisher", publisher.run())
         guard.start("health", plugin.health_loop(publisher))
         guard.start("rediscover", plugin.rediscover_loop(publisher, preparer))
+        guard.start(
+            "reconcile",
+            reconciler.run(settings.reconcile_s, lambda r: plugin.released(r, events)),
+        )
         if settings.advertise_legacy_resources:
             guard.start("node-resources", plugin.node_resources_loop(api))
         if settings.fake_gpus is not None:
@@ -330,14 +365,10 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
             (time.monotonic() - started) * 1000,
             f"fake GPUs {settings.fake_gpus}" if settings.fake_gpus else "NVML",
         )
-        stopper = asyncio.create_task(stop.wait())
-        crasher = asyncio.create_task(guard.crashed.wait())
-        await asyncio.wait({stopper, crasher}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (stopper, crasher):
-            task.cancel()
-        code = EXIT_CRASH if guard.crashed.is_set() else EXIT_OK
-        log.info("stopping (%s)", "a task crashed" if code else "signal")
-        await guard.cancel_all(settings.grace_s)
+        await guard.until(stop)
+        code = EXIT_CRASH if guard.tripped.is_set() else EXIT_OK
+        log.info("stopping (%s)", guard.reason or "signal")
+        await guard.stop(settings.grace_s)
     finally:
         await plugin.broadcaster.close()
         await dra_server.stop(settings.grace_s)

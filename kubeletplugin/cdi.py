@@ -44,6 +44,7 @@ from typing import Any, Final
 from driver.api.config import SharingStrategy, mps_device_count_error
 from driver.api.errors import PrepareError
 from driver.discovery.devices import NodeDevice
+from kubeletplugin.mps import daemon_dir, pipe_dir
 
 JSON = dict[str, Any]
 
@@ -103,11 +104,6 @@ def spec_file_name(driver: str, claim_uid: str) -> str:
     return f"{cdi_vendor(driver)}-{CDI_CLASS}_{claim_uid}.json"
 
 
-def mps_pipe_dir(mps_root: Path, gpu_uuid: str) -> Path:
-    """Host pipe directory of the MPS control daemon of one GPU."""
-    return mps_root / gpu_uuid / "pipe"
-
-
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
@@ -150,7 +146,7 @@ def _sort_key(target: NodeDevice) -> tuple[str, str]:
 
 
 def _set_edits(
-    allocations: Sequence[DeviceAllocation], paths: SharingPaths, request: str
+    allocations: Sequence[DeviceAllocation], paths: SharingPaths, request: str, claim_uid: str
 ) -> tuple[list[str], list[JSON]]:
     """Environment and mounts of one container set (the results of one request)."""
     # One in-container GPU per physical target; two shares of one GPU add up.
@@ -193,8 +189,10 @@ def _set_edits(
             if paths.hami_core_library is None:
                 raise PrepareError(
                     f"request {request!r}: sharing.strategy hami-core needs the HAMi-core "
-                    "library, and no host path for libvgpu.so is configured on this node "
-                    "(kubelet plugin setting hami_core_library_path)"
+                    "library, and no host path for libvgpu.so is configured on this node, or "
+                    "none was there when the kubelet plugin started (kubelet plugin setting "
+                    "hami_core_library_path; the chart installs it unless "
+                    "kubeletPlugin.installHamiCore is false)"
                 )
             env += [*limit_env, f"LD_PRELOAD={HAMI_CONTAINER_LIBRARY}"]
             mounts += [
@@ -226,7 +224,7 @@ def _set_edits(
             env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={cores}")
         mounts.append(
             {
-                "hostPath": str(mps_pipe_dir(paths.mps_root, target.uuid)),
+                "hostPath": str(pipe_dir(daemon_dir(paths.mps_root, claim_uid, target.name))),
                 "containerPath": MPS_CONTAINER_PIPE_DIR,
                 "options": ["rw", "nosuid", "nodev", "bind"],
             }
@@ -249,7 +247,7 @@ def build_claim_spec(
     sets: dict[str, list[DeviceAllocation]] = {}
     for alloc in allocations:
         sets.setdefault(_base_request(alloc.request), []).append(alloc)
-    set_edits = {req: _set_edits(allocs, paths, req) for req, allocs in sets.items()}
+    set_edits = {req: _set_edits(allocs, paths, req, claim_uid) for req, allocs in sets.items()}
 
     devices: list[JSON] = []
     ids: list[tuple[str, ...]] = []

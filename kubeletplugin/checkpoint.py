@@ -4,14 +4,16 @@ Contract:
 
 * One JSON file (``<state_dir>/checkpoint.json``)::
 
-      {"version": 2, "checksum": "<sha256 hex of the canonical data>", "data": {...}}
+      {"version": 3, "checksum": "<sha256 hex of the canonical data>", "data": {...}}
 
   The checksum covers the canonical form of ``data`` (``json.dumps(sort_keys=True,
   separators=(",", ":"))``), so formatting changes never break it and any edit of the content
   does.
 * Versioned, with one migration per old version (:data:`MIGRATIONS`). Version 1 was a flat
-  ``preparedClaims`` map without states, boot ID or sharing; version 2 (current) adds the
-  two-phase state, the boot ID, the computed CDI spec, share capacity and MPS GPUs.
+  ``preparedClaims`` map without states, boot ID or sharing; version 2 added the two-phase
+  state, the boot ID, the computed CDI spec, share capacity and the GPUs whose (shared, per-GPU)
+  MPS daemon a claim used; version 3 (current) records each claim's own MPS daemons (directory,
+  GPU, limits) and which devices were allocated for admin access.
 * Written atomically (temp file, fsync, rename, fsync directory) by :meth:`CheckpointStore.save`.
   Readers and writers serialize on :meth:`CheckpointStore.lock` (a ``filelock`` on
   ``<state_dir>/serialize.lock``, shared with any other plugin instance on the node).
@@ -37,11 +39,12 @@ from filelock import FileLock, Timeout
 
 from driver.api.config import STRATEGIES, SharingStrategy
 from driver.api.errors import CheckpointError
-from kubeletplugin.cdi import atomic_write
+from kubeletplugin.cdi import MPS_CONTAINER_PIPE_DIR, atomic_write
+from kubeletplugin.mps import MpsDaemon
 
 JSON = dict[str, Any]
 
-CURRENT_VERSION: Final = 2
+CURRENT_VERSION: Final = 3
 CHECKPOINT_FILE: Final = "checkpoint.json"
 LOCK_FILE: Final = "serialize.lock"
 
@@ -64,6 +67,9 @@ class DeviceRecord:
     memory_bytes: int  # reserved memory (the whole device's when exclusive)
     cores: int  # reserved compute percent (100 when exclusive)
     strategy: SharingStrategy
+    # Allocated for administrative access: it neither blocks other claims nor is blocked by
+    # them, and takes no share of the device's capacity (upstream's adminAccess).
+    admin_access: bool = False
 
     def to_json(self) -> JSON:
         return {
@@ -77,6 +83,7 @@ class DeviceRecord:
             "memoryBytes": self.memory_bytes,
             "cores": self.cores,
             "strategy": self.strategy,
+            "adminAccess": self.admin_access,
         }
 
     @classmethod
@@ -96,7 +103,30 @@ class DeviceRecord:
             memory_bytes=int(raw["memoryBytes"]),
             cores=int(raw["cores"]),
             strategy=strategy,
+            admin_access=bool(raw.get("adminAccess", False)),
         )
+
+
+def daemon_to_json(daemon: MpsDaemon) -> JSON:
+    return {
+        "dir": str(daemon.directory),
+        "gpuUuid": daemon.gpu_uuid,
+        "memoryBytes": daemon.memory_bytes,
+        "cores": daemon.cores,
+    }
+
+
+def daemon_from_json(raw: Mapping[str, Any]) -> MpsDaemon:
+    directory = Path(str(raw["dir"]))
+    if not directory.is_absolute() or ".." in directory.parts:
+        raise ValueError(f"MPS daemon directory {str(directory)!r} is not a plain absolute path")
+    memory = raw.get("memoryBytes")
+    return MpsDaemon(
+        directory=directory,
+        gpu_uuid=str(raw["gpuUuid"]),
+        memory_bytes=int(memory) if memory is not None else None,
+        cores=int(raw.get("cores") or 0),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +141,9 @@ class ClaimRecord:
     devices: tuple[DeviceRecord, ...]
     cdi_spec_file: str
     cdi_spec: Mapping[str, Any] = field(default_factory=dict)
-    mps_gpus: tuple[str, ...] = ()  # GPU UUIDs whose MPS daemon this claim uses
+    # The MPS control daemons this claim's containers use (its own; a record migrated from
+    # version 2 names the per-GPU daemon it shared with other claims).
+    mps_daemons: tuple[MpsDaemon, ...] = ()
 
     def to_json(self) -> JSON:
         return {
@@ -122,7 +154,7 @@ class ClaimRecord:
             "devices": [d.to_json() for d in self.devices],
             "cdiSpecFile": self.cdi_spec_file,
             "cdiSpec": dict(self.cdi_spec),
-            "mpsGpus": list(self.mps_gpus),
+            "mpsDaemons": [daemon_to_json(d) for d in self.mps_daemons],
         }
 
     @classmethod
@@ -144,7 +176,7 @@ class ClaimRecord:
             devices=tuple(DeviceRecord.from_json(d) for d in raw["devices"]),
             cdi_spec_file=spec_file,
             cdi_spec=dict(spec),
-            mps_gpus=tuple(str(g) for g in raw.get("mpsGpus") or ()),
+            mps_daemons=tuple(daemon_from_json(d) for d in raw.get("mpsDaemons") or ()),
         )
 
 
@@ -237,8 +269,48 @@ def _migrate_v1(data: Mapping[str, Any]) -> JSON:
     return {"bootId": None, "claims": claims}
 
 
+def _v2_daemon_dir(spec: Mapping[str, Any], gpu_uuid: str) -> str | None:
+    """The host directory of the per-GPU daemon a version 2 claim's spec mounts for a GPU
+    (``<mps root>/<GPU UUID>/pipe`` at the container's MPS pipe path)."""
+    for device in spec.get("devices") or ():
+        for mount in (device.get("containerEdits") or {}).get("mounts") or ():
+            host = Path(str(mount.get("hostPath", "")))
+            if (
+                mount.get("containerPath") == MPS_CONTAINER_PIPE_DIR
+                and host.name == "pipe"
+                and host.parent.name == gpu_uuid
+            ):
+                return str(host.parent)
+    return None
+
+
+def _migrate_v2(data: Mapping[str, Any]) -> JSON:
+    """v2 -> v3. v2 recorded ``mpsGpus``: GPUs whose one per-GPU daemon (``<mps root>/<GPU
+    UUID>``, shared by every claim on the GPU, without limits of its own) the claim used. Each
+    becomes an ``mpsDaemons`` entry for that directory, found in the claim's CDI spec, with no
+    limits; the daemon keeps serving the claims prepared with it and stops with the last of
+    them. Devices gain ``adminAccess: false`` (v2 did not record admin access)."""
+    claims: JSON = {}
+    for uid, entry in data["claims"].items():
+        spec = entry.get("cdiSpec") or {}
+        daemons = []
+        for gpu in entry.get("mpsGpus") or ():
+            directory = _v2_daemon_dir(spec, str(gpu))
+            if directory is None:
+                raise ValueError(f"claim {uid}: no MPS pipe mount for GPU {gpu} in its CDI spec")
+            daemons.append({"dir": directory, "gpuUuid": gpu, "memoryBytes": None, "cores": 0})
+        migrated = {k: v for k, v in entry.items() if k != "mpsGpus"}
+        migrated["mpsDaemons"] = daemons
+        migrated["devices"] = [{**d, "adminAccess": False} for d in entry["devices"]]
+        claims[uid] = migrated
+    return {"bootId": data.get("bootId"), "claims": claims}
+
+
 #: ``MIGRATIONS[v]`` turns version ``v`` data into version ``v + 1`` data.
-MIGRATIONS: Final[Mapping[int, Callable[[Mapping[str, Any]], JSON]]] = {1: _migrate_v1}
+MIGRATIONS: Final[Mapping[int, Callable[[Mapping[str, Any]], JSON]]] = {
+    1: _migrate_v1,
+    2: _migrate_v2,
+}
 
 
 def decode(content: bytes, path: Path) -> Checkpoint:

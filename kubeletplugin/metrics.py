@@ -1,11 +1,17 @@
 """Prometheus metrics and ``/healthz`` for the kubelet plugin.
 
 One :class:`Metrics` per process, on its own ``CollectorRegistry`` (never the global one, so
-tests can build several). :class:`HealthState` collects the reasons the process is unhealthy
-(failed registration, a crashed background task); ``/healthz`` answers 200 ``ok`` when there
-are none and 503 with the reasons otherwise. :func:`serve` runs both endpoints on an
-``aiohttp`` server inside the process's event loop; port 0 disables it; a port that cannot be
-bound is a :class:`~driver.api.errors.ConfigError`.
+tests can build several). Two :class:`HealthState` sets of reasons:
+
+* **liveness** (``/healthz``, the liveness probe): what a restart mends (failed registration,
+  a crashed background task);
+* **readiness** (``/readyz``, the readiness probe): what a restart does not mend and an
+  administrator must (an unreadable checkpoint). A restart loop would only hide it, so it
+  never fails liveness. ``/readyz`` also fails while liveness does.
+
+Each endpoint answers 200 ``ok`` when it has no reasons and 503 with them otherwise.
+:func:`serve` runs the endpoints on an ``aiohttp`` server inside the process's event loop;
+port 0 disables it; a port that cannot be bound is a :class:`~driver.api.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -81,6 +87,17 @@ class Metrics:
             "Times the kubelet reported a failed plugin registration.",
             registry=self.registry,
         )
+        self.checkpoint_readable = Gauge(
+            "biaxial_plugin_checkpoint_readable",
+            "1 when the checkpoint could be read the last time it was, 0 otherwise.",
+            registry=self.registry,
+        )
+        self.checkpoint_readable.set(1)
+        self.stale_claims_released = Counter(
+            "biaxial_plugin_stale_claims_released_total",
+            "Prepared claims reconciliation unprepared because the API no longer needs them.",
+            registry=self.registry,
+        )
         self.task_crashes = Counter(
             "biaxial_plugin_task_crashes_total",
             "Background tasks that ended with an unexpected exception.",
@@ -92,8 +109,12 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-async def serve(metrics: Metrics, health: HealthState, host: str, port: int) -> web.AppRunner:
-    """Start ``/metrics`` and ``/healthz`` on ``host:port``; the caller cleans the runner up."""
+async def serve(
+    metrics: Metrics, health: HealthState, host: str, port: int, ready: HealthState | None = None
+) -> web.AppRunner:
+    """Start ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port``; the caller cleans the
+    runner up. ``ready``: the readiness reasons (``/readyz`` reports liveness's too)."""
+    readiness = ready if ready is not None else HealthState()
 
     async def metrics_handler(_: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -101,9 +122,16 @@ async def serve(metrics: Metrics, health: HealthState, host: str, port: int) -> 
     async def healthz_handler(_: web.Request) -> web.Response:
         return web.Response(text=health.describe(), status=200 if health.healthy else 503)
 
+    async def readyz_handler(_: web.Request) -> web.Response:
+        if health.healthy and readiness.healthy:
+            return web.Response(text="ok", status=200)
+        reasons = [h.describe() for h in (health, readiness) if not h.healthy]
+        return web.Response(text="; ".join(reasons), status=503)
+
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/healthz", healthz_handler)
+    app.router.add_get("/readyz", readyz_handler)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -112,5 +140,5 @@ async def serve(metrics: Metrics, health: HealthState, host: str, port: int) -> 
     except OSError as exc:
         await runner.cleanup()
         raise ConfigError(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc}") from exc
-    log.info("metrics and /healthz on %s:%d", host, port)
+    log.info("metrics, /healthz and /readyz on %s:%d", host, port)
     return runner

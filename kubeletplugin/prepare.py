@@ -4,13 +4,14 @@ The gRPC handlers call :class:`Preparer`. Contract:
 
 * **Per claim.** Every claim of a call appears in the result; one bad claim never fails its
   neighbours (its :class:`PrepareResult` carries ``error``). Errors name the claim, the
-  request and the device.
+  request and the device, and never another tenant's objects: a device held by another claim
+  is "prepared for another claim" (the holder is named in the node's log only).
 * **Idempotent.** Preparing a prepared claim returns the same devices (healing a missing CDI
   spec or MPS daemon); unpreparing an unknown or deleted claim succeeds, using what the
   checkpoint cached (the API is not consulted).
-* **Pure planning** (:func:`plan_claim`, :func:`check_conflicts`): claim JSON + this node's
+* **Pure planning** (:func:`plan_claim`, :func:`find_conflict`): claim JSON + this node's
   device table (:class:`~driver.discovery.devices.DeviceTable`) + settings -> devices, CDI
-  spec, MPS GPUs; or a :class:`~driver.api.errors.PrepareError` /
+  spec, MPS daemons; or a :class:`~driver.api.errors.PrepareError` /
   :class:`~driver.api.errors.ConfigError` (or the claim model's
   :class:`~driver.api.errors.ManifestError` for a malformed claim). The claim is read only
   through the core's claim model (:class:`~driver.api.claims.ResourceClaim`) and its
@@ -18,18 +19,27 @@ The gRPC handlers call :class:`Preparer`. Contract:
   allocated, results for another node's pool, devices the table does not publish, a device
   prepared for another claim (unless both are shares of a shareable GPU and the summed
   ``consumedCapacity`` stays within its memory and cores), a full GPU while one of its MIG
-  partitions is prepared (and the reverse).
+  partitions is prepared (and the reverse). Admin-access devices are exempt from the
+  conflict rules in both directions, as upstream's allocator exempts them.
 * The device table is the one the plugin derives per discovery; :meth:`Preparer.observe_inventory`
   replaces it. One call plans and checks against one table.
 * **Transactional shell**, under the node-wide file lock ``<state_dir>/serialize.lock`` (two
   plugin pods overlap during a rolling update): load the checkpoint; recover (a
   ``PrepareStarted`` entry seen under the lock is a crashed Prepare: it is rolled back, and a
   retried Prepare redoes it; a changed boot ID rewrites every prepared claim's CDI spec and
-  restarts its MPS daemons); mark claims ``PrepareStarted``; write CDI specs and start MPS
-  daemons; mark ``PrepareCompleted``. Blocking work runs in ``asyncio.to_thread``.
+  restarts its MPS daemons); mark claims ``PrepareStarted``; write CDI specs and start the
+  claim's own MPS daemons (:mod:`kubeletplugin.mps`: one per claim and GPU, limits set on the
+  daemon); mark ``PrepareCompleted``. Unprepare stops the claim's daemons; :meth:`Preparer.recover`
+  (at start) also stops every daemon no prepared claim uses. Blocking work runs in
+  ``asyncio.to_thread``.
 * A corrupt checkpoint refuses every Prepare with its :class:`~driver.api.errors.CheckpointError`
-  text (devices cannot be proven free); Unprepare still removes the claim's CDI spec and
-  reports the checkpoint error so the kubelet retries.
+  text (devices cannot be proven free); Unprepare proceeds: it removes the claim's CDI spec and
+  stops its MPS daemons (both found by the claim's UID) and succeeds, so pods can finish
+  terminating. Every read of the checkpoint reports its state to ``on_checkpoint`` (the app
+  turns it into readiness and a node Event), so a repaired file is noticed at the next read.
+* **Reconciliation support** (:mod:`kubeletplugin.reconcile` decides what is stale):
+  :meth:`Preparer.snapshot` reads the checkpoint, :meth:`Preparer.release_stale` unprepares
+  one completed claim unless the kubelet asked to prepare it since it first looked stale.
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ from kubeletplugin.checkpoint import (
     DeviceRecord,
     Timeout,
 )
-from kubeletplugin.mps import MpsManager, MpsSettings
+from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -121,10 +131,15 @@ class PrepareSettings:
     # "none" (nothing to limit). "hami-core" refuses rather than run a share unlimited when the
     # library is not configured; set "none" to allow unlimited time-slicing by default.
     default_sharing_strategy: SharingStrategy = "hami-core"
+    # The node's share cap (published as each shareable GPU's ``shares`` capacity); None: none.
+    max_shares_per_gpu: int | None = None
     lock_timeout_s: float = 60.0
 
 
 ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+#: Told the checkpoint's state after every read: ``None`` readable, else the error's text.
+#: Called from the worker thread that read it, only when the state changed.
+CheckpointObserver = Callable[[str | None], None]
 
 
 # --------------------------------------------------------------------------- pure planning
@@ -137,7 +152,7 @@ class ClaimPlan:
     ref: ClaimRef
     devices: tuple[DeviceRecord, ...]
     spec: ClaimSpec
-    mps_gpus: tuple[str, ...]
+    mps_daemons: tuple[MpsDaemon, ...]
 
     def record(self, state: str) -> ClaimRecord:
         return ClaimRecord(
@@ -148,7 +163,7 @@ class ClaimPlan:
             devices=self.devices,
             cdi_spec_file=self.spec.file_name,
             cdi_spec=self.spec.spec,
-            mps_gpus=self.mps_gpus,
+            mps_daemons=self.mps_daemons,
         )
 
 
@@ -246,6 +261,7 @@ def plan_claim(
                 memory_bytes=memory,
                 cores=cores,
                 strategy=strategy,
+                admin_access=bool(result.admin_access),
             )
         )
     paths = SharingPaths(
@@ -260,8 +276,40 @@ def plan_claim(
     prepared = tuple(
         replace(r, cdi_device_ids=ids) for r, ids in zip(records, spec.cdi_device_ids, strict=True)
     )
-    mps_gpus = tuple(sorted({a.target.uuid for a in allocations if a.strategy == "mps"}))
-    return ClaimPlan(ref=ref, devices=prepared, spec=spec, mps_gpus=mps_gpus)
+    return ClaimPlan(
+        ref=ref,
+        devices=prepared,
+        spec=spec,
+        mps_daemons=mps_daemons(ref.uid, allocations, settings.mps_root),
+    )
+
+
+def mps_daemons(
+    claim_uid: str, allocations: Sequence[DeviceAllocation], mps_root: Path
+) -> tuple[MpsDaemon, ...]:
+    """The claim's own MPS daemons: one per GPU it shares with ``mps``, limited to what the
+    claim reserved on that GPU (all its ``mps`` shares there together; a whole device under
+    ``mps`` sets no memory limit). Pure; sorted by directory."""
+    by_gpu: dict[str, list[DeviceAllocation]] = {}
+    for alloc in allocations:
+        if alloc.strategy == "mps":
+            by_gpu.setdefault(alloc.target.uuid, []).append(alloc)
+    daemons = []
+    for uuid, group in by_gpu.items():
+        target = group[0].target
+        memory: int | None = None
+        if all(a.memory_limit_bytes is not None for a in group):
+            memory = min(sum(a.memory_limit_bytes or 0 for a in group), target.memory_bytes)
+        cores = min(sum(a.cores_percent or 0 for a in group), FULL_CORES)
+        daemons.append(
+            MpsDaemon(
+                directory=daemon_dir(mps_root, claim_uid, target.name),
+                gpu_uuid=uuid,
+                memory_bytes=memory,
+                cores=cores,
+            )
+        )
+    return tuple(sorted(daemons, key=lambda d: str(d.directory)))
 
 
 def _physical(device: str, devices: DeviceTable) -> str:
@@ -274,55 +322,98 @@ def _is_mig(device: str, devices: DeviceTable) -> bool:
     return known is not None and known.is_mig
 
 
-def check_conflicts(plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable) -> None:
-    """Refuse a plan whose devices are held by other claims in ``checkpoint`` (any state).
-    ``devices`` is the table the plan was made with. Pure; raises :class:`PrepareError`
-    naming the device and the holder."""
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Why a plan cannot be prepared next to the claims already prepared. ``message`` is for
+    the claim's owner and names only the claim's own objects; ``holder`` (another tenant's
+    claim, when one is in the way) is for the node's log."""
+
+    message: str
+    holder: ClaimRecord | None = None
+
+
+def find_conflict(
+    plan: ClaimPlan,
+    checkpoint: Checkpoint,
+    devices: DeviceTable,
+    max_shares: int | None = None,
+) -> Conflict | None:
+    """The first reason ``plan`` cannot join the claims held in ``checkpoint`` (any state), or
+    ``None``. ``devices`` is the table the plan was made with; ``max_shares`` the node's share
+    cap (at most that many shares of one GPU are prepared, as the published ``shares``
+    capacity allows). Pure.
+
+    Admin access (upstream's ``adminAccess``: "ignore all ordinary claims to the device") is
+    never blocked and never blocks: an admin-access device of either side is skipped, and
+    admin-access shares count towards no capacity.
+    """
     others = [
         (rec, dev)
         for rec in checkpoint.claims.values()
         if rec.uid != plan.ref.uid
         for dev in rec.devices
+        if not dev.admin_access
     ]
     for mine in plan.devices:
+        if mine.admin_access:
+            continue
         physical = _physical(mine.device, devices)
         for rec, dev in others:
-            holder = f"claim {rec.namespace}/{rec.name} ({rec.uid})"
             if dev.device == mine.device:
                 if dev.exclusive or mine.exclusive:
-                    raise PrepareError(
+                    return Conflict(
                         f"claim {plan.ref}: device {mine.device} is already prepared for "
-                        f"{holder}"
+                        "another claim"
                         + (
                             ""
                             if dev.exclusive
                             else " as a share; an exclusive allocation cannot join it"
-                        )
+                        ),
+                        rec,
                     )
             elif _physical(dev.device, devices) == physical and not (
                 _is_mig(mine.device, devices) and _is_mig(dev.device, devices)
             ):
                 # A full GPU and a MIG partition of it; distinct MIG partitions never overlap.
-                raise PrepareError(
+                return Conflict(
                     f"claim {plan.ref}: device {mine.device} overlaps {dev.device} on the same "
-                    f"GPU, which is prepared for {holder}"
+                    "GPU, which is prepared for another claim",
+                    rec,
                 )
     # Capacity of each shared device: every prepared share plus this claim's.
-    for device in sorted({d.device for d in plan.devices if not d.exclusive}):
+    for device in sorted(
+        {d.device for d in plan.devices if not d.exclusive and not d.admin_access}
+    ):
         target = devices.get(device)
         if target is None:  # the plan was made with another table: plan again
-            raise PrepareError(f"claim {plan.ref}: device {device} is not on this node")
+            return Conflict(f"claim {plan.ref}: device {device} is not on this node")
         shares = [dev for _, dev in others if dev.device == device] + [
-            d for d in plan.devices if d.device == device
+            d for d in plan.devices if d.device == device and not d.admin_access
         ]
         memory = sum(d.memory_bytes for d in shares)
         cores = sum(d.cores for d in shares)
         if memory > target.memory_bytes or cores > FULL_CORES:
-            raise PrepareError(
+            return Conflict(
                 f"claim {plan.ref}: shares of device {device} would exceed its capacity "
                 f"(memory {memory} of {target.memory_bytes} bytes, cores {cores} of "
                 f"{FULL_CORES}) with the {len(shares) - 1} share(s) already prepared"
             )
+        # Each allocation result is one share (the published ``shares`` capacity).
+        if max_shares is not None and len(shares) > max_shares:
+            return Conflict(
+                f"claim {plan.ref}: device {device} would have {len(shares)} shares prepared; "
+                f"this node allows at most {max_shares} per GPU (its published shares capacity)"
+            )
+    return None
+
+
+def check_conflicts(
+    plan: ClaimPlan, checkpoint: Checkpoint, devices: DeviceTable, max_shares: int | None = None
+) -> None:
+    """:func:`find_conflict` as an exception: raises :class:`PrepareError` with its message."""
+    conflict = find_conflict(plan, checkpoint, devices, max_shares)
+    if conflict is not None:
+        raise PrepareError(conflict.message)
 
 
 def prepared_devices(record: ClaimRecord) -> tuple[PreparedDevice, ...]:
@@ -358,10 +449,17 @@ class Preparer:
         get_claim: ClaimGetter,
         *,
         boot_id: str | None = None,
+        on_checkpoint: CheckpointObserver | None = None,
     ) -> None:
         self._settings = settings
         self._devices = DeviceTable.of(inventory)
         self._get_claim = get_claim
+        self._on_checkpoint = on_checkpoint
+        self._checkpoint_error: str | None = None
+        self._swept = False
+        # Claim UID -> monotonic time of the last Prepare call that named it (reconciliation
+        # never releases a claim the kubelet has asked for since it first looked stale).
+        self._asked: dict[str, float] = {}
         self._boot_id = boot_id if boot_id is not None else read_boot_id()
         self._store = CheckpointStore(settings.state_dir, lock_timeout_s=settings.lock_timeout_s)
         self._mps = MpsManager(
@@ -380,11 +478,29 @@ class Preparer:
         """Claims in the checkpoint as of the last call (for metrics and health)."""
         return self._prepared
 
+    @property
+    def checkpoint_error(self) -> str | None:
+        """Why the checkpoint could not be read the last time it was, or ``None``."""
+        return self._checkpoint_error
+
     async def recover(self) -> None:
         """Finish crash/reboot recovery now instead of at the first call (call at start-up).
         Raises :class:`CheckpointError` if the checkpoint is corrupt."""
         async with self._lock:
             await asyncio.to_thread(self._recover_sync)
+
+    async def snapshot(self) -> Checkpoint:
+        """The checkpoint as it is now, recovered (crashed Prepares rolled back, a reboot
+        re-applied). Raises :class:`CheckpointError` if it cannot be read."""
+        async with self._lock:
+            return await asyncio.to_thread(self._snapshot_sync)
+
+    async def release_stale(self, uid: str, reason: str, stale_since: float) -> ClaimRecord | None:
+        """Unprepare the completed claim ``uid`` on reconciliation's word that it is stale
+        (``reason``, first seen at monotonic ``stale_since``); the released record, or ``None``
+        when it is no longer there, not completed, or a Prepare named it since."""
+        async with self._lock:
+            return await asyncio.to_thread(self._release_stale_sync, uid, reason, stale_since)
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, PrepareResult]:
         started = time.monotonic()
@@ -443,13 +559,63 @@ class Preparer:
             for _, r in sorted(checkpoint.claims.items())
         )
 
+    def _report(self, error: str | None) -> None:
+        if error == self._checkpoint_error:
+            return
+        self._checkpoint_error = error
+        if self._on_checkpoint is not None:
+            self._on_checkpoint(error)
+
+    def _load(self) -> Checkpoint:
+        """Read and recover the checkpoint (the caller holds the file lock) and report its
+        state. The first successful read of the process also stops the MPS daemons no
+        prepared claim uses (released while the plugin was down, or the per-GPU daemons of an
+        older plugin no claim needs any more)."""
+        try:
+            checkpoint = self._recover(self._store.load())
+        except CheckpointError as exc:
+            self._report(str(exc))
+            raise
+        self._report(None)
+        if not self._swept:
+            self._mps.sweep(self._mps_users(checkpoint))
+            self._swept = True
+        return checkpoint
+
     def _recover_sync(self) -> None:
         with self._store.lock():
-            checkpoint = self._recover(self._store.load())
-            self._publish(checkpoint)
+            self._publish(self._load())
 
-    def _mps_users(self, checkpoint: Checkpoint) -> set[str]:
-        return {g for r in checkpoint.claims.values() for g in r.mps_gpus}
+    def _snapshot_sync(self) -> Checkpoint:
+        with self._store.lock():
+            checkpoint = self._load()
+            self._publish(checkpoint)
+            return checkpoint
+
+    def _release_stale_sync(self, uid: str, reason: str, stale_since: float) -> ClaimRecord | None:
+        with self._store.lock():
+            checkpoint = self._load()
+            record = checkpoint.claims.get(uid)
+            if record is None or record.state != PREPARE_COMPLETED:
+                return None
+            if self._asked.get(uid, float("-inf")) >= stale_since:
+                return None  # the kubelet asked for it after it first looked stale
+            checkpoint = self._release(checkpoint, record)
+            self._store.save(checkpoint)
+            self._publish(checkpoint)
+            self._asked.pop(uid, None)
+        log.warning(
+            "claim %s/%s (%s): unprepared by reconciliation (%s); freed %s",
+            record.namespace,
+            record.name,
+            record.uid,
+            reason,
+            ", ".join(d.device for d in record.devices),
+        )
+        return record
+
+    def _mps_users(self, checkpoint: Checkpoint) -> set[Path]:
+        return {d.directory for r in checkpoint.claims.values() for d in r.mps_daemons}
 
     def _release(self, checkpoint: Checkpoint, record: ClaimRecord) -> Checkpoint:
         """Undo a claim's side effects and drop it; stop MPS daemons nobody uses any more.
@@ -457,18 +623,17 @@ class Preparer:
         cdi.remove_spec(self._settings.cdi_dir, record.cdi_spec_file)
         remaining = checkpoint.without_claim(record.uid)
         still_used = self._mps_users(remaining)
-        for gpu in record.mps_gpus:
-            if gpu in still_used:
-                continue
+        for daemon in record.mps_daemons:
+            if daemon.directory in still_used:
+                continue  # a version-2 daemon still shared with another claim
             try:
-                self._mps.stop(gpu)
+                self._mps.stop(daemon.directory)
             except PrepareError:
                 log.warning(
-                    "claim %s/%s: MPS daemon of GPU %s did not stop; it is stopped again when "
-                    "a claim using it is released",
+                    "claim %s/%s: MPS daemon %s did not stop; the next plugin start stops it",
                     record.namespace,
                     record.name,
-                    gpu,
+                    daemon.directory,
                     exc_info=True,
                 )
         return remaining
@@ -517,8 +682,8 @@ class Preparer:
                         cdi_device_ids=(),
                     ),
                 )
-            for gpu in record.mps_gpus:
-                self._mps.ensure_running(gpu)
+            for daemon in record.mps_daemons:
+                self._mps.ensure_running(daemon)
         except (OSError, PrepareError) as exc:
             log.warning("claim %s/%s: re-prepare failed: %s", record.namespace, record.name, exc)
             return f"claim {record.namespace}/{record.name} ({record.uid}): {exc}"
@@ -549,8 +714,11 @@ class Preparer:
     ) -> dict[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         with self._store.lock():
+            now = time.monotonic()
+            for ref in refs:
+                self._asked[ref.uid] = now
             try:
-                checkpoint = self._recover(self._store.load())
+                checkpoint = self._load()
             except CheckpointError as exc:
                 return {ref.uid: PrepareResult(error=str(exc)) for ref in refs}
             # Phase 1: already prepared, refused, or marked started.
@@ -569,10 +737,20 @@ class Preparer:
                 if isinstance(plan, str):
                     results[ref.uid] = PrepareResult(error=plan)
                     continue
-                try:
-                    check_conflicts(plan, checkpoint, devices)
-                except PrepareError as exc:
-                    results[ref.uid] = PrepareResult(error=str(exc))
+                conflict = find_conflict(
+                    plan, checkpoint, devices, self._settings.max_shares_per_gpu
+                )
+                if conflict is not None:
+                    if conflict.holder is not None:
+                        holder = conflict.holder
+                        log.warning(
+                            "%s (held by claim %s/%s (%s))",
+                            conflict.message,
+                            holder.namespace,
+                            holder.name,
+                            holder.uid,
+                        )
+                    results[ref.uid] = PrepareResult(error=conflict.message)
                     continue
                 checkpoint = checkpoint.with_claim(plan.record(PREPARE_STARTED))
                 todo.append(plan)
@@ -587,8 +765,8 @@ class Preparer:
                     for directory in plan.spec.host_dirs:
                         Path(directory).mkdir(parents=True, exist_ok=True)
                     cdi.write_spec(self._settings.cdi_dir, plan.spec)
-                    for gpu in plan.mps_gpus:
-                        self._mps.ensure_running(gpu)
+                    for daemon in plan.mps_daemons:
+                        self._mps.ensure_running(daemon)
                 except (OSError, PrepareError) as exc:
                     checkpoint = self._release(checkpoint, checkpoint.claims[plan.ref.uid])
                     results[plan.ref.uid] = PrepareResult(error=f"claim {plan.ref}: {exc}")
@@ -607,6 +785,30 @@ class Preparer:
             self._publish(checkpoint)
         return {ref.uid: results[ref.uid] for ref in refs}
 
+    def _unprepare_unrecorded(self, refs: list[ClaimRef], exc: CheckpointError) -> dict[str, str]:
+        """Unprepare with an unreadable checkpoint: what can be undone without it is (the
+        claim's CDI spec, its own MPS daemons, both named after its UID), and the claim is
+        reported unprepared so its pod can finish terminating. The checkpoint still lists it
+        until repaired; reconciliation then finds it stale and releases it."""
+        results: dict[str, str] = {}
+        for ref in refs:
+            try:
+                cdi.remove_spec(
+                    self._settings.cdi_dir, cdi.spec_file_name(self._settings.driver_name, ref.uid)
+                )
+                self._mps.stop_claim(ref.uid)
+            except (OSError, PrepareError) as err:
+                results[ref.uid] = f"claim {ref}: cannot undo its preparation: {err}"
+                continue
+            log.warning(
+                "claim %s: unprepared without the checkpoint (CDI spec removed, MPS daemons "
+                "stopped); the checkpoint cannot be read: %s",
+                ref,
+                exc,
+            )
+            results[ref.uid] = ""
+        return results
+
     def _unprepare_sync(self, refs: list[ClaimRef]) -> dict[str, str]:
         try:
             return self._unprepare_locked(refs)
@@ -617,19 +819,12 @@ class Preparer:
     def _unprepare_locked(self, refs: list[ClaimRef]) -> dict[str, str]:
         results: dict[str, str] = {}
         with self._store.lock():
+            for ref in refs:
+                self._asked.pop(ref.uid, None)
             try:
-                checkpoint = self._recover(self._store.load())
+                checkpoint = self._load()
             except CheckpointError as exc:
-                for ref in refs:
-                    try:
-                        cdi.remove_spec(
-                            self._settings.cdi_dir,
-                            cdi.spec_file_name(self._settings.driver_name, ref.uid),
-                        )
-                    except OSError:
-                        log.warning("claim %s: cannot remove its CDI spec", ref, exc_info=True)
-                    results[ref.uid] = str(exc)
-                return results
+                return self._unprepare_unrecorded(refs, exc)
             changed = False
             for ref in refs:
                 record = checkpoint.claims.get(ref.uid)

@@ -3,9 +3,10 @@
 Contract:
 
 * The desired pool is ``driver.discovery.slices.build_slices(devices, node_name, driver_name,
-  node_uid, taints)`` for the node's device table; set it with :meth:`Publisher.set_inventory`
-  (discovery, health). Slices are owned
-  by the Node (its UID is read from the API at every sync, so a re-created Node is followed).
+  node_uid, taints, max_shares)`` for the node's device table (``max_shares``: the node's
+  share cap, published as each shareable GPU's ``shares`` capacity); set it with
+  :meth:`Publisher.set_inventory` (discovery, health). Slices are owned by the Node (its UID
+  is read from the API at every sync, so a re-created Node is followed).
 * :func:`plan_sync` (pure) compares the slices listed with field selector
   ``spec.nodeName=<node>,spec.driver=<driver>`` with the desired ones and decides, as upstream's
   helper: the pool generation is kept when at most one slice has to change and bumped by one
@@ -29,7 +30,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -40,6 +40,7 @@ from driver.api.model import DeviceTaint, ResourceSlice
 from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
 from driver.discovery.slices import build_slices
+from kubeapi.retry import Backoff
 
 log = logging.getLogger(f"biaxial.{__name__}")
 JSON = dict[str, Any]
@@ -198,23 +199,6 @@ class Inventory:
     taints: Mapping[str, tuple[DeviceTaint, ...]] = field(default_factory=dict)
 
 
-class Backoff:
-    """Exponential backoff with full jitter."""
-
-    def __init__(self, low: float = BACKOFF_MIN_S, high: float = BACKOFF_MAX_S) -> None:
-        self._low = low
-        self._high = high
-        self._next = low
-
-    def reset(self) -> None:
-        self._next = self._low
-
-    def next(self) -> float:
-        delay = self._next
-        self._next = min(self._high, self._next * 2)
-        return random.uniform(delay / 2, delay)  # noqa: S311 - jitter, not cryptography
-
-
 class Publisher:
     """Publishes and maintains the node's pool (see the module docstring)."""
 
@@ -225,10 +209,12 @@ class Publisher:
         node_name: str,
         driver_name: str,
         resync_s: float = 60.0,
+        max_shares: int | None = None,
     ) -> None:
         self._api = api
         self._node = node_name
         self._driver = driver_name
+        self._max_shares = max_shares
         self._resync_s = resync_s
         self._selector = f"spec.nodeName={node_name},spec.driver={driver_name}"
         self._inventory: Inventory | None = None
@@ -267,6 +253,7 @@ class Publisher:
             generation=0,
             node_uid=node_uid or None,
             taints=inventory.taints,
+            max_shares=self._max_shares,
         )
 
     async def sync_once(self) -> tuple[SyncPlan, str]:
@@ -330,7 +317,7 @@ class Publisher:
 
     async def run(self) -> None:
         """Reconcile forever (cancel to stop)."""
-        backoff = Backoff()
+        backoff = Backoff(BACKOFF_MIN_S, BACKOFF_MAX_S, jitter=0.5)
         rounds = 0
         while True:
             if self._inventory is None:

@@ -11,12 +11,20 @@ plugin re-checks them. Socket paths are derived here:
 
 Unix socket paths must be shorter than 108 bytes (``sun_path``); longer ones are refused with
 the path in the message.
+
+HAMi-core's ``libvgpu.so`` is looked for at :data:`DEFAULT_HAMI_CORE_LIBRARY` unless
+``--hami-core-library`` says otherwise (``none`` = no library), where the chart's init container
+installs it; :func:`with_installed_hami_core` drops a configured path that holds no file when
+the plugin starts, so shares under hami-core are refused with a message instead of being given
+a mount the container runtime cannot make.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +35,21 @@ from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.discovery.fake import builtin_profiles
 from kubeletplugin.prepare import PrepareSettings
 
+log = logging.getLogger(f"biaxial.{__name__}")
+
 MAX_SOCKET_PATH: Final = 107  # bytes; sun_path is 108 including the terminating NUL
 _DNS_SUBDOMAIN: Final = re.compile(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
 _UID: Final = re.compile(r"[A-Za-z0-9-]{1,64}")
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _MAX_REG_NAME: Final = 80
+#: Where the chart installs HAMi-core's libvgpu.so on each node (a host path; the plugin pod
+#: sees its directory read-only at the same path).
+DEFAULT_HAMI_CORE_LIBRARY: Final = Path("/var/lib/biaxial/hami-core/libvgpu.so")
+#: ``--mps-root`` bound: a claim's daemon sockets live in ``<root>/<claim UID (36)>/gpu-<minor>/
+#: pipe/``, and their names take up to 18 bytes; the whole path must fit a unix socket's 107.
+MAX_MPS_ROOT: Final = 38
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,13 +69,17 @@ class Settings:
     metrics_address: str = "0.0.0.0"  # noqa: S104 - a DaemonSet pod's metrics endpoint
     remove_slices_on_exit: bool = False
     advertise_legacy_resources: bool = False
-    hami_core_library_path: Path | None = None
+    hami_core_library_path: Path | None = DEFAULT_HAMI_CORE_LIBRARY
     mps_root: Path = Path("/run/biaxial/mps")
+    max_shares_per_gpu: int = 0  # 0: no cap
     health_check_timeout_s: int = 30
     health_resend_s: float = 10.0
     xid_quiet_s: float = 300.0
     rediscover_s: float = 60.0
     resync_s: float = 60.0
+    reconcile_s: float = 60.0
+    release_grace_s: float = 300.0
+    event_namespace: str = "default"
     grace_s: float = 5.0
 
     # ----------------------------------------------------------------- derived
@@ -91,7 +112,13 @@ class Settings:
             cdi_dir=self.cdi_dir,
             hami_core_library_path=self.hami_core_library_path,
             mps_root=self.mps_root,
+            max_shares_per_gpu=self.max_shares,
         )
+
+    @property
+    def max_shares(self) -> int | None:
+        """The share cap per GPU, ``None`` for no cap."""
+        return self.max_shares_per_gpu or None
 
     # ----------------------------------------------------------------- validation
 
@@ -126,9 +153,21 @@ class Settings:
             ("--xid-quiet-seconds", self.xid_quiet_s),
             ("--rediscover-seconds", self.rediscover_s),
             ("--resync-seconds", self.resync_s),
+            ("--reconcile-seconds", self.reconcile_s),
         ):
             if value <= 0:
                 raise ConfigError(f"{flag} must be positive, got {value}")
+        if self.max_shares_per_gpu < 0:
+            raise ConfigError(
+                f"--max-shares-per-gpu must be 0 (no cap) or positive, got "
+                f"{self.max_shares_per_gpu}"
+            )
+        if self.release_grace_s < 0:
+            raise ConfigError(
+                f"--release-grace-seconds must be 0 or positive, got {self.release_grace_s}"
+            )
+        if len(self.event_namespace) > 63 or not _DNS_LABEL.fullmatch(self.event_namespace):
+            raise ConfigError(f"--event-namespace {self.event_namespace!r} is not a namespace name")
         if self.health_check_timeout_s <= 0:
             raise ConfigError("--health-check-timeout-seconds must be positive")
         for flag, path in (
@@ -139,6 +178,15 @@ class Settings:
         ):
             if not path.is_absolute():
                 raise ConfigError(f"{flag} {path} must be an absolute path")
+        hami = self.hami_core_library_path
+        if hami is not None and not hami.is_absolute():
+            raise ConfigError(f"--hami-core-library {hami} must be an absolute path (or none)")
+        if not self.mps_root.is_absolute() or len(str(self.mps_root).encode()) > MAX_MPS_ROOT:
+            raise ConfigError(
+                f"--mps-root {self.mps_root} must be an absolute path of at most {MAX_MPS_ROOT} "
+                "bytes (MPS daemon sockets live below it, and unix socket paths are limited to "
+                "107 bytes)"
+            )
         for what, sock in (
             ("registration socket", self.registration_socket),
             ("DRA socket", self.dra_socket),
@@ -150,3 +198,26 @@ class Settings:
                     f"than {MAX_SOCKET_PATH + 1} bytes (use a shorter directory)"
                 )
         return self
+
+
+def with_installed_hami_core(prepare: PrepareSettings) -> PrepareSettings:
+    """``prepare``, without its HAMi-core library path when no file is there (logged once, at
+    start): shares under hami-core are then refused with a message until the library is
+    installed and the plugin restarted."""
+    path = prepare.hami_core_library_path
+    if path is None:
+        log.info("no HAMi-core library configured: GPU shares under hami-core are refused")
+        return prepare
+    if path.is_file():
+        version = path.with_name("VERSION")
+        about = "version unknown"
+        if version.is_file():
+            about = version.read_text(encoding="utf-8").strip()
+        log.info("HAMi-core library %s (%s)", path, about)
+        return prepare
+    log.warning(
+        "HAMi-core library %s not found: GPU shares under the hami-core sharing strategy are "
+        "refused until it is installed and the plugin restarted (docs/sharing.md)",
+        path,
+    )
+    return dataclasses.replace(prepare, hami_core_library_path=None)

@@ -42,13 +42,15 @@ VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
     # Clusters without GPUs (kind, CI): 4 fake T4s on every node labelled
     # biaxial.dev/fake-gpus=true; nvidia.com/gpumem and gpucores advertised on the Node so the
     # kubelet admits HAMi-style pods (docs/requesting-gpus.md); shares time-sliced (strategy
-    # none), since there is no HAMi-core library to inject.
+    # none) and no HAMi-core library installed: there is no CUDA to intercept, and the kind
+    # script builds the image without it (HAMI_CORE=none).
     "biaxial-fake-gpus.yaml": {
         "kubeletPlugin": {
             "fakeGpus": "t4x4",
             "nodeSelector": {"nvidia.com/gpu.present": None, "biaxial.dev/fake-gpus": "true"},
             "tolerations": None,
             "advertiseLegacyResources": True,
+            "hamiCoreLibrary": "",
         },
         "deviceClasses": {"sharingStrategy": "none"},
     },

@@ -11,7 +11,8 @@ Output is one JSON object::
     {"node": NAME, "outcome": "allocated" | "unschedulable" | "error", "message": TEXT,
      "claims": {"NAMESPACE/NAME": <exactly the v1 status.allocation object>}}
 
-The exit code is 0 whenever a verdict was produced (including ``unschedulable`` and
+The exit code is 0 whenever a verdict was produced (including ``unschedulable``, also for a
+node whose pools are invalid, with upstream's "invalid resource pools were encountered", and
 ``error``: an unknown class, a CEL error, an exhausted search), and 2 for malformed input, with
 one clear line on stderr.
 """
@@ -49,7 +50,7 @@ def verdict(
 ) -> dict[str, Any]:
     """The allocate verdict for already-loaded objects (raises ManifestError for bad input)."""
     from driver.api.claims import DeviceClass, ResourceClaim  # noqa: PLC0415
-    from driver.api.errors import BiaxialError, ManifestError  # noqa: PLC0415
+    from driver.api.errors import BiaxialError, ManifestError, NodeAllocationError  # noqa: PLC0415
     from driver.api.model import ResourceSlice  # noqa: PLC0415
     from driver.api.nodes import Node  # noqa: PLC0415
     from driver.scheduling.policy import parse_gpu_policy  # noqa: PLC0415
@@ -98,6 +99,10 @@ def verdict(
     try:
         snapshot = ClusterSnapshot.build(slices, classes, allocated)
         results = allocate(snapshot, pending, node, order=gpu_order(policy))
+    except NodeAllocationError as exc:
+        # Upstream's ErrFailedAllocationOnNode: this node is unschedulable with that message.
+        out.update(outcome="unschedulable", message=f"node {node.name}: {exc}")
+        return out
     except BiaxialError as exc:
         out.update(outcome="error", message=str(exc))
         return out

@@ -1,20 +1,19 @@
 """``biaxial kubelet-plugin``: run the DRA kubelet plugin on this node.
 
-Every flag has an environment twin, ``BIAXIAL_<FLAG IN UPPER SNAKE CASE>`` (for instance
-``BIAXIAL_FAKE_GPUS``); the node name also reads ``NODE_NAME`` and the kubeconfig
-``KUBECONFIG``. A flag wins over its twin. Without a kubeconfig the in-cluster service account
-is used. Invalid settings are one line on stderr and exit code 2; SIGTERM stops the plugin
-gracefully (exit 0); a crashed background task exits 1.
+Settings come from flags with environment twins (:mod:`biaxial.flags`: the flag, then
+``BIAXIAL_<FLAG>``, e.g. ``BIAXIAL_FAKE_GPUS``, then the conventional ``NODE_NAME``,
+``POD_UID`` and ``KUBECONFIG``, then the default). Without a kubeconfig the in-cluster service
+account is used. Invalid settings are one line on stderr and exit code 2. The plugin logs at
+INFO unless ``-vv``; SIGTERM stops it gracefully (exit 0); a crashed background task exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any
+
+from biaxial.flags import INTEGER, NUMBER, PATH, SWITCH, Flag, Flags, Kind, daemon_logging
 
 if TYPE_CHECKING:
     from kubeletplugin.settings import Settings
@@ -23,104 +22,207 @@ NAME = "kubelet-plugin"
 HELP = "run the DRA kubelet plugin (gRPC services, ResourceSlice publisher, health)"
 ORDER = 10
 
-T = TypeVar("T")
+#: A path, or ``none`` for no path at all (a blank value means "not set": the default).
+PATH_OR_NONE = Kind(
+    "a path or none", lambda text: None if text.strip().lower() == "none" else Path(text)
+)
 
-_FLAGS: list[tuple[str, str, str, str]] = [
-    # flag, metavar, help, default (shown)
-    ("--kubeconfig", "FILE", "kubeconfig file (default: $KUBECONFIG, else in-cluster)", ""),
-    ("--node-name", "NODE", "this node's name (default: $NODE_NAME)", ""),
-    ("--fake-gpus", "PROFILE", "use a fake GPU profile (t4x4, ...) instead of NVML", ""),
-    ("--driver-name", "NAME", "DRA driver name", "gpu.biaxial.dev"),
-    ("--registry-dir", "DIR", "kubelet plugin registry dir", "/var/lib/kubelet/plugins_registry"),
-    ("--plugin-dir", "DIR", "kubelet plugins dir (DRA socket parent)", "/var/lib/kubelet/plugins"),
-    ("--cdi-dir", "DIR", "CDI spec dir", "/var/run/cdi"),
-    ("--state-dir", "DIR", "checkpoint and lock dir", "/var/lib/biaxial"),
-    ("--pod-uid", "UID", "this pod's UID: per-pod socket names (rolling updates)", ""),
-    ("--metrics-port", "N", "port for /metrics and /healthz (0 = off)", "0"),
-    ("--metrics-address", "ADDR", "address for /metrics and /healthz", "0.0.0.0"),  # noqa: S104
-    ("--hami-core-library", "PATH", "host path of HAMi-core libvgpu.so", ""),
-    ("--mps-root", "DIR", "MPS pipe/log root", "/run/biaxial/mps"),
-    ("--health-resend-seconds", "S", "re-send the health list this often", "10"),
-    ("--health-check-timeout-seconds", "S", "health timeout told to the kubelet", "30"),
-    ("--xid-quiet-seconds", "S", "non-fatal Xid clears after this long without another", "300"),
-    ("--rediscover-seconds", "S", "re-run discovery this often", "60"),
-    ("--resync-seconds", "S", "full slice re-list period", "60"),
-]
-_SWITCHES: list[tuple[str, str]] = [
-    ("--remove-slices-on-exit", "delete this node's ResourceSlices on a clean shutdown"),
-    ("--advertise-legacy-resources", "patch nvidia.com/gpumem and gpucores into Node status"),
-]
-
-
-def _env_name(flag: str) -> str:
-    return "BIAXIAL_" + flag.removeprefix("--").replace("-", "_").upper()
+FLAGS = Flags(
+    Flag(
+        "kubeconfig",
+        "kubeconfig file (none: in-cluster)",
+        field="kubeconfig",
+        kind=PATH,
+        metavar="FILE",
+        conventional_env=("KUBECONFIG",),
+    ),
+    Flag(
+        "node-name",
+        "this node's name",
+        field="node_name",
+        default="",
+        metavar="NODE",
+        conventional_env=("NODE_NAME",),
+    ),
+    Flag(
+        "fake-gpus",
+        "use a fake GPU profile (t4x4, ...) instead of NVML",
+        field="fake_gpus",
+        metavar="PROFILE",
+    ),
+    Flag(
+        "driver-name",
+        "DRA driver name",
+        field="driver_name",
+        default="gpu.biaxial.dev",
+        metavar="NAME",
+    ),
+    Flag(
+        "registry-dir",
+        "kubelet plugin registry dir",
+        field="registry_dir",
+        kind=PATH,
+        default="/var/lib/kubelet/plugins_registry",
+        metavar="DIR",
+    ),
+    Flag(
+        "plugin-dir",
+        "kubelet plugins dir (DRA socket parent)",
+        field="plugin_dir",
+        kind=PATH,
+        default="/var/lib/kubelet/plugins",
+        metavar="DIR",
+    ),
+    Flag(
+        "cdi-dir", "CDI spec dir", field="cdi_dir", kind=PATH, default="/var/run/cdi", metavar="DIR"
+    ),
+    Flag(
+        "state-dir",
+        "checkpoint and lock dir",
+        field="state_dir",
+        kind=PATH,
+        default="/var/lib/biaxial",
+        metavar="DIR",
+    ),
+    Flag(
+        "pod-uid",
+        "this pod's UID: per-pod socket names (rolling updates)",
+        field="pod_uid",
+        default="",
+        metavar="UID",
+        conventional_env=("POD_UID",),
+    ),
+    Flag(
+        "metrics-port",
+        "port for /metrics, /healthz and /readyz (0 = off)",
+        field="metrics_port",
+        kind=INTEGER,
+        default="0",
+    ),
+    Flag(
+        "metrics-address",
+        "address for /metrics, /healthz and /readyz",
+        field="metrics_address",
+        default="0.0.0.0",  # noqa: S104 - a DaemonSet pod's metrics endpoint
+        metavar="ADDR",
+    ),
+    Flag(
+        "remove-slices-on-exit",
+        "delete this node's ResourceSlices on a clean shutdown",
+        field="remove_slices_on_exit",
+        kind=SWITCH,
+        default="false",
+    ),
+    Flag(
+        "advertise-legacy-resources",
+        "patch nvidia.com/gpumem and gpucores into Node status",
+        field="advertise_legacy_resources",
+        kind=SWITCH,
+        default="false",
+    ),
+    Flag(
+        "hami-core-library",
+        "host path of HAMi-core libvgpu.so for the hami-core sharing strategy; none = no library",
+        field="hami_core_library_path",
+        kind=PATH_OR_NONE,
+        default="/var/lib/biaxial/hami-core/libvgpu.so",  # kubeletplugin.settings' default
+        metavar="PATH",
+    ),
+    Flag(
+        "mps-root",
+        "MPS pipe/log root",
+        field="mps_root",
+        kind=PATH,
+        default="/run/biaxial/mps",
+        metavar="DIR",
+    ),
+    Flag(
+        "max-shares-per-gpu",
+        "at most this many claims share one GPU, published as its shares capacity (0 = no cap)",
+        field="max_shares_per_gpu",
+        kind=INTEGER,
+        default="0",
+        metavar="N",
+    ),
+    Flag(
+        "health-resend-seconds",
+        "re-send the health list this often",
+        field="health_resend_s",
+        kind=NUMBER,
+        default="10",
+        metavar="S",
+    ),
+    Flag(
+        "health-check-timeout-seconds",
+        "health timeout told to the kubelet",
+        field="health_check_timeout_s",
+        kind=INTEGER,
+        default="30",
+        metavar="S",
+    ),
+    Flag(
+        "xid-quiet-seconds",
+        "non-fatal Xid clears after this long without another",
+        field="xid_quiet_s",
+        kind=NUMBER,
+        default="300",
+        metavar="S",
+    ),
+    Flag(
+        "rediscover-seconds",
+        "re-run discovery this often",
+        field="rediscover_s",
+        kind=NUMBER,
+        default="60",
+        metavar="S",
+    ),
+    Flag(
+        "resync-seconds",
+        "full slice re-list period",
+        field="resync_s",
+        kind=NUMBER,
+        default="60",
+        metavar="S",
+    ),
+    Flag(
+        "reconcile-seconds",
+        "check the checkpoint's claims against the API this often",
+        field="reconcile_s",
+        kind=NUMBER,
+        default="60",
+        metavar="S",
+    ),
+    Flag(
+        "release-grace-seconds",
+        "unprepare a claim the API no longer needs once it has been so this long",
+        field="release_grace_s",
+        kind=NUMBER,
+        default="300",
+        metavar="S",
+    ),
+    Flag(
+        "event-namespace",
+        "namespace of the Events recorded about this node",
+        field="event_namespace",
+        default="default",
+        metavar="NS",
+        conventional_env=("POD_NAMESPACE",),
+    ),
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    for flag, metavar, text, default in _FLAGS:
-        shown = f" [env {_env_name(flag)}" + (f"; default {default}]" if default else "]")
-        parser.add_argument(flag, metavar=metavar, default=None, help=text + shown)
-    for flag, text in _SWITCHES:
-        parser.add_argument(
-            flag, action="store_true", default=None, help=f"{text} [env {_env_name(flag)}]"
-        )
+    FLAGS.add_to(parser)
 
 
-def _value(args: argparse.Namespace, flag: str, *extra_env: str) -> str:
-    explicit = getattr(args, flag.removeprefix("--").replace("-", "_"))
-    if explicit is not None:
-        return str(explicit)
-    for env in (_env_name(flag), *extra_env):
-        found = os.environ.get(env, "").strip()
-        if found:
-            return found
-    return next(d for f, _, _, d in _FLAGS if f == flag)
-
-
-def _switch(args: argparse.Namespace, flag: str) -> bool:
-    if getattr(args, flag.removeprefix("--").replace("-", "_")):
-        return True
-    return os.environ.get(_env_name(flag), "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _typed(args: argparse.Namespace, flag: str, kind: Callable[[str], T]) -> T:
-    from driver.api.errors import ConfigError  # noqa: PLC0415
-
-    text = _value(args, flag)
-    try:
-        return kind(text)
-    except ValueError as exc:
-        raise ConfigError(f"{flag} {text!r}: not a valid {kind.__name__}") from exc
-
-
-def build_settings(args: argparse.Namespace) -> Settings:
-    """Flags + environment -> validated :class:`kubeletplugin.settings.Settings`."""
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """Flags, then their environment twins, then defaults; validated."""
     from kubeletplugin.settings import Settings  # noqa: PLC0415 - heavy imports inside run
 
-    kubeconfig = _value(args, "--kubeconfig", "KUBECONFIG")
-    hami = _value(args, "--hami-core-library")
-    return Settings(
-        node_name=_value(args, "--node-name", "NODE_NAME"),
-        kubeconfig=Path(kubeconfig) if kubeconfig else None,
-        fake_gpus=_value(args, "--fake-gpus") or None,
-        driver_name=_value(args, "--driver-name"),
-        registry_dir=Path(_value(args, "--registry-dir")),
-        plugin_dir=Path(_value(args, "--plugin-dir")),
-        cdi_dir=Path(_value(args, "--cdi-dir")),
-        state_dir=Path(_value(args, "--state-dir")),
-        pod_uid=_value(args, "--pod-uid", "POD_UID"),
-        metrics_port=_typed(args, "--metrics-port", int),
-        metrics_address=_value(args, "--metrics-address"),
-        remove_slices_on_exit=_switch(args, "--remove-slices-on-exit"),
-        advertise_legacy_resources=_switch(args, "--advertise-legacy-resources"),
-        hami_core_library_path=Path(hami) if hami else None,
-        mps_root=Path(_value(args, "--mps-root")),
-        health_resend_s=_typed(args, "--health-resend-seconds", float),
-        health_check_timeout_s=_typed(args, "--health-check-timeout-seconds", int),
-        xid_quiet_s=_typed(args, "--xid-quiet-seconds", float),
-        rediscover_s=_typed(args, "--rediscover-seconds", float),
-        resync_s=_typed(args, "--resync-seconds", float),
-    ).validate()
+    def make(fields: dict[str, Any]) -> Settings:
+        return Settings(**fields).validate()
+
+    return FLAGS.read(args).build(make)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,8 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kubeletplugin import app  # noqa: PLC0415
 
-    settings = build_settings(args)
-    if args.verbose == 0:  # a daemon logs its lifecycle by default
-        logging.getLogger("biaxial").setLevel(logging.INFO)
+    settings = settings_from_args(args)
+    daemon_logging(args.verbose)
     code: int = asyncio.run(app.run(settings))
     return code

@@ -16,7 +16,8 @@
 # specs they produce name /dev/nvidia* device nodes, so this script creates inert character
 # devices with NVIDIA's major numbers inside each worker's node container (nothing can open
 # them: there is no driver), and GPU shares are time-sliced (deviceClasses.sharingStrategy=none:
-# there is no HAMi-core library to inject), so pods reach Running.
+# there is no CUDA for HAMi-core to intercept, so the image is built without it, HAMI_CORE=none,
+# and the chart installs none: kubeletPlugin.hamiCoreLibrary=""), so pods reach Running.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -111,7 +112,7 @@ main() {
   done
 
   say "building $IMAGE and loading it into the nodes"
-  "$eng" build -t "$IMAGE" "$root"
+  "$eng" build --build-arg HAMI_CORE=none -t "$IMAGE" "$root"
   if [[ "$eng" == docker ]]; then
     kind load docker-image "$IMAGE" --name "$CLUSTER_NAME"
   else
@@ -130,6 +131,7 @@ main() {
       --set-json 'kubeletPlugin.nodeSelector={"nvidia.com/gpu.present":null,"biaxial.dev/fake-gpus":"true"}' \
       --set kubeletPlugin.tolerations=null \
       --set kubeletPlugin.advertiseLegacyResources=true \
+      --set kubeletPlugin.hamiCoreLibrary= \
       --set deviceClasses.sharingStrategy=none
   else
     # The same values, rendered: deploy/manifests/biaxial-fake-gpus.yaml.

@@ -11,7 +11,9 @@ says what is wrong and where, so the CLI, events and conditions can show it as o
     │   └── ValidationError          an object that breaks an API limit (attribute count, names)
     ├── CELEvaluationError           a selector failed at run time (missing key, non-bool, cost)
     ├── AllocationError              a fatal allocation error for a pod (unknown class, All on
-    │                                an incomplete pool, CEL runtime error); not "does not fit"
+    │   │                            an incomplete pool, CEL runtime error); not "does not fit"
+    │   └── NodeAllocationError      allocation failed on this node only (invalid pools): the
+    │                                node is unschedulable with this message, others may fit
     ├── DiscoveryError               NVML is unavailable or reported something unusable
     ├── CheckpointError              the kubelet plugin's checkpoint is unreadable or corrupt
     ├── PrepareError                 a claim cannot be prepared on this node (per claim)
@@ -19,7 +21,9 @@ says what is wrong and where, so the CLI, events and conditions can show it as o
         ├── NotFoundError            404
         ├── ConflictError            409 (stale resourceVersion or AlreadyExists)
         ├── GoneError                410 (watch history expired)
-        └── ServerError              5xx and transport failures; retryable
+        ├── ServerError              5xx and transport failures; retryable
+        └── (NotLeaderError)         not from the API: a write the controller's leader fence
+                                     refused before sending it (controller.leader; status 0)
 
 HTTP status codes are mapped to ``ApiError`` subclasses in exactly one place:
 :func:`api_error_for_status`. Always ``raise ... from`` the underlying exception.
@@ -66,6 +70,13 @@ class CELEvaluationError(BiaxialError):
 
 class AllocationError(BiaxialError):
     """A fatal allocation error for a pod: retry later, do not treat as 'does not fit'."""
+
+
+class NodeAllocationError(AllocationError):
+    """Allocation failed on one node for a reason of that node (upstream's
+    ``ErrFailedAllocationOnNode``: invalid resource pools). Not fatal for the pod: the node is
+    unschedulable with this message and other nodes may still fit. A caller that does not
+    tell it apart still stops safely (it is an AllocationError)."""
 
 
 class DiscoveryError(BiaxialError):

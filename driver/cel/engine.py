@@ -1,18 +1,29 @@
 """The DRA CEL engine: device selectors with upstream semantics
-(k8s.io/dynamic-resource-allocation/cel), on cel-expr-python (Google's C++ CEL).
+(k8s.io/dynamic-resource-allocation/cel, the newest environment version), on cel-expr-python
+(Google's C++ CEL).
 
 Contract
 --------
 * :func:`compile_selector` compiles once per expression string (LRU cache) and raises
   :class:`~driver.api.errors.CELCompileError` for syntax and type errors (with the position, e.g.
   ``<input>:1:8: Syntax error: ...``), for expressions longer than
-  :data:`MAX_EXPRESSION_LENGTH` bytes, and when the result type is statically known not to be
-  bool.
+  :data:`MAX_EXPRESSION_LENGTH` bytes, when the result type is statically known not to be
+  bool, and for upstream's compile-time rules: mixed-type list or map literals (homogeneous
+  aggregate literals), an invalid constant regular expression.
+  :attr:`Selector.max_cost` is the static cost estimate in upstream's units
+  (``driver.cel.checked.estimate_cost``): what the API server checks when a selector is written
+  (the API emulator does the same); evaluation does not refuse on it.
 * :meth:`Selector.matches` evaluates against one device and returns the bool result. Every
   runtime problem (no such key, no matching overload, a non-bool result, an invalid version
-  attribute, the cost limit) raises :class:`~driver.api.errors.CELEvaluationError` naming the
-  expression and the device: upstream treats these as errors for the pod, never as "does not
-  match".
+  attribute, the actual-cost limit, the deadline, any engine failure) raises
+  :class:`~driver.api.errors.CELEvaluationError` naming the expression and the device:
+  upstream treats these as errors for the pod, never as "does not match".
+* Runtime bound: an evaluation whose static estimate is within :data:`COST_LIMIT` runs as is
+  (its actual cost cannot pass the limit). Any other runs *metered* (``driver.cel.cost``):
+  actual cost in upstream's units, cancelled at :data:`COST_LIMIT` ("operation cancelled:
+  actual cost limit exceeded", as upstream) or at the deadline of the enclosing
+  ``driver.cel.cost.limits(deadline=...)`` block -- the way for a caller to bound a whole
+  decision. Growth bombs stop after a few megabytes of data.
 * :class:`MatchCache` caches results and errors per (expression, device, slice generation) and
   builds each device's CEL input once. Everything else here is pure and immutable.
 
@@ -23,22 +34,34 @@ The ``device`` variable
 (bool). Unqualified keys live under the driver name's domain; ``a.io/b`` under ``a.io``.
 Attribute values: int, bool, string, version -> ``kubernetes.Semver``, lists -> CEL lists.
 
-Faithful representations of what cel-expr-python cannot express natively, and the
-deviations they leave:
+The environment
+---------------
+As upstream's newest: the standard library with cross-type numeric comparisons (``1.5 > 1``),
+optional types, ``cel.bind``, two-variable comprehensions (``all``, ``exists``, ``existsOne``,
+``transformList``, ``transformMap``, ``transformMapEntry``), cel-go's lists extension at
+version 3 (``slice``, ``flatten``, ``lists.range``, ``distinct``, ``reverse``, ``sort``,
+``sortBy``), the sets extension, the strings extension at version 2 (``driver.cel.strings``),
+and Kubernetes' libraries: quantity, semver, lists (``isSorted``, ``sum``, ``min``, ``max``,
+``indexOf``, ``lastIndexOf``, ``includes``), regex (``find``, ``findAll``), IP, CIDR and URL
+(``driver.cel.network``).
 
+Where cel-expr-python cannot express something natively, and the differences that remain
+----------------------------------------------------------------------------------------
 * **Object type.** Upstream declares ``device`` as the object type ``kubernetes.DRADevice``.
   Here its four fields are four variables with dotted names (``device.driver`` ...), which CEL
   name resolution reads exactly like field selections, fully typed: ``device.driver + 1`` and
   ``device.nosuchfield`` are compile errors as upstream. A bare ``device`` (not a field of it)
   does not resolve, and ``has(device.driver)`` yields the variable rather than ``true``
   (a compile error for the string fields, the value for ``allowMultipleAllocations``).
-* **Quantity and Semver.** The engine has no opaque runtime types, so these are protobuf
-  messages ``kubernetes.Quantity`` / ``kubernetes.Semver`` (upstream's type names) from a
-  private descriptor pool, carrying the exact value (nano-units, or the version without build
-  metadata), so ``==`` means equal value / equal precedence as upstream. Their fields
-  (``nanos``, ``version``) are visible to field selection, which upstream does not offer.
-  The library functions run in Python (``driver.cel.library``); the runtime registers one
-  implementation per member name, which dispatches on the receiver.
+* **Library value types.** The engine has no opaque runtime types, so quantities, versions,
+  IPs, CIDRs and URLs are protobuf messages (upstream's type names ``kubernetes.Quantity``,
+  ``kubernetes.Semver``, ``net.IP``, ``net.CIDR``, ``kubernetes.URL``) from a private
+  descriptor pool, carrying the exact value, so ``==`` means equal value as upstream. Their one
+  field is visible to field selection, which upstream does not offer; comparing one with ``==``
+  to a value of another type is ``false`` here where upstream errs ("no such overload").
+* **Library functions** run in Python. The runtime keeps one implementation per name and
+  argument kinds, so every overload of a library function is renamed in the checked expression
+  to a private name with its own implementation and return type (``_RUNTIME_NAMES``).
 * **Unknown domains.** Upstream returns an empty map for any domain the device does not have.
   The C++ maps cannot default, so every domain the expression names *literally*
   (``device.attributes["x.io"]``, ``.?x``, ``cel.bind`` of it) that the device lacks is added
@@ -46,28 +69,31 @@ deviations they leave:
   (``device.attributes["x" + ".io"]``) that the device lacks is a "no such key" error, and a
   literally named missing domain shows up in ``in``, ``size()`` and iteration over
   ``device.attributes``, where upstream would not list it.
-* **Cost.** The engine has no cost tracking. The worst-case cost is estimated once at compile
-  time over the checked AST with upstream's size bounds (``driver.cel.checked``); an expression
-  whose estimate exceeds :data:`COST_LIMIT` fails every evaluation with a cost-limit error
-  before it runs (upstream rejects such expressions when they are written, and stops them at
-  run time).
-* **Libraries.** Kubernetes' quantity and semver libraries, the strings extension, optional
-  types (``.?``, ``orValue``), ``cel.bind``, the list-attribute helper ``includes()``
-  (membership on a list, equality on a scalar), the sets library (``sets.contains``,
-  ``sets.equivalent``, ``sets.intersects``) and, of the lists library, ``isSorted()`` and
-  ``sum()``/``min()``/``max()`` of int lists are available (the last ones in Python: the
-  runtime keeps one implementation, and one return type, per receiver kind). The rest of the
-  lists library (``indexOf`` would clash with the strings extension's), regex ``find``, the
-  URL and IP/CIDR libraries and two-variable comprehensions are not; they are compile errors
-  ("undeclared reference").
+* **Iterations.** cel-cpp stops an evaluation after 10,000 comprehension iterations in total
+  ("Iteration budget exceeded", reported as a CELEvaluationError); upstream bounds only the
+  cost, so a selector that needs more iterations but stays within the cost limit (four nested
+  comprehensions over ten elements: 11,110 iterations, actual cost 114,441) is an error here.
+* **Parser nesting.** cel-cpp's parser refuses expressions nested deeper than its recursion
+  limit; upstream's (cel-go) allows deeper nesting.
+* **Regular expressions.** ``matches`` runs cel-cpp's RE2 (as upstream's Go regexp: RE2
+  syntax); ``find`` / ``findAll`` run Python's ``re`` on the same syntax (backreferences and
+  lookaround, which RE2 lacks, are refused).
+* **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) are not
+  available (they return optional values, which Python functions cannot build): a compile
+  error ("undeclared reference").
+* **List concatenation** is charged by the size of the result (cel-cpp copies lists where
+  cel-go concatenates them lazily), so a list-doubling expression upstream accepts can be
+  cancelled here.
+* The ``first()`` / ``last()`` list members of cel-cpp's lists extension, which upstream's
+  version lacks, are compile errors.
 
-Where the result differs from upstream's (the object-type and unknown-domain notes above), the
-conformance table has a case with an ``upstream`` note, and cel-python, which gives upstream's
-answer there, is asserted to do so.
+Where the result differs from upstream's, the conformance table has a case with an ``upstream``
+note, and cel-python, which gives upstream's answer there, is asserted to do so.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import re
 import threading
@@ -77,42 +103,63 @@ from functools import lru_cache
 from typing import Any, Final
 
 from cel_expr_python import cel
-from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.ids import DeviceID
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
-from driver.cel import checked, library
+from driver.cel import checked, cost, library, network, strings
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
-COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
+COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
 COMPILE_CACHE_SIZE: Final = 1024
+ITERATION_BUDGET: Final = 10_000  # cel-cpp's comprehension iterations per evaluation
 
 QUANTITY_TYPE_NAME: Final = "kubernetes.Quantity"
 SEMVER_TYPE_NAME: Final = "kubernetes.Semver"
+IP_TYPE_NAME: Final = "net.IP"
+CIDR_TYPE_NAME: Final = "net.CIDR"
+URL_TYPE_NAME: Final = "kubernetes.URL"
 
 # --------------------------------------------------------------------------- value types
 
 
-def _build_value_types() -> tuple[Any, type[Any], type[Any]]:
+def _build_value_types() -> tuple[Any, dict[str, type[Any]]]:
     string = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
     optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
-    fdp = descriptor_pb2.FileDescriptorProto(
-        name="biaxial/kubernetes_cel_types.proto", package="kubernetes", syntax="proto3"
-    )
-    for name, field_name in (("Quantity", "nanos"), ("Semver", "version")):
-        msg = fdp.message_type.add(name=name)
-        msg.field.add(name=field_name, number=1, type=string, label=optional)
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    quantity_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(QUANTITY_TYPE_NAME))
-    semver_cls = message_factory.GetMessageClass(pool.FindMessageTypeByName(SEMVER_TYPE_NAME))
-    return pool, quantity_cls, semver_cls
+    layout = {
+        "kubernetes": (("Quantity", "nanos"), ("Semver", "version"), ("URL", "value")),
+        "net": (("IP", "value"), ("CIDR", "value")),
+    }
+    for package, messages in layout.items():
+        fdp = descriptor_pb2.FileDescriptorProto(
+            name=f"biaxial/{package}_cel_types.proto", package=package, syntax="proto3"
+        )
+        for name, field_name in messages:
+            msg = fdp.message_type.add(name=name)
+            msg.field.add(name=field_name, number=1, type=string, label=optional)
+        pool.Add(fdp)
+    classes = {
+        full: message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
+        for full in (
+            QUANTITY_TYPE_NAME,
+            SEMVER_TYPE_NAME,
+            IP_TYPE_NAME,
+            CIDR_TYPE_NAME,
+            URL_TYPE_NAME,
+        )
+    }
+    return pool, classes
 
 
-_POOL, _QuantityMsg, _SemverMsg = _build_value_types()
+_POOL, _CLASSES = _build_value_types()
+_QuantityMsg = _CLASSES[QUANTITY_TYPE_NAME]
+_SemverMsg = _CLASSES[SEMVER_TYPE_NAME]
+_IPMsg = _CLASSES[IP_TYPE_NAME]
+_CIDRMsg = _CLASSES[CIDR_TYPE_NAME]
+_URLMsg = _CLASSES[URL_TYPE_NAME]
 
 
 def quantity_value(quantity: Quantity) -> Any:
@@ -128,7 +175,13 @@ def _semver_value(version: library.Semver) -> Any:
 def _quantity_literal(text: str) -> Any:
     """``quantity(s)``; memoised (selectors call it with the same literal on every device).
     The engine copies the message, so sharing one is safe."""
+    cost.charge_traversal(len(text))
     return quantity_value(library.parse_quantity(text))
+
+
+def _quantity_of(text: str) -> Any:
+    cost.charge_traversal(len(text))
+    return _quantity_literal(text)
 
 
 @lru_cache(maxsize=4096)
@@ -137,11 +190,15 @@ def _semver_literal(text: str, normalize: bool = False) -> Any:
     return _semver_value(library.parse_semver(text, normalize))
 
 
+def _semver_of(text: str, normalize: bool = False) -> Any:
+    cost.charge_traversal(len(text))
+    return _semver_literal(text, normalize)
+
+
 def _type_name(value: Any) -> str:
-    if isinstance(value, _QuantityMsg):
-        return QUANTITY_TYPE_NAME
-    if isinstance(value, _SemverMsg):
-        return SEMVER_TYPE_NAME
+    for name, cls in _CLASSES.items():
+        if isinstance(value, cls):
+            return name
     return type(value).__name__
 
 
@@ -162,7 +219,8 @@ def _to_semver(msg: Any) -> library.Semver:
 
 
 def _compare(receiver: Any, other: Any) -> int:
-    """``compareTo`` of two quantities or two versions (one runtime implementation for both)."""
+    """``compareTo`` of two quantities or two versions."""
+    cost.charge(1)
     if isinstance(receiver, _QuantityMsg) and isinstance(other, _QuantityMsg):
         return _to_quantity(receiver).compare(_to_quantity(other))
     if isinstance(receiver, _SemverMsg) and isinstance(other, _SemverMsg):
@@ -173,208 +231,629 @@ def _compare(receiver: Any, other: Any) -> int:
 
 
 def _add(receiver: Any, other: Any) -> Any:
+    cost.charge(1)
     if isinstance(other, int):
         return quantity_value(library.quantity_add_int(_to_quantity(receiver), other))
     return quantity_value(_to_quantity(receiver) + _to_quantity(other))
 
 
 def _sub(receiver: Any, other: Any) -> Any:
+    cost.charge(1)
     if isinstance(other, int):
         return quantity_value(library.quantity_sub_int(_to_quantity(receiver), other))
     return quantity_value(_to_quantity(receiver) - _to_quantity(other))
+
+
+def _equal(a: Any, b: Any) -> bool:
+    """CEL equality of two library values (same message type and text) or plain values."""
+    if type(a) is not type(b) and not (isinstance(a, int | float) and isinstance(b, int | float)):
+        return False
+    return bool(a == b)
 
 
 def _includes(receiver: Any, value: Any) -> bool:
     """``includes()``: membership for a list attribute, equality for a scalar one, so one
     selector works whether a driver publishes a value or a list (DRAListTypeAttributes)."""
     if isinstance(receiver, list):
-        return value in receiver
-    return bool(receiver == value)
+        if len(receiver) > 64:  # ResourceSliceMaxAttributeValuesPerDevice, as upstream
+            raise library.CELFunctionError(
+                "'includes' function cannot be applied to lists longer than 64 values"
+            )
+        cost.charge(len(receiver))
+        return any(_equal(item, value) for item in receiver)
+    cost.charge(1)
+    return _equal(receiver, value)
 
 
-def _is_sorted(items: list[Any]) -> bool:
-    try:
-        return all(a <= b for a, b in itertools.pairwise(items))
-    except TypeError as exc:  # mixed element types in a dyn list, or versions
-        raise library.CELFunctionError(f"no such overload: isSorted on {items!r}") from exc
-
-
-def _int_list(items: list[Any], function: str) -> list[int]:
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise library.CELFunctionError(f"no such overload: {function}() needs a list of ints")
+def _comparable(items: list[Any], function: str) -> list[Any]:
+    kinds = {type(i) for i in items}
+    if len(kinds) > 1 and not kinds <= {int, float}:
+        raise library.CELFunctionError(f"no such overload: {function} on mixed element types")
+    if any(isinstance(i, dict | list) or hasattr(i, "DESCRIPTOR") for i in items):
+        raise library.CELFunctionError(f"no such overload: {function} on incomparable values")
     return items
 
 
-def _min_max(items: list[Any], function: str, pick: Callable[[list[int]], int]) -> int:
-    values = _int_list(items, function)
-    if not values:
-        raise library.CELFunctionError(f"{function}() of an empty list")
-    return pick(values)
+def _is_sorted(items: list[Any]) -> bool:
+    cost.charge(len(items))
+    values = _comparable(items, "isSorted")
+    return all(a <= b for a, b in itertools.pairwise(values))
 
 
-def _semver_component(pick: Callable[[library.Semver], int]) -> Callable[[Any], int]:
-    return lambda msg: library.semver_int(pick(_to_semver(msg)))
+def _sum(kind: str, zero: Any) -> Callable[[list[Any]], Any]:
+    def total(items: list[Any]) -> Any:
+        cost.charge(len(items))
+        result = sum(items, zero)
+        if kind == "int":
+            library.check_int64(result)
+        elif kind == "uint" and not 0 <= result < 2**64:
+            raise library.CELFunctionError("unsigned integer overflow")
+        return result
+
+    return total
+
+
+def _min_max(function: str, pick: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    def extreme(items: list[Any]) -> Any:
+        cost.charge(len(items))
+        if not items:
+            raise library.CELFunctionError(f"{function} called on empty list")
+        return pick(_comparable(items, function))
+
+    return extreme
+
+
+def _list_index_of(items: list[Any], value: Any) -> int:
+    cost.charge(len(items))
+    return next((i for i, item in enumerate(items) if _equal(item, value)), -1)
+
+
+def _list_last_index_of(items: list[Any], value: Any) -> int:
+    cost.charge(len(items))
+    for i in range(len(items) - 1, -1, -1):
+        if _equal(items[i], value):
+            return i
+    return -1
+
+
+def _map_insert(mapping: dict[Any, Any], key: Any, value: Any = None) -> dict[Any, Any]:
+    """``cel.@mapInsert`` of two-variable comprehensions (``transformMap`` ...), which
+    cel-expr-python's runtime lacks: a new map with the entry (or the other map) added."""
+    out = dict(mapping)
+    extra = key if value is None and isinstance(key, dict) else {key: value}
+    for k, v in extra.items():
+        if k in out:
+            raise library.CELFunctionError(f"insert failed: key {k!r} already exists")
+        out[k] = v
+    cost.charge(1)
+    return out
+
+
+def _ip_text(msg: Any) -> str:
+    if not isinstance(msg, _IPMsg):
+        raise library.CELFunctionError(f"no such overload: {_type_name(msg)} is not an IP")
+    return str(msg.value)
+
+
+def _cidr_text(msg: Any) -> str:
+    if not isinstance(msg, _CIDRMsg):
+        raise library.CELFunctionError(f"no such overload: {_type_name(msg)} is not a CIDR")
+    return str(msg.value)
+
+
+def _url_text(msg: Any) -> str:
+    if not isinstance(msg, _URLMsg):
+        raise library.CELFunctionError(f"no such overload: {_type_name(msg)} is not a URL")
+    return str(msg.value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Overload:
+    """One overload of a library function: declared for the checker under ``function``, run
+    under a private name (``@`` + overload id) so each overload keeps its own implementation
+    and return type."""
+
+    function: str
+    overload_id: str
+    result: Any
+    params: tuple[Any, ...]
+    member: bool
+    impl: Callable[..., Any]
+
+    @property
+    def runtime_name(self) -> str:
+        return "@" + self.overload_id
+
+
+def _library() -> list[_Overload]:
+    t = cel.Type
+    q, s = t(QUANTITY_TYPE_NAME), t(SEMVER_TYPE_NAME)
+    ip, cidr, url = t(IP_TYPE_NAME), t(CIDR_TYPE_NAME), t(URL_TYPE_NAME)
+    dyn_list = t.List(t.DYN)
+    out: list[_Overload] = []
+
+    def member(name: str, oid: str, result: Any, params: list[Any], impl: Any) -> None:
+        out.append(_Overload(name, oid, result, tuple(params), True, impl))
+
+    def free(name: str, oid: str, result: Any, params: list[Any], impl: Any) -> None:
+        out.append(_Overload(name, oid, result, tuple(params), False, impl))
+
+    # quantity (k8s.io/apiserver/pkg/cel/library/quantity.go)
+    free("quantity", "string_to_quantity", q, [t.STRING], _quantity_of)
+    free("isQuantity", "is_quantity_string", t.BOOL, [t.STRING], _is(library.is_quantity))
+    member("sign", "quantity_sign", t.INT, [q], _one(lambda x: _to_quantity(x).sign()))
+    member(
+        "isInteger",
+        "quantity_is_integer",
+        t.BOOL,
+        [q],
+        _one(lambda x: _to_quantity(x).is_integer()),
+    )
+    member(
+        "asInteger",
+        "quantity_get_integer",
+        t.INT,
+        [q],
+        _one(lambda x: library.quantity_as_integer(_to_quantity(x))),
+    )
+    member(
+        "asApproximateFloat",
+        "quantity_get_float",
+        t.DOUBLE,
+        [q],
+        _one(lambda x: _to_quantity(x).as_approximate_float()),
+    )
+    member("add", "quantity_add", q, [q, q], _add)
+    member("add", "quantity_add_int", q, [q, t.INT], _add)
+    member("sub", "quantity_sub", q, [q, q], _sub)
+    member("sub", "quantity_sub_int", q, [q, t.INT], _sub)
+    member("compareTo", "quantity_compare_to", t.INT, [q, q], _compare)
+    member("isGreaterThan", "quantity_greater", t.BOOL, [q, q], lambda a, b: _compare(a, b) > 0)
+    member("isLessThan", "quantity_less", t.BOOL, [q, q], lambda a, b: _compare(a, b) < 0)
+    # semver (semverlib.go, version 1)
+    free("semver", "string_to_semver", s, [t.STRING], _semver_of)
+    free("semver", "string_bool_to_semver", s, [t.STRING, t.BOOL], _semver_of)
+    free("isSemver", "is_semver_string", t.BOOL, [t.STRING], _is(library.is_semver))
+    free("isSemver", "is_semver_string_bool", t.BOOL, [t.STRING, t.BOOL], _is(library.is_semver))
+    member("compareTo", "semver_compare_to", t.INT, [s, s], _compare)
+    member("isGreaterThan", "semver_greater", t.BOOL, [s, s], lambda a, b: _compare(a, b) > 0)
+    member("isLessThan", "semver_less", t.BOOL, [s, s], lambda a, b: _compare(a, b) < 0)
+    for name, pick in (("major", "major"), ("minor", "minor"), ("patch", "patch")):
+        member(name, f"semver_{name}", t.INT, [s], _one(_component(pick)))
+    # lists (lists.go, version 1) and DRA's includes
+    comparable = (
+        ("int", t.INT), ("uint", t.UINT), ("double", t.DOUBLE), ("bool", t.BOOL),
+        ("duration", t.DURATION), ("timestamp", t.TIMESTAMP), ("string", t.STRING),
+        ("bytes", t.BYTES),
+    )  # fmt: skip
+    for kind, kt in comparable:
+        member("isSorted", f"list_{kind}_is_sorted_bool", t.BOOL, [t.List(kt)], _is_sorted)
+        member("min", f"list_{kind}_min_{kind}", kt, [t.List(kt)], _min_max("min", min))
+        member("max", f"list_{kind}_max_{kind}", kt, [t.List(kt)], _min_max("max", max))
+    for kind, kt, zero in (
+        ("int", t.INT, 0), ("uint", t.UINT, 0), ("double", t.DOUBLE, 0.0),
+        ("duration", t.DURATION, dt.timedelta(0)),
+    ):  # fmt: skip
+        member("sum", f"list_{kind}_sum_{kind}", kt, [t.List(kt)], _sum(kind, zero))
+    member("indexOf", "list_a_index_of_int", t.INT, [dyn_list, t.DYN], _list_index_of)
+    member("lastIndexOf", "list_a_last_index_of_int", t.INT, [dyn_list, t.DYN], _list_last_index_of)
+    member("includes", "dra_includes_dyn_dyn", t.BOOL, [t.DYN, t.DYN], _includes)
+    # strings extension, version 2 (driver.cel.strings)
+    member("charAt", "string_char_at_int", t.STRING, [t.STRING, t.INT], _fn(strings.char_at))
+    member("indexOf", "string_index_of_string", t.INT, [t.STRING, t.STRING], _fn(strings.index_of))
+    member(
+        "indexOf",
+        "string_index_of_string_int",
+        t.INT,
+        [t.STRING, t.STRING, t.INT],
+        _fn(strings.index_of),
+    )
+    member(
+        "lastIndexOf",
+        "string_last_index_of_string",
+        t.INT,
+        [t.STRING, t.STRING],
+        _fn(strings.last_index_of),
+    )
+    member(
+        "lastIndexOf",
+        "string_last_index_of_string_int",
+        t.INT,
+        [t.STRING, t.STRING, t.INT],
+        _fn(strings.last_index_of),
+    )
+    member("lowerAscii", "string_lower_ascii", t.STRING, [t.STRING], _fn(strings.lower_ascii))
+    member("upperAscii", "string_upper_ascii", t.STRING, [t.STRING], _fn(strings.upper_ascii))
+    member(
+        "replace", "string_replace_string_string", t.STRING, [t.STRING] * 3, _fn(strings.replace)
+    )
+    member(
+        "replace",
+        "string_replace_string_string_int",
+        t.STRING,
+        [t.STRING] * 3 + [t.INT],
+        _fn(strings.replace),
+    )
+    member(
+        "split", "string_split_string", t.List(t.STRING), [t.STRING, t.STRING], _fn(strings.split)
+    )
+    member(
+        "split",
+        "string_split_string_int",
+        t.List(t.STRING),
+        [t.STRING, t.STRING, t.INT],
+        _fn(strings.split),
+    )
+    member("substring", "string_substring_int", t.STRING, [t.STRING, t.INT], _fn(strings.substring))
+    member(
+        "substring",
+        "string_substring_int_int",
+        t.STRING,
+        [t.STRING, t.INT, t.INT],
+        _fn(strings.substring),
+    )
+    member("trim", "string_trim", t.STRING, [t.STRING], _fn(strings.trim))
+    member("join", "list_join", t.STRING, [t.List(t.STRING)], _fn(strings.join))
+    member("join", "list_join_string", t.STRING, [t.List(t.STRING), t.STRING], _fn(strings.join))
+    member("format", "string_format", t.STRING, [t.STRING, dyn_list], _fn(strings.format_string))
+    free("strings.quote", "strings_quote", t.STRING, [t.STRING], _fn(strings.quote))
+    # regex (regex.go)
+    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _fn(strings.find))
+    member(
+        "findAll",
+        "string_find_all_string",
+        t.List(t.STRING),
+        [t.STRING, t.STRING],
+        _fn(strings.find_all),
+    )
+    member(
+        "findAll",
+        "string_find_all_string_int",
+        t.List(t.STRING),
+        [t.STRING, t.STRING, t.INT],
+        _fn(strings.find_all),
+    )
+    # IP and CIDR (ip.go, cidr.go)
+    free("ip", "string_to_ip", ip, [t.STRING], lambda x: _IPMsg(value=network.ip(x)))
+    free("isIP", "is_ip", t.BOOL, [t.STRING], _fn(network.is_ip))
+    free("ip.isCanonical", "ip_is_canonical", t.BOOL, [t.STRING], _fn(network.is_canonical))
+    member("family", "ip_family", t.INT, [ip], lambda x: network.family(_ip_text(x)))
+    for name, fn in (
+        ("isUnspecified", network.is_unspecified), ("isLoopback", network.is_loopback),
+        ("isLinkLocalMulticast", network.is_link_local_multicast),
+        ("isLinkLocalUnicast", network.is_link_local_unicast),
+        ("isGlobalUnicast", network.is_global_unicast),
+    ):  # fmt: skip
+        member(name, f"ip_{name.lower()}", t.BOOL, [ip], _on(fn, _ip_text))
+    free("cidr", "string_to_cidr", cidr, [t.STRING], lambda x: _CIDRMsg(value=network.cidr(x)))
+    free("isCIDR", "is_cidr", t.BOOL, [t.STRING], _fn(network.is_cidr))
+    member(
+        "containsIP",
+        "cidr_contains_ip_ip",
+        t.BOOL,
+        [cidr, ip],
+        lambda c, i: network.contains_ip(_cidr_text(c), _ip_text(i)),
+    )
+    member(
+        "containsIP",
+        "cidr_contains_ip_string",
+        t.BOOL,
+        [cidr, t.STRING],
+        lambda c, i: network.contains_ip(_cidr_text(c), i, parse=True),
+    )
+    member(
+        "containsCIDR",
+        "cidr_contains_cidr",
+        t.BOOL,
+        [cidr, cidr],
+        lambda c, o: network.contains_cidr(_cidr_text(c), _cidr_text(o)),
+    )
+    member(
+        "containsCIDR",
+        "cidr_contains_cidr_string",
+        t.BOOL,
+        [cidr, t.STRING],
+        lambda c, o: network.contains_cidr(_cidr_text(c), o, parse=True),
+    )
+    member("ip", "cidr_ip", ip, [cidr], lambda c: _IPMsg(value=network.cidr_ip(_cidr_text(c))))
+    member(
+        "masked",
+        "cidr_masked",
+        cidr,
+        [cidr],
+        lambda c: _CIDRMsg(value=network.masked(_cidr_text(c))),
+    )
+    member(
+        "prefixLength",
+        "cidr_prefix_length",
+        t.INT,
+        [cidr],
+        lambda c: network.prefix_length(_cidr_text(c)),
+    )
+    free("string", "ip_to_string", t.STRING, [ip], _ip_text)
+    free("string", "cidr_to_string", t.STRING, [cidr], _cidr_text)
+    # URL (urls.go)
+    free("url", "string_to_url", url, [t.STRING], lambda x: _URLMsg(value=network.url(x)))
+    free("isURL", "is_url_string", t.BOOL, [t.STRING], _fn(network.is_url))
+    for name, getter in (
+        ("getScheme", network.get_scheme), ("getHost", network.get_host),
+        ("getHostname", network.get_hostname), ("getPort", network.get_port),
+        ("getEscapedPath", network.get_escaped_path),
+    ):  # fmt: skip
+        member(name, f"url_{name.lower()}", t.STRING, [url], _on(getter, _url_text))
+    member(
+        "getQuery",
+        "url_get_query",
+        t.Map(t.STRING, t.List(t.STRING)),
+        [url],
+        _on(network.get_query, _url_text),
+    )
+    # two-variable comprehensions: the runtime half cel-expr-python lacks
+    m = t.Map(t.DYN, t.DYN)
+    free("cel.@mapInsert", "@mapInsert_map_key_value", m, [m, t.DYN, t.DYN], _map_insert)
+    free("cel.@mapInsert", "@mapInsert_map_map", m, [m, m], _map_insert)
+    return out
+
+
+def _fn(impl: Callable[..., Any]) -> Callable[..., Any]:
+    return impl
+
+
+def _one(impl: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def charged(x: Any) -> Any:
+        cost.charge(1)
+        return impl(x)
+
+    return charged
+
+
+def _is(check: Callable[..., bool]) -> Callable[..., bool]:
+    def charged(text: str, *rest: Any) -> bool:
+        cost.charge_traversal(len(text))
+        return check(text, *rest)
+
+    return charged
+
+
+def _on(fn: Callable[[str], Any], unwrap: Callable[[Any], str]) -> Callable[[Any], Any]:
+    return lambda x: fn(unwrap(x))
+
+
+def _component(name: str) -> Callable[[Any], int]:
+    return lambda msg: library.semver_int(getattr(_to_semver(msg), name))
+
+
+# Standard-library functions redeclared (and so excluded from cel-cpp's declarations): the
+# comparisons, to add upstream's cross-type numeric overloads; ``string``, to add IP and CIDR.
+# The runtime keeps cel-cpp's own implementations for every overload but the added ones.
+_COMPARISONS: Final = {
+    "_<_": "less",
+    "_<=_": "less_equals",
+    "_>_": "greater",
+    "_>=_": "greater_equals",
+}
+
+
+def _standard_redeclarations(library_overloads: list[_Overload]) -> list[Any]:
+    t = cel.Type
+    decls = []
+    same = {
+        "bool": t.BOOL, "int64": t.INT, "uint64": t.UINT, "double": t.DOUBLE,
+        "string": t.STRING, "bytes": t.BYTES, "timestamp": t.TIMESTAMP, "duration": t.DURATION,
+    }  # fmt: skip
+    cross = (("int64", "uint64"), ("int64", "double"), ("uint64", "int64"),
+             ("uint64", "double"), ("double", "int64"), ("double", "uint64"))  # fmt: skip
+    for op, prefix in _COMPARISONS.items():
+        overloads = [cel.Overload(f"{prefix}_{k}", t.BOOL, [v, v]) for k, v in same.items()]
+        overloads += [
+            cel.Overload(f"{prefix}_{a}_{b}", t.BOOL, [same[a], same[b]]) for a, b in cross
+        ]
+        decls.append(cel.FunctionDecl(op, overloads))
+    conversions = [
+        cel.Overload(f"{k}_to_string", t.STRING, [v]) for k, v in same.items() if k != "string"
+    ]
+    conversions.append(cel.Overload("string_to_string", t.STRING, [t.STRING]))
+    conversions += [
+        cel.Overload(o.overload_id, o.result, list(o.params))
+        for o in library_overloads
+        if o.function == "string"
+    ]
+    decls.append(cel.FunctionDecl("string", conversions))
+    return decls
+
+
+_LIBRARY: Final = _library()
+
+# --------------------------------------------------------------------------- dyn dispatch
+#
+# Where the checker cannot pick one overload (a dyn attribute value as receiver: a version's
+# ``compareTo``, a list attribute's ``sum``), the call runs under a dispatcher that picks the
+# overload from the values at run time, as cel-go's runtime does.
+
+
+def _accepts(type_name: str, value: Any) -> bool:
+    if type_name == "DYN":
+        return True
+    if type_name in ("INT", "UINT"):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_name == "DOUBLE":
+        return isinstance(value, float)
+    if type_name == "BOOL":
+        return isinstance(value, bool)
+    if type_name == "STRING":
+        return isinstance(value, str)
+    if type_name == "BYTES":
+        return isinstance(value, bytes | bytearray)
+    if type_name == "DURATION":
+        return isinstance(value, dt.timedelta)
+    if type_name == "TIMESTAMP":
+        return isinstance(value, dt.datetime)
+    if type_name == "NULL":
+        return value is None
+    if type_name.startswith("LIST<"):
+        inner = type_name[5:-1]
+        return isinstance(value, list) and all(_accepts(inner, v) for v in value)
+    if type_name.startswith("MAP<"):
+        return isinstance(value, dict)
+    cls = _CLASSES.get(type_name)
+    return cls is not None and isinstance(value, cls)
+
+
+_DISPATCH_KINDS: Final = (
+    "INT", "UINT", "DOUBLE", "BOOL", "STRING", "BYTES", "LIST<DYN>", "MAP<DYN, DYN>",
+    "DURATION", "TIMESTAMP", "NULL", *_CLASSES,
+)  # fmt: skip
+
+
+def _kind_type(name: str) -> Any:
+    t = cel.Type
+    simple = {
+        "INT": t.INT, "UINT": t.UINT, "DOUBLE": t.DOUBLE, "BOOL": t.BOOL, "STRING": t.STRING,
+        "BYTES": t.BYTES, "LIST<DYN>": t.List(t.DYN), "MAP<DYN, DYN>": t.Map(t.DYN, t.DYN),
+        "DURATION": t.DURATION, "TIMESTAMP": t.TIMESTAMP, "NULL": t.NULL,
+    }  # fmt: skip
+    return simple.get(name) or t(name)
+
+
+_MESSAGE_KIND: Final = QUANTITY_TYPE_NAME  # the runtime has one kind for every message type
+
+
+def _position_kinds(type_name: str) -> list[str]:
+    if type_name == "DYN":
+        return [k for k in _DISPATCH_KINDS if k not in _CLASSES] + [_MESSAGE_KIND]
+    if type_name in _CLASSES:
+        return [_MESSAGE_KIND]
+    if type_name.startswith("LIST<"):
+        return ["LIST<DYN>"]
+    if type_name.startswith("MAP<"):
+        return ["MAP<DYN, DYN>"]
+    return [type_name]
+
+
+def _dispatcher(candidates: list[_Overload]) -> Callable[..., Any]:
+    names = [[p.name() for p in o.params] for o in candidates]
+
+    def dispatch(*args: Any) -> Any:
+        for overload, params in zip(candidates, names, strict=True):
+            if all(_accepts(p, a) for p, a in zip(params, args, strict=True)):
+                return overload.impl(*args)
+        kinds = ", ".join(_type_name(a) for a in args)
+        raise library.CELFunctionError(f"no such overload: {candidates[0].function}({kinds})")
+
+    return dispatch
+
+
+def _dispatchers() -> tuple[dict[tuple[str, int, bool], str], list[Any]]:
+    groups: dict[tuple[str, int, bool], list[_Overload]] = {}
+    for o in _LIBRARY:
+        groups.setdefault((o.function, len(o.params), o.member), []).append(o)
+    names: dict[tuple[str, int, bool], str] = {}
+    decls = []
+    for key, candidates in groups.items():
+        if len(candidates) < 2:
+            continue
+        name = f"@dyn.{key[0]}.{key[1]}"
+        names[key] = name
+        impl = _dispatcher(candidates)
+        per_position: list[set[str]] = [set() for _ in range(key[1])]
+        for o in candidates:
+            for i, p in enumerate(o.params):
+                per_position[i].update(_position_kinds(p.name()))
+        overloads = [
+            cel.Overload(
+                f"{name}#{'/'.join(combo)}",
+                cel.Type.DYN,
+                [_kind_type(k) for k in combo],
+                is_member=key[2],
+                impl=impl,
+            )
+            for combo in itertools.product(*(sorted(k) for k in per_position))
+        ]
+        decls.append(cel.FunctionDecl(name, overloads))
+    return names, decls
+
+
+_DISPATCH_NAMES, _DISPATCH_DECLS = _dispatchers()
+_OVERLOADS: Final = {o.overload_id: o for o in _LIBRARY}
+
+
+def _runtime_name(function: str, overload_ids: list[str], arity: int, member: bool) -> str | None:
+    """The private name a library call runs under, or None for the engine's own functions."""
+    if not overload_ids or any(i not in _OVERLOADS for i in overload_ids):
+        return None
+    if len(overload_ids) == 1:
+        return _OVERLOADS[overload_ids[0]].runtime_name
+    return _DISPATCH_NAMES.get((function, arity, member))
 
 
 def _functions() -> list[Any]:
+    by_name: dict[str, list[Any]] = {}
+    runtime = []
+    for o in _LIBRARY:
+        if o.function != "string" and not o.function.startswith("cel.@"):
+            # (``string`` is redeclared whole below; cel.@mapInsert is declared by cel-cpp)
+            by_name.setdefault(o.function, []).append(
+                cel.Overload(o.overload_id, o.result, list(o.params), is_member=o.member)
+            )
+        # The runtime matches arguments by kind and a dyn parameter matches none: one
+        # implementation per kind there.
+        kinds = [_position_kinds("DYN") if p.name() == "DYN" else [p.name()] for p in o.params]
+        runtime.append(
+            cel.FunctionDecl(
+                o.runtime_name,
+                [
+                    cel.Overload(
+                        f"{o.runtime_name}#{'/'.join(combo)}",
+                        o.result,
+                        [
+                            p if p.name() != "DYN" else _kind_type(k)
+                            for p, k in zip(o.params, combo, strict=True)
+                        ],
+                        is_member=o.member,
+                        impl=o.impl,
+                    )
+                    for combo in itertools.product(*kinds)
+                ],
+            )
+        )
     t = cel.Type
-    q, s = t(QUANTITY_TYPE_NAME), t(SEMVER_TYPE_NAME)
-
-    def decl(name: str, *overloads: Any) -> Any:
-        return cel.FunctionDecl(name, list(overloads))
-
-    def member(oid: str, ret: Any, params: list[Any], impl: Any = None) -> Any:
-        # The runtime keys implementations by (name, argument kinds), and both message types
-        # share one kind: the first overload of a name carries the dispatching implementation.
-        if impl is None:
-            return cel.Overload(oid, ret, params, is_member=True)
-        return cel.Overload(oid, ret, params, is_member=True, impl=impl)
-
-    def free(oid: str, ret: Any, params: list[Any], impl: Any) -> Any:
-        return cel.Overload(oid, ret, params, impl=impl)
-
-    return [
-        decl(
-            "quantity",
-            free(
-                "string_to_quantity",
-                q,
-                [t.STRING],
-                _quantity_literal,
-            ),
+    meter = [
+        cel.FunctionDecl(
+            checked.TICK_FUNCTION,
+            [cel.Overload(checked.TICK_FUNCTION, t.BOOL, [t.INT], impl=_tick)],
         ),
-        decl("isQuantity", free("is_quantity_string", t.BOOL, [t.STRING], library.is_quantity)),
-        decl("sign", member("quantity_sign", t.INT, [q], lambda x: _to_quantity(x).sign())),
-        decl(
-            "isInteger",
-            member("quantity_is_integer", t.BOOL, [q], lambda x: _to_quantity(x).is_integer()),
+        cel.FunctionDecl(
+            checked.CHARGE_FUNCTION,
+            [cel.Overload(checked.CHARGE_FUNCTION, t.BOOL, [t.INT, t.INT, t.INT], impl=_charge)],
         ),
-        decl(
-            "asInteger",
-            member(
-                "quantity_get_integer",
-                t.INT,
-                [q],
-                lambda x: library.quantity_as_integer(_to_quantity(x)),
-            ),
-        ),
-        decl(
-            "asApproximateFloat",
-            member(
-                "quantity_get_float",
-                t.DOUBLE,
-                [q],
-                lambda x: _to_quantity(x).as_approximate_float(),
-            ),
-        ),
-        decl(
-            "add",
-            member("quantity_add", q, [q, q], _add),
-            member("quantity_add_int", q, [q, t.INT], _add),
-        ),
-        decl(
-            "sub",
-            member("quantity_sub", q, [q, q], _sub),
-            member("quantity_sub_int", q, [q, t.INT], _sub),
-        ),
-        decl(
-            "compareTo",
-            member("quantity_compare_to", t.INT, [q, q], _compare),
-            member("semver_compare_to", t.INT, [s, s]),
-        ),
-        decl(
-            "isGreaterThan",
-            member("quantity_greater", t.BOOL, [q, q], lambda a, b: _compare(a, b) > 0),
-            member("semver_greater", t.BOOL, [s, s]),
-        ),
-        decl(
-            "isLessThan",
-            member("quantity_less", t.BOOL, [q, q], lambda a, b: _compare(a, b) < 0),
-            member("semver_less", t.BOOL, [s, s]),
-        ),
-        decl(
-            "semver",
-            free(
-                "string_to_semver",
-                s,
-                [t.STRING],
-                _semver_literal,
-            ),
-            free(
-                "string_bool_to_semver",
-                s,
-                [t.STRING, t.BOOL],
-                _semver_literal,
-            ),
-        ),
-        decl(
-            "isSemver",
-            free("is_semver_string", t.BOOL, [t.STRING], library.is_semver),
-            free("is_semver_string_bool", t.BOOL, [t.STRING, t.BOOL], library.is_semver),
-        ),
-        # Kubernetes' sets library (cel-go ext.Sets) and, of its lists library, what list
-        # attributes (ints, strings, bools, versions) need: isSorted, and sum/min/max of ints.
-        decl(
-            "sets.contains",
-            free(
-                "list_sets_contains_list",
-                t.BOOL,
-                [t.List(t.DYN), t.List(t.DYN)],
-                lambda a, b: all(x in a for x in b),
-            ),
-        ),
-        decl(
-            "sets.equivalent",
-            free(
-                "list_sets_equivalent_list",
-                t.BOOL,
-                [t.List(t.DYN), t.List(t.DYN)],
-                lambda a, b: all(x in a for x in b) and all(x in b for x in a),
-            ),
-        ),
-        decl(
-            "sets.intersects",
-            free(
-                "list_sets_intersects_list",
-                t.BOOL,
-                [t.List(t.DYN), t.List(t.DYN)],
-                lambda a, b: any(x in a for x in b),
-            ),
-        ),
-        decl("isSorted", member("list_is_sorted", t.BOOL, [t.List(t.DYN)], _is_sorted)),
-        decl(
-            "sum",
-            member(
-                "list_int_sum",
-                t.INT,
-                [t.List(t.INT)],
-                lambda items: library.check_int64(sum(_int_list(items, "sum"))),
-            ),
-        ),
-        decl(
-            "min", member("list_int_min", t.INT, [t.List(t.INT)], lambda i: _min_max(i, "min", min))
-        ),
-        decl(
-            "max", member("list_int_max", t.INT, [t.List(t.INT)], lambda i: _min_max(i, "max", max))
-        ),
-        decl(
-            "includes",
-            *(
-                member(f"list_{name}_includes", t.BOOL, [t.List(kind), kind], _includes)
-                for name, kind in (("int", t.INT), ("string", t.STRING), ("bool", t.BOOL))
-            ),
-            member("list_semver_includes", t.BOOL, [t.List(s), s], _includes),
-            *(
-                member(f"{name}_includes", t.BOOL, [kind, kind], _includes)
-                for name, kind in (("int", t.INT), ("string", t.STRING), ("bool", t.BOOL))
-            ),
-            member("semver_includes", t.BOOL, [s, s], _includes),
-        ),
-        decl("major", member("semver_major", t.INT, [s], _semver_component(lambda v: v.major))),
-        decl("minor", member("semver_minor", t.INT, [s], _semver_component(lambda v: v.minor))),
-        decl("patch", member("semver_patch", t.INT, [s], _semver_component(lambda v: v.patch))),
     ]
+    declared = [cel.FunctionDecl(name, overloads) for name, overloads in by_name.items()]
+    return declared + runtime + _DISPATCH_DECLS + meter + _standard_redeclarations(_LIBRARY)
 
+
+def _tick(amount: int) -> bool:
+    """One comprehension iteration of a metered evaluation (its body's minimum cost)."""
+    cost.charge(amount)
+    return True
+
+
+def _charge(rule: int, first: int, second: int) -> bool:
+    """A size-dependent operation of the engine's own, in a metered evaluation."""
+    cost.charge(checked.charge_amount(rule, first, second))
+    return True
+
+
+_ENV_CONFIG: Final = """
+extensions:
+  - name: "bindings"
+  - name: "optional"
+  - name: "lists"
+    version: 2
+  - name: "sets"
+  - name: "two-var-comprehensions"
+stdlib:
+  exclude_functions:
+""" + "".join(f'    - name: "{name}"\n' for name in (*_COMPARISONS, "string"))
 
 _ENV_LOCK = threading.Lock()
 _ENV: Any = None
@@ -388,17 +867,13 @@ def _env() -> Any:
             t = cel.Type
             _ENV = cel.NewEnv(
                 _POOL,
+                config=cel.NewEnvConfigFromYaml(_ENV_CONFIG),
                 variables={
                     "device.driver": t.STRING,
                     "device.attributes": t.Map(t.STRING, t.Map(t.STRING, t.DYN)),
                     "device.capacity": t.Map(t.STRING, t.Map(t.STRING, t(QUANTITY_TYPE_NAME))),
                     "device.allowMultipleAllocations": t.BOOL,
                 },
-                extensions=[
-                    ext_strings.ExtStrings(),
-                    ext_optional.ExtOptional(),
-                    ext_bindings.ExtBindings(),
-                ],
                 functions=_functions(),
             )
         return _ENV
@@ -408,9 +883,14 @@ def _env() -> Any:
 
 _STATUS_PREFIX: Final = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX: Final = re.compile(r"\s*\[[A-Z_]+\]$")
+_ITERATIONS_MESSAGE: Final = (
+    f"Iteration budget exceeded: more than {ITERATION_BUDGET} comprehension iterations in one"
+    " evaluation (a limit of biaxial's CEL engine, cel-cpp)"
+)
 _RUNTIME_REWRITES: Final = (
     (re.compile(r"^Key not found in map : (.*)$", re.DOTALL), r"no such key: \1"),
     (re.compile(r"^No matching overloads found : (.*)$", re.DOTALL), r"no such overload: \1"),
+    (re.compile(r"^Iteration budget exceeded$"), _ITERATIONS_MESSAGE),
 )
 
 
@@ -521,12 +1001,20 @@ def device_input(device: Device, driver_name: str) -> DeviceInput:
 @dataclass(frozen=True, slots=True)
 class Selector:
     """A compiled selector; build it with :func:`compile_selector`. Equal selectors have equal
-    expressions. A ``Selector(expression)`` built directly compiles on first use (cached)."""
+    expressions. A ``Selector(expression)`` built directly compiles on first use (cached).
+
+    ``max_cost`` is the static worst-case cost estimate in upstream's units; ``metered`` says
+    whether evaluations count their actual cost (the estimate could pass the limit)."""
 
     expression: str
     _program: Any = field(repr=False, compare=False, default=None)
     domains: frozenset[str] = field(repr=False, compare=False, default=frozenset())
     max_cost: int = field(repr=False, compare=False, default=0)
+    _metered: Any = field(repr=False, compare=False, default=None)
+
+    @property
+    def metered(self) -> bool:
+        return self._metered is not None
 
     def matches(self, device: Device, driver_name: str) -> bool:
         """Evaluate against one device; CELEvaluationError on any runtime error."""
@@ -544,13 +1032,20 @@ class Selector:
         """Evaluate against a prepared :class:`DeviceInput` (see :class:`MatchCache`)."""
         if self._program is None:
             return compile_selector(self.expression).evaluate(device, device_name)
-        if self.max_cost > COST_LIMIT:
-            raise self._error(
-                device_name,
-                f"operation cancelled: actual cost limit exceeded (estimated worst-case cost "
-                f"{self.max_cost} > limit {COST_LIMIT})",
-            )
-        result = self._program.eval(device.padded(self.domains))
+        activation = device.padded(self.domains)
+        try:
+            if self._metered is None:
+                result = self._program.eval(activation)
+            else:
+                meter = cost.Meter(cost.current_limits())
+                with cost.metering(meter):
+                    result = self._metered.eval(activation)
+                if meter.exceeded:
+                    raise self._error(device_name, meter.reason)
+        except RuntimeError as exc:  # the engine's own failures (iteration budget, ...)
+            raise self._error(device_name, _runtime_message(str(exc))) from exc
+        except (MemoryError, RecursionError) as exc:
+            raise self._error(device_name, f"evaluation failed: {type(exc).__name__}") from exc
         value = result.value()
         if value is True or value is False:  # only a BOOL result converts to a Python bool
             return value
@@ -580,23 +1075,46 @@ def compile_selector(expression: str) -> Selector:
         raise CELCompileError(
             f"CEL expression is too long: {size} bytes, the limit is {MAX_EXPRESSION_LENGTH}"
         )
+    env = _env()
     try:
-        program = _env().compile(expression)
+        program = env.compile(expression)
     except RuntimeError as exc:
         raise CELCompileError(f"compilation failed: {_engine_message(str(exc))}") from exc
+    except RecursionError as exc:
+        raise CELCompileError("compilation failed: expression nested too deeply") from exc
     output = program.return_type()
     if output not in (cel.Type.BOOL, cel.Type.DYN):
         raise CELCompileError(
             f"compilation failed: must evaluate to bool or the unknown type, "
             f"not {output.name().lower()}"
         )
-    root = checked.parse_checked(program.serialize())
+    checked_expr = checked.parse_checked_expr(program.serialize())
+    problem = checked.validate(checked_expr, _regex_problem)
+    if problem is not None:
+        raise CELCompileError(f"compilation failed: {problem}")
+    estimate = checked.estimate_cost(checked_expr)
+    if checked.rename_calls(checked_expr, _runtime_name):
+        program = env.deserialize(checked.serialize_checked(checked_expr))
+    metered = None
+    if estimate > COST_LIMIT:
+        metered = env.deserialize(checked.serialize_checked(checked.instrument(checked_expr)))
     return Selector(
         expression=expression,
         _program=program,
-        domains=checked.literal_domains(root),
-        max_cost=checked.estimate_cost(root),
+        domains=checked.literal_domains(checked_expr.expr),
+        max_cost=estimate,
+        _metered=metered,
     )
+
+
+def _regex_problem(pattern: str) -> str | None:
+    """Why a constant pattern is not a valid RE2 expression (cel-cpp's RE2 decides, as Go's
+    regexp does upstream), or not one ``find`` can run."""
+    probe = _env().compile(f"''.matches({strings.quote_plain(pattern)})").eval()
+    if probe.type() == cel.Type.ERROR:
+        return _engine_message(str(probe.value()))
+    python = strings.check_regex(pattern)
+    return None if python is None else f"invalid regular expression {pattern!r}: {python}"
 
 
 # --------------------------------------------------------------------------- match cache

@@ -9,6 +9,13 @@ Contract (DESIGN "Contracts"; reference §2.1, §5.6, §8):
   (:class:`driver.discovery.devices.DeviceTable`, which decides names, order and which devices
   are published: a MIG-enabled GPU is published as its partitions). Attributes, capacities and
   request policies are exactly the contract's (see :func:`gpu_device` and :func:`mig_device`).
+* The share cap (``max_shares``, the node's setting; ``None``: no cap) is published as a third
+  capacity of every shareable GPU, ``shares``: its value is the cap, and its request policy
+  (default ``1``, valid values ``[1]``) makes every allocation consume exactly one, so any
+  allocator that implements DRA consumable capacity (kube-scheduler's too) gives a GPU at most
+  ``max_shares`` claims at once. A claim cannot ask for more or less than one share: a request
+  above 1 violates the policy and the device is skipped, a request below is rounded up to 1.
+  ``memory`` and ``cores`` keep their meaning.
 * Slices: devices are cut, in order, into slices of at most 128 devices (64 when any device of
   the pool uses taints, counters or list attributes). Slice ``i`` (0-based) is named
   ``<node>-<driver>-<i as lower-case hex, at least 2 digits, same width for the whole pool>``;
@@ -63,6 +70,7 @@ ATTR_PCIE_ROOT: Final = f"{STANDARD_DOMAIN}/pcieRoot"
 ATTR_NUMA_NODE: Final = f"{STANDARD_DOMAIN}/numaNode"
 CAPACITY_MEMORY: Final = "memory"
 CAPACITY_CORES: Final = "cores"
+CAPACITY_SHARES: Final = "shares"
 CORES_PER_GPU: Final = 100
 MIB: Final = 1024 * 1024
 
@@ -136,12 +144,26 @@ def _memory_quantity(memory_bytes: int) -> Quantity:
     return Quantity.from_int(memory_bytes - memory_bytes % MIB, "BinarySI")
 
 
-def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Device:
+def shares_capacity(max_shares: int) -> Capacity:
+    """The ``shares`` capacity of a shareable GPU under a cap of ``max_shares`` claims: every
+    allocation consumes exactly one (default 1, valid values ``[1]``)."""
+    if max_shares < 1:
+        raise ValidationError(f"the share cap must be at least 1, got {max_shares}")
+    return Capacity(
+        value=Quantity.from_int(max_shares),
+        request_policy=RequestPolicy(default=_ONE, valid_values=(_ONE,)),
+    )
+
+
+def gpu_device(
+    device: NodeDevice, taints: tuple[DeviceTaint, ...] = (), max_shares: int | None = None
+) -> Device:
     """A whole, shareable GPU: ``allowMultipleAllocations`` with memory and cores policies.
 
     ``memory`` defaults to the whole GPU (a claim naming no capacity gets it to itself) and may
     be requested in 1Mi steps from 1Mi; ``cores`` (percent of the GPU's SMs, 100 in all)
-    defaults to 0 and may be requested in steps of 1.
+    defaults to 0 and may be requested in steps of 1. With ``max_shares``, a shareable GPU
+    also has the ``shares`` capacity (:func:`shares_capacity`).
     """
     gpu = device.gpu
     memory = _memory_quantity(gpu.memory_bytes)
@@ -149,6 +171,11 @@ def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
         raise ValidationError(f"GPU {gpu.uuid}: memory {gpu.memory_bytes} bytes is below 1Mi")
     attrs = {"type": "gpu", "uuid": gpu.uuid, **_common_attributes(gpu)}
     attrs["multiprocessors"] = gpu.multiprocessors
+    shares = (
+        {CAPACITY_SHARES: shares_capacity(max_shares)}
+        if max_shares is not None and device.shareable
+        else {}
+    )
     return Device(
         name=device.name,
         attributes=attrs,
@@ -167,6 +194,7 @@ def gpu_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
                     valid_range=ValidRange(min=_ZERO, max=_HUNDRED, step=_ONE),
                 ),
             ),
+            **shares,
         },
         allow_multiple_allocations=device.shareable,
         taints=taints,
@@ -202,12 +230,16 @@ def mig_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Devi
 
 
 def build_devices(
-    devices: DeviceTable, taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None
+    devices: DeviceTable,
+    taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None,
+    max_shares: int | None = None,
 ) -> tuple[Device, ...]:
     """The table's published devices as API devices, in publishing order."""
     taints = taints or {}
     out = tuple(
-        (mig_device if d.is_mig else gpu_device)(d, tuple(taints.get(d.name, ())))
+        mig_device(d, tuple(taints.get(d.name, ())))
+        if d.is_mig
+        else gpu_device(d, tuple(taints.get(d.name, ())), max_shares)
         for d in devices.published
     )
     unknown = sorted(set(taints) - {d.name for d in out})
@@ -229,6 +261,7 @@ def build_slices(
     generation: int = 1,
     node_uid: str | None = None,
     taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None,
+    max_shares: int | None = None,
 ) -> list[ResourceSlice]:
     """The node's pool as ResourceSlices (see the module docstring for every rule).
 
@@ -240,7 +273,7 @@ def build_slices(
     check_subdomain(driver_name, "driver name", MAX_DRIVER_NAME_LENGTH)
     if generation < 0:
         raise ValidationError(f"pool generation must be >= 0, got {generation}")
-    devices = build_devices(DeviceTable.of(inventory), taints)
+    devices = build_devices(DeviceTable.of(inventory), taints, max_shares)
     limit = (
         MAX_DEVICES_PER_SLICE_ADVANCED
         if any(d.uses_advanced_features for d in devices)

@@ -2,9 +2,13 @@
 
 ``allocate(snapshot, claims, node)`` returns one :class:`~driver.api.claims.AllocationResult` per
 claim (in claim order) when all claims fit on ``node`` together, ``None`` when they do not,
-and raises :class:`~driver.api.errors.AllocationError` for fatal errors: an unknown class, a CEL
-compile or runtime error, ``All`` mode on an incomplete or invalid pool, more than 32 devices
-in a claim, admin access where the caller forbids it, or an exhausted search budget. It never
+raises :class:`~driver.api.errors.NodeAllocationError` when they do not and the node has an
+invalid pool (upstream's ``ErrFailedAllocationOnNode``, "invalid resource pools were
+encountered": an unschedulable node with that message, not a fatal error), and raises
+:class:`~driver.api.errors.AllocationError` for fatal errors: an unknown class ("could not
+retrieve device class ..."), a CEL compile or runtime error, ``All`` mode on an incomplete or
+invalid pool, more than 32 devices in a claim, admin access where the caller forbids it, or an
+exhausted search budget. It never
 mutates its inputs; the same inputs always give the same output (``shareID`` is a UUIDv5 of
 claim UID, request and result index).
 
@@ -66,7 +70,12 @@ from driver.api.claims import (
     SubRequest,
     Toleration,
 )
-from driver.api.errors import AllocationError, CELCompileError, CELEvaluationError
+from driver.api.errors import (
+    AllocationError,
+    CELCompileError,
+    CELEvaluationError,
+    NodeAllocationError,
+)
 from driver.api.ids import DeviceID
 from driver.api.model import JSON, AttributeValue, Version
 from driver.api.nodes import Node, node_local_selector
@@ -190,7 +199,11 @@ class _Req:
         where = f"claim {claim.key}, request {self.name}"
         device_class = classes.get(spec.device_class_name)
         if device_class is None:
-            raise AllocationError(f"{where}: device class {spec.device_class_name} not found")
+            # Upstream's wording (allocator_incubating.go), with the lister's NotFound text.
+            raise AllocationError(
+                f"{where}: could not retrieve device class {spec.device_class_name}: "
+                f'deviceclass.resource.k8s.io "{spec.device_class_name}" not found'
+            )
         self.device_class = device_class
         selectors: list[tuple[Selector, str]] = [
             (_compile(e, f"class {device_class.name}: selector #{i}"), f"class {device_class.name}")
@@ -946,8 +959,16 @@ def allocate(
             stats.steps += search.steps
             stats.calls += 1
     if not done:
+        invalid = [p for p in nc.pools if p.invalid]
         if stats is not None:
-            stats.invalid_pools.extend(str(p) for p in nc.pools if p.invalid)
+            stats.invalid_pools.extend(str(p) for p in invalid)
             stats.incomplete_pools.extend(str(p) for p in nc.pools if p.incomplete)
+        if invalid:
+            # Upstream: no solution and an invalid pool seen -> an error for this node only
+            # (ErrFailedAllocationOnNode), not "does not fit".
+            raise NodeAllocationError(
+                "invalid resource pools were encountered: "
+                + ", ".join(f"{p} ({p.invalid_reason})" for p in invalid)
+            )
         return None
     return search.build_results()

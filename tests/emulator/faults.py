@@ -1,6 +1,7 @@
 """Test hooks on the HTTP path: the request log and fault injection.
 
-* :class:`RequestRecord` is one served request (method, path, query, content type, status).
+* :class:`RequestRecord` is one served request (method, path, query, content type, status,
+  the client's User-Agent).
 * :class:`Faults` holds one-shot or counted rules: answer the next matching request(s) with an
   error Status (a 409 Conflict on the next write, a 500/503 ...), add latency, force a 410 on
   the next watch that asks for a resourceVersion. Rules match on verb (``get list watch create
@@ -43,6 +44,7 @@ class RequestRecord:
     verb: str
     resource: str
     status: int
+    user_agent: str = ""
 
 
 @dataclass(slots=True)

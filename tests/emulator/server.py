@@ -34,7 +34,7 @@ import yaml
 
 from tests.emulator import errors
 from tests.emulator.errors import ApiStatusError
-from tests.emulator.faults import Faults, RequestRecord
+from tests.emulator.faults import WRITE_VERBS, Faults, RequestRecord
 from tests.emulator.kinds import (
     ALL_KINDS,
     BY_GROUP_VERSION,
@@ -272,6 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
                 req.verb if req else "",
                 req.resource if req else "",
                 status,
+                self.headers.get("User-Agent") or "",
             )
         )
 
@@ -473,6 +474,19 @@ class _Handler(BaseHTTPRequestHandler):
         if injected is not None:
             raise injected
         self._authorize(req, emulator)
+        if req.verb in WRITE_VERBS and emulator.write_observers:
+            # The observers see exactly the state this write is applied to.
+            with emulator.store.lock:
+                agent = self.headers.get("User-Agent") or ""
+                for observe in list(emulator.write_observers):
+                    observe(agent, req.verb, req.resource)
+                self._apply(req, body, emulator)
+            return
+        self._apply(req, body, emulator)
+
+    def _apply(self, req: _Request, body: bytes, emulator: Emulator) -> None:
+        """Serve an authorized resource request."""
+        q = req.query
         body = self._normalize_body(body)
         store = emulator.store
         dry_run = q.get("dryRun") == "All"
@@ -846,6 +860,9 @@ class Emulator:
         self.field_validation = field_validation
         self.faults = Faults()
         self.requests: list[RequestRecord] = []
+        #: ``fn(user_agent, verb, resource)`` for every write request, called under the store
+        #: lock right before the write is applied (see :meth:`observe_writes`)
+        self.write_observers: list[Callable[[str, str, str], None]] = []
         self.internal_errors: list[BaseException] = []
         self._requested_port = port
         self._server: _Server | None = None
@@ -931,6 +948,14 @@ class Emulator:
 
     def clear_requests(self) -> None:
         self.requests.clear()
+
+    def observe_writes(self, observer: Callable[[str, str, str], None]) -> None:
+        """Call ``observer(user_agent, verb, resource)`` for every write request (create,
+        update, patch, delete, deletecollection, pod binding) that passed fault injection,
+        under the store lock and right before the write is applied, so it sees exactly the
+        state the write lands on (e.g. who holds a Lease at that instant). It must not block
+        and must not write through HTTP."""
+        self.write_observers.append(observer)
 
     # ------------------------------------------------------------------ faults
     def fail_next(

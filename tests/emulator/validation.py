@@ -816,20 +816,30 @@ def _selectors(errs: _Errors, path: str, selectors: Any) -> None:
             errs.add(f"{path}[{i}].cel.expression", "Required value", "")
         elif isinstance(expression, str):
             problem = _cel_problem(expression)
-            if problem:
+            if problem == _TOO_COMPLEX:
+                errs.add(f"{path}[{i}].cel.expression", "Forbidden", problem)
+            elif problem:
                 errs.add(f"{path}[{i}].cel.expression", "Invalid value", problem, expression)
+
+
+# The API server's refusal of a selector whose estimated cost exceeds the limit
+# (pkg/apis/resource/validation: MaxCost > CELSelectorExpressionMaxCost).
+_TOO_COMPLEX = "too complex, exceeds cost limit"
 
 
 def _cel_problem(expression: str) -> str | None:
     """Why the API server would refuse a DRA CEL selector (syntax, types, result type,
-    length), via the project's CEL environment (``driver.cel.engine``, upstream's declarations)."""
+    length, upstream's compile-time rules, the estimated cost), via the project's CEL
+    environment (``driver.cel.engine``: upstream's declarations and cost estimate)."""
     from driver.api.errors import CELCompileError
-    from driver.cel.engine import compile_selector
+    from driver.cel.engine import COST_LIMIT, compile_selector
 
     try:
-        compile_selector(expression)
+        selector = compile_selector(expression)
     except CELCompileError as exc:
         return str(exc)
+    if selector.max_cost > COST_LIMIT:
+        return _TOO_COMPLEX
     return None
 
 

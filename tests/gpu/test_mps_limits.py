@@ -2,7 +2,9 @@
 gives its process a hard pinned-memory limit. A tiny CUDA driver-API program (ctypes on
 libcuda, no framework) allocates within the share (succeeds) and beyond it (fails), and the
 same program without the claim's environment allocates the larger block (so the failure is
-the limit's doing). Skipped, with the reason, where there is no GPU or no MPS control binary."""
+the limit's doing). The limit is the claim's own daemon's: a client of that daemon that drops
+``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` from its environment is limited all the same. Skipped,
+with the reason, where there is no GPU or no MPS control binary."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import pytest
 from driver.discovery.backend import open_backend
 from driver.discovery.gpus import GpuInfo
 from kubeletplugin.cdi import MPS_CONTAINER_PIPE_DIR
-from kubeletplugin.mps import MpsManager, MpsSettings
+from kubeletplugin.mps import MpsManager, MpsSettings, daemon_dir
 from kubeletplugin.prepare import ClaimRef, Preparer, PrepareSettings
 
 pytestmark = pytest.mark.gpu
@@ -140,10 +142,11 @@ def test_mps_pinned_memory_limit_is_enforced(gpu: GpuInfo, control_binary: str, 
     preparer = Preparer(settings, [gpu], get_claim)
     ref = ClaimRef(namespace="default", uid="uid-mps", name="mps")
     mps = MpsManager(MpsSettings(root=settings.mps_root, control_binary=control_binary))
+    directory = daemon_dir(settings.mps_root, "uid-mps", f"gpu-{gpu.minor}")
     out = asyncio.run(preparer.prepare([ref]))
     try:
         assert out[ref.uid].error == ""
-        assert mps.is_running(gpu.uuid)
+        assert mps.is_running(directory)
         spec = json.loads((settings.cdi_dir / "k8s.gpu.biaxial.dev-gpu_uid-mps.json").read_text())
         claim_env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
         assert claim_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={SHARE_MIB}M"
@@ -161,6 +164,18 @@ def test_mps_pinned_memory_limit_is_enforced(gpu: GpuInfo, control_binary: str, 
         )
         assert limited["small"] == 0, limited
         assert limited["big"] != 0, f"allocating {BIG_MIB} MiB under a {SHARE_MIB} MiB limit"
+        # The daemon sets the limit: a client that removes it from its environment keeps it.
+        unset = {k: v for k, v in claim_env.items() if k != "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}
+        evading = run_allocator(
+            {
+                **base_env,
+                **unset,
+                "CUDA_MPS_PIPE_DIRECTORY": mount["hostPath"],
+                "CUDA_VISIBLE_DEVICES": gpu.uuid,
+            }
+        )
+        assert evading["small"] == 0, evading
+        assert evading["big"] != 0, "the daemon's limit did not hold without the client's"
     finally:
         assert asyncio.run(preparer.unprepare([ref])) == {ref.uid: ""}
-    assert not mps.is_running(gpu.uuid)
+    assert not mps.is_running(directory)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
-from controller.api import Api, Endpoint, KubeApi, ListResult, PatchType, Resource, WatchEvent
+from controller.api import Api, Endpoint, GuardedApi, KubeApi
 from controller.app import Controller
 from controller.settings import Settings
 from driver.api.quantity import Quantity
@@ -37,87 +37,20 @@ class Killed(BaseException):
     """The simulated process was killed."""
 
 
-class KillableApi:
+class KillableApi(GuardedApi):
     """An :class:`~controller.api.Api` that can be killed (see the module docstring)."""
 
     def __init__(self, inner: Api) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.killed = False
 
-    def _check(self) -> None:
+    def guard(self, method: str, path: str) -> None:
         if self.killed:
             raise Killed
 
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
-        self._check()
-        return await self.inner.get(res, name, namespace)
-
-    async def list(
-        self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
-    ) -> ListResult:
-        self._check()
-        return await self.inner.list(
-            res, field_selector=field_selector, label_selector=label_selector
-        )
-
-    async def watch(
-        self,
-        res: Resource,
-        *,
-        resource_version: str,
-        field_selector: str | None = None,
-        label_selector: str | None = None,
-        timeout_s: int = 300,
-    ) -> AsyncIterator[WatchEvent]:
-        self._check()
-        async for event in self.inner.watch(
-            res,
-            resource_version=resource_version,
-            field_selector=field_selector,
-            label_selector=label_selector,
-            timeout_s=timeout_s,
-        ):
-            self._check()
-            yield event
-
-    async def create(self, res: Resource, body: JSON, namespace: str | None = None) -> JSON:
-        self._check()
-        return await self.inner.create(res, body, namespace)
-
-    async def replace(self, res: Resource, body: JSON, *, subresource: str | None = None) -> JSON:
-        self._check()
-        return await self.inner.replace(res, body, subresource=subresource)
-
-    async def patch(
-        self,
-        res: Resource,
-        name: str,
-        body: Any,
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-        patch_type: PatchType = "merge",
-    ) -> JSON:
-        self._check()
-        return await self.inner.patch(
-            res, name, body, namespace=namespace, subresource=subresource, patch_type=patch_type
-        )
-
-    async def delete(
-        self,
-        res: Resource,
-        name: str,
-        namespace: str | None = None,
-        *,
-        uid: str | None = None,
-        resource_version: str | None = None,
-    ) -> None:
-        self._check()
-        await self.inner.delete(res, name, namespace, uid=uid, resource_version=resource_version)
-
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self._check()
-        await self.inner.bind(namespace, name, uid, node)
+    def guard_event(self) -> None:
+        if self.killed:
+            raise Killed
 
 
 def fast_settings(**overrides: Any) -> Settings:
@@ -185,7 +118,12 @@ class ControllerThread:
     async def _run(self) -> None:
         self._loop = asyncio.get_running_loop()
         endpoint = Endpoint(host=self.emulator.url, headers={}, ssl_context=None)
-        async with KubeApi(endpoint, qps=self.settings.qps, burst=self.settings.burst) as real:
+        async with KubeApi(
+            endpoint,
+            qps=self.settings.qps,
+            burst=self.settings.burst,
+            user_agent=f"biaxial-controller ({self.settings.identity})",
+        ) as real:
             self.api = KillableApi(real)
             self.controller = Controller(self.settings, self.api, on_step=self._on_step)
             self._started.set()

@@ -16,11 +16,16 @@ method names, generated from the same protos), with synchronous calls so tests s
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -57,10 +62,16 @@ ClaimTuple = tuple[str, str, str]  # namespace, uid, name
 
 
 def allocated_claim(
-    emulator: Emulator, name: str, results: list[dict[str, Any]], *, device_class: str = DRIVER
+    emulator: Emulator,
+    name: str,
+    results: list[dict[str, Any]],
+    *,
+    device_class: str = DRIVER,
+    config: list[dict[str, Any]] | None = None,
 ) -> ClaimTuple:
-    """Create claim ``default/<name>`` with ``results`` in its ``status.allocation``, as a
-    scheduler would have written it; returns what the kubelet would send for it."""
+    """Create claim ``default/<name>`` with ``results`` (and ``config``) in its
+    ``status.allocation``, as a scheduler would have written it; returns what the kubelet
+    would send for it."""
     created = emulator.create(
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -73,13 +84,29 @@ def allocated_claim(
             },
         }
     )
+    devices: dict[str, Any] = {"results": results}
+    if config:
+        devices["config"] = config
     emulator.update_status(
-        "ResourceClaim",
-        name,
-        {"allocation": {"devices": {"results": results}}},
-        namespace="default",
+        "ResourceClaim", name, {"allocation": {"devices": devices}}, namespace="default"
     )
     return ("default", created["metadata"]["uid"], name)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on (for a plugin's metrics)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """Status and body of a GET (an HTTP error status is returned, not raised)."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 class DraClient:
@@ -160,11 +187,44 @@ class FakeKubelet:
 REPO = Path(__file__).resolve().parents[2]
 
 
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_all_capabilities() -> None:
+    """``preexec_fn``: the child keeps its user (root in CI, as the chart's plugin) but holds no
+    capability at all, bounding set included, and can gain none (``no_new_privs``): what the
+    chart's ``capabilities: {drop: [ALL]}, allowPrivilegeEscalation: false`` leaves a
+    container. A no-op where the caller has no capabilities to drop."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    for cap in range(64):  # EINVAL past the kernel's last capability: ignored
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+    if libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
+def effective_capabilities(pid: int) -> int:
+    """The ``CapEff`` mask of a running process."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    raise RuntimeError(f"no CapEff for pid {pid}")
+
+
 class PluginProcess:
     """A real ``biaxial kubelet-plugin`` subprocess with its directories under ``root``.
 
     ``root`` must be short (``tempfile.mkdtemp(dir="/tmp")``): unix socket paths < 108 bytes.
     stdout/stderr go to ``<root>/<name>.log`` (shown by :meth:`log` when a test fails).
+    ``env`` adds to the inherited environment; ``unprivileged`` starts it without any
+    capability (:func:`drop_all_capabilities`).
     """
 
     def __init__(
@@ -177,8 +237,12 @@ class PluginProcess:
         name: str = "plugin",
         extra: Sequence[str] = (),
         pod_uid: str = "",
+        env: dict[str, str] | None = None,
+        unprivileged: bool = False,
     ) -> None:
         self.root = root
+        self.env = {**os.environ, **(env or {})}
+        self.unprivileged = unprivileged
         self.node = node
         self.name = name
         self.registry_dir = root / "reg"
@@ -205,7 +269,14 @@ class PluginProcess:
     def start(self, timeout_s: float = 15.0) -> PluginProcess:
         self.registration_socket.unlink(missing_ok=True)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.args, cwd=REPO, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(
+                self.args,
+                cwd=REPO,
+                stdout=log,
+                stderr=log,
+                env=self.env,
+                preexec_fn=drop_all_capabilities if self.unprivileged else None,  # noqa: PLW1509
+            )
         deadline = time.monotonic() + timeout_s
         while not self.registration_socket.exists():
             if self.proc.poll() is not None:

@@ -174,6 +174,38 @@ def test_the_authorizer_model_refuses_what_is_not_granted() -> None:
     assert denied(objs, "biaxial-controller", [lease]) != []
 
 
+def _request(method: str, path: str, **query: str) -> RequestRecord:
+    return RequestRecord(
+        method=method, path=path, query=query, content_type="", verb="", resource="", status=200
+    )
+
+
+def test_the_plugin_reads_claims_and_cannot_write_their_status_nor_list_them() -> None:
+    """Measured before: the plugin's ClusterRole could write the status of any claim in any
+    namespace and list/watch every claim. Now it may only get a claim by name."""
+    objs = [r.obj for r in render_objects()]
+    sa = "biaxial-kubelet-plugin"
+    claims = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
+    refused = [
+        _request("PUT", f"{claims}/c/status"),
+        _request("PATCH", f"{claims}/c/status"),
+        _request("PUT", f"{claims}/c/driver"),  # the 1.36 node-scoped subresource
+        _request("PATCH", f"{claims}/c/binding"),
+        _request("GET", claims),  # list in a namespace
+        _request("GET", "/apis/resource.k8s.io/v1/resourceclaims"),  # list everywhere
+        _request("GET", claims, watch="true"),
+        _request("GET", "/apis/resource.k8s.io/v1/resourceclaims", watch="1"),
+        _request("PUT", f"{claims}/c"),
+        _request("PATCH", f"{claims}/c"),
+        _request("DELETE", f"{claims}/c"),
+        _request("POST", claims),
+        _request("GET", "/apis/resource.k8s.io/v1/resourceslices/s"),  # never used
+        _request("PATCH", "/apis/resource.k8s.io/v1/resourceslices/s"),  # never used
+    ]
+    assert len(denied(objs, sa, refused)) == len(refused)
+    assert denied(objs, sa, [_request("GET", f"{claims}/c")]) == []
+
+
 # --------------------------------------------------------------------------- the runs
 
 

@@ -132,7 +132,7 @@ def test_unschedulable_and_error_verdicts_exit_0(
     code, result = allocate(capsys, cluster(tmp_path), CLASS, unknown)
     assert code == 0
     assert result["outcome"] == "error"
-    assert "device class nope.example.com not found" in result["message"]
+    assert "could not retrieve device class nope.example.com" in result["message"]
 
 
 def test_node_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -149,6 +149,25 @@ def test_node_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     code, result = allocate(capsys, two, CLASS, "--node", "node-1")
     assert code == 0
     assert result["claims"]["default/c"]["devices"]["results"][0]["pool"] == "node-1"
+
+
+def test_invalid_pool_is_unschedulable_with_upstreams_message(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Upstream (allocator_incubating.go): no solution + an invalid pool -> the node fails with
+    # "invalid resource pools were encountered" (ErrFailedAllocationOnNode), not a fatal error.
+    broken = write(
+        tmp_path,
+        "broken.yaml",
+        node("node-0"),
+        slice_("s0", node="node-0", devices=[gpu(0), gpu(0)]),
+        claim("c", uid="u").request("gpu", cls="gpu.biaxial.dev").json(),
+    )
+    code, result = allocate(capsys, broken, CLASS)
+    assert code == 0
+    assert result["outcome"] == "unschedulable"
+    assert "node node-0: invalid resource pools were encountered" in result["message"]
+    assert "gpu.biaxial.dev/node-0" in result["message"]
 
 
 @pytest.mark.parametrize(

@@ -219,3 +219,48 @@ def test_subprocess_console_script_reads_files_and_stdin(files: dict[str, Path])
         {"pool": "node-a", "device": "gpu-0", "result": True},
         {"pool": "node-a", "device": "gpu-1", "result": True},
     ]
+
+
+BOMBS = [
+    # issue 15: cel.bind / map / join, each level ten times longer
+    "cel.bind(v0, ['"
+    + "x" * 64
+    + "'], "
+    + "".join(
+        f"cel.bind(v{i}, v{i - 1}.map(s, [s, s, s, s, s, s, s, s, s, s].join('')), "
+        for i in range(1, 9)
+    )
+    + "v8[0].size() > 0"
+    + ")" * 9,
+    # string doubling
+    "cel.bind(s0, 'xxxxxxxxxxxxxxxx', "
+    + "".join(f"cel.bind(s{i}, s{i - 1} + s{i - 1}, " for i in range(1, 29))
+    + "s28.size() > 0"
+    + ")" * 29,
+    # 11,110 comprehension iterations (upstream: true at actual cost 114,441)
+    (
+        "[0,1,2,3,4,5,6,7,8,9].all(a, [0,1,2,3,4,5,6,7,8,9].all(b, "
+        "[0,1,2,3,4,5,6,7,8,9].all(c, [0,1,2,3,4,5,6,7,8,9].all(d, true))))"
+    ),
+    "lists.range(1000000000).size() > 0",
+    "(" * 40 + "true" + ")" * 40,
+]
+
+
+@pytest.mark.parametrize("expression", BOMBS)
+def test_bombs_are_errors_not_tracebacks(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, expression: str
+) -> None:
+    path = tmp_path / "slices.yaml"
+    path.write_text(yaml.safe_dump(NODE_A))
+    code, out, err = run(capsys, "-e", expression, str(path))
+    assert "Traceback" not in err
+    assert code in (0, 1)
+    if code == 0:
+        assert all("error" in r for r in out["results"]), out
+        assert all(
+            "cost limit exceeded" in r["error"] or "Iteration budget exceeded" in r["error"]
+            for r in out["results"]
+        )
+    else:
+        assert out["compileError"]

@@ -411,3 +411,27 @@ def test_consumable_capacity_request_policy_rules() -> None:
         "validRange": {"min": "2Gi", "max": "32Gi"},
     }
     assert {f"{base}.validRange.max", f"{base}.default"} <= _semantic_fields(RESOURCE_SLICE, ranged)
+
+
+@pytest.mark.parametrize(
+    ("expression", "refused"),
+    [
+        # Upstream estimates a growing string without bound (> 10^18): refused when written.
+        ("cel.bind(s, 'x' + 'x', s + s + s).size() > 0 && [1].all(x, x > 0)", False),
+        ("['a'].map(s, [s, s].join('')).map(s, [s, s].join('')).size() > 0", True),
+        (f'device.driver == "{"gpu.biaxial.dev"}"', False),
+    ],
+)
+def test_selector_cost_is_checked_at_admission(expression: str, refused: bool) -> None:
+    # The API server checks the static estimate (cel.EstimateCost with Kubernetes' estimator)
+    # against CELSelectorExpressionMaxCost when a selector is created or changed.
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu"},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+    if refused:
+        assert "spec.selectors[0].cel.expression" in _semantic_fields(DEVICE_CLASS, device_class)
+    else:
+        semantic_check(DEVICE_CLASS, device_class)

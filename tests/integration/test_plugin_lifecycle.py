@@ -11,8 +11,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,8 @@ from tests.integration.fake_kubelet import (
     FakeKubelet,
     PluginProcess,
     allocated_claim,
+    free_port,
+    http_get,
     wait,
 )
 
@@ -219,20 +219,6 @@ def test_two_overlapping_instances_serve_and_serialize_prepare(
     assert consistent(emulator, ALL)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 def test_failed_registration_recreates_the_socket_and_is_reported(
     cluster: tuple[Emulator, Path], root: Path
 ) -> None:
@@ -285,7 +271,13 @@ def test_failed_registration_recreates_the_socket_and_is_reported(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--metrics-port", "abc"], "--metrics-port 'abc': not a valid int"),
+        (
+            ["--metrics-port", "abc"],
+            (
+                "--metrics-port: 'abc' is not an integer "
+                "(from the flag; environment twin $BIAXIAL_METRICS_PORT)"
+            ),
+        ),
         (["--driver-name", "Not_A_Name"], "--driver-name 'Not_A_Name' must be a DNS subdomain"),
         (["--registry-dir", "/tmp/" + "x" * 100], "unix socket paths must be shorter than 108"),
         (["--kubeconfig", "/nonexistent/kubeconfig"], "--kubeconfig /nonexistent/kubeconfig"),

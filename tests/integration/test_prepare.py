@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver.api.claims import ResourceClaim
+from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.config import check_claim_config
 from driver.api.errors import ConfigError, PrepareError
 from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo, MigInfo
 from kubeletplugin import cdi
 from kubeletplugin.checkpoint import Checkpoint, CheckpointStore, checksum
+from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
 from kubeletplugin.prepare import (
     ClaimRef,
     PreparedDevice,
@@ -36,23 +38,13 @@ from kubeletplugin.prepare import (
     check_conflicts,
     plan_claim,
 )
+from tests import fake_mps
 
 DRIVER = "gpu.biaxial.dev"
 NODE = "gpu-t4"
 MIB = 1024 * 1024
 T4_MEMORY = 15360 * MIB
 KIND = "k8s.gpu.biaxial.dev/gpu"
-
-FAKE_CONTROL = """#!/bin/sh
-pipe="$CUDA_MPS_PIPE_DIRECTORY"
-echo "${1:-client}" >> "$pipe/../calls.log"
-if [ "$1" = "-d" ]; then : > "$pipe/daemon"; exit 0; fi
-read -r cmd
-case "$cmd" in
-    get_server_list) [ -f "$pipe/daemon" ] || exit 1 ;;
-    quit) rm -f "$pipe/daemon" ;;
-esac
-"""
 
 
 def t4(minor: int) -> GpuInfo:
@@ -152,8 +144,11 @@ def result(
     share: str | None = None,
     pool: str = NODE,
     driver: str = DRIVER,
+    admin: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"request": request, "driver": driver, "pool": pool, "device": device}
+    if admin:
+        out["adminAccess"] = True
     if memory_mib is not None:
         out["shareID"] = share or f"share-{device}-{memory_mib}-{cores}"
         out["consumedCapacity"] = {"memory": f"{memory_mib}Mi", "cores": str(cores)}
@@ -178,9 +173,7 @@ def gpu_config(strategy: str, requests: list[str] | None = None) -> dict[str, An
 class Node:
     def __init__(self, root: Path) -> None:
         self.root = root
-        control = root / "nvidia-cuda-mps-control"
-        control.write_text(FAKE_CONTROL)
-        control.chmod(control.stat().st_mode | stat.S_IXUSR)
+        control = fake_mps.install(root)
         library = root / "libvgpu.so"
         library.write_bytes(b"\x7fELF")
         self.settings = PrepareSettings(
@@ -210,12 +203,15 @@ class Node:
     def spec_exists(self, ref: ClaimRef) -> bool:
         return (self.settings.cdi_dir / cdi.spec_file_name(DRIVER, ref.uid)).exists()
 
-    def mps_running(self, gpu_uuid: str) -> bool:
-        return (self.settings.mps_root / gpu_uuid / "pipe" / "daemon").exists()
+    def mps_dir(self, ref: ClaimRef, device: str = "gpu-0") -> Path:
+        """The claim's own MPS daemon directory on one GPU."""
+        return self.settings.mps_root / ref.uid / device
 
-    def mps_starts(self, gpu_uuid: str) -> int:
-        log = self.settings.mps_root / gpu_uuid / "calls.log"
-        return log.read_text().split().count("-d") if log.exists() else 0
+    def mps_running(self, ref: ClaimRef, device: str = "gpu-0") -> bool:
+        return (self.mps_dir(ref, device) / "pipe" / "daemon").exists()
+
+    def mps_calls(self, ref: ClaimRef, device: str = "gpu-0") -> list[str]:
+        return fake_mps.calls(self.mps_dir(ref, device))
 
 
 def _fields(settings: PrepareSettings) -> dict[str, Any]:
@@ -386,13 +382,23 @@ def test_a_gpu_found_by_rediscovery_can_be_prepared(node: Node) -> None:
 # --------------------------------------------------------------------------- device conflicts
 
 
-def test_exclusive_device_held_by_another_claim_is_refused(node: Node) -> None:
-    first = node.api.add("first", [result("gpu-0")])
-    second = node.api.add("second", [result("gpu-0")])
+def test_exclusive_device_held_by_another_claim_is_refused(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = node.api.add("first", [result("gpu-0")], namespace="team-a")
+    second = node.api.add("second", [result("gpu-0")], namespace="team-b")
     preparer = node.preparer()
     assert not run(preparer.prepare([first]))[first.uid].error
-    error = run(preparer.prepare([second]))[second.uid].error
-    assert "device gpu-0 is already prepared for claim default/first (uid-first)" in error
+    with caplog.at_level(logging.WARNING, logger="biaxial.kubeletplugin.prepare"):
+        error = run(preparer.prepare([second]))[second.uid].error
+    assert error == (
+        "claim team-b/second (uid-second): device gpu-0 is already prepared for another claim"
+    )
+    # The error reaches team-b's pod events: it names none of team-a's objects. The node's
+    # log (the administrator's) names the holder.
+    assert "first" not in error
+    assert "team-a" not in error
+    assert "held by claim team-a/first (uid-first)" in caplog.text
     assert not node.spec_exists(second)
     # Once the holder is unprepared the device is free.
     run(preparer.unprepare([first]))
@@ -422,7 +428,34 @@ def test_shares_within_capacity_are_accepted_and_over_capacity_refused(node: Nod
     holder = node.api.add("holder", [result("gpu-2")])
     share = node.api.add("share", [result("gpu-2", memory_mib=10)])
     out = run(preparer.prepare([holder, share]))
-    assert "device gpu-2 is already prepared for claim default/holder" in out[share.uid].error
+    assert "device gpu-2 is already prepared for another claim" in out[share.uid].error
+    assert "holder" not in out[share.uid].error
+
+
+def test_admin_access_is_neither_blocked_nor_blocking(node: Node) -> None:
+    """Upstream: a request with adminAccess "ignores all ordinary claims to the device with
+    respect to access modes and any resource allocations" (DeviceRequest.adminAccess, and
+    allocateDevice skips deviceInUse for it); kube-scheduler therefore allocates a busy device
+    to a monitoring claim, and the node must prepare it rather than refuse it."""
+    preparer = node.preparer()
+    held = node.api.add("held", [result("gpu-0")], namespace="team-a")
+    monitor = node.api.add("monitor", [result("gpu-0", admin=True)], namespace="ops")
+    assert run(preparer.prepare([held]))[held.uid].error == ""
+    assert run(preparer.prepare([monitor]))[monitor.uid].error == ""
+    assert env(node.spec(monitor))["NVIDIA_VISIBLE_DEVICES"] == "GPU-t4-0"
+    # Prepared first, an admin-access claim blocks nobody: an exclusive claim and shares join.
+    watcher = node.api.add("watcher", [result("gpu-1", admin=True)], namespace="ops")
+    whole = node.api.add("whole", [result("gpu-1")])
+    assert run(preparer.prepare([watcher, whole]))[whole.uid].error == ""
+    spy = node.api.add("spy", [result("gpu-2", memory_mib=15360, admin=True)], namespace="ops")
+    share = node.api.add("share", [result("gpu-2", memory_mib=15360, cores=100)])
+    out = run(preparer.prepare([spy, share]))
+    assert out[spy.uid].error == out[share.uid].error == ""  # its capacity is not counted
+    # Ordinary claims still conflict with each other.
+    late = node.api.add("late", [result("gpu-1")])
+    assert "already prepared for another claim" in run(preparer.prepare([late]))[late.uid].error
+    run(preparer.unprepare([held, monitor, watcher, whole, spy, share]))
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
 
 
 def test_full_gpu_and_its_mig_partitions(node: Node) -> None:
@@ -456,7 +489,8 @@ def test_a_partition_overlapping_a_whole_gpu_prepared_before_mig_mode_is_refused
     mig0 = node.api.add("mig0", [result("gpu-4-mig-1g5gb-0")])
     error = run(node.preparer().prepare([mig0]))[mig0.uid].error
     assert "device gpu-4-mig-1g5gb-0 overlaps gpu-4 on the same GPU" in error
-    assert "prepared for claim default/whole (uid-whole)" in error
+    assert error.endswith("which is prepared for another claim")
+    assert "whole" not in error
 
 
 def test_two_plugin_instances_never_prepare_one_device_twice(node: Node) -> None:
@@ -478,26 +512,73 @@ def test_two_plugin_instances_never_prepare_one_device_twice(node: Node) -> None
 # --------------------------------------------------------------------------- sharing
 
 
-def test_mps_daemon_is_refcounted_across_claims(node: Node) -> None:
+def test_each_mps_claim_has_its_own_daemon_with_its_limits_set_on_the_daemon(
+    node: Node,
+) -> None:
+    """Measured before: limits came only from the client's own environment, and one control
+    pipe per GPU was writable by every tenant on it. NVIDIA's DRA driver runs a control daemon
+    per claim with the limits set on the daemon; so does biaxial now."""
     preparer = node.preparer()
     cfg = [gpu_config("mps")]
     a = node.api.add("a", [result("gpu-0", memory_mib=4000, cores=30)], config=cfg)
-    b = node.api.add("b", [result("gpu-0", memory_mib=4000, cores=30)], config=cfg)
-    out = run(preparer.prepare([a, b]))
-    assert not out[a.uid].error
-    assert not out[b.uid].error
-    assert node.mps_running("GPU-t4-0")
-    assert node.mps_starts("GPU-t4-0") == 1
-    spec_env = env(node.spec(b))
+    b = node.api.add("b", [result("gpu-0", memory_mib=2000, cores=0)], config=cfg)
+    two = node.api.add(  # two shares of gpu-0 in one claim: one daemon, their sum
+        "two",
+        [result("gpu-0", "x", memory_mib=1000, cores=10), result("gpu-0", "y", memory_mib=500)],
+        config=cfg,
+    )
+    out = run(preparer.prepare([a, b, two]))
+    assert [out[r.uid].error for r in (a, b, two)] == ["", "", ""]
+    for ref in (a, b, two):
+        assert node.mps_running(ref)
+        mount = node.spec(ref)["devices"][0]["containerEdits"]["mounts"][0]
+        assert mount["hostPath"] == str(node.mps_dir(ref) / "pipe")  # its own pipe only
+    assert node.mps_calls(a) == [
+        "-d",
+        "set_default_device_pinned_mem_limit GPU-t4-0 4000M",
+        "set_default_active_thread_percentage 30",
+    ]
+    assert node.mps_calls(b) == ["-d", "set_default_device_pinned_mem_limit GPU-t4-0 2000M"]
+    assert node.mps_calls(two) == [
+        "-d",
+        "set_default_device_pinned_mem_limit GPU-t4-0 1500M",
+        "set_default_active_thread_percentage 10",
+    ]
+    spec_env = env(node.spec(a))  # the client's environment still carries them too
     assert spec_env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4000M"
     assert spec_env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
-    assert node.spec(b)["devices"][0]["containerEdits"]["mounts"][0]["hostPath"] == str(
-        node.settings.mps_root / "GPU-t4-0" / "pipe"
-    )
+    stored = CheckpointStore(node.settings.state_dir).load().claims[a.uid].mps_daemons
+    assert [(d.directory, d.memory_bytes, d.cores) for d in stored] == [
+        (node.mps_dir(a), 4000 * MIB, 30)
+    ]
+    # Unprepare stops the claim's daemon and removes its pipes; the others keep theirs.
     run(preparer.unprepare([a]))
-    assert node.mps_running("GPU-t4-0")
-    run(preparer.unprepare([b]))
-    assert not node.mps_running("GPU-t4-0")
+    assert not node.mps_dir(a).exists()
+    assert not (node.settings.mps_root / a.uid).exists()
+    assert node.mps_running(b)
+    run(preparer.unprepare([b, two]))
+    assert list(node.settings.mps_root.iterdir()) == []
+
+
+def test_start_stops_mps_daemons_no_prepared_claim_uses(node: Node) -> None:
+    """Cleaned up at start: a daemon whose claim was released while the plugin was down (or
+    whose record is gone), and an older plugin's per-GPU daemon no claim uses any more. A
+    per-GPU daemon a migrated claim still uses is kept."""
+    preparer = node.preparer()
+    kept = node.api.add("kept", [result("gpu-1", memory_mib=100)], config=[gpu_config("mps")])
+    assert run(preparer.prepare([kept]))[kept.uid].error == ""
+    manager = MpsManager(
+        MpsSettings(root=node.settings.mps_root, control_binary=node.settings.mps_control_binary)
+    )
+    orphan = MpsDaemon(directory=daemon_dir(node.settings.mps_root, "uid-gone", "gpu-2"),
+                       gpu_uuid="GPU-t4-2")  # fmt: skip
+    legacy = MpsDaemon(directory=node.settings.mps_root / "GPU-t4-3", gpu_uuid="GPU-t4-3")
+    for daemon in (orphan, legacy):
+        manager.ensure_running(daemon)
+    run(node.preparer().recover())
+    assert node.mps_running(kept, "gpu-1")
+    assert not orphan.directory.parent.exists()
+    assert not legacy.directory.exists()
 
 
 def test_failed_mps_start_rolls_the_claim_back(node: Node) -> None:
@@ -534,6 +615,45 @@ def test_class_config_applies_and_claim_config_overrides(node: Node) -> None:
     assert env(spec, 1)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "100m"
 
 
+def test_the_class_sharing_policy_holds_against_the_claims_own_config(node: Node) -> None:
+    """The administrator's class fixes hami-core for shares: a claim asking for none on a
+    1 Gi share is refused (nothing written), one naming no strategy gets hami-core's limits,
+    in the words the scheduler uses before allocating."""
+    policy = {**gpu_config("hami-core"), "source": "FromClass"}
+    policy["opaque"]["parameters"]["sharing"]["allowedStrategies"] = ["hami-core"]
+    weakened = node.api.add(
+        "weak", [result("gpu-0", memory_mib=1024)], config=[policy, gpu_config("none")]
+    )
+    plain = node.api.add("plain", [result("gpu-0", memory_mib=1024)], config=[policy])
+    out = run(node.preparer().prepare([weakened, plain]))
+    error = out[weakened.uid].error
+    assert error == (
+        "claim default/weak (uid-weak): allocation.devices.config[1] (FromClaim) "
+        "opaque.parameters: sharing.strategy: \"none\" is not allowed for request 'gpu' by "
+        'the DeviceClass\'s sharing policy (sharing.allowedStrategies: "hami-core")'
+    )
+    assert not node.spec_exists(weakened)
+    assert out[plain.uid].error == ""
+    assert env(node.spec(plain))["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
+    # The scheduler refuses the same claim before allocating, in the same words.
+    raw = node.api.claims[("default", "weak")]
+    raw["spec"]["devices"] = {
+        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}],
+        "config": [{"opaque": gpu_config("none")["opaque"]}],
+    }
+    del raw["status"]
+    gpu_class = DeviceClass.from_api(
+        {
+            "metadata": {"name": DRIVER},
+            "spec": {"config": [{"opaque": policy["opaque"]}]},
+        }
+    )
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(ResourceClaim.from_api(raw), {DRIVER: gpu_class}, DRIVER)
+    words = "sharing.strategy: "
+    assert error[error.index(words) :] == str(info.value)[str(info.value).index(words) :]
+
+
 # --------------------------------------------------------------------------- crashes, reboots
 
 
@@ -567,7 +687,7 @@ def test_crash_between_the_phases_is_rolled_back_then_redone(
     out = run(node.preparer().prepare([ref]))
     assert not out[ref.uid].error
     assert node.spec_exists(ref)
-    assert node.mps_running("GPU-t4-0")
+    assert node.mps_running(ref)
 
 
 def test_crash_after_cdi_write_cleans_the_spec_on_rollback(
@@ -597,12 +717,17 @@ def test_reboot_reprepares_from_the_checkpoint(node: Node) -> None:
     before = node.spec(ref)
     # Reboot: /var/run/cdi and the MPS daemons are gone; the API is unreachable.
     shutil.rmtree(node.settings.cdi_dir)
-    (node.settings.mps_root / "GPU-t4-2" / "pipe" / "daemon").unlink()
+    (node.mps_dir(ref, "gpu-2") / "pipe" / "daemon").unlink()
     node.api.claims.clear()
     rebooted = node.preparer(boot_id="boot-2")
     run(rebooted.recover())
     assert node.spec(ref) == before
-    assert node.mps_running("GPU-t4-2")
+    assert node.mps_running(ref, "gpu-2")
+    # Restarted with its limits set again.
+    assert (
+        node.mps_calls(ref, "gpu-2").count("set_default_device_pinned_mem_limit GPU-t4-2 2048M")
+        == 2
+    )
     assert CheckpointStore(node.settings.state_dir).load().boot_id == "boot-2"
     assert run(rebooted.prepare([ref])) == first
 
@@ -610,22 +735,58 @@ def test_reboot_reprepares_from_the_checkpoint(node: Node) -> None:
 # --------------------------------------------------------------------------- corrupt checkpoint
 
 
-def test_corrupt_checkpoint_refuses_prepare_and_keeps_the_file(node: Node) -> None:
-    held = node.api.add("held", [result("gpu-0")])
+def test_corrupt_checkpoint_refuses_prepare_lets_unprepare_proceed_and_keeps_the_file(
+    node: Node,
+) -> None:
+    """Measured before: a corrupt checkpoint refused Unprepare too, so pods could not finish
+    terminating. Now Prepare stays refused (devices cannot be proven free), Unprepare undoes
+    what it can without the file and succeeds, and the file's state is reported on every
+    read, so a repair is noticed."""
+    held = node.api.add("held", [result("gpu-0", memory_mib=100)], config=[gpu_config("mps")])
     run(node.preparer().prepare([held]))
+    assert node.mps_running(held)
     path = node.settings.state_dir / "checkpoint.json"
     content = path.read_bytes()[:-30]
     path.write_bytes(content)
+    states: list[str | None] = []
     newcomer = node.api.add("new", [result("gpu-1")])
-    preparer = node.preparer()
+    preparer = Preparer(
+        node.settings, GPUS, node.api.get, boot_id="boot-1", on_checkpoint=states.append
+    )
     error = run(preparer.prepare([newcomer]))[newcomer.uid].error
     assert str(path) in error
     assert "devices cannot be proven free" in error
     assert path.read_bytes() == content
     assert list(node.settings.state_dir.glob("checkpoint.json.corrupt-*"))
-    # Unprepare still removes the spec, and reports the problem so the kubelet retries.
-    assert str(path) in run(preparer.unprepare([held]))[held.uid]
+    assert preparer.checkpoint_error == error
+    assert states == [error]  # reported once, however often it is read
+    # Unprepare proceeds: the spec and the claim's own MPS daemon are gone, the pod can end.
+    assert run(preparer.unprepare([held])) == {held.uid: ""}
     assert not node.spec_exists(held)
+    assert not node.mps_dir(held).exists()
+    assert states == [error]
+    # The administrator removes the file (no GPU pod left on the node): the next read says
+    # so, and Prepare works again.
+    path.unlink()
+    assert run(preparer.prepare([newcomer]))[newcomer.uid].error == ""
+    assert states == [error, None]
+    assert preparer.checkpoint_error is None
+
+
+def test_release_stale_keeps_a_claim_the_kubelet_asked_for_since(node: Node) -> None:
+    preparer = node.preparer()
+    ref = node.api.add("a", [result("gpu-0")])
+    assert run(preparer.prepare([ref]))[ref.uid].error == ""
+    looked_stale = time.monotonic()
+    assert run(preparer.prepare([ref]))[ref.uid].error == ""  # the kubelet asks again
+    assert run(preparer.release_stale(ref.uid, "gone", looked_stale)) is None
+    assert node.spec_exists(ref)
+    released = run(preparer.release_stale(ref.uid, "gone", time.monotonic()))
+    assert released is not None
+    assert released.uid == ref.uid
+    assert not node.spec_exists(ref)
+    assert CheckpointStore(node.settings.state_dir).load().claims == {}
+    assert run(preparer.release_stale(ref.uid, "gone", time.monotonic())) is None  # done
 
 
 # --------------------------------------------------------------------------- over HTTP
@@ -753,8 +914,7 @@ def test_claims_from_a_v1_checkpoint_are_reprepared_and_unprepared(node: Node) -
     # gpu-1 is held by the migrated claim: refused until it is unprepared.
     blocked = node.api.add("new", [result("gpu-1")])
     assert (
-        "already prepared for claim default/old"
-        in run(preparer.prepare([blocked]))[blocked.uid].error
+        "already prepared for another claim" in run(preparer.prepare([blocked]))[blocked.uid].error
     )
     # The v1 record has no spec content: Prepare plans it again from the API.
     out = run(preparer.prepare([kept]))
@@ -909,3 +1069,25 @@ def test_the_scheduler_refuses_in_prepares_words(
     scheduler = str(info.value)
     assert words in refused
     assert refused[refused.index(words) :] == scheduler[scheduler.index(words) :]
+
+
+def test_the_node_holds_its_share_cap_against_any_allocator(node: Node) -> None:
+    """The scheduler respects the published ``shares`` capacity; the node checks the same cap
+    at Prepare, for allocations written by anything."""
+    preparer = node.preparer(max_shares_per_gpu=2)
+    refs = [node.api.add(f"s{i}", [result("gpu-0", memory_mib=100)]) for i in range(3)]
+    out = run(preparer.prepare(refs))
+    assert out[refs[0].uid].error == out[refs[1].uid].error == ""
+    assert out[refs[2].uid].error == (
+        "claim default/s2 (uid-s2): device gpu-0 would have 3 shares prepared; this node "
+        "allows at most 2 per GPU (its published shares capacity)"
+    )
+    # Two shares of one claim count twice, as the allocator counts them.
+    double = node.api.add(
+        "double", [result("gpu-1", "a", memory_mib=10), result("gpu-1", "b", memory_mib=10)]
+    )
+    assert run(preparer.prepare([double]))[double.uid].error == ""
+    third = node.api.add("third", [result("gpu-1", memory_mib=10)])
+    assert "would have 3 shares" in run(preparer.prepare([third]))[third.uid].error
+    run(preparer.unprepare([refs[0]]))
+    assert run(preparer.prepare([refs[2]]))[refs[2].uid].error == ""

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
-from driver.api.errors import AllocationError
+from driver.api.errors import AllocationError, NodeAllocationError
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
 from driver.structured.allocator import SearchStats, allocate
@@ -48,9 +48,16 @@ PRODUCT = f"{DRIVER}/productName"
 
 @dataclass(frozen=True)
 class Fails:
-    """The allocation raises AllocationError containing ``message``."""
+    """The allocation raises AllocationError (``error``: that subclass) containing ``message``."""
 
     message: str
+    error: type[AllocationError] = AllocationError
+
+
+# Upstream (allocator_incubating.go, allocatortesting "invalid-pool..." cases): when nothing
+# could be allocated and a pool was invalid, Allocate returns "invalid resource pools were
+# encountered" wrapped in ErrFailedAllocationOnNode -- an error for this node, not "no fit".
+INVALID_POOLS = Fails("invalid resource pools were encountered", NodeAllocationError)
 
 
 Expected = list[list[str]] | None | Fails
@@ -93,7 +100,7 @@ def run_case(case: Case) -> None:
     state_before = snap.allocated
     stats = SearchStats()
     if isinstance(case.expect, Fails):
-        with pytest.raises(AllocationError, match=case.expect.message):
+        with pytest.raises(case.expect.error, match=case.expect.message):
             allocate(snap, claims, the_node, stats=stats, admin_namespaces=case.admin_namespaces)
     else:
         got = allocate(snap, claims, the_node, stats=stats, admin_namespaces=case.admin_namespaces)
@@ -283,7 +290,13 @@ CASES: list[Case] = [
         [one(selectors=[f'device.capacity["{DRIVER}"].memory.compareTo(quantity("20Gi")) >= 0'])],
         [["r0:node-0/gpu-1"]],
     ),
-    Case("unknown-class", gpus(1), [one(cls="nope")], Fails("device class nope not found")),
+    # allocatortesting "unknown-class": "could not retrieve device class unknown-class".
+    Case(
+        "unknown-class",
+        gpus(1),
+        [one(cls="nope")],
+        Fails('could not retrieve device class nope: deviceclass.resource.k8s.io "nope" not found'),
+    ),
     Case(
         "cel-runtime-error-is-fatal",
         gpus(2),
@@ -383,7 +396,7 @@ CASES: list[Case] = [
             slice_("a-0", pool="a", devices=[gpu(0), gpu(0)]),
         ],
         [one()],
-        None,
+        INVALID_POOLS,
         stats=lambda s: s.invalid_pools == [f"{DRIVER}/a"],
     ),
     Case(
@@ -1036,7 +1049,7 @@ CASES: list[Case] = [
         "counters-unknown-set-makes-pool-invalid",
         [slice_("s", devices=[device("d", consumes={"missing": {"memory": "1"}})])],
         [one(cls="any")],
-        None,
+        INVALID_POOLS,
         classes=[device_class("any", selectors=["true"])],
         stats=lambda s: s.invalid_pools == [f"{DRIVER}/node-0"],
     ),
@@ -1688,7 +1701,7 @@ CASES: list[Case] = [
             slice_("s4", count=4, shared_counters={"set1": {"c": "1"}}),
         ],
         [one(cls="any")],
-        None,
+        INVALID_POOLS,
         classes=[device_class("any", selectors=["true"])],
         stats=lambda s: s.invalid_pools == [f"{DRIVER}/node-0"],
     ),
@@ -1711,7 +1724,7 @@ CASES: list[Case] = [
             ),
         ],
         [one(cls="any")],
-        None,
+        INVALID_POOLS,
         classes=[device_class("any", selectors=["true"])],
         stats=lambda s: s.invalid_pools == [f"{DRIVER}/p"],
     ),

@@ -241,7 +241,9 @@ def test_claims_in_one_call_see_each_other() -> None:
 def test_unknown_class_in_later_claim_is_fatal_even_if_first_fits() -> None:
     snap = snapshot([node_gpus("node-0", 2)], classes=[device_class()])
     claims = [to_claim(claim("a").request("r0")), to_claim(claim("b").request("r0", cls="nope"))]
-    with pytest.raises(AllocationError, match="claim default/b, request r0: device class nope"):
+    with pytest.raises(
+        AllocationError, match="claim default/b, request r0: could not retrieve device class nope"
+    ):
         allocate(snap, claims, NODE)
 
 
@@ -270,3 +272,18 @@ def test_cel_errors_are_reported_on_every_call_and_cache_is_shared() -> None:
     again = ClusterSnapshot.build(slices, classes, [], match_cache=cache)
     assert allocate(again, [good], NODE) is not None
     assert cache.hits > before
+
+
+def test_a_cel_bomb_is_an_allocation_error_with_the_cost_limit() -> None:
+    # Upstream stops the evaluation at CELSelectorExpressionMaxCost; the allocator returns
+    # that error for the pod (a CEL runtime error is never "does not match").
+    bomb = (
+        "cel.bind(s0, 'xxxxxxxxxxxxxxxx', "
+        + "".join(f"cel.bind(s{i}, s{i - 1} + s{i - 1}, " for i in range(1, 29))
+        + "s28.size() > 0"
+        + ")" * 29
+    )
+    snap = snapshot([node_gpus("node-0", 2)], classes=[device_class()])
+    claims = [to_claim(claim("a").request("r0", selectors=[bomb]))]
+    with pytest.raises(AllocationError, match="actual cost limit exceeded"):
+        allocate(snap, claims, NODE)

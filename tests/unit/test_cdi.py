@@ -184,7 +184,8 @@ def test_mps_env_and_pipe_mount() -> None:
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
     assert spec["devices"][0]["containerEdits"]["mounts"] == [
         {
-            "hostPath": "/run/biaxial/mps/GPU-2/pipe",
+            # The claim's own daemon, under its UID: never another claim's pipe.
+            "hostPath": f"/run/biaxial/mps/{UID}/gpu-2/pipe",
             "containerPath": "/tmp/nvidia-mps",
             "options": ["rw", "nosuid", "nodev", "bind"],
         }

@@ -7,6 +7,7 @@ the reference lists it, the ResourceSlice admission policy, and the contract wit
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
@@ -114,7 +115,9 @@ def test_default_render_has_the_expected_objects() -> None:
             ("DeviceClass", "gpu.biaxial.dev"),
             ("DeviceClass", "mig.biaxial.dev"),
             ("Role", "biaxial-controller-leader-election"),
+            ("Role", "biaxial-kubelet-plugin-events"),
             ("RoleBinding", "biaxial-controller-leader-election"),
+            ("RoleBinding", "biaxial-kubelet-plugin-events"),
             ("Service", "biaxial-controller-metrics"),
             ("Service", "biaxial-kubelet-plugin-metrics"),
             ("ServiceAccount", "biaxial-controller"),
@@ -182,12 +185,10 @@ def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
     assert 'device.driver == "gpu.example.org"' in gpu["spec"]["selectors"][0]["cel"]["expression"]
     assert "--driver-name=gpu.example.org" in container(objs, "DaemonSet")["args"]
     assert "--driver-name=gpu.example.org" in container(objs, "Deployment")["args"]
-    driver_rule = next(
-        r
-        for r in rules(objs, "ClusterRole", "biaxial-kubelet-plugin")
-        if r["resources"] == ["resourceclaims/driver"]
-    )
-    assert driver_rule["resourceNames"] == ["gpu.example.org"]
+    checks = [
+        v["expression"] for v in one(objs, "ValidatingAdmissionPolicy")["spec"]["validations"]
+    ]
+    assert 'variables.objectDriver == "gpu.example.org"' in checks
 
 
 @pytest.mark.parametrize("strategy", ["hami-core", "mps", "none"])
@@ -202,6 +203,62 @@ def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str
     assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.strategy == strategy
     assert "config" not in one(render(), "DeviceClass", "gpu.biaxial.dev")["spec"]
     assert "config" not in one(render(), "DeviceClass", "mig.biaxial.dev")["spec"]
+
+
+def test_class_sharing_policy_is_a_gpu_config_the_plugin_accepts() -> None:
+    from driver.api.claims import OpaqueConfig
+    from driver.api.config import parse_opaque
+
+    values = {
+        "deviceClasses": {
+            "sharingStrategy": "hami-core",
+            "allowedSharingStrategies": ["hami-core", "mps"],
+        }
+    }
+    gpu = one(render(values), "DeviceClass", "gpu.biaxial.dev")
+    (entry,) = gpu["spec"]["config"]
+    opaque = OpaqueConfig(
+        driver=entry["opaque"]["driver"], parameters=entry["opaque"]["parameters"]
+    )
+    parsed = parse_opaque(opaque, "gpu.biaxial.dev", "class", from_class=True)
+    assert parsed is not None
+    assert parsed.sharing.strategy == "hami-core"
+    assert parsed.sharing.allowed == ("hami-core", "mps")
+    for version in ("1.34", "1.37"):
+        assert validate_object(gpu, version) == []
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"sharingStrategy": "none", "allowedSharingStrategies": ["hami-core"]},
+            (
+                "allowedSharingStrategies needs deviceClasses.sharingStrategy set to one of "
+                'them, got "none"'
+            ),
+        ),
+        (
+            {"allowedSharingStrategies": ["hami-core"]},
+            "allowedSharingStrategies needs deviceClasses.sharingStrategy",
+        ),
+        (
+            {"sharingStrategy": "mps", "allowedSharingStrategies": ["mps", "timeslicing"]},
+            'allowedSharingStrategies: unknown value "timeslicing"',
+        ),
+    ],
+)
+def test_a_bad_class_sharing_policy_fails_the_render(values: dict[str, Any], message: str) -> None:
+    from tests.render_chart import RenderError
+
+    with pytest.raises(RenderError, match=re.escape(message)):
+        render_objects({"deviceClasses": values})
+
+
+def test_the_share_cap_reaches_the_plugin() -> None:
+    assert "--max-shares-per-gpu=10" in container(render(), "DaemonSet")["args"]
+    objs = render({"kubeletPlugin": {"maxSharesPerGpu": 0}})
+    assert "--max-shares-per-gpu=0" in container(objs, "DaemonSet")["args"]
 
 
 def test_unknown_class_sharing_strategy_fails_the_render() -> None:
@@ -222,18 +279,19 @@ def test_no_wildcards_anywhere() -> None:
                 assert "*" not in rule[field], (obj["metadata"]["name"], rule)
 
 
-def test_plugin_rbac_is_the_reference_list() -> None:
+def test_plugin_rbac_is_exactly_what_it_uses() -> None:
+    """The plugin lists, watches, creates, updates and deletes its node's slices, gets the
+    claims the kubelet names, and gets its Node (tests/integration/test_chart_rbac.py records
+    every request it makes). It writes no claim status: no resourceclaims/status and no 1.36
+    resourceclaims/driver rule, and it never lists or watches claims."""
     plugin = rules(render(), "ClusterRole", "biaxial-kubelet-plugin")
     res = "resource.k8s.io"
-    assert grants(plugin, "resourceslices", res) == {
-        "get", "list", "watch", "create", "update", "patch", "delete"
-    }  # fmt: skip
-    assert grants(plugin, "resourceclaims", res) == {"get", "list", "watch"}
-    assert grants(plugin, "resourceclaims/status", res) == {"update", "patch"}
-    assert grants(plugin, "resourceclaims/driver", res) == {
-        "associated-node:update",
-        "associated-node:patch",
-    }
+    assert grants(plugin, "resourceslices", res) == {"list", "watch", "create", "update", "delete"}
+    assert grants(plugin, "resourceclaims", res) == {"get"}
+    assert grants(plugin, "resourceclaims/status", res) == set()
+    assert grants(plugin, "resourceclaims/driver", res) == set()
+    assert grants(plugin, "resourceclaims/binding", res) == set()
+    assert not [r for r in plugin if r.get("resourceNames")]
     assert grants(plugin, "nodes") == {"get"}
     assert grants(plugin, "nodes/status") == set()
     assert grants(plugin, "pods") == set()
@@ -300,13 +358,17 @@ def test_resourceslice_policy_restricts_the_plugin_to_its_node() -> None:
     assert f'"system:serviceaccount:{NAMESPACE}:biaxial-kubelet-plugin"' in condition["expression"]
     variables = {v["name"]: v["expression"] for v in policy["variables"]}
     assert "authentication.kubernetes.io/node-name" in variables["userNodeName"]
-    assert "oldObject" in variables["objectNodeName"]
-    assert "DELETE" in variables["objectNodeName"]
+    assert "oldObject" in variables["slice"]
+    assert "DELETE" in variables["slice"]
+    assert variables["objectPoolName"] == 'variables.slice.spec.?pool.?name.orValue("")'
     checks = [v["expression"] for v in policy["validations"]]
-    assert checks == [
+    assert checks[:4] == [
         'variables.userNodeName != ""',
         "variables.userNodeName == variables.objectNodeName",
+        "variables.objectPoolName == variables.userNodeName",
+        'variables.objectDriver == "gpu.biaxial.dev"',
     ]
+    assert checks[4].startswith('request.operation != "UPDATE" ||')
     assert not [
         o for o in render({"resourceSlicePolicy": {"enabled": False}}) if "Policy" in o["kind"]
     ]
@@ -338,9 +400,48 @@ def test_plugin_daemonset_host_paths_env_and_probes() -> None:
     assert not any(a.startswith("--fake-gpus") for a in c["args"])
     (port,) = c["ports"]
     assert f"--metrics-port={port['containerPort']}" in c["args"]
-    for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
-    assert c["securityContext"]["privileged"] is True
+    # A restart does not mend an unreadable checkpoint: it fails readiness, never liveness.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert c["securityContext"] == PLUGIN_SECURITY_CONTEXT
+    assert "hostPID" not in pod
+    assert "hostNetwork" not in pod
+    assert not [
+        v for v in pod["volumes"] if v["hostPath"]["path"] in {"/", "/dev", "/proc", "/sys"}
+    ]
+
+
+# The plugin runs as root (the host directories it writes are root's) but unprivileged.
+PLUGIN_SECURITY_CONTEXT = {
+    "privileged": False,
+    "runAsUser": 0,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_plugin_gets_only_the_capabilities_its_options_need() -> None:
+    mps = container(render({"kubeletPlugin": {"hostIPC": True}}), "DaemonSet")
+    assert mps["securityContext"]["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["SETUID", "SETGID"],  # the MPS control daemon starts servers as the client
+    }
+    mig = container(render({"kubeletPlugin": {"migDevices": True}}), "DaemonSet")
+    assert mig["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    env = {e["name"]: e.get("value") for e in mig["env"]}
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    both = container(render({"kubeletPlugin": {"hostIPC": True, "migDevices": True}}), "DaemonSet")
+    assert both["securityContext"]["capabilities"]["add"] == ["SETUID", "SETGID", "SYS_ADMIN"]
+    for c in (mps, mig, both):
+        assert c["securityContext"]["privileged"] is False
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {
+        e["name"] for e in container(render(), "DaemonSet")["env"]
+    }
+    # the values are not changed by rendering (the capabilities are added to a copy)
+    assert container(render(), "DaemonSet")["securityContext"] == PLUGIN_SECURITY_CONTEXT
 
 
 def test_host_ipc_only_when_asked() -> None:
@@ -373,7 +474,24 @@ def test_controller_deployment() -> None:
     assert env["BIAXIAL_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     off = render({"controller": {"leaderElection": {"enabled": False}}})
     assert "--no-leader-elect" in container(off, "Deployment")["args"]
-    assert not [o for o in off if o["kind"] in {"Role", "RoleBinding"}]
+    assert not [
+        o
+        for o in off
+        if o["kind"] in {"Role", "RoleBinding"} and "controller" in o["metadata"]["name"]
+    ]
+
+
+def test_the_plugin_may_create_events_in_its_namespace_and_nothing_else_there() -> None:
+    objs = render()
+    role = one(objs, "Role", "biaxial-kubelet-plugin-events")
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    binding = one(objs, "RoleBinding", "biaxial-kubelet-plugin-events")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "biaxial-kubelet-plugin", "namespace": NAMESPACE}
+    ]
+    plugin = rules(objs, "ClusterRole", "biaxial-kubelet-plugin")
+    assert not [r for r in plugin if "events" in r["resources"]]
 
 
 # --------------------------------------------------------------------------- contract with the CLI
@@ -400,7 +518,7 @@ def test_rendered_arguments_are_accepted_by_the_binaries(
             assert args.command == "kubelet-plugin"
             monkeypatch.setenv("NODE_NAME", "gpu-node-1")
             monkeypatch.setenv("POD_UID", "0f5c1e9e-2f3a-4a57-9d1e-1c2b3d4e5f60")
-            settings = plugin_cmd.build_settings(args)
+            settings = plugin_cmd.settings_from_args(args)
             assert settings.driver_name == "gpu.biaxial.dev"
             assert str(settings.registry_dir) == "/var/lib/kubelet/plugins_registry"
         else:
@@ -438,7 +556,9 @@ def test_dockerfile_copies_every_package_and_runs_unprivileged() -> None:
     assert ignore[0] == "*"
     allowed = {line.removeprefix("!").rstrip("/") for line in ignore if line.startswith("!")}
     assert copied <= allowed, f".dockerignore excludes {copied - allowed}"
-    assert len([line for line in lines if line.startswith("FROM ")]) == 2
+    stages = [line.split()[-1] for line in lines if line.startswith("FROM ") and " AS " in line]
+    assert stages == ["hami-core-build", "hami-core-none", "hami-core", "build"]
+    assert len([line for line in lines if line.startswith("FROM ")]) == 5  # + the final stage
     assert 'ENTRYPOINT ["biaxial"]' in lines
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users, "no USER: the image would run as root"
@@ -455,9 +575,38 @@ def test_dockerfile_copies_every_package_and_runs_unprivileged() -> None:
 PLUGIN_USER = f"system:serviceaccount:{NAMESPACE}:biaxial-kubelet-plugin"
 
 
-def _admit(operation: str, user: str, node: str | None, slice_node: str | None) -> str:
+def _slice(node: str | None, pool: str | None = None, driver: str = "gpu.biaxial.dev") -> JSON:
+    """A ResourceSlice as the policy sees it: ``node`` None is a cluster-wide slice; the pool
+    is named after the node unless ``pool`` says otherwise."""
+    spec: JSON = {"driver": driver, "pool": {"name": pool if pool is not None else node or "x"}}
+    if node is None:
+        spec["allNodes"] = True
+    else:
+        spec["nodeName"] = node
+    return {"spec": spec}
+
+
+def _plain(value: Any) -> Any:
+    """A CEL result as plain Python (maps and lists included), to feed it back as input."""
+    if hasattr(value, "plain_value"):
+        value = value.plain_value()
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _admit(
+    operation: str,
+    user: str,
+    node: str | None,
+    new: JSON | None = None,
+    old: JSON | None = None,
+) -> str:
     """Evaluate the chart's policy like the API server: 'skip' (no match), 'allow' or the
-    first failing validation's message."""
+    first failing validation's message. An expression that errors fails the test (the API
+    server would refuse the request: failurePolicy Fail)."""
     from cel_expr_python import cel
     from cel_expr_python.ext import ext_optional, ext_strings
 
@@ -468,54 +617,80 @@ def _admit(operation: str, user: str, node: str | None, slice_node: str | None) 
         variables=dict.fromkeys(("request", "object", "oldObject", "variables"), t.DYN),
         extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()],
     )
-    spec: JSON = {"driver": "gpu.biaxial.dev", "pool": {"name": "p"}}
-    if slice_node is None:
-        spec["allNodes"] = True
-    else:
-        spec["nodeName"] = slice_node
-    obj = {"spec": spec}
     extra = {} if node is None else {"authentication.kubernetes.io/node-name": [node]}
     inputs: JSON = {
         "request": {"operation": operation, "userInfo": {"username": user, "extra": extra}},
-        "object": None if operation == "DELETE" else obj,
-        "oldObject": obj if operation != "CREATE" else None,
+        "object": new,
+        "oldObject": old,
         "variables": {},
     }
 
     def run(expression: str) -> Any:
-        return env.compile(expression).eval(env.Activation(inputs)).value()
+        result = env.compile(expression).eval(env.Activation(inputs))
+        assert result.type() != t.ERROR, f"{expression}: {result.value()}"
+        return _plain(result.value())
 
     if not all(run(c["expression"]) for c in policy["matchConditions"]):
         return "skip"
     for variable in policy["variables"]:
         inputs["variables"] = {**inputs["variables"], variable["name"]: run(variable["expression"])}
     for check in policy["validations"]:
-        if not run(check["expression"]):
+        verdict = run(check["expression"])
+        assert verdict is True or verdict is False, check["expression"]
+        if not verdict:
             if "messageExpression" in check:
                 message: str = run(check["messageExpression"])
-                return message
+                return " ".join(message.split())
             return " ".join(check["message"].split())
     return "allow"
 
 
+OWN = _slice("gpu-1")
+OTHER_NODE = _slice("gpu-2")
+OTHER_POOL = _slice("gpu-1", pool="gpu-2")  # on its own node, in another node's pool
+OTHER_DRIVER = _slice("gpu-1", driver="gpu.nvidia.com")
+CLUSTER_WIDE = _slice(None, pool="gpu-1")
+
+
 @pytest.mark.parametrize(
-    ("operation", "user", "node", "slice_node", "verdict"),
+    ("operation", "user", "node", "objects", "verdict"),
     [
-        ("CREATE", PLUGIN_USER, "gpu-1", "gpu-1", "allow"),
-        ("UPDATE", PLUGIN_USER, "gpu-1", "gpu-1", "allow"),
-        ("DELETE", PLUGIN_USER, "gpu-1", "gpu-1", "allow"),
-        ("CREATE", PLUGIN_USER, "gpu-1", "gpu-2", "may only write ResourceSlices"),
-        ("DELETE", PLUGIN_USER, "gpu-1", "gpu-2", "not 'gpu-2'"),
-        ("CREATE", PLUGIN_USER, "gpu-1", None, "not ''"),
-        ("CREATE", PLUGIN_USER, None, "gpu-1", "no node association"),
-        ("CREATE", "system:serviceaccount:other:other", None, "gpu-2", "skip"),
-        ("DELETE", "system:node:gpu-1", None, "gpu-2", "skip"),
+        # its own node's pool, under this driver: every operation is allowed
+        ("CREATE", PLUGIN_USER, "gpu-1", (OWN, None), "allow"),
+        ("UPDATE", PLUGIN_USER, "gpu-1", (OWN, OWN), "allow"),
+        ("DELETE", PLUGIN_USER, "gpu-1", (None, OWN), "allow"),
+        # another node's slice
+        ("CREATE", PLUGIN_USER, "gpu-1", (OTHER_NODE, None), "spec.nodeName 'gpu-1', not 'gpu-2'"),
+        ("UPDATE", PLUGIN_USER, "gpu-1", (OTHER_NODE, OTHER_NODE), "not 'gpu-2'"),
+        ("DELETE", PLUGIN_USER, "gpu-1", (None, OTHER_NODE), "not 'gpu-2'"),
+        # its own node name, but another node's pool (measured: it made that node's GPU
+        # unschedulable)
+        ("CREATE", PLUGIN_USER, "gpu-1", (OTHER_POOL, None), "of pool 'gpu-1', not 'gpu-2'"),
+        ("UPDATE", PLUGIN_USER, "gpu-1", (OTHER_POOL, OWN), "of pool 'gpu-1', not 'gpu-2'"),
+        ("DELETE", PLUGIN_USER, "gpu-1", (None, OTHER_POOL), "of pool 'gpu-1', not 'gpu-2'"),
+        # another driver's devices
+        ("CREATE", PLUGIN_USER, "gpu-1", (OTHER_DRIVER, None), "not 'gpu.nvidia.com'"),
+        ("UPDATE", PLUGIN_USER, "gpu-1", (OTHER_DRIVER, OTHER_DRIVER), "not 'gpu.nvidia.com'"),
+        ("DELETE", PLUGIN_USER, "gpu-1", (None, OTHER_DRIVER), "not 'gpu.nvidia.com'"),
+        # an update may not take over a slice that was another node's
+        ("UPDATE", PLUGIN_USER, "gpu-1", (OWN, OTHER_POOL), "already its node's ('gpu-1'"),
+        ("UPDATE", PLUGIN_USER, "gpu-1", (OWN, OTHER_DRIVER), "already its node's ('gpu-1'"),
+        # cluster-wide slices, and tokens without a node
+        ("CREATE", PLUGIN_USER, "gpu-1", (CLUSTER_WIDE, None), "not ''"),
+        ("CREATE", PLUGIN_USER, None, (OWN, None), "no node association"),
+        # other users are not this policy's business
+        ("CREATE", "system:serviceaccount:other:other", None, (OTHER_NODE, None), "skip"),
+        ("DELETE", "system:node:gpu-1", None, (None, OTHER_NODE), "skip"),
     ],
 )
 def test_resourceslice_policy_decisions(
-    operation: str, user: str, node: str | None, slice_node: str | None, verdict: str
+    operation: str,
+    user: str,
+    node: str | None,
+    objects: tuple[JSON | None, JSON | None],
+    verdict: str,
 ) -> None:
-    got = _admit(operation, user, node, slice_node)
+    got = _admit(operation, user, node, *objects)
     if verdict in {"allow", "skip"}:
         assert got == verdict
     else:
@@ -581,3 +756,161 @@ def test_kind_script_helm_install_renders_the_fake_gpu_manifest() -> None:
             values = _merge(values, parsers[flag](expression))
     assert values, words
     assert render(values) == render(VARIANTS["biaxial-fake-gpus.yaml"])
+
+
+# --------------------------------------------------------------------------- HAMi-core
+
+HAMI_LIBRARY = "/var/lib/biaxial/hami-core/libvgpu.so"
+
+
+def _pod(objs: list[JSON]) -> JSON:
+    spec: JSON = one(objs, "DaemonSet")["spec"]["template"]["spec"]
+    return spec
+
+
+def _install_container(objs: list[JSON]) -> list[JSON]:
+    return [c for c in _pod(objs).get("initContainers", []) if c["name"] == "install-hami-core"]
+
+
+def _dockerfile_args() -> dict[str, str]:
+    lines = (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
+    return dict(
+        line.removeprefix("ARG ").split("=", 1)
+        for line in lines
+        if line.startswith("ARG ") and "=" in line
+    )
+
+
+def test_the_image_builds_hami_core_from_a_pinned_upstream_commit() -> None:
+    import re
+
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    args = _dockerfile_args()
+    assert args["HAMI_CORE_REPOSITORY"] == "https://github.com/Project-HAMi/HAMi-core.git"
+    assert re.fullmatch(r"[0-9a-f]{40}", args["HAMI_CORE_COMMIT"])
+    assert args["HAMI_CORE"] == "build"
+    assert args["CUDA_DEVEL_IMAGE"].startswith("nvidia/cuda:")
+    assert "devel" in args["CUDA_DEVEL_IMAGE"]
+    assert 'git checkout --detach "${HAMI_CORE_COMMIT}"' in text
+    assert "bash ./build.sh" in text  # upstream's own build (cmake)
+    assert "COPY --from=hami-core /out/ /opt/biaxial/hami-core/" in text
+    # the docs name the same release and commit
+    sharing = (ROOT / "docs" / "sharing.md").read_text(encoding="utf-8")
+    assert args["HAMI_CORE_COMMIT"] in sharing
+    assert f"HAMi {args['HAMI_CORE_VERSION']}" in sharing
+
+
+def test_hami_core_is_installed_on_every_plugin_node_by_default() -> None:
+    from biaxial.commands import kubelet_plugin
+    from kubeletplugin.settings import DEFAULT_HAMI_CORE_LIBRARY, Settings
+
+    objs = render()
+    (init,) = _install_container(objs)
+    plugin = container(objs, "DaemonSet")
+    assert init["image"] == plugin["image"]
+    assert {e["name"]: e["value"] for e in init["env"]} == {"HAMI_CORE_LIBRARY": HAMI_LIBRARY}
+    assert "/opt/biaxial/hami-core/libvgpu.so" in init["args"][0]  # where the image has it
+    assert init["securityContext"] == {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert init["volumeMounts"] == [
+        {"name": "hami-core", "mountPath": "/var/lib/biaxial/hami-core"}
+    ]
+    volumes = {v["name"]: v["hostPath"] for v in _pod(objs)["volumes"]}
+    assert volumes["hami-core"] == {
+        "path": "/var/lib/biaxial/hami-core",
+        "type": "DirectoryOrCreate",
+    }
+    # the plugin points containers at it and sees it read-only, to check it is there
+    assert f"--hami-core-library={HAMI_LIBRARY}" in plugin["args"]
+    (mount,) = [m for m in plugin["volumeMounts"] if m["name"] == "hami-core"]
+    assert mount == {
+        "name": "hami-core",
+        "mountPath": "/var/lib/biaxial/hami-core",
+        "readOnly": True,
+    }
+    # ... and the plugin finds it there by default without the chart too
+    assert str(DEFAULT_HAMI_CORE_LIBRARY) == HAMI_LIBRARY
+    assert Settings(node_name="n").hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
+    parser = build_parser()
+    args = parser.parse_args(["kubelet-plugin", "--node-name", "n"])
+    plugin_settings = kubelet_plugin.settings_from_args(args)
+    assert plugin_settings.hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
+
+
+def test_hami_core_install_and_library_can_be_turned_off() -> None:
+    from biaxial.commands import kubelet_plugin
+
+    elsewhere = render({"kubeletPlugin": {"installHamiCore": False}})
+    assert _install_container(elsewhere) == []  # installed another way: still used
+    assert f"--hami-core-library={HAMI_LIBRARY}" in container(elsewhere, "DaemonSet")["args"]
+    hami = render(
+        {
+            "kubeletPlugin": {
+                "installHamiCore": False,
+                "hamiCoreLibrary": "/usr/local/vgpu/libvgpu.so",
+            }
+        }
+    )
+    volumes = {v["name"]: v["hostPath"]["path"] for v in _pod(hami)["volumes"]}
+    assert volumes["hami-core"] == "/usr/local/vgpu"
+    off = render({"kubeletPlugin": {"hamiCoreLibrary": ""}})
+    assert _install_container(off) == []
+    assert "hami-core" not in {v["name"] for v in _pod(off)["volumes"]}
+    args = container(off, "DaemonSet")["args"]
+    assert "--hami-core-library=none" in args
+    parsed = build_parser().parse_args([*args, "--node-name", "n"])
+    assert kubelet_plugin.settings_from_args(parsed).hami_core_library_path is None
+
+
+def test_the_install_script_replaces_the_library_atomically(tmp_path: Path) -> None:
+    """Run the init container's script for real (paths moved under tmp_path): it installs,
+    leaves an identical file alone, replaces a changed one by rename (a process holding the old
+    file keeps its content), leaves no temporary file, and fails with a clear message when the
+    image has no library."""
+    import subprocess
+
+    (init,) = _install_container(render())
+    image = tmp_path / "image"
+    image.mkdir()
+    host = tmp_path / "host"
+    host.mkdir()
+    script = init["args"][0].replace("/opt/biaxial/hami-core", str(image))
+    target = host / "libvgpu.so"
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["/bin/sh", "-c", script],
+            env={"HAMI_CORE_LIBRARY": str(target), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    (image / "libvgpu.so").write_bytes(b"first build")
+    (image / "VERSION").write_text("HAMi-core test\n")
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert f"installed {target}: HAMi-core test" in first.stdout
+    assert target.read_bytes() == b"first build"
+    inode = target.stat().st_ino
+    again = run()
+    assert again.returncode == 0
+    assert "is up to date" in again.stdout
+    assert target.stat().st_ino == inode
+    with target.open("rb") as in_use:
+        (image / "libvgpu.so").write_bytes(b"second build")
+        assert run().returncode == 0
+        assert in_use.read() == b"first build"  # a running container keeps its file
+    assert target.read_bytes() == b"second build"
+    assert target.stat().st_ino != inode
+    assert sorted(p.name for p in host.iterdir()) == ["libvgpu.so"]
+    (image / "libvgpu.so").unlink()
+    missing = run()
+    assert missing.returncode == 1
+    assert "installHamiCore=false" in missing.stderr
+    assert target.read_bytes() == b"second build"

@@ -23,6 +23,7 @@ from kubeletplugin.checkpoint import (
     decode,
     encode,
 )
+from kubeletplugin.mps import MpsDaemon
 
 DEVICE = DeviceRecord(
     request_names=("r0",),
@@ -44,7 +45,14 @@ RECORD = ClaimRecord(
     devices=(DEVICE,),
     cdi_spec_file="k8s.gpu.biaxial.dev-gpu_u1.json",
     cdi_spec={"cdiVersion": "0.3.0", "kind": "k8s.gpu.biaxial.dev/gpu", "devices": []},
-    mps_gpus=("GPU-0",),
+    mps_daemons=(
+        MpsDaemon(
+            directory=Path("/run/biaxial/mps/u1/gpu-0"),
+            gpu_uuid="GPU-0",
+            memory_bytes=4 << 30,
+            cores=25,
+        ),
+    ),
 )
 SAMPLE = Checkpoint(boot_id="boot-1", claims={"u1": RECORD})
 
@@ -59,7 +67,7 @@ def test_roundtrip(tmp_path: Path) -> None:
     store.save(SAMPLE)
     assert store.load() == SAMPLE
     raw = json.loads(store.path.read_bytes())
-    assert raw["version"] == cp.CURRENT_VERSION == 2
+    assert raw["version"] == cp.CURRENT_VERSION == 3
     assert raw["checksum"] == checksum(raw["data"])
 
 
@@ -102,19 +110,33 @@ def test_truncated_file_is_reported_kept_in_place_and_copied_aside_once(tmp_path
     [
         (b"[]", "not a checkpoint"),
         (b'{"version": 1}', "not a checkpoint"),
-        (envelope(3, {}), "unsupported version 3"),
+        (envelope(4, {}), "unsupported version 4"),
         (envelope(0, {}), "unsupported version 0"),
         (json.dumps({"version": "2", "checksum": "", "data": {}}).encode(), "not an integer"),
-        (envelope(2, {"claims": {"u1": {"uid": "u1"}}}), "malformed content for version 2"),
-        (envelope(2, {"claims": {"u2": RECORD.to_json()}}), "holds uid 'u1'"),
+        (envelope(3, {"claims": {"u1": {"uid": "u1"}}}), "malformed content for version 3"),
+        (envelope(3, {"claims": {"u2": RECORD.to_json()}}), "holds uid 'u1'"),
         (
-            envelope(2, {"claims": {"u1": {**RECORD.to_json(), "state": "Prepared"}}}),
+            envelope(3, {"claims": {"u1": {**RECORD.to_json(), "state": "Prepared"}}}),
             "unknown claim state",
         ),
         (b"\xff\xfe", "not valid JSON"),
         (
-            envelope(2, {"claims": {"u1": {**RECORD.to_json(), "cdiSpecFile": "../../etc/x"}}}),
+            envelope(3, {"claims": {"u1": {**RECORD.to_json(), "cdiSpecFile": "../../etc/x"}}}),
             "is not a plain file name",
+        ),
+        (
+            envelope(
+                3,
+                {
+                    "claims": {
+                        "u1": {
+                            **RECORD.to_json(),
+                            "mpsDaemons": [{"dir": "/run/../etc", "gpuUuid": "GPU-0"}],
+                        }
+                    }
+                },
+            ),
+            "is not a plain absolute path",
         ),
     ],
 )
@@ -156,8 +178,40 @@ def test_migration_from_v1(tmp_path: Path) -> None:
     assert device.cdi_device_ids == ("k8s.gpu.biaxial.dev/gpu=u9-gpu-1",)
     # Saving writes the current version.
     store.save(migrated)
-    assert json.loads(store.path.read_bytes())["version"] == 2
+    assert json.loads(store.path.read_bytes())["version"] == 3
     assert store.load() == migrated
+
+
+def test_migration_from_v2_keeps_the_shared_per_gpu_daemon(tmp_path: Path) -> None:
+    """Version 2 ran one MPS daemon per GPU, shared by every claim on it, at
+    ``<root>/<GPU UUID>``; the claims prepared with it keep it, found in their CDI spec."""
+
+    def v2_record(uid: str) -> dict[str, Any]:
+        pipe = {"hostPath": "/run/biaxial/mps/GPU-0/pipe", "containerPath": "/tmp/nvidia-mps"}
+        raw = {**RECORD.to_json(), "uid": uid}
+        del raw["mpsDaemons"]
+        raw["mpsGpus"] = ["GPU-0"]
+        raw["devices"] = [{k: v for k, v in DEVICE.to_json().items() if k != "adminAccess"}]
+        raw["cdiSpec"] = {
+            "cdiVersion": "0.3.0",
+            "kind": "k8s.gpu.biaxial.dev/gpu",
+            "devices": [{"name": f"{uid}-gpu-0", "containerEdits": {"mounts": [pipe]}}],
+        }
+        return raw
+
+    data = {"bootId": "b", "claims": {"u1": v2_record("u1"), "u2": v2_record("u2")}}
+    migrated = decode(envelope(2, data), tmp_path / "checkpoint.json")
+    assert migrated.boot_id == "b"
+    for uid in ("u1", "u2"):
+        record = migrated.claims[uid]
+        assert record.mps_daemons == (
+            MpsDaemon(directory=Path("/run/biaxial/mps/GPU-0"), gpu_uuid="GPU-0"),
+        )
+        assert record.devices[0].admin_access is False
+    no_mount = v2_record("u3")
+    no_mount["cdiSpec"] = {}
+    with pytest.raises(CheckpointError, match="no MPS pipe mount for GPU GPU-0"):
+        decode(envelope(2, {"bootId": None, "claims": {"u3": no_mount}}), tmp_path / "c")
 
 
 def test_every_old_version_has_a_migration() -> None:

@@ -152,16 +152,46 @@ def test_an_allocated_claim_is_only_reserved() -> None:
     assert ("patch", "resourceclaims", None) not in api.verbs()
 
 
-def test_conflicts_are_retried_on_a_fresh_read() -> None:
+def test_conflicts_are_retried_on_a_fresh_read_and_counted_per_step() -> None:
     api, committer, ref = setup("c0")
     api.fail("patch", "resourceclaims", ConflictError("stale", status=409))
     api.fail("replace", "resourceclaims", ConflictError("stale", status=409))
+    api.fail("create", "resourceclaims", ConflictError("name taken", status=409))
+    conflicts: list[str] = []
+    committer._on_conflict = conflicts.append
+    plan = Plan(
+        pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),), bridge=bridge_plan(ref)
+    )
+    asyncio.run(committer.commit(plan))
+    assert conflicts == ["finalizer", "allocation", "bridge-create"]
+    assert stored_claim(api, "c0")["status"]["reservedFor"] == [ref.consumer()]
+    bridge = next(n for (_, _, n) in api.objects if n.startswith("p-extended"))
+    api.fail("delete", "resourceclaims", ConflictError("uid precondition", status=409))
+    asyncio.run(committer.delete_claim(f"default/{bridge}"))
+    assert conflicts[3:] == ["delete"]
+    assert not [n for (_, _, n) in api.objects if n.startswith("p-extended")]
+
+
+@pytest.mark.parametrize(("bound_to", "landed"), [("n1", True), ("n2", False)])
+def test_a_binding_conflict_is_not_retried_but_read(bound_to: str, landed: bool) -> None:
+    api, committer, ref = setup("c0")
+    p = api.stored(PODS, "p")
+    assert p is not None
+    p["spec"]["nodeName"] = bound_to
+    api.seed(PODS, p)
+    api.fail("bind", "pods", ConflictError("already bound", status=409))
     conflicts: list[str] = []
     committer._on_conflict = conflicts.append
     plan = Plan(pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),))
-    asyncio.run(committer.commit(plan))
-    assert conflicts == ["finalizer", "allocation"]
-    assert stored_claim(api, "c0")["status"]["reservedFor"] == [ref.consumer()]
+    if landed:
+        asyncio.run(committer.commit(plan))
+    else:
+        with pytest.raises(CommitAbortedError, match="cannot be bound") as info:
+            asyncio.run(committer.commit(plan))
+        assert info.value.conflict
+        assert not (stored_claim(api, "c0").get("status") or {}).get("allocation")  # rolled back
+    assert conflicts == ["binding"]
+    assert [v for v in api.verbs() if v[0] == "bind"] == [("bind", "pods", "binding")]
 
 
 def test_a_lost_answer_is_not_written_twice() -> None:

@@ -22,10 +22,9 @@ def parse(*argv: str) -> Settings:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for env, _ in command._FLAGS.values():
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.delenv("BIAXIAL_LEADER_ELECT", raising=False)
-    monkeypatch.delenv("KUBECONFIG", raising=False)
+    for flag in command.FLAGS:
+        for env in (flag.env, *flag.conventional_env):
+            monkeypatch.delenv(env, raising=False)
 
 
 def test_defaults() -> None:
@@ -81,7 +80,10 @@ def test_bad_values_are_clear_errors(argv: list[str], message: str) -> None:
 def test_cli_reports_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["controller", "--qps", "-1"]) == 2
     err = capsys.readouterr().err
-    assert err == "biaxial controller: error: --qps must be > 0, got -1.0\n"
+    assert err == (
+        "biaxial controller: error: --qps must be > 0, got -1.0 "
+        "(from the flag; environment twin $BIAXIAL_QPS)\n"
+    )
 
 
 def test_settings_are_frozen() -> None:

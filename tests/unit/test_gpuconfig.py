@@ -284,3 +284,114 @@ def test_a_driver_name_flag_changes_whose_config_is_read() -> None:
     check_claim_config(built.model(), classes(), DRIVER)
     with pytest.raises(ConfigError, match=r"sharing\.strategy: unknown value"):
         check_claim_config(built.model(), classes(), "gpu.example.org")
+
+
+# --------------------------------------------------------------------------- the sharing policy
+
+POLICY = cfg("hami-core")
+POLICY["sharing"]["allowedStrategies"] = ["mps", "hami-core"]
+FIXED = {**HEAD, "sharing": {"strategy": "hami-core", "allowedStrategies": ["hami-core"]}}
+
+
+def test_the_policy_parses_in_canonical_order() -> None:
+    assert parse_gpu_config(POLICY) == GpuConfig(SharingConfig("hami-core", ("hami-core", "mps")))
+
+
+@pytest.mark.parametrize(
+    ("allowed", "message"),
+    [
+        ([], "sharing.allowedStrategies: expected a non-empty list of strategies"),
+        ("hami-core", "sharing.allowedStrategies: expected a non-empty list of strategies"),
+        (["hami-core", "nvidia"], 'sharing.allowedStrategies[1]: unknown value "nvidia"'),
+        (["hami-core", "hami-core"], "sharing.allowedStrategies: lists a strategy twice"),
+        (["mps"], 'sharing.strategy: "hami-core" is not in sharing.allowedStrategies ("mps")'),
+    ],
+)
+def test_a_bad_policy_names_the_field(allowed: object, message: str) -> None:
+    raw = {**HEAD, "sharing": {"strategy": "hami-core", "allowedStrategies": allowed}}
+    with pytest.raises(ConfigError) as info:
+        parse_gpu_config(raw)
+    assert message in str(info.value)
+
+
+def test_a_claim_cannot_weaken_the_class_policy() -> None:
+    """Measured before: a claim's own GpuConfig with strategy none on a 1 Gi share prepared
+    with no limits, and nothing an administrator wrote could stop it."""
+    configs = [entry(POLICY, source="FromClass"), entry(cfg("none"), requests=["gpu"])]
+    with pytest.raises(ConfigError) as info:
+        resolve_configs(configs, DRIVER, ["gpu", "other"])
+    assert str(info.value) == (
+        "allocation.devices.config[1] (FromClaim) opaque.parameters: sharing.strategy: "
+        "\"none\" is not allowed for request 'gpu' by the DeviceClass's sharing policy "
+        '(sharing.allowedStrategies: "hami-core", "mps")'
+    )
+
+
+def test_a_claim_chooses_within_the_policy_and_cannot_unset_the_class_strategy() -> None:
+    configs = [
+        entry(POLICY, source="FromClass"),
+        entry(cfg("mps"), requests=["a"]),
+        entry(cfg(), requests=["b"]),  # names no strategy: the class's stays
+    ]
+    resolved = resolve_configs(configs, DRIVER, ["a", "b"])
+    assert resolved == {
+        "a": GpuConfig(SharingConfig("mps", ("hami-core", "mps"))),
+        "b": GpuConfig(SharingConfig("hami-core", ("hami-core", "mps"))),
+    }
+
+
+def test_class_policies_intersect() -> None:
+    configs = [entry(POLICY, source="FromClass"), entry(FIXED, source="FromClass")]
+    resolved = resolve_configs(configs, DRIVER, ["gpu"])
+    assert resolved["gpu"] == GpuConfig(SharingConfig("hami-core", ("hami-core",)))
+    with pytest.raises(ConfigError, match='"mps" is not allowed'):
+        resolve_configs([*configs, entry(cfg("mps"))], DRIVER, ["gpu"])
+
+
+def test_only_a_device_class_may_carry_the_policy() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve_configs([entry(POLICY)], DRIVER, ["gpu"])
+    assert "sharing.allowedStrategies: only a DeviceClass's config may set the sharing" in str(
+        info.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("built", "message"),
+    [
+        (
+            claim("c").request("gpu").config(cfg("none")),
+            (
+                "claim default/c: spec.devices.config[0] opaque.parameters: sharing.strategy: "
+                "\"none\" is not allowed for request 'gpu' by the DeviceClass's sharing policy "
+                '(sharing.allowedStrategies: "hami-core")'
+            ),
+        ),
+        (
+            claim("c").first_available("gpu", sub("one")).config(cfg("mps"), requests=["gpu"]),
+            "\"mps\" is not allowed for request 'gpu/one'",
+        ),
+        (
+            claim("c").request("gpu").config(FIXED),
+            "spec.devices.config[0] opaque.parameters: sharing.allowedStrategies: only a",
+        ),
+    ],
+    ids=["none-on-a-fixed-class", "subrequest", "a-claim-policy"],
+)
+def test_the_scheduler_refuses_a_weakened_policy(built: Any, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(built.model(), classes(FIXED), DRIVER)
+    assert message in str(info.value)
+
+
+def test_a_class_with_a_policy_it_breaks_itself_is_reported_at_the_class() -> None:
+    broken = {**HEAD, "sharing": {"strategy": "none", "allowedStrategies": ["mps"]}}
+    with pytest.raises(ConfigError) as info:
+        check_claim_config(claim("c").request("gpu").model(), classes(broken), DRIVER)
+    assert str(info.value).startswith(
+        f"claim default/c: DeviceClass {GPU_CLASS}: spec.config[0] opaque.parameters: "
+        'sharing.strategy: "none" is not in sharing.allowedStrategies'
+    )
+    check_claim_config(
+        claim("c").request("gpu").config(cfg("hami-core")).model(), classes(FIXED), DRIVER
+    )

@@ -184,3 +184,37 @@ def test_an_unreadable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot load Kubernetes config from") as info:
         Endpoint.resolve(bad)
     assert "\n" not in str(info.value)
+
+
+def test_write_fence_is_checked_after_the_rate_limiter_and_sends_nothing_when_closed() -> None:
+    """A write that waited for a token is checked against the fence when the token comes, not
+    before: the fence closed meanwhile, so it is refused and never reaches the server."""
+    seen: list[str] = []
+    fence_open = [True]
+    checked: list[tuple[str, str]] = []
+
+    def fence(method: str, path: str) -> None:
+        checked.append((method, path))
+        if not fence_open[0]:
+            raise ServerError(f"{method} {path}: fenced", status=0)
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path}")
+        return web.json_response({"metadata": {"name": "n"}})
+
+    def fenced_client(endpoint: Endpoint, **_: object) -> Client:
+        return Client(endpoint, qps=5, burst=1, write_fence=fence)
+
+    async def scenario(client: Client) -> None:
+        await client.patch(NODES, "n", {"metadata": {"labels": {"a": "b"}}})  # the burst token
+        waiting = asyncio.ensure_future(client.delete(NODES, "n"))  # waits ~0.2 s for a token
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        fence_open[0] = False
+        with pytest.raises(ServerError, match="fenced"):
+            await waiting
+        assert (await client.get(NODES, "n"))["metadata"]["name"] == "n"  # reads never fenced
+
+    asyncio.run(with_server(handler, scenario, fenced_client))  # type: ignore[arg-type]
+    assert seen == ["PATCH /api/v1/nodes/n", "GET /api/v1/nodes/n"]
+    assert checked == [("PATCH", "/api/v1/nodes/n"), ("DELETE", "/api/v1/nodes/n")]

@@ -1,5 +1,6 @@
-"""The task guard: crashes are logged, counted and reported; shutdown cancels newest first and
-survives a task that fails while stopping."""
+"""The plugin's task guard (the shared :class:`kubeapi.tasks.TaskGuard`, wired to the plugin's
+metrics and health): crashes are logged, counted and reported; shutdown cancels newest first
+and survives a task that fails while stopping."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import logging
 
 import pytest
 
-from kubeletplugin.app import TaskGuard
+from kubeapi.tasks import TaskGuard
+from kubeletplugin.app import task_guard
 from kubeletplugin.metrics import HealthState, Metrics
 
 
@@ -17,17 +19,17 @@ def test_a_crash_is_logged_counted_and_makes_the_process_unhealthy(
 ) -> None:
     async def scenario() -> tuple[Metrics, HealthState, TaskGuard]:
         metrics, health = Metrics(), HealthState()
-        guard = TaskGuard(metrics, health)
+        guard = task_guard(metrics, health)
 
         async def broken() -> None:
             raise RuntimeError("nvml went away")
 
         guard.start("health", broken())
-        await asyncio.wait_for(guard.crashed.wait(), 1)
-        await guard.cancel_all(1)
+        await asyncio.wait_for(guard.tripped.wait(), 1)
+        await guard.stop(1)
         return metrics, health, guard
 
-    with caplog.at_level(logging.ERROR, logger="biaxial.kubeletplugin.app"):
+    with caplog.at_level(logging.ERROR, logger="biaxial.kubeapi.tasks"):
         metrics, health, _ = asyncio.run(scenario())
     assert "background task health crashed" in caplog.text
     assert "nvml went away" in caplog.text  # the traceback is logged
@@ -36,14 +38,14 @@ def test_a_crash_is_logged_counted_and_makes_the_process_unhealthy(
     assert 'biaxial_plugin_task_crashes_total{task="health"} 1.0' in metrics.render().decode()
 
 
-def test_cancel_all_stops_newest_first_even_when_one_fails_while_stopping(
+def test_stop_cancels_newest_first_and_a_failure_while_stopping_is_not_a_crash(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stopped: list[str] = []
 
     async def scenario() -> HealthState:
         health = HealthState()
-        guard = TaskGuard(Metrics(), health)
+        guard = task_guard(Metrics(), health)
 
         async def service(name: str, fail_on_stop: bool = False) -> None:
             try:
@@ -56,11 +58,11 @@ def test_cancel_all_stops_newest_first_even_when_one_fails_while_stopping(
         for name in ("dra", "publisher", "registration"):
             guard.start(name, service(name, fail_on_stop=name == "publisher"))
         await asyncio.sleep(0)
-        await guard.cancel_all(1)
-        assert not guard.crashed.is_set()
+        await guard.stop(1)
+        assert not guard.tripped.is_set()
         return health
 
-    with caplog.at_level(logging.ERROR, logger="biaxial.kubeletplugin.app"):
+    with caplog.at_level(logging.ERROR, logger="biaxial.kubeapi.tasks"):
         health = asyncio.run(scenario())
     assert stopped == ["registration", "publisher", "dra"]
     assert "task publisher failed while stopping" in caplog.text

@@ -4,6 +4,7 @@ environment twins."""
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from biaxial.commands import kubelet_plugin
 from driver.api.errors import ConfigError
-from kubeletplugin.settings import Settings
+from kubeletplugin.settings import DEFAULT_HAMI_CORE_LIBRARY, Settings, with_installed_hami_core
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -52,6 +53,15 @@ def test_pod_uid_gives_per_pod_sockets_hashed_when_too_long() -> None:
         ({"plugin_dir": Path("/tmp/" + "p" * 90)}, "DRA socket path /tmp/ppp"),
         ({"kubeconfig": Path("/nonexistent")}, "--kubeconfig /nonexistent: no such file"),
         ({"fake_gpus": "t5x9"}, "--fake-gpus 't5x9' is neither a built-in profile (a100"),
+        (
+            {"mps_root": Path("/var/lib/kubelet/plugins/gpu.biaxial.dev/mps")},
+            (
+                "--mps-root /var/lib/kubelet/plugins/gpu.biaxial.dev/mps must be an absolute "
+                "path of at most 38 bytes"
+            ),
+        ),
+        ({"mps_root": Path("mps")}, "--mps-root mps must be an absolute path"),
+        ({"max_shares_per_gpu": -1}, "--max-shares-per-gpu must be 0 (no cap) or positive"),
     ],
 )
 def test_invalid_settings_name_the_flag(overrides: dict[str, object], message: str) -> None:
@@ -66,7 +76,7 @@ def test_flags_have_environment_twins_and_flags_win(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("BIAXIAL_METRICS_PORT", "9400")
     monkeypatch.setenv("BIAXIAL_REMOVE_SLICES_ON_EXIT", "true")
     monkeypatch.delenv("KUBECONFIG", raising=False)
-    settings = kubelet_plugin.build_settings(parse([]))
+    settings = kubelet_plugin.settings_from_args(parse([]))
     assert settings.node_name == "from-node-name"
     assert settings.fake_gpus == "t4x4"
     assert settings.metrics_port == 9400
@@ -75,15 +85,18 @@ def test_flags_have_environment_twins_and_flags_win(monkeypatch: pytest.MonkeyPa
     assert settings.kubeconfig is None  # in-cluster
 
     monkeypatch.setenv("BIAXIAL_NODE_NAME", "from-biaxial")
-    assert kubelet_plugin.build_settings(parse([])).node_name == "from-biaxial"
-    flagged = kubelet_plugin.build_settings(parse(["--node-name", "flag", "--metrics-port", "0"]))
+    assert kubelet_plugin.settings_from_args(parse([])).node_name == "from-biaxial"
+    flagged = kubelet_plugin.settings_from_args(
+        parse(["--node-name", "flag", "--metrics-port", "0"])
+    )
     assert (flagged.node_name, flagged.metrics_port) == ("flag", 0)
 
 
 def test_bad_numbers_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BIAXIAL_RESYNC_SECONDS", "soon")
-    with pytest.raises(ConfigError, match="--resync-seconds 'soon': not a valid float"):
-        kubelet_plugin.build_settings(parse(["--node-name", "n1"]))
+    message = "--resync-seconds: 'soon' is not a number (from $BIAXIAL_RESYNC_SECONDS)"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        kubelet_plugin.settings_from_args(parse(["--node-name", "n1"]))
 
 
 def test_prepare_settings_carry_the_plugin_settings() -> None:
@@ -95,6 +108,47 @@ def test_prepare_settings_carry_the_plugin_settings() -> None:
         hami_core_library_path=Path("/lib/libvgpu.so"),
     )
     prepare = settings.prepare_settings()
+    assert prepare.max_shares_per_gpu is None  # 0: no cap
+    assert Settings(node_name="n1", max_shares_per_gpu=4).prepare_settings().max_shares_per_gpu == 4
     assert (prepare.node_name, prepare.driver_name) == ("n1", "gpu.example.com")
     assert (prepare.state_dir, prepare.cdi_dir) == (Path("/s"), Path("/c"))
     assert prepare.hami_core_library_path == Path("/lib/libvgpu.so")
+
+
+def test_hami_core_library_default_none_and_relative(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BIAXIAL_HAMI_CORE_LIBRARY", raising=False)
+    default = kubelet_plugin.settings_from_args(parse(["--node-name", "n1"]))
+    assert default.hami_core_library_path == DEFAULT_HAMI_CORE_LIBRARY
+    off = kubelet_plugin.settings_from_args(
+        parse(["--node-name", "n1", "--hami-core-library", "none"])
+    )
+    assert off.hami_core_library_path is None
+    monkeypatch.setenv("BIAXIAL_HAMI_CORE_LIBRARY", "/usr/local/vgpu/libvgpu.so")
+    env = kubelet_plugin.settings_from_args(parse(["--node-name", "n1"]))
+    assert env.hami_core_library_path == Path("/usr/local/vgpu/libvgpu.so")
+    with pytest.raises(ConfigError, match=r"lib/libvgpu\.so must be an absolute"):
+        kubelet_plugin.settings_from_args(
+            parse(["--node-name", "n1", "--hami-core-library", "lib/libvgpu.so"])
+        )
+
+
+def test_a_missing_hami_core_library_is_dropped_at_start_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    library = tmp_path / "hami-core" / "libvgpu.so"
+    settings = Settings(node_name="n1", hami_core_library_path=library)
+    with caplog.at_level(logging.INFO, logger="biaxial.kubeletplugin.settings"):
+        missing = with_installed_hami_core(settings.prepare_settings())
+    assert missing.hami_core_library_path is None
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert f"HAMi-core library {library} not found" in warning.getMessage()
+    caplog.clear()
+    library.parent.mkdir()
+    library.write_bytes(b"\x7fELF")
+    (library.parent / "VERSION").write_text("HAMi-core v2.9.0 (commit 5091a2f)\n")
+    with caplog.at_level(logging.INFO, logger="biaxial.kubeletplugin.settings"):
+        found = with_installed_hami_core(settings.prepare_settings())
+    assert found.hami_core_library_path == library
+    assert f"HAMi-core library {library} (HAMi-core v2.9.0 (commit 5091a2f))" in caplog.text
+    none = Settings(node_name="n1", hami_core_library_path=None).prepare_settings()
+    assert with_installed_hami_core(none) is none

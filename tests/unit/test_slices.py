@@ -6,10 +6,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from driver.api.claims import AllocationResult, DeviceClass
 from driver.api.errors import ValidationError
 from driver.api.ids import DriverName, PoolName
 from driver.api.model import (
@@ -23,6 +26,7 @@ from driver.api.model import (
     ValidRange,
     Version,
 )
+from driver.api.nodes import Node
 from driver.api.quantity import Quantity
 from driver.api.validation import validate_pool, validate_slice
 from driver.discovery.backend import open_backend
@@ -30,9 +34,13 @@ from driver.discovery.devices import mig_device_name
 from driver.discovery.fake import builtin_profiles, parse_profile
 from driver.discovery.gpus import GpuInfo
 from driver.discovery.slices import build_slices, normalize_version, slice_name
+from driver.structured.allocator import allocate
+from driver.structured.snapshot import ClusterSnapshot
+from tests.unit.builders import ClaimBuilder, claim
 from tests.validate_manifests import validate_object
 
 MIB = 1024 * 1024
+GPU_CLASS_FILE = Path(__file__).parents[2] / "deviceclasses" / "gpu.biaxial.dev.yaml"
 
 
 def gpus_of(profile: str, node: str = "node-a") -> tuple[GpuInfo, ...]:
@@ -119,6 +127,62 @@ def test_t4_node_publishes_the_contract_value_by_value() -> None:
         }
         assert device["allowMultipleAllocations"] is True
         assert "taints" not in device
+
+
+def test_the_share_cap_is_a_third_capacity_each_allocation_consumes_one_of() -> None:
+    (resource_slice,) = build_slices(gpus_of("t4x4"), node_name="gpu-t4", max_shares=10)
+    for device in resource_slice.to_api()["spec"]["devices"]:
+        assert device["capacity"]["shares"] == {
+            "value": "10",
+            "requestPolicy": {"default": "1", "validValues": ["1"]},
+        }
+        # memory and cores keep their meaning
+        assert device["capacity"]["memory"]["value"] == "15Gi"
+        assert device["capacity"]["cores"]["value"] == "100"
+    # MIG partitions are exclusive: no shares to count.
+    mig = [d for s in build_slices(gpus_of("h100-80gbx8"), node_name="n", max_shares=4)
+           for d in s.devices if not d.allow_multiple_allocations]  # fmt: skip
+    assert mig
+    assert all("shares" not in d.capacity for d in mig)
+    with pytest.raises(ValidationError, match="share cap must be at least 1, got 0"):
+        build_slices(gpus_of("t4x4"), node_name="gpu-t4", max_shares=0)
+
+
+def _allocate_shares(
+    max_shares: int | None, claims: list[ClaimBuilder], held: list[ClaimBuilder] = ()
+) -> list[AllocationResult] | None:
+    gpus = synthetic(1)
+    slices = build_slices(gpus, node_name="big", max_shares=max_shares)
+    gpu_class = DeviceClass.from_api(yaml.safe_load(GPU_CLASS_FILE.read_text(encoding="utf-8")))
+    snapshot = ClusterSnapshot.build(slices, [gpu_class], [c.model() for c in held])
+    node = Node.from_api({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "big"}})
+    return allocate(snapshot, [c.model() for c in claims], node)
+
+
+def _share(name: str, **capacity: str) -> ClaimBuilder:
+    return claim(name).request("gpu", cls="gpu.biaxial.dev", capacity={"memory": "1Gi", **capacity})
+
+
+def test_any_consumable_capacity_allocator_stops_at_the_published_cap() -> None:
+    """The cap needs nothing biaxial-specific from the scheduler: upstream's allocator
+    (KEP-5075, ``calculateConsumedCapacity``) consumes a capacity's ``requestPolicy.default``
+    when the request names none, rejects a device when allocated + allocating + consumed
+    exceeds the capacity's value (``CmpRequestOverCapacity``), and rejects a request outside
+    ``validValues`` (``violatesPolicy``); biaxial's allocator implements those same rules."""
+    three = [_share("c0"), _share("c1"), _share("c2")]
+    assert _allocate_shares(None, three) is not None  # no cap: 3 x 1Gi fit on 15Gi
+    assert _allocate_shares(2, three) is None
+    placed = _allocate_shares(2, three[:2])
+    assert placed is not None
+    assert [str(r.results[0].consumed_capacity["shares"]) for r in placed] == ["1", "1"]
+    held = [_share(f"c{i}").allocated(result.to_api()) for i, result in enumerate(placed)]
+    assert _allocate_shares(2, [_share("late")], held) is None
+    assert _allocate_shares(3, [_share("late")], held) is not None
+    # A claim cannot take several shares at once, nor dodge the count with zero.
+    assert _allocate_shares(10, [_share("greedy", shares="2")]) is None
+    zero = _allocate_shares(10, [_share("zero", shares="0")])
+    assert zero is not None
+    assert str(zero[0].results[0].consumed_capacity["shares"]) == "1"
 
 
 def test_a10g_memory_and_versions() -> None:

@@ -1,0 +1,139 @@
+"""Runtime bounds of one CEL evaluation: actual cost in upstream's units, and a deadline.
+
+Upstream (cel-go with Kubernetes' cost estimator) counts an *actual cost* while it evaluates
+and cancels the evaluation when it passes the limit (1,000,000 for DRA selectors): 1 per
+identifier, field selection or call, 0 per constant, 10 per list literal, 30 per map literal,
+and for size-dependent functions a multiple of the sizes involved (0.1 per character walked,
+the product of string and pattern sizes for regular expressions, ...).
+
+cel-expr-python counts nothing, so ``driver.cel.engine`` meters an evaluation itself when its
+static estimate could pass the limit (see ``driver.cel.checked.instrument``): every
+comprehension iteration charges its body's minimum cost, the functions biaxial implements
+charge their own cost with the real argument sizes (:func:`charge`, :func:`charge_traversal`),
+and the engine's own size-dependent operations are wrapped to charge theirs. Each charge checks
+the cost limit and the deadline; once either is passed every later charge fails too, so the
+evaluation unwinds quickly, and the engine reports the cancellation whatever the expression's
+result (an error absorbed by ``||`` does not hide it).
+
+The meter only ever *under*-counts upstream's actual cost (an expression upstream accepts is
+never cancelled here), except for list concatenation, which biaxial charges by the size of
+the result because its engine copies lists where cel-go concatenates them lazily.
+
+Callers bound evaluations with :func:`limits`::
+
+    with cost.limits(deadline=time.monotonic() + 10):   # seconds on the monotonic clock
+        allocate(...)
+
+which every evaluation in the block (in this thread or context) obeys; the default is the
+cost limit alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
+STRING_TRAVERSAL_FACTOR: Final = 0.1  # cel-go common.StringTraversalCostFactor
+REGEX_LENGTH_FACTOR: Final = 0.25  # cel-go common.RegexStringLengthCostFactor
+
+
+class CostLimitExceeded(Exception):  # noqa: N818 - the name says what happened, as upstream's
+    """Raised inside a metered evaluation when the cost limit or the deadline is passed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds for every evaluation in a :func:`limits` block."""
+
+    cost: int = COST_LIMIT
+    deadline: float | None = None  # time.monotonic() value
+
+
+_DEFAULT_LIMITS: Final = Limits()
+_LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar(
+    "cel_limits", default=_DEFAULT_LIMITS
+)
+
+
+@contextlib.contextmanager
+def limits(*, cost: int = COST_LIMIT, deadline: float | None = None) -> Iterator[Limits]:
+    """Bound the CEL evaluations in this block: actual cost per evaluation, and a deadline
+    (``time.monotonic()`` value) for all of them."""
+    value = Limits(cost, deadline)
+    token = _LIMITS.set(value)
+    try:
+        yield value
+    finally:
+        _LIMITS.reset(token)
+
+
+def current_limits() -> Limits:
+    return _LIMITS.get()
+
+
+class Meter:
+    """The running cost of one evaluation. Not thread-safe: one per evaluation."""
+
+    __slots__ = ("cost", "deadline", "exceeded", "limit", "reason")
+
+    def __init__(self, bounds: Limits) -> None:
+        self.cost = 0
+        self.limit = bounds.cost
+        self.deadline = bounds.deadline
+        self.exceeded = False
+        self.reason = ""
+
+    def add(self, amount: int) -> None:
+        if self.exceeded:
+            raise CostLimitExceeded(self.reason)
+        self.cost += amount
+        if self.cost > self.limit:
+            self._trip("operation cancelled: actual cost limit exceeded")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self._trip("operation cancelled: evaluation deadline exceeded")
+
+    def _trip(self, reason: str) -> None:
+        self.exceeded = True
+        self.reason = reason
+        raise CostLimitExceeded(reason)
+
+
+_LOCAL = threading.local()
+
+
+def active() -> Meter | None:
+    """The meter of the evaluation running in this thread, if it is metered."""
+    meter: Meter | None = getattr(_LOCAL, "meter", None)
+    return meter
+
+
+@contextlib.contextmanager
+def metering(meter: Meter | None) -> Iterator[None]:
+    """Make *meter* the active one for the evaluation run inside the block (nests)."""
+    previous = getattr(_LOCAL, "meter", None)
+    _LOCAL.meter = meter
+    try:
+        yield
+    finally:
+        _LOCAL.meter = previous
+
+
+def charge(amount: int) -> None:
+    """Charge *amount* to the active meter, if any (library functions call this)."""
+    meter = getattr(_LOCAL, "meter", None)
+    if meter is not None:
+        meter.add(amount)
+
+
+def charge_traversal(size: int) -> None:
+    """Charge walking *size* characters or elements once (0.1 each, rounded up)."""
+    meter = getattr(_LOCAL, "meter", None)
+    if meter is not None:
+        meter.add(math.ceil(size * STRING_TRAVERSAL_FACTOR))

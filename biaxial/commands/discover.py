@@ -3,7 +3,8 @@
 Without ``--fake`` the GPUs come from NVML; with it, from a fake profile (a built-in name or a
 profile file). ``-o json`` prints a ``v1`` ``List``; ``-o yaml`` (the default) one YAML document
 per slice. The node name defaults to ``$NODE_NAME``, then the host name. Errors (no NVML, an
-unknown profile, an unreadable file, an invalid node name) are one line and a non-zero exit.
+unknown profile, an unreadable file, an invalid node name) are one line and a non-zero exit: 1 when
+NVML fails, 2 for bad input (a fake profile that is unknown, unreadable or invalid, a bad flag).
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ import socket
 import sys
 
 NAME = "discover"
+EPILOG = """\
+exit codes:
+  0  the slices were printed
+  1  GPU discovery failed (no NVML, no driver)
+  2  bad input: an unknown, unreadable or invalid fake profile, an invalid node name
+"""
 HELP = "print the ResourceSlices this node would publish (--fake PROFILE works without a GPU)"
 ORDER = 30
 
@@ -57,13 +64,19 @@ def _node_name(explicit: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     import yaml  # noqa: PLC0415 - heavy imports inside run keep `biaxial --help` fast
 
+    from driver.api.errors import DiscoveryError, ManifestError  # noqa: PLC0415
     from driver.api.ids import DEFAULT_DRIVER_NAME  # noqa: PLC0415
     from driver.discovery.backend import open_backend  # noqa: PLC0415
     from driver.discovery.slices import build_slices  # noqa: PLC0415
 
     node = _node_name(args.node)
-    with open_backend(args.fake, node_name=node) as backend:
-        gpus = backend.discover()
+    try:
+        with open_backend(args.fake, node_name=node) as backend:
+            gpus = backend.discover()
+    except DiscoveryError as exc:
+        if args.fake is None:
+            raise
+        raise ManifestError(str(exc)) from exc  # a bad profile is bad input (exit 2)
     slices = build_slices(gpus, node_name=node, driver_name=args.driver or DEFAULT_DRIVER_NAME)
     items = [s.to_api() for s in slices]
     if args.output == "json":

@@ -4,9 +4,10 @@ Used by ``biaxial simulate`` and the controller. For one pod (its raw JSON and i
 ResourceClaims), :meth:`DecisionEngine.decide`:
 
 1. resolves the pod's policies (annotations, defaults), its legacy extended resources
-   (KEP-5004 bridge) and its scheduling facts; bad input is a
-   :class:`~driver.scheduling.outcome.PodError` for that pod (``_context``), including a claim
-   whose ``GpuConfig`` the node would refuse at Prepare
+   (KEP-5004 bridge, with the dialect annotations of :mod:`driver.scheduling.dialects`) and
+   its scheduling facts; bad input is a :class:`~driver.scheduling.outcome.PodError` for that
+   pod (``_context``), including what :func:`driver.scheduling.checks.check_pod_input` refuses
+   and a claim whose ``GpuConfig`` the node would refuse at Prepare
    (:func:`driver.api.config.check_claim_config`), so nothing is allocated for it;
 2. filters nodes (:mod:`driver.scheduling.nodefit`), builds the node's variant of the bridge
    claim, allocates *all* the pod's unallocated claims on the node with the allocator, the GPU
@@ -77,13 +78,12 @@ from driver.scheduling.bounds import (
     shape_bounds,
 )
 from driver.scheduling.bridge import (
-    GPU_RESOURCE,
-    MODIFIER_RESOURCES,
     BridgeClaim,
     ExtendedResourceMap,
     PodLegacyResources,
     build_bridge_claim,
     dra_resources_on_node,
+    filter_exempt,
     legacy_resources,
 )
 from driver.scheduling.capacity_index import (
@@ -93,6 +93,7 @@ from driver.scheduling.capacity_index import (
     NodeShape,
     Variant,
 )
+from driver.scheduling.checks import check_pod_input
 from driver.scheduling.nodefit import (
     NodeUsage,
     PodSchedulingFacts,
@@ -466,6 +467,7 @@ class DecisionEngine:
         legacy = legacy_resources(
             pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
         )
+        check_pod_input(claims, legacy, self.snapshot, self.driver_name)
         for claim in claims:
             for request in claim.requests:
                 alternatives = (
@@ -488,8 +490,7 @@ class DecisionEngine:
             to_allocate=tuple(c for c in claims if c.allocation is None),
             allocated_claims=tuple(c for c in claims if c.allocation is not None),
             legacy_resources=legacy.resources,
-            exempt=legacy.resources
-            | (MODIFIER_RESOURCES if GPU_RESOURCE in legacy.resources else frozenset()),
+            exempt=filter_exempt(legacy.resources, legacy.resources),
         )
 
     def _decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> Decision:
@@ -535,9 +536,7 @@ class DecisionEngine:
 
     def _pruned(self, ctx: _PodContext) -> Decision:
         all_claims = list(ctx.to_allocate)
-        if any(r.memory_percent is not None for r in ctx.legacy.requests) or (
-            ctx.legacy.resources & self._advertised
-        ):
+        if ctx.legacy.per_node_memory or (ctx.legacy.resources & self._advertised):
             # Per-node claim variants (percentages, device-plugin nodes): no common bound.
             return self._exhaustive(ctx)
         if ctx.legacy.requests:
@@ -629,7 +628,12 @@ class DecisionEngine:
         if key in ctx.bridge_cache:
             return ctx.bridge_cache[key]
         bridge = build_bridge_claim(
-            ctx.pod, ctx.legacy, self._resource_map, dra_resources=dra, gpu_memory_bytes=gpu_memory
+            ctx.pod,
+            ctx.legacy,
+            self._resource_map,
+            dra_resources=dra,
+            gpu_memory_bytes=gpu_memory,
+            driver_name=self.driver_name,
         )
         built: _BridgeVariant | None = None
         if bridge is not None:
@@ -646,7 +650,7 @@ class DecisionEngine:
         return built
 
     def _gpu_memory_for(self, ctx: _PodContext, node: Node) -> int | None:
-        if not any(r.memory_percent is not None for r in ctx.legacy.requests):
+        if not ctx.legacy.per_node_memory:
             return None
         state = self._index.states.get(node.name)
         if state is None:
@@ -671,7 +675,7 @@ class DecisionEngine:
         resources = ctx.legacy_resources
         if resources & self._advertised:
             dra = dra_resources_on_node(resources, node.allocatable)
-            exempt = dra | (MODIFIER_RESOURCES if GPU_RESOURCE in resources else frozenset())
+            exempt = filter_exempt(dra, resources)
         else:
             dra, exempt = resources, ctx.exempt
         reason = filter_node(

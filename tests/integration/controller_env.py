@@ -391,6 +391,24 @@ def leftovers(emulator: Emulator) -> list[str]:
     return out
 
 
+def pod_condition(emulator: Emulator, name: str, namespace: str = "default") -> JSON | None:
+    """The pod's ``PodScheduled`` condition, if it has one."""
+    p = emulator.get("pods", name, namespace) or {}
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return dict(c)
+    return None
+
+
+def pod_events(emulator: Emulator, name: str) -> list[tuple[str, str]]:
+    """(reason, message) of every event about the object ``name``."""
+    return [
+        (e["reason"], e["message"])
+        for e in emulator.list("events")
+        if e["involvedObject"]["name"] == name
+    ]
+
+
 def bound_pods(emulator: Emulator, names: Iterable[str] | None = None) -> dict[str, str]:
     wanted = set(names) if names is not None else None
     return {

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv check test demo bench bench-cel bench-emulator proto proto-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv check test demo bench bench-cel bench-emulator proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 ## check: ruff, mypy --strict, import-linter layering contracts, generated code freshness, manifests
-check: lint typecheck imports proto-check manifests
+check: lint typecheck imports proto-check fields-check manifests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -45,6 +45,14 @@ proto: $(STAMP)
 
 proto-check: $(STAMP)
 	$(BIN)/python -m kubeletplugin.proto.generate --check
+
+## fields: regenerate biaxial/simulate/fields.json (the strict manifest schema) from the
+## official Kubernetes OpenAPI schemas; fields-check fails when it is stale
+fields: $(STAMP)
+	$(BIN)/python -m tests.gen_field_schema
+
+fields-check: $(STAMP)
+	$(BIN)/python -m tests.gen_field_schema --check
 
 ## test: the whole suite (unit, integration, contract); tests marked gpu run only where a GPU exists
 test: $(STAMP)

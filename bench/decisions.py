@@ -47,7 +47,8 @@ from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
-from driver.scheduling.decision import DecisionEngine, Placement
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.outcome import Placement
 from driver.structured.snapshot import ClusterSnapshot
 
 #: scenario -> (sizes, pods per size)

@@ -1,5 +1,7 @@
 """``biaxial`` entry point: builds the subcommand parser and turns every expected error into
-one clear line on stderr with a non-zero exit code, never a traceback."""
+one clear line on stderr with a non-zero exit code, never a traceback: invalid input exits 2,
+other failures 1 (each command's ``--help`` lists its codes), and an unexpected exception, a
+bug, exits 70 with one line (``-vv`` logs the traceback)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from driver.api.errors import BiaxialError, InvalidInputError
 
 EXIT_INVALID_INPUT = 2
 EXIT_FAILURE = 1
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug, reported in one line
 
 
 def _command_modules() -> list[ModuleType]:
@@ -26,6 +29,11 @@ def _command_modules() -> list[ModuleType]:
         if not info.name.startswith("_")
     ]
     return sorted(modules, key=lambda m: (getattr(m, "ORDER", 100), m.NAME))
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error's message on one line (a message never spans lines on the terminal)."""
+    return " ".join(str(exc).split())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _command_modules():
-        cmd = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        cmd = sub.add_parser(
+            module.NAME,
+            help=module.HELP,
+            description=module.HELP,
+            epilog=getattr(module, "EPILOG", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         module.add_arguments(cmd)
         cmd.set_defaults(run=module.run)
     return parser
@@ -58,13 +72,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
     except InvalidInputError as exc:
-        print(f"biaxial {args.command}: error: {exc}", file=sys.stderr)
+        print(f"biaxial {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INVALID_INPUT
     except BiaxialError as exc:
-        print(f"biaxial {args.command}: error: {exc}", file=sys.stderr)
+        print(f"biaxial {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # the last resort: one line, never a traceback
+        logging.getLogger(ROOT_LOGGER).debug("internal error", exc_info=exc)
+        print(
+            f"biaxial {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+            "(a bug in "
+            "biaxial: please report it with the input; -vv shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return code

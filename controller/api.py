@@ -16,7 +16,7 @@ crash injection are built on it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from kubeapi import (
     DEVICE_CLASSES,
@@ -55,7 +55,11 @@ __all__ = [
     "WatchEvent",
     "meta",
     "object_key",
+    "pod_is_finished",
+    "pod_node",
 ]
+
+FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -63,6 +67,16 @@ def object_key(obj: Mapping[str, Any]) -> str:
     m = meta(obj)
     ns = m.get("namespace")
     return f"{ns}/{m.get('name', '')}" if ns else str(m.get("name", ""))
+
+
+def pod_node(pod: Mapping[str, Any]) -> str:
+    """The node a pod is bound to (empty while it is not)."""
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def pod_is_finished(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod ended (``Succeeded`` / ``Failed``): its requests no longer count."""
+    return (pod.get("status") or {}).get("phase") in FINISHED_PHASES
 
 
 class Api(Protocol):

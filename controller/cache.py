@@ -10,13 +10,14 @@ the stored one. ``version`` counts changes, so readers can tell cheaply whether 
 :class:`ClaimOverlay` is the controller's own view on top of the claim informer, as
 kube-scheduler's assume cache: a claim this controller has decided to allocate (``pending``)
 or has written (``assumed``, keyed by the resourceVersion the write returned) is shown with
-that state until the informer delivers an object at least as new; pending bridge claims (not
-yet created) appear under a synthetic key. The snapshot for the decision core reads
-:meth:`ClaimOverlay.view`, so a device is never handed out twice by this process while its
-writes are in flight.
+that state until the informer delivers an object at least as new. Pending state is what the
+scheduling loop and the commit read (a pod sharing a claim sees it allocated); the engine's
+feed (:mod:`controller.feed`) reads only the written state (:meth:`ClaimOverlay.latest_written`,
+:meth:`ClaimOverlay.written`): the engine counts this process's decisions from the moment it
+assumes them, so a device is never handed out twice while their writes are in flight.
 
 :class:`ClusterCache` bundles the five informers the controller needs and fans their changes
-out to subscribers (the scheduling queue and the deallocator).
+out to subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator).
 """
 
 from __future__ import annotations
@@ -272,8 +273,9 @@ class ClaimOverlay:
             return assumed.obj
         return base
 
-    def view(self) -> dict[str, JSON]:
-        """All claims as this controller believes them to be, keyed ``namespace/name``."""
+    def written(self) -> dict[str, JSON]:
+        """Every claim as :meth:`latest_written` shows it (no pending state), keyed
+        ``namespace/name``."""
         now = time.monotonic()
         expired = [k for k, a in self._assumed.items() if now - a.since > self._expiry_s]
         for key in expired:  # a write whose watch event never came: trust the informer again
@@ -283,6 +285,11 @@ class ClaimOverlay:
         for key, assumed in self._assumed.items():
             if rv_int(claims.get(key)) < assumed.rv:
                 claims[key] = assumed.obj
+        return claims
+
+    def view(self) -> dict[str, JSON]:
+        """All claims as this controller believes them to be, keyed ``namespace/name``."""
+        claims = self.written()
         claims.update(self._pending)
         return claims
 

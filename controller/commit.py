@@ -28,8 +28,9 @@ While a placement is being written, its claims (and the pod's bridge claim) are 
 against the deallocator (:attr:`Committer.locked`, :attr:`Committer.pods_in_flight`).
 
 So no pod is ever bound without its claims allocated and reserved, and a device is never
-allocated to two claims by this controller (the snapshot counts pending and assumed writes,
-and every status write is conditional on the resourceVersion the decision was based on).
+allocated to two claims by this controller (the decision engine counts every placement from
+the moment it is decided until its writes are seen or it fails, and every status write is
+conditional on the resourceVersion the decision was based on).
 
 Failures, with one policy for every step (:data:`RETRY`, a :class:`kubeapi.retry.Retry`): 409
 re-reads the object and retries at once while the plan still holds (the claim is still
@@ -114,7 +115,6 @@ class BridgePlan:
     claim: JSON
     allocation: JSON
     request_mappings: tuple[JSON, ...]
-    placeholder_key: str | None = None  # the overlay key that showed it before it existed
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,11 +383,9 @@ class Committer:
             key = object_key(created)
             self._lock([key])
             try:
-                # Until its status is written, the new claim counts with its allocation.
+                # Until its status is written, the overlay shows the new claim allocated.
                 pending = {**created, "status": {"allocation": plan.bridge.allocation}}
                 self.overlay.set_pending(key, pending)
-                if plan.bridge.placeholder_key is not None:
-                    self.overlay.clear_pending(plan.bridge.placeholder_key)
                 await self._on_step("bridge-create", key)
                 written = await self.write_status(
                     key, created, plan.bridge.allocation, plan.pod, "bridge-allocation"

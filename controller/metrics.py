@@ -15,8 +15,9 @@ Names (all prefixed ``biaxial_controller_``):
 * ``leader`` gauge: 1 while this instance leads;
 * ``api_requests_total`` counter: requests this process sent to the API server (watches
   included), as the client-side QPS limit counts them;
-* ``engine_rebuild_seconds`` histogram: rebuilding the decision engine from the caches (done
-  only when the cluster changed in a way the engine does not already know).
+* ``engine_rebuild_seconds`` histogram: building the decision engine from the caches (at
+  start, after an unexpected error) or rebuilding its index after a node, slice or class
+  changed; claims and pods are followed without one.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class Metrics:
         )
         self.engine_rebuild_seconds = Histogram(
             _PREFIX + "engine_rebuild_seconds",
-            "Time to rebuild the decision engine from the caches",
+            "Time to build the decision engine or rebuild its index",
             buckets=_LATENCY_BUCKETS,
             registry=reg,
         )

@@ -27,6 +27,11 @@ from typing import Any
 NAME = "allocate"
 HELP = "allocate ResourceClaims on one node (slices, classes, claims, node in; results out)"
 ORDER = 25
+EPILOG = """\
+exit codes:
+  0  a verdict was produced: allocated, unschedulable or error (see "outcome")
+  2  bad input: an unreadable or invalid file, no node (one line on stderr)
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

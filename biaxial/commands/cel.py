@@ -27,6 +27,12 @@ HELP = "evaluate a DRA CEL selector against every device in ResourceSlice files"
 ORDER = 40
 
 EXIT_COMPILE_ERROR = 1
+EPILOG = """\
+exit codes:
+  0  the expression compiled (whatever each device's result)
+  1  the expression does not compile (the JSON report is still printed)
+  2  bad input: an unreadable or invalid file (one line on stderr, nothing on stdout)
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,8 @@ queries run: MIG instances that exist are shown as the plugin shows instances it
 create (their placements unavailable), since this command does not read the plugin's
 checkpoint. ``-o json`` prints a ``v1`` ``List``; ``-o yaml`` (the default) one YAML document
 per slice. The node name defaults to ``$NODE_NAME``, then the host name. Errors (no NVML, an
-unknown profile, an unreadable file, an invalid node name) are one line and a non-zero exit.
+unknown profile, an unreadable file, an invalid node name) are one line and a non-zero exit: 1 when
+NVML fails, 2 for bad input (a fake profile that is unknown, unreadable or invalid, a bad flag).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ import socket
 import sys
 
 NAME = "discover"
+EPILOG = """\
+exit codes:
+  0  the slices were printed
+  1  GPU discovery failed (no NVML, no driver)
+  2  bad input: an unknown, unreadable or invalid fake profile, an invalid node name
+"""
 HELP = "print the ResourceSlices this node would publish (--fake PROFILE works without a GPU)"
 ORDER = 30
 
@@ -67,6 +74,7 @@ def _node_name(explicit: str | None) -> str:
 def run(args: argparse.Namespace) -> int:
     import yaml  # noqa: PLC0415 - heavy imports inside run keep `biaxial --help` fast
 
+    from driver.api.errors import DiscoveryError, ManifestError  # noqa: PLC0415
     from driver.api.ids import DEFAULT_DRIVER_NAME  # noqa: PLC0415
     from driver.discovery.backend import open_backend  # noqa: PLC0415
     from driver.discovery.devices import DeviceTable  # noqa: PLC0415
@@ -76,10 +84,15 @@ def run(args: argparse.Namespace) -> int:
 
     node = _node_name(args.node)
     policy = DynamicMigPolicy.parse(args.dynamic_mig)
-    with open_backend(args.fake, node_name=node) as backend:
-        gpus = backend.discover()
-        if isinstance(backend, FakeBackend):
-            policy = policy.with_gpus(backend.dynamic_mig)
+    try:
+        with open_backend(args.fake, node_name=node) as backend:
+            gpus = backend.discover()
+            if isinstance(backend, FakeBackend):
+                policy = policy.with_gpus(backend.dynamic_mig)
+    except DiscoveryError as exc:
+        if args.fake is None:
+            raise
+        raise ManifestError(str(exc)) from exc  # a bad profile is bad input (exit 2)
     slices = build_slices(
         DeviceTable.from_gpus(gpus, policy),
         node_name=node,

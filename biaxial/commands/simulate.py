@@ -1,18 +1,24 @@
 """``biaxial simulate PATH...``: place pods on a simulated cluster with the real decision code.
 
 PATHs are manifest files or directories (their ``*.yaml``, ``*.yml`` and ``*.json`` files, in
-name order). They hold one cluster inventory (``biaxial.dev/v1alpha1`` ``Cluster``) plus
-ordinary objects: DeviceClass, ResourceClaimTemplate, ResourceClaim, Pod, Deployment. The
-project's ``deviceclasses/`` are loaded first unless ``--no-default-classes``.
+name order), ``-`` for standard input. They hold the cluster, as a ``Cluster`` inventory with
+fake GPU profiles or as the objects ``kubectl get -A -o yaml`` returns, and the work: Pods and
+the workload kinds (see :mod:`biaxial.simulate.simulator` and :mod:`biaxial.simulate.kinds`).
+With ``--kubeconfig`` the cluster is read from a live API server instead, read-only
+(:mod:`biaxial.simulate.live`), and PATHs are optional: without them the cluster's own pending
+pods are placed. The project's ``deviceclasses/`` are loaded first unless
+``--no-default-classes`` (or ``--kubeconfig``: the cluster's classes count there).
 
-Output: ``-o table`` (default) prints the placements, per-node and per-GPU utilisation (with
-dynamic MIG, each GPU's free memory slices and the partitions biaxial would create), whole GPUs
-left free, fragmentation and timing; ``-o json`` / ``-o yaml`` print
-``{placements, unschedulable, errors, summary, objects}``. ``--plot FILE.png`` draws nodes x
-GPUs with each GPU's memory filled by pod, and a dynamic-MIG GPU's partitions at their memory
-slices inside it (matplotlib, imported only then). A pod that cannot
-be placed or is invalid is listed with its reason; the exit code is 0 whenever the simulation
-ran, 2 for unreadable input.
+Output: ``-o table`` (default) prints the placements with the policies each pod got, the
+unschedulable and skipped pods with their reasons, notes, per-node and per-GPU use (MIG
+partitions under their GPU; with dynamic MIG, the partitions biaxial would create and each
+GPU's free memory slices), whole GPUs left free, fragmentation and timing; ``-o json`` /
+``-o yaml`` print ``{placements, unschedulable, skipped, notes, summary, objects}``.
+``--plot FILE`` draws the cluster (:mod:`biaxial.simulate.plot`).
+
+Exit codes: 0 when the simulation ran (pods placed or reported), 1 with
+``--fail-on-unschedulable`` when some pod could not be placed, 2 for bad input (one line on
+stderr, nothing simulated).
 """
 
 from __future__ import annotations
@@ -24,17 +30,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from biaxial.simulate.simulator import SimulationResult
+    from biaxial.simulate.simulator import GpuUsage, SimulationResult
 
 NAME = "simulate"
 HELP = "place pods on a simulated cluster (inventory + manifests) with the real scheduler core"
 ORDER = 20
+EPILOG = """\
+exit codes:
+  0  the simulation ran: every pod placed, or reported unschedulable or skipped
+  1  some pod is unschedulable (only with --fail-on-unschedulable)
+  2  bad input (an unreadable or invalid manifest, an unsupported kind): nothing simulated
+"""
 
 _SUFFIXES = (".yaml", ".yml", ".json")
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+EXIT_UNSCHEDULABLE = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH", help="manifest files or directories")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="manifest files or directories (- for stdin); optional with --kubeconfig",
+    )
     parser.add_argument(
         "-o", "--output", choices=("table", "json", "yaml"), default="table", help="output format"
     )
@@ -44,7 +63,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-policy", choices=("binpack", "spread", "first-fit"), help="default GPU-axis policy"
     )
-    parser.add_argument("--plot", metavar="FILE.png", help="draw nodes x GPUs to a PNG file")
+    parser.add_argument(
+        "--scheduler-name",
+        default="biaxial",
+        metavar="NAME",
+        help="the scheduler whose pods are placed (default biaxial); others are skipped",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        help=f"draw the cluster to a {', '.join(s.lstrip('.') for s in PLOT_FORMATS)} file",
+    )
+    parser.add_argument(
+        "--fail-on-unschedulable",
+        action="store_true",
+        help=f"exit {EXIT_UNSCHEDULABLE} when some pod cannot be placed",
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="read the cluster from this kubeconfig's API server (read-only what-if)",
+    )
     parser.add_argument(
         "--no-default-classes",
         action="store_true",
@@ -69,24 +108,49 @@ def expand_paths(paths: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import yaml  # noqa: PLC0415 - heavy imports inside run keep `biaxial --help` fast
 
-    from biaxial.simulate.manifests import load_objects  # noqa: PLC0415
+    from biaxial.simulate.manifests import load_documents, load_objects  # noqa: PLC0415
     from biaxial.simulate.simulator import project_deviceclasses_dir, simulate  # noqa: PLC0415
+    from driver.api.errors import ManifestError  # noqa: PLC0415
     from driver.scheduling.policy import PolicyDefaults  # noqa: PLC0415
 
-    objects = load_objects(expand_paths(args.paths))
+    if args.plot and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
+        raise ManifestError(
+            f"--plot {args.plot}: the file name must end in {', '.join(PLOT_FORMATS)}"
+        )
+    if not args.paths and not args.kubeconfig:
+        raise ManifestError("give manifest PATHs, or --kubeconfig FILE to read a live cluster")
+    loaded = load_documents(expand_paths(args.paths))
+    if args.paths and not loaded and not args.kubeconfig:
+        raise ManifestError(f"no objects in {', '.join(args.paths)}")
+    objects: list[dict[str, Any]] = [obj for obj, _ in loaded]
+    base_dirs: list[Path | None] = [
+        None if path == "-" else Path(path).resolve().parent for _, path in loaded
+    ]
     defaults = PolicyDefaults()
     defaults = PolicyDefaults.parse(
         args.node_policy or defaults.node, args.gpu_policy or defaults.gpu
     )
+    if args.kubeconfig:
+        from biaxial.simulate.live import read_cluster  # noqa: PLC0415
+
+        live = read_cluster(args.kubeconfig)
+        objects = [*live, *objects]
+        base_dirs = [*(None for _ in live), *base_dirs]
     default_classes: list[dict[str, Any]] = []
-    if not args.no_default_classes:
+    if not args.no_default_classes and not args.kubeconfig:
         classes_dir = project_deviceclasses_dir()
         default_classes = [
             o
             for o in load_objects(expand_paths([str(classes_dir)]))
             if o.get("kind") == "DeviceClass"
         ]
-    result = simulate(objects, default_classes=default_classes, defaults=defaults)
+    result = simulate(
+        objects,
+        default_classes=default_classes,
+        defaults=defaults,
+        scheduler_name=args.scheduler_name,
+        base_dirs=base_dirs,
+    )
     if args.plot:
         from biaxial.simulate.plot import plot  # noqa: PLC0415
 
@@ -98,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
         yaml.safe_dump(result.to_json(), sys.stdout, sort_keys=False)
     else:
         sys.stdout.write(render_table(result))
+    if args.fail_on_unschedulable and result.unschedulable:
+        return EXIT_UNSCHEDULABLE
     return 0
 
 
@@ -114,6 +180,13 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 def _mib(value: int) -> str:
     return f"{value // (1024 * 1024)}Mi"
+
+
+def _slices_free(g: GpuUsage) -> str:
+    """``free/total (largest profile still placeable)`` of a dynamic-MIG GPU, else ``-``."""
+    if not g.dynamic:
+        return "-"
+    return f"{g.free_slices}/{g.memory_slices} ({g.largest_placeable or 'none placeable'})"
 
 
 def render_table(result: SimulationResult) -> str:
@@ -136,20 +209,19 @@ def render_table(result: SimulationResult) -> str:
                 ",".join(str(d["uuid"]) for d in p.devices) or "-",
                 ",".join(memory) or "-",
                 ",".join(cores) or "-",
+                f"{p.policies.node}/{p.policies.gpu}",
             ]
         )
-    lines.extend(_table(["POD", "NODE", "GPUS", "UUIDS", "MEMORY", "CORES"], rows))
-    if result.unschedulable:
-        lines.append("")
-        lines.extend(
-            _table(
-                ["UNSCHEDULABLE", "REASON"],
-                [[f.pod, " ".join(f.reason.split())] for f in result.unschedulable],
+    lines.extend(_table(["POD", "NODE", "GPUS", "UUIDS", "MEMORY", "CORES", "POLICIES"], rows))
+    for title, entries in (("UNSCHEDULABLE", result.unschedulable), ("SKIPPED", result.skipped)):
+        if entries:
+            lines.append("")
+            lines.extend(
+                _table([title, "REASON"], [[f.pod, " ".join(f.reason.split())] for f in entries])
             )
-        )
-    if result.errors:
+    if result.notes:
         lines.append("")
-        lines.extend(f"error: {e}" for e in result.errors)
+        lines.extend(f"note: {n}" for n in result.notes)
     lines.append("")
     lines.extend(
         _table(
@@ -169,41 +241,56 @@ def render_table(result: SimulationResult) -> str:
             ],
         )
     )
-    lines.append("")
-    dynamic = any(g.memory_slices for g in result.gpus)
-    lines.extend(
-        _table(
-            ["NODE", "GPU", "PRODUCT", "MEMORY USED", "CORES", "PODS"]
-            + (["MIG SLICES FREE", "PARTITIONS (profile@start)"] if dynamic else []),
+    # Dynamic MIG: a column for each GPU's free memory slices and largest placeable profile.
+    dynamic = any(g.dynamic for g in result.gpus)
+    gpu_rows = []
+    for g in result.gpus:
+        gpu_rows.append(
             [
-                [
-                    g.node,
-                    g.device,
-                    g.product,
-                    f"{_mib(g.memory_used)}/{_mib(g.memory)}",
-                    f"{g.cores_used}/{g.cores}",
-                    ",".join(p for p, _ in g.pods) or "-",
-                ]
-                + (
-                    [
-                        f"{g.free_slices}/{g.memory_slices}" if g.memory_slices else "-",
-                        ",".join(f"{p.profile}@{p.start}" for p in g.partitions) or "-",
-                    ]
-                    if dynamic
-                    else []
-                )
-                for g in result.gpus
-            ],
+                g.node,
+                g.device,
+                g.product,
+                f"{_mib(g.memory_used)}/{_mib(g.memory)}",
+                "MIG" if g.mig else f"{g.cores_used}/{g.cores}",
+                ",".join(p for p, _ in g.pods) or ("-" if not g.mig else ""),
+            ]
+            + ([_slices_free(g)] if dynamic else [])
         )
-    )
-    timing = summary["timing"]
+        gpu_rows.extend(
+            [
+                "",
+                f"  {part.device}",
+                part.profile,
+                f"{_mib(part.memory if part.pods else 0)}/{_mib(part.memory)}",
+                "",
+                ",".join(part.pods) or "-",
+            ]
+            + ([""] if dynamic else [])
+            for part in g.partitions
+        )
     lines.append("")
+    headers = ["NODE", "GPU", "PRODUCT", "MEMORY USED", "CORES", "PODS"]
+    lines.extend(_table(headers + (["MIG SLICES FREE"] if dynamic else []), gpu_rows))
+    timing = summary["timing"]
+    used = result.policies_used()
+    policies = (
+        "; ".join(
+            f"{name} ({count} pod{'s' if count != 1 else ''})" for name, count in used.items()
+        )
+        if used
+        else f"defaults node {result.policies.node}, GPU {result.policies.gpu}"
+    )
+    lines.append("")
+    mig_free = summary["migPartitionsFree"]
     lines.append(
         f"placed {summary['placed']}/{summary['pods']} pods on {summary['nodesUsed']} node(s), "
-        f"{summary['gpusInUse']} GPU(s) in use, {summary['wholeGpusFree']} whole GPU(s) free, "
-        f"fragmentation {summary['fragmentation']:.2f} "
-        f"(default policies: node {summary['policies']['node']}, GPU {summary['policies']['gpu']})"
+        f"{summary['gpusInUse']} GPU(s) in use, {summary['wholeGpusFree']} whole GPU(s) free"
+        + (f", {mig_free} MIG partition(s) free" if mig_free else "")
+        + f", fragmentation {summary['fragmentation']:.2f}"
+        + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
+        + (f", {summary['running']} running" if summary["running"] else "")
     )
+    lines.append(f"policies: {policies}")
     lines.append(
         f"startup {timing['startupSeconds']:.3f}s, decisions {timing['decisionSeconds']:.3f}s "
         f"({timing['podsPerSecond']} pods/s, p99 {timing['p99DecisionMs']} ms)"

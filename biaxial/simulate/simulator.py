@@ -1,225 +1,98 @@
 """The simulator behind ``biaxial simulate``: a whole cluster in memory, the real decision code.
 
-Input is a list of Kubernetes objects (already parsed, see :mod:`biaxial.simulate.manifests`):
+Input is a list of Kubernetes objects (already parsed and checked, see
+:mod:`biaxial.simulate.manifests`); what each kind means is the table in
+:mod:`biaxial.simulate.kinds`:
 
-* exactly one inventory, ``apiVersion: biaxial.dev/v1alpha1, kind: Cluster`` with
-  ``nodes: [{name, gpus: PROFILE, cpu, memory, pods, labels, taints}]`` (``gpus`` names a fake
-  GPU profile, e.g. ``t4x4``; the node's slices come from the real slice builder);
-* DeviceClasses (added to, and overriding by name, the default classes the caller passes),
-  ResourceClaimTemplates, ResourceClaims (an allocated one is cluster state), Pods, and
-  Deployments, whose replicas become pods ``<deployment>-<n>`` (n = 0, 1, ...) in place.
+* the cluster: a ``Cluster`` inventory (:mod:`biaxial.simulate.cluster`: fake GPUs through
+  the real slice builder) and/or the objects ``kubectl get -A -o yaml`` returns: Nodes,
+  ResourceSlices, DeviceClasses (added to, and overriding by name, the default classes the
+  caller passes), ResourceClaims (an allocated one is cluster state), Namespaces (their
+  labels: ``adminAccess`` is admitted only where ``resource.kubernetes.io/admin-access:
+  "true"`` is set, as the API server admits it; kept for the affinity rules'
+  ``namespaceSelector``), and Pods bound to a node (``spec.nodeName``: running, their requests
+  counted on the node);
+* the work: ResourceClaimTemplates, pending Pods, and the workload kinds, whose missing pods
+  are created as their controllers would (:mod:`biaxial.simulate.workloads`).
 
-Pods are placed in input order with :class:`~driver.scheduling.decision.DecisionEngine`.
-The simulator plays the resourceclaim controller for templates: a pod's claim is named
-``<pod>-<claim>-<5 characters>`` (deterministic, derived from the pod's UID) and annotated
-``resource.kubernetes.io/pod-claim-name``. Bridge claims (KEP-5004) get the name
-``<pod>-extended-resources-<5 characters>`` the API server would generate. UIDs are UUIDv5 of
-the object's namespace/name, so a run is reproducible byte for byte (timings aside).
+Pods are treated as the controller treats them: a pod is placed only when it names this
+scheduler (``spec.schedulerName``, ``biaxial`` by default), has no scheduling gates and is not
+being deleted; other pending pods are reported as *skipped* with the reason; finished pods
+count for nothing. Pods are placed in input order with
+:class:`~driver.scheduling.decision.DecisionEngine`. The simulator plays the resourceclaim
+controller for templates (a pod's claim is ``<pod>-<claim>-<5 characters>``, annotated
+``resource.kubernetes.io/pod-claim-name``, unless the pod's status already names it) and the
+API server for bridge claims (``<pod>-extended-resources-<5 characters>``). UIDs are UUIDv5 of
+the object's identity, so a run is reproducible byte for byte (timings aside).
 
-Bad input for one pod (unknown class, invalid CEL, unknown policy, impossible request, a
-malformed Pod or Deployment) becomes an entry in ``unschedulable`` with a specific reason; the
-other pods are still placed. A malformed inventory is a :class:`~driver.api.errors.ManifestError`
-for the whole run.
+Bad input for the run (an unsupported kind, a duplicate object, a malformed claim, class, node
+or slice, a pod the API server would refuse, a broken workload, no nodes) raises
+:class:`~driver.api.errors.ManifestError`: nothing is simulated. Bad input for one pod's
+scheduling (unknown class, invalid CEL, unknown policy or dialect key, impossible request)
+becomes an entry in ``unschedulable`` with the specific reason, as the controller reports it
+on the pod; the other pods are still placed.
 
-**Fragmentation** (``summary.fragmentation``): the share of free GPU memory that sits on GPUs
-already partly in use, i.e. memory a whole-GPU request cannot use. 0 means every free byte is on
-an idle GPU; 1 means no idle GPU is left although memory is free.
+Output (:class:`SimulationResult`): placements with the policies each pod got and every device
+it uses (a shared claim's devices on every pod that shares it), unschedulable and skipped pods,
+notes (skipped kinds, finished pods), per-GPU use counted from every allocated claim (admin
+access is not use; MIG partitions are drawn inside their GPU and a GPU in MIG mode is never
+"whole"). **Fragmentation** (``summary.fragmentation``): the share of free memory of whole
+(non-MIG) and dynamic-MIG GPUs that sits on GPUs already partly in use, i.e. memory a whole-GPU
+request cannot use. 0 means every free byte is on an idle GPU; 1 means no idle GPU is left
+although memory is free.
 
 **Dynamic MIG.** A node whose profile declares dynamic MIG (``a100-80gbx8-dynmig``, or
 ``mig: {enabled: true, dynamic: true}`` in a profile file) publishes each such GPU's counters
 and every (profile, placement), as the kubelet plugin would. The placements the decisions take
-are the partitions the plugin would create: each GPU row lists them (``partitions``: device,
-profile, start, size, pod) with the GPU's ``memorySlices``, ``freeMemorySlices`` and the
-largest profile still placeable; unused placement devices are not GPU rows. A dynamic GPU's
-free memory is counted in MIG slots (its free memory slices' share of its memory), so
-fragmentation covers the slots partitions leave behind; ``summary.mig`` totals them.
+are the partitions the plugin would create: each GPU lists them (device, profile, start, size,
+pods) with its ``memorySlices``, ``freeMemorySlices`` and the largest profile still placeable;
+unused placements are not listed. Such a GPU is whole until a partition is taken. Its free
+memory is counted in MIG slots (its free memory slices' share of its memory), so fragmentation
+covers the slots partitions leave behind; ``summary.mig`` totals them.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import sys
 import time
-import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from driver.api.claims import AllocationResult, DeviceClass, DeviceResult, ResourceClaim
+from biaxial.simulate.cluster import (
+    INVENTORY_API_VERSION,
+    build_inventory,
+    node_from_object,
+    slice_from_object,
+)
+from biaxial.simulate.kinds import classify, object_label
+from biaxial.simulate.workloads import (
+    expand,
+    expand_deployment,
+    generated_suffix,
+    ns_name,
+    owned_by,
+    stable_uid,
+)
+from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.api.errors import BiaxialError, ManifestError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
-from driver.discovery.devices import DeviceTable
-from driver.discovery.fake import FakeBackend
-from driver.discovery.mig import MEMORY_SLICE_PREFIX, DynamicMigPolicy
-from driver.discovery.slices import build_slices
-from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
-from driver.scheduling.policy import PolicyDefaults
+from driver.discovery.mig import MEMORY_SLICE_PREFIX
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
+from driver.scheduling.outcome import Placement, PodError, Unschedulable
+from driver.scheduling.policy import PodPolicies, PolicyDefaults
 
-INVENTORY_API_VERSION: Final = "biaxial.dev/v1alpha1"
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
-_UID_NAMESPACE: Final = uuid.UUID("2b0f5c3e-6f0a-5d61-8c2e-9a4b7d1e3f50")
-_NAME_ALPHABET: Final = "bcdfghjklmnpqrstvwxz2456789"  # upstream's generateName alphabet
-_SUPPORTED: Final = frozenset(
-    {"Cluster", "DeviceClass", "ResourceClaimTemplate", "ResourceClaim", "Pod", "Deployment"}
-)
-
-
-def stable_uid(kind: str, namespace: str, name: str) -> str:
-    return str(uuid.uuid5(_UID_NAMESPACE, f"{kind}/{namespace}/{name}"))
-
-
-def generated_suffix(seed: str) -> str:
-    digest = hashlib.sha256(seed.encode()).digest()
-    return "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:5])
-
-
-def _ns_name(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or "")
-
-
-# --------------------------------------------------------------------------- inventory
-
-
-@dataclass(frozen=True, slots=True)
-class InventoryNode:
-    node: Node
-    raw: JSON
-    profile: str | None
-
-
-def _inventory_node(raw: Any, index: int) -> tuple[JSON, str | None]:
-    where = f"Cluster inventory: nodes[{index}]"
-    if not isinstance(raw, Mapping):
-        raise ManifestError(f"{where}: must be an object")
-    unknown = set(raw) - {"name", "gpus", "cpu", "memory", "pods", "labels", "taints"}
-    if unknown:
-        raise ManifestError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
-        raise ManifestError(f"{where}: name is required")
-    profile = raw.get("gpus")
-    if profile is not None and not isinstance(profile, str):
-        raise ManifestError(f"{where} ({name}): gpus must name a GPU profile, e.g. t4x4")
-    labels = raw.get("labels") or {}
-    if not isinstance(labels, Mapping):
-        raise ManifestError(f"{where} ({name}): labels must be an object")
-    taints = raw.get("taints") or []
-    if not isinstance(taints, list):
-        raise ManifestError(f"{where} ({name}): taints must be a list")
-    node: JSON = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "uid": stable_uid("Node", "", name),
-            "labels": {
-                "kubernetes.io/hostname": name,
-                **{str(k): str(v) for k, v in labels.items()},
-            },
-        },
-        "spec": {"taints": copy.deepcopy(taints)} if taints else {},
-        "status": {
-            "allocatable": {
-                "cpu": str(raw.get("cpu", "64")),
-                "memory": str(raw.get("memory", "256Gi")),
-                "pods": str(raw.get("pods", "110")),
-            },
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-    return node, profile
-
-
-def build_inventory(
-    inventory: Mapping[str, Any],
-) -> tuple[list[InventoryNode], list[ResourceSlice]]:
-    """Nodes and their published slices (fake GPUs through the real slice builder)."""
-    nodes_raw = inventory.get("nodes")
-    if not isinstance(nodes_raw, list) or not nodes_raw:
-        raise ManifestError("Cluster inventory: nodes must be a non-empty list")
-    nodes: list[InventoryNode] = []
-    slices: list[ResourceSlice] = []
-    seen: set[str] = set()
-    for index, raw in enumerate(nodes_raw):
-        node_json, profile = _inventory_node(raw, index)
-        name = node_json["metadata"]["name"]
-        if name in seen:
-            raise ManifestError(f"Cluster inventory: duplicate node name {name!r}")
-        seen.add(name)
-        node = Node.from_api(node_json)
-        if profile:
-            try:
-                with FakeBackend.from_profile(profile, node_name=name) as backend:
-                    gpus = backend.discover()
-                    policy = DynamicMigPolicy(gpus=backend.dynamic_mig)
-            except BiaxialError as exc:
-                raise ManifestError(f"Cluster inventory: node {name}: {exc}") from exc
-            slices.extend(
-                build_slices(
-                    DeviceTable.from_gpus(gpus, policy),
-                    node_name=name,
-                    driver_name=DEFAULT_DRIVER_NAME,
-                    node_uid=node.uid,
-                )
-            )
-        nodes.append(InventoryNode(node=node, raw=node_json, profile=profile))
-    return nodes, slices
-
-
-# --------------------------------------------------------------------------- pods
-
-
-def expand_deployment(deployment: Mapping[str, Any]) -> list[JSON]:
-    """``<deployment>-<n>`` pods from the template, in order (raises ManifestError)."""
-    namespace, name = _ns_name(deployment)
-    where = f"Deployment {namespace}/{name}"
-    if not name:
-        raise ManifestError("Deployment without metadata.name")
-    spec = deployment.get("spec") or {}
-    replicas = spec.get("replicas", 1)
-    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-        raise ManifestError(f"{where}: spec.replicas must be a non-negative integer")
-    template = spec.get("template")
-    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
-        raise ManifestError(f"{where}: spec.template.spec is required")
-    pods = []
-    for n in range(replicas):
-        meta = copy.deepcopy(dict(template.get("metadata") or {}))
-        meta["name"] = f"{name}-{n}"
-        meta["namespace"] = namespace
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": name,
-                "uid": stable_uid("Deployment", namespace, name),
-                "controller": True,
-            }
-        ]
-        pods.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": meta,
-                "spec": copy.deepcopy(template["spec"]),
-            }
-        )
-    return pods
-
-
-def _with_uid(pod: Mapping[str, Any]) -> JSON:
-    out = copy.deepcopy(dict(pod))
-    meta = dict(out.get("metadata") or {})
-    namespace, name = _ns_name(out)
-    meta["namespace"] = namespace
-    meta.setdefault("uid", stable_uid("Pod", namespace, name))
-    out["metadata"] = meta
-    return out
+ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
+DEFAULT_SCHEDULER: Final = "biaxial"
+FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+MIB: Final = 1024 * 1024
 
 
 # --------------------------------------------------------------------------- results
@@ -230,6 +103,7 @@ class PodPlacement:
     pod: str
     node: str
     devices: tuple[JSON, ...]
+    policies: PodPolicies = field(default_factory=lambda: PodPolicies("binpack", "binpack"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,19 +113,22 @@ class PodFailure:
 
 
 @dataclass(frozen=True, slots=True)
-class Partition:
-    """A MIG partition the decisions took on a dynamic-MIG GPU (the plugin would create it)."""
+class PartitionUsage:
+    """A MIG partition: exclusive, so in use or not. On a dynamic-MIG GPU, one the decisions
+    took (the plugin would create it), with its first memory slice and size."""
 
     device: str
     profile: str
-    start: int
-    size: int
     memory: int
-    pod: str
+    pods: tuple[str, ...]
+    start: int | None = None
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class GpuUsage:
+    """One physical GPU. A GPU in MIG mode has ``partitions`` (and its memory is theirs)."""
+
     node: str
     device: str
     uuid: str
@@ -260,35 +137,60 @@ class GpuUsage:
     memory_used: int
     cores: int
     cores_used: int
-    pods: tuple[tuple[str, int], ...]  # (pod, memory bytes)
-    # Dynamic MIG only: memory slices of the GPU, its partitions, what is still free.
+    pods: tuple[tuple[str, int], ...]  # (pod, memory bytes), whole-GPU use
+    partitions: tuple[PartitionUsage, ...] = ()
+    # Dynamic MIG only: the GPU's memory slices, those no partition covers, and the largest
+    # profile still placeable.
     memory_slices: int = 0
-    partitions: tuple[Partition, ...] = ()
     free_slices: int = 0
     largest_placeable: str = ""
 
     @property
+    def mig(self) -> bool:
+        return bool(self.partitions)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.memory_slices > 0
+
+    @property
     def free_memory(self) -> int:
         """Free memory; on a cut dynamic-MIG GPU, its free memory slices' share of it."""
-        if self.partitions and self.memory_slices:
+        if self.partitions and self.dynamic:
             return self.memory * self.free_slices // self.memory_slices
         return self.memory - self.memory_used
+
+    @property
+    def in_use(self) -> bool:
+        return bool(self.pods) or any(p.pods for p in self.partitions)
+
+    @property
+    def pod_names(self) -> tuple[str, ...]:
+        names = [p for p, _ in self.pods] + [p for part in self.partitions for p in part.pods]
+        return tuple(dict.fromkeys(names))
 
 
 @dataclass(slots=True)
 class SimulationResult:
     placements: list[PodPlacement] = field(default_factory=list)
     unschedulable: list[PodFailure] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    skipped: list[PodFailure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     gpus: list[GpuUsage] = field(default_factory=list)
     node_names: list[str] = field(default_factory=list)
     objects: list[JSON] = field(default_factory=list)
+    running: int = 0
     startup_seconds: float = 0.0
     decision_seconds: float = 0.0
     durations: list[float] = field(default_factory=list)
     policies: PolicyDefaults = field(default_factory=PolicyDefaults)
 
     # ------------------------------------------------------------------ summary
+    def policies_used(self) -> dict[str, int]:
+        """``"node <policy>, GPU <policy>"`` -> number of placed pods that got it."""
+        counts = Counter(f"node {p.policies.node}, GPU {p.policies.gpu}" for p in self.placements)
+        return dict(sorted(counts.items()))
+
     def summary(self) -> JSON:
         by_node: dict[str, list[GpuUsage]] = {name: [] for name in self.node_names}
         for gpu in self.gpus:
@@ -302,16 +204,18 @@ class SimulationResult:
                 {
                     "node": name,
                     "gpus": len(gpus),
-                    "gpusInUse": sum(1 for g in gpus if g.pods),
-                    "pods": len({p for g in gpus for p, _ in g.pods}),
+                    "gpusInUse": sum(1 for g in gpus if g.in_use),
+                    "pods": len({p for g in gpus for p in g.pod_names}),
                     "memoryBytes": memory,
                     "memoryUsedBytes": used,
                     "memoryUtilisation": round(used / memory, 4) if memory else 0.0,
                 }
             )
-        free_total = sum(g.free_memory for g in self.gpus)
-        free_partial = sum(g.free_memory for g in self.gpus if g.pods)
-        dynamic = [g for g in self.gpus if g.memory_slices]
+        whole = [g for g in self.gpus if not g.mig]
+        counted = [g for g in self.gpus if not g.mig or g.dynamic]
+        free_total = sum(g.free_memory for g in counted)
+        free_partial = sum(g.free_memory for g in counted if g.in_use)
+        dynamic = [g for g in self.gpus if g.dynamic]
         decisions = len(self.durations)
         ordered = sorted(self.durations)
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
@@ -319,13 +223,15 @@ class SimulationResult:
             "pods": len(self.placements) + len(self.unschedulable),
             "placed": len(self.placements),
             "unschedulable": len(self.unschedulable),
+            "skipped": len(self.skipped),
+            "running": self.running,
             "nodesUsed": len({p.node for p in self.placements}),
-            "gpusInUse": sum(1 for g in self.gpus if g.pods),
-            "wholeGpusFree": sum(1 for g in self.gpus if not g.pods),
-            "fragmentation": round(free_partial / free_total, 4) if free_total else 0.0,
-            "policies": {"node": self.policies.node, "gpu": self.policies.gpu},
-            "nodes": nodes,
             "gpus": [_gpu_json(g) for g in self.gpus],
+            "gpusInUse": sum(1 for g in self.gpus if g.in_use),
+            "wholeGpusFree": sum(1 for g in whole if not g.in_use),
+            "migPartitionsFree": sum(
+                1 for g in self.gpus for part in g.partitions if not part.pods
+            ),
             **(
                 {
                     "mig": {
@@ -341,6 +247,12 @@ class SimulationResult:
                 if dynamic
                 else {}
             ),
+            "fragmentation": round(free_partial / free_total, 4) if free_total else 0.0,
+            "policies": {
+                "defaults": {"node": self.policies.node, "gpu": self.policies.gpu},
+                "used": self.policies_used(),
+            },
+            "nodes": nodes,
             "timing": {
                 "startupSeconds": round(self.startup_seconds, 6),
                 "decisionSeconds": round(self.decision_seconds, 6),
@@ -352,14 +264,21 @@ class SimulationResult:
         }
 
     def to_json(self) -> JSON:
+        summary = self.summary()
         return {
             "placements": [
-                {"pod": p.pod, "node": p.node, "devices": [dict(d) for d in p.devices]}
+                {
+                    "pod": p.pod,
+                    "node": p.node,
+                    "policies": {"node": p.policies.node, "gpu": p.policies.gpu},
+                    "devices": [dict(d) for d in p.devices],
+                }
                 for p in self.placements
             ],
             "unschedulable": [{"pod": f.pod, "reason": f.reason} for f in self.unschedulable],
-            "errors": list(self.errors),
-            "summary": self.summary(),
+            "skipped": [{"pod": f.pod, "reason": f.reason} for f in self.skipped],
+            "notes": list(self.notes),
+            "summary": summary,
             "objects": copy.deepcopy(self.objects),
         }
 
@@ -373,26 +292,99 @@ def _gpu_json(g: GpuUsage) -> JSON:
         "memoryBytes": g.memory,
         "memoryUsedBytes": g.memory_used,
         "coresUsed": g.cores_used,
-        "pods": [p for p, _ in g.pods],
+        "pods": list(g.pod_names),
     }
-    if g.memory_slices:
+    if g.dynamic:
         out["memorySlices"] = g.memory_slices
         out["freeMemorySlices"] = g.free_slices
         out["largestPlaceable"] = g.largest_placeable or None
-        out["partitions"] = [
+    if g.partitions:
+        out["migPartitions"] = [
             {
                 "device": p.device,
                 "profile": p.profile,
-                "start": p.start,
-                "size": p.size,
-                "pod": p.pod,
+                "memoryBytes": p.memory,
+                "pods": list(p.pods),
+                **({"start": p.start, "size": p.size} if p.start is not None else {}),
             }
             for p in g.partitions
         ]
     return out
 
 
+# --------------------------------------------------------------------------- input checks
+
+
+def check_pod_object(pod: Mapping[str, Any]) -> None:
+    """What the API server refuses in a pod that the schema does not express: no containers,
+    duplicate container names, a ``spec.resourceClaims`` entry without exactly one source, a
+    container's ``resources.claims`` naming a claim the pod does not list."""
+    namespace, name = ns_name(pod)
+    where = f"Pod {namespace}/{name}"
+    if not name:
+        raise ManifestError("Pod without metadata.name")
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or []
+    if not containers:
+        raise ManifestError(f"{where}: spec.containers: at least one container is required")
+    claims = set()
+    for i, entry in enumerate(spec.get("resourceClaims") or ()):
+        if not isinstance(entry, Mapping):
+            raise ManifestError(f"{where}: spec.resourceClaims[{i}]: must be an object")
+        sources = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if entry.get(k)]
+        if not entry.get("name") or len(sources) != 1:
+            raise ManifestError(
+                f"{where}: spec.resourceClaims[{i}]: needs a name and exactly one of "
+                "resourceClaimName or resourceClaimTemplateName"
+            )
+        claims.add(entry["name"])
+    seen: set[str] = set()
+    for field_name in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(field_name) or ()):
+            cwhere = f"{where}: spec.{field_name}[{i}]"
+            if not isinstance(container, Mapping):
+                raise ManifestError(f"{cwhere}: must be an object")
+            cname = container.get("name")
+            if not cname:
+                raise ManifestError(f"{cwhere}.name: required")
+            if cname in seen:
+                raise ManifestError(f"{cwhere}.name: duplicate container name {cname!r}")
+            seen.add(cname)
+            for j, ref in enumerate((container.get("resources") or {}).get("claims") or ()):
+                name_ref = ref.get("name") if isinstance(ref, Mapping) else None
+                if name_ref not in claims:
+                    listed = ", ".join(sorted(claims)) or "none"
+                    raise ManifestError(
+                        f"{cwhere}.resources.claims[{j}].name: {name_ref!r} is not in "
+                        f"spec.resourceClaims (the pod lists: {listed})"
+                    )
+
+
+def _claim_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return ns_name(obj)
+
+
+def _identity(obj: Mapping[str, Any], namespaced: bool) -> tuple[str, str, str]:
+    namespace, name = ns_name(obj)
+    return (str(obj.get("kind")), namespace if namespaced else "", name)
+
+
 # --------------------------------------------------------------------------- the run
+
+
+@dataclass(slots=True)
+class _Input:
+    """The objects of one run, sorted by role (input order kept within each role)."""
+
+    inventory: tuple[Mapping[str, Any], Path | None] | None = None
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    nodes: list[Mapping[str, Any]] = field(default_factory=list)
+    slices: list[Mapping[str, Any]] = field(default_factory=list)
+    classes: list[Mapping[str, Any]] = field(default_factory=list)
+    claims: list[Mapping[str, Any]] = field(default_factory=list)
+    templates: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    work: list[Mapping[str, Any]] = field(default_factory=list)  # pods and workloads, in order
+    skipped: Counter[str] = field(default_factory=Counter)
 
 
 class _Run:
@@ -403,133 +395,270 @@ class _Run:
         objects: Sequence[Mapping[str, Any]],
         default_classes: Sequence[Mapping[str, Any]],
         defaults: PolicyDefaults,
+        scheduler_name: str,
+        base_dirs: Sequence[Path | None] | None,
     ) -> None:
         self.result = SimulationResult(policies=defaults)
         self.defaults = defaults
+        self.scheduler_name = scheduler_name
         self.objects = objects
+        self.base_dirs = base_dirs
         self.default_classes = default_classes
-        self.templates: dict[tuple[str, str], JSON] = {}
         self.claims: dict[tuple[str, str], JSON] = {}
-        self.claim_order: list[tuple[str, str]] = []
-        self.pods: list[JSON] = []
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.touched: list[tuple[str, str]] = []
         self.placed_pods: list[JSON] = []
-        self._device_pods: list[tuple[str, DeviceResult]] = []
         self._uuids: dict[tuple[str, str, str], str] = {}
 
-    def _collect(self) -> tuple[Mapping[str, Any], list[DeviceClass]]:
-        inventory: Mapping[str, Any] | None = None
+    # ------------------------------------------------------------------ input
+    def _collect(self) -> _Input:
+        found = _Input()
+        seen: set[tuple[str, str, str]] = set()
+        for position, obj in enumerate(self.objects):
+            spec = classify(obj)
+            if spec.role == "skip":
+                found.skipped[str(obj.get("kind"))] += 1
+                continue
+            identity = _identity(obj, spec.namespaced)
+            if spec.role != "inventory":
+                if not identity[2]:
+                    raise ManifestError(f"{obj.get('kind')} without metadata.name")
+                if identity in seen:
+                    raise ManifestError(f"{object_label(obj)}: given twice")
+                seen.add(identity)
+            if spec.role == "inventory":
+                if found.inventory is not None:
+                    raise ManifestError("more than one Cluster inventory given")
+                base = self.base_dirs[position] if self.base_dirs is not None else None
+                found.inventory = (obj, base)
+            elif spec.role == "namespace":
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                found.namespaces[identity[2]] = {str(k): str(v) for k, v in labels.items()}
+            elif spec.role == "node":
+                found.nodes.append(obj)
+            elif spec.role == "slice":
+                found.slices.append(obj)
+            elif spec.role == "class":
+                found.classes.append(obj)
+            elif spec.role == "claim":
+                found.claims.append(obj)
+            elif spec.role == "template":
+                found.templates[ns_name(obj)] = obj
+            else:  # pod, workload
+                found.work.append(obj)
+        if not self.objects:
+            raise ManifestError("the input holds no objects")
+        if found.skipped:
+            listed = ", ".join(f"{kind} ({n})" for kind, n in sorted(found.skipped.items()))
+            self.result.notes.append(
+                f"skipped {sum(found.skipped.values())} object(s) that do not affect "
+                f"scheduling: {listed}"
+            )
+        return found
+
+    def _cluster(self, found: _Input) -> tuple[list[Node], list[ResourceSlice]]:
+        nodes: list[Node] = []
+        slices: list[ResourceSlice] = []
+        if found.inventory is not None:
+            inventory, base = found.inventory
+            if inventory.get("apiVersion") != INVENTORY_API_VERSION:
+                raise ManifestError(
+                    f"Cluster inventory: apiVersion must be {INVENTORY_API_VERSION}"
+                )
+            built, built_slices = build_inventory(inventory, base)
+            nodes.extend(n.node for n in built)
+            slices.extend(built_slices)
+        names = {n.name for n in nodes}
+        for raw in found.nodes:
+            node = node_from_object(raw)
+            if node.name in names:
+                raise ManifestError(f"Node {node.name}: given twice (inventory and object)")
+            names.add(node.name)
+            nodes.append(node)
+        if not nodes:
+            raise ManifestError(
+                f"no nodes: give a Cluster inventory (apiVersion: {INVENTORY_API_VERSION}, "
+                "kind: Cluster) or the cluster's Node objects"
+            )
+        slices.extend(slice_from_object(raw) for raw in found.slices)
+        return nodes, slices
+
+    @staticmethod
+    def _check_admin_access(found: _Input) -> None:
+        """The API server admits ``adminAccess: true`` only in namespaces labelled
+        ``resource.kubernetes.io/admin-access: "true"`` (checked where the Namespace is
+        known)."""
+        specs = [(c, (c.get("spec") or {})) for c in found.claims] + [
+            (t, ((t.get("spec") or {}).get("spec") or {})) for t in found.templates.values()
+        ]
+        for obj, spec in specs:
+            namespace = ns_name(obj)[0]
+            labels = found.namespaces.get(namespace)
+            if labels is None or labels.get(ADMIN_ACCESS_LABEL) == "true":
+                continue
+            for request in (spec.get("devices") or {}).get("requests") or ():
+                if ((request or {}).get("exactly") or {}).get("adminAccess") is True:
+                    raise ManifestError(
+                        f"{object_label(obj)}: request {request.get('name')!r}: adminAccess "
+                        f'needs the label {ADMIN_ACCESS_LABEL}: "true" on Namespace '
+                        f"{namespace}"
+                    )
+
+    def _classes(self, found: _Input) -> dict[str, DeviceClass]:
         classes: dict[str, DeviceClass] = {}
-        for raw in self.default_classes:
+        for raw in [*self.default_classes, *found.classes]:
             dc = DeviceClass.from_api(raw)
             classes[dc.name] = dc
-        for obj in self.objects:
+        return classes
+
+    def _pods(self, found: _Input, nodes: Sequence[Node]) -> list[JSON]:
+        """Every pod of the run, in input order: given ones, then each workload's missing
+        pods at the workload's position."""
+        given = [_with_uid(o) for o in found.work if o.get("kind") == "Pod"]
+        for pod in given:
+            check_pod_object(pod)
+        replica_sets = [o for o in found.work if o.get("kind") == "ReplicaSet"]
+        out: list[JSON] = []
+        for obj in found.work:
             kind = obj.get("kind")
-            namespace, name = _ns_name(obj)
-            if kind not in _SUPPORTED:
-                self.result.errors.append(
-                    f"{kind} {namespace}/{name}: unsupported kind (simulate reads "
-                    f"{', '.join(sorted(_SUPPORTED))})"
-                )
+            if kind == "Pod":
+                out.append(_with_uid(obj))
                 continue
-            if kind == "Cluster":
-                if obj.get("apiVersion") != INVENTORY_API_VERSION:
-                    raise ManifestError(
-                        f"Cluster inventory: apiVersion must be {INVENTORY_API_VERSION}"
-                    )
-                if inventory is not None:
-                    raise ManifestError("more than one Cluster inventory given")
-                inventory = obj
-            elif kind == "DeviceClass":
-                try:
-                    dc = DeviceClass.from_api(obj)
-                except ManifestError as exc:
-                    self.result.errors.append(str(exc))
-                    continue
-                classes[dc.name] = dc
-            elif kind == "ResourceClaimTemplate":
-                self.templates[(namespace, name)] = dict(obj)
-            elif kind == "ResourceClaim":
-                raw = _with_uid(obj)
-                raw["metadata"]["uid"] = raw["metadata"].get("uid") or stable_uid(
-                    "ResourceClaim", namespace, name
-                )
-                self.claims[(namespace, name)] = raw
-                self.claim_order.append((namespace, name))
-            elif kind == "Pod":
-                self.pods.append(_with_uid(obj))
-            else:
-                try:
-                    self.pods.extend(_with_uid(p) for p in expand_deployment(obj))
-                except ManifestError as exc:
-                    self.result.unschedulable.append(
-                        PodFailure(pod=f"{namespace}/{name} (Deployment)", reason=str(exc))
-                    )
-        if inventory is None:
-            raise ManifestError(
-                f"no Cluster inventory (apiVersion: {INVENTORY_API_VERSION}, kind: Cluster) given"
-            )
-        return inventory, list(classes.values())
+            if kind == "ReplicaSet" and any(
+                d.get("kind") == "Deployment" and owned_by(obj, d) for d in found.work
+            ):
+                continue  # its Deployment stands for it
+            owners = [obj]
+            if kind == "Deployment":
+                owners += [rs for rs in replica_sets if owned_by(rs, obj)]
+            existing = [
+                p
+                for p in given
+                if any(owned_by(p, o) for o in owners)
+                and (p.get("status") or {}).get("phase") not in FINISHED_PHASES
+            ]
+            for pod in expand(obj, nodes, existing):
+                check_pod_object(pod)
+                out.append(_with_uid(pod))
+        names = [ns_name(p) for p in out]
+        duplicate = next((n for n, c in Counter(names).items() if c > 1), None)
+        if duplicate is not None:
+            raise ManifestError(f"Pod {duplicate[0]}/{duplicate[1]}: given twice")
+        return out
 
     def run(self) -> SimulationResult:
         started = time.perf_counter()
-        inventory, classes = self._collect()
-        nodes, slices = build_inventory(inventory)
-        self.result.node_names = [n.node.name for n in nodes]
+        found = self._collect()
+        self._check_admin_access(found)
+        self.namespaces = found.namespaces  # for the affinity rules' namespaceSelector
+        nodes, slices = self._cluster(found)
+        node_names = {str(n.name) for n in nodes}
+        self.result.node_names = [n.name for n in nodes]
         self._uuids = {
             (s.driver, s.pool.name, d.name): str(d.attributes.get("uuid", ""))
             for s in slices
             for d in s.devices
         }
-        existing = []
-        for key in self.claim_order:
-            try:
-                claim = ResourceClaim.from_api(self.claims[key])
-            except ManifestError as exc:
-                self.result.errors.append(str(exc))
-                del self.claims[key]
-                continue
+        classes = self._classes(found)
+        self.templates = found.templates
+        existing: list[ResourceClaim] = []
+        for raw_claim in found.claims:
+            raw = _with_uid(raw_claim)
+            claim = ResourceClaim.from_api(raw)
+            self.claims[_claim_key(raw)] = raw
             if claim.allocation is not None:
                 existing.append(claim)
+        usage: dict[str, NodeUsage] = {}
+        pending: list[JSON] = []
+        finished = 0
+        for pod in self._pods(found, nodes):
+            verdict = self._triage(pod, node_names)
+            if verdict == "finished":
+                finished += 1
+            elif verdict == "running":
+                node = str(pod["spec"]["nodeName"])
+                try:
+                    requests = PodSchedulingFacts.from_pod(pod).requests
+                except BiaxialError as exc:
+                    raise ManifestError(f"Pod {ns_name(pod)[0]}/{ns_name(pod)[1]}: {exc}") from exc
+                usage[node] = usage.get(node, NodeUsage()).plus(requests)
+                self.result.running += 1
+            elif verdict == "pending":
+                pending.append(pod)
+        if finished:
+            self.result.notes.append(f"{finished} finished pod(s) (Succeeded or Failed) ignored")
         from driver.structured.snapshot import ClusterSnapshot  # noqa: PLC0415 - keeps import cheap
 
-        snapshot = ClusterSnapshot.build(slices, classes, existing)
-        engine = DecisionEngine(snapshot, [n.node for n in nodes], defaults=self.defaults)
+        snapshot = ClusterSnapshot.build(slices, classes.values(), existing)
+        engine = DecisionEngine(snapshot, nodes, defaults=self.defaults, pods_on_nodes=usage)
         self.result.startup_seconds = time.perf_counter() - started
-        for pod in self.pods:
+        for pod in pending:
             self._place(engine, pod)
-        self.result.decision_seconds = engine.stats.seconds
-        self.result.durations = list(engine.stats.durations)
+        if not pending:
+            self.result.notes.append("no pending pod for this scheduler to place")
         self._usage(slices)
-        self.result.objects = [*self._claim_objects(), *self.placed_pods]
+        self.result.objects = [
+            *(self.claims[key] for key in dict.fromkeys(self.touched)),
+            *self.placed_pods,
+        ]
         return self.result
+
+    def _triage(self, pod: JSON, node_names: set[str]) -> str:
+        """``running``, ``finished``, ``pending`` (to place), or ``skipped`` (reported)."""
+        namespace, name = ns_name(pod)
+        key = f"{namespace}/{name}"
+        spec = pod.get("spec") or {}
+        meta = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+            return "finished"
+        node = spec.get("nodeName")
+        if node:
+            if node not in node_names:
+                raise ManifestError(
+                    f"Pod {key}: spec.nodeName {node!r} is not a node of the cluster"
+                )
+            return "running"
+        reason = None
+        scheduler = spec.get("schedulerName") or "default-scheduler"
+        if meta.get("deletionTimestamp"):
+            reason = "being deleted"
+        elif scheduler != self.scheduler_name:
+            reason = (
+                f"schedulerName {scheduler}: another scheduler's pod (set schedulerName: "
+                f"{self.scheduler_name} to have biaxial place it)"
+            )
+        elif spec.get("schedulingGates"):
+            gates = ", ".join(str(g.get("name")) for g in spec["schedulingGates"])
+            reason = f"waiting for its scheduling gates to be removed ({gates})"
+        if reason is None:
+            return "pending"
+        self.result.skipped.append(PodFailure(pod=key, reason=reason))
+        return "skipped"
 
     # ------------------------------------------------------------------ per pod
     def _pod_claims(self, pod: JSON) -> tuple[list[tuple[str, JSON]], list[JSON]]:
         """(pod claim name, claim JSON) in spec order; new template claims listed apart."""
-        namespace, name = _ns_name(pod)
+        namespace, name = ns_name(pod)
+        statuses = {
+            s.get("name"): s.get("resourceClaimName")
+            for s in (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+            if isinstance(s, Mapping)
+        }
         out: list[tuple[str, JSON]] = []
         created: list[JSON] = []
         for entry in (pod.get("spec") or {}).get("resourceClaims") or ():
-            if not isinstance(entry, Mapping) or not entry.get("name"):
-                raise ManifestError(
-                    f"pod {namespace}/{name}: spec.resourceClaims entry without a name"
-                )
             claim_name = str(entry["name"])
-            if entry.get("resourceClaimName"):
-                key = (namespace, str(entry["resourceClaimName"]))
+            named = entry.get("resourceClaimName") or statuses.get(claim_name)
+            if named:
+                key = (namespace, str(named))
                 if key not in self.claims:
                     raise ManifestError(
                         f"pod {namespace}/{name}: resourceclaim {key[0]}/{key[1]} not found"
                     )
                 out.append((claim_name, self.claims[key]))
                 continue
-            template_name = entry.get("resourceClaimTemplateName")
-            if not template_name:
-                raise ManifestError(
-                    f"pod {namespace}/{name}: resourceClaims[{claim_name}] needs "
-                    "resourceClaimName or resourceClaimTemplateName"
-                )
-            template = self.templates.get((namespace, str(template_name)))
+            template_name = str(entry["resourceClaimTemplateName"])
+            template = self.templates.get((namespace, template_name))
             if template is None:
                 raise ManifestError(
                     f"pod {namespace}/{name}: resourceclaimtemplate "
@@ -572,7 +701,7 @@ class _Run:
         return out, created
 
     def _place(self, engine: DecisionEngine, pod: JSON) -> None:
-        namespace, name = _ns_name(pod)
+        namespace, name = ns_name(pod)
         pod_key = f"{namespace}/{name}"
         try:
             entries, created = self._pod_claims(pod)
@@ -580,7 +709,11 @@ class _Run:
         except ManifestError as exc:
             self.result.unschedulable.append(PodFailure(pod=pod_key, reason=str(exc)))
             return
+        started = time.perf_counter()
         decision = engine.decide(pod, models)
+        elapsed = time.perf_counter() - started
+        self.result.durations.append(elapsed)
+        self.result.decision_seconds += elapsed
         if isinstance(decision, (Unschedulable, PodError)):
             self.result.unschedulable.append(PodFailure(pod=pod_key, reason=decision.message))
             return
@@ -594,26 +727,28 @@ class _Run:
         entries: list[tuple[str, JSON]],
         created: list[JSON],
     ) -> None:
-        namespace, name = _ns_name(pod)
+        namespace, name = ns_name(pod)
         uid = pod["metadata"]["uid"]
         consumer = {"resource": "pods", "name": name, "uid": uid}
         allocations = {claim.key: allocation for claim, allocation in placement.claims}
         for raw in created:
-            created_key = (namespace, str(raw["metadata"]["name"]))
-            self.claims[created_key] = raw
-            self.claim_order.append(created_key)
+            self.claims[(namespace, str(raw["metadata"]["name"]))] = raw
         devices: list[JSON] = []
         for _, raw in entries:
-            claim_key = f"{raw['metadata']['namespace']}/{raw['metadata']['name']}"
+            key = (str(raw["metadata"]["namespace"]), str(raw["metadata"]["name"]))
             status = raw.setdefault("status", {})
-            allocation = allocations.get(claim_key)
+            allocation = allocations.get(f"{key[0]}/{key[1]}")
             if allocation is not None:
                 status["allocation"] = allocation.to_api()
             reserved = status.setdefault("reservedFor", [])
             if consumer not in reserved:
                 reserved.append(consumer)
-            if allocation is not None:
-                devices.extend(self._device_rows(raw["metadata"]["name"], allocation))
+            self.touched.append(key)
+            current = status.get("allocation")
+            if current:  # this pod's allocation, or the one it shares
+                devices.extend(
+                    self._device_rows(key[1], AllocationResult.from_api(current, key[1]))
+                )
         out_pod = copy.deepcopy(pod)
         out_pod.setdefault("spec", {})["nodeName"] = placement.node
         status = out_pod.setdefault("status", {})
@@ -636,15 +771,17 @@ class _Run:
             }
             key = (namespace, claim_name)
             self.claims[key] = bridge
-            self.claim_order.append(key)
+            self.touched.append(key)
             status["extendedResourceClaimStatus"] = placement.bridge.pod_status(claim_name)
             devices.extend(self._device_rows(claim_name, placement.bridge_allocation))
         self.placed_pods.append(out_pod)
         self.result.placements.append(
-            PodPlacement(pod=f"{namespace}/{name}", node=placement.node, devices=tuple(devices))
-        )
-        self._device_pods.extend(
-            (f"{namespace}/{name}", r) for a in placement.all_results for r in a.results
+            PodPlacement(
+                pod=f"{namespace}/{name}",
+                node=placement.node,
+                devices=tuple(devices),
+                policies=placement.policies,
+            )
         )
 
     def _device_rows(self, claim_name: str, allocation: AllocationResult) -> list[JSON]:
@@ -656,6 +793,8 @@ class _Run:
                 "device": r.device,
                 "uuid": self._uuids.get((r.driver, r.pool, r.device), ""),
             }
+            if r.admin_access:
+                row["adminAccess"] = True
             if r.consumed_capacity is not None:
                 row["consumedCapacity"] = {
                     k: str(v) for k, v in sorted(r.consumed_capacity.items())
@@ -663,39 +802,66 @@ class _Run:
             rows.append(row)
         return rows
 
-    def _claim_objects(self) -> list[JSON]:
-        return [self.claims[key] for key in self.claim_order if key in self.claims]
-
+    # ------------------------------------------------------------------ use
     def _usage(self, slices: Iterable[ResourceSlice]) -> None:
-        held: dict[tuple[str, str, str], list[tuple[str, DeviceResult]]] = {}
-        for pod, r in self._device_pods:
-            held.setdefault((r.driver, r.pool, r.device), []).append((pod, r))
+        """Per physical GPU: what every allocated claim holds (admin access is not use),
+        with the pods each claim is reserved for."""
+        held: dict[tuple[str, str, str], list[tuple[tuple[str, ...], int | None, int | None]]]
+        held = {}
+        for (namespace, _), raw in self.claims.items():
+            allocation = (raw.get("status") or {}).get("allocation")
+            if not allocation:
+                continue
+            holders = tuple(
+                f"{namespace}/{r.get('name')}"
+                for r in (raw.get("status") or {}).get("reservedFor") or ()
+                if isinstance(r, Mapping) and r.get("resource") == "pods"
+            ) or (f"{namespace}/{raw['metadata']['name']} (claim)",)
+            for r in AllocationResult.from_api(allocation, "allocation").results:
+                if r.admin_access:
+                    continue
+                consumed = r.consumed_capacity
+                memory = consumed["memory"].value() if consumed and "memory" in consumed else None
+                cores = consumed["cores"].value() if consumed and "cores" in consumed else None
+                held.setdefault((r.driver, r.pool, r.device), []).append((holders, memory, cores))
         position = {name: i for i, name in enumerate(self.result.node_names)}
+        migs: dict[tuple[str, str], list[tuple[Device, PartitionUsage]]] = {}
+        gpus: list[GpuUsage] = []
         ordered = sorted(slices, key=lambda s: (position.get(s.node_name or "", -1), s.name))
-        mig = _MigState(ordered, held)
+        dynamic = _DynamicMig(ordered, held)
         for s in ordered:
+            if s.driver != DEFAULT_DRIVER_NAME:
+                continue
+            node = str(s.node_name or s.pool.name)
             for d in s.devices:
-                if mig.is_placement(d):
-                    continue  # a partition: shown inside its GPU's row when taken
-                memory = d.capacity["memory"].value.value() if "memory" in d.capacity else 0
-                cores = d.capacity["cores"].value.value() if "cores" in d.capacity else 0
+                if dynamic.is_placement(d):
+                    continue  # a possible partition: listed under its GPU once taken
+                memory = _capacity(d, "memory")
+                cores = _capacity(d, "cores")
+                uses = held.get((s.driver, s.pool.name, d.name), [])
+                if d.attributes.get("type") == "mig":
+                    parent = str(d.attributes.get("parentUUID", ""))
+                    part = PartitionUsage(
+                        device=d.name,
+                        profile=str(d.attributes.get("profile", "")),
+                        memory=memory,
+                        pods=tuple(p for holders, _, _ in uses for p in holders),
+                    )
+                    migs.setdefault((node, parent), []).append((d, part))
+                    continue
                 pods: list[tuple[str, int]] = []
                 used_memory = used_cores = 0
-                for pod, r in held.get((s.driver, s.pool.name, d.name), ()):
-                    consumed = r.consumed_capacity
-                    share_memory = (
-                        consumed["memory"].value() if consumed and "memory" in consumed else memory
+                for claim_pods, share_memory, share_cores in uses:
+                    amount = memory if share_memory is None else share_memory
+                    used_memory += amount
+                    used_cores += (
+                        cores
+                        if share_memory is None and share_cores is None
+                        else (share_cores or 0)
                     )
-                    share_cores = (
-                        consumed["cores"].value() if consumed and "cores" in consumed else 0
-                    )
-                    if consumed is None:
-                        share_cores = cores
-                    pods.append((pod, share_memory))
-                    used_memory += share_memory
-                    used_cores += share_cores
+                    pods.extend((p, amount) for p in claim_pods)
                 usage = GpuUsage(
-                    node=str(s.node_name or s.pool.name),
+                    node=node,
                     device=d.name,
                     uuid=str(d.attributes.get("uuid", "")),
                     product=str(d.attributes.get("productName", "")),
@@ -705,19 +871,40 @@ class _Run:
                     cores_used=used_cores,
                     pods=tuple(pods),
                 )
-                self.result.gpus.append(mig.with_partitions(s, d, usage))
+                gpus.append(dynamic.with_partitions(s, d, usage))
+        for (node, parent), parts in migs.items():
+            first = parts[0][0]
+            minor = first.attributes.get("minor", first.attributes.get("index", ""))
+            partitions = tuple(p for _, p in sorted(parts, key=lambda x: x[0].name))
+            gpus.append(
+                GpuUsage(
+                    node=node,
+                    device=f"gpu-{minor}",
+                    uuid=parent,
+                    product=str(first.attributes.get("productName", "")),
+                    memory=sum(p.memory for p in partitions),
+                    memory_used=sum(p.memory for p in partitions if p.pods),
+                    cores=100,
+                    cores_used=0,
+                    pods=(),
+                    partitions=partitions,
+                )
+            )
+        self.result.gpus = sorted(
+            gpus, key=lambda g: (position.get(g.node, -1), _device_order(g.device))
+        )
 
 
-class _MigState:
+Held = Mapping[tuple[str, str, str], Sequence[tuple[tuple[str, ...], int | None, int | None]]]
+"""(driver, pool, device) -> per allocated claim: the pods holding it, memory, cores."""
+
+
+class _DynamicMig:
     """Dynamic-MIG bookkeeping of a simulated cluster: which devices are placements, which
     were taken (the partitions the plugin would create), and what is left of each GPU's
     counter set."""
 
-    def __init__(
-        self,
-        slices: Sequence[ResourceSlice],
-        held: Mapping[tuple[str, str, str], list[tuple[str, DeviceResult]]],
-    ) -> None:
+    def __init__(self, slices: Sequence[ResourceSlice], held: Held) -> None:
         self.held = held
         self.left: dict[tuple[str, str, str], dict[str, int]] = {}  # (driver, pool, set)
         self.members: dict[tuple[str, str, str], list[tuple[Device, dict[str, int]]]] = {}
@@ -746,28 +933,27 @@ class _MigState:
         key = (s.driver, s.pool.name, device.consumes_counters[0].name)
         left = self.left.get(key, {})
         slots = sorted(c for c in left if c.startswith(MEMORY_SLICE_PREFIX))
-        partitions: list[Partition] = []
+        partitions: list[PartitionUsage] = []
         for member, amounts in self.members.get(key, ()):
-            if not self.is_placement(member):
+            uses = self.held.get((s.driver, s.pool.name, member.name))
+            if not self.is_placement(member) or not uses:
                 continue
             starts = sorted(
                 int(c.removeprefix(MEMORY_SLICE_PREFIX))
                 for c in amounts
                 if c.startswith(MEMORY_SLICE_PREFIX)
             )
-            memory = member.capacity["memory"].value.value() if "memory" in member.capacity else 0
-            for pod, _ in self.held.get((s.driver, s.pool.name, member.name), ()):
-                partitions.append(
-                    Partition(
-                        device=member.name,
-                        profile=str(member.attributes.get("profile", "")),
-                        start=starts[0] if starts else 0,
-                        size=len(starts),
-                        memory=memory,
-                        pod=pod,
-                    )
+            partitions.append(
+                PartitionUsage(
+                    device=member.name,
+                    profile=str(member.attributes.get("profile", "")),
+                    memory=_capacity(member, "memory"),
+                    pods=tuple(dict.fromkeys(p for holders, _, _ in uses for p in holders)),
+                    start=starts[0] if starts else 0,
+                    size=len(starts),
                 )
-        partitions.sort(key=lambda p: (p.start, p.device))
+            )
+        partitions.sort(key=lambda p: (p.start or 0, p.device))
         placeable = [
             member
             for member, amounts in self.members.get(key, ())
@@ -775,21 +961,36 @@ class _MigState:
         ]
         largest = max(
             placeable,
-            key=lambda m: (
-                m.capacity["memory"].value.value() if "memory" in m.capacity else 0,
-                m.capacity["cores"].value.value() if "cores" in m.capacity else 0,
-            ),
+            key=lambda m: (_capacity(m, "memory"), _capacity(m, "cores")),
             default=None,
         )
         return replace(
             usage,
             memory_used=usage.memory_used + sum(p.memory for p in partitions),
-            pods=(*usage.pods, *((p.pod, p.memory) for p in partitions)),
-            memory_slices=len(slots),
             partitions=tuple(partitions),
+            memory_slices=len(slots),
             free_slices=sum(1 for c in slots if left[c] > 0),
             largest_placeable=str(largest.attributes.get("profile", "")) if largest else "",
         )
+
+
+def _capacity(device: Device, name: str) -> int:
+    return device.capacity[name].value.value() if name in device.capacity else 0
+
+
+def _device_order(name: str) -> tuple[int, str]:
+    digits = name.removeprefix("gpu-")
+    return (int(digits), name) if digits.isdigit() else (1 << 30, name)
+
+
+def _with_uid(obj: Mapping[str, Any]) -> JSON:
+    out = copy.deepcopy(dict(obj))
+    meta = dict(out.get("metadata") or {})
+    namespace, name = ns_name(out)
+    meta["namespace"] = namespace
+    meta.setdefault("uid", stable_uid(str(out.get("kind")), namespace, name))
+    out["metadata"] = meta
+    return out
 
 
 def simulate(
@@ -797,10 +998,16 @@ def simulate(
     *,
     default_classes: Sequence[Mapping[str, Any]] = (),
     defaults: PolicyDefaults | None = None,
+    scheduler_name: str = DEFAULT_SCHEDULER,
+    base_dirs: Sequence[Path | None] | None = None,
 ) -> SimulationResult:
-    """Run the simulation (see the module docstring). Raises ManifestError only for a bad
-    inventory; everything about single pods is reported in the result."""
-    return _Run(objects, default_classes, defaults or PolicyDefaults()).run()
+    """Run the simulation (see the module docstring). ``base_dirs`` gives, per object, the
+    folder of the file it came from (an inventory's profile paths are relative to it).
+    Raises ManifestError for bad input for the run; everything about single pods is
+    reported in the result."""
+    return _Run(
+        objects, default_classes, defaults or PolicyDefaults(), scheduler_name, base_dirs
+    ).run()
 
 
 def project_deviceclasses_dir() -> Path:
@@ -824,11 +1031,12 @@ def project_deviceclasses_dir() -> Path:
 __all__ = [
     "INVENTORY_API_VERSION",
     "GpuUsage",
-    "Partition",
+    "PartitionUsage",
     "PodFailure",
     "PodPlacement",
     "SimulationResult",
     "build_inventory",
+    "check_pod_object",
     "expand_deployment",
     "project_deviceclasses_dir",
     "simulate",

@@ -332,6 +332,14 @@ class DeviceRequest:
             raise ManifestError(f"{where}: duplicate subrequest names in firstAvailable")
         return cls(name=name, first_available=subs)
 
+    def choices(self) -> tuple[tuple[str, ExactRequest | SubRequest], ...]:
+        """What the allocator may use for this request, each with the name results and
+        config use for it: ``(name, exactly)``, or ``(name/sub, subrequest)`` per
+        ``firstAvailable`` alternative."""
+        if self.exactly is not None:
+            return ((self.name, self.exactly),)
+        return tuple((f"{self.name}/{s.name}", s) for s in self.first_available)
+
 
 @dataclass(frozen=True, slots=True)
 class Constraint:

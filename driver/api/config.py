@@ -50,10 +50,8 @@ from typing import Any, Final, Literal, get_args
 from driver.api.claims import (
     AllocationConfig,
     DeviceClass,
-    ExactRequest,
     OpaqueConfig,
     ResourceClaim,
-    SubRequest,
 )
 from driver.api.errors import ConfigError
 
@@ -314,12 +312,7 @@ def check_claim_config(
         parse_opaque(entry.opaque, driver, f"{where} spec.devices.config[{i}]", from_class=False)
     # What Prepare would resolve for each alternative the allocator may choose.
     for request in claim.requests:
-        choices: list[tuple[str, ExactRequest | SubRequest]] = (
-            [(request.name, request.exactly)]
-            if request.exactly is not None
-            else [(f"{request.name}/{s.name}", s) for s in request.first_available]
-        )
-        for name, alt in choices:
+        for name, alt in request.choices():
             device_class = classes.get(alt.device_class_name)
             class_entries = tuple(
                 AllocationConfig(source="FromClass", requests=(name,), opaque=o)

@@ -1,8 +1,10 @@
 """The fake GPU backend: deterministic GPUs described by YAML profiles, plus injectable health.
 
 A profile is a YAML mapping (built-in ones live in ``driver/discovery/profiles/<name>.yaml``; any
-file path works too)::
+file path works too; ``docs/simulator.md`` documents it for users)::
 
+    apiVersion: biaxial.dev/v1alpha1    # optional, with kind: FakeGpuProfile
+    kind: FakeGpuProfile
     description: 4 x Tesla T4            # free text
     driverVersion: "550.54.15"          # NVML system driver version
     cudaDriverVersion: "12.4"           # "major.minor", as derived from NVML
@@ -74,6 +76,7 @@ from typing import Any, Final, Literal, Self
 import yaml
 
 from driver.api.errors import DiscoveryError, MigError
+from driver.api.yamltext import MAX_DEPTH, too_deep
 from driver.discovery.backend import HealthEvent
 from driver.discovery.gpus import GpuInfo, MigInfo, MigProfile
 from driver.discovery.mig import ENGINE_COUNTERS, MigGeometry, unusable_reason
@@ -84,6 +87,8 @@ MIG_MEMORY_SLICES: Final = 8  # placement positions on every MIG-capable GPU so 
 
 _TOP_KEYS: Final = frozenset(
     {
+        "apiVersion",
+        "kind",
         "description",
         "driverVersion",
         "cudaDriverVersion",
@@ -94,6 +99,8 @@ _TOP_KEYS: Final = frozenset(
         "mig",
     }
 )
+PROFILE_API_VERSION: Final = "biaxial.dev/v1alpha1"
+PROFILE_KIND: Final = "FakeGpuProfile"
 _MODEL_KEYS: Final = frozenset(
     {
         "productName",
@@ -451,11 +458,22 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
             raise DiscoveryError(
                 f"cannot read fake GPU profile {profile!r}: {exc.strerror or exc}"
             ) from exc
+        except UnicodeDecodeError as exc:
+            raise DiscoveryError(
+                f"fake GPU profile {profile!r} is not a text (UTF-8 YAML) file"
+            ) from exc
         name = path.stem
+    if too_deep(text):
+        raise DiscoveryError(f"fake GPU profile {profile!r} is nested more than {MAX_DEPTH} deep")
     try:
         raw = _parse_yaml(text)
     except yaml.YAMLError as exc:
-        raise DiscoveryError(f"fake GPU profile {profile!r} is not valid YAML: {exc}") from exc
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DiscoveryError(
+            f"fake GPU profile {profile!r} is not valid YAML{where}: {problem}"
+        ) from exc
     return parse_profile(raw, name=name, node_name=node_name)
 
 
@@ -469,6 +487,14 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
     """Turn a profile mapping into a :class:`FakeProfile`; every error names the field."""
     where = f"fake GPU profile {name!r}"
     top = _mapping(raw, where, _TOP_KEYS)
+    if ("apiVersion" in top or "kind" in top) and (
+        top.get("apiVersion"),
+        top.get("kind"),
+    ) != (PROFILE_API_VERSION, PROFILE_KIND):
+        raise DiscoveryError(
+            f"{where}: apiVersion and kind, when given, are {PROFILE_API_VERSION} and "
+            f"{PROFILE_KIND}"
+        )
     model = _mapping(top.get("model"), f"{where}: model", _MODEL_KEYS)
     for key in sorted(_MODEL_KEYS):
         if key not in model:

@@ -15,12 +15,26 @@ special ResourceClaim exactly as upstream kube-scheduler does (dra-api.md §4):
   request is kept, the other init mappings pointing to it;
 * ``pod.status.extendedResourceClaimStatus`` = ``{resourceClaimName, requestMappings}``.
 
-biaxial's one addition: the HAMi resources ``nvidia.com/gpumem`` (MiB per GPU),
-``nvidia.com/gpumem-percentage`` (percent of each GPU's memory) and ``nvidia.com/gpucores``
-(percent of each GPU's compute) are not requests of their own. They modify the
-``nvidia.com/gpu`` request of the same container and are folded into that request's
-``capacity.requests`` as ``memory`` and ``cores``. (A reused long-lived request keeps the
-capacity of the container that owns it, as upstream reuses the request as a whole.)
+biaxial's additions, the dialects of the schedulers users migrate from:
+
+* the HAMi resources ``nvidia.com/gpumem`` (MiB per GPU), ``nvidia.com/gpumem-percentage``
+  (percent of each GPU's memory) and ``nvidia.com/gpucores`` (percent of each GPU's compute)
+  are not requests of their own. They modify the ``nvidia.com/gpu`` request of the same
+  container and are folded into that request's ``capacity.requests`` as ``memory`` and
+  ``cores``. (A reused long-lived request keeps the capacity of the container that owns it,
+  as upstream reuses the request as a whole.)
+* Volcano's vGPU resources are the same family under other names: ``volcano.sh/vgpu-number``
+  (GPUs; served by the class that serves ``nvidia.com/gpu`` unless a class names it),
+  ``volcano.sh/vgpu-memory``, ``volcano.sh/vgpu-memory-percentage``, ``volcano.sh/vgpu-cores``.
+  One container uses one family.
+* the pod's dialect annotations (:mod:`driver.scheduling.dialects`) shape every GPU request
+  (a request of either family): GPU type and UUID filters become request ``selectors``,
+  ``numa-bind`` a ``matchAttribute`` constraint on ``resource.kubernetes.io/numaNode`` for each
+  request of two or more GPUs, ``vgpu-mode`` ``hami-core`` / ``mps`` a ``GpuConfig`` entry in
+  ``spec.devices.config`` for those requests, ``vgpu-mode`` ``mig`` a request of the MIG class
+  with selectors on the partition's memory and cores, and KAI's ``gpu-fraction`` /
+  ``gpu-memory`` the memory share of the target container's GPU request. So
+  ``kubectl get resourceclaim -o yaml`` shows why a GPU was chosen.
 
 As the API server would, a resource given only under ``limits`` counts as requested (requests
 default to limits), so manifests written for HAMi (``limits: {nvidia.com/gpu: 1}``) work as-is.
@@ -28,7 +42,9 @@ default to limits), so manifests written for HAMi (``limits: {nvidia.com/gpu: 1}
 Conflicting or impossible combinations raise :class:`~driver.api.errors.ManifestError` with the
 pod, container and resource named: gpumem or gpucores without gpu, a percentage outside
 1..100 or given together with gpumem, gpucores outside 0..100, gpumem larger than every GPU in
-the cluster, a GPU count that is not a whole number.
+the cluster (with a hint when the value carries a unit: gpumem is MiB), a GPU count that is
+not a whole number or too large, both families in one container, dialect annotations on a pod
+without GPU requests, a KAI target container without a GPU request.
 
 The per-node decision is upstream's: a resource is DRA-backed on a node only if the node's
 ``status.allocatable`` does not advertise it (> 0); there the device plugin path applies and
@@ -39,11 +55,23 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final, Protocol
 
+from driver.api.config import API_VERSION as GPU_CONFIG_API_VERSION
+from driver.api.config import KIND as GPU_CONFIG_KIND
 from driver.api.errors import ManifestError, QuantityError
+from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import API_VERSION
-from driver.api.quantity import Quantity
+from driver.api.quantity import NANO, Quantity
+from driver.scheduling.dialects import (
+    NUMA_ATTRIBUTE,
+    VGPU_MODE,
+    VOLCANO_VGPU_MODE,
+    PodHints,
+    mig_selectors,
+    pod_hints,
+)
 
 JSON = dict[str, Any]
 
@@ -53,10 +81,45 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 GPUMEM_RESOURCE: Final = "nvidia.com/gpumem"
 GPUMEM_PERCENT_RESOURCE: Final = "nvidia.com/gpumem-percentage"
 GPUCORES_RESOURCE: Final = "nvidia.com/gpucores"
-MODIFIER_RESOURCES: Final = frozenset({GPUMEM_RESOURCE, GPUMEM_PERCENT_RESOURCE, GPUCORES_RESOURCE})
-LEGACY_RESOURCES: Final = frozenset({GPU_RESOURCE}) | MODIFIER_RESOURCES
+VOLCANO_NUMBER_RESOURCE: Final = "volcano.sh/vgpu-number"
+VOLCANO_MEMORY_RESOURCE: Final = "volcano.sh/vgpu-memory"
+VOLCANO_PERCENT_RESOURCE: Final = "volcano.sh/vgpu-memory-percentage"
+VOLCANO_CORES_RESOURCE: Final = "volcano.sh/vgpu-cores"
+MIG_CLASS: Final = "mig.biaxial.dev"
 _MAX_EXTENDED_NAME_PART: Final = 63
+_INT64_MAX: Final = 2**63 - 1
 MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFamily:
+    """A GPU count resource and the resources that modify it (one dialect's names)."""
+
+    dialect: str
+    count: str
+    memory: str
+    percent: str
+    cores: str
+
+    @property
+    def modifiers(self) -> frozenset[str]:
+        return frozenset({self.memory, self.percent, self.cores})
+
+
+HAMI: Final = ResourceFamily(
+    "HAMi", GPU_RESOURCE, GPUMEM_RESOURCE, GPUMEM_PERCENT_RESOURCE, GPUCORES_RESOURCE
+)
+VOLCANO: Final = ResourceFamily(
+    "Volcano",
+    VOLCANO_NUMBER_RESOURCE,
+    VOLCANO_MEMORY_RESOURCE,
+    VOLCANO_PERCENT_RESOURCE,
+    VOLCANO_CORES_RESOURCE,
+)
+FAMILIES: Final = (HAMI, VOLCANO)
+COUNT_RESOURCES: Final = frozenset(f.count for f in FAMILIES)
+MODIFIER_RESOURCES: Final = frozenset().union(*(f.modifiers for f in FAMILIES))
+LEGACY_RESOURCES: Final = COUNT_RESOURCES | MODIFIER_RESOURCES
 
 
 class DeviceClassLike(Protocol):
@@ -77,15 +140,20 @@ class ExtendedResourceMap:
     Explicit ``extendedResourceName`` entries: the newest ``creationTimestamp`` wins, on a tie
     the lexicographically lower class name. Every class also answers to its implicit name
     ``deviceclass.resource.kubernetes.io/<class>`` when that is a valid extended-resource name.
+    Volcano's ``volcano.sh/vgpu-number`` is served by the class of ``nvidia.com/gpu`` unless a
+    class names it. ``class_names`` holds every class.
     """
 
     classes: Mapping[str, str] = field(default_factory=dict)
+    class_names: frozenset[str] = frozenset()
 
     @classmethod
     def from_classes(cls, classes: Iterable[DeviceClassLike]) -> ExtendedResourceMap:
         best: dict[str, DeviceClassLike] = {}
         mapping: dict[str, str] = {}
+        names: set[str] = set()
         for dc in sorted(classes, key=lambda c: c.name):
+            names.add(dc.name)
             if len(dc.name) <= _MAX_EXTENDED_NAME_PART:
                 mapping[IMPLICIT_PREFIX + dc.name] = dc.name
             name = dc.extended_resource_name
@@ -99,7 +167,9 @@ class ExtendedResourceMap:
                 best[name] = dc
         for name, dc in best.items():
             mapping[name] = dc.name
-        return cls(classes=mapping)
+        if GPU_RESOURCE in mapping:
+            mapping.setdefault(VOLCANO_NUMBER_RESOURCE, mapping[GPU_RESOURCE])
+        return cls(classes=mapping, class_names=frozenset(names))
 
     def class_for(self, resource: str) -> str | None:
         return self.classes.get(resource)
@@ -107,7 +177,7 @@ class ExtendedResourceMap:
 
 @dataclass(frozen=True, slots=True)
 class LegacyRequest:
-    """One DRA-backed extended resource of one container, with its HAMi modifiers."""
+    """One DRA-backed extended resource of one container, with its modifiers and hints."""
 
     container_index: int  # index in initContainers ++ containers
     container_name: str
@@ -115,8 +185,11 @@ class LegacyRequest:
     request_index: int  # index in the container's sorted request keys
     count: int
     memory_mib: int | None = None
-    memory_percent: int | None = None
+    memory_fraction: Fraction | None = None  # of each GPU's memory, resolved per node
     cores: int | None = None
+    selectors: tuple[str, ...] = ()
+    device_class: str | None = None  # instead of the resource's class (vgpu-mode mig)
+    gpu: bool = False  # a GPU count request (dialect hints apply)
 
     @property
     def request_name(self) -> str:
@@ -130,14 +203,17 @@ class PodLegacyResources:
     pod_name: str
     requests: tuple[LegacyRequest, ...]
     long_lived: frozenset[int]  # container indices of regular containers and sidecars
+    hints: PodHints = field(default_factory=PodHints)
 
     @property
     def resources(self) -> frozenset[str]:
         return frozenset(r.resource for r in self.requests)
 
     @property
-    def max_memory_mib(self) -> int:
-        return max((r.memory_mib or 0 for r in self.requests), default=0)
+    def per_node_memory(self) -> bool:
+        """Whether a request's memory share depends on the node's GPU memory (a percentage
+        or a fraction): the bridge claim then differs per node."""
+        return any(r.memory_fraction is not None for r in self.requests)
 
     def total(self, resource: str) -> int:
         """The pod's effective demand for ``resource`` (init containers overlap: max)."""
@@ -199,8 +275,10 @@ def _whole(value: Any, where: str, *, minimum: int, maximum: int | None = None) 
         quantity = Quantity.of(value)
     except QuantityError as exc:
         raise ManifestError(f"{where}: {exc}") from exc
-    if not quantity.is_integer():
+    if quantity.nanos % NANO:
         raise ManifestError(f"{where}: {quantity} is not a whole number")
+    if not quantity.is_integer():
+        raise ManifestError(f"{where}: {quantity} is too large (at most {_INT64_MAX})")
     number = quantity.as_integer()
     if number < minimum or (maximum is not None and number > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
@@ -208,9 +286,45 @@ def _whole(value: Any, where: str, *, minimum: int, maximum: int | None = None) 
     return number
 
 
+def _unit_hint(resource: str, value: Any, mib: int) -> str:
+    """For a MiB resource written with a unit (``4Gi``): say what it reads as, and what the
+    user probably meant."""
+    text = str(value).strip()
+    if not isinstance(value, str) or not text or text.isdigit():
+        return ""
+    meant = max(1, Quantity.of(text).value() // MIB)
+    return (
+        f" ({resource} is a number of MiB, so {text} reads as {mib} MiB; for {text} write {meant})"
+    )
+
+
 def pod_name(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+
+
+def _family_of(requests: Mapping[str, Any], where: str) -> ResourceFamily | None:
+    """The one resource family a container uses, if any (mixing families is an error)."""
+    used = [f for f in FAMILIES if f.count in requests or f.modifiers & requests.keys()]
+    if len(used) > 1:
+        raise ManifestError(
+            f"{where}: mixes HAMi ({GPU_RESOURCE}, ...) and Volcano "
+            f"({VOLCANO_NUMBER_RESOURCE}, ...) resource names; use one family per container"
+        )
+    return used[0] if used else None
+
+
+def _memory_mib(
+    family: ResourceFamily, raw: Any, where: str, max_gpu_memory_bytes: int | None
+) -> int:
+    memory = _whole(raw, f"{where} {family.memory}", minimum=1)
+    if max_gpu_memory_bytes is not None and memory * MIB > max_gpu_memory_bytes:
+        raise ManifestError(
+            f"{where}: {family.memory} {memory} MiB is larger than every GPU in "
+            f"the cluster (largest: {max_gpu_memory_bytes // MIB} MiB)"
+            + _unit_hint(family.memory, raw, memory)
+        )
+    return memory
 
 
 def legacy_resources(
@@ -219,15 +333,26 @@ def legacy_resources(
     *,
     max_gpu_memory_bytes: int | None = None,
 ) -> PodLegacyResources:
-    """Parse and validate the pod's DRA-backed extended resources (all nodes alike).
+    """Parse and validate the pod's DRA-backed extended resources and dialect annotations
+    (all nodes alike).
 
     ``max_gpu_memory_bytes`` is the largest GPU memory in the cluster; a ``gpumem`` above it
     can never be satisfied and is an error for the pod. Raises :class:`ManifestError`.
     """
     name = pod_name(pod)
+    hints = pod_hints(pod)
     containers, n_init = _containers(pod)
     out: list[LegacyRequest] = []
     long_lived: set[int] = set()
+    kai = hints.kai
+    mig = hints.mode == "mig"
+    selectors = hints.selectors()
+    if mig and MIG_CLASS not in resource_map.class_names:
+        key = VGPU_MODE if VGPU_MODE in (hints.keys or {}) else VOLCANO_VGPU_MODE
+        raise ManifestError(
+            f"pod {name}: annotation {key}: mig needs the DeviceClass {MIG_CLASS}, "
+            "which does not exist"
+        )
     for index, container in enumerate(containers):
         if not isinstance(container, Mapping):
             raise ManifestError(f"pod {name}: container {index} is not an object")
@@ -238,46 +363,76 @@ def legacy_resources(
         where = f"pod {name} container {cname}"
         requests = _effective_requests(container)
         keys = sorted(requests)
-        modifiers = {k: requests[k] for k in MODIFIER_RESOURCES if k in requests}
+        family = _family_of(requests, where)
         gpu_count: int | None = None
-        if GPU_RESOURCE in requests:
-            gpu_count = _whole(requests[GPU_RESOURCE], f"{where} {GPU_RESOURCE}", minimum=0)
-        if modifiers and not gpu_count:
-            listed = ", ".join(sorted(modifiers))
-            raise ManifestError(f"{where}: {listed} given without {GPU_RESOURCE}")
-        memory_mib = memory_percent = cores = None
-        if GPUMEM_RESOURCE in modifiers:
-            memory_mib = _whole(modifiers[GPUMEM_RESOURCE], f"{where} {GPUMEM_RESOURCE}", minimum=1)
-            if max_gpu_memory_bytes is not None and memory_mib * MIB > max_gpu_memory_bytes:
-                raise ManifestError(
-                    f"{where}: {GPUMEM_RESOURCE} {memory_mib} MiB is larger than every GPU in "
-                    f"the cluster (largest: {max_gpu_memory_bytes // MIB} MiB)"
+        memory_mib: int | None = None
+        memory_fraction: Fraction | None = None
+        cores: int | None = None
+        if family is not None:
+            modifiers = {k: requests[k] for k in family.modifiers if k in requests}
+            if family.count in requests:
+                gpu_count = _whole(requests[family.count], f"{where} {family.count}", minimum=0)
+            if modifiers and not gpu_count:
+                listed = ", ".join(sorted(modifiers))
+                raise ManifestError(f"{where}: {listed} given without {family.count}")
+            if family.memory in modifiers:
+                memory_mib = _memory_mib(
+                    family, modifiers[family.memory], where, max_gpu_memory_bytes
                 )
-        if GPUMEM_PERCENT_RESOURCE in modifiers:
-            if memory_mib is not None:
-                raise ManifestError(
-                    f"{where}: {GPUMEM_RESOURCE} and {GPUMEM_PERCENT_RESOURCE} are exclusive"
+            if family.percent in modifiers:
+                if memory_mib is not None:
+                    raise ManifestError(
+                        f"{where}: {family.memory} and {family.percent} are exclusive"
+                    )
+                percent = _whole(
+                    modifiers[family.percent], f"{where} {family.percent}", minimum=1, maximum=100
                 )
-            memory_percent = _whole(
-                modifiers[GPUMEM_PERCENT_RESOURCE],
-                f"{where} {GPUMEM_PERCENT_RESOURCE}",
-                minimum=1,
-                maximum=100,
-            )
-        if GPUCORES_RESOURCE in modifiers:
-            cores = _whole(
-                modifiers[GPUCORES_RESOURCE], f"{where} {GPUCORES_RESOURCE}", minimum=0, maximum=100
+                memory_fraction = Fraction(percent, 100)
+            if family.cores in modifiers:
+                cores = _whole(
+                    modifiers[family.cores], f"{where} {family.cores}", minimum=0, maximum=100
+                )
+        if kai is not None and container.get("name") == kai.container:
+            what = ", ".join(kai.keys)
+            if not gpu_count:
+                devices = kai.devices or 1
+                raise ManifestError(
+                    f"{where}: annotation {what}: add {GPU_RESOURCE}: {devices} to this "
+                    "container's resources.limits; the kubelet gives a container DRA devices "
+                    "only for an extended resource the container asks for, and biaxial makes "
+                    "that request the KAI share"
+                )
+            if kai.devices is not None and kai.devices != gpu_count:
+                raise ManifestError(
+                    f"{where}: annotation gpu-fraction-num-devices is {kai.devices}, but the "
+                    f"container asks for {gpu_count} GPU(s); make them equal"
+                )
+            if memory_mib is not None or memory_fraction is not None:
+                raise ManifestError(
+                    f"{where}: annotation {what} and a memory resource both give the share; "
+                    "keep one"
+                )
+            if kai.memory_mib is not None:
+                assert family is not None
+                memory_mib = _memory_mib(
+                    family, kai.memory_mib, f"{where} (annotation gpu-memory)", max_gpu_memory_bytes
+                )
+            memory_fraction = kai.memory_fraction
+        if mig and gpu_count and memory_fraction is not None:
+            raise ManifestError(
+                f"{where}: a memory percentage or fraction cannot choose a MIG partition "
+                f"(vgpu-mode mig); give {GPUMEM_RESOURCE} in MiB"
             )
         for resource in keys:
             if resource in MODIFIER_RESOURCES or resource_map.class_for(resource) is None:
                 continue
-            if resource == GPU_RESOURCE:
+            is_gpu = family is not None and resource == family.count
+            if is_gpu:
                 count = gpu_count or 0
             else:
                 count = _whole(requests[resource], f"{where} {resource}", minimum=0)
             if count == 0:
                 continue
-            is_gpu = resource == GPU_RESOURCE
             out.append(
                 LegacyRequest(
                     container_index=index,
@@ -285,32 +440,86 @@ def legacy_resources(
                     resource=resource,
                     request_index=keys.index(resource),
                     count=count,
-                    memory_mib=memory_mib if is_gpu else None,
-                    memory_percent=memory_percent if is_gpu else None,
-                    cores=cores if is_gpu else None,
+                    memory_mib=memory_mib if is_gpu and not mig else None,
+                    memory_fraction=memory_fraction if is_gpu else None,
+                    cores=cores if is_gpu and not mig else None,
+                    selectors=(
+                        (*selectors, *(mig_selectors(memory_mib, cores) if mig else ()))
+                        if is_gpu
+                        else ()
+                    ),
+                    device_class=MIG_CLASS if is_gpu and mig else None,
+                    gpu=is_gpu,
                 )
             )
-    return PodLegacyResources(pod_name=name, requests=tuple(out), long_lived=frozenset(long_lived))
+    if hints.device_keys and not any(r.gpu for r in out):
+        raise ManifestError(
+            f"pod {name}: annotation {', '.join(hints.device_keys)}: shapes {GPU_RESOURCE} "
+            f"(or {VOLCANO_NUMBER_RESOURCE}) requests, and the pod has none; for a "
+            "ResourceClaim, write the same as a selector or config in the claim"
+        )
+    return PodLegacyResources(
+        pod_name=name, requests=tuple(out), long_lived=frozenset(long_lived), hints=hints
+    )
 
 
 def _device_request(
     req: LegacyRequest, count: int, class_name: str, gpu_memory_bytes: int | None
 ) -> JSON:
-    exactly: JSON = {"deviceClassName": class_name, "allocationMode": "ExactCount", "count": count}
+    exactly: JSON = {
+        "deviceClassName": req.device_class or class_name,
+        "allocationMode": "ExactCount",
+        "count": count,
+    }
+    if req.selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in req.selectors]
     capacity: dict[str, str] = {}
     if req.memory_mib is not None:
         capacity["memory"] = f"{req.memory_mib}Mi"
-    elif req.memory_percent is not None:
+    elif req.memory_fraction is not None:
         if gpu_memory_bytes is None:
             raise ManifestError(
-                f"{GPUMEM_PERCENT_RESOURCE} needs the GPU memory size of the node to resolve"
+                "a memory percentage or fraction needs the GPU memory size of the node to resolve"
             )
-        capacity["memory"] = f"{gpu_memory_bytes * req.memory_percent // 100 // MIB}Mi"
+        capacity["memory"] = f"{int(gpu_memory_bytes * req.memory_fraction) // MIB}Mi"
     if req.cores is not None:
         capacity["cores"] = str(req.cores)
     if capacity:
         exactly["capacity"] = {"requests": capacity}
     return {"name": req.request_name, "exactly": exactly}
+
+
+def _hint_constraints_and_config(
+    parsed: PodLegacyResources, requests: list[JSON], driver_name: str
+) -> tuple[list[JSON], list[JSON]]:
+    """The claim-level parts of the pod's hints: ``numa-bind`` constraints and the sharing
+    strategy's ``GpuConfig``, for the GPU requests the claim holds."""
+    gpu_names = {r.request_name for r in parsed.requests if r.gpu}
+    held = [r for r in requests if r["name"] in gpu_names]
+    constraints: list[JSON] = []
+    if parsed.hints.numa_bind:
+        constraints = [
+            {"requests": [r["name"]], "matchAttribute": NUMA_ATTRIBUTE}
+            for r in held
+            if int(r["exactly"]["count"]) > 1
+        ]
+    config: list[JSON] = []
+    strategy = parsed.hints.strategy
+    if strategy is not None and held:
+        config = [
+            {
+                "requests": [r["name"] for r in held],
+                "opaque": {
+                    "driver": driver_name,
+                    "parameters": {
+                        "apiVersion": GPU_CONFIG_API_VERSION,
+                        "kind": GPU_CONFIG_KIND,
+                        "sharing": {"strategy": strategy},
+                    },
+                },
+            }
+        ]
+    return constraints, config
 
 
 def build_bridge_claim(
@@ -320,12 +529,14 @@ def build_bridge_claim(
     *,
     dra_resources: Collection[str] | None = None,
     gpu_memory_bytes: int | None = None,
+    driver_name: str = DEFAULT_DRIVER_NAME,
 ) -> BridgeClaim | None:
     """The special claim for one node, or None when the pod needs none there.
 
     ``dra_resources`` are the resources served by DRA on this node (those the node's
     allocatable does not advertise); None means all of them. ``gpu_memory_bytes`` resolves
-    ``gpumem-percentage`` for this node's GPUs.
+    percentages and fractions of memory for this node's GPUs. ``driver_name`` is whose
+    ``GpuConfig`` a ``vgpu-mode`` becomes.
     """
     meta = pod.get("metadata") or {}
     requests: list[JSON] = []
@@ -375,6 +586,12 @@ def build_bridge_claim(
     if not requests:
         return None
     requests.sort(key=lambda r: str(r["name"]))
+    devices: JSON = {"requests": requests}
+    constraints, config = _hint_constraints_and_config(parsed, requests, driver_name)
+    if constraints:
+        devices["constraints"] = constraints
+    if config:
+        devices["config"] = config
     pod_meta_name = str(meta.get("name") or "")
     claim: JSON = {
         "apiVersion": API_VERSION,
@@ -393,9 +610,19 @@ def build_bridge_claim(
                 }
             ],
         },
-        "spec": {"devices": {"requests": requests}},
+        "spec": {"devices": devices},
     }
     return BridgeClaim(claim=claim, request_mappings=tuple(mappings))
+
+
+def filter_exempt(dra: Iterable[str], resources: Collection[str]) -> frozenset[str]:
+    """What the node filter leaves to DRA: the DRA-served resources, plus the modifiers of
+    every resource family whose count resource the pod asks for (they are not requests)."""
+    exempt = set(dra)
+    for family in FAMILIES:
+        if family.count in resources:
+            exempt |= family.modifiers
+    return frozenset(exempt)
 
 
 def _mapping(container: str, resource: str, request: str) -> JSON:
@@ -418,3 +645,15 @@ def is_bridge_claim(claim: Mapping[str, Any], pod_name_: str, pod_uid: str) -> b
         o.get("controller") and o.get("name") == pod_name_ and o.get("uid") == pod_uid
         for o in meta.get("ownerReferences") or ()
     )
+
+
+def bridge_claim_owner(claim: Mapping[str, Any]) -> str | None:
+    """The UID of the pod whose special claim this is (the annotation plus a controlling Pod
+    owner); None for any other claim."""
+    meta = claim.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM_ANNOTATION) != "true":
+        return None
+    for owner in meta.get("ownerReferences") or ():
+        if owner.get("controller") and owner.get("kind") == "Pod":
+            return str(owner.get("uid"))
+    return None

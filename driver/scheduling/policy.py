@@ -12,7 +12,8 @@ Anything not given comes from the cluster defaults (:class:`PolicyDefaults`, bui
 controller's or simulator's settings). ``first-fit`` (upstream's device order, no scoring) is a
 GPU-axis value for settings and flags only; annotations accept exactly ``binpack`` and
 ``spread``. An unknown value is a :class:`~driver.api.errors.PolicyError` naming the key and the
-allowed values, never a silent fallback.
+allowed values, never a silent fallback (HAMi's ``topology-aware``, ``mutex`` and ``numa`` GPU
+policies, and HAMi's comma lists of policies, are named as unsupported).
 
 Pure functions over plain data; nothing here mutates its inputs.
 """
@@ -36,6 +37,8 @@ NODE_POLICY_ANNOTATION: Final = "biaxial.dev/node-policy"
 GPU_POLICY_ANNOTATION: Final = "biaxial.dev/gpu-policy"
 HAMI_NODE_POLICY_ANNOTATION: Final = "hami.io/node-scheduler-policy"
 HAMI_GPU_POLICY_ANNOTATION: Final = "hami.io/gpu-scheduler-policy"
+#: HAMi GPU policies biaxial does not have (HAMi pkg/util/types.go; HAMi chains them in lists).
+HAMI_ONLY_GPU_POLICIES: Final = frozenset({"topology-aware", "mutex", "numa"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +104,17 @@ def policies_for_pod(annotations: Mapping[str, str], defaults: PolicyDefaults) -
     if found is not None:
         key, value = found
         if value.strip() not in ANNOTATION_POLICIES:
+            hint = ""
+            if key == HAMI_GPU_POLICY_ANNOTATION and set(value.replace(" ", "").split(",")) & (
+                HAMI_ONLY_GPU_POLICIES
+            ):
+                hint = (
+                    f"; HAMi's {', '.join(sorted(HAMI_ONLY_GPU_POLICIES))} GPU policies (and "
+                    "lists of them) are not supported"
+                )
             raise PolicyError(
                 f"annotation {key}: unknown policy {value!r} "
-                f"(allowed: {', '.join(ANNOTATION_POLICIES)})"
+                f"(allowed: {', '.join(ANNOTATION_POLICIES)}{hint})"
             )
         gpu = parse_gpu_policy(value.strip(), f"annotation {key}")
     return PodPolicies(node=node, gpu=gpu)

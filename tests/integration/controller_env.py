@@ -143,10 +143,9 @@ class ControllerThread:
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
 
     def engine_consistent(self) -> bool:
-        """The scheduler's incrementally updated engine equals a rebuild from its caches."""
+        """The engine kept up to date by the feed equals one built from the caches now."""
         assert self.controller is not None
-        scheduler = self.controller.scheduler
-        return self.on_loop(scheduler.consistent)
+        return self.on_loop(self.controller.scheduler.feed.consistent)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.controller is not None and self._loop is not None and not self._loop.is_closed():
@@ -390,6 +389,24 @@ def leftovers(emulator: Emulator) -> list[str]:
         if annotations.get("resource.kubernetes.io/extended-resource-claim") == "true":
             out.append(f"{name}: bridge claim left behind")
     return out
+
+
+def pod_condition(emulator: Emulator, name: str, namespace: str = "default") -> JSON | None:
+    """The pod's ``PodScheduled`` condition, if it has one."""
+    p = emulator.get("pods", name, namespace) or {}
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled":
+            return dict(c)
+    return None
+
+
+def pod_events(emulator: Emulator, name: str) -> list[tuple[str, str]]:
+    """(reason, message) of every event about the object ``name``."""
+    return [
+        (e["reason"], e["message"])
+        for e in emulator.list("events")
+        if e["involvedObject"]["name"] == name
+    ]
 
 
 def bound_pods(emulator: Emulator, names: Iterable[str] | None = None) -> dict[str, str]:

@@ -216,7 +216,7 @@ def test_console_script_without_gpu_or_with_bad_profile(tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # an unknown profile is bad input (discover --help)
     assert bad.stdout == ""
     assert one_line_error(bad.stderr).startswith(
         "biaxial discover: error: unknown fake GPU profile"

@@ -29,25 +29,50 @@ def simulate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, 
 def test_table_output_names_every_pod_gpu_and_summary(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = simulate(capsys, INVENTORY, str(PATTERNS / "a-binpack-binpack.yaml"))
     assert (code, err) == (0, "")
-    assert out.splitlines()[0].split() == ["POD", "NODE", "GPUS", "UUIDS", "MEMORY", "CORES"]
+    assert out.splitlines()[0].split() == [
+        "POD",
+        "NODE",
+        "GPUS",
+        "UUIDS",
+        "MEMORY",
+        "CORES",
+        "POLICIES",
+    ]
     rows = [line.split() for line in out.splitlines()[1:5]]
-    assert [(r[0], r[1], r[2], r[4]) for r in rows] == [
-        ("default/pattern-a-0", "gpu-t4", "gpu-0", "7500Mi"),
-        ("default/pattern-a-1", "gpu-t4", "gpu-0", "7500Mi"),
-        ("default/pattern-a-2", "gpu-t4", "gpu-1", "7500Mi"),
-        ("default/pattern-a-3", "gpu-t4", "gpu-1", "7500Mi"),
+    assert [(r[0], r[1], r[2], r[4], r[6]) for r in rows] == [
+        ("default/pattern-a-0", "gpu-t4", "gpu-0", "7500Mi", "binpack/binpack"),
+        ("default/pattern-a-1", "gpu-t4", "gpu-0", "7500Mi", "binpack/binpack"),
+        ("default/pattern-a-2", "gpu-t4", "gpu-1", "7500Mi", "binpack/binpack"),
+        ("default/pattern-a-3", "gpu-t4", "gpu-1", "7500Mi", "binpack/binpack"),
     ]
     assert "placed 4/4 pods on 1 node(s), 2 GPU(s) in use, 6 whole GPU(s) free" in out
+    assert "policies: node binpack, GPU binpack (4 pods)" in out
     assert "pods/s" in out
+
+
+def test_the_summary_names_the_policies_each_pod_got(capsys: pytest.CaptureFixture[str]) -> None:
+    # The issue: every summary said "(default policies: node binpack, GPU binpack)".
+    code, out, _ = simulate(capsys, INVENTORY, str(PATTERNS / "d-spread-spread.yaml"))
+    assert code == 0
+    assert "policies: node spread, GPU spread (4 pods)" in out
+    assert "binpack" not in out
 
 
 def test_json_output_shape_and_objects_are_valid(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = simulate(capsys, INVENTORY, str(PATTERNS / "d-spread-spread.yaml"), "-o", "json")
     assert code == 0
     document = json.loads(out)
-    assert set(document) == {"placements", "unschedulable", "errors", "summary", "objects"}
+    assert set(document) == {
+        "placements",
+        "unschedulable",
+        "skipped",
+        "notes",
+        "summary",
+        "objects",
+    }
     first = document["placements"][0]
-    assert set(first) == {"pod", "node", "devices"}
+    assert set(first) == {"pod", "node", "policies", "devices"}
+    assert first["policies"] == {"node": "spread", "gpu": "spread"}
     assert set(first["devices"][0]) == {"claim", "request", "device", "uuid", "consumedCapacity"}
     assert set(document["summary"]["timing"]) == {
         "startupSeconds",
@@ -73,13 +98,14 @@ def test_yaml_output_and_policy_flags(capsys: pytest.CaptureFixture[str], tmp_pa
                     "kind": "Pod",
                     "metadata": {"name": f"p{i}", "namespace": "default"},
                     "spec": {
+                        "schedulerName": "biaxial",
                         "containers": [
                             {
                                 "name": "c",
                                 "image": "x",
                                 "resources": {"limits": {"nvidia.com/gpu": 1}},
                             }
-                        ]
+                        ],
                     },
                 }
                 for i in range(2)
@@ -101,7 +127,10 @@ def test_yaml_output_and_policy_flags(capsys: pytest.CaptureFixture[str], tmp_pa
     assert code == 0
     document: dict[str, Any] = yaml.safe_load(out)
     assert {p["node"] for p in document["placements"]} == {"gpu-t4", "gpu-a10g"}
-    assert document["summary"]["policies"] == {"node": "spread", "gpu": "spread"}
+    assert document["summary"]["policies"] == {
+        "defaults": {"node": "spread", "gpu": "spread"},
+        "used": {"node spread, GPU spread": 2},
+    }
 
 
 def test_directories_are_read_in_name_order(
@@ -143,9 +172,10 @@ def test_bad_pods_are_listed_with_reasons(
                     "annotations": {"hami.io/gpu-scheduler-policy": "densest"},
                 },
                 "spec": {
+                    "schedulerName": "biaxial",
                     "containers": [
                         {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-                    ]
+                    ],
                 },
             }
         ),
@@ -189,6 +219,7 @@ def test_a_claim_with_a_gpu_config_the_node_would_refuse_is_unschedulable(
                     "kind": "Pod",
                     "metadata": {"name": "bogus", "namespace": "default"},
                     "spec": {
+                        "schedulerName": "biaxial",
                         "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "bogus"}],
                         "containers": [
                             {"name": "c", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}
@@ -219,8 +250,10 @@ def test_a_claim_with_a_gpu_config_the_node_would_refuse_is_unschedulable(
         ("kind: [unclosed", "malformed YAML/JSON"),
         (
             "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n",
-            "no Cluster inventory",
+            "no nodes: give a Cluster inventory",
         ),
+        ("", "no objects in"),
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "no nodes"),
     ],
 )
 def test_malformed_input_is_one_line_exit_2(tmp_path: Path, content: str, message: str) -> None:
@@ -239,3 +272,25 @@ def test_malformed_input_is_one_line_exit_2(tmp_path: Path, content: str, messag
     assert result.stderr.startswith("biaxial simulate: error: ")
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_exit_code_1_only_when_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    typo = str(ROOT / "examples" / "requesting-gpus" / "policy-typo.yaml")
+    code, out, _ = simulate(capsys, INVENTORY, typo)
+    assert code == 0
+    assert "UNSCHEDULABLE" in out
+    code, _, _ = simulate(capsys, INVENTORY, typo, "--fail-on-unschedulable")
+    assert code == 1
+    code, _, _ = simulate(
+        capsys, INVENTORY, str(PATTERNS / "a-binpack-binpack.yaml"), "--fail-on-unschedulable"
+    )
+    assert code == 0
+
+
+def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    out = capsys.readouterr().out
+    assert "exit codes:" in out
+    assert "1  some pod is unschedulable (only with --fail-on-unschedulable)" in out
+    assert "2  bad input" in out

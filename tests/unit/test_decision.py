@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from driver.scheduling.decision import DecisionEngine, Placement, PodError, Unschedulable
+from driver.api.claims import AllocationResult, DeviceClass
+from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
+from driver.api.model import ResourceSlice
+from driver.cel.reads import referenced_names
+from driver.scheduling.capacity_index import CapacityIndex
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.nodefit import PodSchedulingFacts
+from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.uniformity import ClassUniformity
 from tests.unit.builders import (
+    DRIVER,
     GPU_CLASS,
     claim,
     device_class,
@@ -402,8 +413,6 @@ def test_pruning_visits_few_nodes() -> None:
     ],
 )
 def test_referenced_names_are_conservative(expression: str, names: set[str] | None) -> None:
-    from driver.cel.reads import referenced_names
-
     found = referenced_names(expression)
     if names is None:
         assert found is None
@@ -428,8 +437,8 @@ def test_class_uniformity_matches_a_full_sweep(selector: str, uniform: bool) -> 
         [s for _, s in nodes],
         classes=[device_class("picky", selectors=[selector])],
     )
-    eng = DecisionEngine(snap, [to_node(n) for n, _ in nodes])
-    assert eng._uniform(frozenset({"picky"})) is uniform
+    index = CapacityIndex(snap, [to_node(n) for n, _ in nodes])
+    assert ClassUniformity(snap, index).uniform(frozenset({"picky"})) is uniform
 
 
 def test_forget_undoes_assume() -> None:
@@ -438,7 +447,7 @@ def test_forget_undoes_assume() -> None:
     first = place(eng, pod)
     assert isinstance(first, Placement)
     assert isinstance(place(eng, legacy_pod("p1")), Unschedulable)
-    eng.forget(first, pod)
+    eng.forget("uid-p0")
     again = place(eng, legacy_pod("p1"))
     assert isinstance(again, Placement)
     assert devices_of(again) == ["gpu-0"]
@@ -460,3 +469,207 @@ def test_device_plugin_nodes_skip_the_bridge() -> None:
     assert last.message == (
         "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 insufficient free GPUs."
     )
+
+
+# --------------------------------------------------------------------------- told, not built
+
+
+def observed_engine(nodes: list[tuple[dict[str, Any], dict[str, Any]]]) -> DecisionEngine:
+    """An engine told the cluster through ``observe_*`` only, as the controller's feed does."""
+    eng = DecisionEngine.empty()
+    eng.observe_class(GPU_CLASS, DeviceClass.from_api(GPU_CLASS_JSON))
+    for raw_node, raw_slice in nodes:
+        eng.observe_node(raw_node["metadata"]["name"], to_node(raw_node))
+        eng.observe_slice(raw_slice["metadata"]["name"], ResourceSlice.from_api(raw_slice))
+    return eng
+
+
+def same(got: Any, want: Any) -> bool:
+    if isinstance(want, Placement):
+        return isinstance(got, Placement) and (got.node, got.all_results, got.score) == (
+            want.node,
+            want.all_results,
+            want.score,
+        )
+    return bool(got == want)
+
+
+def round_trip(allocation: AllocationResult) -> AllocationResult:
+    """The allocation as the API server gives it back after our write."""
+    return AllocationResult.from_api(json.loads(json.dumps(allocation.to_api())))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_engine_told_by_observations_decides_like_one_built_at_once(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = random_cluster(rng)
+    built, told = engine(nodes), observed_engine(nodes)
+    for i in range(25):
+        pod, claims = random_pod(rng, i)
+        want = place(built, pod, claims)
+        assert same(place(told, pod, claims), want), i
+    assert told.state() == built.state()
+
+
+@dataclass
+class Books:
+    """What the cluster shows, kept by the test: a fresh engine is built from it."""
+
+    nodes: dict[str, dict[str, Any]]
+    slices: list[dict[str, Any]]
+    in_flight: dict[str, tuple[Placement, dict[str, Any]]] = field(default_factory=dict)
+    allocations: dict[str, tuple[AllocationResult, str | None]] = field(default_factory=dict)
+    pods: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
+    claims_of: dict[str, list[str]] = field(default_factory=dict)  # pod uid -> its claim keys
+
+    def fresh(self) -> DecisionEngine:
+        eng = observed_engine(
+            [(n, s) for n, s in zip(self.nodes.values(), self.slices, strict=True)]
+        )
+        for placement, pod in self.in_flight.values():
+            eng.assume(placement, pod)
+        for key, (allocation, owner) in self.allocations.items():
+            eng.observe_allocation(key, allocation, bridge_of=owner)
+        for uid, (node_name, requests) in self.pods.items():
+            eng.observe_pod(uid, node_name, requests)
+        return eng
+
+
+def land(eng: DecisionEngine, books: Books, uid: str) -> None:
+    """The cluster shows the placement written: its claims, its bridge claim, the binding."""
+    placement, pod = books.in_flight.pop(uid)
+    keys = books.claims_of.setdefault(uid, [])
+    for claim_model, allocation in placement.claims:
+        books.allocations[claim_model.key] = (round_trip(allocation), None)
+        keys.append(claim_model.key)
+        eng.observe_allocation(claim_model.key, round_trip(allocation))
+    if placement.bridge_allocation is not None:
+        key = f"default/{pod['metadata']['name']}-extended-resources-x"
+        books.allocations[key] = (round_trip(placement.bridge_allocation), uid)
+        keys.append(key)
+        eng.observe_allocation(key, round_trip(placement.bridge_allocation), bridge_of=uid)
+    requests = dict(PodSchedulingFacts.from_pod(pod).requests)
+    books.pods[uid] = (placement.node, requests)
+    eng.observe_pod(uid, placement.node, requests)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_incremental_updates_equal_an_engine_built_from_the_same_cluster(seed: int) -> None:
+    """Placements assumed, landed, forgotten and finished, foreign allocations appearing and
+    going, nodes tainted: the engine kept up to date by those calls always equals one built
+    from scratch from what the cluster then shows (what it counts, how it files the nodes,
+    and what it decides)."""
+    rng = random.Random(seed)
+    cluster = [gpu_node(f"n{i}", rng.choice([2, 4]), numa_split=True) for i in range(5)]
+    books = Books(
+        nodes={n["metadata"]["name"]: n for n, _ in cluster}, slices=[s for _, s in cluster]
+    )
+    eng = books.fresh()
+    for step in range(60):
+        action = rng.random()
+        if action < 0.45:
+            pod, claims = random_pod(rng, step)
+            decision = eng.decide(pod, claims)
+            if isinstance(decision, Placement):
+                eng.assume(decision, pod)
+                books.in_flight[pod["metadata"]["uid"]] = (decision, pod)
+        elif action < 0.65 and books.in_flight:
+            land(eng, books, rng.choice(sorted(books.in_flight)))
+        elif action < 0.72 and books.in_flight:
+            uid = rng.choice(sorted(books.in_flight))
+            del books.in_flight[uid]
+            eng.forget(uid)
+        elif action < 0.82 and books.pods:
+            uid = rng.choice(sorted(books.pods))  # the pod finished: its claims are released
+            del books.pods[uid]
+            eng.observe_pod(uid, None)
+            for key in books.claims_of.pop(uid, ()):
+                del books.allocations[key]
+                eng.observe_allocation(key, None)
+        elif action < 0.92:
+            name = rng.choice(sorted(books.nodes))
+            free = [
+                f"gpu-{i}"
+                for i in range(4)
+                if not eng.snapshot.allocated.is_allocated(
+                    DeviceID(DriverName(DRIVER), PoolName(name), DeviceName(f"gpu-{i}"))
+                )
+            ]
+            if free:
+                held = claim(f"foreign-{step}").holding(free[0], pool=name).model().allocation
+                assert held is not None
+                books.allocations[f"default/foreign-{step}"] = (held, None)
+                eng.observe_allocation(f"default/foreign-{step}", held)
+        else:
+            name = rng.choice(sorted(books.nodes))
+            tainted = gpu_node(name, 1, taints=[taint("t", value=str(step))])[0]
+            books.nodes[name] = tainted
+            eng.observe_node(name, to_node(tainted))
+        if step % 5 == 4:
+            fresh = books.fresh()
+            assert eng.state() == fresh.state(), step
+            probe, claims = random_pod(rng, 1000 + step)
+            assert same(eng.decide(probe, claims), fresh.decide(probe, claims)), step
+    assert eng.stats.landed > 0
+
+
+def test_the_cluster_showing_an_assumed_placement_moves_nothing() -> None:
+    eng = observed_engine([gpu_node("a", 2), gpu_node("b", 2)])
+    books = Books(nodes={}, slices=[])
+    pod, claims = claim_pod("p"), (claim("p-gpu", uid="c").request("r", count=2).model(),)
+    legacy = legacy_pod("q", gpumem=3000)
+    for one, its_claims in ((pod, claims), (legacy, ())):
+        decision = eng.decide(one, its_claims)
+        assert isinstance(decision, Placement)
+        eng.assume(decision, one)
+        books.in_flight[one["metadata"]["uid"]] = (decision, one)
+    before = eng.state()
+    counted = eng.snapshot
+    land(eng, books, "uid-p")
+    land(eng, books, "uid-q")
+    assert eng.snapshot is counted, "an observation equal to the assumption changes nothing"
+    assert eng.stats.landed == 4  # the claim, the bridge claim, two bindings
+    assert eng.state() == before
+    eng.forget("uid-p")  # too late: what the cluster shows stays counted
+    assert eng.state() == before
+
+
+def test_a_claim_shown_with_another_allocation_replaces_the_assumed_one() -> None:
+    """A claim holds one allocation: what the cluster shows wins (our write will fail)."""
+    eng = observed_engine([gpu_node("a", 2)])
+    pod, claims = claim_pod("p"), (claim("p-gpu", uid="c").request("r").model(),)
+    decision = eng.decide(pod, claims)
+    assert isinstance(decision, Placement)
+    eng.assume(decision, pod)
+    theirs = claim("p-gpu").holding("gpu-1", pool="a").model().allocation
+    assert theirs is not None
+    eng.observe_allocation("default/p-gpu", theirs)
+    assert eng.snapshot.allocated.exclusive_devices() == {
+        DeviceID(DriverName(DRIVER), PoolName("a"), DeviceName("gpu-1"))
+    }
+    assert eng.stats.landed == 0
+
+
+def test_only_node_slice_and_class_changes_rebuild() -> None:
+    raw_node, raw_slice = gpu_node("a", 2)
+    eng = observed_engine([(raw_node, raw_slice)])
+    assert isinstance(place(eng, legacy_pod("p0")), Placement)
+    rebuilds = eng.stats.rebuilds
+    heartbeat = copy.deepcopy(raw_node)
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:00Z"
+    assert eng.observe_node("a", to_node(heartbeat)) is False
+    assert (
+        eng.observe_slice(raw_slice["metadata"]["name"], ResourceSlice.from_api(raw_slice)) is False
+    )
+    eng.observe_allocation(
+        "default/foreign", claim("foreign").holding("gpu-1", pool="a").model().allocation
+    )
+    eng.observe_pod("uid-other", "a", {"cpu": 1000})
+    assert isinstance(place(eng, legacy_pod("p1")), Unschedulable)
+    assert eng.stats.rebuilds == rebuilds
+    cordoned = gpu_node("a", 2, unschedulable=True)[0]
+    assert eng.observe_node("a", to_node(cordoned)) is True
+    decision = place(eng, legacy_pod("p2"))
+    assert isinstance(decision, Unschedulable)
+    assert "were unschedulable" in decision.message
+    assert eng.stats.rebuilds == rebuilds + 1

@@ -145,13 +145,14 @@ def test_legacy_mig_resources_work_on_dynamic_mig(tmp_path: Path) -> None:
             "kind": "Pod",
             "metadata": {"name": f"legacy-{i}"},
             "spec": {
+                "schedulerName": "biaxial",
                 "containers": [
                     {
                         "name": "c",
                         "image": "x",
                         "resources": {"limits": {f"nvidia.com/mig-{profile}": 1}},
                     }
-                ]
+                ],
             },
         }
         for i, profile in enumerate(("1g.10gb", "3g.40gb", "7g.80gb"))

@@ -18,7 +18,8 @@ from driver.discovery.devices import DeviceTable
 from driver.discovery.fake import FakeBackend
 from driver.discovery.mig import DynamicMigPolicy
 from driver.discovery.slices import build_slices
-from driver.scheduling.decision import DecisionEngine, Placement
+from driver.scheduling.decision import DecisionEngine, pod_uid
+from driver.scheduling.outcome import Placement
 from driver.scheduling.policy import GpuPolicy, PolicyDefaults
 from driver.scheduling.scoring import free_counters, gpu_order, pool_counters
 from driver.structured.allocator import OrderContext, allocate
@@ -204,8 +205,8 @@ def _replay(policy: GpuPolicy) -> tuple[DecisionEngine, dict[str, str]]:
     live: dict[str, tuple[Placement, dict[str, Any]]] = {}
     for op, name, profile in SEQUENCE:
         if op == "-":
-            placement, pod = live.pop(name)
-            engine.forget(placement, pod)
+            _, pod = live.pop(name)
+            engine.forget(pod_uid(pod))  # deleted before the cluster showed it: gone
             continue
         pod, claims = _pod(name, profile)
         decision = engine.decide(pod, claims)

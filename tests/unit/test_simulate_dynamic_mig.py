@@ -86,6 +86,7 @@ def mig_pod(name: str, profile: str) -> dict[str, Any]:
         "kind": "Pod",
         "metadata": {"name": name},
         "spec": {
+            "schedulerName": "biaxial",
             "resourceClaims": [{"name": "mig", "resourceClaimTemplateName": template}],
             "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "mig"}]}}],
         },
@@ -100,7 +101,10 @@ def legacy_pod(name: str, memory_mib: int | None = None) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name},
-        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]},
+        "spec": {
+            "schedulerName": "biaxial",
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}],
+        },
     }
 
 
@@ -203,10 +207,11 @@ def test_random_mixes_keep_partitions_and_whole_or_shared_use_apart(
     result = run([("n", two), ("m", two)], pods, rng.choice(("binpack", "spread")))
     assert result.placements
     for row in result.gpus:
-        partition_pods = {p.pod for p in row.partitions}
+        partition_pods = {pod for p in row.partitions for pod in p.pods}
         other_pods = {p for p, _ in row.pods} - partition_pods
         assert not (partition_pods and other_pods), row
-        slots = [s for p in row.partitions for s in range(p.start, p.start + p.size)]
+        assert all(p.start is not None for p in row.partitions), row
+        slots = [s for p in row.partitions for s in range(p.start or 0, (p.start or 0) + p.size)]
         assert len(slots) == len(set(slots)), row
         assert sum(p.profile.endswith("+me") for p in row.partitions) <= 1
 
@@ -216,13 +221,14 @@ def test_the_run_reports_partitions_slots_and_fragmentation(tmp_path: Path) -> N
     result = run([("n", two)], [mig_pod("a", "3g.40gb"), legacy_pod("s", 20000)])
     summary = result.summary()
     cut, shared = summary["gpus"]
-    assert cut["partitions"] == [
+    assert cut["migPartitions"] == [
         {
             "device": "gpu-0-mig-3g40gb-4",
             "profile": "3g.40gb",
+            "memoryBytes": 40192 * 2**20,  # the profile table's 3g.40gb
+            "pods": ["default/a"],
             "start": 4,
             "size": 4,
-            "pod": "default/a",
         }
     ]
     assert (cut["memorySlices"], cut["freeMemorySlices"], cut["largestPlaceable"]) == (
@@ -230,7 +236,8 @@ def test_the_run_reports_partitions_slots_and_fragmentation(tmp_path: Path) -> N
         4,
         "4g.40gb",
     )
-    assert (shared["freeMemorySlices"], shared["partitions"]) == (0, [])
+    assert shared["freeMemorySlices"] == 0
+    assert "migPartitions" not in shared
     assert summary["mig"] == {
         "dynamicGpus": 2,
         "partitions": 1,
@@ -243,7 +250,9 @@ def test_the_run_reports_partitions_slots_and_fragmentation(tmp_path: Path) -> N
     assert summary["fragmentation"] == 1.0
     assert summary["wholeGpusFree"] == 0
     table = render_table(result)
-    assert re.search(r"gpu-0 .* 4/8 +3g\.40gb@4", table)
+    assert re.search(r"gpu-0 .* MIG +4/8 \(4g\.40gb\)", table)  # free slices, largest
+    assert re.search(r"\n +gpu-0-mig-3g40gb-4 +3g\.40gb .* default/a", table)  # under its GPU
+    assert re.search(r"gpu-1 .* default/s +0/8 \(none placeable\)", table)
 
 
 def test_plot_draws_partitions_inside_their_gpu(tmp_path: Path) -> None:

@@ -139,7 +139,7 @@ def pod(name: str, **spec: Any) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "x"}], **spec},
+        "spec": {"schedulerName": "biaxial", "containers": [{"name": "c", "image": "x"}], **spec},
     }
 
 
@@ -187,20 +187,8 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
         legacy("bad-policy", {"nvidia.com/gpu": 1}, {"biaxial.dev/node-policy": "pack"}),
         legacy("too-much-gpumem", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 99999}),
         legacy("gpumem-alone", {"nvidia.com/gpumem": 1000}),
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "broken"},
-            "spec": {"replicas": "two"},
-        },
         legacy("also-good", {"nvidia.com/gpu": 1}),
         legacy("bad-quantity", {"nvidia.com/gpu": 1, "cpu": "lots"}),
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "rc"},
-            "spec": {"devices": {"requests": [{"name": "r"}]}},
-        },
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
     )
     reasons = {f.pod: f.reason for f in result.unschedulable}
@@ -219,10 +207,64 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
     )
     assert "larger than every GPU in the cluster" in reasons["default/too-much-gpumem"]
     assert "nvidia.com/gpumem given without nvidia.com/gpu" in reasons["default/gpumem-alone"]
-    assert "spec.replicas must be a non-negative integer" in reasons["default/broken (Deployment)"]
     assert "resource cpu: invalid quantity 'lots'" in reasons["default/bad-quantity"]
-    assert any("ResourceClaim default/rc" in e and "exactly one of" in e for e in result.errors)
-    assert any(e.startswith("ConfigMap default/cm: unsupported kind") for e in result.errors)
+    assert result.notes == ["skipped 1 object(s) that do not affect scheduling: ConfigMap (1)"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "broken"},
+                "spec": {"replicas": "two"},
+            },
+            "Deployment default/broken: spec.replicas must be a non-negative integer",
+        ),
+        (
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "rc"},
+                "spec": {"devices": {"requests": [{"name": "r"}]}},
+            },
+            "ResourceClaim default/rc, request 'r': exactly one of exactly or firstAvailable",
+        ),
+        (
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"}},
+            (
+                "PersistentVolumeClaim default/data: PersistentVolumeClaim affects scheduling and "
+                "volumes are not modelled yet"
+            ),
+        ),
+        (
+            {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
+            "Widget w: unsupported kind example.com/v1 Widget",
+        ),
+    ],
+)
+def test_bad_input_for_the_run_is_an_error(bad: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        run(bad, legacy("p", {"nvidia.com/gpu": 1}))
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_duplicate_objects_are_an_error_named_by_scope() -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}
+    with pytest.raises(ManifestError, match=r"^Namespace ml: given twice$"):
+        run(namespace, namespace)
+    with pytest.raises(ManifestError, match=r"^Pod default/p: given twice$"):
+        run(legacy("p", {"nvidia.com/gpu": 1}), legacy("p", {"nvidia.com/gpu": 2}))
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "c"}]}}},
+    }
+    with pytest.raises(ManifestError, match=r"^Pod default/web-0: given twice$"):
+        run(deployment, legacy("web-0", {"nvidia.com/gpu": 1}))
 
 
 def test_a_gpu_config_the_node_would_refuse_is_unschedulable_and_allocates_nothing() -> None:
@@ -328,7 +370,7 @@ def test_deployment_expansion() -> None:
 
 
 def test_bad_inventory_is_an_error_for_the_run() -> None:
-    with pytest.raises(ManifestError, match="no Cluster inventory"):
+    with pytest.raises(ManifestError, match="no nodes: give a Cluster inventory"):
         simulate([legacy("p", {"nvidia.com/gpu": 1})])
     inventory = {
         "apiVersion": "biaxial.dev/v1alpha1",

@@ -1,0 +1,167 @@
+"""Which kinds ``biaxial simulate`` reads, skips or refuses: one table, extended as the
+simulator learns more of the cluster.
+
+* :data:`READ`: the kinds that make the simulated cluster, each with the role the simulator
+  gives it (:class:`Role`) and the apiVersion it reads (``resource.k8s.io`` objects arrive as
+  v1, converted by :mod:`biaxial.simulate.convert`);
+* :data:`SKIPPED`: kinds that do not affect where a pod can run (Services, ConfigMaps, RBAC,
+  ...): left out with one summary note;
+* :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (volumes, priority,
+  disruption budgets, ...): an error, because placements computed without them could be
+  wrong. The scheduler rules that honour them move their kinds to :data:`READ`.
+
+Any other kind is an error too. :func:`classify` gives an object's :class:`KindSpec` or raises
+:class:`~driver.api.errors.ManifestError` with the reason. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from driver.api.errors import ManifestError
+
+Role = Literal[
+    "inventory",
+    "namespace",
+    "node",
+    "slice",
+    "class",
+    "claim",
+    "template",
+    "pod",
+    "workload",
+    "skip",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    """How the simulator treats one kind."""
+
+    role: Role
+    api_version: str  # the version read ("" for skipped kinds: any)
+    namespaced: bool
+
+
+READ: Final[Mapping[str, KindSpec]] = {
+    "Cluster": KindSpec("inventory", "biaxial.dev/v1alpha1", namespaced=False),
+    "Namespace": KindSpec("namespace", "v1", namespaced=False),
+    "Node": KindSpec("node", "v1", namespaced=False),
+    "ResourceSlice": KindSpec("slice", "resource.k8s.io/v1", namespaced=False),
+    "DeviceClass": KindSpec("class", "resource.k8s.io/v1", namespaced=False),
+    "ResourceClaim": KindSpec("claim", "resource.k8s.io/v1", namespaced=True),
+    "ResourceClaimTemplate": KindSpec("template", "resource.k8s.io/v1", namespaced=True),
+    "Pod": KindSpec("pod", "v1", namespaced=True),
+    "Deployment": KindSpec("workload", "apps/v1", namespaced=True),
+    "ReplicaSet": KindSpec("workload", "apps/v1", namespaced=True),
+    "StatefulSet": KindSpec("workload", "apps/v1", namespaced=True),
+    "DaemonSet": KindSpec("workload", "apps/v1", namespaced=True),
+    "Job": KindSpec("workload", "batch/v1", namespaced=True),
+}
+
+_NAMESPACED_SKIPPED: Final = (
+    "Service",
+    "ConfigMap",
+    "Secret",
+    "ServiceAccount",
+    "Ingress",
+    "NetworkPolicy",
+    "Role",
+    "RoleBinding",
+    "Endpoints",
+    "EndpointSlice",
+    "Event",
+    "Lease",
+    "HorizontalPodAutoscaler",
+    "ControllerRevision",
+    "PodTemplate",
+    "CronJob",
+)
+_CLUSTER_SKIPPED: Final = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "IngressClass",
+    "CustomResourceDefinition",
+    "APIService",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "CertificateSigningRequest",
+    "FlowSchema",
+    "PriorityLevelConfiguration",
+    "ComponentStatus",
+)
+SKIPPED: Final[Mapping[str, KindSpec]] = {
+    **{kind: KindSpec("skip", "", namespaced=True) for kind in _NAMESPACED_SKIPPED},
+    **{kind: KindSpec("skip", "", namespaced=False) for kind in _CLUSTER_SKIPPED},
+}
+
+_VOLUMES: Final = "volumes are not modelled yet (pods that use them cannot be placed faithfully)"
+#: kind -> (why it is refused for now, whether it is namespaced)
+NOT_YET: Final[Mapping[str, tuple[str, bool]]] = {
+    "PersistentVolumeClaim": (_VOLUMES, True),
+    "PersistentVolume": (_VOLUMES, False),
+    "StorageClass": (_VOLUMES, False),
+    "VolumeAttachment": (_VOLUMES, False),
+    "CSINode": (_VOLUMES, False),
+    "CSIDriver": (_VOLUMES, False),
+    "CSIStorageCapacity": (_VOLUMES, True),
+    "PriorityClass": ("pod priority and preemption are not modelled yet", False),
+    "PodDisruptionBudget": (
+        "preemption (which disruption budgets limit) is not modelled yet",
+        True,
+    ),
+    "ResourceQuota": ("quota admission is not modelled yet", True),
+    "LimitRange": ("LimitRange defaults for pod requests are not applied yet", True),
+    "RuntimeClass": ("RuntimeClass pod overhead is not applied yet", False),
+    "DeviceTaintRule": ("DeviceTaintRules (taints on devices) are not applied yet", False),
+}
+
+
+def object_label(obj: Mapping[str, Any]) -> str:
+    """``Kind namespace/name`` for namespaced kinds, ``Kind name`` for cluster-scoped ones."""
+    kind = str(obj.get("kind") or "object")
+    raw_meta = obj.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+    name = str(meta.get("name") or "<unnamed>")
+    spec = READ.get(kind) or SKIPPED.get(kind)
+    if spec is not None:
+        namespaced = spec.namespaced
+    elif kind in NOT_YET:
+        namespaced = NOT_YET[kind][1]
+    else:
+        namespaced = bool(meta.get("namespace"))
+    if not namespaced:
+        return f"{kind} {name}"
+    return f"{kind} {meta.get('namespace') or 'default'}/{name}"
+
+
+def classify(obj: Mapping[str, Any]) -> KindSpec:
+    """The object's :class:`KindSpec`; ManifestError for a kind the simulator cannot use."""
+    kind = str(obj.get("kind"))
+    api_version = str(obj.get("apiVersion"))
+    spec = READ.get(kind)
+    if spec is not None:
+        if api_version != spec.api_version:
+            raise ManifestError(
+                f"{object_label(obj)}: apiVersion {api_version} is not read (use "
+                f"{spec.api_version})"
+            )
+        return spec
+    skipped = SKIPPED.get(kind)
+    if skipped is not None:
+        return skipped
+    if kind in NOT_YET:
+        raise ManifestError(
+            f"{object_label(obj)}: {kind} affects scheduling and {NOT_YET[kind][0]}; leave "
+            "it out to simulate without it"
+        )
+    raise ManifestError(
+        f"{object_label(obj)}: unsupported kind {api_version} {kind} (simulate reads "
+        f"{', '.join(sorted(READ))}; it skips {', '.join(sorted(SKIPPED))})"
+    )

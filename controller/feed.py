@@ -1,0 +1,295 @@
+"""The engine's feed: the controller's caches and decisions, told to the decision engine.
+
+As kube-scheduler feeds its DRA manager from informers and its assume cache, :class:`EngineFeed`
+turns what the controller sees into calls on the engine's interface
+(:class:`~driver.scheduling.decision.DecisionEngine`), and nothing else touches the engine:
+
+=====================================================  ==========================================
+what happened                                          what the engine is told
+=====================================================  ==========================================
+this controller decided a placement                    ``assume(placement, pod)``
+its writes failed (rolled back)                        ``forget(pod uid)``
+a claim's written state changed: an informer event,    ``observe_allocation(key, allocation)``,
+a write of ours returning, a rollback, a deletion      with the owning pod for a bridge claim
+a pod was bound, resized, finished or deleted          ``observe_pod(uid, node, requests)``
+a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+=====================================================  ==========================================
+
+Claims are read with :meth:`~controller.cache.ClaimOverlay.latest_written`: the informer's
+object, or the object one of our writes returned until the informer catches up. The pending
+state the scheduling loop shows in the overlay for its commit is never read here: the engine
+learns this controller's decisions from ``assume`` alone, and recognises them when the written
+claims and the binding show up (nothing is counted twice, nothing is taken out and put back).
+
+The engine is built from the caches on first use (the same calls, replayed, then the
+placements in flight assumed again) and kept current by events after; nodes, slices and
+classes make it rebuild its index before the next decision, claims and pods never do.
+:meth:`EngineFeed.consistent` builds a second engine from the caches and compares the two
+(the tests assert it); :meth:`EngineFeed.reset` drops the engine after an unexpected error so
+the next decision starts from the caches. Objects that do not parse are logged and left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
+from controller.cache import ClusterCache
+from controller.metrics import Metrics
+from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
+from driver.api.errors import BiaxialError
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
+from driver.scheduling.bridge import bridge_claim_owner
+from driver.scheduling.decision import DecisionEngine, pod_uid
+from driver.scheduling.nodefit import PodSchedulingFacts
+from driver.scheduling.outcome import Placement
+from driver.scheduling.policy import PolicyDefaults
+
+log = logging.getLogger(f"biaxial.{__name__}")
+
+
+_Model = TypeVar("_Model")
+
+
+def parse_or_skip(kind: str, parse: Callable[[JSON], _Model], raw: JSON) -> _Model | None:
+    """The model of ``raw``; None, with a warning, when it is malformed (it is left out)."""
+    try:
+        return parse(raw)
+    except BiaxialError as exc:
+        log.warning("%s %s is malformed, skipped: %s", kind, object_key(raw), exc)
+        return None
+
+
+class Parsed:
+    """The core's models of raw cache objects, parsed once per object version."""
+
+    def __init__(self) -> None:
+        self._claims: dict[str, tuple[JSON, ResourceClaim | BiaxialError]] = {}
+        self._nodes: dict[str, tuple[str, Node | None]] = {}
+
+    def claim(self, key: str, raw: JSON) -> ResourceClaim:
+        """The claim model of ``raw``; raises the parse error (for the pod to report)."""
+        hit = self._claims.get(key)
+        if hit is not None and hit[0] is raw:  # the memo holds raw: identity is safe
+            value = hit[1]
+        else:
+            try:
+                value = ResourceClaim.from_api(raw)
+            except BiaxialError as exc:
+                value = exc
+            self._claims[key] = (raw, value)
+        if isinstance(value, BiaxialError):
+            raise value
+        return value
+
+    def node(self, raw: JSON) -> Node | None:
+        """The node model, None (logged) when the node is malformed."""
+        name = str(meta(raw).get("name"))
+        rv = str(meta(raw).get("resourceVersion"))
+        hit = self._nodes.get(name)
+        if hit is not None and hit[0] == rv:
+            return hit[1]
+        node = parse_or_skip("Node", Node.from_api, raw)
+        self._nodes[name] = (rv, node)
+        return node
+
+    def forget(self, kind: str, key: str) -> None:
+        """Drop the model of a deleted object."""
+        if kind == "ResourceClaim":
+            self._claims.pop(key, None)
+        elif kind == "Node":
+            self._nodes.pop(key, None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Flight:
+    """A placement this controller assumed, until its binding is seen (or it fails)."""
+
+    placement: Placement
+    pod: JSON
+
+
+def _requests(pod: Mapping[str, Any]) -> Mapping[str, int]:
+    try:
+        return PodSchedulingFacts.from_pod(pod).requests
+    except BiaxialError:
+        return {}
+
+
+def _bridge_owner(claim: JSON | None) -> str | None:
+    return bridge_claim_owner(claim) if claim is not None else None
+
+
+class EngineFeed:
+    """See the module docstring. ``on_cluster_change`` is called when a node, slice or class
+    changed in what scheduling reads (the loop then retries parked pods)."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        defaults: PolicyDefaults,
+        metrics: Metrics,
+        *,
+        driver_name: str,
+        on_cluster_change: Callable[[], None],
+    ) -> None:
+        self.cache = cache
+        self.defaults = defaults
+        self.driver_name = driver_name
+        self.metrics = metrics
+        self.parsed = Parsed()
+        self.rebuilds = 0  # engines built from the caches, and index rebuilds
+        self._on_cluster_change = on_cluster_change
+        self._engine: DecisionEngine | None = None
+        self._flights: dict[str, _Flight] = {}  # pod uid -> placement, until bound or failed
+        cache.overlay.add_listener(self._claim_touched)
+        cache.subscribe(self._on_event)
+
+    # ------------------------------------------------------------------ for the loop
+    def engine(self) -> DecisionEngine:
+        """The engine, up to date with the caches (built from them on first use)."""
+        started = time.perf_counter()
+        engine = self._engine
+        if engine is None:
+            engine = self._engine = self._build()
+            rebuilt = True
+        else:
+            rebuilt = engine.sync()
+        if rebuilt:
+            self.rebuilds += 1
+            self.metrics.engine_rebuild_seconds.observe(time.perf_counter() - started)
+        return engine
+
+    def assume(self, placement: Placement, pod: JSON) -> None:
+        """This controller decided ``placement`` for ``pod``: it counts from now on."""
+        self._flights[pod_uid(pod)] = _Flight(placement, pod)
+        self.engine().assume(placement, pod)
+
+    def forget(self, uid: str) -> None:
+        """The placement of pod ``uid`` was not written (what was written is rolled back)."""
+        self._flights.pop(uid, None)
+        if self._engine is not None:
+            self._engine.forget(uid)
+
+    def assumed(self, uid: str) -> bool:
+        """Whether pod ``uid`` was placed by this controller and its binding not seen yet."""
+        return uid in self._flights
+
+    def reset(self) -> None:
+        """Forget the engine: the next one is built from the caches (after an unexpected
+        error, whatever it left half done is not trusted)."""
+        self._engine = None
+
+    def consistent(self) -> bool:
+        """Whether the engine kept up to date by events equals one built from the caches now
+        (what it counts and how it files the nodes). For tests; call on the loop."""
+        engine = self.engine()
+        fresh = self._build()
+        return engine.state() == fresh.state()
+
+    # ------------------------------------------------------------------ building
+    def _build(self) -> DecisionEngine:
+        started = time.perf_counter()
+        engine = DecisionEngine.empty(defaults=self.defaults, driver_name=self.driver_name)
+        cache = self.cache
+        for raw in cache.classes.store.values():
+            engine.observe_class(
+                object_key(raw), parse_or_skip("DeviceClass", DeviceClass.from_api, raw)
+            )
+        for raw in cache.slices.store.values():
+            engine.observe_slice(
+                object_key(raw), parse_or_skip("ResourceSlice", ResourceSlice.from_api, raw)
+            )
+        for raw in cache.nodes.store.values():
+            engine.observe_node(object_key(raw), self.parsed.node(raw))
+        for flight in self._flights.values():
+            engine.assume(flight.placement, flight.pod)
+        claims = cache.overlay.written()
+        for key, raw in claims.items():
+            engine.observe_allocation(key, self._allocation(key, raw), bridge_of=_bridge_owner(raw))
+        for raw in cache.pods.store.values():
+            self._observe_pod(engine, None, raw)
+        engine.sync()
+        log.info(
+            "decision engine built from the caches: %d nodes, %d claims, %d placement(s) in "
+            "flight in %.1f ms",
+            len(cache.nodes.store),
+            len(claims),
+            len(self._flights),
+            (time.perf_counter() - started) * 1000,
+        )
+        return engine
+
+    def _allocation(self, key: str, raw: JSON | None) -> AllocationResult | None:
+        if raw is None or not (raw.get("status") or {}).get("allocation"):
+            return None
+        try:
+            return self.parsed.claim(key, raw).allocation
+        except BiaxialError as exc:
+            log.warning("ResourceClaim %s is malformed, not counted: %s", key, exc)
+            return None
+
+    # ------------------------------------------------------------------ events
+    def _claim_touched(self, key: str) -> None:
+        """What the overlay shows for ``key`` may have changed."""
+        raw = self.cache.overlay.latest_written(key)
+        if raw is None:
+            self.parsed.forget("ResourceClaim", key)
+        if self._engine is not None:
+            allocation = self._allocation(key, raw)
+            self._engine.observe_allocation(key, allocation, bridge_of=_bridge_owner(raw))
+
+    def _on_event(self, kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
+        if kind == "ResourceClaim":
+            return  # followed through the overlay (its listener sees every change)
+        if kind == "Pod":
+            self._on_pod(old, new)
+            return
+        obj = new if new is not None else old
+        assert obj is not None
+        name = object_key(obj)
+        engine = self._engine
+        changed = True
+        if kind == "Node":
+            if new is None:
+                self.parsed.forget(kind, name)
+            node = self.parsed.node(new) if new is not None else None
+            changed = engine is None or engine.observe_node(name, node)
+        elif kind == "ResourceSlice":
+            resource_slice = parse_or_skip(kind, ResourceSlice.from_api, new) if new else None
+            changed = engine is None or engine.observe_slice(name, resource_slice)
+        elif kind == "DeviceClass":
+            device_class = parse_or_skip(kind, DeviceClass.from_api, new) if new else None
+            changed = engine is None or engine.observe_class(name, device_class)
+        if changed:
+            self._on_cluster_change()
+
+    def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        uid = str(meta(obj).get("uid") or "")
+        if new is None or pod_is_finished(new):
+            self._flights.pop(uid, None)
+            if self._engine is not None:
+                self._engine.observe_pod(uid, None)
+            return
+        flight = self._flights.get(uid)
+        if flight is not None and flight.placement.node == pod_node(new):
+            del self._flights[uid]  # our binding is seen
+        if self._engine is not None:
+            self._observe_pod(self._engine, old, new)
+
+    @staticmethod
+    def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
+        """Tell the engine where a live pod counts, when that may have changed: it was bound,
+        or resized in place (the requests are parsed only then)."""
+        node = pod_node(new)
+        if not node or pod_is_finished(new):
+            return  # an unbound pod counts nowhere (ours count through their assumption)
+        if old is None or pod_node(old) != node or old.get("spec") != new.get("spec"):
+            engine.observe_pod(str(meta(new).get("uid") or ""), node, _requests(new))

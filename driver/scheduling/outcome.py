@@ -1,0 +1,75 @@
+"""What a decision says: the pod fits (:class:`Placement`), fits nowhere (:class:`Unschedulable`,
+with kube-scheduler's per-node reasons) or is itself invalid (:class:`PodError`).
+
+Outcomes are immutable values; nothing here computes. The ``REASON_*`` strings are the
+per-node reasons the engine and its index precheck give for the device dimension, worded as
+kube-scheduler words its own (``unschedulable_message`` turns the histogram into its text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Final, NamedTuple
+
+from driver.api.claims import AllocationResult, ResourceClaim
+from driver.api.ids import NodeName
+from driver.scheduling.bridge import BridgeClaim
+from driver.scheduling.policy import PodPolicies
+
+REASON_NO_GPUS: Final = "node(s) had no GPUs"
+REASON_GPU_MEMORY: Final = "insufficient GPU memory"
+REASON_GPU_CORES: Final = "insufficient GPU cores"
+REASON_FREE_GPUS: Final = "insufficient free GPUs"
+REASON_CLAIMS: Final = "cannot allocate all claims"
+REASON_CLAIM_NODE: Final = "resourceclaim not available on the node"
+
+
+class ClaimAllocation(NamedTuple):
+    """One of the pod's claims and the allocation the decision gives it."""
+
+    claim: ResourceClaim
+    allocation: AllocationResult
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The pod fits: its node, the allocation of each claim (pod claims in order, then the
+    bridge claim), and the score that won."""
+
+    pod: str
+    node: NodeName
+    claims: tuple[ClaimAllocation, ...]
+    bridge: BridgeClaim | None
+    bridge_allocation: AllocationResult | None
+    score: Fraction
+    policies: PodPolicies
+    evaluated: int = 0
+
+    @property
+    def all_results(self) -> tuple[AllocationResult, ...]:
+        out = [a for _, a in self.claims]
+        if self.bridge_allocation is not None:
+            out.append(self.bridge_allocation)
+        return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    """No node fits; ``message`` is kube-scheduler's wording, ``reasons`` the histogram."""
+
+    pod: str
+    message: str
+    reasons: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PodError:
+    """The pod's own input is invalid (unknown class, bad CEL, unknown policy, ...)."""
+
+    pod: str
+    message: str
+
+
+Decision = Placement | Unschedulable | PodError

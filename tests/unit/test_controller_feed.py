@@ -1,0 +1,209 @@
+"""The engine's feed (controller.feed): cache events and this controller's decisions reach the
+decision engine through its interface only. Our decisions are assumed, never re-read from the
+pending JSON the loop shows for its commit; when the written claims and the binding show up
+they are recognised (nothing moves); a failed write is forgotten; only nodes, slices and
+classes make the engine rebuild, and an engine kept up to date equals one built from the
+caches."""
+
+from __future__ import annotations
+
+import ast
+import copy
+from pathlib import Path
+from typing import Any
+
+from controller.cache import ClusterCache
+from controller.feed import EngineFeed
+from controller.metrics import Metrics
+from driver.api.claims import AllocationResult
+from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.outcome import Placement
+from driver.scheduling.policy import PolicyDefaults
+from tests.unit.builders import DRIVER, GPU_CLASS, claim, device_class, gpu, node, slice_, taint
+from tests.unit.controller_fakes import FakeApi
+
+JSON = dict[str, Any]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def versioned(obj: JSON, rv: int, **meta: Any) -> JSON:
+    out = copy.deepcopy(obj)
+    out["metadata"] = {**out["metadata"], "resourceVersion": str(rv), **meta}
+    return out
+
+
+def pod(name: str, *, claim_name: str | None = None, gpus: int = 0) -> JSON:
+    container: JSON = {"name": "c", "resources": {"requests": {"cpu": "1"}}}
+    if gpus:
+        container["resources"]["limits"] = {"nvidia.com/gpu": gpus, "nvidia.com/gpumem": "3000"}
+    spec: JSON = {"schedulerName": "biaxial", "containers": [container]}
+    if claim_name:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim_name}]
+    meta = {"name": name, "namespace": "default", "uid": f"uid-{name}", "resourceVersion": "1"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+class Setup:
+    def __init__(self) -> None:
+        self.cache = ClusterCache(FakeApi())
+        self.changes = 0
+        self.feed = EngineFeed(
+            self.cache,
+            PolicyDefaults(),
+            Metrics(),
+            driver_name=DRIVER,
+            on_cluster_change=self._changed,
+        )
+        self.cache.classes.apply(
+            "ADDED",
+            versioned(device_class(GPU_CLASS, extended_resource_name="nvidia.com/gpu"), 1),
+        )
+        for name in ("a", "b"):
+            self.cache.nodes.apply("ADDED", versioned(node(name), 1))
+            devices = [gpu(i, shared=True) for i in range(2)]
+            self.cache.slices.apply(
+                "ADDED", versioned(slice_(f"{name}-gpus", node=name, devices=devices), 1)
+            )
+
+    def _changed(self) -> None:
+        self.changes += 1
+
+    def decide(self, p: JSON, keys: tuple[str, ...] = ()) -> Placement:
+        claims = [self.feed.parsed.claim(k, raw) for k in keys if (raw := self.cache.claims.get(k))]
+        decision = self.feed.engine().decide(p, claims)
+        assert isinstance(decision, Placement), decision
+        return decision
+
+    def held(self) -> set[str]:
+        allocated = self.feed.engine().state().allocated
+        return {
+            f"{pool}/{device}"
+            for pool in ("a", "b")
+            for device in ("gpu-0", "gpu-1")
+            if allocated.is_allocated(
+                DeviceID(DriverName(DRIVER), PoolName(pool), DeviceName(device))
+            )
+        }
+
+
+def with_allocation(raw: JSON, allocation: AllocationResult, rv: int) -> JSON:
+    out = versioned(raw, rv)
+    out["status"] = {"allocation": allocation.to_api()}
+    return out
+
+
+def test_our_decision_is_assumed_and_recognised_when_written() -> None:
+    s = Setup()
+    raw_claim = versioned(
+        claim("p-gpu", uid="c1").request("r", capacity={"memory": "1Gi"}).json(), 1
+    )
+    s.cache.claims.apply("ADDED", raw_claim)
+    p = pod("p", claim_name="p-gpu")
+    s.cache.pods.apply("ADDED", p)
+    engine = s.feed.engine()
+    decision = s.decide(p, ("default/p-gpu",))
+    s.feed.assume(decision, p)
+    assert s.feed.assumed("uid-p")
+    before = engine.state()
+    assert len(s.held()) == 1
+    # The loop shows the claim as pending for its commit: the engine never reads that JSON
+    # (here deliberately holding other devices).
+    bogus = claim("p-gpu").holding("gpu-0", "gpu-1", pool="b").json()
+    s.cache.overlay.set_pending("default/p-gpu", versioned(bogus, 1))
+    assert engine.state() == before
+    # Our write returns, then the informer shows it, then the binding: nothing moves.
+    counted = engine.snapshot
+    written = with_allocation(raw_claim, decision.claims[0].allocation, 2)
+    s.cache.overlay.assume(written)
+    s.cache.claims.apply("MODIFIED", written)
+    s.cache.pods.apply("MODIFIED", versioned(p, 2) | {"spec": {**p["spec"], "nodeName": "a"}})
+    assert engine.stats.landed == 2
+    assert s.feed.engine().snapshot is counted
+    assert engine.state() == before
+    assert not s.feed.assumed("uid-p")
+    assert s.feed.consistent()
+    assert s.feed.rebuilds == 1
+
+
+def test_a_failed_write_is_forgotten() -> None:
+    s = Setup()
+    p = pod("p", gpus=1)
+    s.cache.pods.apply("ADDED", p)
+    s.feed.assume(s.decide(p), p)
+    assert len(s.held()) == 1
+    s.feed.forget("uid-p")
+    assert s.held() == set()
+    assert s.feed.engine().state().usage == {}
+    assert s.feed.consistent()
+
+
+def test_the_bridge_claim_is_recognised_when_it_is_created_and_written() -> None:
+    s = Setup()
+    p = pod("legacy", gpus=1)
+    s.cache.pods.apply("ADDED", p)
+    decision = s.decide(p)
+    assert decision.bridge is not None
+    assert decision.bridge_allocation is not None
+    s.feed.assume(decision, p)
+    engine = s.feed.engine()
+    before = engine.state()
+    created = versioned(decision.bridge.claim, 5, name="legacy-extended-resources-x", uid="b1")
+    s.cache.claims.apply("ADDED", created)
+    assert s.feed.consistent()
+    s.cache.overlay.assume(with_allocation(created, decision.bridge_allocation, 6))
+    assert engine.stats.landed == 1
+    assert engine.state() == before
+    assert s.feed.consistent()
+
+
+def test_the_cluster_reaches_the_engine_and_only_nodes_slices_classes_rebuild() -> None:
+    s = Setup()
+    s.feed.engine()
+    changes, rebuilds = s.changes, s.feed.rebuilds
+    foreign = versioned(claim("foreign").holding("gpu-0", pool="b").json(), 3)
+    s.cache.claims.apply("ADDED", foreign)
+    assert s.held() == {"b/gpu-0"}
+    other = versioned(pod("other"), 4) | {"spec": {"nodeName": "b", "containers": []}}
+    s.cache.pods.apply("ADDED", other)
+    assert s.feed.engine().state().usage["b"].pods == 1
+    heartbeat = versioned(node("b"), 5)
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:00Z"
+    s.cache.nodes.apply("MODIFIED", heartbeat)
+    assert s.feed.consistent()
+    s.cache.claims.apply("DELETED", foreign)
+    s.cache.pods.apply("DELETED", other)
+    assert s.held() == set()
+    assert (s.changes, s.feed.rebuilds) == (changes, rebuilds)
+    s.cache.nodes.apply("MODIFIED", versioned(node("b", taints=[taint("t", value="v")]), 6))
+    assert s.changes == changes + 1
+    s.feed.engine()
+    assert s.feed.rebuilds == rebuilds + 1
+    assert s.feed.consistent()
+
+
+def test_nothing_in_the_controller_touches_the_engines_internals() -> None:
+    """The controller reaches the decision engine through its public interface only: every
+    attribute it uses on an engine is one of these methods (none is assigned)."""
+    interface = {
+        name
+        for name, value in vars(DecisionEngine).items()
+        if not name.startswith("_") and callable(getattr(value, "__func__", value))
+    }
+    assert {"decide", "assume", "forget", "observe_allocation", "observe_pod"} <= interface
+    used: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "controller").glob("*.py")):
+        for found in ast.walk(ast.parse(path.read_text())):
+            if isinstance(found, ast.Attribute) and ast.unparse(found.value).split(".")[-1] in {
+                "engine",
+                "_engine",
+                "engine()",
+                "DecisionEngine",
+            }:
+                used.setdefault(found.attr, set()).add(path.name)
+    assert used, "the check would prove nothing"
+    assert set(used) <= interface, {a: f for a, f in used.items() if a not in interface}
+    internal = ("capacity_index", "tracker", "bounds", "uniformity")
+    for path in sorted((ROOT / "controller").glob("*.py")):
+        text = path.read_text()
+        assert not any(f"driver.scheduling.{m}" in text for m in internal), path.name

@@ -183,7 +183,8 @@ def _locality(device: Device, key: str) -> object | None:
 @dataclass(frozen=True, slots=True)
 class ScoredDevice:
     """One candidate with its GPU-axis score; ``tiebreak`` (smaller first, whatever the policy:
-    the placement that keeps the largest profiles placeable) and then ``key`` break ties."""
+    for a MIG placement, the smallest profile, then the placement that keeps the largest
+    profiles placeable) and then ``key`` break ties."""
 
     score: float
     fits: bool
@@ -321,7 +322,9 @@ def best_node(policy: NodePolicy, scored: Sequence[tuple[Fraction, str]]) -> tup
 
 
 CounterVerdict = tuple[bool, float, tuple[int, ...]]
-"""(fits, utilisation after placement, tiebreak) of one device that consumes counters."""
+"""(fits, utilisation of its counter set before placement, tiebreak: its size rank, smallest
+first, then minus how many members of each size class, largest first, would still fit after
+it) of one device that consumes counters."""
 
 _NO_FIT: Final[CounterVerdict] = (False, 0.0, ())
 
@@ -335,6 +338,7 @@ class CounterGeometry:
     totals: tuple[int, ...]
     members: tuple[tuple[int, ...], ...]  # each distinct consumption vector
     classes: tuple[tuple[tuple[int, ...], ...], ...]  # members by size class, largest first
+    ranks: tuple[int, ...]  # per member: its size class counted from the smallest (0)
 
     def utilisation(self, free: tuple[int, ...]) -> float:
         """Mean over the counters of ``used / total`` when ``free`` is what is left."""
@@ -353,13 +357,13 @@ class CounterGeometry:
         """Every member's verdict when ``free`` is left (one table per GPU state, shared by
         every GPU and node of the same model in that state)."""
         out: dict[tuple[int, ...], CounterVerdict] = {}
-        for vec in self.members:
+        cut = self.utilisation(free)
+        for vec, rank in zip(self.members, self.ranks, strict=True):
             after = tuple(f - v for f, v in zip(free, vec, strict=True))
             if any(a < 0 for a in after):
                 out[vec] = _NO_FIT
             else:
-                tiebreak = tuple(-n for n in self.placeable(after))
-                out[vec] = (True, self.utilisation(after), tiebreak)
+                out[vec] = (True, cut, (rank, *(-n for n in self.placeable(after))))
         return out
 
 
@@ -383,7 +387,14 @@ def _geometry(
     sized = [(size(vec, capacity), vec) for vec, capacity in members]
     sizes = sorted({s for s, _ in sized}, reverse=True)
     classes = tuple(tuple(vec for s, vec in sized if s == size_) for size_ in sizes)
-    return CounterGeometry(counters, totals, tuple(vec for _, vec in sized), classes)
+    rank = {size_: len(sizes) - 1 - i for i, size_ in enumerate(sizes)}
+    return CounterGeometry(
+        counters,
+        totals,
+        tuple(vec for _, vec in sized),
+        classes,
+        tuple(rank[s] for s, _ in sized),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,8 +498,8 @@ class CounterVerdicts:
         self._tables: dict[int, Mapping[tuple[int, ...], CounterVerdict]] = {}
 
     def of(self, device: str) -> CounterVerdict | None:
-        """(fits, utilisation after placement, tiebreak) of a device that consumes from
-        exactly one counter set of the pool; None for any other device."""
+        """The :data:`CounterVerdict` of a device that consumes from exactly one counter set
+        of the pool; None for any other device."""
         found = self._known.vectors.get(device)
         if found is None:
             return None

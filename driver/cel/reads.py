@@ -17,7 +17,8 @@ from typing import Final
 from driver.api.model import Device
 
 _DYNAMIC_ACCESS: Final = re.compile(
-    r"\b(?:all|exists|exists_one|map|filter|size|has)\s*\(|\bin\b|[?\\@{]"
+    r"\b(?:all|exists|exists_one|existsOne|map|filter|size|has|transformList|transformMap"
+    r"|transformMapEntry)\s*\(|\bin\b|[?\\@{]"
 )
 _LITERAL_INDEX: Final = re.compile(r"\[\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\]")
 _TOKEN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

@@ -5,7 +5,9 @@ per-shape bounds of the node score, and the precheck.
   alternatives, the locality constraint, whether cores count, whether pruning may be used).
 * :func:`shape_bounds` gives, per :class:`~driver.scheduling.capacity_index.NodeShape`, the
   most and least memory, cores and devices the pod can take there, the level a shared device
-  needs, and each alternative's consumption per device kind.
+  needs, and each alternative's consumption per device kind — over the kinds the alternative
+  can use only (its class selects them, its selectors do not exclude them), so a MIG partition,
+  another product or a device a selector rules out never loosens the bound.
 * :func:`bound_amounts` turns those into the optimistic amounts for one partition — the most
   the pod can add under node binpack, the least under spread — and :func:`float_score` the
   score they give (heap order only: decisions compare exact scores).
@@ -28,6 +30,7 @@ from driver.scheduling.capacity_index import (
     NodeShape,
     NodeState,
     Partition,
+    ViewShape,
     capacity_units,
 )
 from driver.scheduling.outcome import (
@@ -43,15 +46,27 @@ _NO_FIT: Final = LEVELS + 1  # a fit level no shared device reaches
 
 KindAmounts = tuple[Mapping[str, int] | None, ...]
 """Per device kind of a shape: what one device of the alternative consumes there (None: it
-does not fit that kind)."""
+does not fit that kind, or the kind is excluded)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AltAmounts:
+    """One alternative on one shape: consumption per kind, and the kinds it cannot use at all
+    (class or selector: not a shortage of memory or cores)."""
+
+    by_kind: KindAmounts
+    excluded: frozenset[int]
 
 
 @dataclass(frozen=True, slots=True)
 class Alternative:
-    """One way to satisfy a request: this many devices with these capacity requests."""
+    """One way to satisfy a request: this many devices of this class, passing these request
+    selectors, with these capacity requests."""
 
     count: int
     requests: Mapping[str, Quantity]
+    device_class: str
+    selectors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +74,10 @@ class Demand:
     """The pod's device requests, reduced to what bounds and prechecks need.
 
     ``simple``: one claim, one request, one alternative of one device, no constraints, no
-    request selectors, no admin access. For such a pod (on a uniform class, see
-    :mod:`driver.scheduling.uniformity`) the GPU axis's choice on a node is known from the
-    index alone, which makes the bound on the devices dimension exact.
+    admin access. For such a pod, on a shape where it can use exactly one kind of device and
+    knows for sure that it can use every device of that kind (its selectors, if any, answer
+    for the whole kind: :mod:`driver.scheduling.classification`), the GPU axis's choice on a
+    node is known from the index alone, which makes the bound on the devices dimension exact.
     """
 
     requests: tuple[tuple[Alternative, ...], ...]  # per request: its alternatives
@@ -77,7 +93,6 @@ def pod_demand(claims: Sequence[ResourceClaim]) -> Demand:
     grouped: list[str | None] = []
     prunable = True
     cores = False
-    selectors = False
     classes: set[str] = set()
     for claim in claims:
         local = {
@@ -93,14 +108,17 @@ def pod_demand(claims: Sequence[ResourceClaim]) -> Demand:
             alts = []
             for alt in alternatives:
                 classes.add(alt.device_class_name)
-                selectors = selectors or bool(alt.selectors)
                 if alt.allocation_mode != "ExactCount" or alt.admin_access:
                     prunable = False
                     continue
                 want_cores = alt.capacity_requests.get(CORES)
                 if want_cores is not None and want_cores.sign() > 0:
                     cores = True
-                alts.append(Alternative(alt.count, alt.capacity_requests))
+                alts.append(
+                    Alternative(
+                        alt.count, alt.capacity_requests, alt.device_class_name, alt.selectors
+                    )
+                )
             if alts:
                 requests.append(tuple(alts))
                 grouped.append(local.get(request.name))
@@ -111,7 +129,6 @@ def pod_demand(claims: Sequence[ResourceClaim]) -> Demand:
         and len(requests) == 1
         and len(requests[0]) == 1
         and requests[0][0].count == 1
-        and not selectors
     )
     return Demand(
         requests=tuple(requests),
@@ -150,37 +167,53 @@ class ShapeBounds:
     forced_fresh: int
     level: int
     feasible: bool
-    amounts: tuple[tuple[KindAmounts, ...], ...]  # per request, per alternative
-    tight: bool  # simple pod, homogeneous shape, a fraction of a shareable device
+    amounts: tuple[tuple[AltAmounts, ...], ...]  # per request, per alternative
+    tight: bool  # simple pod, one certain kind in the view, a fraction of a shareable device
     needs_cores: bool
     fit_need: int  # the fit level a shared device needs to certainly take a simple pod
     group_need: int  # idle devices one locality group must have (whole, grouped requests)
 
 
-def shape_bounds(shape: NodeShape, demand: Demand, uniform: bool) -> ShapeBounds:
+Usable = tuple[tuple[frozenset[int], ...], ...]
+"""Per request, per alternative: the kinds of a shape (indexes into ``NodeShape.kinds``) the
+alternative may use — its class selects them and no selector of it rules them out."""
+
+
+def shape_bounds(
+    shape: NodeShape, view: ViewShape, demand: Demand, usable: Usable, certain: bool
+) -> ShapeBounds:
+    """The pod's bounds on one shape. ``view``: the shape as the pod's index view sees it;
+    ``certain``: every device of a usable kind is usable (no selector verdict is unknown)."""
     memory_max = memory_min = cores_max = cores_min = 0
     count_total = count_max_single = forced = 0
     min_need: int | None = None
     feasible = True
-    amounts: list[tuple[KindAmounts, ...]] = []
+    amounts: list[tuple[AltAmounts, ...]] = []
     partial = False
     needs_cores = False
     group_need = 0
-    for alternatives, grouped in zip(demand.requests, demand.grouped, strict=True):
+    kinds = shape.representatives
+    for alternatives, grouped, usable_kinds in zip(
+        demand.requests, demand.grouped, usable, strict=True
+    ):
         best: list[AlternativeBounds] = []
         per_alt = []
-        for alt in alternatives:
-            by_kind = tuple(consumption(d, alt.requests) for d in shape.kinds)
-            per_alt.append(by_kind)
-            usable = [(d, a) for d, a in zip(shape.kinds, by_kind, strict=True) if a is not None]
-            if not usable:
+        for alt, allowed in zip(alternatives, usable_kinds, strict=True):
+            by_kind = tuple(
+                consumption(d, alt.requests) if i in allowed else None for i, d in enumerate(kinds)
+            )
+            per_alt.append(
+                AltAmounts(by_kind, frozenset(i for i in range(len(kinds)) if i not in allowed))
+            )
+            fitting = [(d, a) for d, a in zip(kinds, by_kind, strict=True) if a is not None]
+            if not fitting:
                 continue
-            mems = [a.get(MEMORY, 0) for _, a in usable]
-            cores = [a.get(CORES, 0) for _, a in usable]
+            mems = [a.get(MEMORY, 0) for _, a in fitting]
+            cores = [a.get(CORES, 0) for _, a in fitting]
             needs_cores = needs_cores or max(cores) > 0
             whole = all(
                 not d.allow_multiple_allocations or a.get(MEMORY, 0) >= capacity_units(d, MEMORY)
-                for d, a in usable
+                for d, a in fitting
             )
             partial = partial or not whole
             best.append(
@@ -211,21 +244,28 @@ def shape_bounds(shape: NodeShape, demand: Demand, uniform: bool) -> ShapeBounds
         need = min(b.device_memory_min for b in best)
         min_need = need if min_need is None else min(min_need, need)
     level = 0
-    if min_need is not None and shape.max_memory > 0:
-        level = LEVELS * min_need // shape.max_memory
+    if min_need is not None and view.max_memory > 0:
+        level = LEVELS * min_need // view.max_memory
     fit_need = _NO_FIT
-    if len(amounts) == 1 and len(amounts[0]) == 1 and shape.homogeneous:
-        single = amounts[0][0][0]
-        if single is not None and shape.max_memory > 0 and shape.max_cores > 0:
+    single_kind = (
+        len(amounts) == 1
+        and len(amounts[0]) == 1
+        and view.homogeneous
+        and usable[0][0] == view.kinds
+    )
+    if single_kind:
+        single = amounts[0][0].by_kind[next(iter(view.kinds))]
+        if single is not None and view.max_memory > 0 and view.max_cores > 0:
             fit_need = max(
-                LEVELS * single.get(MEMORY, 0) // shape.max_memory,
-                LEVELS * single.get(CORES, 0) // shape.max_cores,
+                LEVELS * single.get(MEMORY, 0) // view.max_memory,
+                LEVELS * single.get(CORES, 0) // view.max_cores,
             )
     tight = (
         demand.simple
-        and uniform
-        and shape.homogeneous
-        and shape.kinds[0].allow_multiple_allocations
+        and certain
+        and single_kind
+        and not shape.kinds[next(iter(view.kinds))].special
+        and shape.kinds[next(iter(view.kinds))].multi
         and partial
         and feasible
     )
@@ -250,7 +290,8 @@ def shape_bounds(shape: NodeShape, demand: Demand, uniform: bool) -> ShapeBounds
 def _devices_bound(
     policies: PodPolicies, total: int, partition: Partition, bounds: ShapeBounds
 ) -> int:
-    """The most (node binpack) or least (node spread) devices the pod can newly take."""
+    """The most (node binpack) or least (node spread) devices the pod can newly take; ``total``
+    and the partition count the view's devices only."""
     _, level, in_use, _, fit_level = partition  # unpacked once: called per partition
     fresh = total - in_use
     if bounds.tight:
@@ -270,12 +311,12 @@ def _devices_bound(
 
 
 def bound_amounts(
-    policies: PodPolicies, shape: NodeShape, partition: Partition, bounds: ShapeBounds
+    policies: PodPolicies, view: ViewShape, partition: Partition, bounds: ShapeBounds
 ) -> NodeAmounts:
     """The optimistic amounts the pod adds to any node of ``partition``."""
     binpack = policies.node == "binpack"
     return NodeAmounts(
-        devices=_devices_bound(policies, shape.total.devices, partition, bounds),
+        devices=_devices_bound(policies, view.devices, partition, bounds),
         memory=bounds.memory_max if binpack else bounds.memory_min,
         cores=bounds.cores_max if binpack else bounds.cores_min,
     )
@@ -306,11 +347,16 @@ def precheck(state: NodeState, demand: Demand, bounds: ShapeBounds) -> str | Non
     ):
         ok = False
         reason = REASON_FREE_GPUS
-        for alt, by_kind in zip(alternatives, per_alt, strict=True):
+        for alt, alt_amounts in zip(alternatives, per_alt, strict=True):
+            by_kind, excluded = alt_amounts.by_kind, alt_amounts.excluded
             hosts = 0
             groups: dict[object, int] = {}
             memory_short = cores_short = False
+            candidates = False
             for device in state.devices:
+                if device.kind in excluded:
+                    continue  # not a device this request can have: no shortage either
+                candidates = True
                 amounts = by_kind[device.kind]
                 if amounts is None:
                     memory_short = memory_short or MEMORY in alt.requests
@@ -336,7 +382,12 @@ def precheck(state: NodeState, demand: Demand, bounds: ShapeBounds) -> str | Non
                     break
                 reason = REASON_CLAIMS  # enough devices, but not side by side
                 continue
-            whole = alt.requests.get(MEMORY) is None and all(d.shareable for d in state.devices)
+            if not candidates:
+                reason = REASON_CLAIMS  # no device of its class (or selectors) here at all
+                continue
+            whole = alt.requests.get(MEMORY) is None and all(
+                d.shareable for d in state.devices if d.kind not in excluded
+            )
             if hosts == 0 and memory_short and not whole:
                 reason = REASON_GPU_MEMORY
             elif hosts == 0 and cores_short:

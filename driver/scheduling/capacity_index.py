@@ -1,17 +1,25 @@
 """The capacity index: every node's device totals and use, filed for bound-ordered walks.
 
 Per node, :class:`NodeState` holds its node-local devices (capacities and what other claims
-hold of them, in whole units), the totals and use on the node axis, and three small levels
-the bounds read: the largest free memory of a shared device (``level``), a cores-aware
-"certain fit" level (``fit_level``), both in 1/:data:`LEVELS` of the shape's largest device,
-and the most idle devices side by side (``group_fresh``, per NUMA node or PCIe root). Nodes
-with the same devices share a :class:`NodeShape` (totals and per-pod bounds are per shape).
+hold of them, in whole units) and the totals and use on the node axis. Devices are grouped in
+:class:`DeviceKind` s — same driver, sharing, capacities and policies, the same set of
+DeviceClasses selecting them (:mod:`driver.scheduling.classification`), and whether taints or
+shared counters can set one apart — and nodes with the same devices share a
+:class:`NodeShape` (totals and per-pod bounds are per shape).
 
-Nodes are filed in sorted lists, one per :class:`Variant` (cores dimension or not, node
-policy) and :class:`Partition` (shape, levels, devices in use): within a partition the
-bound of the node score is monotone in the list key, so the first entry has the best bound.
-:meth:`CapacityIndex.refresh` re-files one node after its use changed, in O(devices on the
-node + n) with a memmove-cheap constant; :meth:`CapacityIndex.nodes_holding` says which
+A pod can only use the kinds its requests' classes (and selectors) allow, so nodes are filed
+per :class:`IndexView`: the index's view for one set of device kinds. Within a view, a node's
+:class:`Partition` reads only the view's devices: its shape, the largest free memory of a shared
+device (``level``), a cores-aware "certain fit" level (``fit_level``), both in 1/:data:`LEVELS`
+of the largest such device of the shape, the devices in use, and the most idle devices side by
+side (``group_fresh``, per NUMA node or PCIe root). Nodes are kept in sorted lists, one per
+:class:`Variant` (cores dimension or not, node policy) and partition: within a partition the
+bound of the node score is monotone in the list key (the node's whole use), so the first entry
+has the best bound. Views are built on first use (a handful per cluster: one per class and
+selector mix) and kept up to date with the nodes.
+
+:meth:`CapacityIndex.refresh` re-files one node after its use changed, in O(views x (devices
+on the node + n)) with a memmove-cheap constant; :meth:`CapacityIndex.nodes_holding` says which
 nodes' states read a pool, so only those are re-filed when its allocations change.
 
 The index reads the snapshot it is given and never mutates it.
@@ -21,7 +29,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 from driver.api.claims import AllocationResult
@@ -29,9 +37,16 @@ from driver.api.ids import DeviceID
 from driver.api.model import Device
 from driver.api.nodes import Node
 from driver.api.quantity import NANO, Quantity
+from driver.scheduling.classification import DeviceClassifier, KindFacts
 from driver.scheduling.policy import NodePolicy
 from driver.scheduling.scoring import CORES, MEMORY, NUMA_NODE, PCIE_ROOT, NodeAmounts, node_dims
-from driver.structured.snapshot import Candidate, CapacitySpec, ClusterSnapshot, PoolKey
+from driver.structured.snapshot import (
+    Candidate,
+    CapacitySpec,
+    ClusterSnapshot,
+    NodeCandidates,
+    PoolKey,
+)
 
 LEVELS: Final = 32
 _DIRECTIONS: Final[tuple[NodePolicy, ...]] = ("binpack", "spread")
@@ -53,10 +68,15 @@ def _quantity_units(quantity: Quantity | None) -> int:
 
 
 class DeviceKind(NamedTuple):
-    """Devices of one kind consume and fit alike: same sharing, capacities and policies."""
+    """Devices of one kind consume, fit and are selected alike: same driver, sharing,
+    capacities and policies, and the same DeviceClasses select them. ``special``: blocking
+    taints or shared counters may make one unusable whatever its use says."""
 
+    driver: str
     multi: bool
     capacities: tuple[CapacitySpec, ...]
+    classes: frozenset[str]
+    special: bool
 
 
 class DevicePosition(NamedTuple):
@@ -96,34 +116,27 @@ class DeviceState:
 
 @dataclass(frozen=True, slots=True)
 class NodeShape:
-    """Nodes with the same devices (capacities and policies, in order) share a shape, hence
-    totals and per-pod bounds."""
+    """Nodes with the same devices (kinds, capacities and policies, in order) share a shape,
+    hence totals and per-pod bounds."""
 
     key: tuple[DeviceKind, ...]
     ident: int  # small integer standing for ``key`` in partitions
     total: NodeAmounts
-    kinds: tuple[Device, ...]  # one representative per distinct device kind
+    kinds: tuple[DeviceKind, ...]  # the distinct device kinds, in first-device order
+    representatives: tuple[Device, ...]  # one device per distinct kind
     positions: tuple[DevicePosition, ...]  # per device
     max_memory: int
     max_cores: int
 
-    @property
-    def homogeneous(self) -> bool:
-        return len(self.kinds) == 1
-
 
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """The index's view of one node. ``level`` is the largest free memory of a device already
-    in use (shared), in 1/LEVELS of the shape's largest device (0 when none is in use)."""
+    """The index's view of one node: its devices and its use on the node axis."""
 
     node: Node
     shape: NodeShape
     devices: tuple[DeviceState, ...]
     used: NodeAmounts
-    level: int
-    group_fresh: int  # most idle devices sharing one NUMA node or one PCIe root
-    fit_level: int  # like level, for the scarcer of memory and cores on one shared device
 
     def list_key(self, cores: bool) -> int:
         """Σ_d U_d · Π_{e≠d} T_e over the node dims: proportional to the node's current mean
@@ -161,12 +174,12 @@ class NodeState:
 
 
 class Partition(NamedTuple):
-    """Nodes whose bound is monotone in their list key."""
+    """Nodes whose bound is monotone in their list key (within one view)."""
 
     shape: int  # NodeShape.ident
     level: int
-    in_use: int  # devices in use
-    group_fresh: int  # idle devices in one locality group
+    in_use: int  # devices of the view in use
+    group_fresh: int  # idle devices of the view in one locality group
     fit_level: int
 
 
@@ -185,23 +198,135 @@ class FiledNode(NamedTuple):
 
 
 class FilingEntry(NamedTuple):
-    """Where one node is filed, with its shape by key (idents differ between indexes)."""
+    """What the index knows of one node, comparable between indexes (shape by key, since
+    idents differ): for tests, an index kept up to date must equal a fresh one."""
 
-    variant: Variant
+    name: str
     shape: tuple[DeviceKind, ...]
-    level: int
-    in_use: int
-    group_fresh: int
-    fit_level: int
-    filed: FiledNode
+    used: NodeAmounts
+    devices: tuple[tuple[str, int, int, bool], ...]  # device, used memory, used cores, in use
 
 
-class _Filed(NamedTuple):
-    """One place a node is filed: which list, which partition, which entry."""
+@dataclass(frozen=True, slots=True)
+class ViewShape:
+    """One shape as a view sees it: which of its kinds (by index) belong to the view, and the
+    size of the view's devices there."""
 
-    variant: Variant
-    partition: Partition
-    entry: FiledNode
+    kinds: frozenset[int]
+    devices: int
+    max_memory: int
+    max_cores: int
+
+    @property
+    def homogeneous(self) -> bool:
+        return len(self.kinds) == 1
+
+
+def _view_shape(shape: NodeShape, kinds: frozenset[DeviceKind]) -> ViewShape:
+    local = frozenset(i for i, kind in enumerate(shape.kinds) if kind in kinds)
+    mine = [p for p in shape.positions if p.kind in local]
+    return ViewShape(
+        kinds=local,
+        devices=len(mine),
+        max_memory=max((p.memory for p in mine), default=0),
+        max_cores=max((p.cores for p in mine), default=0),
+    )
+
+
+def _partition(state: NodeState, view: ViewShape) -> Partition | None:
+    """Where a node is filed in a view (None: it has no device of the view)."""
+    if not view.devices:
+        return None
+    max_free = max_fit = in_use = 0
+    groups: dict[tuple[str, object], int] = {}
+    for device in state.devices:
+        if device.kind not in view.kinds:
+            continue
+        if not device.in_use:
+            attributes = device.device.attributes
+            for attribute in (NUMA_NODE, PCIE_ROOT):
+                group = (attribute, attributes.get(attribute))
+                groups[group] = groups.get(group, 0) + 1
+            continue
+        in_use += 1
+        if not device.shareable:
+            continue
+        free_memory = device.memory - device.used_memory
+        max_free = max(max_free, free_memory)
+        if view.max_memory > 0 and view.max_cores > 0:
+            max_fit = max(
+                max_fit,
+                min(
+                    LEVELS * free_memory // view.max_memory,
+                    LEVELS * (device.cores - device.used_cores) // view.max_cores,
+                ),
+            )
+    level = LEVELS * max_free // view.max_memory if view.max_memory > 0 else 0
+    return Partition(state.shape.ident, level, in_use, max(groups.values(), default=0), max_fit)
+
+
+@dataclass(slots=True)
+class IndexView:
+    """The nodes filed for one set of device kinds (see the module docstring).
+
+    ``lists[variant][partition]`` holds :class:`FiledNode` entries sorted ascending; nodes
+    without a device of the view are not filed.
+    """
+
+    kinds: frozenset[DeviceKind]
+    shapes: dict[int, ViewShape] = field(default_factory=dict)
+    lists: dict[Variant, dict[Partition, list[FiledNode]]] = field(
+        default_factory=lambda: {
+            Variant(cores, direction): {} for cores in (False, True) for direction in _DIRECTIONS
+        }
+    )
+    filed: dict[str, Partition] = field(default_factory=dict)
+
+    def shape(self, shape: NodeShape) -> ViewShape:
+        found = self.shapes.get(shape.ident)
+        if found is None:
+            found = _view_shape(shape, self.kinds)
+            self.shapes[shape.ident] = found
+        return found
+
+    def file(self, state: NodeState) -> None:
+        partition = _partition(state, self.shape(state.shape))
+        if partition is None:
+            return
+        self.filed[state.node.name] = partition
+        for variant, entry in _entries(state):
+            insort(self.lists[variant].setdefault(partition, []), entry)
+
+    def file_all(self, states: Iterable[NodeState]) -> None:
+        """File many nodes at once (one sort per list instead of one insertion per node)."""
+        for state in states:
+            partition = _partition(state, self.shape(state.shape))
+            if partition is None:
+                continue
+            self.filed[state.node.name] = partition
+            for variant, entry in _entries(state):
+                self.lists[variant].setdefault(partition, []).append(entry)
+        for partitions in self.lists.values():
+            for entries in partitions.values():
+                entries.sort()
+
+    def unfile(self, state: NodeState) -> None:
+        partition = self.filed.pop(state.node.name, None)
+        if partition is None:
+            return
+        for variant, entry in _entries(state):
+            partitions = self.lists[variant]
+            entries = partitions[partition]
+            del entries[bisect_left(entries, entry)]
+            if not entries:
+                del partitions[partition]
+
+
+def _entries(state: NodeState) -> Iterator[tuple[Variant, FiledNode]]:
+    for cores in (False, True):
+        key = state.list_key(cores)
+        yield Variant(cores, "binpack"), FiledNode(-key, state.node.name)
+        yield Variant(cores, "spread"), FiledNode(key, state.node.name)
 
 
 def _pools(state: NodeState) -> set[PoolKey]:
@@ -209,21 +334,24 @@ def _pools(state: NodeState) -> set[PoolKey]:
 
 
 class CapacityIndex:
-    """Per-node device totals and use, filed in sorted lists (see the module docstring).
+    """Per-node device totals and use, and the views that file them (module docstring)."""
 
-    ``lists[variant][partition]`` holds :class:`FiledNode` entries sorted ascending.
-    """
-
-    def __init__(self, snapshot: ClusterSnapshot, nodes: Iterable[Node]) -> None:
+    def __init__(
+        self, snapshot: ClusterSnapshot, nodes: Iterable[Node], classifier: DeviceClassifier
+    ) -> None:
         self.snapshot = snapshot
+        self.classifier = classifier
         self.states: dict[str, NodeState] = {}
         self.shapes: dict[tuple[DeviceKind, ...], NodeShape] = {}
         self.by_ident: list[NodeShape] = []
-        self.lists: dict[Variant, dict[Partition, list[FiledNode]]] = {
-            Variant(cores, direction): {} for cores in (False, True) for direction in _DIRECTIONS
-        }
+        self.kinds: dict[DeviceKind, KindFacts] = {}
+        self.generation = 0  # bumped when what is known of the kinds changes
+        self.views: dict[frozenset[DeviceKind], IndexView] = {}
         self.deviceless: set[str] = set()
         self._pool_nodes: dict[PoolKey, set[str]] = {}
+        self._node_devices: dict[
+            str, tuple[NodeCandidates, tuple[NodeShape, list[Candidate]] | None]
+        ] = {}
         for node in nodes:
             self._file(node)
 
@@ -231,20 +359,57 @@ class CapacityIndex:
         """The nodes whose filed state reads ``pool`` (to re-file when its use changes)."""
         return self._pool_nodes.get(pool, ())
 
+    def view(self, kinds: frozenset[DeviceKind]) -> IndexView:
+        """The nodes filed for these device kinds (built on first use, then kept)."""
+        found = self.views.get(kinds)
+        if found is None:
+            found = IndexView(kinds)
+            found.file_all(self.states.values())
+            self.views[kinds] = found
+        return found
+
     # ------------------------------------------------------------------ state
+    def _kind(self, cand: Candidate) -> DeviceKind:
+        kind = DeviceKind(
+            cand.device_id.driver,
+            cand.multi,
+            cand.capacities,
+            self.classifier.classes_of(cand),
+            bool(cand.blocking_taints or cand.consumes),
+        )
+        facts = self.kinds.get(kind)
+        if facts is None:
+            self.kinds[kind] = KindFacts(cand.device, cand.device_id.driver)
+            self.generation += 1
+        elif facts.add(cand.device):
+            self.generation += 1
+        return kind
+
+    def _devices(self, node: Node) -> tuple[NodeShape, list[Candidate]] | None:
+        """The node's shape and node-local devices; classified once per candidate set (a
+        refresh after a change of use finds the same candidates and reuses them)."""
+        candidates = self.snapshot.candidates(node)
+        cached = self._node_devices.get(node.name)
+        if cached is not None and cached[0] is candidates:
+            return cached[1]
+        devices = [c for c in candidates.devices if c.node_local and c.node_match]
+        found: tuple[NodeShape, list[Candidate]] | None = None
+        if devices:
+            key = tuple([self._kind(c) for c in devices])
+            shape = self.shapes.get(key)
+            if shape is None:
+                shape = self._shape(key, devices)
+            found = (shape, devices)
+        self._node_devices[node.name] = (candidates, found)
+        return found
+
     def _state(self, node: Node) -> NodeState | None:
-        view = self.snapshot.candidates(node)
-        devices = [c for c in view.devices if c.node_local and c.node_match]
-        if not devices:
+        found = self._devices(node)
+        if found is None:
             return None
-        key = tuple([DeviceKind(c.multi, c.capacities) for c in devices])
-        shape = self.shapes.get(key)
-        if shape is None:
-            shape = self._shape(key, devices)
+        shape, devices = found
         allocated = self.snapshot.allocated
         states = []
-        max_free = 0
-        max_fit = 0
         for cand, (kind, memory, cores) in zip(devices, shape.positions, strict=True):
             device_id, device = cand.device_id, cand.device
             usage = allocated.pool(device_id.driver, device_id.pool)
@@ -255,15 +420,6 @@ class CapacityIndex:
                 used_memory = units(consumed.get(MEMORY, 0))
                 used_cores = units(consumed.get(CORES, 0))
                 in_use = True
-                max_free = max(max_free, memory - used_memory)
-                if shape.max_memory > 0 and shape.max_cores > 0:
-                    max_fit = max(
-                        max_fit,
-                        min(
-                            LEVELS * (memory - used_memory) // shape.max_memory,
-                            LEVELS * (cores - used_cores) // shape.max_cores,
-                        ),
-                    )
             else:
                 used_memory = used_cores = 0
                 in_use = False
@@ -285,24 +441,7 @@ class CapacityIndex:
             memory=sum(s.used_memory for s in states),
             cores=sum(s.used_cores for s in states),
         )
-        level = LEVELS * max_free // shape.max_memory if shape.max_memory > 0 else 0
-        groups: dict[tuple[str, object], int] = {}
-        for device_state in states:
-            if device_state.in_use:
-                continue
-            attributes = device_state.device.attributes
-            for attribute in (NUMA_NODE, PCIE_ROOT):
-                group = (attribute, attributes.get(attribute))
-                groups[group] = groups.get(group, 0) + 1
-        return NodeState(
-            node=node,
-            shape=shape,
-            devices=tuple(states),
-            used=used,
-            level=level,
-            group_fresh=max(groups.values(), default=0),
-            fit_level=max_fit,
-        )
+        return NodeState(node=node, shape=shape, devices=tuple(states), used=used)
 
     def _shape(self, key: tuple[DeviceKind, ...], devices: Sequence[Candidate]) -> NodeShape:
         distinct = list(dict.fromkeys(key))
@@ -313,7 +452,8 @@ class CapacityIndex:
             key=key,
             ident=len(self.by_ident),
             total=NodeAmounts(devices=len(devices), memory=sum(memories), cores=sum(cores)),
-            kinds=tuple(representatives[k] for k in distinct),
+            kinds=tuple(distinct),
+            representatives=tuple(representatives[k] for k in distinct),
             positions=tuple(
                 DevicePosition(distinct.index(k), m, c)
                 for k, m, c in zip(key, memories, cores, strict=True)
@@ -325,19 +465,6 @@ class CapacityIndex:
         self.by_ident.append(shape)
         return shape
 
-    def _entries(self, state: NodeState) -> Iterator[_Filed]:
-        partition = Partition(
-            state.shape.ident,
-            state.level,
-            state.used.devices,
-            state.group_fresh,
-            state.fit_level,
-        )
-        for cores in (False, True):
-            key = state.list_key(cores)
-            yield _Filed(Variant(cores, "binpack"), partition, FiledNode(-key, state.node.name))
-            yield _Filed(Variant(cores, "spread"), partition, FiledNode(key, state.node.name))
-
     def _file(self, node: Node) -> None:
         state = self._state(node)
         if state is None:
@@ -348,8 +475,8 @@ class CapacityIndex:
         self.states[node.name] = state
         for pool in _pools(state):
             self._pool_nodes.setdefault(pool, set()).add(node.name)
-        for variant, partition, entry in self._entries(state):
-            insort(self.lists[variant].setdefault(partition, []), entry)
+        for view in self.views.values():
+            view.file(state)
 
     def _unfile(self, name: str) -> None:
         state = self.states.pop(name, None)
@@ -361,28 +488,22 @@ class CapacityIndex:
             holders.discard(name)
             if not holders:
                 del self._pool_nodes[pool]
-        for variant, partition, entry in self._entries(state):
-            partitions = self.lists[variant]
-            entries = partitions[partition]
-            del entries[bisect_left(entries, entry)]
-            if not entries:
-                del partitions[partition]
+        for view in self.views.values():
+            view.unfile(state)
 
     def filing(self) -> frozenset[FilingEntry]:
-        """Every list entry (for tests: an index kept up to date must equal a fresh one)."""
+        """Every node's filed state (for tests: an index kept up to date must equal a fresh
+        one; views derive from these states)."""
         return frozenset(
             FilingEntry(
-                variant,
-                self.by_ident[p.shape].key,
-                p.level,
-                p.in_use,
-                p.group_fresh,
-                p.fit_level,
-                entry,
+                name,
+                state.shape.key,
+                state.used,
+                tuple(
+                    (str(d.device_id), d.used_memory, d.used_cores, d.in_use) for d in state.devices
+                ),
             )
-            for variant, partitions in self.lists.items()
-            for p, entries in partitions.items()
-            for entry in entries
+            for name, state in self.states.items()
         )
 
     def refresh(self, snapshot: ClusterSnapshot, node: Node) -> None:

@@ -18,18 +18,19 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
    :class:`~driver.scheduling.outcome.Unschedulable` with kube-scheduler's per-node reasons.
 
 **Pruning.** The :mod:`capacity index <driver.scheduling.capacity_index>` files every node in
-sorted lists by partition. For a pod, the engine computes per partition an *optimistic bound*
-of the node score (:mod:`driver.scheduling.bounds`; exact for simple pods on uniform classes,
-:mod:`driver.scheduling.uniformity`), walks nodes best bound first across the lists (a heap
-merge), evaluates them exactly (index precheck, node filter, allocator, exact score), and stops
-as soon as the best bound left cannot beat the best exact (score, name) found. Partitions that
-cannot hold the pod are never visited. The result is identical to evaluating every node (tests
-compare both on random clusters); :class:`DecisionEngine` takes ``exhaustive=True`` for that
-reference. Pruning is switched off (every node evaluated) where a bound would not hold: slices
-that are not node-local, ``All`` or admin-access requests, pods with allocated claims,
-``gpumem-percentage``, and legacy resources some node serves through a device plugin. When
-nothing fits, every node is evaluated for the kube-scheduler message. ``docs/scoring.md``
-explains the bounds.
+sorted lists by partition, in one view per set of device kinds a pod may use (its classes and
+selectors decide: :mod:`driver.scheduling.classification`). For a pod, the engine computes per
+partition of its view an *optimistic bound* of the node score over the devices it can use
+(:mod:`driver.scheduling.bounds`; exact for simple pods on one kind of device), walks nodes
+best bound first across the lists (a heap merge), evaluates them exactly (index precheck, node
+filter, allocator, exact score), and stops as soon as the best bound left cannot beat the best
+exact (score, name) found. Partitions that cannot hold the pod are never visited. The result is
+identical to evaluating every node (tests compare both on random clusters);
+:class:`DecisionEngine` takes ``exhaustive=True`` for that reference. Pruning is switched off
+(every node evaluated) where a bound would not hold: slices that are not node-local, ``All`` or
+admin-access requests, pods with allocated claims, ``gpumem-percentage``, and legacy resources
+some node serves through a device plugin. When nothing fits, every node is evaluated for the
+kube-scheduler message. ``docs/scoring.md`` explains the bounds.
 
 **What it counts.** The engine is told about the cluster and about its own decisions only
 through its methods, as kube-scheduler's DRA manager is fed from informers and its assume
@@ -64,13 +65,14 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.api.config import check_claim_config
-from driver.api.errors import BiaxialError, InvalidInputError
+from driver.api.errors import BiaxialError, InvalidInputError, NodeAllocationError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node, node_selector_matches
 from driver.scheduling.bounds import (
     Demand,
     ShapeBounds,
+    Usable,
     bound_amounts,
     float_score,
     pod_demand,
@@ -88,12 +90,15 @@ from driver.scheduling.bridge import (
 )
 from driver.scheduling.capacity_index import (
     CapacityIndex,
+    DeviceKind,
     FiledNode,
     FilingEntry,
     NodeShape,
     Variant,
+    ViewShape,
 )
 from driver.scheduling.checks import check_pod_input
+from driver.scheduling.classification import DeviceClassifier
 from driver.scheduling.nodefit import (
     NodeUsage,
     PodSchedulingFacts,
@@ -114,7 +119,6 @@ from driver.scheduling.outcome import (
 from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
 from driver.scheduling.scoring import NodeAmounts, gpu_order, node_rank, node_score
 from driver.scheduling.tracker import Change, ClusterTracker
-from driver.scheduling.uniformity import ClassUniformity
 from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
 from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
@@ -149,6 +153,14 @@ class _BridgeVariant(NamedTuple):
     claim: ResourceClaim
 
 
+class _UsableKinds(NamedTuple):
+    """The device kinds one request alternative may use (its class selects them and no
+    selector rules them out), and whether that holds for every device of those kinds."""
+
+    kinds: frozenset[DeviceKind]
+    certain: bool
+
+
 @dataclass(slots=True)
 class _PodContext:
     """Everything about one pod that does not depend on the node (parsed once)."""
@@ -165,6 +177,7 @@ class _PodContext:
     demand: Demand | None = None
     legacy_resources: frozenset[str] = frozenset()
     exempt: frozenset[str] = frozenset()  # resources the node filter leaves to DRA
+    kinds: tuple[tuple[_UsableKinds, ...], ...] = ()  # per request, per alternative
     shape_bounds: dict[int, ShapeBounds] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
 
@@ -441,7 +454,9 @@ class DecisionEngine:
         snapshot = self.snapshot
         self._nodes = dict(sorted(self._nodes.items()))
         self._resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
-        self._index = CapacityIndex(snapshot, self._nodes.values())
+        self._classifier = DeviceClassifier(snapshot.classes, snapshot.match_cache)
+        self._index = CapacityIndex(snapshot, self._nodes.values(), self._classifier)
+        self._usable_kinds: dict[tuple[str, tuple[str, ...], int], _UsableKinds] = {}
         self._no_pruning = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
         self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
         self._advertised = frozenset(
@@ -450,14 +465,14 @@ class DecisionEngine:
             for name, quantity in node.allocatable.items()
             if "/" in name and quantity.sign() > 0
         )
-        self._uniformity = ClassUniformity(snapshot, self._index)
         self._allocatable = {name: node_allocatable(node) for name, node in self._nodes.items()}
         self._rebuild_due = self._base_changed = False
         self._stale.clear()
         if not self._no_pruning:
-            # The CEL sweep: which classes select every node-local device everywhere (stops
-            # at a class's first non-matching device). Results stay in the snapshot's cache.
-            self._uniformity.uniform(frozenset(snapshot.classes))
+            # Each class's own view (what a request with no selectors may use), filed now
+            # rather than at the first pod that asks.
+            for name in sorted(snapshot.classes):
+                self._index.view(self._kinds_for(name, ()).kinds)
 
     # ------------------------------------------------------------------ per pod
     def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
@@ -547,22 +562,29 @@ class DecisionEngine:
         demand = pod_demand(all_claims)
         if not demand.prunable or not demand.requests or ctx.allocated_claims:
             return self._exhaustive(ctx)
-        uniform = self._uniformity.uniform(demand.classes)
+        kinds = self._usable(demand)
+        view = self._index.view(
+            frozenset().union(*(alt.kinds for alternatives in kinds for alt in alternatives))
+        )
         ctx.demand = demand
-        ctx.shape_bounds = {
-            shape.ident: shape_bounds(shape, demand, uniform) for shape in self._index.by_ident
-        }
+        ctx.kinds = kinds
+        ctx.shape_bounds = {}
         policies = ctx.policies
         policy = policies.node
         sign = -1.0 if policy == "binpack" else 1.0
         states = self._index.states
+        by_ident = self._index.by_ident
         heap: list[_Frontier] = []
         serial = 0
-        for partition, entries in self._index.lists[Variant(demand.cores, policy)].items():
+        for partition, entries in view.lists[Variant(demand.cores, policy)].items():
             shape_id, level, in_use, group_fresh, _ = partition  # unpacked once: a hot loop
-            bounds = ctx.shape_bounds[shape_id]
-            shape = self._index.by_ident[shape_id]
-            idle = shape.total.devices - in_use
+            shape = by_ident[shape_id]
+            vshape = view.shapes[shape_id]
+            bounds = ctx.shape_bounds.get(shape_id)
+            if bounds is None:
+                bounds = self._shape_bounds(shape, vshape, demand, kinds)
+                ctx.shape_bounds[shape_id] = bounds
+            idle = vshape.devices - in_use
             if (
                 not bounds.feasible
                 or (idle == 0 and level < bounds.level)  # no device takes the smallest request
@@ -570,7 +592,7 @@ class DecisionEngine:
                 or group_fresh < bounds.group_need  # not enough idle ones side by side
             ):
                 continue
-            adding = bound_amounts(policies, shape, partition, bounds)
+            adding = bound_amounts(policies, vshape, partition, bounds)
             name = entries[0].name
             bound = float_score(shape.total, states[name].used, adding, demand.cores)
             heap.append(_frontier((sign * bound, name, serial, entries, 0, adding, shape)))
@@ -619,6 +641,56 @@ class DecisionEngine:
         if best is None:
             return self._exhaustive(ctx)  # nothing fits: every node's reason is needed
         return self._placement(ctx, best, evaluated)
+
+    def _usable(self, demand: Demand) -> tuple[tuple[_UsableKinds, ...], ...]:
+        """Per request alternative, the device kinds it may use (cached per class, selectors
+        and what the index knows of the kinds)."""
+        index = self._index
+        out = []
+        for alternatives in demand.requests:
+            per_alt = []
+            for alt in alternatives:
+                key = (alt.device_class, alt.selectors, index.generation)
+                found = self._usable_kinds.get(key)
+                if found is None:
+                    found = self._kinds_for(alt.device_class, alt.selectors)
+                    self._usable_kinds[key] = found
+                per_alt.append(found)
+            out.append(tuple(per_alt))
+        return tuple(out)
+
+    def _kinds_for(self, device_class: str, selectors: tuple[str, ...]) -> _UsableKinds:
+        index = self._index
+        kinds = []
+        certain = True
+        for kind, facts in index.kinds.items():
+            if device_class not in kind.classes:
+                continue
+            verdicts = [
+                self._classifier.verdict(e, kind, facts, index.generation) for e in selectors
+            ]
+            if False in verdicts:
+                continue
+            certain = certain and None not in verdicts
+            kinds.append(kind)
+        return _UsableKinds(frozenset(kinds), certain)
+
+    @staticmethod
+    def _shape_bounds(
+        shape: NodeShape,
+        view: ViewShape,
+        demand: Demand,
+        kinds: tuple[tuple[_UsableKinds, ...], ...],
+    ) -> ShapeBounds:
+        usable: Usable = tuple(
+            tuple(
+                frozenset(i for i, kind in enumerate(shape.kinds) if kind in alt.kinds)
+                for alt in alternatives
+            )
+            for alternatives in kinds
+        )
+        certain = all(alt.certain for alternatives in kinds for alt in alternatives)
+        return shape_bounds(shape, view, demand, usable, certain)
 
     # ------------------------------------------------------------------ one node
     def _bridge(
@@ -702,8 +774,12 @@ class DecisionEngine:
             used = state.used if state else NodeAmounts()
             total = state.shape.total if state else NodeAmounts()
             return _NodeOutcome(node_score(total, used, NodeAmounts(), cores=False), (), bridge)
-        if state is None and not self._no_pruning:
-            return REASON_NO_GPUS
+        if (
+            state is None
+            and not self._no_pruning
+            and not self.snapshot.candidates(node).blocked_pools
+        ):
+            return REASON_NO_GPUS  # (an invalid pool is the allocator's to report, as upstream)
         bounds = ctx.shape_bounds.get(state.shape.ident) if state is not None else None
         if not prechecked and state is not None and bounds is not None and ctx.demand is not None:
             short = precheck(state, ctx.demand, bounds)
@@ -711,24 +787,32 @@ class DecisionEngine:
                 return short
         stats = SearchStats()
         self.stats.allocator_calls += 1
-        results = allocate(
-            self.snapshot,
-            claims,
-            node,
-            order=gpu_order(ctx.policies.gpu),
-            budget=self.budget,
-            stats=stats,
-        )
-        self.stats.search_steps += stats.steps
+        try:
+            results = allocate(
+                self.snapshot,
+                claims,
+                node,
+                order=gpu_order(ctx.policies.gpu),
+                budget=self.budget,
+                stats=stats,
+            )
+        except NodeAllocationError as exc:
+            # Upstream's ErrFailedAllocationOnNode (invalid pools on this node): this node is
+            # unschedulable with that message; other nodes may still fit.
+            return str(exc)
+        finally:
+            self.stats.search_steps += stats.steps
         if results is None:
             if state is None:
                 return REASON_NO_GPUS
             demand = pod_demand(claims)
             if not demand.prunable:
                 return REASON_CLAIMS
-            return precheck(state, demand, shape_bounds(state.shape, demand, False)) or (
-                REASON_CLAIMS
+            view = self._index.view(frozenset())  # the bounds' level is not read here
+            bounds = self._shape_bounds(
+                state.shape, view.shape(state.shape), demand, self._usable(demand)
             )
+            return precheck(state, demand, bounds) or REASON_CLAIMS
         if state is None:
             return _NodeOutcome(Fraction(0), tuple(results), bridge)
         adding = state.added(results)

@@ -203,7 +203,7 @@ def test_nothing_in_the_controller_touches_the_engines_internals() -> None:
                 used.setdefault(found.attr, set()).add(path.name)
     assert used, "the check would prove nothing"
     assert set(used) <= interface, {a: f for a, f in used.items() if a not in interface}
-    internal = ("capacity_index", "tracker", "bounds", "uniformity")
+    internal = ("capacity_index", "tracker", "bounds", "classification")
     for path in sorted((ROOT / "controller").glob("*.py")):
         text = path.read_text()
         assert not any(f"driver.scheduling.{m}" in text for m in internal), path.name

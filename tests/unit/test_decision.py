@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from biaxial.simulate.manifests import load_objects
 from driver.api.claims import AllocationResult, DeviceClass
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import ResourceSlice
+from driver.cel.engine import compile_selector
 from driver.cel.reads import referenced_names
-from driver.scheduling.capacity_index import CapacityIndex
+from driver.discovery.backend import open_backend
+from driver.discovery.slices import build_slices
+from driver.scheduling.classification import DeviceClassifier
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.nodefit import PodSchedulingFacts
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
-from driver.scheduling.uniformity import ClassUniformity
 from tests.unit.builders import (
     DRIVER,
     GPU_CLASS,
@@ -35,6 +40,7 @@ from tests.unit.builders import (
 
 GPU_CLASS_JSON = device_class(GPU_CLASS, extended_resource_name="nvidia.com/gpu")
 NUMA = "resource.kubernetes.io/numaNode"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def legacy_pod(
@@ -383,6 +389,97 @@ def test_pruned_equals_exhaustive(seed: int) -> None:
     assert pruned.stats.allocator_calls <= reference.stats.allocator_calls
 
 
+MIXED_CLASSES = [
+    GPU_CLASS_JSON,
+    device_class(
+        "whole.example.com",
+        selectors=[f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "gpu"'],
+    ),
+    device_class(
+        "mig.example.com",
+        selectors=[f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "mig"'],
+    ),
+    device_class(
+        "a10.example.com",
+        selectors=[f'device.attributes["{DRIVER}"].productName == "NVIDIA A10"'],
+    ),
+]
+SELECTORS = [
+    f'device.attributes["{DRIVER}"].productName.startsWith("NVIDIA")',
+    f'device.attributes["{DRIVER}"].productName == "Tesla T4"',
+    f'device.attributes["{DRIVER}"].index >= 1',  # varies inside a kind: never certain
+    f'device.attributes["{DRIVER}"].uuid != "GPU-00000001"',
+    f'device.capacity["{DRIVER}"].memory.compareTo(quantity("20Gi")) >= 0',
+]
+
+
+def mixed_cluster(rng: random.Random) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Nodes of three products whose memory can be equal, some with MIG-like exclusive
+    partitions beside shared GPUs, some tainted devices: the kinds the bounds must tell
+    apart."""
+    nodes = []
+    for i in range(rng.randint(3, 8)):
+        product, memory = rng.choice(
+            [("Tesla T4", "16Gi"), ("NVIDIA A10", "24Gi"), ("NVIDIA A10", "16Gi"), ("Z", "24Gi")]
+        )
+        devices = []
+        for g in range(rng.choice([2, 4])):
+            kwargs: dict[str, Any] = {}
+            if rng.random() < 0.1:
+                kwargs["taints"] = [taint("t", value="v")]
+            devices.append(
+                gpu(g, memory=memory, product=product, shared=True, numa=g % 2, **kwargs)
+            )
+        devices.extend(
+            gpu(10 + m, memory=rng.choice(["5Gi", "10Gi"]), product=product, extra={"type": "mig"})
+            for m in range(rng.choice([0, 0, 2, 3]))
+        )
+        nodes.append((node(f"n{i}"), slice_(f"n{i}-slice", node=f"n{i}", devices=devices)))
+    return nodes
+
+
+def mixed_pod(rng: random.Random, i: int) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    if rng.random() < 0.25:
+        return random_pod(rng, i)
+    pod = claim_pod(
+        f"p{i}",
+        node_policy=rng.choice(["binpack", "spread"]),
+        gpu_policy=rng.choice(["binpack", "spread"]),
+    )
+    builder = claim(f"p{i}-gpu", uid=f"uid-c{i}")
+    cls = rng.choice([c["metadata"]["name"] for c in MIXED_CLASSES])
+    selectors = [rng.choice(SELECTORS)] if rng.random() < 0.4 else []
+    capacity = None
+    if cls != "mig.example.com":
+        capacity = rng.choice([None, {"memory": "3Gi"}, {"memory": "5Gi", "cores": "25"}])
+    count = rng.choice([1, 1, 2])
+    builder.request("r", cls=cls, count=count, capacity=capacity, selectors=selectors)
+    if count > 1 and rng.random() < 0.5:
+        builder.constraint(match=NUMA)
+    return pod, (builder.model(),)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_pruned_equals_exhaustive_on_mixed_device_kinds(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    nodes = mixed_cluster(rng)
+    snap = snapshot([s for _, s in nodes], classes=MIXED_CLASSES)
+    pruned = DecisionEngine(snap, [to_node(n) for n, _ in nodes])
+    reference = DecisionEngine(snap, [to_node(n) for n, _ in nodes], exhaustive=True)
+    for i in range(40):
+        pod, claims = mixed_pod(rng, i)
+        got = place(pruned, pod, claims)
+        want = place(reference, pod, claims)
+        assert type(got) is type(want), (i, got, want)
+        if isinstance(want, Placement):
+            assert isinstance(got, Placement)
+            assert (got.node, got.all_results) == (want.node, want.all_results), i
+            assert got.score == want.score
+        else:
+            assert got == want
+    assert pruned.stats.allocator_calls <= reference.stats.allocator_calls
+
+
 def test_pruning_visits_few_nodes() -> None:
     nodes = [gpu_node(f"n{i:03d}", 8) for i in range(200)]
     eng = engine(nodes, defaults=PolicyDefaults(node="binpack", gpu="binpack"))
@@ -422,23 +519,28 @@ def test_referenced_names_are_conservative(expression: str, names: set[str] | No
 
 
 @pytest.mark.parametrize(
-    ("selector", "uniform"),
+    "selector",
     [
-        ('device.driver == "gpu.biaxial.dev"', True),
-        ('device.attributes["gpu.biaxial.dev"].uuid != "GPU-00000003"', False),
-        ('device.attributes["gpu.biaxial.dev"].index < 3', False),
-        ('device.attributes["gpu.biaxial.dev"].productName == "Tesla T4"', True),
-        ('device.attributes["gpu.biaxial.dev"].exists(k, k == "index")', True),
+        'device.driver == "gpu.biaxial.dev"',
+        'device.attributes["gpu.biaxial.dev"].uuid != "GPU-00000003"',
+        'device.attributes["gpu.biaxial.dev"].index < 3',
+        'device.attributes["gpu.biaxial.dev"].productName == "Tesla T4"',
+        'device.attributes["gpu.biaxial.dev"].exists(k, k == "index")',
+        'device.capacity["gpu.biaxial.dev"].memory.compareTo(quantity("20Gi")) > 0',
     ],
 )
-def test_class_uniformity_matches_a_full_sweep(selector: str, uniform: bool) -> None:
-    nodes = [gpu_node("a", 2), gpu_node("b", 4)]
-    snap = snapshot(
-        [s for _, s in nodes],
-        classes=[device_class("picky", selectors=[selector])],
-    )
-    index = CapacityIndex(snap, [to_node(n) for n, _ in nodes])
-    assert ClassUniformity(snap, index).uniform(frozenset({"picky"})) is uniform
+def test_class_membership_equals_evaluating_every_device(selector: str) -> None:
+    """The classifier evaluates a class once per group of devices that look alike to it; its
+    answer must equal evaluating the selector on every device."""
+    nodes = [gpu_node("a", 2), gpu_node("b", 4, "24Gi"), gpu_node("c", 3)]
+    picky = device_class("picky", selectors=[selector])
+    snap = snapshot([s for _, s in nodes], classes=[picky])
+    classifier = DeviceClassifier(snap.classes, None)
+    compiled = compile_selector(selector)
+    for n, _ in nodes:
+        for cand in snap.candidates(to_node(n)).devices:
+            expected = compiled.matches(cand.device, cand.device_id.driver)
+            assert ("picky" in classifier.classes_of(cand)) is expected, cand.device_id
 
 
 def test_forget_undoes_assume() -> None:
@@ -673,3 +775,89 @@ def test_only_node_slice_and_class_changes_rebuild() -> None:
     assert isinstance(decision, Unschedulable)
     assert "were unschedulable" in decision.message
     assert eng.stats.rebuilds == rebuilds + 1
+
+
+# --------------------------------------------------------------------------- invalid pools
+
+
+def test_an_invalid_pool_makes_its_node_unschedulable_not_the_pod() -> None:
+    """Upstream's allocator returns ErrFailedAllocationOnNode ("invalid resource pools were
+    encountered") for a node whose pool is invalid when nothing fits there; the scheduler
+    records it as that node's reason and keeps looking (dynamicresources Filter returns it
+    as the node's status, not an error for the pod)."""
+    bad_devices = [gpu(0, shared=True), gpu(0, shared=True)]  # duplicate names: invalid
+    nodes = [
+        (node("bad"), slice_("bad-slice", node="bad", devices=bad_devices)),
+        gpu_node("good", 1),
+    ]
+    for exhaustive in (False, True):
+        decision = place(engine(nodes, exhaustive=exhaustive), legacy_pod("p"))
+        assert isinstance(decision, Placement), decision
+        assert decision.node == "good"
+    alone = engine(nodes[:1])
+    decision = place(alone, legacy_pod("q"))
+    assert isinstance(decision, Unschedulable), decision
+    assert "invalid resource pools were encountered" in decision.message
+
+
+# --------------------------------------------------------------------------- no cliff
+
+
+def _fake_cluster(profiles: dict[str, int]) -> tuple[DecisionEngine, int]:
+    """Nodes from the fake profiles (MIG partitions on the H100s' GPUs 6-7), with the
+    project's DeviceClasses (whole GPUs, MIG, an A100-80GB product class)."""
+    slices, nodes = [], []
+    for profile, count in profiles.items():
+        with open_backend(fake=profile, node_name="template") as backend:
+            gpus = backend.discover()
+        for i in range(count):
+            name = f"{profile}-{i:03d}"
+            node_json = node(name)
+            nodes.append(to_node(node_json))
+            renamed = [dataclasses.replace(g, uuid=f"GPU-{name}-{g.index}") for g in gpus]
+            slices.extend(s.to_api() for s in build_slices(renamed, node_name=name))
+    classes = load_objects(sorted(str(p) for p in (ROOT / "deviceclasses").glob("*.yaml")))
+    return DecisionEngine(snapshot(slices, classes=classes), nodes), len(nodes)
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        # whole GPUs under node spread: every MIG-carrying node used to be evaluated per pod
+        ("whole-spread", lambda i: legacy_pod(f"w{i}", node_policy="spread")),
+        ("share-binpack", lambda i: legacy_pod(f"s{i}", gpumem=4000, node_policy="binpack")),
+        ("two-spread", lambda i: legacy_pod(f"t{i}", gpus=2, node_policy="spread")),
+    ],
+)
+def test_decisions_examine_few_nodes_on_a_mig_carrying_cluster(name: str, make: Any) -> None:
+    """The former cliff (issue: bounds computed over devices a pod can never use): on a
+    cluster where a third of the nodes carry MIG partitions, each decision examines a small
+    constant number of nodes, not a share of the cluster. Counts, not time."""
+    eng, _ = _fake_cluster({"h100-80gbx8": 30, "a100-80gbx8": 30, "t4x4": 30})
+    for i in range(60):
+        assert isinstance(place(eng, make(i)), Placement), (name, i)
+    assert eng.stats.nodes_evaluated <= 60 * 2, (name, eng.stats.nodes_evaluated)
+    assert eng.stats.allocator_calls <= 60 * 2, (name, eng.stats.allocator_calls)
+
+
+@pytest.mark.parametrize("node_policy", ["binpack", "spread"])
+def test_product_class_and_selector_pods_examine_few_nodes(node_policy: str) -> None:
+    """A product class (A100-80GB only) and an H100 request selector: nodes of other products
+    are never examined, whichever policy."""
+    eng, _ = _fake_cluster({"h100-80gbx8": 30, "a100-80gbx8": 30, "t4x4": 30})
+    h100 = f'device.attributes["{DRIVER}"].productName.startsWith("NVIDIA H100")'
+    for i in range(40):
+        product = claim_pod(f"a{i}", node_policy=node_policy)
+        builder = claim(f"a{i}-gpu", uid=f"uid-a{i}").request(
+            "r", cls="a100-80gb.gpu.biaxial.dev", capacity={"memory": "20Gi"}
+        )
+        assert isinstance(place(eng, product, (builder.model(),)), Placement)
+        selected = claim_pod(f"h{i}", node_policy=node_policy)
+        selected["spec"]["resourceClaims"][0]["resourceClaimName"] = f"h{i}-gpu"
+        builder = claim(f"h{i}-gpu", uid=f"uid-h{i}").request(
+            "r", selectors=[h100], capacity={"memory": "10Gi"}
+        )
+        decision = place(eng, selected, (builder.model(),))
+        assert isinstance(decision, Placement)
+        assert decision.node.startswith("h100"), decision.node
+    assert eng.stats.nodes_evaluated <= 80 * 2, eng.stats.nodes_evaluated

@@ -1,0 +1,236 @@
+"""Device classification: which DeviceClasses select each device, and what a request selector
+answers for a whole kind of device — the exact facts the node search's bounds are built on.
+
+The pruned node search bounds what a pod can add to a node from the devices the pod could use
+there. A device serves a request only if the request's class selects it, so the capacity index
+files devices by *kind*, and a kind includes the set of classes that select its devices
+(:meth:`DeviceClassifier.classes_of`). Two GPU models with equal capacities but a different
+attribute some class reads are different kinds; a MIG partition never counts towards a whole-GPU
+class; one special GPU forms a kind of its own instead of switching anything off cluster-wide.
+
+**Class membership is exact per device.** Each class's selectors are evaluated once per group
+of devices that look the same to them: :func:`driver.cel.reads.referenced_names` says,
+conservatively, which names an expression can read, and devices that agree on every attribute
+and capacity under those names (plus driver and ``allowMultipleAllocations``) give the same
+verdict. An expression
+whose reads cannot be bounded that way is evaluated per device through the snapshot's CEL
+match cache. A CEL error counts as "selects" (the allocator evaluates the device itself and
+reports the error for the pod), so a bound never leaves out a device the allocator might pick.
+
+**Request selectors** are per pod. :meth:`DeviceClassifier.verdict` answers for a whole kind:
+True or False when every device of the kind agrees on everything the expression can read (the
+kind's varying attribute keys are disjoint from its referenced names), None when it cannot
+tell. None is always safe: the kind then counts as usable.
+
+Verdicts are cached by expression and content, so they survive index rebuilds. Never mutates
+its inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+from driver.api.claims import DeviceClass
+from driver.api.errors import BiaxialError
+from driver.api.model import Device
+from driver.cel.engine import MatchCache, Selector, compile_selector
+from driver.cel.reads import referenced_names, visible_keys
+from driver.structured.snapshot import Candidate
+
+_MISSING: Final = object()
+
+
+class _Reads(NamedTuple):
+    """What one selector can read of a device: attribute and capacity keys. An expression that
+    never names ``attributes`` (``capacity``) reads no attribute (capacity): the device's maps
+    are reachable only as ``device.attributes`` / ``device.capacity``."""
+
+    attributes: frozenset[str]
+    capacity: frozenset[str]
+
+
+def _reads(expression: str) -> _Reads | None:
+    """None: the expression may read anything, so only the device itself tells."""
+    names = referenced_names(expression)
+    if names is None:
+        return None
+    keys = visible_keys(names)
+    return _Reads(
+        keys if "attributes" in names else frozenset(),
+        keys if "capacity" in names else frozenset(),
+    )
+
+
+def _looks(device: Device, driver: str, reads: _Reads) -> tuple[object, ...] | None:
+    """What a selector with ``reads`` sees of ``device`` (None: not hashable, so ask the
+    device)."""
+    attributes = device.attributes
+    capacity = device.capacity
+    looks = (
+        driver,
+        device.allow_multiple_allocations,
+        tuple(sorted([(k, attributes[k]) for k in attributes.keys() & reads.attributes])),
+        tuple(sorted([(k, capacity[k].value.nanos) for k in capacity.keys() & reads.capacity])),
+    )
+    try:
+        hash(looks)
+    except TypeError:
+        return None
+    return looks
+
+
+@dataclass(slots=True)
+class _ClassRule:
+    """One DeviceClass compiled for classification (None selectors: it failed to compile, so
+    every device counts as selected and the allocator reports the error)."""
+
+    name: str
+    selectors: tuple[Selector, ...] | None
+    reads: tuple[_Reads | None, ...]
+
+
+@dataclass(slots=True)
+class KindFacts:
+    """What is known of one device kind across the cluster: a representative device (and its
+    driver), and the attribute keys whose values differ between its devices."""
+
+    device: Device
+    driver: str
+    varying: set[str] = field(default_factory=set)
+
+    def add(self, device: Device) -> bool:
+        """Note another device of the kind; True when the set of varying keys grew."""
+        mine, theirs = self.device.attributes, device.attributes
+        if theirs is mine:
+            return False
+        try:
+            differ = {key for key, _ in mine.items() ^ theirs.items()}
+        except TypeError:  # an unhashable value: compare key by key
+            differ = {
+                key
+                for key in mine.keys() | theirs.keys()
+                if mine.get(key, _MISSING) != theirs.get(key, _MISSING)
+            }
+        new = differ - self.varying
+        self.varying |= new
+        return bool(new)
+
+
+class DeviceClassifier:
+    """Class membership per device, request-selector verdicts per kind (module docstring)."""
+
+    def __init__(self, classes: Mapping[str, DeviceClass], match_cache: MatchCache | None) -> None:
+        self._match_cache = match_cache
+        self._interned: dict[_Reads | None, _Reads | None] = {}
+        self._rules: list[_ClassRule] = []
+        for name in sorted(classes):
+            try:
+                selectors: tuple[Selector, ...] | None = tuple(
+                    compile_selector(e) for e in classes[name].selectors
+                )
+            except BiaxialError:
+                selectors = None
+            reads = tuple(self._intern(s.expression) for s in selectors) if selectors else ()
+            self._rules.append(_ClassRule(name, selectors, reads))
+        self._seen: dict[tuple[str, tuple[object, ...]], bool] = {}
+        # Every class's reads at once: devices that look alike to all of them get one answer.
+        everything = [r for rule in self._rules for r in rule.reads]
+        self._union: _Reads | None = None
+        analysable = all(rule.selectors is not None for rule in self._rules) and all(
+            r is not None for r in everything
+        )
+        if self._rules and analysable:
+            self._union = _Reads(
+                frozenset().union(*(r.attributes for r in everything if r is not None)),
+                frozenset().union(*(r.capacity for r in everything if r is not None)),
+            )
+        self._signatures: dict[tuple[object, ...], frozenset[str]] = {}
+        self._verdicts: dict[tuple[str, object, int], bool | None] = {}
+
+    def _intern(self, expression: str) -> _Reads | None:
+        """One :class:`_Reads` per distinct key set, so a device's looks are computed once
+        for all the selectors that read the same keys."""
+        reads = _reads(expression)
+        return self._interned.setdefault(reads, reads)
+
+    # ------------------------------------------------------------------ classes
+    def classes_of(self, candidate: Candidate) -> frozenset[str]:
+        """The classes whose selectors select this device (a CEL error counts as selecting)."""
+        union = (
+            _looks(candidate.device, candidate.device_id.driver, self._union)
+            if self._union is not None
+            else None
+        )
+        if union is not None:
+            known = self._signatures.get(union)
+            if known is not None:
+                return known
+        looks: dict[_Reads, tuple[object, ...] | None] = {}
+        signature = frozenset(
+            rule.name for rule in self._rules if self._selects(rule, candidate, looks)
+        )
+        if union is not None:
+            self._signatures[union] = signature
+        return signature
+
+    def _selects(
+        self, rule: _ClassRule, cand: Candidate, memo: dict[_Reads, tuple[object, ...] | None]
+    ) -> bool:
+        if rule.selectors is None:
+            return True
+        device, driver = cand.device, cand.device_id.driver
+        for selector, reads in zip(rule.selectors, rule.reads, strict=True):
+            looks = None
+            if reads is not None:
+                if reads in memo:
+                    looks = memo[reads]
+                else:
+                    looks = memo[reads] = _looks(device, driver, reads)
+            if looks is not None:
+                key = (selector.expression, looks)
+                verdict = self._seen.get(key)
+                if verdict is None:
+                    verdict = self._evaluate(selector, cand)
+                    self._seen[key] = verdict
+            else:
+                verdict = self._evaluate(selector, cand)
+            if not verdict:
+                return False
+        return True
+
+    def _evaluate(self, selector: Selector, cand: Candidate) -> bool:
+        try:
+            if self._match_cache is not None:
+                return self._match_cache.matches(
+                    selector, cand.device_id, cand.match_generation, cand.device
+                )
+            return selector.matches(cand.device, cand.device_id.driver)
+        except BiaxialError:
+            return True  # the allocator meets the same error and reports it for the pod
+
+    # ------------------------------------------------------------------ request selectors
+    def verdict(
+        self, expression: str, kind: object, facts: KindFacts, generation: int
+    ) -> bool | None:
+        """Whether every device of ``kind`` passes ``expression`` (None: they may differ, or
+        it could not be evaluated). ``generation`` changes whenever the kinds' facts may have
+        (cached verdicts of older generations are not reused)."""
+        key = (expression, kind, generation)
+        if key in self._verdicts:
+            return self._verdicts[key]
+        verdict: bool | None = None
+        names = referenced_names(expression)
+        if names is not None and not (visible_keys(names) & facts.varying):
+            try:
+                verdict = compile_selector(expression).matches(facts.device, facts.driver)
+            except BiaxialError:
+                verdict = None
+        self._verdicts[key] = verdict
+        return verdict
+
+
+def usable(verdicts: Set[bool | None]) -> bool:
+    """Whether a kind with these selector verdicts may serve a request (no verdict False)."""
+    return False not in verdicts

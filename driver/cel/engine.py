@@ -11,19 +11,24 @@ Contract
   bool, and for upstream's compile-time rules: mixed-type list or map literals (homogeneous
   aggregate literals), an invalid constant regular expression.
   :attr:`Selector.max_cost` is the static cost estimate in upstream's units
-  (``driver.cel.checked.estimate_cost``): what the API server checks when a selector is written
+  (``driver.cel.estimate``): what the API server checks when a selector is written
   (the API emulator does the same); evaluation does not refuse on it.
 * :meth:`Selector.matches` evaluates against one device and returns the bool result. Every
   runtime problem (no such key, no matching overload, a non-bool result, an invalid version
   attribute, the actual-cost limit, the deadline, any engine failure) raises
   :class:`~driver.api.errors.CELEvaluationError` naming the expression and the device:
   upstream treats these as errors for the pod, never as "does not match".
-* Runtime bound: an evaluation whose static estimate is within :data:`COST_LIMIT` runs as is
-  (its actual cost cannot pass the limit). Any other runs *metered* (``driver.cel.cost``):
-  actual cost in upstream's units, cancelled at :data:`COST_LIMIT` ("operation cancelled:
-  actual cost limit exceeded", as upstream) or at the deadline of the enclosing
+* Runtime bound: an evaluation whose static estimate (and the engine's own work estimate,
+  ``driver.cel.estimate``) is within :data:`COST_LIMIT` runs as is (its actual cost cannot pass
+  the limit). Any other runs *metered*: instrumented (``driver.cel.instrument``) to count
+  upstream's actual cost exactly as it runs, cancelled at :data:`COST_LIMIT` ("operation
+  cancelled: actual cost limit exceeded", as upstream), at the engine's work limit
+  (``driver.cel.cost``), or at the deadline of the enclosing
   ``driver.cel.cost.limits(deadline=...)`` block -- the way for a caller to bound a whole
-  decision. Growth bombs stop after a few megabytes of data.
+  decision. Where cel-cpp's budget of 10,000 comprehension iterations per evaluation stops an
+  evaluation, it runs again with its comprehensions driven from Python in chunks
+  (``driver.cel.drive``), so only the cost bounds it, as upstream. :func:`measure` reports
+  the estimate and the actual cost of one evaluation.
 * :class:`MatchCache` caches results and errors per (expression, device, slice generation) and
   builds each device's CEL input once. Everything else here is pure and immutable.
 
@@ -69,10 +74,6 @@ Where cel-expr-python cannot express something natively, and the differences tha
   (``device.attributes["x" + ".io"]``) that the device lacks is a "no such key" error, and a
   literally named missing domain shows up in ``in``, ``size()`` and iteration over
   ``device.attributes``, where upstream would not list it.
-* **Iterations.** cel-cpp stops an evaluation after 10,000 comprehension iterations in total
-  ("Iteration budget exceeded", reported as a CELEvaluationError); upstream bounds only the
-  cost, so a selector that needs more iterations but stays within the cost limit (four nested
-  comprehensions over ten elements: 11,110 iterations, actual cost 114,441) is an error here.
 * **Parser nesting.** cel-cpp's parser refuses expressions nested deeper than its recursion
   limit; upstream's (cel-go) allows deeper nesting.
 * **Regular expressions.** ``matches`` runs cel-cpp's RE2 (as upstream's Go regexp: RE2
@@ -81,9 +82,11 @@ Where cel-expr-python cannot express something natively, and the differences tha
 * **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) are not
   available (they return optional values, which Python functions cannot build): a compile
   error ("undeclared reference").
-* **List concatenation** is charged by the size of the result (cel-cpp copies lists where
-  cel-go concatenates them lazily), so a list-doubling expression upstream accepts can be
-  cancelled here.
+* **Copies.** cel-cpp copies a list when it concatenates one (and a comprehension's list
+  accumulator as it grows) and the runtime helper of ``transformMap`` copies the map, where
+  cel-go shares them: such an evaluation is metered and cancelled after 5,000,000 copied
+  elements ("evaluation work limit exceeded"), so a list-doubling expression upstream accepts
+  at a small cost, or a ``map`` over thousands of elements, can be cancelled here.
 * The ``first()`` / ``last()`` list members of cel-cpp's lists extension, which upstream's
   version lacks, are compile errors.
 
@@ -93,6 +96,7 @@ note, and cel-python, which gives upstream's answer there, is asserted to do so.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import itertools
 import re
@@ -109,12 +113,11 @@ from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.ids import DeviceID
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
-from driver.cel import checked, cost, library, network, strings
+from driver.cel import checked, cost, drive, estimate, instrument, library, network, strings
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
 COMPILE_CACHE_SIZE: Final = 1024
-ITERATION_BUDGET: Final = 10_000  # cel-cpp's comprehension iterations per evaluation
 
 QUANTITY_TYPE_NAME: Final = "kubernetes.Quantity"
 SEMVER_TYPE_NAME: Final = "kubernetes.Semver"
@@ -175,7 +178,6 @@ def _semver_value(version: library.Semver) -> Any:
 def _quantity_literal(text: str) -> Any:
     """``quantity(s)``; memoised (selectors call it with the same literal on every device).
     The engine copies the message, so sharing one is safe."""
-    cost.charge_traversal(len(text))
     return quantity_value(library.parse_quantity(text))
 
 
@@ -254,14 +256,14 @@ def _equal(a: Any, b: Any) -> bool:
 def _includes(receiver: Any, value: Any) -> bool:
     """``includes()``: membership for a list attribute, equality for a scalar one, so one
     selector works whether a driver publishes a value or a list (DRAListTypeAttributes)."""
+    cost.charge(1)  # upstream's runtime charges includes as any call
     if isinstance(receiver, list):
-        if len(receiver) > 64:  # ResourceSliceMaxAttributeValuesPerDevice, as upstream
+        if len(receiver) > estimate.INCLUDES_BOUND:  # ResourceSliceMaxAttributeValuesPerDevice
             raise library.CELFunctionError(
-                "'includes' function cannot be applied to lists longer than 64 values"
+                "'includes' function cannot be applied to lists longer than "
+                f"{estimate.INCLUDES_BOUND} values"
             )
-        cost.charge(len(receiver))
         return any(_equal(item, value) for item in receiver)
-    cost.charge(1)
     return _equal(receiver, value)
 
 
@@ -275,14 +277,14 @@ def _comparable(items: list[Any], function: str) -> list[Any]:
 
 
 def _is_sorted(items: list[Any]) -> bool:
-    cost.charge(len(items))
+    cost.charge(library.traversal_cost(items))
     values = _comparable(items, "isSorted")
     return all(a <= b for a, b in itertools.pairwise(values))
 
 
 def _sum(kind: str, zero: Any) -> Callable[[list[Any]], Any]:
     def total(items: list[Any]) -> Any:
-        cost.charge(len(items))
+        cost.charge(library.traversal_cost(items))
         result = sum(items, zero)
         if kind == "int":
             library.check_int64(result)
@@ -295,7 +297,7 @@ def _sum(kind: str, zero: Any) -> Callable[[list[Any]], Any]:
 
 def _min_max(function: str, pick: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
     def extreme(items: list[Any]) -> Any:
-        cost.charge(len(items))
+        cost.charge(library.traversal_cost(items))
         if not items:
             raise library.CELFunctionError(f"{function} called on empty list")
         return pick(_comparable(items, function))
@@ -304,12 +306,12 @@ def _min_max(function: str, pick: Callable[[list[Any]], Any]) -> Callable[[list[
 
 
 def _list_index_of(items: list[Any], value: Any) -> int:
-    cost.charge(len(items))
+    cost.charge(library.traversal_cost(items))
     return next((i for i, item in enumerate(items) if _equal(item, value)), -1)
 
 
 def _list_last_index_of(items: list[Any], value: Any) -> int:
-    cost.charge(len(items))
+    cost.charge(library.traversal_cost(items))
     for i in range(len(items) - 1, -1, -1):
         if _equal(items[i], value):
             return i
@@ -326,6 +328,8 @@ def _map_insert(mapping: dict[Any, Any], key: Any, value: Any = None) -> dict[An
             raise library.CELFunctionError(f"insert failed: key {k!r} already exists")
         out[k] = v
     cost.charge(1)
+    # The map crosses into Python and back, entry by entry; cel-go updates it in place.
+    cost.charge_work(10 * len(out))
     return out
 
 
@@ -819,12 +823,28 @@ def _functions() -> list[Any]:
     t = cel.Type
     meter = [
         cel.FunctionDecl(
-            checked.TICK_FUNCTION,
-            [cel.Overload(checked.TICK_FUNCTION, t.BOOL, [t.INT], impl=_tick)],
+            instrument.TICK_FUNCTION,
+            [cel.Overload(instrument.TICK_FUNCTION, t.BOOL, [t.INT], impl=_tick)],
         ),
         cel.FunctionDecl(
-            checked.CHARGE_FUNCTION,
-            [cel.Overload(checked.CHARGE_FUNCTION, t.BOOL, [t.INT, t.INT, t.INT], impl=_charge)],
+            drive.LOOP_FUNCTION,
+            [cel.Overload(drive.LOOP_FUNCTION, t.DYN, [t.INT, t.List(t.DYN)], impl=_loop)],
+        ),
+        cel.FunctionDecl(
+            drive.ACCUMULATOR_FUNCTION,
+            [cel.Overload(drive.ACCUMULATOR_FUNCTION, t.DYN, [], impl=_accumulator)],
+        ),
+        cel.FunctionDecl(
+            drive.OBSERVE_FUNCTION,
+            [cel.Overload(drive.OBSERVE_FUNCTION, t.BOOL, [t.BOOL], impl=_observe)],
+        ),
+        cel.FunctionDecl(
+            instrument.CHARGE_FUNCTION,
+            [
+                cel.Overload(
+                    instrument.CHARGE_FUNCTION, t.BOOL, [t.INT, t.List(t.DYN)], impl=_charge
+                )
+            ],
         ),
     ]
     declared = [cel.FunctionDecl(name, overloads) for name, overloads in by_name.items()]
@@ -832,15 +852,161 @@ def _functions() -> list[Any]:
 
 
 def _tick(amount: int) -> bool:
-    """One comprehension iteration of a metered evaluation (its body's minimum cost)."""
+    """The fixed cost of a region of a metered evaluation (driver.cel.instrument)."""
     cost.charge(amount)
     return True
 
 
-def _charge(rule: int, first: int, second: int) -> bool:
-    """A size-dependent operation of the engine's own, in a metered evaluation."""
-    cost.charge(checked.charge_amount(rule, first, second))
+def _charge(rule: int, operands: list[Any]) -> bool:
+    """A size-dependent function of the engine's own, in a metered evaluation."""
+    amount, work = instrument.charge_amount(rule, operands)
+    cost.charge(amount)
+    if work:
+        cost.charge_work(work)
     return True
+
+
+# --------------------------------------------------------------------------- driven loops
+
+
+@dataclass(frozen=True, slots=True)
+class _DrivenLoop:
+    chunk: Any  # program
+    result: Any | None  # program
+    spec: drive.Loop
+
+
+@dataclass(frozen=True, slots=True)
+class _Driven:
+    """An expression whose comprehensions run from Python in chunks (driver.cel.drive)."""
+
+    main: Any
+    loops: tuple[_DrivenLoop, ...]
+
+
+class _AccumulatorError:
+    """An accumulator that is an error value, carried from one chunk to the next."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+@dataclass(slots=True)
+class _DriveState:
+    """The driven evaluation running in this thread: its programs and the device's variables,
+    and a stack of the chunks running (the accumulator each starts from, and the last value
+    of its loop condition)."""
+
+    driven: _Driven
+    variables: Mapping[str, Any]
+    accumulators: list[Any] = field(default_factory=list)
+    conditions: list[bool | None] = field(default_factory=list)
+
+
+_DRIVE = threading.local()
+
+
+def _drive_state() -> _DriveState:
+    state: _DriveState | None = getattr(_DRIVE, "state", None)
+    if state is None:
+        raise library.CELFunctionError("internal error: a driven loop outside its evaluation")
+    return state
+
+
+def _accumulator() -> Any:
+    value = _drive_state().accumulators[-1]
+    if isinstance(value, _AccumulatorError):
+        raise library.CELFunctionError(value.message)
+    return value
+
+
+def _observe(condition: bool) -> bool:
+    _drive_state().conditions[-1] = condition
+    return condition
+
+
+def _run_with_accumulator(state: _DriveState, program: Any, data: dict[str, Any], accu: Any) -> Any:
+    """Evaluate one part of a driven loop; the accumulator it returns (or carries as an
+    error)."""
+    state.accumulators.append(accu)
+    state.conditions.append(None)
+    try:
+        result = program.eval(data=data)
+    finally:
+        state.accumulators.pop()
+    if result.type() == cel.Type.ERROR:
+        return _AccumulatorError(_engine_message(str(result.value())))
+    return result.plain_value()
+
+
+def _loop(index: int, operands: list[Any]) -> Any:
+    """``@biaxial.loop``: comprehension *index* over its range, in chunks (driver.cel.drive)."""
+    state = _drive_state()
+    loop = state.driven.loops[index]
+    rng, accu, *free = operands
+    base = {**state.variables, **dict(zip(loop.spec.free, free, strict=True))}
+    if isinstance(rng, dict):
+        items: list[Any] = list(rng.items())
+    elif isinstance(rng, list):
+        items = rng
+    else:
+        raise library.CELFunctionError(
+            f"expression of type '{_type_name(rng)}' cannot be the range of a comprehension"
+        )
+    for start in range(0, len(items), drive.CHUNK):
+        part = items[start : start + drive.CHUNK]
+        data = {
+            **base,
+            drive.RANGE_NAME: dict(part) if isinstance(rng, dict) else part,
+            drive.OFFSET_NAME: start,
+        }
+        accu = _run_with_accumulator(state, loop.chunk, data, accu)
+        stopped = state.conditions.pop() is False
+        if stopped:
+            break
+    if loop.result is not None:
+        accu = _run_with_accumulator(state, loop.result, base, accu)
+        state.conditions.pop()
+    if isinstance(accu, _AccumulatorError):
+        raise library.CELFunctionError(accu.message)
+    return accu
+
+
+@lru_cache(maxsize=64)
+def _driven(expression: str, metered: bool) -> _Driven:
+    """The driven form of a compiled expression (metered: of its instrumented form)."""
+    compiled = _compile(expression)
+    source = (
+        instrument.instrument(compiled.checked, _self_charging) if metered else compiled.checked
+    )
+    plan = drive.drive(source)
+
+    def program(checked_expr: Any) -> Any:
+        renamed = copy.deepcopy(checked_expr)
+        checked.rename_calls(renamed, _runtime_name)
+        return _env().deserialize(checked.serialize_checked(renamed))
+
+    loops = tuple(
+        _DrivenLoop(
+            program(loop.chunk),
+            program(loop.result) if loop.result is not None else None,
+            loop,
+        )
+        for loop in plan.loops
+    )
+    return _Driven(program(plan.main), loops)
+
+
+def _eval_driven(driven: _Driven, variables: Mapping[str, Any]) -> Any:
+    """Evaluate a driven expression against the device's (padded) variables."""
+    previous = getattr(_DRIVE, "state", None)
+    _DRIVE.state = _DriveState(driven, variables)
+    try:
+        return driven.main.eval(data=dict(variables))
+    finally:
+        _DRIVE.state = previous
 
 
 _ENV_CONFIG: Final = """
@@ -883,14 +1049,9 @@ def _env() -> Any:
 
 _STATUS_PREFIX: Final = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX: Final = re.compile(r"\s*\[[A-Z_]+\]$")
-_ITERATIONS_MESSAGE: Final = (
-    f"Iteration budget exceeded: more than {ITERATION_BUDGET} comprehension iterations in one"
-    " evaluation (a limit of biaxial's CEL engine, cel-cpp)"
-)
 _RUNTIME_REWRITES: Final = (
     (re.compile(r"^Key not found in map : (.*)$", re.DOTALL), r"no such key: \1"),
     (re.compile(r"^No matching overloads found : (.*)$", re.DOTALL), r"no such overload: \1"),
-    (re.compile(r"^Iteration budget exceeded$"), _ITERATIONS_MESSAGE),
 )
 
 
@@ -952,6 +1113,16 @@ class DeviceInput:
         if not missing_attr and not missing_cap:
             self._padded[domains] = self.activation
             return self.activation
+        activation = _env().Activation(self.padded_variables(domains))
+        self._padded[domains] = activation
+        return activation
+
+    def padded_variables(self, domains: frozenset[str]) -> Mapping[str, Any]:
+        """The variables of :meth:`padded`, as Python values."""
+        missing_attr = domains - self.attribute_domains
+        missing_cap = domains - self.capacity_domains
+        if not missing_attr and not missing_cap:
+            return self.variables
         variables = dict(self.variables)
         variables["device.attributes"] = {
             **variables["device.attributes"],
@@ -961,9 +1132,7 @@ class DeviceInput:
             **variables["device.capacity"],
             **{domain: {} for domain in missing_cap},
         }
-        activation = _env().Activation(variables)
-        self._padded[domains] = activation
-        return activation
+        return variables
 
 
 def device_input(device: Device, driver_name: str) -> DeviceInput:
@@ -1032,20 +1201,14 @@ class Selector:
         """Evaluate against a prepared :class:`DeviceInput` (see :class:`MatchCache`)."""
         if self._program is None:
             return compile_selector(self.expression).evaluate(device, device_name)
-        activation = device.padded(self.domains)
         try:
-            if self._metered is None:
-                result = self._program.eval(activation)
-            else:
-                meter = cost.Meter(cost.current_limits())
-                with cost.metering(meter):
-                    result = self._metered.eval(activation)
-                if meter.exceeded:
-                    raise self._error(device_name, meter.reason)
-        except RuntimeError as exc:  # the engine's own failures (iteration budget, ...)
+            result, meter = _run(self, device)
+        except RuntimeError as exc:  # the engine's own failures
             raise self._error(device_name, _runtime_message(str(exc))) from exc
         except (MemoryError, RecursionError) as exc:
             raise self._error(device_name, f"evaluation failed: {type(exc).__name__}") from exc
+        if meter is not None and meter.exceeded:
+            raise self._error(device_name, meter.reason)
         value = result.value()
         if value is True or value is False:  # only a BOOL result converts to a Python bool
             return value
@@ -1062,14 +1225,49 @@ class Selector:
         )
 
 
+def _run(selector: Selector, device: DeviceInput) -> tuple[Any, cost.Meter | None]:
+    """One evaluation (metered when the selector is); where cel-cpp's iteration budget stops
+    it, again with its comprehensions driven from Python (driver.cel.drive)."""
+    metered = selector._metered is not None
+    meter = cost.Meter(cost.current_limits()) if metered else None
+    try:
+        with cost.metering(meter):
+            program = selector._metered if metered else selector._program
+            return program.eval(device.padded(selector.domains)), meter
+    except RuntimeError as exc:
+        if not _budget_exceeded(exc):
+            raise
+    meter = cost.Meter(cost.current_limits()) if metered else None
+    with cost.metering(meter):
+        driven = _driven(selector.expression, metered)
+        return _eval_driven(driven, device.padded_variables(selector.domains)), meter
+
+
+def _budget_exceeded(exc: RuntimeError) -> bool:
+    return "Iteration budget exceeded" in str(exc)
+
+
 def shorten(expression: str, limit: int = 120) -> str:
     """An expression cut to *limit* characters for messages (10 KiB ones stay readable)."""
     return expression if len(expression) <= limit else expression[: limit - 3] + "..."
 
 
-@lru_cache(maxsize=COMPILE_CACHE_SIZE)
-def compile_selector(expression: str) -> Selector:
-    """Compile a selector once (LRU-cached per expression string); see the module docstring."""
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """An expression checked against upstream's compile-time rules, with its estimates."""
+
+    checked: Any  # the checked AST, library calls under their declared names
+    program: Any  # the runnable program (library calls renamed)
+    output: Any  # the result type
+    cost: estimate.Span  # upstream's static estimate
+    work: estimate.Span  # the engine's own worst case (driver.cel.estimate)
+
+    @property
+    def needs_meter(self) -> bool:
+        return max(self.cost[1], self.work[1]) > COST_LIMIT
+
+
+def _compile(expression: str) -> _Compiled:
     size = len(expression.encode())
     if size > MAX_EXPRESSION_LENGTH:
         raise CELCompileError(
@@ -1082,29 +1280,92 @@ def compile_selector(expression: str) -> Selector:
         raise CELCompileError(f"compilation failed: {_engine_message(str(exc))}") from exc
     except RecursionError as exc:
         raise CELCompileError("compilation failed: expression nested too deeply") from exc
-    output = program.return_type()
-    if output not in (cel.Type.BOOL, cel.Type.DYN):
-        raise CELCompileError(
-            f"compilation failed: must evaluate to bool or the unknown type, "
-            f"not {output.name().lower()}"
-        )
     checked_expr = checked.parse_checked_expr(program.serialize())
     problem = checked.validate(checked_expr, _regex_problem)
     if problem is not None:
         raise CELCompileError(f"compilation failed: {problem}")
-    estimate = checked.estimate_cost(checked_expr)
-    if checked.rename_calls(checked_expr, _runtime_name):
-        program = env.deserialize(checked.serialize_checked(checked_expr))
-    metered = None
-    if estimate > COST_LIMIT:
-        metered = env.deserialize(checked.serialize_checked(checked.instrument(checked_expr)))
+    upstream = estimate.estimate(checked_expr)
+    work = estimate.estimate(checked_expr, work=True)
+    renamed = copy.deepcopy(checked_expr)
+    if checked.rename_calls(renamed, _runtime_name):
+        program = env.deserialize(checked.serialize_checked(renamed))
+    return _Compiled(checked_expr, program, program.return_type(), upstream, work)
+
+
+def _self_charging(overload_ids: list[str]) -> bool:
+    """Whether a call's implementation (biaxial's, in Python) charges its own cost."""
+    return all(i in _OVERLOADS for i in overload_ids)
+
+
+def _instrumented(compiled: _Compiled) -> Any:
+    """The program that counts its actual cost (driver.cel.instrument)."""
+    tracked = instrument.instrument(compiled.checked, _self_charging)
+    checked.rename_calls(tracked, _runtime_name)
+    return _env().deserialize(checked.serialize_checked(tracked))
+
+
+@lru_cache(maxsize=COMPILE_CACHE_SIZE)
+def compile_selector(expression: str) -> Selector:
+    """Compile a selector once (LRU-cached per expression string); see the module docstring."""
+    compiled = _compile(expression)
+    if compiled.output not in (cel.Type.BOOL, cel.Type.DYN):
+        raise CELCompileError(
+            f"compilation failed: must evaluate to bool or the unknown type, "
+            f"not {compiled.output.name().lower()}"
+        )
     return Selector(
         expression=expression,
-        _program=program,
-        domains=checked.literal_domains(checked_expr.expr),
-        max_cost=estimate,
-        _metered=metered,
+        _program=compiled.program,
+        domains=checked.literal_domains(compiled.checked.expr),
+        max_cost=compiled.cost[1],
+        _metered=_instrumented(compiled) if compiled.needs_meter else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What :func:`measure` found: upstream's estimate, and the actual cost and result of one
+    evaluation (the value, or the error message)."""
+
+    estimate: estimate.Span
+    actual: int
+    value: Any = None
+    error: str = ""
+
+
+def measure(
+    expression: str,
+    device: Device | None = None,
+    driver_name: str = "",
+    *,
+    sizes: estimate.SizeEstimator = estimate.dra_sizes,
+    limit: int = COST_LIMIT,
+) -> Measurement:
+    """Compile *expression* (any result type) in the DRA environment and evaluate it once
+    with its actual cost counted (cancelled past *limit*): for conformance tests against
+    upstream's cost tables and for ``bench``. *sizes* replaces DRA's size estimator
+    (upstream's library cost tests use their own). Raises CELCompileError."""
+    compiled = _compile(expression)
+    selector = Selector(
+        expression=expression,
+        _program=compiled.program,
+        domains=checked.literal_domains(compiled.checked.expr),
+        max_cost=compiled.cost[1],
+        _metered=_instrumented(compiled),
+    )
+    span = estimate.estimate(compiled.checked, sizes)
+    prepared = device_input(device or Device(name="-"), driver_name)
+    with cost.limits(cost=limit):
+        try:
+            result, meter = _run(selector, prepared)
+        except RuntimeError as exc:
+            return Measurement(span, 0, error=_runtime_message(str(exc)))
+    assert meter is not None
+    if meter.exceeded:
+        return Measurement(span, meter.cost, error=meter.reason)
+    if result.type() == cel.Type.ERROR:
+        return Measurement(span, meter.cost, error=_runtime_message(str(result.value())))
+    return Measurement(span, meter.cost, value=result.plain_value())
 
 
 def _regex_problem(pattern: str) -> str | None:

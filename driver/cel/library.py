@@ -180,6 +180,20 @@ def quantity_sub_int(value: Quantity, amount: int) -> Quantity:
     return value - Quantity.from_int(amount)
 
 
+def traversal_cost(value: object) -> int:
+    """Kubernetes' traversalCost: a tenth of each string's or bytes' length in bytes (rounded
+    down), summed over lists and maps, 1 for anything else."""
+    if isinstance(value, str):
+        return int(len(value.encode()) * 0.1)
+    if isinstance(value, bytes | bytearray):
+        return int(len(value) * 0.1)
+    if isinstance(value, list):
+        return sum(traversal_cost(v) for v in value)
+    if isinstance(value, dict):
+        return sum(traversal_cost(k) + traversal_cost(v) for k, v in value.items())
+    return 1
+
+
 def check_int64(value: int) -> int:
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise CELFunctionError("integer overflow")

@@ -187,9 +187,13 @@ def prefix_length(value: str) -> int:
     return _iface(value).network.prefixlen
 
 
+def cidr_size(value: str) -> int:
+    """Upstream's size of a CIDR value: the bytes its prefix covers."""
+    return -(-_iface(value).network.prefixlen // 8)
+
+
 def contains_ip(value: str, other: str, *, parse: bool = False) -> bool:
-    size = len(value)
-    cost.charge_traversal(2 * size)
+    cost.charge_traversal(2 * cidr_size(value))
     if parse:
         cost.charge_traversal(len(other))
         other = str(parse_ip(other))
@@ -199,7 +203,7 @@ def contains_ip(value: str, other: str, *, parse: bool = False) -> bool:
 
 
 def contains_cidr(value: str, other: str, *, parse: bool = False) -> bool:
-    size = len(value)
+    size = cidr_size(value)
     cost.charge(-(-2 * size // 10) + -(-size // 10) + 1)
     if parse:
         cost.charge_traversal(len(other))
@@ -253,7 +257,7 @@ def url(text: str) -> str:
 
 
 def is_url(text: str) -> bool:
-    cost.charge_traversal(len(text))
+    cost.charge(1)  # upstream has no size-dependent cost for isURL
     try:
         parse_url(text)
     except (CELFunctionError, ValueError):
@@ -266,14 +270,18 @@ def get_scheme(value: str) -> str:
     return urllib.parse.urlsplit(value, allow_fragments=False).scheme
 
 
+def _host(value: str) -> str:
+    return urllib.parse.urlsplit(value, allow_fragments=False).netloc.rpartition("@")[2]
+
+
 def get_host(value: str) -> str:
     cost.charge(1)
-    return urllib.parse.urlsplit(value, allow_fragments=False).netloc.rpartition("@")[2]
+    return _host(value)
 
 
 def get_hostname(value: str) -> str:
     cost.charge(1)
-    host = get_host(value)
+    host = _host(value)
     if host.startswith("["):
         return host[1 : host.find("]")]
     return host.rpartition(":")[0] if ":" in host else host
@@ -281,7 +289,7 @@ def get_hostname(value: str) -> str:
 
 def get_port(value: str) -> str:
     cost.charge(1)
-    host = get_host(value)
+    host = _host(value)
     if host.startswith("["):
         rest = host[host.find("]") + 1 :]
         return rest[1:] if rest.startswith(":") else ""

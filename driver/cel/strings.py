@@ -21,27 +21,27 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from driver.cel import cost
-from driver.cel.library import CELFunctionError
+from driver.cel.library import CELFunctionError, traversal_cost
 
 # --------------------------------------------------------------------------- strings extension
 
 
 def char_at(text: str, index: int) -> str:
-    cost.charge_traversal(len(text))
+    cost.charge(1)  # upstream has no size-dependent cost for charAt
     if index < 0 or index > len(text):
         raise CELFunctionError(f"index out of range: {index}")
     return text[index : index + 1]
 
 
 def index_of(text: str, sub: str, offset: int = 0) -> int:
-    cost.charge(1 + math.ceil(0.1 * len(text)))
+    cost.charge(traversal_cost(text))
     if offset < 0 or offset > len(text):
         raise CELFunctionError(f"index out of range: {offset}")
     return text.find(sub, offset)
 
 
 def last_index_of(text: str, sub: str, offset: int | None = None) -> int:
-    cost.charge(1 + math.ceil(0.1 * len(text)))
+    cost.charge(traversal_cost(text))
     if offset is None:
         return text.rfind(sub)
     if offset < 0 or (offset >= max(len(text), 1) and not (offset == 0 and not text)):
@@ -171,9 +171,7 @@ def format_string(template: str, args: list[Any]) -> str:
     out.append(template[pos:])
     if used < len(args):
         raise CELFunctionError(f"too many arguments supplied to string.format (expected {used})")
-    result = "".join(out)
-    cost.charge_traversal(len(result))
-    return result
+    return "".join(out)
 
 
 def _format_clause(verb: str, precision: str | None, value: Any) -> str:

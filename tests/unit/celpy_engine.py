@@ -7,8 +7,9 @@ The Kubernetes libraries are not re-implemented: quantity and semver come from
 functions celpy lacks are added here. The ``device`` variable is a celpy map whose
 ``attributes`` / ``capacity`` return an empty map for an unknown domain, exactly upstream's
 behaviour. celpy has no type checker and no cost model: static type errors surface at run time
-(the table records each such case as a celpy deviation), and the cost guard borrows
-``driver.cel.engine``'s compile-time estimate.
+(the table records each such case as a celpy deviation), and where ``driver.cel.engine``'s
+actual-cost meter cancels an evaluation celpy reports the same cancellation, borrowed, instead
+of running unbounded.
 """
 
 from __future__ import annotations
@@ -220,13 +221,11 @@ def device_value(device: Device, driver_name: str) -> celtypes.MapType:
 class CelpySelector:
     expression: str
     program: Any
-    max_cost: int
+    metered: Any  # driver.cel.engine's selector when it meters the expression, else None
 
     def matches(self, device: Device, driver_name: str) -> bool:
-        if self.max_cost > dra_cel.COST_LIMIT:
-            raise CELEvaluationError(
-                f"on device {device.name!r}: cost limit exceeded (estimated {self.max_cost})"
-            )
+        if self.metered is not None:
+            _borrowed_cancellation(self.metered, device, driver_name)
         try:
             result = self.program.evaluate({"device": device_value(device, driver_name)})
         except CELEvalError as exc:
@@ -257,13 +256,26 @@ def _message(exc: CELEvalError) -> str:
 _ENV = celpy.Environment()
 
 
-def _borrowed_cost(expression: str) -> int:
-    """celpy has no cost model: use driver.cel.engine's estimate when cel-expr-python can
-    compile the expression, else 0 (nothing to guard: it would not compile upstream either)."""
+def _metered(expression: str) -> Any:
+    """driver.cel.engine's selector for an expression it meters (its estimate could pass the
+    cost limit), else None: celpy has no cost model of its own."""
     try:
-        return dra_cel.compile_selector(expression).max_cost
+        selector = dra_cel.compile_selector(expression)
     except CELCompileError:
-        return 0
+        return None  # nothing to guard: it does not compile upstream either
+    return selector if selector.metered else None
+
+
+def _borrowed_cancellation(selector: Any, device: Device, driver_name: str) -> None:
+    """Where driver.cel.engine's actual-cost meter cancels the evaluation, celpy reports the
+    same cancellation instead of running (it would run unbounded)."""
+    try:
+        selector.matches(device, driver_name)
+    except CELEvaluationError as exc:
+        if "operation cancelled" in str(exc):
+            raise CELEvaluationError(
+                f"on device {device.name!r}: {str(exc).rsplit(': ', 1)[-1]} (borrowed)"
+            ) from exc
 
 
 def compile(expression: str) -> CelpySelector:  # noqa: A001 - the engine-neutral name
@@ -275,6 +287,4 @@ def compile(expression: str) -> CelpySelector:  # noqa: A001 - the engine-neutra
         raise CELCompileError(f"compilation failed: {exc}") from exc
     except RecursionError as exc:
         raise CELCompileError("compilation failed: nested too deeply") from exc
-    return CelpySelector(
-        expression, _ENV.program(ast, functions=_FUNCTIONS), _borrowed_cost(expression)
-    )
+    return CelpySelector(expression, _ENV.program(ast, functions=_FUNCTIONS), _metered(expression))

@@ -44,8 +44,6 @@ KNOWN_DEVIATIONS = {
     "has() on allowMultipleAllocations",  # object type
     "computed domain name",  # unknown domains
     "in sees a padded literal domain",  # unknown domains
-    "cost limit: nested comprehension",  # iterations
-    "cost limit: comprehension over a nested literal",  # iterations
 }
 
 

@@ -953,7 +953,8 @@ def _loop(index: int, operands: list[Any]) -> Any:
         items = rng
     else:
         raise library.CELFunctionError(
-            f"expression of type '{_type_name(rng)}' cannot be the range of a comprehension"
+            "expected iterable type: the range of a comprehension must be a list or a map,"
+            f" got {_type_name(rng)}"
         )
     for start in range(0, len(items), drive.CHUNK):
         part = items[start : start + drive.CHUNK]
@@ -1050,6 +1051,10 @@ def _env() -> Any:
 _STATUS_PREFIX: Final = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX: Final = re.compile(r"\s*\[[A-Z_]+\]$")
 _RUNTIME_REWRITES: Final = (
+    (
+        re.compile(r"^No matching overloads found : <iter_range>$"),
+        "expected iterable type: the range of a comprehension must be a list or a map",
+    ),
     (re.compile(r"^Key not found in map : (.*)$", re.DOTALL), r"no such key: \1"),
     (re.compile(r"^No matching overloads found : (.*)$", re.DOTALL), r"no such overload: \1"),
 )
@@ -1229,18 +1234,19 @@ def _run(selector: Selector, device: DeviceInput) -> tuple[Any, cost.Meter | Non
     """One evaluation (metered when the selector is); where cel-cpp's iteration budget stops
     it, again with its comprehensions driven from Python (driver.cel.drive)."""
     metered = selector._metered is not None
-    meter = cost.Meter(cost.current_limits()) if metered else None
     try:
+        if not metered:
+            return selector._program.eval(device.padded(selector.domains)), None
+        meter = cost.Meter(cost.current_limits())
         with cost.metering(meter):
-            program = selector._metered if metered else selector._program
-            return program.eval(device.padded(selector.domains)), meter
+            return selector._metered.eval(device.padded(selector.domains)), meter
     except RuntimeError as exc:
         if not _budget_exceeded(exc):
             raise
-    meter = cost.Meter(cost.current_limits()) if metered else None
-    with cost.metering(meter):
-        driven = _driven(selector.expression, metered)
-        return _eval_driven(driven, device.padded_variables(selector.domains)), meter
+    driven = _driven(selector.expression, metered)
+    fresh = cost.Meter(cost.current_limits()) if metered else None
+    with cost.metering(fresh):
+        return _eval_driven(driven, device.padded_variables(selector.domains)), fresh
 
 
 def _budget_exceeded(exc: RuntimeError) -> bool:
@@ -1354,7 +1360,10 @@ def measure(
         _metered=_instrumented(compiled),
     )
     span = estimate.estimate(compiled.checked, sizes)
-    prepared = device_input(device or Device(name="-"), driver_name)
+    try:
+        prepared = device_input(device or Device(name="-"), driver_name)
+    except CELEvaluationError as exc:
+        return Measurement(span, 0, error=str(exc))
     with cost.limits(cost=limit):
         try:
             result, meter = _run(selector, prepared)

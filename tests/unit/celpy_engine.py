@@ -132,6 +132,19 @@ def _join(items: Any, sep: Any = None) -> celtypes.StringType:
     return celtypes.StringType(("" if sep is None else _str(sep)).join(_str(i) for i in items))
 
 
+def _includes(target: Any, value: Any) -> celtypes.BoolType:
+    """DRA's includes: membership in a list attribute (at most 48 values), equality with a
+    scalar one."""
+    if isinstance(target, list):
+        if len(target) > dra_cel.estimate.INCLUDES_BOUND:
+            raise cel_types.CELFunctionError(
+                "'includes' function cannot be applied to lists longer than "
+                f"{dra_cel.estimate.INCLUDES_BOUND} values"
+            )
+        return celtypes.BoolType(value in target)
+    return celtypes.BoolType(target == value)
+
+
 _LIBRARY: dict[str, Callable[..., Any]] = {
     "quantity": lambda s: QuantityValue(cel_types.parse_quantity(_str(s))),
     "isQuantity": lambda s: celtypes.BoolType(cel_types.is_quantity(_str(s))),
@@ -159,7 +172,7 @@ _LIBRARY: dict[str, Callable[..., Any]] = {
     "charAt": lambda s, i: celtypes.StringType(_str(s)[int(i) : int(i) + 1]),
     "split": _split,
     "join": _join,
-    "includes": lambda a, b: celtypes.BoolType(b in a if isinstance(a, list) else a == b),
+    "includes": _includes,
     "isSorted": lambda items: celtypes.BoolType(list(items) == sorted(items)),
     "sum": lambda items: celtypes.IntType(cel_types.check_int64(sum(int(i) for i in items))),
     "min": min,
@@ -232,6 +245,8 @@ class CelpySelector:
             raise CELEvaluationError(f"on device {device.name!r}: {_message(exc)}") from exc
         except RecursionError as exc:
             raise CELEvaluationError(f"on device {device.name!r}: nested too deeply") from exc
+        except TypeError as exc:  # celpy lets some type errors escape as Python exceptions
+            raise CELEvaluationError(f"on device {device.name!r}: {exc}") from exc
         if not isinstance(result, celtypes.BoolType):
             raise CELEvaluationError(
                 f"on device {device.name!r}: must evaluate to bool, got {type(result).__name__}"

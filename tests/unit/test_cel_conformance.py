@@ -1,4 +1,4 @@
-"""The conformance table (tests/unit/cel_cases.py) on both engines, plus the engine contract:
+"""The conformance table (tests/unit/cel_cases/) on both engines, plus the engine contract:
 compile cache, message shape, and MatchCache behaviour."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from driver.api.model import Device, Version
 from driver.cel import engine as cel
 from tests.unit import celpy_engine
 from tests.unit.cel_cases import CASES, DRIVER, T4, Case
+from tests.unit.cel_cases.base import DRA_TESTS
 
 
 def _outcome(compile_fn: Callable[[str], Any], case: Case) -> bool | Exception:
@@ -58,6 +59,38 @@ def test_driver_deviations_from_upstream_are_few_and_documented() -> None:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_cel_expr_python(case: Case) -> None:
     _check(_outcome(cel.compile_selector, case), case.result, case.error, case.fragment)
+
+
+COSTED = [c for c in CASES if c.cost is not None or c.actual is not None]
+
+
+@pytest.mark.parametrize("case", COSTED, ids=lambda c: c.name)
+def test_cost_is_upstreams(case: Case) -> None:
+    """Upstream's static estimate and actual cost where its test pins them."""
+    measured = cel.measure(case.expression, case.device, case.driver)
+    if isinstance(case.cost, tuple):
+        assert measured.estimate == case.cost
+    elif case.cost is not None:
+        assert measured.estimate[1] == case.cost
+    if case.actual is not None:
+        assert measured.actual == case.actual
+
+
+TESTCEL = [c for c in CASES if c.cites.startswith(DRA_TESTS) and c.error is not CELCompileError]
+
+
+@pytest.mark.parametrize("case", TESTCEL, ids=lambda c: c.name)
+def test_actual_cost_stays_within_the_estimate(case: Case) -> None:
+    """As upstream's TestCEL checks for its scenarios: the estimate bounds the actual cost.
+    (Not for every expression: cel-go's own estimate of startsWith reads the prefix's size
+    where its runtime charges the string's, so ``s.startsWith("ab")`` can cost more than
+    estimated, upstream as here.)"""
+    measured = cel.measure(case.expression, case.device, case.driver)
+    assert measured.actual <= measured.estimate[1], measured
+
+
+def test_every_case_cites_its_source() -> None:
+    assert all(c.cites for c in CASES), [c.name for c in CASES if not c.cites]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -1,19 +1,28 @@
-"""The DRA CEL conformance table: one row per expression, written from upstream semantics
-(k8s.io/dynamic-resource-allocation/cel, the Kubernetes quantity and semver libraries, cel-spec).
-
-Each :class:`Case` names its device, the expected result or the expected error class with a
-fragment of the message, and -- where cel-python (the second engine) behaves differently --
-a :class:`Deviation` saying what celpy does instead and why. Upstream decides what
-``driver.cel.engine`` does; deviations are asserted for celpy, never skipped.
+"""biaxial's own conformance cases: selectors on realistic GPU devices, written from upstream
+semantics (k8s.io/dynamic-resource-allocation/cel, the Kubernetes libraries, cel-spec), and the
+engine's documented differences. The cases taken from upstream's own test tables live in the
+sibling modules, each citing its test.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
 
 from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.model import Capacity, Device, Version
 from driver.api.quantity import Quantity
+from tests.unit.cel_cases import base
+from tests.unit.cel_cases.base import (
+    CELPY_COST,
+    CELPY_IS_UPSTREAM,
+    HETEROGENEOUS_EQ,
+    NO_BIND,
+    NO_OPTIONAL,
+    NO_TYPE_CHECKER,
+    NO_TYPE_CHECKER_BOOL,
+    Case,
+    Deviation,
+)
 
 DRIVER = "gpu.biaxial.dev"
 D = f'device.attributes["{DRIVER}"]'
@@ -85,66 +94,34 @@ LISTS = Device(
 BAD_VERSION = Device(name="gpu-3", attributes={"driverVersion": Version("550.54")})
 
 
-@dataclass(frozen=True, slots=True)
-class Deviation:
-    """What cel-python does instead of upstream, and why."""
-
-    reason: str
-    result: bool | None = None
-    error: type[Exception] | None = None
-    fragment: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class Case:
-    name: str
-    expression: str
-    result: bool | None = None
-    error: type[Exception] | None = None
-    fragment: str = ""
-    device: Device = T4
-    driver: str = DRIVER
-    celpy: Deviation | None = field(default=None)
-    # Non-empty where driver.cel.engine knowingly differs from upstream (listed in its module
-    # docstring): the expectation is then driver.cel.engine's behaviour, and the note says
-    # upstream's.
-    upstream: str = ""
-
-
-def ok(name: str, expression: str, result: bool = True, **kw: object) -> Case:
-    return Case(name, expression, result=result, **kw)  # type: ignore[arg-type]
-
-
-def runtime(name: str, expression: str, fragment: str = "", **kw: object) -> Case:
-    return Case(name, expression, error=CELEvaluationError, fragment=fragment, **kw)  # type: ignore[arg-type]
-
-
-def compile_error(name: str, expression: str, fragment: str = "", **kw: object) -> Case:
-    return Case(name, expression, error=CELCompileError, fragment=fragment, **kw)  # type: ignore[arg-type]
-
-
-NO_TYPE_CHECKER = "celpy has no type checker: the static type error surfaces at run time"
-NO_TYPE_CHECKER_BOOL = "celpy has no type checker: the non-bool result surfaces at run time"
-NO_OPTIONAL = "celpy 0.5 does not parse optional-type syntax (.?, optional.of)"
-NO_BIND = "celpy 0.5 has no cel.bind extension"
-CELPY_IS_UPSTREAM = (
-    "celpy gives upstream's answer here; driver.cel.engine deviates (see `upstream`)"
-)
 NO_SETS = Deviation(
     "celpy 0.5 has no sets extension: `sets.f(a, b)` resolves as a member call on an undeclared"
     " variable `sets`",
     error=CELEvaluationError,
 )
-HETEROGENEOUS_EQ = (
-    "celpy raises 'no matching overload' for == between different types; cel-spec (and cel-go,"
-    " cel-cpp) define heterogeneous equality as false"
-)
 
 _BIG = "[" + ",".join(str(i) for i in range(101)) + "]"
-CELPY_COST = (
-    "celpy has no cost model: it reports the cancellation of driver.cel.engine's actual-cost"
-    " meter instead of running unbounded"
-)
+
+
+def ok(name: str, expression: str, result: bool = True, **kw: Any) -> Case:
+    """A case on the T4 device of biaxial's driver unless it names another."""
+    return base.ok(name, expression, result, **_on_t4(kw))
+
+
+def runtime(name: str, expression: str, fragment: str = "", **kw: Any) -> Case:
+    return base.runtime(name, expression, fragment, **_on_t4(kw))
+
+
+def compile_error(name: str, expression: str, fragment: str = "", **kw: Any) -> Case:
+    return base.compile_error(name, expression, fragment, **_on_t4(kw))
+
+
+def _on_t4(kw: dict[str, Any]) -> dict[str, Any]:
+    kw.setdefault("device", T4)
+    kw.setdefault("driver", DRIVER)
+    kw.setdefault("cites", "biaxial")
+    return kw
+
 
 CASES: tuple[Case, ...] = (
     # --- driver check first --------------------------------------------------------------

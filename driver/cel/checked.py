@@ -228,6 +228,33 @@ def new_expr() -> Any:
     return _CLASSES["Expr"]()
 
 
+def message_type(name: str) -> Any:
+    """A ``cel.expr.Type`` for a message type."""
+    t = _CLASSES["Type"]()
+    t.message_type = name
+    return t
+
+
+def list_type(element: Any) -> Any:
+    t = _CLASSES["Type"]()
+    t.list_type.elem_type.CopyFrom(element)
+    return t
+
+
+def string_type() -> Any:
+    t = _CLASSES["Type"]()
+    t.primitive = 5  # STRING
+    return t
+
+
+def optional_type(inner: Any) -> Any:
+    """``optional_type(inner)``, as cel-cpp's checker writes it."""
+    t = _CLASSES["Type"]()
+    t.abstract_type.name = "optional_type"
+    t.abstract_type.parameter_types.add().CopyFrom(inner)
+    return t
+
+
 class NodeFactory:
     """Builds new nodes for a rewritten expression, with ids above every id in it. A new
     node has no entry in the reference map, so the runtime resolves it by name."""
@@ -404,7 +431,7 @@ def _describe(t: Any) -> str:
 def validate(checked_expr: Any, regex_problem: Callable[[str], str | None]) -> str | None:
     """The first of upstream's compile-time rules the expression breaks (innermost first, as
     cel-go's checker reports them), or None."""
-    for node, exempt in _post_order(checked_expr.expr):
+    for node, exempt in post_order(checked_expr.expr):
         kind = node.WhichOneof("expr_kind")
         if kind == "list_expr" and not exempt:
             optional = set(node.list_expr.optional_indices)
@@ -445,7 +472,7 @@ def validate(checked_expr: Any, regex_problem: Callable[[str], str | None]) -> s
 _EXEMPT_FROM_HOMOGENEOUS: Final = frozenset({"format", "cel.@block"})
 
 
-def _post_order(root: Any) -> Iterator[tuple[Any, bool]]:
+def post_order(root: Any) -> Iterator[tuple[Any, bool]]:
     """Every node after its children, left to right, with whether an enclosing call exempts
     it from the homogeneous-literal rule."""
     stack: list[tuple[Any, bool, bool]] = [(root, False, False)]

@@ -99,6 +99,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import itertools
+import math
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -113,7 +114,17 @@ from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.ids import DeviceID
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
-from driver.cel import checked, cost, drive, estimate, instrument, library, network, strings
+from driver.cel import (
+    checked,
+    cost,
+    drive,
+    estimate,
+    formats,
+    instrument,
+    library,
+    network,
+    strings,
+)
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
@@ -124,6 +135,7 @@ SEMVER_TYPE_NAME: Final = "kubernetes.Semver"
 IP_TYPE_NAME: Final = "net.IP"
 CIDR_TYPE_NAME: Final = "net.CIDR"
 URL_TYPE_NAME: Final = "kubernetes.URL"
+FORMAT_TYPE_NAME: Final = "kubernetes.NamedFormat"
 
 # --------------------------------------------------------------------------- value types
 
@@ -133,7 +145,12 @@ def _build_value_types() -> tuple[Any, dict[str, type[Any]]]:
     optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
     pool = descriptor_pool.DescriptorPool()
     layout = {
-        "kubernetes": (("Quantity", "nanos"), ("Semver", "version"), ("URL", "value")),
+        "kubernetes": (
+            ("Quantity", "nanos"),
+            ("Semver", "version"),
+            ("URL", "value"),
+            ("NamedFormat", "name"),
+        ),
         "net": (("IP", "value"), ("CIDR", "value")),
     }
     for package, messages in layout.items():
@@ -152,6 +169,7 @@ def _build_value_types() -> tuple[Any, dict[str, type[Any]]]:
             IP_TYPE_NAME,
             CIDR_TYPE_NAME,
             URL_TYPE_NAME,
+            FORMAT_TYPE_NAME,
         )
     }
     return pool, classes
@@ -163,6 +181,7 @@ _SemverMsg = _CLASSES[SEMVER_TYPE_NAME]
 _IPMsg = _CLASSES[IP_TYPE_NAME]
 _CIDRMsg = _CLASSES[CIDR_TYPE_NAME]
 _URLMsg = _CLASSES[URL_TYPE_NAME]
+_FormatMsg = _CLASSES[FORMAT_TYPE_NAME]
 
 
 def quantity_value(quantity: Quantity) -> Any:
@@ -592,11 +611,46 @@ def _library() -> list[_Overload]:
         [url],
         _on(network.get_query, _url_text),
     )
+    # named formats (format.go): format.named and validate return optionals, which Python
+    # functions cannot build; they return the format or null, the errors or [], and the
+    # expression is rewritten to wrap them (_rewrite_optionals). Declared dyn for the checker;
+    # the checked AST gets upstream's types back (_fix_optional_types).
+    nf = t(FORMAT_TYPE_NAME)
+    free("format.named", "format-named", t.DYN, [t.STRING], _format_named)
+    for key in formats.FORMATS:
+        free(f"format.{key}", f"format.{key}", nf, [], _format_constant(key))
+    member("validate", "format-validate", t.DYN, [nf, t.STRING], _format_errors)
     # two-variable comprehensions: the runtime half cel-expr-python lacks
     m = t.Map(t.DYN, t.DYN)
     free("cel.@mapInsert", "@mapInsert_map_key_value", m, [m, t.DYN, t.DYN], _map_insert)
     free("cel.@mapInsert", "@mapInsert_map_map", m, [m, m], _map_insert)
     return out
+
+
+def _format_named(key: str) -> Any:
+    cost.charge(1)
+    found = formats.named(key)
+    return None if found is None else _FormatMsg(name=found.name)
+
+
+def _format_constant(key: str) -> Callable[[], Any]:
+    value = formats.FORMATS[key]
+
+    def constant() -> Any:
+        cost.charge(1)
+        return _FormatMsg(name=value.name)
+
+    return constant
+
+
+def _format_errors(msg: Any, text: str) -> list[str]:
+    """``validate``: the errors (upstream: optional.of(errors), or none when valid)."""
+    if not isinstance(msg, _FormatMsg):
+        raise library.CELFunctionError(f"no such overload: {_type_name(msg)} is not a format")
+    found = formats.of(msg.name)
+    size = math.ceil(found.max_regex_size * estimate.REGEX_LENGTH_FACTOR)
+    cost.charge(math.ceil((1 + len(text)) * estimate.STRING_TRAVERSAL_FACTOR) * size)
+    return found.validate(text)
 
 
 def _fn(impl: Callable[..., Any]) -> Callable[..., Any]:
@@ -980,8 +1034,11 @@ def _driven(expression: str, metered: bool) -> _Driven:
     """The driven form of a compiled expression (metered: of its instrumented form)."""
     compiled = _compile(expression)
     source = (
-        instrument.instrument(compiled.checked, _self_charging) if metered else compiled.checked
+        instrument.instrument(compiled.checked, _self_charging)
+        if metered
+        else copy.deepcopy(compiled.checked)
     )
+    _rewrite_optionals(source)
     plan = drive.drive(source)
 
     def program(checked_expr: Any) -> Any:
@@ -1214,12 +1271,17 @@ class Selector:
             raise self._error(device_name, f"evaluation failed: {type(exc).__name__}") from exc
         if meter is not None and meter.exceeded:
             raise self._error(device_name, meter.reason)
-        value = result.value()
+        kind = result.type()
+        try:
+            value = result.value()
+        except TypeError:  # a value with no Python form (an optional)
+            raise self._error(
+                device_name, "must evaluate to bool, got a value of another type (an optional)"
+            ) from None
         if value is True or value is False:  # only a BOOL result converts to a Python bool
             return value
-        kind = result.type()
         if kind == cel.Type.ERROR:
-            raise self._error(device_name, _runtime_message(str(result.value())))
+            raise self._error(device_name, _runtime_message(str(value)))
         raise self._error(
             device_name, f"must evaluate to bool, got a value of type {kind.name().lower()}"
         )
@@ -1264,7 +1326,7 @@ class _Compiled:
 
     checked: Any  # the checked AST, library calls under their declared names
     program: Any  # the runnable program (library calls renamed)
-    output: Any  # the result type
+    output: str  # the result type (checked.type_name)
     cost: estimate.Span  # upstream's static estimate
     work: estimate.Span  # the engine's own worst case (driver.cel.estimate)
 
@@ -1287,15 +1349,86 @@ def _compile(expression: str) -> _Compiled:
     except RecursionError as exc:
         raise CELCompileError("compilation failed: expression nested too deeply") from exc
     checked_expr = checked.parse_checked_expr(program.serialize())
+    _fix_optional_types(checked_expr)
     problem = checked.validate(checked_expr, _regex_problem)
     if problem is not None:
         raise CELCompileError(f"compilation failed: {problem}")
     upstream = estimate.estimate(checked_expr)
     work = estimate.estimate(checked_expr, work=True)
-    renamed = copy.deepcopy(checked_expr)
-    if checked.rename_calls(renamed, _runtime_name):
-        program = env.deserialize(checked.serialize_checked(renamed))
-    return _Compiled(checked_expr, program, program.return_type(), upstream, work)
+    runnable = _runnable(checked_expr)
+    if runnable is not None:
+        program = runnable
+    output = checked.type_name(checked_expr, checked_expr.expr)
+    return _Compiled(checked_expr, program, output, upstream, work)
+
+
+def _runnable(checked_expr: Any, *, rewritten: bool = False) -> Any | None:
+    """The program for a checked expression: named-format calls wrapped in optionals and
+    library calls renamed to their implementations; None when nothing needed changing and
+    the caller did not rewrite it itself (the engine's own program of it runs as is)."""
+    out = copy.deepcopy(checked_expr)
+    changed = _rewrite_optionals(out)
+    changed = checked.rename_calls(out, _runtime_name) or changed
+    if not changed and not rewritten:
+        return None
+    return _env().deserialize(checked.serialize_checked(out))
+
+
+_OPTIONAL_RESULTS: Final = {"format-named", "format-validate"}
+
+
+def _fix_optional_types(checked_expr: Any) -> None:
+    """Give the named-format calls (declared dyn) upstream's optional types in the checked
+    AST, and ``value()`` / ``orValue()`` of them the type inside, for the cost estimate and
+    the result-type check."""
+    named = checked.optional_type(checked.message_type(FORMAT_TYPE_NAME))
+    errors = checked.optional_type(checked.list_type(checked.string_type()))
+    for node, _ in checked.post_order(checked_expr.expr):
+        if node.WhichOneof("expr_kind") != "call_expr":
+            continue
+        ids = checked.overloads(checked_expr, node)
+        call = node.call_expr
+        if "format-named" in ids:
+            checked_expr.type_map[node.id].CopyFrom(named)
+        elif "format-validate" in ids:
+            checked_expr.type_map[node.id].CopyFrom(errors)
+        elif call.function in ("value", "orValue") and call.HasField("target"):
+            held = checked_expr.type_map.get(call.target.id)
+            if (
+                held is not None
+                and held.WhichOneof("type_kind") == "abstract_type"
+                and held.abstract_type.name == "optional_type"
+            ):
+                inner = held.abstract_type.parameter_types[0]
+                checked_expr.type_map[node.id].CopyFrom(inner)
+
+
+def _rewrite_optionals(checked_expr: Any) -> bool:
+    """Wrap each named-format call: ``format.named(k)`` returns the format or null,
+    ``f.validate(s)`` the list of errors; upstream returns optionals, built here in CEL:
+    ``cel.bind(@r, call, @r == null ? optional.none() : optional.of(@r))`` (for validate:
+    ``size(@r) == 0``)."""
+    targets = [
+        node
+        for node, _ in checked.post_order(checked_expr.expr)
+        if node.WhichOneof("expr_kind") == "call_expr"
+        and _OPTIONAL_RESULTS & set(checked.overloads(checked_expr, node))
+    ]
+    new = checked.NodeFactory(checked_expr)
+    for node in targets:
+        validate = "format-validate" in checked.overloads(checked_expr, node)
+        inner = copy.deepcopy(node)
+        name = f"@r{new.fresh()}"
+        if validate:
+            empty = new.call("_==_", [new.call("size", [new.ident(name)]), new.int_node(0)])
+        else:
+            empty = new.call("_==_", [new.ident(name), new.null()])
+        body = new.call(
+            "_?_:_",
+            [empty, new.call("optional.none", []), new.call("optional.of", [new.ident(name)])],
+        )
+        node.CopyFrom(new.bind(name, inner, body))
+    return bool(targets)
 
 
 def _self_charging(overload_ids: list[str]) -> bool:
@@ -1305,19 +1438,16 @@ def _self_charging(overload_ids: list[str]) -> bool:
 
 def _instrumented(compiled: _Compiled) -> Any:
     """The program that counts its actual cost (driver.cel.instrument)."""
-    tracked = instrument.instrument(compiled.checked, _self_charging)
-    checked.rename_calls(tracked, _runtime_name)
-    return _env().deserialize(checked.serialize_checked(tracked))
+    return _runnable(instrument.instrument(compiled.checked, _self_charging), rewritten=True)
 
 
 @lru_cache(maxsize=COMPILE_CACHE_SIZE)
 def compile_selector(expression: str) -> Selector:
     """Compile a selector once (LRU-cached per expression string); see the module docstring."""
     compiled = _compile(expression)
-    if compiled.output not in (cel.Type.BOOL, cel.Type.DYN):
+    if compiled.output not in ("bool", "dyn"):
         raise CELCompileError(
-            f"compilation failed: must evaluate to bool or the unknown type, "
-            f"not {compiled.output.name().lower()}"
+            f"compilation failed: must evaluate to bool or the unknown type, not {compiled.output}"
         )
     return Selector(
         expression=expression,
@@ -1372,9 +1502,13 @@ def measure(
     assert meter is not None
     if meter.exceeded:
         return Measurement(span, meter.cost, error=meter.reason)
+    try:
+        value = result.plain_value()
+    except TypeError:  # a value with no Python form (an optional)
+        return Measurement(span, meter.cost, value=None)
     if result.type() == cel.Type.ERROR:
-        return Measurement(span, meter.cost, error=_runtime_message(str(result.value())))
-    return Measurement(span, meter.cost, value=result.plain_value())
+        return Measurement(span, meter.cost, error=_runtime_message(str(value)))
+    return Measurement(span, meter.cost, value=value)
 
 
 def _regex_problem(pattern: str) -> str | None:

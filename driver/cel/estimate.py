@@ -43,6 +43,7 @@ MAP_CREATE_COST: Final = 30
 STRUCT_CREATE_COST: Final = 40
 INCLUDES_BOUND: Final = 48  # ResourceSliceMaxAttributeValuesPerDevice
 NAMED_FORMAT_REGEX_SIZE: Final = 128  # apiserver cel.MaxNameFormatRegexSize
+NAMED_FORMAT_SIZE: Final = 64  # apiserver cel.MaxFormatSize
 
 Span = tuple[int, int]  # (min, max), as cel-go's CostEstimate / SizeEstimate
 UNKNOWN: Final[Span] = (0, UNBOUNDED)
@@ -704,6 +705,8 @@ class _Coster:
         name = lhs.type.name
         if name in _UNIT_EQUALITY:
             return (1, 1), None
+        if name == "kubernetes.NamedFormat":
+            return factor((1, NAMED_FORMAT_SIZE), STRING_TRAVERSAL_FACTOR), None
         if name == "kubernetes.URL":
             size: Span = (1, 1)
             if rhs.size is not None:  # upstream reads the right-hand size for both sides

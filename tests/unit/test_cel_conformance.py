@@ -3,6 +3,7 @@ compile cache, message shape, and MatchCache behaviour."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,9 +13,11 @@ from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import Device, Version
 from driver.cel import engine as cel
+from driver.cel import estimate
 from tests.unit import celpy_engine
 from tests.unit.cel_cases import CASES, DRIVER, T4, Case
 from tests.unit.cel_cases.base import DRA_TESTS
+from tests.unit.cel_cases.costs import COST_CASES, CostCase
 
 
 def _outcome(compile_fn: Callable[[str], Any], case: Case) -> bool | Exception:
@@ -87,6 +90,19 @@ def test_actual_cost_stays_within_the_estimate(case: Case) -> None:
     estimated, upstream as here.)"""
     measured = cel.measure(case.expression, case.device, case.driver)
     assert measured.actual <= measured.estimate[1], measured
+
+
+@pytest.mark.parametrize("case", COST_CASES, ids=lambda c: c.name)
+def test_library_cost_tables(case: CostCase) -> None:
+    """Kubernetes' library cost tests: estimate range and actual cost, exactly."""
+    if case.compile_error:
+        with pytest.raises(CELCompileError, match=re.escape(case.compile_error)):
+            cel.measure(case.expression, sizes=estimate.library_test_sizes)
+        return
+    measured = cel.measure(case.expression, sizes=estimate.library_test_sizes)
+    assert not measured.error, measured
+    assert measured.estimate == case.cost
+    assert measured.actual == case.actual
 
 
 def test_every_case_cites_its_source() -> None:

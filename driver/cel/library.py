@@ -124,17 +124,44 @@ def _uint(text: str) -> int:
 
 def _number(text: str, what: str) -> int:
     if any(c not in _NUMBERS for c in text):
-        raise CELFunctionError(f"Invalid character(s) found in {what} number {_go_quote(text)}")
+        raise CELFunctionError(f"Invalid character(s) found in {what} number {go_quote(text)}")
     if len(text) > 1 and text[0] == "0":
         raise CELFunctionError(
-            f"{what.capitalize()} number must not contain leading zeroes {_go_quote(text)}"
+            f"{what.capitalize()} number must not contain leading zeroes {go_quote(text)}"
         )
     return _uint(text)
 
 
-def _go_quote(text: str) -> str:
-    """Go's %q for the ASCII texts these messages quote."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def go_quote(text: str) -> str:
+    """Go's strconv.Quote (%q): double quotes, backslash escapes for quotes, backslashes and
+    what is not printable."""
+    out = ['"']
+    for ch in text:
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+_GO_ESCAPES: Final = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
 
 
 @lru_cache(maxsize=4096)
@@ -166,19 +193,19 @@ def parse_semver(text: str, normalize: bool = False) -> Semver:
         if all(c in _NUMBERS for c in part):
             if len(part) > 1 and part[0] == "0":
                 raise CELFunctionError(
-                    f"Numeric PreRelease version must not contain leading zeroes {_go_quote(part)}"
+                    f"Numeric PreRelease version must not contain leading zeroes {go_quote(part)}"
                 )
             pre.append(_uint(part))
         elif all(c in _ALPHANUMERIC for c in part):
             pre.append(part)
         else:
-            raise CELFunctionError(f"Invalid character(s) found in prerelease {_go_quote(part)}")
+            raise CELFunctionError(f"Invalid character(s) found in prerelease {go_quote(part)}")
     for part in build:
         if not part:
             raise CELFunctionError("Build meta data is empty")
         if any(c not in _ALPHANUMERIC for c in part):
             raise CELFunctionError(
-                f"Invalid character(s) found in build meta data {_go_quote(part)}"
+                f"Invalid character(s) found in build meta data {go_quote(part)}"
             )
     return Semver(major, minor, patch, tuple(pre), ".".join(build))
 

@@ -494,7 +494,10 @@ def _homogeneous(checked_expr: Any, elements: list[tuple[Any, bool]]) -> str | N
     first one's (an optional element counts with the type it holds)."""
     first = ""
     for element, optional in elements:
-        name = type_name(checked_expr, element)
+        explicit_dyn = (
+            element.WhichOneof("expr_kind") == "call_expr" and element.call_expr.function == "dyn"
+        )
+        name = "dyn" if explicit_dyn else type_name(checked_expr, element)
         if optional and name.startswith("optional_type(") and name.endswith(")"):
             name = name[len("optional_type(") : -1]
         if not first:

@@ -4,11 +4,19 @@ per library, each case citing its upstream test (see :mod:`.base` for the model)
 
 from __future__ import annotations
 
-from tests.unit.cel_cases import dra, lists, net, quantity, semver
+from tests.unit.cel_cases import dra, lists, net, quantity, semver, sets
 from tests.unit.cel_cases.base import Case, Deviation
 from tests.unit.cel_cases.core import CASES as CORE
 from tests.unit.cel_cases.core import DRIVER, T4
 
-CASES: tuple[Case, ...] = CORE + dra.CASES + quantity.CASES + semver.CASES + net.CASES + lists.CASES
+CASES: tuple[Case, ...] = (
+    CORE
+    + dra.CASES
+    + quantity.CASES
+    + semver.CASES
+    + net.CASES
+    + lists.CASES
+    + sets.CASES
+)
 
 __all__ = ["CASES", "DRIVER", "T4", "Case", "Deviation"]

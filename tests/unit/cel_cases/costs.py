@@ -233,7 +233,7 @@ _NAMED_FORMATS = (
     ),
 )
 
-_SETS = (
+SETS = (
     ("sets.contains([], [])", (21, 21), 21),
     ("sets.contains([1], [])", (21, 21), 21),
     ("sets.contains([1], [1])", (22, 22), 22),
@@ -259,7 +259,7 @@ _SETS = (
     ("!sets.intersects([1], [2])", (23, 23), 23),
 )
 # Mixed element types in one literal: DRA's homogeneous-literal rule refuses them.
-_MIXED_SETS = (
+MIXED_SETS = (
     ("sets.contains([1], [1.0, 1])", "expected type 'double' but found 'int'"),
     ("sets.contains([1, 2], [2u, 2.0])", "expected type 'uint' but found 'double'"),
     ("sets.contains([1, 2u], [2, 2.0])", "expected type 'int' but found 'uint'"),
@@ -327,8 +327,8 @@ COST_CASES: tuple[CostCase, ...] = tuple(
     + _table("TestStringLibrary", _STRINGS)
     + _table("TestQuantityCost", _QUANTITIES)
     + _table("TestNameFormatCost", _NAMED_FORMATS)
-    + _table("TestSetsCost", _SETS)
-    + [_mixed("TestSetsCost", expression, fragment) for expression, fragment in _MIXED_SETS]
+    + _table("TestSetsCost", SETS)
+    + [_mixed("TestSetsCost", expression, fragment) for expression, fragment in MIXED_SETS]
     + _table("TestSemverCost", _SEMVERS)
     + _table("TestTwoVariableComprehensionCost", _TWO_VARIABLE)
 )

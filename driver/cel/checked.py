@@ -26,6 +26,8 @@ from typing import Any, Final
 
 from google.protobuf import any_pb2, descriptor_pb2, descriptor_pool, empty_pb2, message_factory
 
+from driver.cel import strings as _strings
+
 _F = descriptor_pb2.FieldDescriptorProto
 
 
@@ -428,7 +430,7 @@ def _describe(t: Any) -> str:
 # --------------------------------------------------------------------------- compile-time rules
 
 
-def validate(checked_expr: Any, regex_problem: Callable[[str], str | None]) -> str | None:
+def validate(checked_expr: Any, regex_problem: Callable[[str, str], str | None]) -> str | None:
     """The first of upstream's compile-time rules the expression breaks (innermost first, as
     cel-go's checker reports them), or None."""
     for node, exempt in post_order(checked_expr.expr):
@@ -451,6 +453,10 @@ def validate(checked_expr: Any, regex_problem: Callable[[str], str | None]) -> s
         elif kind == "call_expr":
             call = node.call_expr
             ids = overloads(checked_expr, node)
+            if "string_format" in ids:
+                problem = _format_problem(checked_expr, call)
+                if problem:
+                    return problem
             if call.function in ("first", "last") and any(i.startswith("list_") for i in ids):
                 return f"undeclared reference to '{call.function}' (in container '')"
             if call.function in ("matches", "find", "findAll"):
@@ -461,10 +467,113 @@ def validate(checked_expr: Any, regex_problem: Callable[[str], str | None]) -> s
                     and pattern.WhichOneof("expr_kind") == "const_expr"
                     and pattern.const_expr.WhichOneof("constant_kind") == "string_value"
                 ):
-                    problem = regex_problem(pattern.const_expr.string_value)
+                    problem = regex_problem(call.function, pattern.const_expr.string_value)
                     if problem:
                         return problem
     return None
+
+
+# What each string.format clause accepts, by the kind of the argument's checked type (cel-go's
+# stringFormatChecker; a dyn argument passes).
+_FORMAT_KINDS: Final = {
+    "d": ("int", "uint"),
+    "f": ("double", "string"),
+    "e": ("double", "string"),
+    "b": ("int", "uint", "bool"),
+    "x": ("int", "uint", "string", "bytes"),
+    "X": ("int", "uint", "string", "bytes"),
+    "o": ("int", "uint"),
+}
+_FORMAT_ERRORS: Final = {
+    "s": "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists,"
+    " types, durations, and timestamps",
+    "d": "decimal clause can only be used on integers",
+    "f": "fixed-point clause can only be used on doubles",
+    "e": "scientific clause can only be used on doubles",
+    "b": "only integers and bools can be formatted as binary",
+    "x": "only integers, byte buffers, and strings can be formatted as hex",
+    "X": "only integers, byte buffers, and strings can be formatted as hex",
+    "o": "octal clause can only be used on integers",
+}
+_STRING_KINDS: Final = frozenset(
+    {"list", "map", "int", "uint", "double", "bool", "string", "timestamp", "bytes", "duration",
+     "type", "null", "dyn"}
+)  # fmt: skip
+
+
+def _format_problem(checked_expr: Any, call: Any) -> str | None:
+    """cel-go's stringFormatValidator (strings extension, version 1 and up): a constant
+    format string applied to a list literal is checked when the expression is compiled."""
+    target = call.target
+    if (
+        target.WhichOneof("expr_kind") != "const_expr"
+        or target.const_expr.WhichOneof("constant_kind") != "string_value"
+        or len(call.args) != 1
+        or call.args[0].WhichOneof("expr_kind") != "list_expr"
+    ):
+        return None
+    args = list(call.args[0].list_expr.elements)
+
+    def clause(verb: str, precision: int | None, index: int) -> str:
+        del precision
+        bad = _bad_format_arg(checked_expr, args[index], verb)
+        if bad is not None:
+            raise _strings.FormatError(
+                f"error during formatting: {_FORMAT_ERRORS[verb]}, was given {bad}"
+            )
+        return ""
+
+    used = [0]
+
+    def counting(verb: str, precision: int | None, index: int) -> str:
+        used[0] = index + 1
+        return clause(verb, precision, index)
+
+    try:
+        _strings.parse_format(target.const_expr.string_value, counting, len(args), checking=True)
+    except _strings.FormatError as exc:
+        return str(exc)
+    if len(args) > used[0]:
+        return f"too many arguments supplied to string.format (expected {used[0]}, got {len(args)})"
+    return None
+
+
+def _bad_format_arg(checked_expr: Any, node: Any, verb: str) -> str | None:
+    """The cel-go type name of *node* when the clause cannot take it, else None."""
+    kind = _kind(checked_expr, node)
+    if kind == "dyn":
+        return None
+    if verb != "s":
+        return None if kind in _FORMAT_KINDS[verb] else _go_type_name(checked_expr, node)
+    if kind not in _STRING_KINDS:
+        return _go_type_name(checked_expr, node)
+    element_kind = node.WhichOneof("expr_kind")
+    if element_kind == "list_expr":
+        for element in node.list_expr.elements:
+            bad = _bad_format_arg(checked_expr, element, "s")
+            if bad is not None:
+                return bad
+    elif element_kind == "struct_expr" and not node.struct_expr.message_name:
+        for entry in node.struct_expr.entries:
+            for part in (entry.map_key, entry.value):
+                bad = _bad_format_arg(checked_expr, part, "s")
+                if bad is not None:
+                    return bad
+    return None
+
+
+def _kind(checked_expr: Any, node: Any) -> str:
+    name = type_name(checked_expr, node)
+    return name.split("(", 1)[0] if "(" in name else name
+
+
+def _go_type_name(checked_expr: Any, node: Any) -> str:
+    kind = _kind(checked_expr, node)
+    return {
+        "null": "null_type",
+        "duration": "google.protobuf.Duration",
+        "timestamp": "google.protobuf.Timestamp",
+    }.get(kind, kind)
 
 
 # Calls whose literal arguments the homogeneous-literal rule exempts (cel-go's strings

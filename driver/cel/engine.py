@@ -1132,6 +1132,8 @@ def _runtime_message(text: str) -> str:
     text = _engine_message(text)
     for pattern, replacement in _RUNTIME_REWRITES:
         text = pattern.sub(replacement, text)
+    if text.startswith(strings.RE2_PREFIX):
+        text = strings.go_regexp_error(text)
     if text.startswith("no such key:"):
         text += _NO_SUCH_KEY_HINT  # upstream's allocator adds such a hint too (kubernetes#136709)
     return text
@@ -1511,14 +1513,22 @@ def measure(
     return Measurement(span, meter.cost, value=value)
 
 
-def _regex_problem(pattern: str) -> str | None:
+def _regex_problem(function: str, pattern: str) -> str | None:
     """Why a constant pattern is not a valid RE2 expression (cel-cpp's RE2 decides, as Go's
-    regexp does upstream), or not one ``find`` can run."""
+    regexp does upstream), or not one ``find`` can run; worded as Kubernetes reports it
+    (cel-go's regex-literal validator for ``matches``, program instantiation for the regex
+    library's ``find`` / ``findAll``)."""
     probe = _env().compile(f"''.matches({strings.quote_plain(pattern)})").eval()
     if probe.type() == cel.Type.ERROR:
-        return _engine_message(str(probe.value()))
-    python = strings.check_regex(pattern)
-    return None if python is None else f"invalid regular expression {pattern!r}: {python}"
+        reason = strings.go_regexp_error(_engine_message(str(probe.value())))
+    else:
+        python = strings.check_regex(pattern)
+        if python is None:
+            return None
+        reason = f"regular expression {pattern!r} is not supported here: {python}"
+    if function == "matches":
+        return f"invalid matches argument: {reason}"
+    return f"program instantiation failed: {reason}"
 
 
 # --------------------------------------------------------------------------- match cache

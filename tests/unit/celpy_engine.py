@@ -232,10 +232,14 @@ def _strings(fn: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: _cel(fn(*(_plain(a) for a in args)))
 
 
-def _string_member(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _string_member(fn: Callable[..., Any], *params: Callable[[Any], Any]) -> Callable[..., Any]:
+    """A shared function on a string receiver whose arguments are of *params*' types (each a
+    checker: ``_str`` or ``_int``), trailing ones optional, as the overloads declare."""
+
     def call(receiver: Any, *args: Any) -> Any:
-        _str(receiver)
-        return _cel(fn(*(_plain(a) for a in (receiver, *args))))
+        if len(args) > len(params):
+            raise TypeError(f"{len(args)} arguments")
+        return _cel(fn(_str(receiver), *(check(a) for check, a in zip(params, args, strict=False))))
 
     return call
 
@@ -428,20 +432,24 @@ _LIBRARY: dict[str, Callable[..., Any]] = {
     "minor": lambda v: celtypes.IntType(cel_types.semver_int(_semver(v).minor)),
     "patch": lambda v: celtypes.IntType(cel_types.semver_int(_semver(v).patch)),
     # strings extension, version 2, and regex (driver.cel.strings)
-    "charAt": _string_member(cel_strings.char_at),
+    "charAt": _string_member(cel_strings.char_at, _int),
     "indexOf": _index_of,
     "lastIndexOf": _last_index_of,
     "lowerAscii": _string_member(cel_strings.lower_ascii),
     "upperAscii": _string_member(cel_strings.upper_ascii),
-    "replace": _string_member(cel_strings.replace),
-    "split": _string_member(cel_strings.split),
-    "substring": _string_member(cel_strings.substring),
+    "replace": _string_member(cel_strings.replace, _str, _str, _int),
+    "split": _string_member(cel_strings.split, _str, _int),
+    "substring": _string_member(cel_strings.substring, _int, _int),
     "trim": _string_member(cel_strings.trim),
-    "join": lambda items, *sep: _cel(cel_strings.join(_plain(_list(items)), *map(_str, sep))),
-    "format": lambda text, args: _cel(cel_strings.format_string(_str(text), _plain(_list(args)))),
+    "join": lambda items, *sep: _cel(
+        cel_strings.join([_plain(v) for v in _list(items)], *map(_str, sep))
+    ),
+    "format": lambda text, args: _cel(
+        cel_strings.format_string(_str(text), [_plain(v) for v in _list(args)])
+    ),
     "quote": _on(STRINGS, _strings(cel_strings.quote), None),
-    "find": _string_member(cel_strings.find),
-    "findAll": _string_member(cel_strings.find_all),
+    "find": _string_member(cel_strings.find, _str),
+    "findAll": _string_member(cel_strings.find_all, _str, _int),
     # Kubernetes lists, DRA's includes
     "includes": _includes,
     "isSorted": lambda items: celtypes.BoolType(_list(items) == sorted(_list(items))),

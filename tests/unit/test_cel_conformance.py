@@ -15,7 +15,7 @@ from driver.api.model import Device, Version
 from driver.cel import engine as cel
 from driver.cel import estimate
 from tests.unit import celpy_engine
-from tests.unit.cel_cases import CASES, DRIVER, T4, Case
+from tests.unit.cel_cases import CASES, DRIVER, T4, Case, strings
 from tests.unit.cel_cases.base import DRA_TESTS
 from tests.unit.cel_cases.costs import COST_CASES, CostCase
 
@@ -92,7 +92,7 @@ def test_actual_cost_stays_within_the_estimate(case: Case) -> None:
     assert measured.actual <= measured.estimate[1], measured
 
 
-@pytest.mark.parametrize("case", COST_CASES, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", COST_CASES + strings.COST_CASES, ids=lambda c: c.name)
 def test_library_cost_tables(case: CostCase) -> None:
     """Kubernetes' library cost tests: estimate range and actual cost, exactly."""
     if case.compile_error:

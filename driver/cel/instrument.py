@@ -9,9 +9,10 @@ for ``&&``, ``||`` and ``?:`` themselves. Which nodes are evaluated depends on t
 (short-circuits, branches, comprehension iterations), so the instrumented expression charges:
 
 * at each *region* entry -- the whole expression, the right operand of ``&&`` / ``||``, a
-  branch of ``?:``, a comprehension's condition or step in each iteration, a ``cel.bind``
-  value when it is first read -- the fixed cost of the nodes the region always evaluates
-  (``@biaxial.tick(n)``, a bool ``true``);
+  branch of ``?:`` (less its base identifier when the branch is an attribute, which cel-go
+  resolves past its cost observer), a comprehension's condition or step in each iteration, a
+  ``cel.bind`` value when it is first read -- the fixed cost of the nodes the region always
+  evaluates (``@biaxial.tick(n)``, a bool ``true``);
 * at each size-dependent function of the engine's own -- string concatenation and comparison,
   ``contains``, ``matches``, ``startsWith``, list membership, the lists and sets extensions --
   its cost from the actual sizes of its operands (``@biaxial.charge(rule, [operands])``), the
@@ -142,6 +143,24 @@ def instrument(checked_expr: Any, self_charging: Callable[[list[str]], bool]) ->
     return out
 
 
+def _unobserved(branch: Any) -> int:
+    """What cel-go does not charge when a ``?:`` branch runs: a branch that is an attribute (an
+    identifier, perhaps with selections and indexes) is resolved by the conditional itself,
+    past the cost observer, so its base identifier costs nothing (its qualifiers still cost 1
+    each)."""
+    node = branch
+    while True:
+        kind = node.WhichOneof("expr_kind")
+        if kind == "ident_expr":
+            return 1
+        if kind == "select_expr" and not node.select_expr.test_only:
+            node = node.select_expr.operand
+        elif kind == "call_expr" and node.call_expr.function in ("_[_]", "_[?_]", "_?._"):
+            node = node.call_expr.args[0]
+        else:
+            return 0
+
+
 class _Instrumenter:
     def __init__(self, checked_expr: Any, self_charging: Callable[[list[str]], bool]) -> None:
         self.ce = checked_expr
@@ -201,8 +220,8 @@ class _Instrumenter:
             return left
         if call.function == "_?_:_" and len(operands) == 3:
             condition = self.fixed(operands[0])
-            self.gate(operands[1], self.fixed(operands[1]))
-            self.gate(operands[2], self.fixed(operands[2]))
+            for branch in operands[1:]:
+                self.gate(branch, self.fixed(branch) - _unobserved(branch))
             return condition
         total = sum(self.fixed(o) for o in operands)
         if ids and self.self_charging(ids):

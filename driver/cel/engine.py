@@ -124,6 +124,7 @@ from driver.cel import (
     library,
     network,
     strings,
+    syntax,
 )
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
@@ -1344,10 +1345,14 @@ def _compile(expression: str) -> _Compiled:
             f"CEL expression is too long: {size} bytes, the limit is {MAX_EXPRESSION_LENGTH}"
         )
     env = _env()
+    source = syntax.two_variable_exists_one(expression)
     try:
-        program = env.compile(expression)
+        program = env.compile(source)
     except RuntimeError as exc:
-        raise CELCompileError(f"compilation failed: {_engine_message(str(exc))}") from exc
+        message = _engine_message(str(exc))
+        if source != expression:  # the message quotes the source cel-cpp read
+            message = message.replace("existsOne (", "exists_one(")
+        raise CELCompileError(f"compilation failed: {message}") from exc
     except RecursionError as exc:
         raise CELCompileError("compilation failed: expression nested too deeply") from exc
     checked_expr = checked.parse_checked_expr(program.serialize())

@@ -563,6 +563,8 @@ class CelpySelector:
             raise CELEvaluationError(f"on device {device.name!r}: nested too deeply") from exc
         except TypeError as exc:  # celpy lets some type errors escape as Python exceptions
             raise CELEvaluationError(f"on device {device.name!r}: {exc}") from exc
+        except ValueError as exc:  # a macro called with more arguments than celpy's take
+            raise CELEvaluationError(f"on device {device.name!r}: {exc}") from exc
         if not isinstance(result, celtypes.BoolType):
             raise CELEvaluationError(
                 f"on device {device.name!r}: must evaluate to bool, got {type(result).__name__}"

@@ -4,7 +4,7 @@ per library, each case citing its upstream test (see :mod:`.base` for the model)
 
 from __future__ import annotations
 
-from tests.unit.cel_cases import dra, lists, net, quantity, semver, sets, strings
+from tests.unit.cel_cases import comprehensions, dra, lists, net, quantity, semver, sets, strings
 from tests.unit.cel_cases.base import Case, Deviation
 from tests.unit.cel_cases.core import CASES as CORE
 from tests.unit.cel_cases.core import DRIVER, T4
@@ -18,6 +18,7 @@ CASES: tuple[Case, ...] = (
     + lists.CASES
     + sets.CASES
     + strings.CASES
+    + comprehensions.CASES
 )
 
 __all__ = ["CASES", "DRIVER", "T4", "Case", "Deviation"]

@@ -217,6 +217,107 @@ def parse_checked_expr(serialized: bytes) -> Any:
     return _CLASSES["CheckedExpr"].FromString(wrapper.value)
 
 
+# Nested protobuf messages a parser accepts (upb's and the C++ runtime's default limit is 100).
+TYPE_DEPTH_LIMIT: Final = 80
+
+
+def flatten_deep_types(serialized: bytes) -> bytes:
+    """*serialized* (an ``Any`` holding a checked expression) with every type in its type map
+    that nests deeper than protobuf parsers accept (a list of lists ... 40 levels deep) written
+    as ``dyn``: the expression itself can be hoisted shallow (driver.cel.deep), its types
+    cannot. Works on the wire format, which has no depth limit."""
+    wrapper = any_pb2.Any.FromString(serialized)
+    checked_descriptor = _CLASSES["CheckedExpr"].DESCRIPTOR
+    type_map = checked_descriptor.fields_by_name["type_map"]
+    entry = type_map.message_type
+    value_field = entry.fields_by_name["value"].number
+    dyn = _CLASSES["Type"]()
+    dyn.dyn.SetInParent()
+    out = bytearray()
+    changed = False
+    for number, wire, start, end, body in _fields(wrapper.value):
+        if number == type_map.number and wire == 2:
+            parts = list(_fields(body))
+            value = next((b for n, w, _, _, b in parts if n == value_field and w == 2), b"")
+            if _depth(value, entry.fields_by_name["value"].message_type) > TYPE_DEPTH_LIMIT:
+                kept = b"".join(
+                    body[s:e] for n, _, s, e, _ in parts if n != value_field
+                ) + _field_bytes(value_field, dyn.SerializeToString())
+                out += _field_bytes(number, kept)
+                changed = True
+                continue
+        out += wrapper.value[start:end]
+    if not changed:
+        return serialized
+    wrapper.value = bytes(out)
+    return wrapper.SerializeToString()
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int, int, int, bytes]]:
+    """(field number, wire type, start, end, payload of a length-delimited field) of each
+    field of a serialised message."""
+    at = 0
+    while at < len(data):
+        start = at
+        tag, at = _varint(data, at)
+        wire = tag & 7
+        body = b""
+        if wire == 0:
+            _, at = _varint(data, at)
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        elif wire == 2:
+            size, at = _varint(data, at)
+            body = data[at : at + size]
+            at += size
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield tag >> 3, wire, start, at, body
+
+
+def _field_bytes(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _depth(data: bytes, descriptor: Any) -> int:
+    """How deeply the messages in *data* (a *descriptor* message) nest: 1 for a flat one."""
+    deepest = 1
+    stack = [(data, descriptor, 1)]
+    while stack:
+        body, message, level = stack.pop()
+        deepest = max(deepest, level)
+        for number, wire, _, _, payload in _fields(body):
+            field = message.fields_by_number.get(number)
+            if wire == 2 and field is not None and field.message_type is not None:
+                stack.append((payload, field.message_type, level + 1))
+    return deepest
+
+
 def serialize_checked(checked_expr: Any) -> bytes:
     """The ``google.protobuf.Any`` bytes the engine's ``deserialize`` reads."""
     wrapper = any_pb2.Any()

@@ -109,6 +109,7 @@ from typing import Any, Final
 
 from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.ids import DeviceID
@@ -117,6 +118,7 @@ from driver.api.quantity import Quantity
 from driver.cel import (
     checked,
     cost,
+    deep,
     drive,
     estimate,
     formats,
@@ -1045,7 +1047,7 @@ def _driven(expression: str, metered: bool) -> _Driven:
     def program(checked_expr: Any) -> Any:
         renamed = copy.deepcopy(checked_expr)
         checked.rename_calls(renamed, _runtime_name)
-        return _env().deserialize(checked.serialize_checked(renamed))
+        return _load(renamed, strict=metered)
 
     loops = tuple(
         _DrivenLoop(
@@ -1272,6 +1274,8 @@ class Selector:
             raise self._error(device_name, _runtime_message(str(exc))) from exc
         except (MemoryError, RecursionError) as exc:
             raise self._error(device_name, f"evaluation failed: {type(exc).__name__}") from exc
+        except CELCompileError as exc:  # a driven form (driver.cel.drive) that cannot load
+            raise self._error(device_name, str(exc)) from exc
         if meter is not None and meter.exceeded:
             raise self._error(device_name, meter.reason)
         kind = result.type()
@@ -1344,32 +1348,80 @@ def _compile(expression: str) -> _Compiled:
         raise CELCompileError(
             f"CEL expression is too long: {size} bytes, the limit is {MAX_EXPRESSION_LENGTH}"
         )
-    env = _env()
     source = syntax.two_variable_exists_one(expression)
-    try:
-        program = env.compile(source)
-    except RuntimeError as exc:
-        message = _engine_message(str(exc))
-        if source != expression:  # the message quotes the source cel-cpp read
-            message = message.replace("existsOne (", "exists_one(")
-        raise CELCompileError(f"compilation failed: {message}") from exc
-    except RecursionError as exc:
-        raise CELCompileError("compilation failed: expression nested too deeply") from exc
-    checked_expr = checked.parse_checked_expr(program.serialize())
+    program, checked_expr = _check(expression, source)
     _fix_optional_types(checked_expr)
     problem = checked.validate(checked_expr, _regex_problem)
     if problem is not None:
         raise CELCompileError(f"compilation failed: {problem}")
     upstream = estimate.estimate(checked_expr)
     work = estimate.estimate(checked_expr, work=True)
-    runnable = _runnable(checked_expr)
+    runnable = _runnable(checked_expr, rewritten=program is None)
     if runnable is not None:
         program = runnable
     output = checked.type_name(checked_expr, checked_expr.expr)
     return _Compiled(checked_expr, program, output, upstream, work)
 
 
-def _runnable(checked_expr: Any, *, rewritten: bool = False) -> Any | None:
+def _check(expression: str, source: str) -> tuple[Any, Any]:
+    """cel-cpp's program of *source* (None where it cannot run as compiled) and its checked
+    AST; an expression nested deeper than cel-cpp parses is checked hoisted
+    (driver.cel.deep) and its checked AST given back as written."""
+    env = _env()
+    try:
+        program = env.compile(source)
+    except RuntimeError as exc:
+        message = _engine_message(str(exc))
+        if _TOO_DEEP.search(message):
+            return None, _check_deep(source)
+        if source != expression:  # the message quotes the source cel-cpp read
+            message = message.replace("existsOne (", "exists_one(")
+        raise CELCompileError(f"compilation failed: {message}") from exc
+    except RecursionError as exc:
+        raise CELCompileError("compilation failed: expression nested too deeply") from exc
+    return program, checked.parse_checked_expr(program.serialize())
+
+
+# cel-cpp's two parse errors for nesting past its limit of 32.
+_TOO_DEEP: Final = re.compile(r"recursion (limit|depth) (exceeded|of \d+ when parsing)")
+DEEP_PIECES: Final = (24, 20, 16, 12, 8)  # the piece heights to try, largest first
+
+
+def _check_deep(source: str) -> Any:
+    """The checked AST of an expression nested past cel-cpp's limit but within upstream's
+    (250): checked with its deep parts hoisted into binds, then inlined back."""
+    try:
+        parsed = syntax.parse(source)
+    except syntax.CELSyntaxError as exc:
+        raise CELCompileError(f"compilation failed: {exc}") from exc
+    problem = parsed.upstream_problem
+    if problem is not None:
+        raise CELCompileError(f"compilation failed: {problem}")
+    env = _env()
+    for piece in DEEP_PIECES:
+        hoisted = deep.hoist_source(source, parsed, piece)
+        try:
+            program = env.compile(hoisted.text)
+        except RuntimeError as exc:
+            message = _engine_message(str(exc))
+            if _TOO_DEEP.search(message):
+                continue
+            raise CELCompileError(f"compilation failed: {deep.drop_locations(message)}") from exc
+        try:
+            checked_expr = checked.parse_checked_expr(
+                checked.flatten_deep_types(program.serialize())
+            )
+        except DecodeError as exc:  # cannot happen: the types were flattened
+            raise CELCompileError(f"compilation failed: {_TOO_DEEP_TO_LOAD}") from exc
+        deep.inline(checked_expr, hoisted.prefix)
+        return checked_expr
+    raise CELCompileError(
+        "compilation failed: expression nested too deeply for cel-cpp even with its deep parts"
+        " hoisted"
+    )
+
+
+def _runnable(checked_expr: Any, *, rewritten: bool = False, strict: bool = False) -> Any | None:
     """The program for a checked expression: named-format calls wrapped in optionals and
     library calls renamed to their implementations; None when nothing needed changing and
     the caller did not rewrite it itself (the engine's own program of it runs as is)."""
@@ -1378,7 +1430,20 @@ def _runnable(checked_expr: Any, *, rewritten: bool = False) -> Any | None:
     changed = checked.rename_calls(out, _runtime_name) or changed
     if not changed and not rewritten:
         return None
-    return _env().deserialize(checked.serialize_checked(out))
+    return _load(out, strict=strict)
+
+
+def _load(checked_expr: Any, *, strict: bool = False) -> Any:
+    """cel-expr-python's program of a checked AST (hoisted if too deep to load as it is;
+    *strict* for an instrumented one, see driver.cel.deep.shallow)."""
+    try:
+        shallow = deep.shallow(checked_expr, strict=strict)
+        return _env().deserialize(checked.serialize_checked(shallow))
+    except RuntimeError as exc:
+        raise CELCompileError(f"compilation failed: {_TOO_DEEP_TO_LOAD}") from exc
+
+
+_TOO_DEEP_TO_LOAD: Final = "expression nested too deeply for cel-expr-python to load"
 
 
 _OPTIONAL_RESULTS: Final = {"format-named", "format-validate"}
@@ -1445,7 +1510,9 @@ def _self_charging(overload_ids: list[str]) -> bool:
 
 def _instrumented(compiled: _Compiled) -> Any:
     """The program that counts its actual cost (driver.cel.instrument)."""
-    return _runnable(instrument.instrument(compiled.checked, _self_charging), rewritten=True)
+    return _runnable(
+        instrument.instrument(compiled.checked, _self_charging), rewritten=True, strict=True
+    )
 
 
 @lru_cache(maxsize=COMPILE_CACHE_SIZE)

@@ -238,7 +238,8 @@ BOMBS = [
     + "s28.size() > 0"
     + ")" * 29,
     "lists.range(1000000000).size() > 0",
-    "(" * 40 + "true" + ")" * 40,
+    # past upstream's parser limit of 250
+    "(" * 250 + "true" + ")" * 250,
 ]
 
 
@@ -256,6 +257,19 @@ def test_bombs_are_errors_not_tracebacks(
         assert all("cost limit exceeded" in r["error"] for r in out["results"])
     else:
         assert out["compileError"]
+
+
+def test_nesting_within_upstreams_parser_limit_runs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # cel-cpp parses 32 levels; upstream 250, and so does biaxial (driver.cel.deep).
+    path = tmp_path / "slices.yaml"
+    path.write_text(yaml.safe_dump(NODE_A))
+    code, out, err = run(capsys, "-e", "(" * 40 + "true" + ")" * 40, str(path))
+    assert "Traceback" not in err
+    assert code == 0
+    assert out["results"], out
+    assert all(r["result"] is True for r in out["results"]), out
 
 
 def test_many_iterations_within_the_cost_limit_run(

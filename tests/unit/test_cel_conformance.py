@@ -13,9 +13,9 @@ from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import Device, Version
 from driver.cel import engine as cel
-from driver.cel import estimate
+from driver.cel import estimate, syntax
 from tests.unit import celpy_engine
-from tests.unit.cel_cases import CASES, DRIVER, T4, Case, strings
+from tests.unit.cel_cases import CASES, DRIVER, T4, Case, nesting, strings
 from tests.unit.cel_cases.base import DRA_TESTS
 from tests.unit.cel_cases.costs import COST_CASES, CostCase
 
@@ -103,6 +103,17 @@ def test_library_cost_tables(case: CostCase) -> None:
     assert not measured.error, measured
     assert measured.estimate == case.cost
     assert measured.actual == case.actual
+
+
+@pytest.mark.parametrize("case", nesting.PARSER_LIMIT_32, ids=lambda c: c.name)
+def test_nesting_depth_is_measured_as_upstream(case: nesting.DepthCase) -> None:
+    """cel-go's parser tests at their limit of 32: driver.cel.syntax finds the same error."""
+    problem = syntax.parse(case.expression, limit=32).upstream_problem
+    if case.error is None:
+        assert problem is None
+    else:
+        assert problem is not None
+        assert problem.startswith(case.error), problem
 
 
 def test_every_case_cites_its_source() -> None:

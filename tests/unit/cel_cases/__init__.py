@@ -4,7 +4,17 @@ per library, each case citing its upstream test (see :mod:`.base` for the model)
 
 from __future__ import annotations
 
-from tests.unit.cel_cases import comprehensions, dra, lists, net, quantity, semver, sets, strings
+from tests.unit.cel_cases import (
+    comprehensions,
+    dra,
+    lists,
+    nesting,
+    net,
+    quantity,
+    semver,
+    sets,
+    strings,
+)
 from tests.unit.cel_cases.base import Case, Deviation
 from tests.unit.cel_cases.core import CASES as CORE
 from tests.unit.cel_cases.core import DRIVER, T4
@@ -19,6 +29,7 @@ CASES: tuple[Case, ...] = (
     + sets.CASES
     + strings.CASES
     + comprehensions.CASES
+    + nesting.CASES
 )
 
 __all__ = ["CASES", "DRIVER", "T4", "Case", "Deviation"]

@@ -896,6 +896,18 @@ def _functions() -> list[Any]:
             [cel.Overload(drive.OBSERVE_FUNCTION, t.BOOL, [t.BOOL], impl=_observe)],
         ),
         cel.FunctionDecl(
+            NO_SUCH_OVERLOAD_FUNCTION,
+            [
+                cel.Overload(
+                    f"{NO_SUCH_OVERLOAD_FUNCTION}#{kind}",
+                    t.BOOL,
+                    [_kind_type(_MESSAGE_KIND), _kind_type(kind)],
+                    impl=_no_such_overload,
+                )
+                for kind in _position_kinds("DYN")
+            ],
+        ),
+        cel.FunctionDecl(
             instrument.CHARGE_FUNCTION,
             [
                 cel.Overload(
@@ -1041,6 +1053,7 @@ def _driven(expression: str, metered: bool) -> _Driven:
         if metered
         else copy.deepcopy(compiled.checked)
     )
+    _rewrite_library_equality(source)
     _rewrite_optionals(source)
     plan = drive.drive(source)
 
@@ -1426,7 +1439,8 @@ def _runnable(checked_expr: Any, *, rewritten: bool = False, strict: bool = Fals
     library calls renamed to their implementations; None when nothing needed changing and
     the caller did not rewrite it itself (the engine's own program of it runs as is)."""
     out = copy.deepcopy(checked_expr)
-    changed = _rewrite_optionals(out)
+    changed = _rewrite_library_equality(out)
+    changed = _rewrite_optionals(out) or changed
     changed = checked.rename_calls(out, _runtime_name) or changed
     if not changed and not rewritten:
         return None
@@ -1501,6 +1515,92 @@ def _rewrite_optionals(checked_expr: Any) -> bool:
         )
         node.CopyFrom(new.bind(name, inner, body))
     return bool(targets)
+
+
+# Kubernetes' own types, whose Equal upstream fails with "no such overload" on any other type.
+_LIBRARY_TYPES: Final = (
+    SEMVER_TYPE_NAME, QUANTITY_TYPE_NAME, IP_TYPE_NAME, CIDR_TYPE_NAME, URL_TYPE_NAME,
+    FORMAT_TYPE_NAME,
+)  # fmt: skip
+NO_SUCH_OVERLOAD_FUNCTION: Final = "@biaxial.no_such_overload"
+_MAY_HOLD_LIBRARY_VALUE: Final = frozenset({"dyn", "type_param", ""})
+
+
+def _rewrite_library_equality(checked_expr: Any) -> bool:
+    """``L == R`` / ``L != R`` as cel-go evaluates them when L may be one of Kubernetes' types
+    at run time (statically dyn, or such a type against a dyn R): ``L.Equal(R)`` is an error
+    ("no such overload") unless R is of L's type or null, where cel-cpp's heterogeneous
+    equality says false. Written in CEL, so that the usual case stays native::
+
+        cel.bind(@l, L, cel.bind(@r, R,
+            type(@l) in [<the types>] && type(@r) != type(@l) && type(@r) != null_type
+                ? @biaxial.no_such_overload(@l, @r) : @l == @r))
+
+    (lazy binds: L, then R, each evaluated once, as before; R's own error comes first, as
+    upstream's). Only the comparison itself: a list's or map's equality and ``in`` ignore an
+    element's error upstream, as cel-cpp does."""
+    types = checked_expr.type_map
+    targets = []
+    for node, _ in checked.post_order(checked_expr.expr):
+        call = node.call_expr
+        if (
+            node.WhichOneof("expr_kind") != "call_expr"
+            or call.function not in ("_==_", "_!=_")
+            or call.HasField("target")
+            or len(call.args) != 2
+        ):
+            continue
+        left, right = (estimate.type_info(types.get(a.id)) for a in call.args)
+        left_library = left.kind == "struct" and left.name in _LIBRARY_TYPES
+        if not (left_library or left.kind in _MAY_HOLD_LIBRARY_VALUE):
+            continue
+        if right.kind == "null" or call.args[1].const_expr.HasField("null_value"):
+            continue
+        if left_library and right.kind == "struct" and right.name == left.name:
+            continue
+        targets.append(node)
+    new = checked.NodeFactory(checked_expr)
+    for node in targets:
+        call = node.call_expr
+        l_name, r_name = f"@l{new.fresh()}", f"@r{new.fresh()}"
+        library = new.list_node([_type_ident(checked_expr, new, n) for n in _LIBRARY_TYPES])
+        type_l = new.call("type", [new.ident(l_name)])
+        condition = new.call(
+            "_&&_",
+            [
+                new.call(
+                    "_&&_",
+                    [
+                        new.call("@in", [type_l, library]),
+                        new.call("_!=_", [new.call("type", [new.ident(r_name)]), type_l]),
+                    ],
+                ),
+                new.call(
+                    "_!=_",
+                    [
+                        new.call("type", [new.ident(r_name)]),
+                        _type_ident(checked_expr, new, "null_type"),
+                    ],
+                ),
+            ],
+        )
+        compare = new.call(call.function, [new.ident(l_name), new.ident(r_name)])
+        error = new.call(NO_SUCH_OVERLOAD_FUNCTION, [new.ident(l_name), new.ident(r_name)])
+        body = new.call("_?_:_", [condition, error, compare])
+        left, right = copy.deepcopy(call.args[0]), copy.deepcopy(call.args[1])
+        node.CopyFrom(new.bind(l_name, left, new.bind(r_name, right, body)))
+    return bool(targets)
+
+
+def _type_ident(checked_expr: Any, new: checked.NodeFactory, name: str) -> Any:
+    """A type named as a value (``kubernetes.Semver``, ``null_type``), resolved by reference."""
+    node = new.ident(name)
+    checked_expr.reference_map[node.id].name = name
+    return node
+
+
+def _no_such_overload(*_: Any) -> Any:
+    raise library.CELFunctionError("no such overload")
 
 
 def _self_charging(overload_ids: list[str]) -> bool:

@@ -36,11 +36,27 @@ from driver.cel import network
 from driver.cel import strings as cel_strings
 
 
-@dataclass(frozen=True, slots=True)
+def _library_equal(value: Any, other: object, same: Callable[[Any], bool]) -> bool:
+    """Kubernetes' types' Equal: false against null, an error ("no such overload") against a
+    value of another type (k8s.io/apiserver/pkg/cel/semver.go and the others)."""
+    if other is None:
+        return False
+    if type(other) is not type(value):
+        raise TypeError("no such overload")
+    return same(other)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class QuantityValue:
     """A ``kubernetes.Quantity`` in celpy: equal by value."""
 
     value: Quantity
+
+    def __eq__(self, other: object) -> bool:
+        return _library_equal(self, other, lambda o: bool(self.value == o.value))
+
+    def __hash__(self) -> int:
+        return hash(self.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +66,7 @@ class SemverValue:
     value: cel_types.Semver
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, SemverValue) and self.value.compare(other.value) == 0
+        return _library_equal(self, other, lambda o: self.value.compare(o.value) == 0)
 
     def __hash__(self) -> int:
         return hash(self.value.precedence_text)
@@ -167,25 +183,43 @@ def _plain(value: Any) -> Any:
 # --------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class IPValue:
     """A ``net.IP``: its canonical text."""
 
     text: str
 
+    def __eq__(self, other: object) -> bool:
+        return _library_equal(self, other, lambda o: self.text == o.text)
 
-@dataclass(frozen=True, slots=True)
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class CIDRValue:
     """A ``net.CIDR``: ``address/bits`` as written."""
 
     text: str
 
+    def __eq__(self, other: object) -> bool:
+        return _library_equal(self, other, lambda o: self.text == o.text)
 
-@dataclass(frozen=True, slots=True)
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class URLValue:
     """A ``kubernetes.URL``: the text it was parsed from."""
 
     text: str
+
+    def __eq__(self, other: object) -> bool:
+        return _library_equal(self, other, lambda o: self.text == o.text)
+
+    def __hash__(self) -> int:
+        return hash(self.text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tests.unit.cel_cases import (
     comprehensions,
     dra,
+    equality,
     lists,
     nesting,
     net,
@@ -30,6 +31,7 @@ CASES: tuple[Case, ...] = (
     + strings.CASES
     + comprehensions.CASES
     + nesting.CASES
+    + equality.CASES
 )
 
 __all__ = ["CASES", "DRIVER", "T4", "Case", "Deviation"]

@@ -49,16 +49,14 @@ RULE_FLATTEN: Final = 8  # int(|a| x depth) + 11
 RULE_SELF_COMPARE: Final = 9  # int(|a|^2 x (2 or 2.1 for strings)) + 11: distinct, sort, sortBy
 RULE_SETS: Final = 10  # 1 + |a| x |b|
 RULE_SETS_EQUIVALENT: Final = 11  # 1 + 2 |a| x |b|
-RULE_EQUALS: Final = 12  # as RULE_COMPARE, but 1 for Kubernetes' own types (its CallCost)
+RULE_EQUALS: Final = 12  # as RULE_COMPARE (Kubernetes' own types: size 1, so 1, its CallCost)
 
 _DEVICE_FIELDS: Final = frozenset(
     {"device.driver", "device.attributes", "device.capacity", "device.allowMultipleAllocations"}
 )
-_LIBRARY_EQUALITY: Final = frozenset(
-    {"kubernetes.Quantity", "kubernetes.Semver", "net.IP", "net.CIDR", "kubernetes.URL"}
-)
 _SIZED: Final = frozenset({"string", "bytes", "list", "map"})
 _UNSIZED: Final = frozenset({"bool", "int", "uint", "double", "null", "timestamp", "duration"})
+_UNCONVERTIBLE: Final = frozenset({"opaque", "type"})
 
 
 def actual_size(value: Any) -> int:
@@ -89,8 +87,6 @@ def charge_amount(code: int, operands: list[Any]) -> tuple[int, int]:
         return math.ceil(a * estimate.STRING_TRAVERSAL_FACTOR), 0
     if rule == RULE_IN_LIST:
         return b, 0
-    if rule == RULE_EQUALS and not mask & 1 and _is_library_value(operands[0]):
-        return 1, 0  # Kubernetes' CallCost: equality of its own types is O(1)
     if rule in (RULE_COMPARE, RULE_EQUALS):
         return math.ceil(min(a, b) * estimate.STRING_TRAVERSAL_FACTOR), 0
     if rule == RULE_CONCAT:
@@ -109,11 +105,9 @@ def charge_amount(code: int, operands: list[Any]) -> tuple[int, int]:
         depth = operands[1] if len(operands) > 1 else 1
         return int(a * float(depth)) + 1 + estimate.LIST_CREATE_COST, 0
     if rule == RULE_SELF_COMPARE:
-        keys = operands[-1] if isinstance(operands[-1], list) else []
-        per = 2.0
-        if keys and isinstance(keys[0], str | bytes | bytearray):
-            per += estimate.STRING_TRAVERSAL_FACTOR
-        n = len(keys)
+        # The last operand: the compared list's size, negative for strings or bytes.
+        n = abs(sizes[-1])
+        per = 2.0 + (estimate.STRING_TRAVERSAL_FACTOR if sizes[-1] < 0 else 0.0)
         return int(float(n * n) * per) + 1 + estimate.LIST_CREATE_COST, 0
     if rule == RULE_SETS:
         return 1 + a * b, 0
@@ -128,11 +122,6 @@ def _list_output(operands: list[Any], sizes: list[int], mask: int) -> int:
     if not mask & 1 and isinstance(operands[0], int):  # lists.range(n)
         return max(0, operands[0])
     return sizes[0]  # reverse
-
-
-def _is_library_value(value: Any) -> bool:
-    descriptor = getattr(value, "DESCRIPTOR", None)
-    return descriptor is not None and descriptor.full_name in _LIBRARY_EQUALITY
 
 
 def instrument(checked_expr: Any, self_charging: Callable[[list[str]], bool]) -> Any:
@@ -241,8 +230,15 @@ class _Instrumenter:
             return RULE_IN_LIST
         if function in ("_==_", "_!=_"):
             kinds = {self.kind(o) for o in operands}
-            if kinds <= _UNSIZED or (function == "_==_" and self.kind(operands[0]) == "struct"):
-                return None  # 1, as upstream (Kubernetes' own types: its CallCost)
+            if (
+                kinds <= _UNSIZED
+                or (function == "_==_" and self.kind(operands[0]) == "struct")
+                or kinds & _UNCONVERTIBLE
+            ):
+                # 1, as upstream: sizeless values (and Kubernetes' own types: its CallCost).
+                # An optional or a type never travels to Python: cel-expr-python cannot
+                # convert one inside a list (its size is 1 anyway).
+                return None
             return RULE_EQUALS if function == "_==_" else RULE_COMPARE
         if oid.startswith(("less_", "greater_")) and oid.endswith(("_string", "_bytes")):
             return RULE_COMPARE
@@ -288,6 +284,42 @@ class _Instrumenter:
         inner = copy.deepcopy(node)
         node.CopyFrom(self.new.call("_&&_", [self.tick(amount), inner]))
 
+    def type_is(self, value: Any, names: tuple[str, ...]) -> Any:
+        """``type(value) == names[0] || ...`` (type names resolved by reference)."""
+        tests = []
+        for name in names:
+            literal = self.new.ident(name)
+            self.ce.reference_map[literal.id].name = name
+            tests.append(self.new.call("_==_", [self.new.call("type", [value]), literal]))
+        out = tests[0]
+        for test in tests[1:]:
+            out = self.new.call("_||_", [out, test])
+        return out
+
+    def safe_size(self, name: str) -> Any:
+        """The actual size of a value of any type, computed in CEL: nothing reaches Python
+        but an int (cel-expr-python cannot convert an optional inside a list)."""
+        sized = self.type_is(self.new.ident(name), ("string", "bytes", "list", "map"))
+        size = self.new.call("size", [self.new.ident(name)])
+        return self.new.call("_?_:_", [sized, size, self.new.int_node(1)])
+
+    def self_compare_size(self, name: str) -> Any:
+        """For distinct / sort / sortBy: the list's size, negative where its elements are
+        strings or bytes (each comparison then costs more)."""
+        size = self.new.call("size", [self.new.ident(name)])
+        first = self.new.call("_[_]", [self.new.ident(name), self.new.int_node(0)])
+        negative = self.new.call("-_", [self.new.call("size", [self.new.ident(name)])])
+        stringy = self.new.call(
+            "_?_:_",
+            [
+                self.type_is(first, ("string", "bytes")),
+                negative,
+                self.new.call("size", [self.new.ident(name)]),
+            ],
+        )
+        empty = self.new.call("_==_", [size, self.new.int_node(0)])
+        return self.new.call("_?_:_", [empty, self.new.int_node(0), stringy])
+
     def wrap_charge(self, node: Any, rule: int) -> None:
         """node := cel.bind(@o1, operand1, ... charge(rule, [@o1, ...]) ? node' : null) where
         node' reads the bound operands (each evaluated once, in order)."""
@@ -299,12 +331,19 @@ class _Instrumenter:
         mask = 0
         for i, operand in enumerate(operands):
             name = f"@o{self.new.fresh()}"
-            sized = rule != RULE_SELF_COMPARE and self.kind(operand) in _SIZED
+            kind = self.kind(operand)
             binds.append((name, copy.deepcopy(operand)))
             operand.CopyFrom(self.new.ident(name))
-            ref = self.new.ident(name)
-            refs.append(self.new.call("size", [ref]) if sized else ref)
-            mask |= sized << i
+            if rule == RULE_SELF_COMPARE and i == len(operands) - 1:
+                refs.append(self.self_compare_size(name))  # the list whose elements compare
+            elif kind in _SIZED and rule != RULE_SELF_COMPARE:
+                refs.append(self.new.call("size", [self.new.ident(name)]))
+            elif kind in _UNSIZED:
+                refs.append(self.new.ident(name))  # a number the rule reads (slice, depth)
+                continue
+            else:  # dyn, an optional, a message: its size, worked out in CEL
+                refs.append(self.safe_size(name))
+            mask |= 1 << i
         code = self.new.int_node(rule + SIZE_FLAGS * mask)
         gate = self.new.call(CHARGE_FUNCTION, [code, self.new.list_node(refs)])
         body = self.new.call("_?_:_", [gate, inner, self.new.null()])

@@ -31,8 +31,8 @@ from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
 from driver.cel import engine as dra_cel
+from driver.cel import formats, network
 from driver.cel import library as cel_types
-from driver.cel import network
 from driver.cel import strings as cel_strings
 
 
@@ -232,6 +232,8 @@ class Namespace:
 
 
 SETS = Namespace("sets")
+FORMAT = Namespace("format")
+OPTIONAL = Namespace("optional")
 LISTS = Namespace("lists")
 STRINGS = Namespace("strings")
 IP = Namespace("ip")
@@ -244,7 +246,7 @@ def _on(
     """One function name shared by a namespace's function and a plain one."""
 
     def dispatch(first: Any, *rest: Any) -> Any:
-        if first == namespace:
+        if first is namespace:
             return qualified(*rest)
         if plain is None:
             raise TypeError(f"no such function on {type(first).__name__}")
@@ -447,6 +449,76 @@ def _ip_check(check: Callable[[str], bool]) -> Callable[[Any], Any]:
     return lambda v: celtypes.BoolType(check(_ip_text(v)))
 
 
+# --------------------------------------------------------------------------- optionals, formats
+
+
+@dataclass(frozen=True, slots=True)
+class OptionalValue:
+    """An optional (``optional.of(v)`` / ``optional.none()``), as far as the named formats
+    need it: celpy 0.5 has no optional type, and its parser no ``.?`` syntax."""
+
+    present: bool
+    value: Any = None
+
+
+NONE = OptionalValue(False)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FormatValue:
+    """A ``kubernetes.NamedFormat``: equal by upstream's Name."""
+
+    format: formats.NamedFormat
+
+    def __eq__(self, other: object) -> bool:
+        return _library_equal(self, other, lambda o: self.format.name == o.format.name)
+
+    def __hash__(self) -> int:
+        return hash(self.format.name)
+
+
+def _optional_value(o: Any) -> Any:
+    if not isinstance(o, OptionalValue):
+        raise TypeError(type(o).__name__)
+    if not o.present:
+        raise CELEvalError("optional.none() dereference")
+    return o.value
+
+
+def _validate(f: Any, text: Any) -> OptionalValue:
+    if not isinstance(f, FormatValue):
+        raise TypeError(type(f).__name__)
+    errors = f.format.validate(_str(text))
+    return OptionalValue(True, _cel(errors)) if errors else NONE
+
+
+def _named(name: Any) -> OptionalValue:
+    found = formats.named(_str(name))
+    return NONE if found is None else OptionalValue(True, FormatValue(found))
+
+
+def _constant_format(key: str) -> Callable[..., Any]:
+    return _on(FORMAT, lambda: FormatValue(formats.FORMATS[key]), None)
+
+
+_OPTIONALS: dict[str, Callable[..., Any]] = {
+    "none": _on(OPTIONAL, lambda: NONE, None),
+    "of": _on(OPTIONAL, lambda v: OptionalValue(True, v), None),
+    "hasValue": lambda o: celtypes.BoolType(isinstance(o, OptionalValue) and o.present),
+    "value": _optional_value,
+    "orValue": lambda o, other: o.value if _optional_value_or(o) else other,
+    "named": _on(FORMAT, _named, None),
+    "validate": _validate,
+    **{key: _constant_format(key) for key in formats.FORMATS},
+}
+
+
+def _optional_value_or(o: Any) -> bool:
+    if not isinstance(o, OptionalValue):
+        raise TypeError(type(o).__name__)
+    return o.present
+
+
 _LIBRARY: dict[str, Callable[..., Any]] = {
     # quantity, semver (driver.cel.library)
     "quantity": lambda s: QuantityValue(cel_types.parse_quantity(_str(s))),
@@ -525,6 +597,7 @@ _LIBRARY: dict[str, Callable[..., Any]] = {
     "getPort": _url_getter(network.get_port),
     "getEscapedPath": _url_getter(network.get_escaped_path),
     "getQuery": _url_getter(network.get_query),
+    **_OPTIONALS,
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {name: _guard(fn) for name, fn in _LIBRARY.items()}
 
@@ -622,6 +695,8 @@ def _message(exc: CELEvalError) -> str:
 
 _NAMESPACES: dict[str, Any] = {
     "sets": SETS,
+    "format": FORMAT,
+    "optional": OPTIONAL,
     "lists": LISTS,
     "strings": STRINGS,
     "ip": IP,

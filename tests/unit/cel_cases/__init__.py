@@ -8,6 +8,7 @@ from tests.unit.cel_cases import (
     comprehensions,
     dra,
     equality,
+    formats,
     lists,
     nesting,
     net,
@@ -32,6 +33,7 @@ CASES: tuple[Case, ...] = (
     + comprehensions.CASES
     + nesting.CASES
     + equality.CASES
+    + formats.CASES
 )
 
 __all__ = ["CASES", "DRIVER", "T4", "Case", "Deviation"]

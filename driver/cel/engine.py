@@ -524,20 +524,20 @@ def _library() -> list[_Overload]:
     member("format", "string_format", t.STRING, [t.STRING, dyn_list], _fn(strings.format_string))
     free("strings.quote", "strings_quote", t.STRING, [t.STRING], _fn(strings.quote))
     # regex (regex.go)
-    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _fn(strings.find))
+    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _find)
     member(
         "findAll",
         "string_find_all_string",
         t.List(t.STRING),
         [t.STRING, t.STRING],
-        _fn(strings.find_all),
+        _find_all,
     )
     member(
         "findAll",
         "string_find_all_string_int",
         t.List(t.STRING),
         [t.STRING, t.STRING, t.INT],
-        _fn(strings.find_all),
+        _find_all,
     )
     # IP and CIDR (ip.go, cidr.go)
     free("ip", "string_to_ip", ip, [t.STRING], lambda x: _IPMsg(value=network.ip(x)))
@@ -658,6 +658,37 @@ def _format_errors(msg: Any, text: str) -> list[str]:
 
 def _fn(impl: Callable[..., Any]) -> Callable[..., Any]:
     return impl
+
+
+def _find(text: str, pattern: str) -> str:
+    """``find`` (driver.cel.strings), after RE2 says there is a match at all: Python's
+    backtracking ``re`` never gets to fail exponentially on text without one."""
+    if not _re2_finds(text, pattern):
+        strings.charge_regex(text, pattern)
+        return ""
+    return strings.find(text, pattern)
+
+
+def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    if not _re2_finds(text, pattern):
+        strings.charge_regex(text, pattern)
+        return []
+    return strings.find_all(text, pattern, limit)
+
+
+def _re2_finds(text: str, pattern: str) -> bool:
+    """Whether cel-cpp's RE2 (linear time, as Go's regexp upstream) finds *pattern* in
+    *text*; true where it cannot tell (Python then reports the pattern's error)."""
+    try:
+        result = _re2_probe(pattern).eval(data={"device.driver": text})
+        return result.value() is not False
+    except (RuntimeError, TypeError):
+        return True
+
+
+@lru_cache(maxsize=256)
+def _re2_probe(pattern: str) -> Any:
+    return _env().compile(f"device.driver.matches({strings.quote_plain(pattern)})")
 
 
 def _one(impl: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -507,6 +507,11 @@ def _regex_cost(text: str, pattern: str) -> int:
     return math.ceil((1 + len(text)) * 0.1) * math.ceil(len(pattern) * 0.25)
 
 
+def charge_regex(text: str, pattern: str) -> None:
+    """The actual cost of ``find`` / ``findAll`` (Kubernetes' regex library)."""
+    cost.charge(_regex_cost(text, pattern))
+
+
 def find(text: str, pattern: str) -> str:
     """``find``: the first match, or "" (k8s.io/apiserver/pkg/cel/library/regex.go)."""
     cost.charge(_regex_cost(text, pattern))

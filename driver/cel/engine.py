@@ -1594,32 +1594,32 @@ def _rewrite_library_equality(checked_expr: Any) -> bool:
     for node in targets:
         call = node.call_expr
         l_name, r_name = f"@l{new.fresh()}", f"@r{new.fresh()}"
+        left, right = copy.deepcopy(call.args[0]), copy.deepcopy(call.args[1])
         library = new.list_node([_type_ident(checked_expr, new, n) for n in _LIBRARY_TYPES])
         type_l = new.call("type", [new.ident(l_name)])
-        condition = new.call(
-            "_&&_",
-            [
-                new.call(
-                    "_&&_",
-                    [
-                        new.call("@in", [type_l, library]),
-                        new.call("_!=_", [new.call("type", [new.ident(r_name)]), type_l]),
-                    ],
-                ),
-                new.call(
-                    "_!=_",
-                    [
-                        new.call("type", [new.ident(r_name)]),
-                        _type_ident(checked_expr, new, "null_type"),
-                    ],
-                ),
-            ],
-        )
-        compare = new.call(call.function, [new.ident(l_name), new.ident(r_name)])
-        error = new.call(NO_SUCH_OVERLOAD_FUNCTION, [new.ident(l_name), new.ident(r_name)])
+        condition = new.call("@in", [type_l, library])
+        constant = right.WhichOneof("expr_kind") == "const_expr"
+        if constant:  # a literal (not null): never of L's type, never an error
+            r_value = right
+        else:
+            r_value = new.ident(r_name)
+            type_r = new.call("type", [new.ident(r_name)])
+            null_type = _type_ident(checked_expr, new, "null_type")
+            condition = new.call(
+                "_&&_",
+                [
+                    new.call(
+                        "_&&_", [condition, new.call("_!=_", [type_r, copy.deepcopy(type_l)])]
+                    ),
+                    new.call("_!=_", [copy.deepcopy(type_r), null_type]),
+                ],
+            )
+        compare = new.call(call.function, [new.ident(l_name), copy.deepcopy(r_value)])
+        error = new.call(NO_SUCH_OVERLOAD_FUNCTION, [new.ident(l_name), copy.deepcopy(r_value)])
         body = new.call("_?_:_", [condition, error, compare])
-        left, right = copy.deepcopy(call.args[0]), copy.deepcopy(call.args[1])
-        node.CopyFrom(new.bind(l_name, left, new.bind(r_name, right, body)))
+        if not constant:
+            body = new.bind(r_name, right, body)
+        node.CopyFrom(new.bind(l_name, left, body))
     return bool(targets)
 
 

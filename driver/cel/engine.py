@@ -9,7 +9,8 @@ Contract
   ``<input>:1:8: Syntax error: ...``), for expressions longer than
   :data:`MAX_EXPRESSION_LENGTH` bytes, when the result type is statically known not to be
   bool, and for upstream's compile-time rules: mixed-type list or map literals (homogeneous
-  aggregate literals), an invalid constant regular expression.
+  aggregate literals), an invalid constant regular expression, a ``string.format`` whose
+  constant format does not fit its arguments, nesting past upstream's parser limit (250).
   :attr:`Selector.max_cost` is the static cost estimate in upstream's units
   (``driver.cel.estimate``): what the API server checks when a selector is written
   (the API emulator does the same); evaluation does not refuse on it.
@@ -59,11 +60,15 @@ Where cel-expr-python cannot express something natively, and the differences tha
   does not resolve, and ``has(device.driver)`` yields the variable rather than ``true``
   (a compile error for the string fields, the value for ``allowMultipleAllocations``).
 * **Library value types.** The engine has no opaque runtime types, so quantities, versions,
-  IPs, CIDRs and URLs are protobuf messages (upstream's type names ``kubernetes.Quantity``,
-  ``kubernetes.Semver``, ``net.IP``, ``net.CIDR``, ``kubernetes.URL``) from a private
-  descriptor pool, carrying the exact value, so ``==`` means equal value as upstream. Their one
-  field is visible to field selection, which upstream does not offer; comparing one with ``==``
-  to a value of another type is ``false`` here where upstream errs ("no such overload").
+  IPs, CIDRs, URLs and named formats are protobuf messages (upstream's type names
+  ``kubernetes.Quantity``, ``kubernetes.Semver``, ``net.IP``, ``net.CIDR``, ``kubernetes.URL``,
+  ``kubernetes.NamedFormat``) from a private descriptor pool, carrying the exact value, so
+  ``==`` means equal value as upstream. Their one field is visible to field selection, which
+  upstream does not offer. ``L == R`` / ``L != R`` where L may hold one of them at run time
+  (dyn, or the type against a dyn) is rewritten in CEL to fail with "no such overload" when R
+  is of another type and not null, as their ``Equal`` does upstream
+  (:func:`_rewrite_library_equality`); a list's or map's equality, which upstream counts as
+  equal where an element comparison errs, is false here.
 * **Library functions** run in Python. The runtime keeps one implementation per name and
   argument kinds, so every overload of a library function is renamed in the checked expression
   to a private name with its own implementation and return type (``_RUNTIME_NAMES``).
@@ -74,14 +79,30 @@ Where cel-expr-python cannot express something natively, and the differences tha
   (``device.attributes["x" + ".io"]``) that the device lacks is a "no such key" error, and a
   literally named missing domain shows up in ``in``, ``size()`` and iteration over
   ``device.attributes``, where upstream would not list it.
-* **Parser nesting.** cel-cpp's parser refuses expressions nested deeper than its recursion
-  limit; upstream's (cel-go) allows deeper nesting.
+* **Parser nesting.** cel-cpp's parser stops at 32 levels (no option for it), upstream's at 250.
+  An expression past 32 is parsed by biaxial (``driver.cel.syntax``, upstream's two depth
+  measures and errors past 250), hoisted into lazy ``cel.bind`` values for cel-cpp to check,
+  inlined back, and hoisted again where too deep for cel-expr-python to load
+  (``driver.cel.deep``): same value, order, errors and costs. What remains: a compile error in
+  such an expression has no position; types nested past protobuf's limit (lists of lists
+  about 40 deep) are read as dyn, so a homogeneous-literal mismatch that deep goes unseen;
+  a metered expression with comprehensions nested about 15 deep cannot be loaded (a compile
+  error).
+* **Comprehensions past 10,000 iterations** run driven from Python (``driver.cel.drive``): the
+  values a loop carries pass through Python, so a uint there becomes an int, and an optional
+  or a type cannot pass (an evaluation error).
 * **Regular expressions.** ``matches`` runs cel-cpp's RE2 (as upstream's Go regexp: RE2
-  syntax); ``find`` / ``findAll`` run Python's ``re`` on the same syntax (backreferences and
-  lookaround, which RE2 lacks, are refused).
-* **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) are not
-  available (they return optional values, which Python functions cannot build): a compile
-  error ("undeclared reference").
+  syntax); ``find`` / ``findAll`` ask RE2 whether the text has a match at all, then run
+  Python's ``re`` on the same syntax (backreferences and lookaround, which RE2 lacks, are
+  refused): a pattern that backtracks exponentially can still be slow on text that *does*
+  match somewhere (RE2 is linear upstream). RE2's error wording is mapped to Go's.
+* **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) return
+  optionals as upstream: the Python functions return the format or null, the error list or
+  an empty one, and :func:`_rewrite_optionals` wraps each call in CEL.
+* **Messages.** cel-cpp words some compile errors its own way: a call with a wrong number of
+  arguments is an "undeclared reference", a two-variable macro's misuse is "all() second
+  variable must be different from the first variable" and the like (the conformance cases
+  assert cel-cpp's words).
 * **Copies.** cel-cpp copies a list when it concatenates one (and a comprehension's list
   accumulator as it grows) and the runtime helper of ``transformMap`` copies the map, where
   cel-go shares them: such an evaluation is metered and cancelled after 5,000,000 copied
@@ -90,8 +111,8 @@ Where cel-expr-python cannot express something natively, and the differences tha
 * The ``first()`` / ``last()`` list members of cel-cpp's lists extension, which upstream's
   version lacks, are compile errors.
 
-Where the result differs from upstream's, the conformance table has a case with an ``upstream``
-note, and cel-python, which gives upstream's answer there, is asserted to do so.
+Where the result differs from upstream's, the conformance table (``tests/unit/cel_cases/``)
+has a case with an ``upstream`` note; cel-python's outcome there is asserted too.
 """
 
 from __future__ import annotations

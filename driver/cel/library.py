@@ -137,8 +137,8 @@ def go_quote(text: str) -> str:
     what is not printable."""
     out = ['"']
     for ch in text:
-        if ch in _GO_ESCAPES:
-            out.append(_GO_ESCAPES[ch])
+        if ch in GO_ESCAPES:
+            out.append(GO_ESCAPES[ch])
         elif ch.isprintable():
             out.append(ch)
         elif ord(ch) < 0x80:
@@ -151,7 +151,7 @@ def go_quote(text: str) -> str:
     return "".join(out)
 
 
-_GO_ESCAPES: Final = {
+GO_ESCAPES: Final = {  # Go's strconv.Quote and cel-go's strings.quote alike
     '"': '\\"',
     "\\": "\\\\",
     "\a": "\\a",

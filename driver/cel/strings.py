@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from driver.cel import cost
-from driver.cel.library import CELFunctionError, go_quote, traversal_cost
+from driver.cel.library import GO_ESCAPES, CELFunctionError, go_quote, traversal_cost
 
 # --------------------------------------------------------------------------- strings extension
 
@@ -145,23 +145,10 @@ def quote(text: str) -> str:
     return quote_plain(text)
 
 
-_QUOTE_ESCAPES: Final = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    "\\": "\\\\",
-    '"': '\\"',
-}
-
-
 def quote_plain(text: str) -> str:
     """cel-go's strings.quote: double quotes, escapes for the C escapes, backslash and quote
     only (other characters as they are)."""
-    return '"' + "".join(_QUOTE_ESCAPES.get(ch, ch) for ch in text) + '"'
+    return '"' + "".join(GO_ESCAPES.get(ch, ch) for ch in text) + '"'
 
 
 # --------------------------------------------------------------------------- format

@@ -184,42 +184,34 @@ def _plain(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class IPValue:
+class _TextValue:
+    """One of Kubernetes' types held as its text: equal by the text, to its own type only."""
+
+    text: str
+
+    def __eq__(self, other: object) -> bool:
+        return _library_equal(self, other, lambda o: self.text == o.text)
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+class IPValue(_TextValue):
     """A ``net.IP``: its canonical text."""
 
-    text: str
-
-    def __eq__(self, other: object) -> bool:
-        return _library_equal(self, other, lambda o: self.text == o.text)
-
-    def __hash__(self) -> int:
-        return hash(self.text)
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class CIDRValue:
+class CIDRValue(_TextValue):
     """A ``net.CIDR``: ``address/bits`` as written."""
 
-    text: str
-
-    def __eq__(self, other: object) -> bool:
-        return _library_equal(self, other, lambda o: self.text == o.text)
-
-    def __hash__(self) -> int:
-        return hash(self.text)
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class URLValue:
+class URLValue(_TextValue):
     """A ``kubernetes.URL``: the text it was parsed from."""
 
-    text: str
-
-    def __eq__(self, other: object) -> bool:
-        return _library_equal(self, other, lambda o: self.text == o.text)
-
-    def __hash__(self) -> int:
-        return hash(self.text)
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

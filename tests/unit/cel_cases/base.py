@@ -13,7 +13,7 @@ biaxial's behaviour, the note says upstream's, and driver.cel's docstring lists 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -67,6 +67,42 @@ def runtime(name: str, expression: str, fragment: str = "", **kw: Any) -> Case:
 
 def compile_error(name: str, expression: str, fragment: str = "", **kw: Any) -> Case:
     return Case(name, expression, error=CELCompileError, fragment=fragment, **kw)
+
+
+def scoped(
+    cites: str,
+    *,
+    collapse: bool = False,
+    celpy: Callable[[str], Deviation] | None = None,
+) -> tuple[Callable[..., Case], Callable[..., Case], Callable[..., Case]]:
+    """``ok``, ``runtime`` and ``compile_error`` for the cases of one upstream test: each named
+    ``"<cites>: <expression>"`` (its whitespace collapsed with *collapse*) and citing it. A
+    case's cel-python deviation defaults to *celpy*'s for its expression, or else, for a compile
+    error, to :func:`celpy_compile` (celpy has no checker)."""
+
+    def name(expression: str) -> str:
+        return f"{cites}: {' '.join(expression.split()) if collapse else expression}"
+
+    def deviation(kw: dict[str, Any], expression: str, compile_time: bool) -> dict[str, Any]:
+        if celpy is not None:
+            kw.setdefault("celpy", celpy(expression))
+        elif compile_time:
+            kw.setdefault("celpy", celpy_compile())
+        return kw
+
+    def scoped_ok(expression: str, result: bool = True, **kw: Any) -> Case:
+        kw = deviation(kw, expression, False)
+        return ok(name(expression), expression, result, cites=cites, **kw)
+
+    def scoped_runtime(expression: str, fragment: str, **kw: Any) -> Case:
+        kw = deviation(kw, expression, False)
+        return runtime(name(expression), expression, fragment, cites=cites, **kw)
+
+    def scoped_compile_error(expression: str, fragment: str, **kw: Any) -> Case:
+        kw = deviation(kw, expression, True)
+        return compile_error(name(expression), expression, fragment, cites=cites, **kw)
+
+    return scoped_ok, scoped_runtime, scoped_compile_error
 
 
 def cited(cites: str, cases: tuple[Case, ...] | list[Case]) -> tuple[Case, ...]:

@@ -26,10 +26,8 @@ from tests.unit.cel_cases.base import (
     Deviation,
     celpy_error,
     celpy_syntax,
+    scoped,
 )
-from tests.unit.cel_cases.base import compile_error as _compile_error
-from tests.unit.cel_cases.base import ok as _ok
-from tests.unit.cel_cases.base import runtime as _runtime
 
 TEST = f"{CEL_GO_EXT}/comprehensions_test.go"
 NOT_VERSION_2 = "found no matching overload for 'reverse' applied to '(string)'"
@@ -46,22 +44,7 @@ def _celpy(expression: str) -> Deviation:
 
 
 def _in(cites: str) -> tuple[Any, Any, Any]:
-    def name(expression: str) -> str:
-        return f"{cites}: {' '.join(expression.split())}"
-
-    def ok(expression: str, **kw: Any) -> Case:
-        kw.setdefault("celpy", _celpy(expression))
-        return _ok(name(expression), expression, cites=cites, **kw)
-
-    def runtime(expression: str, fragment: str, **kw: Any) -> Case:
-        kw.setdefault("celpy", _celpy(expression))
-        return _runtime(name(expression), expression, fragment, cites=cites, **kw)
-
-    def compile_error(expression: str, fragment: str, **kw: Any) -> Case:
-        kw.setdefault("celpy", _celpy(expression))
-        return _compile_error(name(expression), expression, fragment, cites=cites, **kw)
-
-    return ok, runtime, compile_error
+    return scoped(cites, collapse=True, celpy=_celpy)
 
 
 ok, runtime, compile_error = _in(f"{TEST} TestTwoVarComprehensions")

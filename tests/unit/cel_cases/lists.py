@@ -21,13 +21,10 @@ from tests.unit.cel_cases.base import (
     NO_TYPE_CHECKER,
     Case,
     Deviation,
-    celpy_compile,
     celpy_error,
     device,
+    scoped,
 )
-from tests.unit.cel_cases.base import compile_error as _compile_error
-from tests.unit.cel_cases.base import ok as _ok
-from tests.unit.cel_cases.base import runtime as _runtime
 
 DRA = "dra.example.com"
 D = f'device.attributes["{DRA}"]'
@@ -56,19 +53,7 @@ EMPTY_SUM = celpy_error(
 
 
 def _section(test: str, section: str) -> tuple[Any, Any, Any]:
-    cites = f"{test}/{section}" if section else test
-
-    def ok(expression: str, result: bool = True, **kw: Any) -> Case:
-        return _ok(f"{cites}: {expression}", expression, result, cites=cites, **kw)
-
-    def runtime(expression: str, fragment: str, **kw: Any) -> Case:
-        return _runtime(f"{cites}: {expression}", expression, fragment, cites=cites, **kw)
-
-    def compile_error(expression: str, fragment: str, **kw: Any) -> Case:
-        kw.setdefault("celpy", celpy_compile())
-        return _compile_error(f"{cites}: {expression}", expression, fragment, cites=cites, **kw)
-
-    return ok, runtime, compile_error
+    return scoped(f"{test}/{section}" if section else test)
 
 
 VALIDATION = f"{APIEXTENSIONS_TESTS} TestValidationExpressions"

@@ -22,6 +22,7 @@ from tests.unit.cel_cases.base import (
     celpy_compile,
     celpy_error,
     celpy_syntax,
+    scoped,
 )
 from tests.unit.cel_cases.base import compile_error as _compile_error
 from tests.unit.cel_cases.base import ok as _ok
@@ -43,21 +44,7 @@ def _int_receiver(expression: str) -> Deviation:
 NOT_VERSION_2 = "found no matching overload for 'reverse' applied to '(string)'"
 
 
-def _in(cites: str) -> tuple[Any, Any, Any]:
-    def ok(expression: str, result: bool = True, **kw: Any) -> Case:
-        return _ok(f"{cites}: {expression}", expression, result, cites=cites, **kw)
-
-    def runtime(expression: str, fragment: str, **kw: Any) -> Case:
-        return _runtime(f"{cites}: {expression}", expression, fragment, cites=cites, **kw)
-
-    def compile_error(expression: str, fragment: str, **kw: Any) -> Case:
-        kw.setdefault("celpy", celpy_compile())
-        return _compile_error(f"{cites}: {expression}", expression, fragment, cites=cites, **kw)
-
-    return ok, runtime, compile_error
-
-
-ok, runtime, compile_error = _in(f"{STRINGS_TEST} TestStrings")
+ok, runtime, compile_error = scoped(f"{STRINGS_TEST} TestStrings")
 STRINGS = (
     ok("'tacocat'.charAt(3) == 'o'"),
     ok("'tacocat'.charAt(7) == ''"),
@@ -216,7 +203,7 @@ STRINGS = (
     ),
 )
 
-ok, runtime, compile_error = _in(f"{STRINGS_TEST} TestStringsVersions")
+ok, runtime, compile_error = scoped(f"{STRINGS_TEST} TestStringsVersions")
 VERSIONS = (
     ok("''.charAt(0) == ''"),
     ok("'a'.indexOf('a') == 0"),
@@ -236,7 +223,7 @@ VERSIONS = (
     compile_error("'taco'.reverse() == 'ocat'", NOT_VERSION_2),
 )
 
-ok, runtime, compile_error = _in(
+ok, runtime, compile_error = scoped(
     f"{APIEXTENSIONS_TESTS} TestValidationExpressions/stdlib regex functions"
 )
 STR = "'this is a 123 string 456'"

@@ -198,6 +198,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the loop
 
+    def warm(self) -> None:
+        """Build the decision engine from the caches now (rather than at the first pod)."""
+        self.feed.engine()
+
     async def run(self) -> None:
         """Schedule pods until cancelled."""
         for pod in list(self.cache.pods.store.values()):

@@ -503,6 +503,53 @@ class _Index:
         self.match_cache = match_cache
         self.spec_cache = _SpecCache()
 
+    def updated(
+        self, removed: Sequence[ResourceSlice], added: Sequence[ResourceSlice]
+    ) -> _Index | None:
+        """This index with node-local slices replaced, sharing everything the change does not
+        touch (the other nodes' candidates, pool facts and the caches); None when a changed
+        slice is not node-local or slices span the cluster (then build anew)."""
+        if self.cluster_wide or any(not s.node_name for s in (*removed, *added)):
+            return None
+        gone = {id(s) for s in removed}
+        nodes = {s.node_name for s in (*removed, *added) if s.node_name}
+        pools = {(s.driver, s.pool.name) for s in (*removed, *added)}
+        index = _Index.__new__(_Index)
+        index.slices = (*(s for s in self.slices if id(s) not in gone), *added)
+        index.by_node = dict(self.by_node)
+        index.pool_slices = dict(self.pool_slices)
+        index.pool_generation = dict(self.pool_generation)
+        for node in nodes:
+            index.by_node[node] = [s for s in self.by_node.get(node, ()) if id(s) not in gone]
+        for pool in pools:
+            kept = [s for s in self.pool_slices.get(pool, ()) if id(s) not in gone]
+            index.pool_slices[pool] = kept
+        for s in added:
+            index.by_node[str(s.node_name)].append(s)
+            index.pool_slices[(s.driver, s.pool.name)].append(s)
+        for node in nodes:
+            if not index.by_node[node]:
+                del index.by_node[node]
+        for pool in pools:
+            members = index.pool_slices[pool]
+            if members:
+                index.pool_generation[pool] = max(m.pool.generation for m in members)
+            else:
+                del index.pool_slices[pool]
+                index.pool_generation.pop(pool, None)
+        index.cluster_wide = []
+        # Pool facts are keyed by their members' identities: drop the changed pools' (an id
+        # can be reused once a slice is gone).
+        index.info_cache = {k: v for k, v in self.info_cache.items() if k[0] not in pools}
+        # Every node a changed pool's slices target gets its candidates rebuilt.
+        touched = nodes | {
+            m.node_name for pool in pools for m in self.pool_slices.get(pool, ()) if m.node_name
+        }
+        index.node_cache = {k: v for k, v in self.node_cache.items() if k not in touched}
+        index.match_cache = self.match_cache
+        index.spec_cache = self.spec_cache
+        return index
+
     def candidates(self, node: Node) -> NodeCandidates:
         cached = self.node_cache.get(node.name)
         if cached is not None and (
@@ -652,6 +699,17 @@ class ClusterSnapshot:
         index = _Index(tuple(slices), match_cache if match_cache is not None else MatchCache())
         cls_map = classes_by_name(classes if isinstance(classes, Mapping) else tuple(classes))
         return cls(index, cls_map, AllocatedState.from_claims(claims))
+
+    def with_slices(
+        self, removed: Sequence[ResourceSlice], added: Sequence[ResourceSlice]
+    ) -> ClusterSnapshot | None:
+        """The same cluster with node-local slices replaced (``removed`` are the objects this
+        snapshot holds), sharing every other node's view; None when the change is not
+        node-local (then :meth:`build` anew). Allocations stay as they are."""
+        index = self._index.updated(removed, added)
+        if index is None:
+            return None
+        return ClusterSnapshot(index, self.classes, self.allocated)
 
     @property
     def slices(self) -> tuple[ResourceSlice, ...]:

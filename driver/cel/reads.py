@@ -22,14 +22,20 @@ _DYNAMIC_ACCESS: Final = re.compile(
 )
 _LITERAL_INDEX: Final = re.compile(r"\[\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\]")
 _TOKEN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A domain's map (``attributes["d"]``) or a device's whole map (``attributes``) used as a
+# value, not indexed further: compared, converted or passed on, it reads every name in it.
+_WHOLE_MAP: Final = re.compile(
+    r"\b(?:attributes|capacity)\b(?!\s*\[)"
+    r"|\b(?:attributes|capacity)\s*\[\s*(?:\"[^\"\\]*\"|'[^'\\]*')\s*\](?!\s*[.\[])"
+)
 
 
 def referenced_names(expression: str) -> frozenset[str] | None:
     """Every name a CEL selector can read from a device, or None when it may read names it
     does not spell out (comprehensions, ``size``, ``has``, ``in``, computed or optional
-    indexes, escapes). Conservative: a word anywhere in the text, string literals included,
-    counts as referenced."""
-    if _DYNAMIC_ACCESS.search(expression):
+    indexes, escapes, a map used whole: ``attributes["d"] == attributes["e"]``). Conservative:
+    a word anywhere in the text, string literals included, counts as referenced."""
+    if _DYNAMIC_ACCESS.search(expression) or _WHOLE_MAP.search(expression):
         return None
     if "[" in _LITERAL_INDEX.sub(" ", expression):
         return None

@@ -315,6 +315,11 @@ def test_match_cache_shares_a_verdict_between_devices_that_look_alike() -> None:
     assert cache.matches(wide, _id("gpu-0"), 1, T4) is True
     assert cache.matches(wide, _id("gpu-1"), 1, twin) is True
     assert cache.misses == 4
+    # Two domain maps compared whole read every name in them: evaluated per device too.
+    whole = cel.compile_selector(f'device.attributes["{DRIVER}"] == device.attributes["{DRIVER}"]')
+    assert cache.matches(whole, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(whole, _id("gpu-1"), 1, twin) is True
+    assert cache.misses == 6
     # Errors name their device: never shared.
     broken = cel.compile_selector(f'device.attributes["{DRIVER}"].nosuch == 1')
     for name, device in (("gpu-0", T4), ("gpu-1", twin)):

@@ -134,6 +134,7 @@ CAPS_DIR: Final = "/dev/nvidia-caps"
 MigOperation = Literal["create", "destroy"]
 
 
+@functools.lru_cache(maxsize=1)
 def builtin_profiles() -> tuple[str, ...]:
     """Names of the profiles shipped with the package, sorted."""
     folder = resources.files("driver.discovery").joinpath("profiles")
@@ -156,7 +157,6 @@ class FakeProfile:
     gpus: tuple[GpuInfo, ...]
     mig_profiles: tuple[MigProfile, ...]
     dynamic_mig: frozenset[str] = frozenset()
-    node_name: str = ""
 
 
 def caps_paths(minor: int, gi_id: int, ci_id: int) -> tuple[str, str]:
@@ -463,6 +463,13 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
                 f"fake GPU profile {profile!r} is not a text (UTF-8 YAML) file"
             ) from exc
         name = path.stem
+    return _on_node(_template(profile, name, text), node_name)
+
+
+@functools.lru_cache(maxsize=64)
+def _template(profile: str, name: str, text: str) -> FakeProfile:
+    """The profile parsed once per text, as for a node without a name (UUIDs aside, a profile
+    is the same on every node)."""
     if too_deep(text):
         raise DiscoveryError(f"fake GPU profile {profile!r} is nested more than {MAX_DEPTH} deep")
     try:
@@ -474,7 +481,32 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
         raise DiscoveryError(
             f"fake GPU profile {profile!r} is not valid YAML{where}: {problem}"
         ) from exc
-    return parse_profile(raw, name=name, node_name=node_name)
+    return parse_profile(raw, name=name)
+
+
+def _on_node(template: FakeProfile, node_name: str) -> FakeProfile:
+    """The template's GPUs with the UUIDs :func:`parse_profile` derives for ``node_name`` (and
+    the set of those declared dynamic-MIG renamed with them)."""
+    if not node_name:
+        return template
+    gpus = []
+    dynamic = set()
+    for gpu in template.gpus:
+        gpu_uuid = _fake_uuid("GPU", node_name, template.name, str(gpu.index))
+        if gpu.uuid in template.dynamic_mig:
+            dynamic.add(gpu_uuid)
+        migs = tuple(
+            dataclasses.replace(
+                mig,
+                uuid=_fake_uuid(
+                    "MIG", node_name, template.name, str(gpu.index), mig.profile, str(mig.start)
+                ),
+                parent_uuid=gpu_uuid,
+            )
+            for mig in gpu.mig_devices
+        )
+        gpus.append(dataclasses.replace(gpu, uuid=gpu_uuid, mig_devices=migs))
+    return dataclasses.replace(template, gpus=tuple(gpus), dynamic_mig=frozenset(dynamic))
 
 
 @functools.lru_cache(maxsize=64)
@@ -588,7 +620,6 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
         gpus=ordered,
         mig_profiles=mig_profiles,
         dynamic_mig=frozenset(dynamic),
-        node_name=node_name,
     )
 
 

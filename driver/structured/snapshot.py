@@ -359,20 +359,28 @@ class _SpecCache:
     """Capacity specs shared by every device that publishes the same capacity (thousands of
     identical GPUs): building them dominates the per-node index cost otherwise."""
 
-    __slots__ = ("_specs",)
+    __slots__ = ("_by_identity", "_specs")
 
     def __init__(self) -> None:
         self._specs: dict[tuple[str, Capacity, tuple[Format, ...]], CapacitySpec] = {}
+        # Parsed and built devices share their Capacity objects: most lookups are by identity
+        # (the object is kept, so its id stays its own).
+        self._by_identity: dict[tuple[str, int], tuple[Capacity, CapacitySpec]] = {}
 
     def specs(self, device: Device) -> tuple[CapacitySpec, ...]:
         out: list[CapacitySpec] = []
         for name in sorted(device.capacity):
             cap = device.capacity[name]
+            known = self._by_identity.get((name, id(cap)))
+            if known is not None:
+                out.append(known[1])
+                continue
             key = (name, cap, _formats(cap))
             spec = self._specs.get(key)
             if spec is None:
                 spec = _capacity_spec(name, cap)
                 self._specs[key] = spec
+            self._by_identity[(name, id(cap))] = (cap, spec)
             out.append(spec)
         return tuple(out)
 

@@ -414,14 +414,41 @@ _POOL_COUNTERS: Final[weakref.WeakKeyDictionary[PoolView, PoolCounters]] = (
 )
 
 
+#: Pools that publish the same counters (every node of one GPU model and dynamic-MIG setting)
+#: share one :class:`PoolCounters`, found by content: comparing is several times cheaper than
+#: building, and a node's first visit would otherwise pay the build.
+_BY_CONTENT: Final[dict[tuple[object, ...], PoolCounters]] = {}
+_MAX_BY_CONTENT: Final = 256
+
+
 def pool_counters(pool: PoolView) -> PoolCounters:
     """The counter geometries of a pool (cached per pool view, one per node, for as long as
-    the view lives)."""
+    the view lives; shared by pools with the same content)."""
     cached = _POOL_COUNTERS.get(pool)
     if cached is None:
-        cached = _build_pool_counters(pool)
+        key = _content(pool)
+        cached = _BY_CONTENT.get(key)
+        if cached is None:
+            cached = _build_pool_counters(pool)
+            if len(_BY_CONTENT) >= _MAX_BY_CONTENT:
+                _BY_CONTENT.clear()
+            _BY_CONTENT[key] = cached
         _POOL_COUNTERS[pool] = cached
     return cached
+
+
+def _content(pool: PoolView) -> tuple[object, ...]:
+    """Everything :func:`_build_pool_counters` reads of a pool."""
+    return (
+        tuple((name, tuple(sorted(c.items()))) for name, c in sorted(pool.counter_sets.items())),
+        tuple(pool.device_counters.items()),
+        tuple(
+            (d.name, _capacity_nanos(d, MEMORY), _capacity_nanos(d, CORES))
+            for s in pool.slices
+            for d in s.devices
+            if d.consumes_counters
+        ),
+    )
 
 
 def _capacity_nanos(device: Device, name: str) -> int:

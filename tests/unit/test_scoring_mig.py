@@ -162,6 +162,29 @@ def test_free_counters_count_each_device_once_and_what_this_attempt_placed() -> 
     assert sum(fresh) - sum(after) == (4 + 3 + 2) * 10**9
 
 
+def _pool(profile: str, node_name: str, count: int = 2) -> Any:
+    backend = FakeBackend.from_profile(profile, node_name=node_name)
+    table = DeviceTable.from_gpus(
+        backend.discover()[:count], DynamicMigPolicy(gpus=backend.dynamic_mig)
+    )
+    snap = ClusterSnapshot.build(build_slices(table, node_name=node_name), [])
+    (pool,) = snap.candidates(Node.from_api(node(node_name))).pools
+    return pool
+
+
+def test_pools_that_publish_the_same_counters_share_their_geometry() -> None:
+    """Nodes of one model build their counter geometry once; a pool that differs in anything
+    the geometry reads (another model, another GPU count) gets its own."""
+    a, b = _pool("a100-80gbx8-dynmig", "dyn-a"), _pool("a100-80gbx8-dynmig", "dyn-b")
+    assert a is not b
+    assert pool_counters(a) is pool_counters(b)
+    h100 = pool_counters(_pool("h100-80gbx8-dynmig", "dyn-c"))
+    assert h100 != pool_counters(a)
+    three = pool_counters(_pool("a100-80gbx8-dynmig", "dyn-d", count=3))
+    assert len(three.geometries) == 3
+    assert len(pool_counters(a).geometries) == 2
+
+
 # --------------------------------------------------------------------------- a pinned sequence
 
 

@@ -188,7 +188,7 @@ def _child(name: str, nodes: int, pods: int, seed: int) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     headers = [
         "nodes",
-        "GPUs",
+        "devices",
         "pods",
         "placed",
         "pods/s",

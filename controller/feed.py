@@ -11,8 +11,11 @@ this controller decided a placement                    ``assume(placement, pod)`
 its writes failed (rolled back)                        ``forget(pod uid)``
 a claim's written state changed: an informer event,    ``observe_allocation(key, allocation)``,
 a write of ours returning, a rollback, a deletion      with the owning pod for a bridge claim
-a pod was bound, resized, finished or deleted          ``observe_pod(uid, node, requests)``
+a pod was bound, resized, finished or deleted          ``observe_pod(uid, node, requests,
+                                                       volumes)``
 a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+a PVC, PV, StorageClass, CSINode, CSIDriver,           ``observe_volume(kind, key, object)``
+CSIStorageCapacity or VolumeAttachment changed
 =====================================================  ==========================================
 
 Claims are read with :meth:`~controller.cache.ClaimOverlay.latest_written`: the informer's
@@ -49,6 +52,7 @@ from driver.scheduling.decision import DecisionEngine, pod_uid
 from driver.scheduling.nodefit import PodSchedulingFacts
 from driver.scheduling.outcome import Placement
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.volumes import VOLUME_KINDS, PodVolumes
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -125,6 +129,24 @@ def _bridge_owner(claim: JSON | None) -> str | None:
     return bridge_claim_owner(claim) if claim is not None else None
 
 
+def _pod_volumes(pod: Mapping[str, Any]) -> PodVolumes | None:
+    try:
+        return PodVolumes.from_pod(pod)
+    except BiaxialError as exc:
+        log.warning("pod %s: volumes not understood, not counted: %s", object_key(pod), exc)
+        return None
+
+
+def observe_volume_object(engine: DecisionEngine, kind: str, key: str, raw: JSON | None) -> None:
+    """Tell the engine about one object of a volume kind; a malformed one is logged and left
+    out (as if it did not exist)."""
+    try:
+        engine.observe_volume(kind, key, raw)
+    except BiaxialError as exc:
+        log.warning("%s %s is malformed, skipped: %s", kind, key, exc)
+        engine.observe_volume(kind, key, None)
+
+
 class EngineFeed:
     """See the module docstring. ``on_cluster_change`` is called when a node, slice or class
     changed in what scheduling reads (the loop then retries parked pods)."""
@@ -197,6 +219,9 @@ class EngineFeed:
         started = time.perf_counter()
         engine = DecisionEngine.empty(defaults=self.defaults, driver_name=self.driver_name)
         cache = self.cache
+        for kind, informer in cache.volumes.items():
+            for key, raw in informer.store.items():
+                observe_volume_object(engine, kind, key, raw)
         for raw in cache.classes.store.values():
             engine.observe_class(
                 object_key(raw), parse_or_skip("DeviceClass", DeviceClass.from_api, raw)
@@ -255,7 +280,10 @@ class EngineFeed:
         name = object_key(obj)
         engine = self._engine
         changed = True
-        if kind == "Node":
+        if kind in VOLUME_KINDS:
+            if engine is not None:
+                observe_volume_object(engine, kind, name, new)
+        elif kind == "Node":
             if new is None:
                 self.parsed.forget(kind, name)
             node = self.parsed.node(new) if new is not None else None
@@ -292,4 +320,5 @@ class EngineFeed:
         if not node or pod_is_finished(new):
             return  # an unbound pod counts nowhere (ours count through their assumption)
         if old is None or pod_node(old) != node or old.get("spec") != new.get("spec"):
-            engine.observe_pod(str(meta(new).get("uid") or ""), node, _requests(new))
+            uid = str(meta(new).get("uid") or "")
+            engine.observe_pod(uid, node, _requests(new), _pod_volumes(new))

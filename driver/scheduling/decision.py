@@ -47,9 +47,10 @@ cache (the bookkeeping is :mod:`driver.scheduling.tracker`):
 * :meth:`~DecisionEngine.observe_node`, :meth:`~DecisionEngine.observe_slice` and
   :meth:`~DecisionEngine.observe_class` change what the index is built from: the engine
   rebuilds it (keeping the CEL cache) before the next decision. A heartbeat changes nothing.
-* :attr:`DecisionEngine.volumes` (:class:`~driver.scheduling.volumes.ClusterVolumes`) is told
-  about claims, PVs, classes, CSI nodes and the volumes of pods on nodes by the caller; the
-  engine's ``assume`` and ``forget`` pass a placement's volumes on to it. A volume rule that
+* :meth:`~DecisionEngine.observe_volume` follows what the volume rules read (PVCs, PVs,
+  StorageClasses, CSI nodes and drivers, capacities, attachments) and ``observe_pod`` the
+  volumes of pods on nodes, both into :class:`~driver.scheduling.volumes.ClusterVolumes`; the
+  engine's ``assume`` and ``forget`` pass a placement's volume bindings on to it. A volume rule that
   rules out every node (a missing claim) makes the decision ``Unschedulable`` with upstream's
   message; per node the volume rules are one more filter, applied to the nodes the search
   evaluates (pruning stays exact: a filter only removes nodes).
@@ -305,8 +306,7 @@ class DecisionEngine:
         self._slices = {s.name or f"#{i}": s for i, s in enumerate(snapshot.slices)}
         self._classes = dict(snapshot.classes)
         self._tracker = ClusterTracker(pods_on_nodes)
-        #: What the volume rules read; the caller feeds it (see the module docstring).
-        self.volumes = ClusterVolumes()
+        self._volumes = ClusterVolumes()  # what the volume rules read
         self._rebuild_due = False  # nodes, slices or classes changed
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
         self._stale: set[str] = set()  # nodes whose filed state lags behind the snapshot
@@ -366,13 +366,13 @@ class DecisionEngine:
                 PodSchedulingFacts.from_pod(pod).requests,
             )
         )
-        self.volumes.assume(uid, placement.node, PodVolumes.from_pod(pod), placement.volumes)
+        self._volumes.assume(uid, placement.node, PodVolumes.from_pod(pod), placement.volumes)
 
     def forget(self, pod: str) -> None:
         """The placement assumed for the pod with UID ``pod`` will not be written (or was
         rolled back): drop what the cluster has not shown yet."""
         self._apply(self._tracker.forget(pod))
-        self.volumes.forget(pod)
+        self._volumes.forget(pod)
 
     # ------------------------------------------------------------------ the cluster
     def observe_allocation(
@@ -384,11 +384,23 @@ class DecisionEngine:
         self._apply(self._tracker.observe_allocation(claim, allocation, bridge_of=bridge_of))
 
     def observe_pod(
-        self, pod: str, node: str | None, requests: Mapping[str, int] | None = None
+        self,
+        pod: str,
+        node: str | None,
+        requests: Mapping[str, int] | None = None,
+        volumes: PodVolumes | None = None,
     ) -> None:
-        """The pod with UID ``pod`` counts on ``node`` with ``requests`` (node None: it is
-        gone or finished). Any pod counts, whichever scheduler placed it."""
+        """The pod with UID ``pod`` counts on ``node`` with ``requests`` and ``volumes`` (node
+        None: it is gone or finished). Any pod counts, whichever scheduler placed it."""
         self._apply(self._tracker.observe_pod(pod, node, requests or {}))
+        self._volumes.observe_pod(pod, node, volumes)
+
+    def observe_volume(self, kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
+        """An object the volume rules read (a kind of
+        :data:`~driver.scheduling.volumes.VOLUME_KINDS`, raw API JSON; ``key`` its
+        ``namespace/name`` or name) appeared, changed or (None) went. Raises
+        :class:`~driver.api.errors.ManifestError` for a malformed one (nothing changes)."""
+        self._volumes.observe(kind, key, raw)
 
     def observe_node(self, name: str, node: Node | None) -> bool:
         """A node appeared, changed or (None) went. Returns whether anything scheduling reads
@@ -435,7 +447,7 @@ class DecisionEngine:
             usage=self._tracker.usages(),
             nodes=dict(self._nodes),
             filing=self._index.filing(),
-            volumes=self.volumes.state(),
+            volumes=self._volumes.state(),
         )
 
     def _apply(self, change: Change) -> None:
@@ -503,7 +515,7 @@ class DecisionEngine:
         facts = PodSchedulingFacts.from_pod(pod)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
-        volumes = self.volumes.pod_context(pod)  # may rule out every node (PreFilter)
+        volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
         legacy = legacy_resources(
             pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
         )
@@ -791,7 +803,7 @@ class DecisionEngine:
             return reason
         volumes: VolumeBindings | None = None
         if ctx.volumes is not None:
-            verdict = self.volumes.filter(ctx.volumes, node)
+            verdict = self._volumes.filter(ctx.volumes, node)
             if isinstance(verdict, str):
                 return verdict
             volumes = verdict

@@ -17,6 +17,7 @@ from types import FrameType
 from tests.emulator.claims import ResourceClaimController
 from tests.emulator.server import Emulator
 from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaMissingError
+from tests.emulator.volumes import DEFAULT_PROVISIONER, VolumeController
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         "--resourceclaim-controller",
         action="store_true",
         help="also run the resourceclaim controller stand-in (claims from templates)",
+    )
+    parser.add_argument(
+        "--volume-controller",
+        action="store_true",
+        help="also run the storage stand-in (PV controller, external-provisioner for "
+        f"{DEFAULT_PROVISIONER}, ephemeral volume controller)",
     )
     parser.add_argument(
         "--no-graceful-pod-deletion",
@@ -79,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     controller = (
         ResourceClaimController(emulator).start() if args.resourceclaim_controller else None
     )
+    volumes = VolumeController(emulator).start() if args.volume_controller else None
     try:
         if args.kubeconfig:
             emulator.write_kubeconfig(args.kubeconfig, namespace=args.namespace)
@@ -88,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if controller is not None:
             controller.stop()
+        if volumes is not None:
+            volumes.stop()
         emulator.stop()
     return 0
 

@@ -25,7 +25,7 @@ from driver.scheduling.volumes import (
     REASON_PV_NOT_EXIST,
     REASON_RWOP_CONFLICT,
     REASON_ZONE_CONFLICT,
-    ClusterVolumes,
+    VOLUME_KINDS,
     PodVolumes,
     VolumeBindings,
     zones_of,
@@ -53,25 +53,26 @@ ZONE = "topology.kubernetes.io/zone"
 NAMESPACED = {"PersistentVolumeClaim", "CSIStorageCapacity"}
 
 
-def feed(volumes: ClusterVolumes, objects: Iterable[Mapping[str, Any]]) -> None:
+def feed(eng: DecisionEngine, objects: Iterable[Mapping[str, Any]]) -> None:
     for raw in objects:
         meta = raw["metadata"]
         kind = raw["kind"]
         if kind == "Pod":
             pods = PodVolumes.from_pod(raw)
-            volumes.observe_pod(meta["uid"], raw["spec"].get("nodeName"), pods)
+            eng.observe_pod(meta["uid"], raw["spec"].get("nodeName"), {}, pods)
             continue
+        assert kind in VOLUME_KINDS
         key = (
             f"{meta.get('namespace', 'default')}/{meta['name']}"
             if kind in NAMESPACED
             else meta["name"]
         )
-        volumes.observe(kind, key, raw)
+        eng.observe_volume(kind, key, raw)
 
 
 def engine(nodes: Sequence[JSON], objects: Iterable[Mapping[str, Any]] = ()) -> DecisionEngine:
     eng = DecisionEngine(snapshot([], classes=[device_class()]), [to_node(n) for n in nodes])
-    feed(eng.volumes, objects)
+    feed(eng, objects)
     return eng
 
 
@@ -195,7 +196,6 @@ def test_a_class_without_binding_mode_is_an_error_for_the_pod() -> None:
 def test_a_pod_without_volumes_never_reaches_the_rules() -> None:
     eng = engine([node("a")])
     pod = volume_pod("p")
-    assert eng.volumes.pod_context(pod) is None
     assert isinstance(decide(eng, pod), Placement)
 
 
@@ -406,7 +406,7 @@ def test_storage_capacity_is_checked_for_drivers_that_publish_it() -> None:
     eng.observe_node("b", None)
     assert reasons(decide(eng, volume_pod("p", ["data"]))) == {REASON_NOT_ENOUGH_SPACE: 2}
     # Without the driver's opt-in nothing is checked.
-    eng.volumes.observe("CSIDriver", CSI_DRIVER, None)
+    eng.observe_volume("CSIDriver", CSI_DRIVER, None)
     assert isinstance(decide(eng, volume_pod("p", ["data"])), Placement)
 
 
@@ -512,9 +512,9 @@ def test_attach_limit_counts_every_pod_on_the_node_once_per_volume() -> None:
     ]
     eng = engine([node("a")], objects)
     assert isinstance(decide(eng, volume_pod("p", ["d1", "d2"])), Placement)  # d1 shared
-    eng.volumes.observe_pod("uid-third", "a", PodVolumes.from_pod(volume_pod("third", ["d2"])))
+    eng.observe_pod("uid-third", "a", {}, PodVolumes.from_pod(volume_pod("third", ["d2"])))
     assert reasons(decide(eng, volume_pod("p", ["d3"]))) == {REASON_MAX_VOLUMES: 1}
-    eng.volumes.observe_pod("uid-third", None)
+    eng.observe_pod("uid-third", None)
     assert isinstance(decide(eng, volume_pod("p", ["d3"])), Placement)
 
 
@@ -540,7 +540,7 @@ def test_attach_limit_counts_unbound_claims_and_volume_attachments() -> None:
     ]
     eng = engine([node("a")], objects)
     assert isinstance(decide(eng, volume_pod("p", ["new1", "new2"])), Placement)
-    eng.volumes.observe("VolumeAttachment", "va-1", attachment)
+    eng.observe_volume("VolumeAttachment", "va-1", attachment)
     assert reasons(decide(eng, volume_pod("p", ["new1", "new2"]))) == {REASON_MAX_VOLUMES: 1}
     assert isinstance(decide(eng, volume_pod("p", ["new1"])), Placement)
 
@@ -613,9 +613,9 @@ def test_read_write_once_pod_claim_in_use_rules_out_every_node() -> None:
     eng.assume(first, volume_pod("p1", ["solo"]))
     assert reasons(decide(eng, volume_pod("p2", ["solo"]))) == {REASON_RWOP_CONFLICT: 2}
     eng.forget("uid-p1")
-    eng.volumes.observe_pod("uid-p1", "b", PodVolumes.from_pod(volume_pod("p1", ["solo"])))
+    eng.observe_pod("uid-p1", "b", {}, PodVolumes.from_pod(volume_pod("p1", ["solo"])))
     assert reasons(decide(eng, volume_pod("p2", ["solo"]))) == {REASON_RWOP_CONFLICT: 2}
-    eng.volumes.observe_pod("uid-p1", None)
+    eng.observe_pod("uid-p1", None)
     assert isinstance(decide(eng, volume_pod("p2", ["solo"])), Placement)
 
 
@@ -708,7 +708,7 @@ def test_pruned_search_equals_exhaustive_with_volume_filters(seed: int) -> None:
     engines = []
     for exhaustive in (False, True):
         eng = DecisionEngine(snapshot(slices), [to_node(n) for n in nodes], exhaustive=exhaustive)
-        feed(eng.volumes, objects)
+        feed(eng, objects)
         engines.append(eng)
     for i in range(20):
         pod = volume_pod(f"p{i}", [f"d{rng.randrange(6)}"])
@@ -736,7 +736,7 @@ def test_engine_state_includes_what_the_volume_rules_count() -> None:
     one = engine([node("a")], objects)
     two = engine([node("a")], list(reversed(objects)))
     assert one.state() == two.state()
-    one.volumes.observe_pod("uid-r", None)
+    one.observe_pod("uid-r", None)
     assert one.state() != two.state()
 
 

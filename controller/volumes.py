@@ -240,7 +240,7 @@ class VolumeBinder:
         node = self.cache.nodes.get(plan.node)
         if node is None:
             raise VolumeBindingError(f'failed to get node "{plan.node}"')
-        labels = {str(k): str(v) for k, v in (meta(node).get("labels") or {}).items()}
+        labels = node.labels
         claims = self.cache.volumes["PersistentVolumeClaim"]
         volumes = self.cache.volumes["PersistentVolume"]
         pending: list[str] = []

@@ -698,16 +698,7 @@ class _Run:
                         **dict(tmeta.get("annotations") or {}),
                         POD_CLAIM_NAME_ANNOTATION: claim_name,
                     },
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": name,
-                            "uid": pod["metadata"]["uid"],
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
+                    "ownerReferences": [_owned_by_pod(pod)],
                 },
                 "spec": copy.deepcopy(tspec.get("spec") or {}),
             }
@@ -756,16 +747,7 @@ class _Run:
             meta.update(
                 name=claim_name,
                 namespace=namespace,
-                ownerReferences=[
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": name,
-                        "uid": pod["metadata"]["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
+                ownerReferences=[_owned_by_pod(pod)],
             )
             claim: JSON = {
                 "apiVersion": "v1",
@@ -975,6 +957,18 @@ class _Run:
         self.result.gpus = sorted(
             gpus, key=lambda g: (position.get(g.node, -1), _device_order(g.device))
         )
+
+
+def _owned_by_pod(pod: Mapping[str, Any]) -> JSON:
+    """The controller owner reference a claim created for ``pod`` carries."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": ns_name(pod)[1],
+        "uid": pod["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def _device_order(name: str) -> tuple[int, str]:

@@ -2,12 +2,15 @@
 
 Binds 127.0.0.1:PORT (``--port 0`` picks a free port), writes a kubeconfig pointing at it,
 prints ``listening on http://127.0.0.1:PORT`` (flushed, so a parent can wait for the line)
-and serves until SIGTERM or SIGINT, then ends open watches and exits 0.
+and serves until SIGTERM or SIGINT, then ends open watches and exits 0 (with
+``--request-counts FILE``, after writing how many requests it served, by user agent, verb and
+resource, as JSON: ``{"biaxial-controller": {"patch persistentvolumeclaims": 3, ...}}``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -55,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
         f"{DEFAULT_PROVISIONER}, ephemeral volume controller)",
     )
     parser.add_argument(
+        "--request-counts",
+        metavar="FILE",
+        help="on exit, write the requests served by user agent, verb and resource (JSON)",
+    )
+    parser.add_argument(
         "--no-graceful-pod-deletion",
         action="store_true",
         help="delete bound pods at once (no kubelet will confirm the deletion)",
@@ -98,6 +106,13 @@ def main(argv: list[str] | None = None) -> int:
             controller.stop()
         if volumes is not None:
             volumes.stop()
+        if args.request_counts:
+            counts: dict[str, dict[str, int]] = {}
+            for record in list(emulator.requests):
+                per_agent = counts.setdefault(record.user_agent, {})
+                key = f"{record.verb} {record.resource}"
+                per_agent[key] = per_agent.get(key, 0) + 1
+            Path(args.request_counts).write_text(json.dumps(counts, indent=1, sort_keys=True))
         emulator.stop()
     return 0
 

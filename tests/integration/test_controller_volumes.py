@@ -271,16 +271,21 @@ def test_provisioning_failure_is_rolled_back_reported_and_retried(
     teardown(cluster)
 
 
-def test_bind_timeout_rolls_back_and_the_pod_is_retried(
-    emulator: Emulator,
-    claim_controller: ResourceClaimController,
-    volume_controller: VolumeController,
-) -> None:
+def _with_a_held_claim(emulator: Emulator, volume_controller: VolumeController) -> None:
+    """The cluster, a GPU template, and the claim ``slow`` the provisioner leaves alone."""
     seed_cluster(emulator, labels=ZONES)
     emulator.create(claim_template("half", memory="7500Mi"))
     emulator.create(storage_class("wffc"))
     emulator.create(created(pvc("slow")))
     volume_controller.hold("default/slow")
+
+
+def test_bind_timeout_rolls_back_and_the_pod_is_retried(
+    emulator: Emulator,
+    claim_controller: ResourceClaimController,
+    volume_controller: VolumeController,
+) -> None:
+    _with_a_held_claim(emulator, volume_controller)
     running = ControllerThread(emulator, fast_settings(volume_bind_timeout_s=0.5)).start()
     try:
         emulator.create(volume_pod("patient", ["slow"]))
@@ -317,11 +322,7 @@ def test_a_slow_provisioner_holds_up_no_other_pod(
     claim_controller: ResourceClaimController,
     volume_controller: VolumeController,
 ) -> None:
-    seed_cluster(emulator, labels=ZONES)
-    emulator.create(claim_template("half", memory="7500Mi"))
-    emulator.create(storage_class("wffc"))
-    emulator.create(created(pvc("slow")))
-    volume_controller.hold("default/slow")
+    _with_a_held_claim(emulator, volume_controller)
     # One write slot: the pod waiting for its volume must not keep it.
     running = ControllerThread(emulator, fast_settings(max_concurrent_writes=1)).start()
     try:

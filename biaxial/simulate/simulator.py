@@ -37,7 +37,7 @@ the claim does not exist, and the PV controller's first sync for a PV written wi
 controller binds them before the pod: a PV chosen for a claim gets its ``claimRef``, a claim
 to provision ``volume.kubernetes.io/selected-node``; provisioning is assumed to succeed on the
 node chosen (which the class's ``allowedTopologies`` allow), so later pods follow the claim
-there.
+there; a PV's binding is completed as the PV controller completes it before the pod is bound.
 
 Bad input for the run (an unsupported kind, a duplicate object, a malformed claim, class, node
 or slice, a pod the API server would refuse, a broken workload, no nodes) raises
@@ -92,7 +92,12 @@ from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
-from driver.scheduling.volumes import ANN_SELECTED_NODE, PodVolumes
+from driver.scheduling.volumes import (
+    ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    PodVolumes,
+)
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
@@ -729,7 +734,7 @@ class _Run:
             return
         engine.assume(decision, pod)
         self._record(pod, decision, entries, created)
-        self._bind_volumes(decision)
+        self._bind_volumes(engine, decision)
 
     def _ephemeral_claims(self, pod: JSON) -> list[JSON]:
         """The claims the ephemeral volume controller creates for the pod's generic ephemeral
@@ -760,9 +765,12 @@ class _Run:
                 out.append(self._add_volume_object(claim))
         return out
 
-    def _bind_volumes(self, placement: Placement) -> None:
+    def _bind_volumes(self, engine: DecisionEngine, placement: Placement) -> None:
         """What the controller writes for the placement's volumes before the pod's binding:
-        each chosen PV's ``claimRef``, each claim to provision its selected node."""
+        each chosen PV's ``claimRef``, each claim to provision its selected node. A PV bind is
+        then completed as the PV controller completes it before the controller binds the pod
+        (the claim's ``volumeName``, both ``Bound``), and the engine sees that, as the
+        controller's does: a claim bound to a CSI volume counts under the PV's driver."""
         if placement.volumes is None:
             return
         for claim_key, pv_name in placement.volumes.bind:
@@ -776,7 +784,20 @@ class _Run:
                 "name": name,
                 "uid": claim["metadata"]["uid"],
             }
-            self.touched_volumes.append(("PersistentVolume", pv_name))
+            volume["status"] = {"phase": "Bound"}
+            claim.setdefault("spec", {})["volumeName"] = pv_name
+            claim["metadata"]["annotations"] = {
+                **(claim["metadata"].get("annotations") or {}),
+                ANN_BIND_COMPLETED: "yes",
+                ANN_BOUND_BY_CONTROLLER: "yes",
+            }
+            claim["status"] = {"phase": "Bound"}
+            engine.observe_volume("PersistentVolume", pv_name, volume)
+            engine.observe_volume("PersistentVolumeClaim", claim_key, claim)
+            self.touched_volumes += [
+                ("PersistentVolumeClaim", claim_key),
+                ("PersistentVolume", pv_name),
+            ]
         for claim_key in placement.volumes.provision:
             key = ("PersistentVolumeClaim", claim_key)
             meta = self.volumes[key]["metadata"]

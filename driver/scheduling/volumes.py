@@ -658,6 +658,9 @@ class PodVolumeContext:
     unbound: tuple[PersistentVolumeClaim, ...]  # WaitForFirstConsumer, smallest request first
     zones: tuple[tuple[str, str, frozenset[str]], ...]  # (PV, label, values) of bound claims
     rwop_conflict: bool
+    #: per unbound claim key, the PVs that could take it on some node, by name: a PV
+    #: pre-bound to it, or an Available one that matches all but the node's affinity
+    candidates: Mapping[str, tuple[PersistentVolume, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -947,6 +950,7 @@ class ClusterVolumes:
             unbound=tuple(sorted(unbound, key=lambda c: c.request)),
             zones=tuple(zones),
             rwop_conflict=rwop,
+            candidates={c.key: self._candidates(c) for c in unbound if c.selected_node is None},
         )
 
     def _delays_binding(self, claim: PersistentVolumeClaim) -> bool:
@@ -1126,7 +1130,7 @@ class ClusterVolumes:
         bind: list[tuple[str, str]] = []
         chosen: set[str] = set()
         for claim in to_match:
-            pv = self._matching_volume(claim, labels, chosen)
+            pv = self._matching_volume(ctx.candidates[claim.key], claim, labels, chosen)
             if pv is None:
                 to_provision.append(claim)
             else:
@@ -1142,15 +1146,13 @@ class ClusterVolumes:
             provision=tuple(c.key for c in to_provision),
         )
 
-    def _matching_volume(
-        self, claim: PersistentVolumeClaim, labels: Mapping[str, str], excluded: set[str]
-    ) -> PersistentVolume | None:
-        """``FindMatchingVolume`` on the scheduler's path: a PV pre-bound to the claim if it
-        accepts the node (else nothing), otherwise the smallest available match."""
-        best: PersistentVolume | None = None
+    def _candidates(self, claim: PersistentVolumeClaim) -> tuple[PersistentVolume, ...]:
+        """``FindMatchingVolume``'s checks that do not depend on the node, once per pod: the
+        PVs of the claim's class, by name, that are pre-bound to it (whatever else they
+        hold: that PV or nothing) or Available and matching it (size, volume mode,
+        attributes class, selector, access modes)."""
+        out: list[PersistentVolume] = []
         for name in sorted(self._by_class.get(claim.storage_class, ())):
-            if name in excluded:
-                continue
             pv = self.volume(name)
             assert pv is not None
             if pv.claim_ref is not None and not pv.bound_to(claim):
@@ -1159,20 +1161,40 @@ class ClusterVolumes:
                 continue
             if pv.attributes_class != claim.attributes_class or pv.deleting:
                 continue
-            fits_node = volume_node_affinity_matches(pv, labels)
             if pv.bound_to(claim):
-                return pv if fits_node else None
+                out.append(pv)
+                continue
             if pv.phase != "Available":
                 continue
             if claim.selector is not None and not label_selector_matches(
                 claim.selector, pv.labels, f"PersistentVolumeClaim {claim.key} selector"
             ):
                 continue
-            if pv.storage_class != claim.storage_class or not fits_node:
+            if pv.storage_class != claim.storage_class:
                 continue
             if not claim.access_modes <= pv.access_modes:
                 continue
-            if best is None or pv.capacity < best.capacity:
+            out.append(pv)
+        return tuple(out)
+
+    @staticmethod
+    def _matching_volume(
+        candidates: Sequence[PersistentVolume],
+        claim: PersistentVolumeClaim,
+        labels: Mapping[str, str],
+        excluded: set[str],
+    ) -> PersistentVolume | None:
+        """``FindMatchingVolume`` on the scheduler's path, for one node: a PV pre-bound to
+        the claim if it accepts the node (else nothing), otherwise the smallest available
+        match that accepts it (``candidates``: :meth:`_candidates`)."""
+        best: PersistentVolume | None = None
+        for pv in candidates:
+            if pv.name in excluded:
+                continue
+            fits_node = volume_node_affinity_matches(pv, labels)
+            if pv.bound_to(claim):
+                return pv if fits_node else None
+            if fits_node and (best is None or pv.capacity < best.capacity):
                 best = pv
         return best
 

@@ -38,6 +38,25 @@ def _created(obj: dict) -> dict:
     return out
 
 
+def _seed_inventory(cluster: Emulator, inventory: dict) -> None:
+    """The simulator's inventory as the API holds it: Nodes (with status), their CSINodes
+    (attach limits) and the slices the real slice builder publishes."""
+    nodes, slices = build_inventory(inventory)
+    for node in nodes:
+        cluster.create(
+            {**node.raw, "metadata": {k: v for k, v in node.raw["metadata"].items() if k != "uid"}}
+        )
+        cluster.update_status("nodes", node.node.name, node.raw["status"])
+        if node.csi_node is not None:
+            cluster.create(node.csi_node)
+    uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in cluster.list("nodes")}
+    for resource_slice in slices:
+        body = resource_slice.to_api()
+        for owner in body["metadata"].get("ownerReferences") or []:
+            owner["uid"] = uids[owner["name"]]
+        cluster.create(body)
+
+
 def _scheduled(cluster: Emulator, name: str) -> dict | None:
     """The pod's PodScheduled condition, once it has one."""
     pod = cluster.get("pods", name, "default") or {}
@@ -95,19 +114,7 @@ def test_live_controller_matches_the_simulator(
         for p in simulated.placements
     }
 
-    inventory = objects_of_kind(objects, "Cluster")[0]
-    nodes, slices = build_inventory(inventory)
-    for node in nodes:
-        emulator.create(
-            {**node.raw, "metadata": {k: v for k, v in node.raw["metadata"].items() if k != "uid"}}
-        )
-        emulator.update_status("nodes", node.node.name, node.raw["status"])
-    uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in emulator.list("nodes")}
-    for resource_slice in slices:
-        body = resource_slice.to_api()
-        for owner in body["metadata"].get("ownerReferences") or []:
-            owner["uid"] = uids[owner["name"]]
-        emulator.create(body)
+    _seed_inventory(emulator, objects_of_kind(objects, "Cluster")[0])
     for dc in classes:
         emulator.create(dc)
 
@@ -207,20 +214,7 @@ def test_live_controller_matches_the_simulator_with_volumes(
     assert list(refused) == ["p-s3"]
     assert "1 node(s) exceed max volume count" in refused["p-s3"]
 
-    nodes, slices = build_inventory(inventory)
-    for node in nodes:
-        emulator.create(
-            {**node.raw, "metadata": {k: v for k, v in node.raw["metadata"].items() if k != "uid"}}
-        )
-        emulator.update_status("nodes", node.node.name, node.raw["status"])
-        if node.csi_node is not None:
-            emulator.create(node.csi_node)
-    uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in emulator.list("nodes")}
-    for resource_slice in slices:
-        body = resource_slice.to_api()
-        for owner in body["metadata"].get("ownerReferences") or []:
-            owner["uid"] = uids[owner["name"]]
-        emulator.create(body)
+    _seed_inventory(emulator, inventory)
     for obj in [*classes, *volumes]:
         emulator.create(obj)
     controller = ControllerThread(emulator).start()

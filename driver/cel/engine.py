@@ -147,6 +147,7 @@ from driver.cel import (
     strings,
     syntax,
 )
+from driver.cel.reads import readable_keys, visible
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
@@ -1728,19 +1729,26 @@ def _regex_problem(function: str, pattern: str) -> str | None:
 @dataclass(slots=True)
 class _DeviceEntry:
     generation: int
-    prepared: DeviceInput | CELEvaluationError
+    prepared: DeviceInput | CELEvaluationError | None  # None: not built yet
     results: dict[str, bool | CELEvaluationError]
 
 
 class MatchCache:
     """Results (and errors) per (expression, device, slice generation), plus one CEL input per
     (device, slice generation), built once however many selectors run on the device. A device
-    seen at another slice generation starts afresh (its old entries are dropped). Thread-safe;
-    never mutates its inputs."""
+    seen at another slice generation starts afresh (its old entries are dropped).
+
+    A boolean result is also shared by every device that looks the same to the expression
+    (:mod:`driver.cel.reads`: same driver, sharing flag and values of every attribute and
+    capacity the expression can name), so a selector runs once per kind of device, not once
+    per device: thousands of identical GPUs, or every placement of one MIG profile, cost one
+    evaluation. Errors are never shared (their message names the device). Thread-safe; never
+    mutates its inputs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._devices: dict[DeviceID, _DeviceEntry] = {}
+        self._shared: dict[tuple[object, ...], bool] = {}
         self.hits = 0
         self.misses = 0
 
@@ -1757,16 +1765,27 @@ class MatchCache:
                     if isinstance(cached, CELEvaluationError):
                         raise cached
                     return cached
-            self.misses += 1
-        if entry is None or entry.generation != slice_generation:
-            prepared: DeviceInput | CELEvaluationError
-            try:
-                prepared = device_input(device, device_id.driver)
-            except CELEvaluationError as exc:
-                prepared = exc
-            entry = _DeviceEntry(slice_generation, prepared, {})
-            with self._lock:
+        keys = readable_keys(selector.expression)
+        look = (
+            (selector.expression, *visible(device, device_id.driver, keys))
+            if keys is not None
+            else None
+        )
+        with self._lock:
+            if entry is None or entry.generation != slice_generation:
+                entry = _DeviceEntry(slice_generation, None, {})
                 self._devices[device_id] = entry
+            shared = self._shared.get(look) if look is not None else None
+            if shared is not None:
+                self.hits += 1
+                entry.results[selector.expression] = shared
+                return shared
+            self.misses += 1
+        if entry.prepared is None:
+            try:
+                entry.prepared = device_input(device, device_id.driver)
+            except CELEvaluationError as exc:
+                entry.prepared = exc
         outcome: bool | CELEvaluationError
         if isinstance(entry.prepared, CELEvaluationError):
             outcome = selector.input_error(device.name, entry.prepared)
@@ -1777,6 +1796,8 @@ class MatchCache:
                 outcome = exc
         with self._lock:
             entry.results[selector.expression] = outcome
+            if look is not None and not isinstance(outcome, CELEvaluationError):
+                self._shared[look] = outcome
         if isinstance(outcome, CELEvaluationError):
             raise outcome
         return outcome
@@ -1794,3 +1815,4 @@ class MatchCache:
     def clear(self) -> None:
         with self._lock:
             self._devices.clear()
+            self._shared.clear()

@@ -110,6 +110,13 @@ PLUGIN = [
     ),
     Case("mps-root", "BIAXIAL_MPS_ROOT", "/m", lambda s: s.mps_root, Path("/m")),
     Case(
+        "dynamic-mig",
+        "BIAXIAL_DYNAMIC_MIG",
+        "NVIDIA A100-SXM4-80GB",
+        lambda s: s.dynamic_mig.models,
+        {"NVIDIA A100-SXM4-80GB"},
+    ),
+    Case(
         "max-shares-per-gpu",
         "BIAXIAL_MAX_SHARES_PER_GPU",
         "8",

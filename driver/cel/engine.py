@@ -21,11 +21,17 @@ Contract
 * Runtime bound: an evaluation whose static estimate is within :data:`COST_LIMIT` runs as is
   (its actual cost cannot pass the limit). Any other runs *metered* (``driver.cel.cost``):
   actual cost in upstream's units, cancelled at :data:`COST_LIMIT` ("operation cancelled:
-  actual cost limit exceeded", as upstream) or at the deadline of the enclosing
-  ``driver.cel.cost.limits(deadline=...)`` block -- the way for a caller to bound a whole
-  decision. Growth bombs stop after a few megabytes of data.
+  actual cost limit exceeded", as upstream). Growth bombs stop after a few megabytes of data.
+* Deadline: inside a ``driver.cel.cost.limits(deadline=...)`` block (the way for a caller to
+  bound a whole decision) an evaluation that starts after the deadline, or a metered one that
+  is running when it passes, raises :class:`~driver.api.errors.DeadlineExceededError`, which
+  is not a CELEvaluationError: it is never cached and ends the caller's whole operation.
+  Selectors estimated above :data:`DEADLINE_METERING_FROM` run metered while a deadline is
+  set (for the deadline only, when their cost cannot pass the limit), so a long one stops
+  within one iteration of the deadline; cheaper ones are checked before they start.
 * :class:`MatchCache` caches results and errors per (expression, device, slice generation) and
-  builds each device's CEL input once. Everything else here is pure and immutable.
+  builds each device's CEL input once; a deadline is not cached (it passes through).
+  Everything else here is pure and immutable.
 
 The ``device`` variable
 -----------------------
@@ -105,7 +111,7 @@ from typing import Any, Final
 from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.errors import CELCompileError, CELEvaluationError, DeadlineExceededError
 from driver.api.ids import DeviceID
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
@@ -113,6 +119,9 @@ from driver.cel import checked, cost, library, network, strings
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
+#: A selector estimated above this also gets a metered program, run while a deadline is set,
+#: so the deadline stops it within one comprehension iteration rather than one evaluation.
+DEADLINE_METERING_FROM: Final = 10_000
 COMPILE_CACHE_SIZE: Final = 1024
 ITERATION_BUDGET: Final = 10_000  # cel-cpp's comprehension iterations per evaluation
 
@@ -1014,7 +1023,8 @@ class Selector:
 
     @property
     def metered(self) -> bool:
-        return self._metered is not None
+        """Whether evaluations count their actual cost against :data:`COST_LIMIT`."""
+        return self._metered is not None and self.max_cost > COST_LIMIT
 
     def matches(self, device: Device, driver_name: str) -> bool:
         """Evaluate against one device; CELEvaluationError on any runtime error."""
@@ -1033,13 +1043,20 @@ class Selector:
         if self._program is None:
             return compile_selector(self.expression).evaluate(device, device_name)
         activation = device.padded(self.domains)
+        bounds = cost.current_limits()
         try:
-            if self._metered is None:
+            if self._metered is None or (bounds.deadline is None and not self.metered):
+                if cost.deadline_passed():
+                    raise self._timed_out(device_name)
                 result = self._program.eval(activation)
             else:
-                meter = cost.Meter(cost.current_limits())
+                if not self.metered:  # metered for the deadline alone: its cost cannot pass
+                    bounds = cost.Limits(cost=cost.NO_LIMIT, deadline=bounds.deadline)
+                meter = cost.Meter(bounds)
                 with cost.metering(meter):
                     result = self._metered.eval(activation)
+                if meter.timed_out:
+                    raise self._timed_out(device_name)
                 if meter.exceeded:
                     raise self._error(device_name, meter.reason)
         except RuntimeError as exc:  # the engine's own failures (iteration budget, ...)
@@ -1059,6 +1076,12 @@ class Selector:
     def _error(self, device_name: str, message: str) -> CELEvaluationError:
         return CELEvaluationError(
             f"CEL selector {shorten(self.expression)!r} on device {device_name!r}: {message}"
+        )
+
+    def _timed_out(self, device_name: str) -> DeadlineExceededError:
+        return DeadlineExceededError(
+            f"CEL selector {shorten(self.expression)!r} on device {device_name!r}: "
+            f"{cost.DEADLINE_MESSAGE}"
         )
 
 
@@ -1096,7 +1119,7 @@ def compile_selector(expression: str) -> Selector:
     if checked.rename_calls(checked_expr, _runtime_name):
         program = env.deserialize(checked.serialize_checked(checked_expr))
     metered = None
-    if estimate > COST_LIMIT:
+    if estimate > DEADLINE_METERING_FROM:
         metered = env.deserialize(checked.serialize_checked(checked.instrument(checked_expr)))
     return Selector(
         expression=expression,

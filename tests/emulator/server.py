@@ -52,7 +52,7 @@ from tests.emulator.selectors import (
     parse_label_selector,
 )
 from tests.emulator.storage import Obj, Store, Watcher
-from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaValidators
+from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaValidators, stored_expressions
 
 _VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _DEFAULT_WATCH_TIMEOUT: Final = 1800.0
@@ -1064,6 +1064,12 @@ class Emulator:
 
     def seed(self, objects: Iterable[Obj]) -> list[Obj]:
         return [self.create(obj) for obj in objects]
+
+    def create_stored(self, obj: Obj) -> Obj:
+        """Create ``obj`` as if an older API server had stored it: its CEL selectors are not
+        checked again (see :func:`tests.emulator.validation.stored_expressions`)."""
+        with stored_expressions():
+            return self.create(obj)
 
     def get(self, kind: str | Kind, name: str, namespace: str | None = None) -> Obj | None:
         k = lookup(kind)

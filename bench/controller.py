@@ -4,17 +4,22 @@ Three processes, as in a cluster: the API emulator (``python -m tests.emulator``
 controller (``biaxial controller``, the real binary with the given ``--qps`` / ``--burst``),
 and this driver. The driver
 
-1. seeds a :mod:`bench.scenarios` cluster over HTTP (N nodes x 8 A100-80GB with their
-   ResourceSlices, the DeviceClasses, claims already holding 0-70 % of each node, and the
-   ResourceClaims of the pods to come); not timed;
-2. starts the controller and waits until ``/readyz`` answers;
+1. seeds a :mod:`bench.scenarios` cluster over HTTP (``--scenario uniform``: N nodes x 8
+   A100-80GB, claims already holding 0-70 % of each node; ``mixed``: the realistic mixed
+   cluster with its Deployments of every pod shape) with the ResourceSlices, DeviceClasses and
+   the ResourceClaims of the pods to come; not timed;
+2. starts the controller and waits until ``/readyz`` answers (the controller builds its
+   decision engine before it says ready): the time to ready is reported;
 3. creates the pods (``spec.schedulerName: biaxial``) as fast as the emulator takes them, while
-   a watch records when each pod is bound;
+   a watch records when each pod is bound, and waits until every pod is bound or nothing more
+   was bound for a while;
 4. prints one table: pods bound, wall time from the first creation to the last binding,
-   pods/s, creation-to-binding latency p50/p99, the client QPS/burst the controller used, and
-   from the controller's metrics: decision-engine rebuilds (count, mean ms), the mean
-   decision time, and the API requests the controller sent per bound pod (all of them,
-   list/watch included).
+   pods/s, creation-to-binding latency p50/p99, the client QPS/burst the controller used,
+   from the controller's metrics the decision-engine rebuilds, the mean decision time and the
+   API requests the controller sent per bound pod (all of them, list/watch included), the
+   controller's RSS once ready and at the end, and each process's CPU share (CPU seconds over
+   wall seconds, so 1.0 is one core busy) during the pod phase — the process near 1.0 is the
+   bottleneck.
 
 ``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
 """
@@ -24,24 +29,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.processes import (
-    child,
-    controller_argv,
-    free_port,
-    gather_bounded,
-    scrape,
-    strip,
-    wait_ready,
-)
-from bench.scenarios import Scenario, generate
+from bench.scenarios import Scenario, generate, generate_mixed
 from controller.api import (
     DEVICE_CLASSES,
     NODES,
@@ -56,7 +58,101 @@ from controller.api import (
 JSON = dict[str, Any]
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 SEED_CONCURRENCY = 32
-STALL_S = 10.0
+STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
+
+
+@contextlib.contextmanager
+def _process(
+    argv: list[str], *, wait_for: str | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``argv``; yields the first output line containing ``wait_for`` (or "") and the
+    process."""
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE if wait_for else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if wait_for else subprocess.DEVNULL,
+        text=True,
+        env=os.environ.copy(),
+    )
+    try:
+        found = ""
+        if wait_for is not None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if wait_for in line:
+                    found = line.strip()
+                    break
+            else:
+                raise RuntimeError(f"{argv[:4]} exited before printing {wait_for!r}")
+            # Keep draining its output so the child never blocks on a full pipe.
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+        yield found, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """The controller's unlabelled metric samples."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, _, value = line.partition(" ")
+            out[name] = float(value)
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(port: int, timeout: float = 120.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+                if resp.status == 200:
+                    return time.monotonic() - started
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise TimeoutError("the controller did not become ready")
+
+
+async def _gather_bounded(calls: list[Any], limit: int) -> None:
+    sem = asyncio.Semaphore(limit)
+
+    async def one(call: Any) -> None:
+        async with sem:
+            await call()
+
+    await asyncio.gather(*(one(c) for c in calls))
+
+
+def _strip(obj: JSON) -> JSON:
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("uid", "resourceVersion")}
+    return {**obj, "metadata": meta}
 
 
 async def _seed(api: KubeApi, scenario: Scenario) -> None:
@@ -67,30 +163,32 @@ async def _seed(api: KubeApi, scenario: Scenario) -> None:
         await api.create(NAMESPACES, body)
 
     async def node(obj: JSON) -> None:
-        created = await api.create(NODES, strip(obj))
+        created = await api.create(NODES, _strip(obj))
         created["status"] = obj["status"]
         await api.replace(NODES, created, subresource="status")
 
-    await gather_bounded([lambda o=o: node(o) for o in scenario.nodes], SEED_CONCURRENCY)
+    await _gather_bounded([lambda o=o: node(o) for o in scenario.nodes], SEED_CONCURRENCY)
     uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in (await api.list(NODES)).items}
 
     async def resource_slice(obj: JSON) -> None:
-        body = strip(obj)
+        body = _strip(obj)
         for owner in body["metadata"].get("ownerReferences") or []:
             owner["uid"] = uids[owner["name"]]
         await api.create(RESOURCE_SLICES, body)
 
-    await gather_bounded([lambda o=o: resource_slice(o) for o in scenario.slices], SEED_CONCURRENCY)
+    await _gather_bounded(
+        [lambda o=o: resource_slice(o) for o in scenario.slices], SEED_CONCURRENCY
+    )
     for dc in scenario.classes:
-        await api.create(DEVICE_CLASSES, strip(dc))
+        await api.create(DEVICE_CLASSES, _strip(dc))
 
     async def claim(obj: JSON) -> None:
-        created = await api.create(RESOURCE_CLAIMS, strip(obj))
+        created = await api.create(RESOURCE_CLAIMS, _strip(obj))
         if obj.get("status"):
             created["status"] = obj["status"]
             await api.replace(RESOURCE_CLAIMS, created, subresource="status")
 
-    await gather_bounded([lambda o=o: claim(o) for o in claims], SEED_CONCURRENCY)
+    await _gather_bounded([lambda o=o: claim(o) for o in claims], SEED_CONCURRENCY)
 
 
 async def _drive(
@@ -103,26 +201,36 @@ async def _drive(
     total = len(scenario.pods)
     done = asyncio.Event()
 
+    refused: set[str] = set()  # reported unschedulable (PodScheduled=False)
+
     async def watch() -> None:
         async for event in api.watch(PODS, resource_version=listed.resource_version, timeout_s=600):
             obj = event.object
             name = (obj.get("metadata") or {}).get("name")
-            if name and (obj.get("spec") or {}).get("nodeName") and name not in bound:
+            if not name:
+                continue
+            if (obj.get("spec") or {}).get("nodeName") and name not in bound:
                 bound[name] = time.monotonic()
-                if len(bound) == total:
-                    done.set()
-                    return
+                refused.discard(name)
+            elif any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False"
+                for c in (obj.get("status") or {}).get("conditions") or ()
+            ):
+                refused.add(name)
+            if len(bound) + len(refused) == total:
+                done.set()
+                return
 
     watcher = asyncio.create_task(watch())
     started = time.monotonic()
 
     async def create(pod: JSON) -> None:
-        body = strip(pod)
+        body = _strip(pod)
         body["spec"] = {**body["spec"], "schedulerName": "biaxial"}
         created[body["metadata"]["name"]] = time.monotonic()
         await api.create(PODS, body)
 
-    await gather_bounded([lambda p=p: create(p) for p, _ in scenario.pods], 16)
+    await _gather_bounded([lambda p=p: create(p) for p, _ in scenario.pods], 16)
     deadline = time.monotonic() + timeout_s
     while not done.is_set() and time.monotonic() < deadline:
         progress = len(bound)
@@ -153,13 +261,13 @@ async def _run_async(url: str, scenario: Scenario, timeout_s: float, phase: str)
         return await _drive(api, scenario, timeout_s)
 
 
-def _read_url(kubeconfig: Path) -> str:
-    """The server the emulator's kubeconfig points at (written before it says it listens)."""
-    return str(json.loads(kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
-
-
-def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str, Any]:
-    scenario = generate(nodes, pods)
+def run(
+    nodes: int, pods: int, qps: float, burst: int, writes: int, *, scenario_name: str = "uniform"
+) -> dict[str, Any]:
+    if scenario_name == "uniform":
+        scenario = generate(nodes, pods)
+    else:
+        scenario = generate_mixed(nodes, pods, variant=scenario_name)
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
         emulator_argv = [
@@ -173,15 +281,19 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
             "--history-size",
             "200000",
         ]
-        with child(emulator_argv, wait_for="listening on"):
-            url = _read_url(kubeconfig)
+        with _process(emulator_argv, wait_for="listening on") as (line, emulator):
+            url = line.split("listening on", 1)[1].strip()
             seeded = time.monotonic()
             asyncio.run(_run_async(url, scenario, 0, "seed"))
             seed_s = time.monotonic() - seeded
-            port = free_port()
-            argv = controller_argv(
-                kubeconfig,
-                port,
+            port = _free_port()
+            controller_argv = [
+                sys.executable,
+                "-m",
+                "biaxial",
+                "controller",
+                "--kubeconfig",
+                str(kubeconfig),
                 "--no-leader-elect",
                 "--qps",
                 str(qps),
@@ -189,15 +301,31 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
                 str(burst),
                 "--max-concurrent-writes",
                 str(writes),
-            )
-            with child(argv):
-                ready_s = wait_ready(port)
-                wall, latencies, bound = asyncio.run(_run_async(url, scenario, 300, "drive"))
-                metrics = scrape(port)
+                "--metrics-port",
+                str(port),
+            ]
+            with _process(controller_argv) as (_, controller):
+                ready_s = _wait_ready(port, timeout=600.0)
+                ready_rss = _rss_mb(controller.pid)
+                cpu = {
+                    p: _cpu_seconds(proc.pid) for p, proc in (("e", emulator), ("c", controller))
+                }
+                driver_cpu = time.process_time()
+                phase_started = time.monotonic()
+                wall, latencies, bound = asyncio.run(_run_async(url, scenario, 1800, "drive"))
+                phase = time.monotonic() - phase_started
+                shares = {
+                    "emulator": (_cpu_seconds(emulator.pid) - cpu["e"]) / phase,
+                    "controller": (_cpu_seconds(controller.pid) - cpu["c"]) / phase,
+                    "driver": (time.process_time() - driver_cpu) / phase,
+                }
+                end_rss = _rss_mb(controller.pid)
+                metrics = _scrape(port)
     latencies.sort()
     return {
+        "scenario": scenario_name,
         "nodes": nodes,
-        "gpus": nodes * 8,
+        "gpus": sum(len((s.get("spec") or {}).get("devices") or ()) for s in scenario.slices),
         "pods": pods,
         "bound": bound,
         "seconds": wall,
@@ -209,6 +337,9 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
         "writes": writes,
         "seed_s": seed_s,
         "ready_s": ready_s,
+        "ready_rss_mb": ready_rss,
+        "end_rss_mb": end_rss,
+        "cpu": shares,
         "rebuilds": int(metrics.get("biaxial_controller_engine_rebuild_seconds_count", 0)),
         "rebuild_ms": 1000
         * metrics.get("biaxial_controller_engine_rebuild_seconds_sum", 0.0)
@@ -223,24 +354,35 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.controller", description=__doc__)
+    parser.add_argument("--scenario", choices=("uniform", "mixed"), default="uniform")
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--qps", type=float, default=1000.0)
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--max-concurrent-writes", type=int, default=32)
     args = parser.parse_args(argv)
-    row = run(args.nodes, args.pods, args.qps, args.burst, args.max_concurrent_writes)
-    print(
-        "| nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps | burst "
-        "| writes | seed s | ready s | rebuilds | rebuild ms | decision ms | requests/pod |"
+    row = run(
+        args.nodes,
+        args.pods,
+        args.qps,
+        args.burst,
+        args.max_concurrent_writes,
+        scenario_name=args.scenario,
     )
-    print("|---:" * 17 + "|")
+    cpu = row["cpu"]
     print(
-        f"| {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
+        "| scenario | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps "
+        "| burst | writes | ready s | RSS ready MB | RSS end MB | rebuilds | decision ms "
+        "| requests/pod | CPU emulator | CPU controller | CPU driver |"
+    )
+    print("|---" + "|---:" * 20 + "|")
+    print(
+        f"| {row['scenario']} | {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
         f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
-        f"| {row['seed_s']:.1f} | {row['ready_s']:.1f} | {row['rebuilds']} "
-        f"| {row['rebuild_ms']:.0f} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} |"
+        f"| {row['ready_s']:.1f} | {row['ready_rss_mb']:.0f} | {row['end_rss_mb']:.0f} "
+        f"| {row['rebuilds']} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} "
+        f"| {cpu['emulator']:.2f} | {cpu['controller']:.2f} | {cpu['driver']:.2f} |"
     )
     return 0
 

@@ -34,7 +34,7 @@ import yaml
 
 from tests.emulator import errors
 from tests.emulator.errors import ApiStatusError
-from tests.emulator.faults import WRITE_VERBS, Faults, RequestRecord
+from tests.emulator.faults import WRITE_VERBS, FaultRule, Faults, RequestRecord
 from tests.emulator.kinds import (
     ALL_KINDS,
     BY_GROUP_VERSION,
@@ -1007,6 +1007,10 @@ class Emulator:
     ) -> None:
         """Delay matching requests by ``seconds`` (every one, or the next ``count``)."""
         self.faults.add_latency(seconds, verbs=verbs, resource=resource, count=count or 10**12)
+
+    def pending_faults(self) -> list[FaultRule]:
+        """The fault rules not used up yet (what was injected but did not fire)."""
+        return self.faults.pending()
 
     def expire_next_watch(self, *, resource: str | None = None, count: int = 1) -> None:
         """The next watch that asks for a resourceVersion gets an ERROR 410 Expired event."""

@@ -315,8 +315,10 @@ def device_capacity(emulator: Emulator) -> dict[tuple[str, str, str], dict[str, 
 def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[str]:
     """Every violation of the controller's invariants, as text (empty when all hold)."""
     problems: list[str] = []
-    claims = _claims_by_key(emulator)
-    capacity = device_capacity(emulator)
+    with emulator.store.lock:  # claims and pods as of one moment (writers wait meanwhile)
+        claims = _claims_by_key(emulator)
+        capacity = device_capacity(emulator)
+        pods = emulator.list("pods")
     exclusive: dict[tuple[str, str, str], str] = {}
     shared: dict[tuple[str, str, str], dict[str, int]] = {}
     for key, c in claims.items():
@@ -340,7 +342,7 @@ def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[
             limit = capacity.get(dev, {}).get(name, 0)
             if amount > limit:
                 problems.append(f"{dev}: {amount} of {name} allocated, capacity {limit}")
-    for p in emulator.list("pods"):
+    for p in pods:
         if p["spec"].get("schedulerName") != scheduler or not p["spec"].get("nodeName"):
             continue
         if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

@@ -31,19 +31,17 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.processes import free_port, gather_bounded, scrape, strip, wait_ready
 from bench.scenarios import Scenario, generate, generate_mixed
 from controller.api import (
     DEVICE_CLASSES,
@@ -97,18 +95,6 @@ def _process(
             proc.communicate()
 
 
-def _scrape(port: int) -> dict[str, float]:
-    """The controller's unlabelled metric samples."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, _, value = line.partition(" ")
-            out[name] = float(value)
-    return out
-
-
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -122,40 +108,6 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(port: int, timeout: float = 120.0) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return time.monotonic() - started
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise TimeoutError("the controller did not become ready")
-
-
-async def _gather_bounded(calls: list[Any], limit: int) -> None:
-    sem = asyncio.Semaphore(limit)
-
-    async def one(call: Any) -> None:
-        async with sem:
-            await call()
-
-    await asyncio.gather(*(one(c) for c in calls))
-
-
-def _strip(obj: JSON) -> JSON:
-    meta = {k: v for k, v in obj["metadata"].items() if k not in ("uid", "resourceVersion")}
-    return {**obj, "metadata": meta}
-
-
 async def _seed(api: KubeApi, scenario: Scenario) -> None:
     claims = list(scenario.claims) + [c for _, cs in scenario.pods for c in cs]
     namespaces = {"bench"} | {c["metadata"]["namespace"] for c in claims}
@@ -164,32 +116,30 @@ async def _seed(api: KubeApi, scenario: Scenario) -> None:
         await api.create(NAMESPACES, body)
 
     async def node(obj: JSON) -> None:
-        created = await api.create(NODES, _strip(obj))
+        created = await api.create(NODES, strip(obj))
         created["status"] = obj["status"]
         await api.replace(NODES, created, subresource="status")
 
-    await _gather_bounded([lambda o=o: node(o) for o in scenario.nodes], SEED_CONCURRENCY)
+    await gather_bounded([lambda o=o: node(o) for o in scenario.nodes], SEED_CONCURRENCY)
     uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in (await api.list(NODES)).items}
 
     async def resource_slice(obj: JSON) -> None:
-        body = _strip(obj)
+        body = strip(obj)
         for owner in body["metadata"].get("ownerReferences") or []:
             owner["uid"] = uids[owner["name"]]
         await api.create(RESOURCE_SLICES, body)
 
-    await _gather_bounded(
-        [lambda o=o: resource_slice(o) for o in scenario.slices], SEED_CONCURRENCY
-    )
+    await gather_bounded([lambda o=o: resource_slice(o) for o in scenario.slices], SEED_CONCURRENCY)
     for dc in scenario.classes:
-        await api.create(DEVICE_CLASSES, _strip(dc))
+        await api.create(DEVICE_CLASSES, strip(dc))
 
     async def claim(obj: JSON) -> None:
-        created = await api.create(RESOURCE_CLAIMS, _strip(obj))
+        created = await api.create(RESOURCE_CLAIMS, strip(obj))
         if obj.get("status"):
             created["status"] = obj["status"]
             await api.replace(RESOURCE_CLAIMS, created, subresource="status")
 
-    await _gather_bounded([lambda o=o: claim(o) for o in claims], SEED_CONCURRENCY)
+    await gather_bounded([lambda o=o: claim(o) for o in claims], SEED_CONCURRENCY)
 
 
 async def _drive(
@@ -226,12 +176,12 @@ async def _drive(
     started = time.monotonic()
 
     async def create(pod: JSON) -> None:
-        body = _strip(pod)
+        body = strip(pod)
         body["spec"] = {**body["spec"], "schedulerName": "biaxial"}
         created[body["metadata"]["name"]] = time.monotonic()
         await api.create(PODS, body)
 
-    await _gather_bounded([lambda p=p: create(p) for p, _ in scenario.pods], 16)
+    await gather_bounded([lambda p=p: create(p) for p, _ in scenario.pods], 16)
     deadline = time.monotonic() + timeout_s
     while not done.is_set() and time.monotonic() < deadline:
         progress = len(bound)
@@ -287,7 +237,7 @@ def run(
             seeded = time.monotonic()
             asyncio.run(_run_async(url, scenario, 0, "seed"))
             seed_s = time.monotonic() - seeded
-            port = _free_port()
+            port = free_port()
             controller_argv = [
                 sys.executable,
                 "-m",
@@ -306,7 +256,7 @@ def run(
                 str(port),
             ]
             with _process(controller_argv) as (_, controller):
-                ready_s = _wait_ready(port, timeout=600.0)
+                ready_s = wait_ready(port, timeout=600.0)
                 ready_rss = _rss_mb(controller.pid)
                 ready_cpu = _cpu_seconds(controller.pid)
                 cpu = {
@@ -322,7 +272,7 @@ def run(
                     "driver": (time.process_time() - driver_cpu) / phase,
                 }
                 end_rss = _rss_mb(controller.pid)
-                metrics = _scrape(port)
+                metrics = scrape(port)
     latencies.sort()
     return {
         "scenario": scenario_name,

@@ -32,6 +32,8 @@ from typing import Any
 import pytest
 import yaml
 
+from bench.badinput import LONG_SELECTOR
+from bench.cel import growth_bomb
 from tests.emulator import Emulator
 from tests.integration.controller_env import (
     DRIVER,
@@ -47,25 +49,10 @@ from tests.integration.fake_kubelet import free_port, http_get
 
 DEADLINE_S = 1.0
 BOMB_CLASS = "bomb.example.com"
-D = f'device.attributes["{DRIVER}"]'
 
-
-def growth_bomb(levels: int = 8) -> str:
-    """Each level makes the string ten times longer (issue 15's 729-byte selector)."""
-    body = f"v{levels}[0].size() > 0"
-    for level in range(levels, 0, -1):
-        body = (
-            f"cel.bind(v{level}, v{level - 1}.map(s, [s, s, s, s, s, s, s, s, s, s].join('')), "
-            f"{body})"
-        )
-    return f"cel.bind(v0, ['{'x' * 64}'], {body})"
-
-
-#: Within the cost limit (estimate ~290,000), but 9,999 regular-expression matches per device:
-#: about 0.13 s each, 3 s over the 24 devices of the deadline test's cluster (well past the
-#: deadline), yet several devices settled per attempt even on a loaded machine.
-LONG_SELECTOR = f"lists.range(9999).exists(i, {D}.productName.matches('.*Z.*[0-9]$'))"
-#: The deadline test's extra node: 16 more devices for the long selector to go through.
+#: The deadline test's extra node: 16 more devices for bench.badinput's LONG_SELECTOR (within
+#: the cost limit, about 0.13 s per device) to go through: 3 s over 24 devices, well past the
+#: deadline, yet several devices settled per attempt even on a loaded machine.
 EXTRA_NODES = {"gpu-h100": "h100-80gbx8"}
 
 
@@ -167,7 +154,7 @@ def test_a_growth_bomb_stored_in_a_class_is_refused_and_the_controller_goes_on(
             "spec": {
                 "selectors": [
                     {"cel": {"expression": f'device.driver == "{DRIVER}"'}},
-                    {"cel": {"expression": growth_bomb()}},
+                    {"cel": {"expression": growth_bomb(8)}},
                 ]
             },
         }

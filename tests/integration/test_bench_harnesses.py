@@ -34,8 +34,8 @@ def test_a_short_fault_run_balances_its_books() -> None:
     args = chaos.parse_args(
         [
             "--pods", "40", "--alive", "12", "--nodes", "2",
-            "--fault-interval", "0.15", "--kill-interval", "3", "--pause-interval", "6",
-            "--min-seconds", "12", "--settle", "90", "--seed", "7",
+            "--fault-interval", "0.15", "--kill-interval", "3", "--pause-interval", "5",
+            "--min-seconds", "16", "--settle", "90", "--seed", "7",
         ]
     )  # fmt: skip
     report = chaos.run(args)

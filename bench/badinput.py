@@ -54,7 +54,8 @@ from tests.integration.controller_env import (
     resource_claim,
     seed_cluster,
 )
-from tests.integration.fake_kubelet import FakeKubelet, PluginProcess, http_get
+from tests.integration.fake_kubelet import FakeKubelet, PluginProcess, http_get, wait
+from tests.unit.builders import gpu_config
 
 JSON = dict[str, Any]
 PLUGIN_NODE = "gpu-plugin"
@@ -86,16 +87,6 @@ class Run:
         self.serial = 0
         self.refused_claims: list[str] = []
 
-    def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-        deadline = time.monotonic() + timeout
-        while True:
-            value = predicate()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not seen within {timeout} s")
-            time.sleep(0.02)
-
     def api_refusal(self, obj: JSON) -> str:
         """The API's answer to creating ``obj`` (it must be refused, nothing stored)."""
         try:
@@ -118,8 +109,8 @@ class Run:
                 return str(c["message"])
             return None
 
-        message = self.wait(condition, timeout, f"pod {name}'s condition with {needle!r}")
-        self.wait(
+        message = wait(condition, timeout, f"pod {name}'s condition with {needle!r}")
+        wait(
             lambda: ("FailedScheduling", message) in pod_events(self.emulator, name),
             10,
             f"pod {name}'s FailedScheduling event",
@@ -133,7 +124,7 @@ class Run:
         self.emulator.create(resource_claim(name, memory="1Gi"))
         started = time.monotonic()
         self.emulator.create(pod(name, claim=name))
-        self.wait(
+        wait(
             lambda: (self.emulator.get("pods", name, "default") or {})["spec"].get("nodeName"),
             30,
             f"{name} bound",
@@ -154,20 +145,6 @@ def claim_with(name: str, **exactly: Any) -> JSON:
     claim = resource_claim(name)
     claim["spec"]["devices"]["requests"][0]["exactly"].update(exactly)
     return claim
-
-
-def gpu_config(strategy: str) -> JSON:
-    return {
-        "requests": ["gpu"],
-        "opaque": {
-            "driver": DRIVER,
-            "parameters": {
-                "apiVersion": "gpu.biaxial.dev/v1alpha1",
-                "kind": "GpuConfig",
-                "sharing": {"strategy": strategy},
-            },
-        },
-    }
 
 
 def pod_case(run: Run, case: str, claim: JSON | None, p: JSON, needle: str) -> Outcome:
@@ -282,7 +259,7 @@ def _legacy_pod(name: str, *, gpumem: str) -> JSON:
 
 
 def _with_config(claim: JSON, strategy: str) -> JSON:
-    claim["spec"]["devices"]["config"] = [gpu_config(strategy)]
+    claim["spec"]["devices"]["config"] = [{"requests": ["gpu"], **gpu_config(strategy)}]
     return claim
 
 
@@ -321,11 +298,11 @@ def _corrupt_checkpoint(run: Run) -> Outcome:
     good = checkpoint.read_bytes()
     checkpoint.write_bytes(good[:-40])
     started = time.monotonic()
-    status, text = run.wait(
+    status, text = wait(
         lambda: (r := http_get(f"{base}/readyz"))[0] == 503 and r, 30, "plugin not ready"
     )
     ready_s = time.monotonic() - started
-    event = run.wait(lambda: _node_event(run.emulator, "CheckpointUnreadable"), 30, "node event")
+    event = wait(lambda: _node_event(run.emulator, "CheckpointUnreadable"), 30, "node event")
     refused = dra.prepare([newcomer])[newcomer[1]].error
     notes = [f"readyz {status} after {ready_s:.2f} s", f"Node event: {event['message']}"]
     notes.append(f"Prepare refused: {refused}")
@@ -334,7 +311,7 @@ def _corrupt_checkpoint(run: Run) -> Outcome:
     healthy = http_get(f"{base}/healthz")[0] == 200
     notes.append(f"liveness: {'ok' if healthy else 'FAILING'}")
     checkpoint.write_bytes(good)  # the runbook's repair
-    run.wait(lambda: http_get(f"{base}/readyz")[0] == 200, 30, "plugin ready again")
+    wait(lambda: http_get(f"{base}/readyz")[0] == 200, 30, "plugin ready again")
     outcome = Outcome(
         "corrupt checkpoint",
         "readiness + Node event + Prepare error",
@@ -355,7 +332,7 @@ def _placed(run: Run, name: str) -> tuple[str, str, str]:
     pinned = pod(name, claim=name)
     pinned["spec"]["nodeSelector"] = {"kubernetes.io/hostname": PLUGIN_NODE}
     run.emulator.create(pinned)
-    run.wait(
+    wait(
         lambda: (run.emulator.get("pods", name, "default") or {})["spec"].get("nodeName"),
         30,
         f"{name} bound",

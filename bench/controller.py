@@ -32,16 +32,13 @@ import asyncio
 import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.processes import free_port, gather_bounded, scrape, strip, wait_ready
+from bench.processes import child, free_port, gather_bounded, scrape, strip, wait_ready
 from bench.scenarios import Scenario, generate, generate_mixed
 from controller.api import (
     DEVICE_CLASSES,
@@ -58,41 +55,6 @@ JSON = dict[str, Any]
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 SEED_CONCURRENCY = 32
 STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
-
-
-@contextlib.contextmanager
-def _process(
-    argv: list[str], *, wait_for: str | None = None
-) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Run ``argv``; yields the first output line containing ``wait_for`` (or "") and the
-    process."""
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE if wait_for else subprocess.DEVNULL,
-        stderr=subprocess.STDOUT if wait_for else subprocess.DEVNULL,
-        text=True,
-        env=os.environ.copy(),
-    )
-    try:
-        found = ""
-        if wait_for is not None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if wait_for in line:
-                    found = line.strip()
-                    break
-            else:
-                raise RuntimeError(f"{argv[:4]} exited before printing {wait_for!r}")
-            # Keep draining its output so the child never blocks on a full pipe.
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-        yield found, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -232,7 +194,7 @@ def run(
             "--history-size",
             "200000",
         ]
-        with _process(emulator_argv, wait_for="listening on") as (line, emulator):
+        with child(emulator_argv, wait_for="listening on") as (line, emulator):
             url = line.split("listening on", 1)[1].strip()
             seeded = time.monotonic()
             asyncio.run(_run_async(url, scenario, 0, "seed"))
@@ -255,7 +217,7 @@ def run(
                 "--metrics-port",
                 str(port),
             ]
-            with _process(controller_argv) as (_, controller):
+            with child(controller_argv) as (_, controller):
                 ready_s = wait_ready(port, timeout=600.0)
                 ready_rss = _rss_mb(controller.pid)
                 ready_cpu = _cpu_seconds(controller.pid)

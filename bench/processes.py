@@ -29,10 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import yaml
-
-from driver.discovery.backend import open_backend
-from driver.discovery.slices import build_slices
+from tests.integration.controller_env import seed_cluster
 
 JSON = dict[str, Any]
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +43,9 @@ def child(
     wait_for: str | None = None,
     log: Path | None = None,
     env: Mapping[str, str] | None = None,
-) -> Iterator[subprocess.Popen[str]]:
-    """Run ``argv`` during the block. With ``wait_for``, return once a line containing it was
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``argv`` during the block; yields the first output line containing ``wait_for``
+    ("" without it) and the process. With ``wait_for``, the block starts once that line was
     printed (the output is then read on, so the child never blocks on a full pipe)."""
     sink: IO[str] | int = subprocess.DEVNULL
     if log is not None:
@@ -61,17 +59,19 @@ def child(
         cwd=ROOT,
     )
     try:
+        found = ""
         if wait_for is not None:
             assert proc.stdout is not None
             for line in proc.stdout:
                 if not isinstance(sink, int):
                     sink.write(line)
                 if wait_for in line:
+                    found = line.strip()
                     break
             else:
                 raise RuntimeError(f"{' '.join(argv[:4])} exited before printing {wait_for!r}")
             threading.Thread(target=_drain, args=(proc.stdout, sink), daemon=True).start()
-        yield proc
+        yield found, proc
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -162,27 +162,6 @@ def strip(obj: JSON) -> JSON:
     return {**obj, "metadata": metadata}
 
 
-def device_classes() -> list[JSON]:
-    out: list[JSON] = []
-    for path in sorted((ROOT / "deviceclasses").glob("*.yaml")):
-        out.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
-    return out
-
-
-def node_object(name: str) -> JSON:
-    allocatable = {"cpu": "64", "memory": "256Gi", "pods": "250"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {
-            "allocatable": allocatable,
-            "capacity": dict(allocatable),
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
-
-
 def seed_nodes(
     emulator: Any,
     nodes: Mapping[str, str],
@@ -191,21 +170,9 @@ def seed_nodes(
     slices: bool = True,
     classes: bool = True,
 ) -> None:
-    """``{node: fake GPU profile}``: each Node, its ResourceSlices (unless a plugin will
-    publish them) and the DeviceClasses, written straight into an in-process emulator."""
+    """``{node: fake GPU profile}``: the namespaces, each Node, its ResourceSlices (unless a
+    plugin will publish them) and the DeviceClasses, written straight into an in-process
+    emulator (:func:`tests.integration.controller_env.seed_cluster`)."""
     for namespace in namespaces:
         emulator.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    for name, profile in nodes.items():
-        node = emulator.create(node_object(name))
-        emulator.update_status("nodes", name, node_object(name)["status"])
-        if not slices:
-            continue
-        with open_backend(profile, node_name=name) as backend:
-            gpus = backend.discover()
-        for resource_slice in build_slices(
-            gpus, node_name=name, driver_name=DRIVER, node_uid=node["metadata"]["uid"]
-        ):
-            emulator.create(resource_slice.to_api())
-    if classes:
-        for dc in device_classes():
-            emulator.create(dc)
+    seed_cluster(emulator, nodes, classes=classes, slices=slices)

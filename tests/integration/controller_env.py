@@ -195,14 +195,21 @@ def device_classes() -> list[JSON]:
 
 
 def seed_cluster(
-    emulator: Emulator, nodes: Mapping[str, str] | None = None, *, classes: bool = True
+    emulator: Emulator,
+    nodes: Mapping[str, str] | None = None,
+    *,
+    classes: bool = True,
+    slices: bool = True,
 ) -> None:
-    """Nodes with published slices (``{node: fake profile}``) and the DeviceClasses."""
+    """Nodes with published slices (``{node: fake profile}``; none when a plugin will publish
+    them) and the DeviceClasses."""
     nodes = nodes or {"gpu-t4": "t4x4", "gpu-a10g": "a10gx4"}
     for name, profile in nodes.items():
         node = emulator.create(node_object(name))
         if not (emulator.get("nodes", name) or {}).get("status"):
             emulator.update_status("nodes", name, node_object(name)["status"])
+        if not slices:
+            continue
         with open_backend(profile, node_name=name) as backend:
             gpus = backend.discover()
         for resource_slice in build_slices(

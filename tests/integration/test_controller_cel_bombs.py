@@ -23,7 +23,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ import yaml
 
 from bench.badinput import LONG_SELECTOR
 from bench.cel import growth_bomb
+from bench.processes import controller_argv
 from tests.emulator import Emulator
 from tests.integration.controller_env import (
     DRIVER,
@@ -75,23 +75,17 @@ def controller(emulator: Emulator, kubeconfig: Path) -> Iterator[subprocess.Pope
     seed_cluster(emulator)
     port = free_port()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "biaxial",
-            "controller",
-            "--kubeconfig",
-            str(kubeconfig),
+        controller_argv(
+            kubeconfig,
+            port,
             "--no-leader-elect",
-            "--metrics-port",
-            str(port),
             "--decision-timeout",
             str(DEADLINE_S),
             "--qps",
             "500",
             "--burst",
             "500",
-        ],
+        ),
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.DEVNULL,

@@ -38,7 +38,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.processes import child, free_port, gather_bounded, scrape, strip, wait_ready
+from bench.processes import (
+    child,
+    controller_argv,
+    free_port,
+    gather_bounded,
+    scrape,
+    strip,
+    wait_ready,
+)
 from bench.scenarios import Scenario, generate, generate_mixed
 from controller.api import (
     DEVICE_CLASSES,
@@ -200,13 +208,9 @@ def run(
             asyncio.run(_run_async(url, scenario, 0, "seed"))
             seed_s = time.monotonic() - seeded
             port = free_port()
-            controller_argv = [
-                sys.executable,
-                "-m",
-                "biaxial",
-                "controller",
-                "--kubeconfig",
-                str(kubeconfig),
+            argv = controller_argv(
+                kubeconfig,
+                port,
                 "--no-leader-elect",
                 "--qps",
                 str(qps),
@@ -214,10 +218,8 @@ def run(
                 str(burst),
                 "--max-concurrent-writes",
                 str(writes),
-                "--metrics-port",
-                str(port),
-            ]
-            with child(controller_argv) as (_, controller):
+            )
+            with child(argv) as (_, controller):
                 ready_s = wait_ready(port, timeout=600.0)
                 ready_rss = _rss_mb(controller.pid)
                 ready_cpu = _cpu_seconds(controller.pid)

@@ -16,8 +16,11 @@ feed (:mod:`controller.feed`) reads only the written state (:meth:`ClaimOverlay.
 :meth:`ClaimOverlay.written`): the engine counts this process's decisions from the moment it
 assumes them, so a device is never handed out twice while their writes are in flight.
 
-:class:`ClusterCache` bundles the five informers the controller needs and fans their changes
-out to subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator).
+:class:`ClusterCache` bundles the informers the controller needs (nodes, pods, DeviceClasses,
+ResourceSlices, ResourceClaims, and what the volume rules read: PersistentVolumeClaims,
+PersistentVolumes, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities,
+VolumeAttachments) and fans their changes out to subscribers (the scheduling loop, the engine's
+feed, the repairer, the deallocator, the volume binder).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from controller.api import (
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    VOLUME_RESOURCES,
     Api,
     Resource,
     meta,
@@ -350,7 +354,8 @@ class ClaimOverlay:
 
 
 class ClusterCache:
-    """Nodes, Pods, DeviceClasses, ResourceSlices and ResourceClaims, plus the claim overlay."""
+    """Nodes, Pods, DeviceClasses, ResourceSlices, ResourceClaims and the volume kinds, plus
+    the claim overlay."""
 
     def __init__(self, api: Api, *, watch_timeout_s: int = 300) -> None:
         timeout = watch_timeout_s
@@ -376,12 +381,25 @@ class ClusterCache:
         self.claims: Informer[JSON] = Informer(
             api, RESOURCE_CLAIMS, transform=slim, watch_timeout_s=timeout
         )
+        #: kind -> informer, for every kind of driver.scheduling.volumes.VOLUME_KINDS (raw JSON:
+        #: the volume binder writes them, the engine parses them)
+        self.volumes: dict[str, Informer[JSON]] = {
+            r.kind: Informer(api, r, transform=slim, watch_timeout_s=timeout)
+            for r in VOLUME_RESOURCES
+        }
         self.overlay = ClaimOverlay(self.claims)
         self.claims.add_handler(self._observe_claim)
 
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
-        return (self.nodes, self.classes, self.slices, self.claims, self.pods)
+        return (
+            self.nodes,
+            self.classes,
+            self.slices,
+            self.claims,
+            *self.volumes.values(),
+            self.pods,
+        )
 
     def _observe_claim(self, _kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old

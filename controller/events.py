@@ -1,10 +1,12 @@
 """Telling users why a pod is not scheduled: the ``PodScheduled`` condition and an Event.
 
 For a pod that cannot be placed, :class:`Recorder` writes ``PodScheduled=False`` with reason
-``Unschedulable`` (``SchedulerError`` when the attempt itself failed, as kube-scheduler) and
-the message, by a strategic-merge patch of ``pods/status`` (conditions merge by type, so other
-conditions are kept), plus a ``Warning`` Event ``FailedScheduling`` with the same message
-(core/v1, as kube-scheduler records). For a pod it placed, a ``Normal`` Event ``Scheduled``.
+``Unschedulable`` (``SchedulerError`` when the attempt itself failed, as kube-scheduler: the
+decision passed its deadline, or a placement could not be completed, e.g. its volumes were
+not provisioned) and the message, by a strategic-merge patch of ``pods/status`` (conditions
+merge by type, so other conditions are kept), plus a ``Warning`` Event ``FailedScheduling``
+with the same message (core/v1, as kube-scheduler records). For a pod it placed, a ``Normal``
+Event ``Scheduled``.
 
 Cheap, and never in the way of placements:
 
@@ -42,7 +44,7 @@ from kubeapi.events import MAX_MESSAGE, event_body, now_rfc3339
 log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
-REASON_SCHEDULER_ERROR: Final = "SchedulerError"
+REASON_SCHEDULER_ERROR: Final = "SchedulerError"  # kube-scheduler's, for a failed attempt
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
 

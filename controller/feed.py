@@ -11,8 +11,11 @@ this controller decided a placement                    ``assume(placement, pod)`
 its writes failed (rolled back)                        ``forget(pod uid)``
 a claim's written state changed: an informer event,    ``observe_allocation(key, allocation)``,
 a write of ours returning, a rollback, a deletion      with the owning pod for a bridge claim
-a pod was bound, resized, finished or deleted          ``observe_pod(uid, node, requests)``
+a pod was bound, resized, finished or deleted          ``observe_pod(uid, node, requests,
+                                                       volumes)``
 a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+a PVC, PV, StorageClass, CSINode, CSIDriver,           ``observe_volume(kind, key, object)``
+CSIStorageCapacity or VolumeAttachment changed
 =====================================================  ==========================================
 
 Claims are read with :meth:`~controller.cache.ClaimOverlay.latest_written`: the informer's
@@ -42,7 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.api import JSON, meta, pod_is_finished, pod_node
+from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
 from controller.cache import ClusterCache
 from controller.metrics import Metrics
 from driver.api.claims import AllocationResult, ResourceClaim
@@ -52,6 +55,7 @@ from driver.scheduling.decision import DecisionEngine, pod_uid
 from driver.scheduling.nodefit import PodSchedulingFacts
 from driver.scheduling.outcome import Placement
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.volumes import VOLUME_KINDS, PodVolumes
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -100,6 +104,24 @@ def _requests(pod: Mapping[str, Any]) -> Mapping[str, int]:
 
 def _bridge_owner(claim: JSON | None) -> str | None:
     return bridge_claim_owner(claim) if claim is not None else None
+
+
+def _pod_volumes(pod: Mapping[str, Any]) -> PodVolumes | None:
+    try:
+        return PodVolumes.from_pod(pod)
+    except BiaxialError as exc:
+        log.warning("pod %s: volumes not understood, not counted: %s", object_key(pod), exc)
+        return None
+
+
+def observe_volume_object(engine: DecisionEngine, kind: str, key: str, raw: JSON | None) -> None:
+    """Tell the engine about one object of a volume kind; a malformed one is logged and left
+    out (as if it did not exist)."""
+    try:
+        engine.observe_volume(kind, key, raw)
+    except BiaxialError as exc:
+        log.warning("%s %s is malformed, skipped: %s", kind, key, exc)
+        engine.observe_volume(kind, key, None)
 
 
 class EngineFeed:
@@ -179,6 +201,9 @@ class EngineFeed:
         started = time.perf_counter()
         engine = DecisionEngine.empty(defaults=self.defaults, driver_name=self.driver_name)
         cache = self.cache
+        for kind, informer in cache.volumes.items():
+            for key, raw in informer.store.items():
+                observe_volume_object(engine, kind, key, raw)
         for key, device_class in cache.classes.store.items():
             engine.observe_class(key, device_class)
         for key, resource_slice in cache.slices.store.items():
@@ -237,7 +262,9 @@ class EngineFeed:
         if model is None:
             return  # malformed before and after: the engine never had it
         changed = True
-        if kind == "Node":
+        if kind in VOLUME_KINDS:
+            observe_volume_object(engine, kind, object_key(model), new)
+        elif kind == "Node":
             changed = engine.observe_node(model.name, new)
         elif kind == "ResourceSlice":
             changed = engine.observe_slice(model.name, new)
@@ -270,7 +297,8 @@ class EngineFeed:
         """Tell the engine where a live pod counts, when that may have changed: it was bound,
         or resized in place (the requests are parsed only then)."""
         if _counts_anew(old, new):
-            engine.observe_pod(str(meta(new).get("uid") or ""), pod_node(new), _requests(new))
+            uid = str(meta(new).get("uid") or "")
+            engine.observe_pod(uid, pod_node(new), _requests(new), _pod_volumes(new))
 
     # ------------------------------------------------------------------ queueing hints
     def device_classes(self, driver: str, pool: str, device: str) -> frozenset[str] | None:

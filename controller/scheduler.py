@@ -14,13 +14,17 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
    passes it is abandoned, reported as ``SchedulerError`` and retried with backoff). A pod equal
    to one found unschedulable while nothing changed gets that answer without a decision
    (:mod:`controller.equivalence`);
-4. **commit** (:mod:`controller.commit`) or **report** (:class:`~controller.events.Recorder`:
-   ``PodScheduled=False`` + an Event, in a background lane), then park the pod in the queue
-   with a :class:`~controller.queue.Hint` until a change that may help it, as kube-scheduler's
-   queueing hints decide: one of its claims created or changed; devices freed that a class it
-   asks for selects (a claim deallocated); a pod leaving a node, when more than devices kept
-   it out; a node, slice or class changed. Invalid input waits for the pod, its claims, or a
-   node, slice or class to change; everything is retried at its flush time regardless.
+4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`) or
+   **report** (:class:`~controller.events.Recorder`: ``PodScheduled=False`` + an Event, in a
+   background lane), then park the pod in the queue with a :class:`~controller.queue.Hint`
+   until a change that may help it, as kube-scheduler's queueing hints decide: one of its
+   claims created or changed; devices freed that a class it asks for selects (a claim
+   deallocated); a pod leaving a node, when more than devices kept it out; a node, slice,
+   class or volume object changed. Invalid input waits for the pod, its claims, or a node,
+   slice, class or volume object to change; everything is retried at its flush time
+   regardless. A commit that fails because its volumes could not be bound (provisioning
+   failed, the wait timed out) is reported on the pod the same way (reason
+   ``SchedulerError``, as kube-scheduler reports a failed PreBind) and retried with backoff.
 
 A placement counts from the moment it is decided (the feed *assumes* it in the engine), so
 decisions made while earlier writes are in flight never hand out the same device twice; a
@@ -58,6 +62,7 @@ from controller.metrics import Metrics
 from controller.queue import ClusterEvent, EventKind, Hint, Outcome, SchedulingQueue
 from controller.repair import Repairer
 from controller.settings import Settings
+from controller.volumes import VolumeBinder, VolumeBindingError
 from driver.api.claims import ResourceClaim
 from driver.api.errors import ApiError, BiaxialError, DeadlineExceededError
 from driver.cel import cost
@@ -91,6 +96,10 @@ DEVICE_REASONS: Final = frozenset(
         REASON_CLAIM_NODE,
     }
 )
+
+
+async def _no_step(_step: str, _key: str) -> None:
+    return None
 
 
 def _device_set(claim: Mapping[str, Any] | None) -> frozenset[tuple[str, str, str, str]]:
@@ -213,14 +222,27 @@ class Scheduler:
             backoff_max_s=settings.backoff_max_s,
             flush_s=settings.unschedulable_flush_s,
         )
+
+        def on_conflict(step: str) -> None:
+            metrics.conflicts.labels(step=step).inc()
+
+        self.volumes = VolumeBinder(
+            api,
+            cache,
+            timeout_s=settings.volume_bind_timeout_s,
+            on_step=on_step or _no_step,
+            on_conflict=on_conflict,
+        )
+        self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
         self.committer = Committer(
             api,
             cache.overlay,
             finalizer=settings.finalizer,
             on_step=on_step,
-            on_conflict=lambda step: metrics.conflicts.labels(step=step).inc(),
+            on_conflict=on_conflict,
+            write_slots=self._writes,
+            volumes=self.volumes,
         )
-        self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
         self._jobs = TaskGuard()  # placement writes and reports in flight
         self.recorder = Recorder(
             api,
@@ -559,7 +581,13 @@ class Scheduler:
                 allocation=decision.bridge_allocation.to_api(),
                 request_mappings=decision.bridge.request_mappings,
             )
-        return Plan(pod=ref, node=decision.node, claims=tuple(claim_plans), bridge=bridge)
+        return Plan(
+            pod=ref,
+            node=decision.node,
+            claims=tuple(claim_plans),
+            bridge=bridge,
+            volumes=decision.volumes,
+        )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._jobs.spawn(coro)
@@ -567,10 +595,9 @@ class Scheduler:
     async def _commit(self, key: str, plan: Plan) -> None:
         outcome = Outcome.ERROR
         try:
-            async with self._writes:
-                started = time.perf_counter()
-                await self.committer.commit(plan)
-                self.metrics.commit_seconds.observe(time.perf_counter() - started)
+            started = time.perf_counter()
+            await self.committer.commit(plan)
+            self.metrics.commit_seconds.observe(time.perf_counter() - started)
             outcome = Outcome.SCHEDULED
             self.recorder.scheduled(plan.pod, plan.node)
         except (CommitAbortedError, ApiError) as exc:
@@ -582,6 +609,9 @@ class Scheduler:
                 extra={"pod": key, "node": plan.node},
             )
             self.feed.forget(plan.pod.uid)
+            if isinstance(exc, VolumeBindingError):
+                self.metrics.unschedulable.labels(reason="volume-binding").inc()
+                self.recorder.unschedulable(plan.pod, str(exc), reason=REASON_SCHEDULER_ERROR)
         finally:
             self.queue.done(key, outcome)
             self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)

@@ -1,7 +1,9 @@
 """``biaxial simulate --kubeconfig``: the live cluster's state, read once, read-only.
 
 :func:`read_cluster` lists Namespaces, Nodes, ResourceSlices, DeviceClasses, ResourceClaims,
-ResourceClaimTemplates and Pods from the API server the kubeconfig names (GET requests only,
+ResourceClaimTemplates, the kinds the volume rules read (PersistentVolumeClaims,
+PersistentVolumes, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities,
+VolumeAttachments) and Pods from the API server the kubeconfig names (GET requests only,
 following ``continue``; nothing is ever written) and returns them as the objects a
 ``kubectl get -A -o yaml`` dump holds, so the simulator reads them exactly as it reads a dump:
 bound pods are running, allocated claims are state, and the pending pods that name the
@@ -26,6 +28,7 @@ from kubeapi.resources import (
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    VOLUME_RESOURCES,
     Resource,
 )
 
@@ -42,6 +45,7 @@ READ: Final = (
     DEVICE_CLASSES,
     RESOURCE_CLAIMS,
     RESOURCE_CLAIM_TEMPLATES,
+    *VOLUME_RESOURCES,
     PODS,
 )
 

@@ -9,8 +9,9 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
    pod (``_context``), including what :func:`driver.scheduling.checks.check_pod_input` refuses
    and a claim whose ``GpuConfig`` the node would refuse at Prepare
    (:func:`driver.api.config.check_claim_config`), so nothing is allocated for it;
-2. filters nodes (:mod:`driver.scheduling.nodefit`), builds the node's variant of the bridge
-   claim, allocates *all* the pod's unallocated claims on the node with the allocator, the GPU
+2. filters nodes (:mod:`driver.scheduling.nodefit`, then the volume rules of
+   :mod:`driver.scheduling.volumes`), builds the node's variant of the bridge claim,
+   allocates *all* the pod's unallocated claims on the node with the allocator, the GPU
    axis ordering devices (:mod:`driver.scheduling.scoring`), and scores the node on the node
    axis (``_evaluate``);
 3. picks the best node (ties by name) and returns a
@@ -46,6 +47,13 @@ cache (the bookkeeping is :mod:`driver.scheduling.tracker`):
 * :meth:`~DecisionEngine.observe_node`, :meth:`~DecisionEngine.observe_slice` and
   :meth:`~DecisionEngine.observe_class` change what the index is built from: the engine
   rebuilds it (keeping the CEL cache) before the next decision. A heartbeat changes nothing.
+* :meth:`~DecisionEngine.observe_volume` follows what the volume rules read (PVCs, PVs,
+  StorageClasses, CSI nodes and drivers, capacities, attachments) and ``observe_pod`` the
+  volumes of pods on nodes, both into :class:`~driver.scheduling.volumes.ClusterVolumes`; the
+  engine's ``assume`` and ``forget`` pass a placement's volume bindings on to it. A volume rule that
+  rules out every node (a missing claim) makes the decision ``Unschedulable`` with upstream's
+  message; per node the volume rules are one more filter, applied to the nodes the search
+  evaluates (pruning stays exact: a filter only removes nodes).
 
 Updates are cheap and lazy; :meth:`~DecisionEngine.sync` (called by ``decide``) applies them.
 :meth:`~DecisionEngine.state` exposes what the engine counts, so tests can compare an engine
@@ -114,11 +122,19 @@ from driver.scheduling.outcome import (
     Decision,
     Placement,
     PodError,
+    PreFilterRejectedError,
     Unschedulable,
 )
 from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
 from driver.scheduling.scoring import NodeAmounts, gpu_order, node_rank, node_score
 from driver.scheduling.tracker import Change, ClusterTracker
+from driver.scheduling.volumes import (
+    ClusterVolumes,
+    PodVolumeContext,
+    PodVolumes,
+    VolumeBindings,
+    VolumeState,
+)
 from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
 from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
@@ -180,6 +196,7 @@ class _PodContext:
     kinds: tuple[tuple[_UsableKinds, ...], ...] = ()  # per request, per alternative
     shape_bounds: dict[int, ShapeBounds] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    volumes: PodVolumeContext | None = None  # None: no volume the volume rules look at
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +204,7 @@ class _NodeOutcome:
     score: Fraction
     results: tuple[AllocationResult, ...]
     bridge: _BridgeVariant | None
+    volumes: VolumeBindings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +287,7 @@ class EngineState:
     usage: Mapping[str, NodeUsage]
     nodes: Mapping[str, Node]
     filing: frozenset[FilingEntry]
+    volumes: VolumeState
 
 
 class DecisionEngine:
@@ -298,6 +317,7 @@ class DecisionEngine:
         self._slices = {s.name or f"#{i}": s for i, s in enumerate(snapshot.slices)}
         self._classes = dict(snapshot.classes)
         self._tracker = ClusterTracker(pods_on_nodes)
+        self._volumes = ClusterVolumes()  # what the volume rules read
         self._rebuild_due = False  # classes changed, or a change only a rebuild follows
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
         self._stale: set[str] = set()  # nodes whose filed state lags behind the snapshot
@@ -356,20 +376,23 @@ class DecisionEngine:
         """Count a placement from now on, before its writes: its devices are held and the
         pod's requests count on its node, until the cluster shows them (then nothing moves)
         or :meth:`forget` drops them."""
+        uid = pod_uid(pod)
         self._apply(
             self._tracker.assume(
-                pod_uid(pod),
+                uid,
                 placement.node,
                 {claim.key: allocation for claim, allocation in placement.claims},
                 placement.bridge_allocation,
                 PodSchedulingFacts.from_pod(pod).requests,
             )
         )
+        self._volumes.assume(uid, placement.node, PodVolumes.from_pod(pod), placement.volumes)
 
     def forget(self, pod: str) -> None:
         """The placement assumed for the pod with UID ``pod`` will not be written (or was
         rolled back): drop what the cluster has not shown yet."""
         self._apply(self._tracker.forget(pod))
+        self._volumes.forget(pod)
 
     # ------------------------------------------------------------------ the cluster
     def observe_allocation(
@@ -381,11 +404,23 @@ class DecisionEngine:
         self._apply(self._tracker.observe_allocation(claim, allocation, bridge_of=bridge_of))
 
     def observe_pod(
-        self, pod: str, node: str | None, requests: Mapping[str, int] | None = None
+        self,
+        pod: str,
+        node: str | None,
+        requests: Mapping[str, int] | None = None,
+        volumes: PodVolumes | None = None,
     ) -> None:
-        """The pod with UID ``pod`` counts on ``node`` with ``requests`` (node None: it is
-        gone or finished). Any pod counts, whichever scheduler placed it."""
+        """The pod with UID ``pod`` counts on ``node`` with ``requests`` and ``volumes`` (node
+        None: it is gone or finished). Any pod counts, whichever scheduler placed it."""
         self._apply(self._tracker.observe_pod(pod, node, requests or {}))
+        self._volumes.observe_pod(pod, node, volumes)
+
+    def observe_volume(self, kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
+        """An object the volume rules read (a kind of
+        :data:`~driver.scheduling.volumes.VOLUME_KINDS`, raw API JSON; ``key`` its
+        ``namespace/name`` or name) appeared, changed or (None) went. Raises
+        :class:`~driver.api.errors.ManifestError` for a malformed one (nothing changes)."""
+        self._volumes.observe(kind, key, raw)
 
     def observe_node(self, name: str, node: Node | None) -> bool:
         """A node appeared, changed or (None) went. Returns whether anything scheduling reads
@@ -452,6 +487,7 @@ class DecisionEngine:
             usage=self._tracker.usages(),
             nodes=dict(self._nodes),
             filing=self._index.filing(),
+            volumes=self._volumes.state(),
         )
 
     def _apply(self, change: Change) -> None:
@@ -547,6 +583,7 @@ class DecisionEngine:
         facts = PodSchedulingFacts.from_pod(pod)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
+        volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
         legacy = legacy_resources(
             pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
         )
@@ -574,6 +611,7 @@ class DecisionEngine:
             allocated_claims=tuple(c for c in claims if c.allocation is not None),
             legacy_resources=legacy.resources,
             exempt=filter_exempt(legacy.resources, legacy.resources),
+            volumes=volumes,
         )
 
     def _cluster_facts(self) -> ClusterFacts:
@@ -597,6 +635,10 @@ class DecisionEngine:
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
         try:
             ctx = self._context(pod, claims)
+        except PreFilterRejectedError as exc:
+            # kube-scheduler's FitError after a PreFilter rejection: no per-node reasons.
+            message = f"0/{len(self._nodes)} nodes are available: {exc}."
+            return Unschedulable(pod=name, message=message, reasons={})
         except BiaxialError as exc:
             return PodError(pod=name, message=str(exc))
         try:
@@ -843,6 +885,12 @@ class DecisionEngine:
         )
         if reason is not None:
             return reason
+        volumes: VolumeBindings | None = None
+        if ctx.volumes is not None:
+            verdict = self._volumes.filter(ctx.volumes, node)
+            if isinstance(verdict, str):
+                return verdict
+            volumes = verdict
         for claim in ctx.allocated_claims:
             selector = claim.allocation.node_selector if claim.allocation else None
             if selector is not None and not node_selector_matches(selector, node):
@@ -857,7 +905,9 @@ class DecisionEngine:
         if not claims:
             used = state.used if state else NodeAmounts()
             total = state.shape.total if state else NodeAmounts()
-            return _NodeOutcome(node_score(total, used, NodeAmounts(), cores=False), (), bridge)
+            return _NodeOutcome(
+                node_score(total, used, NodeAmounts(), cores=False), (), bridge, volumes
+            )
         if (
             state is None
             and not self._no_pruning
@@ -898,11 +948,11 @@ class DecisionEngine:
             )
             return precheck(state, demand, bounds) or REASON_CLAIMS
         if state is None:
-            return _NodeOutcome(Fraction(0), tuple(results), bridge)
+            return _NodeOutcome(Fraction(0), tuple(results), bridge, volumes)
         adding = state.added(results)
         cores = ctx.demand.cores if ctx.demand is not None else pod_demand(claims).cores
         score = node_score(state.shape.total, state.used, adding, cores=cores)
-        return _NodeOutcome(score, tuple(results), bridge)
+        return _NodeOutcome(score, tuple(results), bridge, volumes)
 
     def _placement(self, ctx: _PodContext, best: _Best, evaluated: int) -> Placement:
         outcome = best.outcome
@@ -923,4 +973,7 @@ class DecisionEngine:
             score=outcome.score,
             policies=ctx.policies,
             evaluated=evaluated,
+            volumes=outcome.volumes
+            if outcome.volumes is not None and not outcome.volumes.empty
+            else None,
         )

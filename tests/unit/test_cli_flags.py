@@ -68,6 +68,13 @@ CONTROLLER = [
         lambda s: s.max_concurrent_writes,
         4,
     ),
+    Case(
+        "volume-bind-timeout",
+        "BIAXIAL_VOLUME_BIND_TIMEOUT",
+        "30",
+        lambda s: s.volume_bind_timeout_s,
+        30.0,
+    ),
 ]
 PLUGIN = [
     Case("kubeconfig", "BIAXIAL_KUBECONFIG", KUBECONFIG, lambda s: s.kubeconfig, KUBECONFIG),

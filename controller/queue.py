@@ -45,7 +45,7 @@ class Outcome(enum.Enum):
 class EventKind(enum.Enum):
     """What changed in the cluster (kube-scheduler's ClusterEvent resource and action)."""
 
-    CLUSTER = "cluster"  # a Node, ResourceSlice or DeviceClass changed in what scheduling reads
+    CLUSTER = "cluster"  # a Node, ResourceSlice, DeviceClass or volume object changed (for us)
     CLAIM = "claim"  # a ResourceClaim was created, or its status changed
     DEVICES_FREED = "devices-freed"  # a claim's allocation was cleared (or it was deleted)
     POD_GONE = "pod-gone"  # a pod bound to a node was deleted or finished

@@ -27,6 +27,11 @@ claims and the binding show up (nothing is counted twice, nothing is taken out a
 The engine is built from the caches on first use (the same calls, replayed, then the
 placements in flight assumed again) and kept current by events after; nodes, slices and
 classes make it rebuild its index before the next decision, claims and pods never do.
+:attr:`EngineFeed.generation` moves with every call that may change what the engine counts
+(and with every new engine), so an answer taken at one generation holds while it stands
+(:mod:`controller.equivalence`); our own writes to pending pods do not move it.
+:meth:`EngineFeed.device_classes` names the DeviceClasses that select a device (the
+scheduling queue's hints ask which parked pods a freed device can help).
 :meth:`EngineFeed.consistent` builds a second engine from the caches and compares the two
 (the tests assert it); :meth:`EngineFeed.reset` drops the engine after an unexpected error so
 the next decision starts from the caches. Objects that do not parse are logged and left out.
@@ -138,6 +143,7 @@ class EngineFeed:
         self.metrics = metrics
         self.parsed = Parsed()
         self.rebuilds = 0  # engines built from the caches, and index rebuilds
+        self.generation = 0  # moves whenever what the engine counts may have changed
         self._on_cluster_change = on_cluster_change
         self._engine: DecisionEngine | None = None
         self._flights: dict[str, _Flight] = {}  # pod uid -> placement, until bound or failed
@@ -155,17 +161,20 @@ class EngineFeed:
         else:
             rebuilt = engine.sync()
         if rebuilt:
+            self.generation += 1
             self.rebuilds += 1
             self.metrics.engine_rebuild_seconds.observe(time.perf_counter() - started)
         return engine
 
     def assume(self, placement: Placement, pod: JSON) -> None:
         """This controller decided ``placement`` for ``pod``: it counts from now on."""
+        self.generation += 1
         self._flights[pod_uid(pod)] = _Flight(placement, pod)
         self.engine().assume(placement, pod)
 
     def forget(self, uid: str) -> None:
         """The placement of pod ``uid`` was not written (what was written is rolled back)."""
+        self.generation += 1
         self._flights.pop(uid, None)
         if self._engine is not None:
             self._engine.forget(uid)
@@ -177,6 +186,7 @@ class EngineFeed:
     def reset(self) -> None:
         """Forget the engine: the next one is built from the caches (after an unexpected
         error, whatever it left half done is not trusted)."""
+        self.generation += 1
         self._engine = None
 
     def consistent(self) -> bool:
@@ -230,6 +240,7 @@ class EngineFeed:
     # ------------------------------------------------------------------ events
     def _claim_touched(self, key: str) -> None:
         """What the overlay shows for ``key`` may have changed."""
+        self.generation += 1
         raw = self.cache.overlay.latest_written(key)
         if raw is None:
             self.parsed.forget(key)
@@ -260,6 +271,7 @@ class EngineFeed:
         elif kind == "DeviceClass":
             changed = engine.observe_class(model.name, new)
         if changed:
+            self.generation += 1
             self._on_cluster_change()
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
@@ -267,6 +279,7 @@ class EngineFeed:
         assert obj is not None
         uid = str(meta(obj).get("uid") or "")
         if new is None or pod_is_finished(new):
+            self.generation += 1
             self._flights.pop(uid, None)
             if self._engine is not None:
                 self._engine.observe_pod(uid, None)
@@ -274,16 +287,30 @@ class EngineFeed:
         flight = self._flights.get(uid)
         if flight is not None and flight.placement.node == pod_node(new):
             del self._flights[uid]  # our binding is seen
-        if self._engine is not None:
-            self._observe_pod(self._engine, old, new)
+        if _counts_anew(old, new):
+            self.generation += 1
+            if self._engine is not None:
+                self._observe_pod(self._engine, None, new)
 
     @staticmethod
     def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
         """Tell the engine where a live pod counts, when that may have changed: it was bound,
         or resized in place (the requests are parsed only then)."""
-        node = pod_node(new)
-        if not node or pod_is_finished(new):
-            return  # an unbound pod counts nowhere (ours count through their assumption)
-        if old is None or pod_node(old) != node or old.get("spec") != new.get("spec"):
+        if _counts_anew(old, new):
             uid = str(meta(new).get("uid") or "")
-            engine.observe_pod(uid, node, _requests(new), _pod_volumes(new))
+            engine.observe_pod(uid, pod_node(new), _requests(new), _pod_volumes(new))
+
+    # ------------------------------------------------------------------ queueing hints
+    def device_classes(self, driver: str, pool: str, device: str) -> frozenset[str] | None:
+        """The DeviceClasses that select device ``driver/pool/device`` now; None when the
+        engine does not know it (yet)."""
+        return self.engine().device_classes(driver, pool, device)
+
+
+def _counts_anew(old: JSON | None, new: JSON) -> bool:
+    """Whether where (or how much) a live pod counts may have changed: it was bound, or
+    resized in place. An unbound pod counts nowhere (ours count through their assumption)."""
+    node = pod_node(new)
+    if not node or pod_is_finished(new):
+        return False
+    return old is None or pod_node(old) != node or old.get("spec") != new.get("spec")

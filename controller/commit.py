@@ -37,6 +37,9 @@ What a crash leaves behind, and who repairs it:
 While a placement is being written, its claims (and the pod's bridge claim) are locked
 against the deallocator (:attr:`Committer.locked`, :attr:`Committer.pods_in_flight`).
 
+A claim that already shows the pod's reservation (nothing to write) is confirmed by a live
+read before the pod is bound on it: the claim informer may not have delivered a release yet.
+
 So no pod is ever bound without its claims allocated and reserved, and a device is never
 allocated to two claims by this controller (the decision engine counts every placement from
 the moment it is decided until its writes are seen or it fails, and every status write is
@@ -406,9 +409,12 @@ class Committer:
         """Steps 1 to 4's writes; returns what the volume writes left to wait for."""
         current: dict[str, JSON] = {}
         for claim_plan in plan.claims:
-            claim = self.overlay.latest_written(claim_plan.key) or await self._get_claim(
-                claim_plan.key
-            )
+            claim = self.overlay.latest_written(claim_plan.key)
+            if claim is None or plan.pod.uid in reserved_uids(claim):
+                # A claim that already shows this pod's reservation needs no write, and the
+                # pod is bound on the strength of it: that must be the API server's word,
+                # never a cache that may lag behind a release (see controller.repair).
+                claim = await self._get_claim(claim_plan.key)
             if claim_plan.allocation is not None:
                 claim = await self.add_finalizer(claim_plan.key, claim)
                 progress.finalized.append(claim_plan.key)
@@ -554,7 +560,10 @@ class Committer:
             try:
                 async with attempt:
                     written = await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
-                    self.overlay.forget(key)
+                    # What we wrote is the newest state: dropping it instead would show the
+                    # informer's copy, which may still be allocated and reserved (a repaired
+                    # pod would then be placed on an allocation that no longer exists).
+                    self.overlay.assume(written)
                     return written
             except NotFoundError:
                 return None

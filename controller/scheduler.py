@@ -7,10 +7,13 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
    ``pod.status.resourceClaimStatuses``). A template claim not created yet parks the pod until
    it appears; a named claim that does not exist, or a generated one not owned by the pod, is
    reported on the pod;
-2. **repair** what an earlier attempt left (:mod:`controller.repair`);
+2. **repair** what an earlier attempt left (:mod:`controller.repair`): the pod is fenced
+   first (a write conditional on the resourceVersion the cache shows), so that the earlier
+   attempt's binding, should it still be in flight, can no longer land;
 3. **decide** with the decision engine, which the feed (:mod:`controller.feed`) keeps equal to
    the caches plus every placement of this controller still in flight;
-4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`) or
+4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`; the
+   binding is conditional on the pod's resourceVersion the decision was made on) or
    **report**: ``PodScheduled=False`` + an Event, then park the pod in the queue until a
    relevant change (a claim freed; a slice, node, class or volume object changed) or its
    flush time. A commit that fails because its volumes could not be bound (provisioning
@@ -322,11 +325,14 @@ class Scheduler:
             else:
                 log.debug("pod %s: %s", key, resolved.message)
             return
-        if self.repairer.stale(ref, resolved.keys) and not await self.repairer.repair(
-            ref, resolved.keys
-        ):
-            self.queue.done(key, Outcome.ERROR)
-            return
+        pod_version = str(meta(pod).get("resourceVersion") or "")
+        if self.repairer.stale(ref, resolved.keys):
+            fenced = await self.repairer.repair(ref, resolved.keys, pod_version)
+            if fenced is None:
+                self.queue.done(key, Outcome.ERROR)
+                return
+            pod_version = fenced  # the fence wrote the pod's condition: forget ours
+            self.recorder.forget(ref.uid)
         try:
             claims = [
                 self.feed.parsed.claim(k, raw)
@@ -355,7 +361,7 @@ class Scheduler:
         # The placement counts from now on (assumed in the engine); its claims show as
         # pending in the overlay for the commit and for other pods sharing them.
         self.feed.assume(decision, pod)
-        plan = self._plan(ref, decision, resolved.keys)
+        plan = self._plan(ref, decision, resolved.keys, pod_version)
         self._spawn(self._commit(key, plan))
 
     def _report_invalid(self, key: str, ref: PodRef, message: str) -> None:
@@ -365,7 +371,9 @@ class Scheduler:
         self.queue.done(key, Outcome.UNSCHEDULABLE)
         self._spawn(self.recorder.unschedulable(ref, message))
 
-    def _plan(self, ref: PodRef, decision: Placement, keys: tuple[str, ...]) -> Plan:
+    def _plan(
+        self, ref: PodRef, decision: Placement, keys: tuple[str, ...], pod_version: str
+    ) -> Plan:
         """The writes for ``decision``; its claims' allocations show as pending meanwhile."""
         allocations = {c.key: a.to_api() for c, a in decision.claims}
         claim_plans: list[ClaimPlan] = []
@@ -398,6 +406,7 @@ class Scheduler:
             claims=tuple(claim_plans),
             bridge=bridge,
             volumes=decision.volumes,
+            pod_version=pod_version,
         )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -491,6 +491,9 @@ class Scheduler:
         # The placement counts from now on (assumed in the engine); its claims show as
         # pending in the overlay for the commit and for other pods sharing them.
         self.feed.assume(decision, pod)
+        # An earlier failure report still waiting in the lane is obsolete now, and writing it
+        # would move the pod's resourceVersion under the conditional binding (a 409, a retry).
+        self.recorder.forget(ref.uid)
         plan = self._plan(ref, decision, resolved.keys, pod_version)
         self._spawn(self._commit(key, plan))
 

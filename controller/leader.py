@@ -328,7 +328,10 @@ class LeaderElector:
         """One round that gives up after ``timeout_s`` (client-go bounds it by the renew
         deadline's context)."""
         try:
-            return await asyncio.wait_for(self._attempt(), timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can lose the caller's
+            # cancellation when the attempt ends at that moment (kubeapi.tasks.wait_at_most).
+            async with asyncio.timeout(timeout_s):
+                return await self._attempt()
         except TimeoutError:
             return Attempt(
                 ok=False, why=f"the lease request took longer than {timeout_s:.1f}s", api_error=True

@@ -31,7 +31,6 @@ that PV, or pinned to that node) and goes on from there.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -47,6 +46,7 @@ from driver.scheduling.volumes import (
     PersistentVolume,
     volume_node_affinity_matches,
 )
+from kubeapi.tasks import wait_at_most
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -225,8 +225,7 @@ class VolumeBinder:
                         f"context deadline exceeded (claims not bound after "
                         f"{self.timeout_s:g}s: {', '.join(pending)})"
                     )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), remaining)
+                await wait_at_most(changed.wait(), remaining)
         finally:
             self._waiters.discard(changed)
 

@@ -37,7 +37,6 @@ before the checkpoint records it). With ``--fake-gpus`` the fake's MIG instances
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import logging
@@ -62,7 +61,7 @@ from driver.discovery.mig import (
     still_placeable,
     unusable_reason,
 )
-from kubeapi.tasks import TaskGuard
+from kubeapi.tasks import TaskGuard, wait_at_most
 from kubeletplugin.api import Endpoint, PluginApi
 from kubeletplugin.events import (
     CHECKPOINT_READABLE,
@@ -195,8 +194,7 @@ class Plugin:
     async def rediscover_loop(self, publisher: Publisher, preparer: Preparer) -> None:
         """Re-discover periodically (and on demand); follow appearing/disappearing GPUs."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.rediscover_now.wait(), self.settings.rediscover_s)
+            await wait_at_most(self.rediscover_now.wait(), self.settings.rediscover_s)
             self.rediscover_now.clear()
             try:
                 gpus = await self.discover()
@@ -219,8 +217,7 @@ class Plugin:
                 log.debug("node resources: %s", patch["status"])
             except BiaxialError as exc:
                 log.warning("cannot patch node %s status: %s", self.settings.node_name, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.state_changed.wait(), self.settings.resync_s)
+            await wait_at_most(self.state_changed.wait(), self.settings.resync_s)
 
     def checkpoint_changed(self, error: str | None, events: NodeEvents) -> None:
         """The checkpoint became unreadable (``error``) or readable again (``None``): the

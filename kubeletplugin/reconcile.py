@@ -29,7 +29,6 @@ so the second finds nothing left to release.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +37,7 @@ from typing import Any, Final, Protocol
 
 from driver.api.claims import ResourceClaim
 from driver.api.errors import BiaxialError, CheckpointError
+from kubeapi.tasks import wait_at_most
 from kubeletplugin.checkpoint import PREPARE_COMPLETED, Checkpoint, ClaimRecord
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -191,8 +191,7 @@ class Reconciler:
         """Reconcile every ``period_s`` (or when ``wake`` is set) until cancelled."""
         wake = wake or asyncio.Event()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), period_s)
+            await wait_at_most(wake.wait(), period_s)
             wake.clear()
             for released in await self.run_once():
                 await on_release(released)

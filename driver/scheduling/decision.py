@@ -58,7 +58,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from typing import Any, Final, NamedTuple, TypeVar
@@ -104,6 +104,7 @@ from driver.scheduling.nodefit import (
     PodSchedulingFacts,
     filter_node,
     node_allocatable,
+    resource_utilisation,
     unschedulable_message,
 )
 from driver.scheduling.outcome import (
@@ -116,8 +117,18 @@ from driver.scheduling.outcome import (
     PodError,
     Unschedulable,
 )
+from driver.scheduling.podindex import ScheduledPod
 from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
-from driver.scheduling.scoring import NodeAmounts, gpu_order, node_rank, node_score
+from driver.scheduling.rules import PodRules, RuleEnvironment, pod_rules
+from driver.scheduling.scoring import (
+    NodeAmounts,
+    Rank,
+    gpu_order,
+    node_score,
+    rank,
+    total_score,
+)
+from driver.scheduling.topologyspread import DefaultSpreading, OwnerSelectors
 from driver.scheduling.tracker import Change, ClusterTracker
 from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
 from driver.structured.snapshot import AllocatedState, ClusterSnapshot
@@ -126,6 +137,7 @@ log = logging.getLogger(f"biaxial.{__name__}")
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
+_ZERO: Final = Fraction(0)
 
 
 # --------------------------------------------------------------------------- per-pod context
@@ -168,6 +180,8 @@ class _PodContext:
     name: str
     pod: Mapping[str, Any]
     facts: PodSchedulingFacts
+    scheduled: ScheduledPod
+    rules: PodRules | None
     policies: PodPolicies
     legacy: PodLegacyResources
     user_claims: tuple[ResourceClaim, ...]
@@ -184,38 +198,52 @@ class _PodContext:
 
 @dataclass(frozen=True, slots=True)
 class _NodeOutcome:
-    score: Fraction
+    score: Fraction  # the node score (two axes, or cpu/memory for a pod without devices)
     results: tuple[AllocationResult, ...]
     bridge: _BridgeVariant | None
+    penalty: Fraction = _ZERO  # the soft rules' weighted penalty
+    tie: Fraction = _ZERO  # the System default spreading's penalty (ties only)
 
 
 @dataclass(frozen=True, slots=True)
 class _Best:
     """The best node found so far: its rank (smaller is better), outcome and node."""
 
-    rank: tuple[Fraction, str]
+    rank: Rank
     outcome: _NodeOutcome
     node: Node
 
 
 class _Frontier(NamedTuple):
-    """A heap entry of the pruned walk: the next node of one partition's list, ordered by its
-    float bound (then name; ``serial`` keeps the rest of the entry out of comparisons)."""
+    """A heap entry of the pruned walk, ordered by its float bound (then name; ``serial``
+    keeps the rest of the entry out of comparisons): the next node of one partition's list
+    (``penalty`` None, bounded by the node score alone), or a node taken from its list whose
+    soft rules' penalty is known (its bound lowered by it)."""
 
-    bound: float  # the bound, negated under node binpack so the best pops first
+    bound: float  # minus the bound of the total score, so the best pops first
     name: str
     serial: int
     entries: list[FiledNode]
     position: int
     adding: NodeAmounts
     shape: NodeShape
+    penalty: Fraction | None
 
 
 # Built as NamedTuple._make builds (tuple.__new__ on the values): half the cost of the
 # keyword-capable constructor, which shows at 5000 nodes (one entry per partition per pod).
 _frontier: Callable[
-    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape]], _Frontier
+    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, Fraction | None]],
+    _Frontier,
 ] = partial(tuple.__new__, _Frontier)
+
+
+def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], bool]) -> int:
+    """The first position from ``start`` whose node no rule excludes (len: none)."""
+    end = len(entries)
+    while start < end and excluded(entries[start].name):
+        start += 1
+    return start
 
 
 # --------------------------------------------------------------------------- the engine
@@ -258,12 +286,16 @@ class EngineState:
     usage: Mapping[str, NodeUsage]
     nodes: Mapping[str, Node]
     filing: frozenset[FilingEntry]
+    pods: Mapping[str, tuple[str, ScheduledPod]]  # what the rules between pods count
+    namespaces: Mapping[str, Mapping[str, str]]
 
 
 class DecisionEngine:
     """Decides pods one at a time against a cluster it is told about (see the module
     docstring). ``snapshot`` and ``nodes`` are the cluster to start from; allocations already
-    in the snapshot and ``pods_on_nodes`` count for good (they are never observed again)."""
+    in the snapshot and ``pods_on_nodes`` count for good (they are never observed again; pods
+    the rules between pods should see are told with :meth:`observe_pod`). ``spreading``: the
+    default topology spread constraints (kube-scheduler's System defaults unless given)."""
 
     def __init__(
         self,
@@ -275,6 +307,7 @@ class DecisionEngine:
         exhaustive: bool = False,
         budget: int = DEFAULT_SEARCH_BUDGET,
         driver_name: str = DEFAULT_DRIVER_NAME,
+        spreading: DefaultSpreading | None = None,
     ) -> None:
         self.driver_name = driver_name  # whose opaque config (GpuConfig) the engine checks
         self.defaults = defaults or PolicyDefaults()
@@ -287,6 +320,7 @@ class DecisionEngine:
         self._slices = {s.name or f"#{i}": s for i, s in enumerate(snapshot.slices)}
         self._classes = dict(snapshot.classes)
         self._tracker = ClusterTracker(pods_on_nodes)
+        self._rules = RuleEnvironment(self._tracker.pods, spreading, OwnerSelectors())
         self._rebuild_due = False  # nodes, slices or classes changed
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
         self._stale: set[str] = set()  # nodes whose filed state lags behind the snapshot
@@ -299,10 +333,18 @@ class DecisionEngine:
         defaults: PolicyDefaults | None = None,
         budget: int = DEFAULT_SEARCH_BUDGET,
         driver_name: str = DEFAULT_DRIVER_NAME,
+        spreading: DefaultSpreading | None = None,
     ) -> DecisionEngine:
         """An engine that knows nothing yet, to be told the cluster by ``observe_*``."""
         snapshot = ClusterSnapshot.build((), ())
-        return cls(snapshot, (), defaults=defaults, budget=budget, driver_name=driver_name)
+        return cls(
+            snapshot,
+            (),
+            defaults=defaults,
+            budget=budget,
+            driver_name=driver_name,
+            spreading=spreading,
+        )
 
     # ------------------------------------------------------------------ deciding
     def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
@@ -334,15 +376,16 @@ class DecisionEngine:
     # ------------------------------------------------------------------ its own decisions
     def assume(self, placement: Placement, pod: Mapping[str, Any]) -> None:
         """Count a placement from now on, before its writes: its devices are held and the
-        pod's requests count on its node, until the cluster shows them (then nothing moves)
-        or :meth:`forget` drops them."""
+        pod counts on its node (requests, host ports, labels for the rules between pods),
+        until the cluster shows them (then nothing moves) or :meth:`forget` drops them."""
+        uid = pod_uid(pod)
         self._apply(
             self._tracker.assume(
-                pod_uid(pod),
+                uid,
                 placement.node,
                 {claim.key: allocation for claim, allocation in placement.claims},
                 placement.bridge_allocation,
-                PodSchedulingFacts.from_pod(pod).requests,
+                ScheduledPod.from_pod(pod, uid),
             )
         )
 
@@ -361,11 +404,38 @@ class DecisionEngine:
         self._apply(self._tracker.observe_allocation(claim, allocation, bridge_of=bridge_of))
 
     def observe_pod(
-        self, pod: str, node: str | None, requests: Mapping[str, int] | None = None
+        self,
+        pod: str,
+        node: str | None,
+        requests: Mapping[str, int] | None = None,
+        *,
+        raw: Mapping[str, Any] | None = None,
     ) -> None:
-        """The pod with UID ``pod`` counts on ``node`` with ``requests`` (node None: it is
-        gone or finished). Any pod counts, whichever scheduler placed it."""
-        self._apply(self._tracker.observe_pod(pod, node, requests or {}))
+        """The pod with UID ``pod`` counts on ``node`` (None: it is gone or finished). Any pod
+        counts, whichever scheduler placed it. ``raw``: the pod's JSON, from which its
+        requests, labels, host ports and affinity terms are read (ManifestError when it does
+        not parse; nothing changes then); without it, only ``requests`` count."""
+        scheduled: ScheduledPod | None = None
+        if node is not None:
+            if raw is not None:
+                scheduled = ScheduledPod.from_pod(raw, pod)
+                if requests is not None:
+                    scheduled = replace(scheduled, requests=dict(requests))
+            else:
+                scheduled = ScheduledPod(uid=pod, requests=dict(requests or {}))
+        self._apply(self._tracker.observe_pod(pod, node, scheduled))
+
+    def observe_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A namespace's labels (None: it went), for affinity terms' ``namespaceSelector``."""
+        self._tracker.pods.set_namespace(name, labels)
+
+    def observe_owner(
+        self, kind: str, namespace: str, name: str, selector: Mapping[str, Any] | None
+    ) -> None:
+        """The ``spec.selector`` of a Service, ReplicationController, ReplicaSet or
+        StatefulSet (None: it went): the default spreading's selector for the pods they own
+        or select. ManifestError for a malformed selector (the object then counts as gone)."""
+        self._rules.owners.observe(kind, namespace, name, selector)
 
     def observe_node(self, name: str, node: Node | None) -> bool:
         """A node appeared, changed or (None) went. Returns whether anything scheduling reads
@@ -412,6 +482,8 @@ class DecisionEngine:
             usage=self._tracker.usages(),
             nodes=dict(self._nodes),
             filing=self._index.filing(),
+            pods=dict(self._tracker.pods.pods()),
+            namespaces=dict(self._tracker.pods.namespaces()),
         )
 
     def _apply(self, change: Change) -> None:
@@ -466,6 +538,7 @@ class DecisionEngine:
             if "/" in name and quantity.sign() > 0
         )
         self._allocatable = {name: node_allocatable(node) for name, node in self._nodes.items()}
+        self._rules.set_nodes(self._nodes)
         self._rebuild_due = self._base_changed = False
         self._stale.clear()
         if not self._no_pruning:
@@ -477,6 +550,7 @@ class DecisionEngine:
     # ------------------------------------------------------------------ per pod
     def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
         facts = PodSchedulingFacts.from_pod(pod)
+        scheduled = ScheduledPod.from_pod(pod, pod_uid(pod))
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
         legacy = legacy_resources(
@@ -499,6 +573,8 @@ class DecisionEngine:
             name=facts.name,
             pod=pod,
             facts=facts,
+            scheduled=scheduled,
+            rules=pod_rules(self._rules, pod, scheduled, facts),
             policies=policies,
             legacy=legacy,
             user_claims=tuple(claims),
@@ -538,9 +614,9 @@ class DecisionEngine:
             if isinstance(outcome, str):
                 reasons[outcome] = reasons.get(outcome, 0) + 1
                 continue
-            rank = node_rank(ctx.policies.node, outcome.score, node.name)
-            if best is None or rank < best.rank:
-                best = _Best(rank, outcome, node)
+            found = rank(ctx.policies.node, outcome.score, outcome.penalty, outcome.tie, node.name)
+            if best is None or found < best.rank:
+                best = _Best(found, outcome, node)
         if best is None:
             return Unschedulable(
                 pod=ctx.name,
@@ -574,6 +650,12 @@ class DecisionEngine:
         sign = -1.0 if policy == "binpack" else 1.0
         states = self._index.states
         by_ident = self._index.by_ident
+        nodes = self._nodes
+        rules = ctx.rules
+        # Nodes a rule excludes are skipped before any heap work; the soft rules' penalty
+        # lowers a node's bound once its list hands it over (docs/scoring.md).
+        excluded = rules.excluded if rules is not None and rules.filters else None
+        soft = rules is not None and rules.soft
         heap: list[_Frontier] = []
         serial = 0
         for partition, entries in view.lists[Variant(demand.cores, policy)].items():
@@ -592,50 +674,81 @@ class DecisionEngine:
                 or group_fresh < bounds.group_need  # not enough idle ones side by side
             ):
                 continue
+            position = 0 if excluded is None else _allowed(entries, 0, excluded)
+            if position == len(entries):
+                continue
             adding = bound_amounts(policies, vshape, partition, bounds)
-            name = entries[0].name
+            name = entries[position].name
             bound = float_score(shape.total, states[name].used, adding, demand.cores)
-            heap.append(_frontier((sign * bound, name, serial, entries, 0, adding, shape)))
+            heap.append(
+                _frontier((sign * bound, name, serial, entries, position, adding, shape, None))
+            )
             serial += 1
         heapq.heapify(heap)
         best: _Best | None = None
         evaluated = 0
         best_key = 0.0
         while heap:
-            key, name, _, entries, position, adding, shape = heapq.heappop(heap)
+            key, name, _, entries, position, adding, shape, penalty = heapq.heappop(heap)
             state = states[name]
             if best is not None and key >= best_key - _EPSILON:
                 # Floats order the heap; whether a bound can still win is decided exactly,
                 # unless it is clearly worse. Keys pop in order (a list's next bound is no
-                # better than its head's) and the best only improves: once one bound is
-                # clearly worse, so is every bound left.
+                # better than its head's, a penalty only raises a key) and the best only
+                # improves: once one bound is clearly worse, so is every bound left.
                 if key > best_key + _EPSILON:
                     break
                 exact = node_score(shape.total, state.used, adding, cores=demand.cores)
-                if node_rank(policy, exact, name) > best.rank:
+                if rank(policy, exact, penalty or _ZERO, _ZERO, name) > best.rank:
+                    continue  # (a list's later nodes are no better: it is dropped whole)
+            node = nodes[name]
+            if penalty is None:
+                # A list's head: its next node joins the heap.
+                nxt = position + 1
+                if excluded is not None:
+                    nxt = _allowed(entries, nxt, excluded)
+                if nxt < len(entries):
+                    following = entries[nxt].name
+                    bound = float_score(shape.total, states[following].used, adding, demand.cores)
+                    heapq.heappush(
+                        heap,
+                        _frontier(
+                            (sign * bound, following, serial, entries, nxt, adding, shape, None)
+                        ),
+                    )
+                    serial += 1
+                penalty = rules.penalty(node) if soft and rules is not None else _ZERO
+                if penalty:
+                    heapq.heappush(
+                        heap,
+                        _frontier(
+                            (
+                                key + float(penalty),
+                                name,
+                                serial,
+                                entries,
+                                position,
+                                adding,
+                                shape,
+                                penalty,
+                            )
+                        ),
+                    )
+                    serial += 1
                     continue
-            node = self._nodes[name]
             evaluated += 1
             self.stats.nodes_evaluated += 1
             # The index's precheck first: it is the cheapest test and fails most often. Its
             # reason is not kept: the filter's reasons come first in kube-scheduler's order.
             if precheck(state, demand, ctx.shape_bounds[shape.ident]) is None:
-                outcome = self._evaluate(ctx, node, prechecked=True)
+                outcome = self._evaluate(ctx, node, prechecked=True, ruled=True, penalty=penalty)
                 if isinstance(outcome, str):
                     ctx.reasons[name] = outcome
                 else:
-                    rank = node_rank(policy, outcome.score, name)
-                    if best is None or rank < best.rank:
-                        best = _Best(rank, outcome, node)
-                        best_key = sign * float(outcome.score)
-            if position + 1 < len(entries):
-                nxt = entries[position + 1].name
-                bound = float_score(shape.total, states[nxt].used, adding, demand.cores)
-                heapq.heappush(
-                    heap,
-                    _frontier((sign * bound, nxt, serial, entries, position + 1, adding, shape)),
-                )
-                serial += 1
+                    found = rank(policy, outcome.score, outcome.penalty, outcome.tie, name)
+                    if best is None or found < best.rank:
+                        best = _Best(found, outcome, node)
+                        best_key = -float(total_score(policy, outcome.score, outcome.penalty))
         # Nodes without devices of their own cannot take a device request here (every slice
         # is node-local when pruning is on): they only matter for the failure message.
         if best is None:
@@ -730,10 +843,25 @@ class DecisionEngine:
         return min(d.memory for d in state.devices if d.memory > 0) if state.devices else None
 
     def _evaluate(
-        self, ctx: _PodContext, node: Node, *, prechecked: bool = False
+        self,
+        ctx: _PodContext,
+        node: Node,
+        *,
+        prechecked: bool = False,
+        ruled: bool = False,
+        penalty: Fraction | None = None,
     ) -> _NodeOutcome | str:
-        """The node's exact outcome for the pod, or the reason it does not fit."""
-        outcome = self._outcome(ctx, node, prechecked=prechecked)
+        """The node's exact outcome for the pod, or the reason it does not fit.
+        ``prechecked``: the index precheck passed; ``ruled``: the pod's rules passed;
+        ``penalty``: the soft rules' penalty, when known."""
+        outcome = self._outcome(ctx, node, prechecked=prechecked, ruled=ruled)
+        if not isinstance(outcome, str) and ctx.rules is not None:
+            rules = ctx.rules
+            if penalty is None:
+                penalty = rules.penalty(node) if rules.soft else _ZERO
+            tie = rules.tie_break(node) if rules.ties else _ZERO
+            if penalty or tie:
+                outcome = replace(outcome, penalty=penalty, tie=tie)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "pod %s on node %s: %s",
@@ -743,22 +871,30 @@ class DecisionEngine:
             )
         return outcome
 
-    def _outcome(self, ctx: _PodContext, node: Node, *, prechecked: bool) -> _NodeOutcome | str:
+    def _outcome(
+        self, ctx: _PodContext, node: Node, *, prechecked: bool, ruled: bool
+    ) -> _NodeOutcome | str:
         resources = ctx.legacy_resources
         if resources & self._advertised:
             dra = dra_resources_on_node(resources, node.allocatable)
             exempt = filter_exempt(dra, resources)
         else:
             dra, exempt = resources, ctx.exempt
+        usage = self._tracker.usage(node.name)
         reason = filter_node(
             ctx.facts,
             node,
-            self._tracker.usage(node.name),
+            usage,
             dra_resources=exempt,
             allocatable=self._allocatable[node.name],
+            ports=self._tracker.pods.ports(node.name),
         )
         if reason is not None:
             return reason
+        if ctx.rules is not None and not ruled:
+            reason = ctx.rules.reason(node)
+            if reason is not None:
+                return reason
         for claim in ctx.allocated_claims:
             selector = claim.allocation.node_selector if claim.allocation else None
             if selector is not None and not node_selector_matches(selector, node):
@@ -771,9 +907,9 @@ class DecisionEngine:
                 claims.append(bridge.claim)
         state = self._index.states.get(node.name)
         if not claims:
-            used = state.used if state else NodeAmounts()
-            total = state.shape.total if state else NodeAmounts()
-            return _NodeOutcome(node_score(total, used, NodeAmounts(), cores=False), (), bridge)
+            # No devices: the node axis reads cpu and memory (kube-scheduler's resource score).
+            score = resource_utilisation(self._allocatable[node.name], usage, ctx.facts.requests)
+            return _NodeOutcome(score, (), bridge)
         if (
             state is None
             and not self._no_pruning

@@ -16,8 +16,12 @@ feed (:mod:`controller.feed`) reads only the written state (:meth:`ClaimOverlay.
 :meth:`ClaimOverlay.written`): the engine counts this process's decisions from the moment it
 assumes them, so a device is never handed out twice while their writes are in flight.
 
-:class:`ClusterCache` bundles the five informers the controller needs and fans their changes
-out to subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator).
+:class:`ClusterCache` bundles the informers the controller needs and fans their changes out to
+subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator): nodes, pods,
+DeviceClasses, ResourceSlices and ResourceClaims; Namespaces (their labels, for pod affinity
+terms' ``namespaceSelector``); and, when default topology spreading is on, the objects whose
+selectors kube-scheduler's default spreading reads (Services, ReplicationControllers,
+ReplicaSets, StatefulSets).
 """
 
 from __future__ import annotations
@@ -32,10 +36,15 @@ from typing import Any, Final
 from controller.api import (
     DEVICE_CLASSES,
     JSON,
+    NAMESPACES,
     NODES,
     PODS,
+    REPLICA_SETS,
+    REPLICATION_CONTROLLERS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    SERVICES,
+    STATEFUL_SETS,
     Api,
     Resource,
     meta,
@@ -299,20 +308,38 @@ class ClaimOverlay:
 
 
 class ClusterCache:
-    """Nodes, Pods, DeviceClasses, ResourceSlices and ResourceClaims, plus the claim overlay."""
+    """The informers (module docstring), plus the claim overlay. ``owners``: also watch the
+    objects whose selectors default topology spreading reads."""
 
-    def __init__(self, api: Api, *, watch_timeout_s: int = 300) -> None:
+    def __init__(self, api: Api, *, watch_timeout_s: int = 300, owners: bool = True) -> None:
         self.nodes = Informer(api, NODES, watch_timeout_s=watch_timeout_s)
         self.pods = Informer(api, PODS, watch_timeout_s=watch_timeout_s)
         self.classes = Informer(api, DEVICE_CLASSES, watch_timeout_s=watch_timeout_s)
         self.slices = Informer(api, RESOURCE_SLICES, watch_timeout_s=watch_timeout_s)
         self.claims = Informer(api, RESOURCE_CLAIMS, watch_timeout_s=watch_timeout_s)
+        self.namespaces = Informer(api, NAMESPACES, watch_timeout_s=watch_timeout_s)
+        self.owners: tuple[Informer, ...] = (
+            tuple(
+                Informer(api, resource, watch_timeout_s=watch_timeout_s)
+                for resource in (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
+            )
+            if owners
+            else ()
+        )
         self.overlay = ClaimOverlay(self.claims)
         self.claims.add_handler(self._observe_claim)
 
     @property
     def informers(self) -> tuple[Informer, ...]:
-        return (self.nodes, self.classes, self.slices, self.claims, self.pods)
+        return (
+            self.nodes,
+            self.classes,
+            self.slices,
+            self.claims,
+            self.namespaces,
+            *self.owners,
+            self.pods,
+        )
 
     def _observe_claim(self, _kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old

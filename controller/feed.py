@@ -11,8 +11,12 @@ this controller decided a placement                    ``assume(placement, pod)`
 its writes failed (rolled back)                        ``forget(pod uid)``
 a claim's written state changed: an informer event,    ``observe_allocation(key, allocation)``,
 a write of ours returning, a rollback, a deletion      with the owning pod for a bridge claim
-a pod was bound, resized, finished or deleted          ``observe_pod(uid, node, requests)``
+a pod was bound, relabelled, resized, began            ``observe_pod(uid, node, raw=pod)``
+terminating, finished or deleted (any scheduler's)
 a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+a Namespace's labels changed                           ``observe_namespace(name, labels)``
+a Service, ReplicationController, ReplicaSet or        ``observe_owner(kind, namespace, name,
+StatefulSet appeared, changed or went                  selector)``
 =====================================================  ==========================================
 
 Claims are read with :meth:`~controller.cache.ClaimOverlay.latest_written`: the informer's
@@ -35,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
 from controller.cache import ClusterCache
@@ -46,9 +50,9 @@ from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
 from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
-from driver.scheduling.nodefit import PodSchedulingFacts
 from driver.scheduling.outcome import Placement
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.topologyspread import DefaultSpreading
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -114,11 +118,23 @@ class _Flight:
     pod: JSON
 
 
-def _requests(pod: Mapping[str, Any]) -> Mapping[str, int]:
-    try:
-        return PodSchedulingFacts.from_pod(pod).requests
-    except BiaxialError:
-        return {}
+#: The kinds whose ``spec.selector`` default topology spreading reads.
+OWNER_KINDS: Final = frozenset({"Service", "ReplicationController", "ReplicaSet", "StatefulSet"})
+
+
+def _pod_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether what the engine counts of a bound pod may differ between two versions."""
+    old_meta, new_meta = meta(old), meta(new)
+    return (
+        pod_node(old) != pod_node(new)
+        or old.get("spec") != new.get("spec")
+        or old_meta.get("labels") != new_meta.get("labels")
+        or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
+    )
+
+
+def _labels(obj: JSON) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (meta(obj).get("labels") or {}).items()}
 
 
 def _bridge_owner(claim: JSON | None) -> str | None:
@@ -137,9 +153,11 @@ class EngineFeed:
         *,
         driver_name: str,
         on_cluster_change: Callable[[], None],
+        spreading: DefaultSpreading | None = None,
     ) -> None:
         self.cache = cache
         self.defaults = defaults
+        self.spreading = spreading or DefaultSpreading()
         self.driver_name = driver_name
         self.metrics = metrics
         self.parsed = Parsed()
@@ -195,8 +213,15 @@ class EngineFeed:
     # ------------------------------------------------------------------ building
     def _build(self) -> DecisionEngine:
         started = time.perf_counter()
-        engine = DecisionEngine.empty(defaults=self.defaults, driver_name=self.driver_name)
+        engine = DecisionEngine.empty(
+            defaults=self.defaults, driver_name=self.driver_name, spreading=self.spreading
+        )
         cache = self.cache
+        for raw in cache.namespaces.store.values():
+            engine.observe_namespace(object_key(raw), _labels(raw))
+        for informer in cache.owners:
+            for raw in informer.store.values():
+                self._observe_owner(engine, informer.kind, raw, raw)
         for raw in cache.classes.store.values():
             engine.observe_class(
                 object_key(raw), parse_or_skip("DeviceClass", DeviceClass.from_api, raw)
@@ -254,7 +279,16 @@ class EngineFeed:
         assert obj is not None
         name = object_key(obj)
         engine = self._engine
+        if kind in OWNER_KINDS:
+            if engine is not None:
+                self._observe_owner(engine, kind, obj, new)
+            return  # a soft rule: nothing parked can become schedulable
         changed = True
+        if kind == "Namespace":
+            if engine is not None:
+                engine.observe_namespace(name, _labels(new) if new is not None else None)
+            self._on_cluster_change()  # a namespaceSelector may now match
+            return
         if kind == "Node":
             if new is None:
                 self.parsed.forget(kind, name)
@@ -287,9 +321,27 @@ class EngineFeed:
     @staticmethod
     def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
         """Tell the engine where a live pod counts, when that may have changed: it was bound,
-        or resized in place (the requests are parsed only then)."""
+        relabelled, resized in place, or began terminating (parsed only then). A pod that
+        does not parse still counts on its node, with no requests."""
         node = pod_node(new)
         if not node or pod_is_finished(new):
             return  # an unbound pod counts nowhere (ours count through their assumption)
-        if old is None or pod_node(old) != node or old.get("spec") != new.get("spec"):
-            engine.observe_pod(str(meta(new).get("uid") or ""), node, _requests(new))
+        if old is not None and not _pod_changed(old, new):
+            return
+        uid = str(meta(new).get("uid") or "")
+        try:
+            engine.observe_pod(uid, node, raw=new)
+        except BiaxialError as exc:
+            log.warning("Pod %s is malformed, counted without its rules: %s", object_key(new), exc)
+            engine.observe_pod(uid, node, {})
+
+    @staticmethod
+    def _observe_owner(engine: DecisionEngine, kind: str, obj: JSON, new: JSON | None) -> None:
+        m = meta(obj)
+        namespace, name = str(m.get("namespace") or "default"), str(m.get("name") or "")
+        selector = (new.get("spec") or {}).get("selector") if new is not None else None
+        try:
+            engine.observe_owner(kind, namespace, name, selector)
+        except BiaxialError as exc:
+            log.warning("%s %s has a malformed selector, ignored: %s", kind, object_key(obj), exc)
+            engine.observe_owner(kind, namespace, name, None)

@@ -147,6 +147,7 @@ class Scheduler:
             metrics,
             driver_name=settings.driver_name,
             on_cluster_change=self.queue.move_all,
+            spreading=settings.spreading,
         )
         self.repairer = Repairer(api, cache, self.committer, metrics, finalizer=settings.finalizer)
 

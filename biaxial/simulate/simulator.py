@@ -10,8 +10,10 @@ Input is a list of Kubernetes objects (already parsed and checked, see
   caller passes), ResourceClaims (an allocated one is cluster state), Namespaces (their
   labels: ``adminAccess`` is admitted only where ``resource.kubernetes.io/admin-access:
   "true"`` is set, as the API server admits it; kept for the affinity rules'
-  ``namespaceSelector``), and Pods bound to a node (``spec.nodeName``: running, their requests
-  counted on the node);
+  ``namespaceSelector``), Services (their selectors, for default topology spreading), and Pods
+  bound to a node (``spec.nodeName``: running; they count on the node as the controller counts
+  every bound pod -- requests, host ports, labels and affinity terms -- whatever their
+  scheduler);
 * the work: ResourceClaimTemplates, pending Pods, and the workload kinds, whose missing pods
   are created as their controllers would (:mod:`biaxial.simulate.workloads`).
 
@@ -61,6 +63,7 @@ from biaxial.simulate.cluster import (
 )
 from biaxial.simulate.kinds import classify, object_label
 from biaxial.simulate.workloads import (
+    deployment_replicaset,
     expand,
     expand_deployment,
     generated_suffix,
@@ -74,9 +77,9 @@ from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
+from driver.scheduling.topologyspread import DefaultSpreading
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
@@ -332,6 +335,7 @@ class _Input:
     classes: list[Mapping[str, Any]] = field(default_factory=list)
     claims: list[Mapping[str, Any]] = field(default_factory=list)
     templates: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    services: list[Mapping[str, Any]] = field(default_factory=list)
     work: list[Mapping[str, Any]] = field(default_factory=list)  # pods and workloads, in order
     skipped: Counter[str] = field(default_factory=Counter)
 
@@ -346,9 +350,12 @@ class _Run:
         defaults: PolicyDefaults,
         scheduler_name: str,
         base_dirs: Sequence[Path | None] | None,
+        *,
+        spreading: DefaultSpreading | None = None,
     ) -> None:
         self.result = SimulationResult(policies=defaults)
         self.defaults = defaults
+        self.spreading = spreading
         self.scheduler_name = scheduler_name
         self.objects = objects
         self.base_dirs = base_dirs
@@ -393,6 +400,8 @@ class _Run:
                 found.claims.append(obj)
             elif spec.role == "template":
                 found.templates[ns_name(obj)] = obj
+            elif spec.role == "service":
+                found.services.append(obj)
             else:  # pod, workload
                 found.work.append(obj)
         if not self.objects:
@@ -480,6 +489,7 @@ class _Run:
             owners = [obj]
             if kind == "Deployment":
                 owners += [rs for rs in replica_sets if owned_by(rs, obj)]
+                owners.append(_replicaset_of(obj))
             existing = [
                 p
                 for p in given
@@ -517,7 +527,7 @@ class _Run:
             self.claims[_claim_key(raw)] = raw
             if claim.allocation is not None:
                 existing.append(claim)
-        usage: dict[str, NodeUsage] = {}
+        running: list[JSON] = []
         pending: list[JSON] = []
         finished = 0
         for pod in self._pods(found, nodes):
@@ -525,13 +535,7 @@ class _Run:
             if verdict == "finished":
                 finished += 1
             elif verdict == "running":
-                node = str(pod["spec"]["nodeName"])
-                try:
-                    requests = PodSchedulingFacts.from_pod(pod).requests
-                except BiaxialError as exc:
-                    raise ManifestError(f"Pod {ns_name(pod)[0]}/{ns_name(pod)[1]}: {exc}") from exc
-                usage[node] = usage.get(node, NodeUsage()).plus(requests)
-                self.result.running += 1
+                running.append(pod)
             elif verdict == "pending":
                 pending.append(pod)
         if finished:
@@ -539,7 +543,19 @@ class _Run:
         from driver.structured.snapshot import ClusterSnapshot  # noqa: PLC0415 - keeps import cheap
 
         snapshot = ClusterSnapshot.build(slices, classes.values(), existing)
-        engine = DecisionEngine(snapshot, nodes, defaults=self.defaults, pods_on_nodes=usage)
+        engine = DecisionEngine(snapshot, nodes, defaults=self.defaults, spreading=self.spreading)
+        for name, labels in found.namespaces.items():
+            engine.observe_namespace(name, labels)
+        self._owners(engine, found)
+        for pod in running:
+            # Every running pod counts: its requests, host ports, and labels and affinity terms
+            # for the rules between pods, whichever scheduler placed it.
+            namespace, name = ns_name(pod)
+            try:
+                engine.observe_pod(pod["metadata"]["uid"], str(pod["spec"]["nodeName"]), raw=pod)
+            except BiaxialError as exc:
+                raise ManifestError(f"Pod {namespace}/{name}: {exc}") from exc
+            self.result.running += 1
         self.result.startup_seconds = time.perf_counter() - started
         for pod in pending:
             self._place(engine, pod)
@@ -551,6 +567,24 @@ class _Run:
             *self.placed_pods,
         ]
         return self.result
+
+    def _owners(self, engine: DecisionEngine, found: _Input) -> None:
+        """The selectors default topology spreading reads: Services, and the ReplicaSets and
+        StatefulSets given or standing behind a Deployment's pods."""
+        for obj in [*found.services, *found.work]:
+            kind = str(obj.get("kind"))
+            if kind not in ("Service", "ReplicaSet", "StatefulSet", "Deployment"):
+                continue
+            namespace, name = ns_name(obj)
+            selector = (obj.get("spec") or {}).get("selector")
+            try:
+                if kind == "Deployment":
+                    rs_name, rs_selector = deployment_replicaset(obj)
+                    engine.observe_owner("ReplicaSet", namespace, rs_name, rs_selector)
+                elif kind != "Service" or selector is not None:
+                    engine.observe_owner(kind, namespace, name, selector)
+            except BiaxialError as exc:
+                raise ManifestError(f"{object_label(obj)}: spec.selector: {exc}") from exc
 
     def _triage(self, pod: JSON, node_names: set[str]) -> str:
         """``running``, ``finished``, ``pending`` (to place), or ``skipped`` (reported)."""
@@ -842,6 +876,20 @@ class _Run:
         )
 
 
+def _replicaset_of(deployment: Mapping[str, Any]) -> JSON:
+    """The ReplicaSet the simulator's Deployment pods name as their controller."""
+    namespace, _ = ns_name(deployment)
+    name, _ = deployment_replicaset(deployment)
+    return {
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": stable_uid("ReplicaSet", namespace, name),
+        },
+    }
+
+
 def _device_order(name: str) -> tuple[int, str]:
     digits = name.removeprefix("gpu-")
     return (int(digits), name) if digits.isdigit() else (1 << 30, name)
@@ -864,13 +912,20 @@ def simulate(
     defaults: PolicyDefaults | None = None,
     scheduler_name: str = DEFAULT_SCHEDULER,
     base_dirs: Sequence[Path | None] | None = None,
+    spreading: DefaultSpreading | None = None,
 ) -> SimulationResult:
     """Run the simulation (see the module docstring). ``base_dirs`` gives, per object, the
-    folder of the file it came from (an inventory's profile paths are relative to it).
-    Raises ManifestError for bad input for the run; everything about single pods is
-    reported in the result."""
+    folder of the file it came from (an inventory's profile paths are relative to it);
+    ``spreading``: the default topology spread constraints (kube-scheduler's System defaults
+    unless given, as the controller's). Raises ManifestError for bad input for the run;
+    everything about single pods is reported in the result."""
     return _Run(
-        objects, default_classes, defaults or PolicyDefaults(), scheduler_name, base_dirs
+        objects,
+        default_classes,
+        defaults or PolicyDefaults(),
+        scheduler_name,
+        base_dirs,
+        spreading=spreading,
     ).run()
 
 

@@ -9,11 +9,17 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
    pod (``_context``), including what :func:`driver.scheduling.checks.check_pod_input` refuses
    and a claim whose ``GpuConfig`` the node would refuse at Prepare
    (:func:`driver.api.config.check_claim_config`), so nothing is allocated for it;
-2. filters nodes (:mod:`driver.scheduling.nodefit`), builds the node's variant of the bridge
-   claim, allocates *all* the pod's unallocated claims on the node with the allocator, the GPU
-   axis ordering devices (:mod:`driver.scheduling.scoring`), and scores the node on the node
-   axis (``_evaluate``);
-3. picks the best node (ties by name) and returns a
+2. computes the pod's rules between pods and soft rules once (:mod:`driver.scheduling.rules`,
+   kube-scheduler's PreFilter/PreScore: topology spread, pod (anti-)affinity, preferred node
+   affinity, ``PreferNoSchedule`` taints) from the pods it counts;
+3. filters nodes in kube-scheduler's order (:mod:`driver.scheduling.nodefit` with NodePorts and
+   pod-level resources, then the pod's rules), builds the node's variant of the bridge claim,
+   allocates *all* the pod's unallocated claims on the node with the allocator, the GPU axis
+   ordering devices (:mod:`driver.scheduling.scoring`), scores the node on the node axis (cpu
+   and memory for a pod without devices) and subtracts the soft rules' weighted penalty
+   (``_evaluate``);
+4. picks the best node (highest total; ties by the System default spreading, then by name)
+   and returns a
    :class:`~driver.scheduling.outcome.Placement`, or an
    :class:`~driver.scheduling.outcome.Unschedulable` with kube-scheduler's per-node reasons.
 
@@ -24,8 +30,10 @@ partition of its view an *optimistic bound* of the node score over the devices i
 (:mod:`driver.scheduling.bounds`; exact for simple pods on one kind of device), walks nodes
 best bound first across the lists (a heap merge), evaluates them exactly (index precheck, node
 filter, allocator, exact score), and stops as soon as the best bound left cannot beat the best
-exact (score, name) found. Partitions that cannot hold the pod are never visited. The result is
-identical to evaluating every node (tests compare both on random clusters);
+exact (score, name) found. Partitions that cannot hold the pod are never visited; nodes a rule
+between pods excludes are skipped inside their lists before any heap work; a node whose soft
+rules cost a penalty goes back into the heap with its bound lowered by it. The result is
+identical to evaluating every node (tests compare both on random clusters, with every rule);
 :class:`DecisionEngine` takes ``exhaustive=True`` for that reference. Pruning is switched off
 (every node evaluated) where a bound would not hold: slices that are not node-local, ``All`` or
 admin-access requests, pods with allocated claims, ``gpumem-percentage``, and legacy resources
@@ -42,7 +50,11 @@ cache (the bookkeeping is :mod:`driver.scheduling.tracker`):
   placement: nothing moves.
 * :meth:`~DecisionEngine.observe_allocation` and :meth:`~DecisionEngine.observe_pod` follow
   allocated claims and pods on nodes (any writer, any scheduler): each is a delta on the
-  snapshot and re-files only the nodes whose devices it touches.
+  snapshot and re-files only the nodes whose devices it touches; a pod also updates the pod
+  index the rules between pods count with (:mod:`driver.scheduling.podindex`).
+* :meth:`~DecisionEngine.observe_namespace` and :meth:`~DecisionEngine.observe_owner` give
+  namespace labels (``namespaceSelector``) and the selectors of Services, ReplicationControllers,
+  ReplicaSets and StatefulSets (default topology spreading).
 * :meth:`~DecisionEngine.observe_node`, :meth:`~DecisionEngine.observe_slice` and
   :meth:`~DecisionEngine.observe_class` change what the index is built from: the engine
   rebuilds it (keeping the CEL cache) before the next decision. A heartbeat changes nothing.
@@ -218,7 +230,8 @@ class _Frontier(NamedTuple):
     """A heap entry of the pruned walk, ordered by its float bound (then name; ``serial``
     keeps the rest of the entry out of comparisons): the next node of one partition's list
     (``penalty`` None, bounded by the node score alone), or a node taken from its list whose
-    soft rules' penalty is known (its bound lowered by it)."""
+    soft rules' penalty is known (its bound lowered by the estimate ``penalty``; decisions
+    compute the exact penalty)."""
 
     bound: float  # minus the bound of the total score, so the best pops first
     name: str
@@ -227,13 +240,13 @@ class _Frontier(NamedTuple):
     position: int
     adding: NodeAmounts
     shape: NodeShape
-    penalty: Fraction | None
+    penalty: float | None
 
 
 # Built as NamedTuple._make builds (tuple.__new__ on the values): half the cost of the
 # keyword-capable constructor, which shows at 5000 nodes (one entry per partition per pod).
 _frontier: Callable[
-    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, Fraction | None]],
+    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, float | None]],
     _Frontier,
 ] = partial(tuple.__new__, _Frontier)
 
@@ -654,7 +667,7 @@ class DecisionEngine:
         rules = ctx.rules
         # Nodes a rule excludes are skipped before any heap work; the soft rules' penalty
         # lowers a node's bound once its list hands it over (docs/scoring.md).
-        excluded = rules.excluded if rules is not None and rules.filters else None
+        excluded = rules.exclusion() if rules is not None and rules.filters else None
         soft = rules is not None and rules.soft
         heap: list[_Frontier] = []
         serial = 0
@@ -699,7 +712,8 @@ class DecisionEngine:
                 if key > best_key + _EPSILON:
                     break
                 exact = node_score(shape.total, state.used, adding, cores=demand.cores)
-                if rank(policy, exact, penalty or _ZERO, _ZERO, name) > best.rank:
+                lowered = rules.penalty(nodes[name]) if penalty and rules is not None else _ZERO
+                if rank(policy, exact, lowered, _ZERO, name) > best.rank:
                     continue  # (a list's later nodes are no better: it is dropped whole)
             node = nodes[name]
             if penalty is None:
@@ -717,20 +731,20 @@ class DecisionEngine:
                         ),
                     )
                     serial += 1
-                penalty = rules.penalty(node) if soft and rules is not None else _ZERO
-                if penalty:
+                estimate = rules.estimate(node) if soft and rules is not None else 0.0
+                if estimate > 0.0:
                     heapq.heappush(
                         heap,
                         _frontier(
                             (
-                                key + float(penalty),
+                                key + estimate,
                                 name,
                                 serial,
                                 entries,
                                 position,
                                 adding,
                                 shape,
-                                penalty,
+                                estimate,
                             )
                         ),
                     )
@@ -741,7 +755,7 @@ class DecisionEngine:
             # The index's precheck first: it is the cheapest test and fails most often. Its
             # reason is not kept: the filter's reasons come first in kube-scheduler's order.
             if precheck(state, demand, ctx.shape_bounds[shape.ident]) is None:
-                outcome = self._evaluate(ctx, node, prechecked=True, ruled=True, penalty=penalty)
+                outcome = self._evaluate(ctx, node, prechecked=True, ruled=True)
                 if isinstance(outcome, str):
                     ctx.reasons[name] = outcome
                 else:

@@ -308,6 +308,12 @@ class AffinityScore:
             return Fraction(0)
         return Fraction(self.high - self.raw(labels), self.high - self.low)
 
+    def penalty_estimate(self, labels: Mapping[str, str]) -> float:
+        """:meth:`penalty` in floating point (the node search's heap order only)."""
+        if self.high == self.low:
+            return 0.0
+        return (self.high - self.raw(labels)) / (self.high - self.low)
+
 
 def add_scores(
     into: dict[str, dict[str, int]], key: str, counts: DomainCounts, weight: int

@@ -27,7 +27,7 @@ otherwise: nothing here mutates the pod or the index's pods.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
@@ -68,6 +68,7 @@ from driver.scheduling.topologyspread import (
     global_minimum,
     pod_constraints,
     spread_penalty,
+    spread_penalty_estimate,
     spread_reason,
 )
 
@@ -81,6 +82,7 @@ class _NodeSet:
 
     names: frozenset[str] | None  # None: every node with the keys (no policy restricts)
     domains: Mapping[str, int]  # per key: how many distinct values
+    complete: bool  # every node of the cluster is in the set
 
 
 class RuleEnvironment:
@@ -139,10 +141,10 @@ class RuleEnvironment:
             names.add(name)
             for key in keys:
                 values[key].add(labels[key])
-        all_with_keys = not restricted
         found = _NodeSet(
-            None if all_with_keys else frozenset(names),
+            None if not restricted else frozenset(names),
             {key: len(v) for key, v in values.items()},
+            len(names) == len(self.nodes),
         )
         self._node_sets[signature] = found
         while len(self._node_sets) > _MAX_NODE_SETS:
@@ -207,9 +209,40 @@ class PodRules:
             return self.affinity.reason(labels)
         return None
 
-    def excluded(self, name: str) -> bool:
-        """Whether node ``name`` fails a rule (cheap: for skipping in the node search)."""
-        return self.reason(self.nodes[name]) is not None
+    def exclusion(self) -> Callable[[str], bool]:
+        """A test for "node ``name`` fails a rule", compiled for this pod: the node search
+        calls it for every node it passes over, so it reads each rule's topology key and
+        count table directly (the same answers as :meth:`reason`, without the words)."""
+        nodes = self.nodes
+        if self.affinity.required:
+            return lambda name: self.reason(nodes[name]) is not None
+        # (key, counts, the count a domain may hold at most): spread constraints, then
+        # anti-affinity terms and the placed pods' anti-affinity (at most 0 matching pods).
+        limits: list[tuple[str, Mapping[str, int], int]] = []
+        for state in self.spread:
+            if state.minimum is None:
+                limits.append((state.constraint.topology_key, {}, 0))  # only the key matters
+                continue
+            allowed = state.constraint.max_skew - state.self_match + state.minimum
+            limits.append((state.constraint.topology_key, state.counts, allowed))
+        spread_keys = len(limits)
+        for term, counts in zip(self.affinity.required_anti, self.affinity.anti, strict=True):
+            limits.append((term.topology_key, counts, 0))
+        limits.extend((key, counts, 0) for key, counts in self.affinity.existing.items())
+
+        def excluded(name: str) -> bool:
+            labels = nodes[name].labels
+            for i, (key, counts, allowed) in enumerate(limits):
+                value = labels.get(key)
+                if value is None:
+                    if i < spread_keys:
+                        return True  # a spread constraint's key is missing
+                    continue
+                if counts.get(value, 0) > allowed:
+                    return True
+            return False
+
+        return excluded
 
     def penalty(self, node: Node) -> Fraction:
         """The weighted sum of the soft rules' penalties on ``node`` (0: nothing to lose)."""
@@ -229,6 +262,29 @@ class PodRules:
             )
         if self.affinity_score:
             total += WEIGHT_POD_AFFINITY * self.affinity_score.penalty(labels)
+        return total
+
+    def estimate(self, node: Node) -> float:
+        """:meth:`penalty` in floating point, cheaply (the node search orders its heap by it
+        and decides with the exact value)."""
+        total = 0.0
+        labels = node.labels
+        if self.soft_taints and node.taints:
+            count = intolerable_soft_taints(self.tolerations, node)
+            if count:
+                total += WEIGHT_TAINTS * count / self.soft_taints
+        if self.node_terms:
+            total += WEIGHT_NODE_AFFINITY * float(
+                node_affinity_penalty(
+                    self.node_terms, node, f"{self.where} preferred node affinity"
+                )
+            )
+        if self.soft_spread:
+            total += WEIGHT_SPREAD * spread_penalty_estimate(
+                self.soft_spread, labels, require_all=self.soft_spread_all
+            )
+        if self.affinity_score:
+            total += WEIGHT_POD_AFFINITY * self.affinity_score.penalty_estimate(labels)
         return total
 
     def tie_break(self, node: Node) -> Fraction:
@@ -265,7 +321,9 @@ def _spread_counts(
             counter = index.counter(
                 MatchKey((_spread_matcher(c, pod.namespace),), skip_terminating=True)
             )
-            if node_set.names is None and len(keys) == 1:
+            if node_set.complete or (node_set.names is None and len(keys) == 1):
+                # Every node counts (or every node with the one key): the counter's own
+                # per-domain counts, kept up to date with each pod.
                 counts = counter.domains(c.topology_key)
             else:
                 summed: dict[str, int] = {}

@@ -320,14 +320,12 @@ class SpreadCounts:
 
 
 def global_minimum(counts: Mapping[str, int], domains: int, min_domains: int) -> int | None:
-    """The minimum over ``domains`` eligible domains (those absent from ``counts`` hold 0);
-    0 when there are fewer than ``min_domains``; None when there is none."""
+    """The minimum over ``domains`` eligible domains (``counts`` holds the domains with
+    matching pods; the others hold 0); 0 when there are fewer than ``min_domains``; None when
+    there is none."""
     if domains == 0:
         return None
-    if domains < min_domains:
-        return 0
-    nonzero = sum(1 for c in counts.values() if c > 0)
-    if nonzero < domains:
+    if domains < min_domains or len(counts) < domains:
         return 0
     return min(counts.values())
 
@@ -367,3 +365,20 @@ def spread_penalty(
         if excess > 0:
             total += Fraction(excess, excess + constraint.max_skew)
     return total / len(states)
+
+
+def spread_penalty_estimate(
+    states: Sequence[SpreadCounts], labels: Mapping[str, str], *, require_all: bool
+) -> float:
+    """:func:`spread_penalty` in floating point (the node search's heap order only)."""
+    total = 0.0
+    for state in states:
+        value = labels.get(state.constraint.topology_key)
+        if value is None:
+            if require_all:
+                return 1.0
+            continue
+        excess = state.counts.get(value, 0) - (state.minimum or 0)
+        if excess > 0:
+            total += excess / (excess + state.constraint.max_skew)
+    return total / len(states) if states else 0.0

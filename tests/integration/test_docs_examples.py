@@ -46,7 +46,11 @@ DOCS = tuple(
         "simulator",
     )
 )
-EXAMPLE_DIRS = (ROOT / "examples" / "requesting-gpus", ROOT / "examples" / "migration")
+EXAMPLE_DIRS = (
+    ROOT / "examples" / "requesting-gpus",
+    ROOT / "examples" / "migration",
+    ROOT / "examples" / "rules",
+)
 VERSIONS = ("1.34", "1.37")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 

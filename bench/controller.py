@@ -4,17 +4,22 @@ Three processes, as in a cluster: the API emulator (``python -m tests.emulator``
 controller (``biaxial controller``, the real binary with the given ``--qps`` / ``--burst``),
 and this driver. The driver
 
-1. seeds a :mod:`bench.scenarios` cluster over HTTP (N nodes x 8 A100-80GB with their
-   ResourceSlices, the DeviceClasses, claims already holding 0-70 % of each node, and the
-   ResourceClaims of the pods to come); not timed;
-2. starts the controller and waits until ``/readyz`` answers;
+1. seeds a :mod:`bench.scenarios` cluster over HTTP (``--scenario uniform``: N nodes x 8
+   A100-80GB, claims already holding 0-70 % of each node; ``mixed``: the realistic mixed
+   cluster with its Deployments of every pod shape) with the ResourceSlices, DeviceClasses and
+   the ResourceClaims of the pods to come; not timed;
+2. starts the controller and waits until ``/readyz`` answers (the controller builds its
+   decision engine before it says ready): the time to ready is reported;
 3. creates the pods (``spec.schedulerName: biaxial``) as fast as the emulator takes them, while
-   a watch records when each pod is bound;
+   a watch records when each pod is bound, and waits until every pod is bound or nothing more
+   was bound for a while;
 4. prints one table: pods bound, wall time from the first creation to the last binding,
-   pods/s, creation-to-binding latency p50/p99, the client QPS/burst the controller used, and
-   from the controller's metrics: decision-engine rebuilds (count, mean ms), the mean
-   decision time, and the API requests the controller sent per bound pod (all of them,
-   list/watch included).
+   pods/s, creation-to-binding latency p50/p99, the client QPS/burst the controller used,
+   from the controller's metrics the decision-engine rebuilds, the mean decision time and the
+   API requests the controller sent per bound pod (all of them, list/watch included), the
+   controller's RSS once ready and at the end, and each process's CPU share (CPU seconds over
+   wall seconds, so 1.0 is one core busy) during the pod phase — the process near 1.0 is the
+   bottleneck.
 
 ``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
 """
@@ -38,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.scenarios import Scenario, generate
+from bench.scenarios import Scenario, generate, generate_mixed
 from controller.api import (
     DEVICE_CLASSES,
     NODES,
@@ -53,12 +58,15 @@ from controller.api import (
 JSON = dict[str, Any]
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 SEED_CONCURRENCY = 32
-STALL_S = 10.0
+STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
 
 
 @contextlib.contextmanager
-def _process(argv: list[str], *, wait_for: str | None = None) -> Iterator[str]:
-    """Run ``argv``; yields the first output line containing ``wait_for`` (or "")."""
+def _process(
+    argv: list[str], *, wait_for: str | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``argv``; yields the first output line containing ``wait_for`` (or "") and the
+    process."""
     proc = subprocess.Popen(
         argv,
         stdout=subprocess.PIPE if wait_for else subprocess.DEVNULL,
@@ -78,7 +86,7 @@ def _process(argv: list[str], *, wait_for: str | None = None) -> Iterator[str]:
                 raise RuntimeError(f"{argv[:4]} exited before printing {wait_for!r}")
             # Keep draining its output so the child never blocks on a full pipe.
             threading.Thread(target=proc.stdout.read, daemon=True).start()
-        yield found
+        yield found, proc
     finally:
         proc.terminate()
         try:
@@ -98,6 +106,19 @@ def _scrape(port: int) -> dict[str, float]:
             name, _, value = line.partition(" ")
             out[name] = float(value)
     return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _free_port() -> int:
@@ -180,15 +201,25 @@ async def _drive(
     total = len(scenario.pods)
     done = asyncio.Event()
 
+    refused: set[str] = set()  # reported unschedulable (PodScheduled=False)
+
     async def watch() -> None:
         async for event in api.watch(PODS, resource_version=listed.resource_version, timeout_s=600):
             obj = event.object
             name = (obj.get("metadata") or {}).get("name")
-            if name and (obj.get("spec") or {}).get("nodeName") and name not in bound:
+            if not name:
+                continue
+            if (obj.get("spec") or {}).get("nodeName") and name not in bound:
                 bound[name] = time.monotonic()
-                if len(bound) == total:
-                    done.set()
-                    return
+                refused.discard(name)
+            elif any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False"
+                for c in (obj.get("status") or {}).get("conditions") or ()
+            ):
+                refused.add(name)
+            if len(bound) + len(refused) == total:
+                done.set()
+                return
 
     watcher = asyncio.create_task(watch())
     started = time.monotonic()
@@ -230,8 +261,13 @@ async def _run_async(url: str, scenario: Scenario, timeout_s: float, phase: str)
         return await _drive(api, scenario, timeout_s)
 
 
-def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str, Any]:
-    scenario = generate(nodes, pods)
+def run(
+    nodes: int, pods: int, qps: float, burst: int, writes: int, *, scenario_name: str = "uniform"
+) -> dict[str, Any]:
+    if scenario_name == "uniform":
+        scenario = generate(nodes, pods)
+    else:
+        scenario = generate_mixed(nodes, pods, variant=scenario_name)
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
         emulator_argv = [
@@ -245,7 +281,7 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
             "--history-size",
             "200000",
         ]
-        with _process(emulator_argv, wait_for="listening on") as line:
+        with _process(emulator_argv, wait_for="listening on") as (line, emulator):
             url = line.split("listening on", 1)[1].strip()
             seeded = time.monotonic()
             asyncio.run(_run_async(url, scenario, 0, "seed"))
@@ -268,14 +304,28 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
                 "--metrics-port",
                 str(port),
             ]
-            with _process(controller_argv):
-                ready_s = _wait_ready(port)
-                wall, latencies, bound = asyncio.run(_run_async(url, scenario, 300, "drive"))
+            with _process(controller_argv) as (_, controller):
+                ready_s = _wait_ready(port, timeout=600.0)
+                ready_rss = _rss_mb(controller.pid)
+                cpu = {
+                    p: _cpu_seconds(proc.pid) for p, proc in (("e", emulator), ("c", controller))
+                }
+                driver_cpu = time.process_time()
+                phase_started = time.monotonic()
+                wall, latencies, bound = asyncio.run(_run_async(url, scenario, 1800, "drive"))
+                phase = time.monotonic() - phase_started
+                shares = {
+                    "emulator": (_cpu_seconds(emulator.pid) - cpu["e"]) / phase,
+                    "controller": (_cpu_seconds(controller.pid) - cpu["c"]) / phase,
+                    "driver": (time.process_time() - driver_cpu) / phase,
+                }
+                end_rss = _rss_mb(controller.pid)
                 metrics = _scrape(port)
     latencies.sort()
     return {
+        "scenario": scenario_name,
         "nodes": nodes,
-        "gpus": nodes * 8,
+        "gpus": sum(len((s.get("spec") or {}).get("devices") or ()) for s in scenario.slices),
         "pods": pods,
         "bound": bound,
         "seconds": wall,
@@ -287,6 +337,9 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
         "writes": writes,
         "seed_s": seed_s,
         "ready_s": ready_s,
+        "ready_rss_mb": ready_rss,
+        "end_rss_mb": end_rss,
+        "cpu": shares,
         "rebuilds": int(metrics.get("biaxial_controller_engine_rebuild_seconds_count", 0)),
         "rebuild_ms": 1000
         * metrics.get("biaxial_controller_engine_rebuild_seconds_sum", 0.0)
@@ -301,24 +354,35 @@ def run(nodes: int, pods: int, qps: float, burst: int, writes: int) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.controller", description=__doc__)
+    parser.add_argument("--scenario", choices=("uniform", "mixed"), default="uniform")
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--qps", type=float, default=1000.0)
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--max-concurrent-writes", type=int, default=32)
     args = parser.parse_args(argv)
-    row = run(args.nodes, args.pods, args.qps, args.burst, args.max_concurrent_writes)
-    print(
-        "| nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps | burst "
-        "| writes | seed s | ready s | rebuilds | rebuild ms | decision ms | requests/pod |"
+    row = run(
+        args.nodes,
+        args.pods,
+        args.qps,
+        args.burst,
+        args.max_concurrent_writes,
+        scenario_name=args.scenario,
     )
-    print("|---:" * 17 + "|")
+    cpu = row["cpu"]
     print(
-        f"| {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
+        "| scenario | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps "
+        "| burst | writes | ready s | RSS ready MB | RSS end MB | rebuilds | decision ms "
+        "| requests/pod | CPU emulator | CPU controller | CPU driver |"
+    )
+    print("|---" + "|---:" * 20 + "|")
+    print(
+        f"| {row['scenario']} | {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
         f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
-        f"| {row['seed_s']:.1f} | {row['ready_s']:.1f} | {row['rebuilds']} "
-        f"| {row['rebuild_ms']:.0f} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} |"
+        f"| {row['ready_s']:.1f} | {row['ready_rss_mb']:.0f} | {row['end_rss_mb']:.0f} "
+        f"| {row['rebuilds']} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} "
+        f"| {cpu['emulator']:.2f} | {cpu['controller']:.2f} | {cpu['driver']:.2f} |"
     )
     return 0
 

@@ -10,8 +10,13 @@ HTTP endpoint together:
 * with leader election, the scheduler, committer and deallocator write through
   :class:`~controller.leader.FencedApi`: no write leaves a process whose lease is not known
   valid (:mod:`controller.leader`); the Lease itself goes through its own, unfenced client;
+* once the caches are synced the decision engine is built from them (so the first pod does not
+  pay for it, and a standby is as ready to take over as the leader). The garbage collector is
+  off while the caches load and the engine is built (everything loaded lives as long as the
+  process; collections over it were half the start-up time at 5000 nodes), then what was
+  loaded is frozen out of its way (``gc.freeze``) and it runs again;
 * ``/healthz`` answers 200 while no background task has crashed, ``/readyz`` once the caches
-  are synced, ``/metrics`` the Prometheus text format;
+  are synced and the engine is built, ``/metrics`` the Prometheus text format;
 * one :class:`kubeapi.tasks.TaskGuard` starts every background task; a task that crashes (or
   returns, since they are meant to run forever) is logged with its traceback and stops the
   process;
@@ -27,8 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
+import time
 
 from aiohttp import web
 
@@ -91,10 +98,11 @@ class Controller:
         self.http_port: int | None = None
         self._runner: web.AppRunner | None = None
         self._scheduler_task: asyncio.Task[None] | None = None
+        self._warm = False  # the decision engine is built
 
     @property
     def ready(self) -> bool:
-        return self.cache.synced
+        return self.cache.synced and self._warm
 
     def stop(self) -> None:
         self.stopping.set()
@@ -123,7 +131,8 @@ class Controller:
 
     async def _readyz(self, _request: web.Request) -> web.Response:
         if not self.ready:
-            return web.Response(status=503, text="caches not synced\n")
+            what = "caches not synced" if not self.cache.synced else "decision engine not built"
+            return web.Response(status=503, text=f"{what}\n")
         role = "leader" if self.leading.is_set() else "standby"
         return web.Response(text=f"ok ({role})\n")
 
@@ -137,6 +146,7 @@ class Controller:
     async def run(self) -> int:
         """Run until stopped; returns the process exit code."""
         code = EXIT_OK
+        gc.disable()  # until the engine is built: see the module docstring
         try:
             await self._start_http()
             for informer in self.cache.informers:
@@ -144,6 +154,7 @@ class Controller:
             if not await self.guard.until(self.stopping, self.cache.wait_synced()):
                 return self._exit_code()
             log.info("caches synced")
+            self._warm_up()
             if self.elector is not None and not await self.guard.until(
                 self.stopping, self.elector.acquire()
             ):
@@ -159,6 +170,20 @@ class Controller:
             await self._shutdown()
         return code
 
+    def _warm_up(self) -> None:
+        """Build the decision engine from the synced caches, then freeze what start-up loaded
+        out of the collector's way (it lives as long as the process)."""
+        started = time.perf_counter()
+        self.scheduler.warm()
+        gc.freeze()
+        gc.enable()
+        self._warm = True
+        log.info(
+            "decision engine built in %.2f s; %d start-up objects frozen out of the collector",
+            time.perf_counter() - started,
+            gc.get_freeze_count(),
+        )
+
     def _exit_code(self) -> int:
         if self.guard.tripped.is_set():
             log.error("stopping: %s", self.guard.reason)
@@ -167,6 +192,7 @@ class Controller:
 
     async def _shutdown(self) -> None:
         log.info("shutting down")
+        gc.enable()  # (if it stopped before the engine was built)
         if self._scheduler_task is not None:  # take no new pods; let writes in flight finish
             self._scheduler_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -27,11 +27,12 @@ ReplicaSets, StatefulSets).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 from controller.api import (
     DEVICE_CLASSES,
@@ -50,13 +51,78 @@ from controller.api import (
     meta,
     object_key,
 )
-from driver.api.errors import ApiError, GoneError
+from driver.api.claims import DeviceClass
+from driver.api.errors import ApiError, BiaxialError, GoneError
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
 from kubeapi.retry import Backoff
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
-#: ``(resource kind, event type, old object or None, new object or None)``.
-Handler = Callable[[str, str, JSON | None, JSON | None], None]
+#: ``(resource kind, event type, old object or None, new object or None)``, as stored (raw JSON
+#: for pods and claims, the core's models for nodes, slices and classes).
+Handler = Callable[[str, str, Any, Any], None]
+_Stored = TypeVar("_Stored")
+_Model = TypeVar("_Model")
+
+
+def slim(obj: JSON) -> JSON:
+    """The object without ``metadata.managedFields`` (often most of its size; never read)."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return obj
+
+
+def parse_or_skip(kind: str, parse: Callable[[JSON], _Model], raw: JSON) -> _Model | None:
+    """The model of ``raw``; None, with a warning, when it is malformed (it is left out)."""
+    try:
+        return parse(raw)
+    except BiaxialError as exc:
+        log.warning("%s %s is malformed, skipped: %s", kind, object_key(raw), exc)
+        return None
+
+
+def _parser(kind: str, parse: Callable[[JSON], _Model]) -> Callable[[JSON], _Model | None]:
+    return functools.partial(parse_or_skip, kind, parse)
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """What the caches keep of a Namespace: its name and labels (``namespaceSelector``)."""
+
+    name: str
+    labels: Mapping[str, str]
+
+    @classmethod
+    def of(cls, raw: JSON) -> Labelled:
+        m = meta(raw)
+        return cls(
+            str(m.get("name") or ""), {str(k): str(v) for k, v in (m.get("labels") or {}).items()}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Selecting:
+    """What the caches keep of a Service, ReplicationController, ReplicaSet or StatefulSet:
+    its ``spec.selector`` as the API shows it (default topology spreading reads it)."""
+
+    kind: str
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] | None
+
+    @classmethod
+    def of(cls, kind: str, raw: JSON) -> Selecting:
+        m = meta(raw)
+        selector = (raw.get("spec") or {}).get("selector")
+        return cls(
+            kind,
+            str(m.get("namespace") or "default"),
+            str(m.get("name") or ""),
+            selector if isinstance(selector, Mapping) else None,
+        )
+
 
 ADDED: Final = "ADDED"
 MODIFIED: Final = "MODIFIED"
@@ -85,14 +151,22 @@ class InformerStats:
     errors: int = 0
 
 
-class Informer:
-    """One resource kept in memory by list+watch (see the module docstring)."""
+class Informer(Generic[_Stored]):
+    """One resource kept in memory by list+watch (see the module docstring).
+
+    ``transform`` turns each object the API server sends into what the store keeps, once, as
+    client-go's informer transform does: the store holds one representation of each object
+    (the default drops ``metadata.managedFields``, which nothing here reads; the slice and node
+    informers keep the core's parsed models, which the decision engine reads, instead of raw
+    JSON beside them). Handlers and readers see the stored values.
+    """
 
     def __init__(
         self,
         api: Api,
         resource: Resource,
         *,
+        transform: Callable[[JSON], _Stored],
         handlers: Iterable[Handler] = (),
         field_selector: str | None = None,
         watch_timeout_s: int = 300,
@@ -103,11 +177,13 @@ class Informer:
         self.resource = resource
         self.kind = resource.kind
         self.field_selector = field_selector
-        self.store: dict[str, JSON] = {}
+        self.store: dict[str, _Stored] = {}
         self.resource_version = ""
         self.version = 0
         self.synced = asyncio.Event()
         self.stats = InformerStats()
+        self._transform = transform
+        self._versions: dict[str, str] = {}  # key -> resourceVersion of the stored object
         self._handlers = list(handlers)
         self._watch_timeout_s = watch_timeout_s
         self._backoff = Backoff(retry_initial_s, retry_max_s, jitter=0.5)
@@ -115,10 +191,10 @@ class Informer:
     def add_handler(self, handler: Handler) -> None:
         self._handlers.append(handler)
 
-    def get(self, key: str) -> JSON | None:
+    def get(self, key: str) -> _Stored | None:
         return self.store.get(key)
 
-    def _notify(self, etype: str, old: JSON | None, new: JSON | None) -> None:
+    def _notify(self, etype: str, old: _Stored | None, new: _Stored | None) -> None:
         self.version += 1
         for handler in self._handlers:
             try:
@@ -130,19 +206,27 @@ class Informer:
         """List everything and replace the store, reporting what changed."""
         result = await self.api.list(self.resource, field_selector=self.field_selector)
         self.stats.lists += 1
-        fresh = {object_key(o): o for o in result.items}
-        old_store = self.store
-        self.store = fresh
+        old_store, old_versions = self.store, self._versions
+        fresh: dict[str, _Stored] = {}
+        versions: dict[str, str] = {}
+        changed: list[str] = []
+        for obj in result.items:
+            key = object_key(obj)
+            rv = str(meta(obj).get("resourceVersion") or "")
+            versions[key] = rv
+            if key in old_store and old_versions.get(key) == rv:
+                fresh[key] = old_store[key]  # unchanged: keep what is stored
+            else:
+                fresh[key] = self._transform(obj)
+                changed.append(key)
+        self.store, self._versions = fresh, versions
         self.resource_version = result.resource_version
         for key, gone in old_store.items():
             if key not in fresh:
                 self._notify(DELETED, gone, None)
-        for key, obj in fresh.items():
+        for key in changed:
             previous = old_store.get(key)
-            if previous is None:
-                self._notify(ADDED, None, obj)
-            elif meta(previous).get("resourceVersion") != meta(obj).get("resourceVersion"):
-                self._notify(MODIFIED, previous, obj)
+            self._notify(ADDED if previous is None else MODIFIED, previous, fresh[key])
         log.info(
             "listed %d %s at resourceVersion %s",
             len(fresh),
@@ -159,13 +243,17 @@ class Informer:
             return
         key = object_key(obj)
         old = self.store.get(key)
+        known = key in self.store
         if etype == DELETED:
-            if old is not None:
+            if known:
                 del self.store[key]
+                del self._versions[key]
                 self._notify(DELETED, old, None)
             return
-        self.store[key] = obj
-        self._notify(ADDED if old is None else MODIFIED, old, obj)
+        stored = self._transform(obj)
+        self.store[key] = stored
+        self._versions[key] = str(rv or "")
+        self._notify(MODIFIED if known else ADDED, old, stored)
 
     async def run(self) -> None:
         """List, then watch forever (until cancelled); see the module docstring."""
@@ -215,7 +303,7 @@ class _Assumed:
 class ClaimOverlay:
     """In-flight claim state over the claim informer (see the module docstring)."""
 
-    def __init__(self, informer: Informer, *, expiry_s: float = 60.0) -> None:
+    def __init__(self, informer: Informer[JSON], *, expiry_s: float = 60.0) -> None:
         self._informer = informer
         self._pending: dict[str, JSON] = {}
         self._assumed: dict[str, _Assumed] = {}
@@ -312,15 +400,40 @@ class ClusterCache:
     objects whose selectors default topology spreading reads."""
 
     def __init__(self, api: Api, *, watch_timeout_s: int = 300, owners: bool = True) -> None:
-        self.nodes = Informer(api, NODES, watch_timeout_s=watch_timeout_s)
-        self.pods = Informer(api, PODS, watch_timeout_s=watch_timeout_s)
-        self.classes = Informer(api, DEVICE_CLASSES, watch_timeout_s=watch_timeout_s)
-        self.slices = Informer(api, RESOURCE_SLICES, watch_timeout_s=watch_timeout_s)
-        self.claims = Informer(api, RESOURCE_CLAIMS, watch_timeout_s=watch_timeout_s)
-        self.namespaces = Informer(api, NAMESPACES, watch_timeout_s=watch_timeout_s)
-        self.owners: tuple[Informer, ...] = (
+        timeout = watch_timeout_s
+        # What scheduling reads of nodes, slices and classes is the core's model: the store
+        # keeps only that. Pods and claims stay JSON (commit writes them), without
+        # managedFields.
+        self.nodes: Informer[Node | None] = Informer(
+            api, NODES, transform=_parser("Node", Node.from_api), watch_timeout_s=timeout
+        )
+        self.pods: Informer[JSON] = Informer(api, PODS, transform=slim, watch_timeout_s=timeout)
+        self.classes: Informer[DeviceClass | None] = Informer(
+            api,
+            DEVICE_CLASSES,
+            transform=_parser("DeviceClass", DeviceClass.from_api),
+            watch_timeout_s=timeout,
+        )
+        self.slices: Informer[ResourceSlice | None] = Informer(
+            api,
+            RESOURCE_SLICES,
+            transform=_parser("ResourceSlice", ResourceSlice.from_api),
+            watch_timeout_s=timeout,
+        )
+        self.claims: Informer[JSON] = Informer(
+            api, RESOURCE_CLAIMS, transform=slim, watch_timeout_s=timeout
+        )
+        self.namespaces: Informer[Labelled] = Informer(
+            api, NAMESPACES, transform=Labelled.of, watch_timeout_s=timeout
+        )
+        self.owners: tuple[Informer[Selecting], ...] = (
             tuple(
-                Informer(api, resource, watch_timeout_s=watch_timeout_s)
+                Informer(
+                    api,
+                    resource,
+                    transform=functools.partial(Selecting.of, resource.kind),
+                    watch_timeout_s=timeout,
+                )
                 for resource in (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
             )
             if owners
@@ -330,7 +443,7 @@ class ClusterCache:
         self.claims.add_handler(self._observe_claim)
 
     @property
-    def informers(self) -> tuple[Informer, ...]:
+    def informers(self) -> tuple[Informer[Any], ...]:
         return (
             self.nodes,
             self.classes,

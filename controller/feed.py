@@ -39,15 +39,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
-from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
-from controller.cache import ClusterCache
+from controller.api import JSON, meta, pod_is_finished, pod_node
+from controller.cache import ClusterCache, Selecting
 from controller.metrics import Metrics
-from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
+from driver.api.claims import AllocationResult, ResourceClaim
 from driver.api.errors import BiaxialError
-from driver.api.model import ResourceSlice
-from driver.api.nodes import Node
 from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
 from driver.scheduling.outcome import Placement
@@ -57,24 +55,12 @@ from driver.scheduling.topologyspread import DefaultSpreading
 log = logging.getLogger(f"biaxial.{__name__}")
 
 
-_Model = TypeVar("_Model")
-
-
-def parse_or_skip(kind: str, parse: Callable[[JSON], _Model], raw: JSON) -> _Model | None:
-    """The model of ``raw``; None, with a warning, when it is malformed (it is left out)."""
-    try:
-        return parse(raw)
-    except BiaxialError as exc:
-        log.warning("%s %s is malformed, skipped: %s", kind, object_key(raw), exc)
-        return None
-
-
 class Parsed:
-    """The core's models of raw cache objects, parsed once per object version."""
+    """The core's models of the claims in the cache, parsed once per object version (nodes,
+    slices and classes are stored as models already: :class:`~controller.cache.ClusterCache`)."""
 
     def __init__(self) -> None:
         self._claims: dict[str, tuple[JSON, ResourceClaim | BiaxialError]] = {}
-        self._nodes: dict[str, tuple[str, Node | None]] = {}
 
     def claim(self, key: str, raw: JSON) -> ResourceClaim:
         """The claim model of ``raw``; raises the parse error (for the pod to report)."""
@@ -91,23 +77,9 @@ class Parsed:
             raise value
         return value
 
-    def node(self, raw: JSON) -> Node | None:
-        """The node model, None (logged) when the node is malformed."""
-        name = str(meta(raw).get("name"))
-        rv = str(meta(raw).get("resourceVersion"))
-        hit = self._nodes.get(name)
-        if hit is not None and hit[0] == rv:
-            return hit[1]
-        node = parse_or_skip("Node", Node.from_api, raw)
-        self._nodes[name] = (rv, node)
-        return node
-
-    def forget(self, kind: str, key: str) -> None:
-        """Drop the model of a deleted object."""
-        if kind == "ResourceClaim":
-            self._claims.pop(key, None)
-        elif kind == "Node":
-            self._nodes.pop(key, None)
+    def forget(self, key: str) -> None:
+        """Drop the model of a deleted claim."""
+        self._claims.pop(key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +103,6 @@ def _pod_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         or old_meta.get("labels") != new_meta.get("labels")
         or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
     )
-
-
-def _labels(obj: JSON) -> dict[str, str]:
-    return {str(k): str(v) for k, v in (meta(obj).get("labels") or {}).items()}
 
 
 def _bridge_owner(claim: JSON | None) -> str | None:
@@ -217,21 +185,17 @@ class EngineFeed:
             defaults=self.defaults, driver_name=self.driver_name, spreading=self.spreading
         )
         cache = self.cache
-        for raw in cache.namespaces.store.values():
-            engine.observe_namespace(object_key(raw), _labels(raw))
+        for namespace in cache.namespaces.store.values():
+            engine.observe_namespace(namespace.name, namespace.labels)
         for informer in cache.owners:
-            for raw in informer.store.values():
-                self._observe_owner(engine, informer.kind, raw, raw)
-        for raw in cache.classes.store.values():
-            engine.observe_class(
-                object_key(raw), parse_or_skip("DeviceClass", DeviceClass.from_api, raw)
-            )
-        for raw in cache.slices.store.values():
-            engine.observe_slice(
-                object_key(raw), parse_or_skip("ResourceSlice", ResourceSlice.from_api, raw)
-            )
-        for raw in cache.nodes.store.values():
-            engine.observe_node(object_key(raw), self.parsed.node(raw))
+            for owner in informer.store.values():
+                self._observe_owner(engine, owner, owner.selector)
+        for key, device_class in cache.classes.store.items():
+            engine.observe_class(key, device_class)
+        for key, resource_slice in cache.slices.store.items():
+            engine.observe_slice(key, resource_slice)
+        for key, node in cache.nodes.store.items():
+            engine.observe_node(key, node)
         for flight in self._flights.values():
             engine.assume(flight.placement, flight.pod)
         claims = cache.overlay.written()
@@ -264,42 +228,42 @@ class EngineFeed:
         """What the overlay shows for ``key`` may have changed."""
         raw = self.cache.overlay.latest_written(key)
         if raw is None:
-            self.parsed.forget("ResourceClaim", key)
+            self.parsed.forget(key)
         if self._engine is not None:
             allocation = self._allocation(key, raw)
             self._engine.observe_allocation(key, allocation, bridge_of=_bridge_owner(raw))
 
-    def _on_event(self, kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
+    def _on_event(self, kind: str, _etype: str, old: Any, new: Any) -> None:
         if kind == "ResourceClaim":
             return  # followed through the overlay (its listener sees every change)
         if kind == "Pod":
             self._on_pod(old, new)
             return
-        obj = new if new is not None else old
-        assert obj is not None
-        name = object_key(obj)
         engine = self._engine
         if kind in OWNER_KINDS:
-            if engine is not None:
-                self._observe_owner(engine, kind, obj, new)
+            owner = new if new is not None else old
+            if engine is not None and owner is not None:
+                self._observe_owner(engine, owner, new.selector if new is not None else None)
             return  # a soft rule: nothing parked can become schedulable
-        changed = True
         if kind == "Namespace":
-            if engine is not None:
-                engine.observe_namespace(name, _labels(new) if new is not None else None)
+            namespace = new if new is not None else old
+            if engine is not None and namespace is not None:
+                engine.observe_namespace(namespace.name, new.labels if new is not None else None)
             self._on_cluster_change()  # a namespaceSelector may now match
             return
+        if engine is None:
+            self._on_cluster_change()
+            return
+        model = new if new is not None else old
+        if model is None:
+            return  # malformed before and after: the engine never had it
+        changed = True
         if kind == "Node":
-            if new is None:
-                self.parsed.forget(kind, name)
-            node = self.parsed.node(new) if new is not None else None
-            changed = engine is None or engine.observe_node(name, node)
+            changed = engine.observe_node(model.name, new)
         elif kind == "ResourceSlice":
-            resource_slice = parse_or_skip(kind, ResourceSlice.from_api, new) if new else None
-            changed = engine is None or engine.observe_slice(name, resource_slice)
+            changed = engine.observe_slice(model.name, new)
         elif kind == "DeviceClass":
-            device_class = parse_or_skip(kind, DeviceClass.from_api, new) if new else None
-            changed = engine is None or engine.observe_class(name, device_class)
+            changed = engine.observe_class(model.name, new)
         if changed:
             self._on_cluster_change()
 
@@ -332,16 +296,19 @@ class EngineFeed:
         try:
             engine.observe_pod(uid, node, raw=new)
         except BiaxialError as exc:
-            log.warning("Pod %s is malformed, counted without its rules: %s", object_key(new), exc)
+            name = f"{meta(new).get('namespace')}/{meta(new).get('name')}"
+            log.warning("Pod %s is malformed, counted without its rules: %s", name, exc)
             engine.observe_pod(uid, node, {})
 
     @staticmethod
-    def _observe_owner(engine: DecisionEngine, kind: str, obj: JSON, new: JSON | None) -> None:
-        m = meta(obj)
-        namespace, name = str(m.get("namespace") or "default"), str(m.get("name") or "")
-        selector = (new.get("spec") or {}).get("selector") if new is not None else None
+    def _observe_owner(
+        engine: DecisionEngine, owner: Selecting, selector: Mapping[str, Any] | None
+    ) -> None:
+        kind, namespace, name = owner.kind, owner.namespace, owner.name
         try:
             engine.observe_owner(kind, namespace, name, selector)
         except BiaxialError as exc:
-            log.warning("%s %s has a malformed selector, ignored: %s", kind, object_key(obj), exc)
+            log.warning(
+                "%s %s/%s has a malformed selector, ignored: %s", kind, namespace, name, exc
+            )
             engine.observe_owner(kind, namespace, name, None)

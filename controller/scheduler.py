@@ -199,6 +199,10 @@ class Scheduler:
 
     # ------------------------------------------------------------------ the loop
 
+    def warm(self) -> None:
+        """Build the decision engine from the caches now (rather than at the first pod)."""
+        self.feed.engine()
+
     async def run(self) -> None:
         """Schedule pods until cancelled."""
         for pod in list(self.cache.pods.store.values()):
@@ -218,6 +222,10 @@ class Scheduler:
                 self.queue.done(key, Outcome.ERROR)
                 self.metrics.decisions.labels(result="error").inc()
                 self.feed.reset()  # whatever was left half done is rebuilt from the caches
+            # Let the writes of the placements just decided (and the informers) run before
+            # the next decision: a burst of pods must not hold every write back until the
+            # whole burst is decided (kube-scheduler's binding cycles run beside it too).
+            await asyncio.sleep(0)
 
     async def drain(self, timeout_s: float | None = None) -> bool:
         """Wait for the writes in flight; True when all finished within ``timeout_s``."""

@@ -170,6 +170,7 @@ def build_inventory(
         raise ManifestError("Cluster inventory: nodes must be a non-empty list")
     nodes: list[InventoryNode] = []
     slices: list[ResourceSlice] = []
+    validated: set[str] = set()
     seen: set[str] = set()
     for index, raw in enumerate(nodes_raw):
         node_json, profile = _inventory_node(raw, index, base)
@@ -186,9 +187,16 @@ def build_inventory(
                 raise ManifestError(f"Cluster inventory: node {name}: {exc}") from exc
             slices.extend(
                 build_slices(
-                    gpus, node_name=name, driver_name=DEFAULT_DRIVER_NAME, node_uid=node.uid
+                    gpus,
+                    node_name=name,
+                    driver_name=DEFAULT_DRIVER_NAME,
+                    node_uid=node.uid,
+                    # The first node of a profile is validated; its other nodes differ only
+                    # in node name (checked anyway) and GPU UUIDs.
+                    validate=profile not in validated,
                 )
             )
+            validated.add(profile)
         nodes.append(InventoryNode(node=node, raw=node_json, profile=profile))
     return nodes, slices
 

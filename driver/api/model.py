@@ -11,9 +11,10 @@ Nothing here mutates its inputs; mappings handed to a model are copied into new 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
 from driver.api.errors import ManifestError
 from driver.api.ids import DriverName, NodeName, PoolName
@@ -77,6 +78,51 @@ AttributeValue = (
 )
 
 _LIST_KEYS = {"ints": int, "bools": bool, "strings": str, "versions": Version}
+
+
+_MEMO_MAX: Final = 200_000
+_STRINGS: dict[str, str] = {}
+_VERSIONS: dict[str, Version] = {}
+_CAPACITIES: dict[tuple[object, ...], Capacity] = {}
+
+
+def _shared(memo: dict[Any, Any], key: Any, value: Any) -> Any:
+    """One object per distinct value across every parsed slice (5,000 nodes publish the same
+    product names, versions and capacities thousands of times); the memo is bounded."""
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = found = value
+    return found
+
+
+def _attributes(raw: Any, device: str) -> dict[str, AttributeValue]:
+    """A device's attributes: the common shapes (one value of its exact type) on a fast path,
+    strings and versions shared across devices; anything else through
+    :func:`attribute_from_api`, which checks it and names what is wrong."""
+    out: dict[str, AttributeValue] = {}
+    strings, versions = _STRINGS, _VERSIONS
+    for key, value_raw in raw.items():
+        if type(value_raw) is dict and len(value_raw) == 1:
+            ((kind, value),) = value_raw.items()
+            kind_of = type(value)
+            if kind_of is str:
+                if kind == "string":
+                    found = strings.get(value)
+                    out[key] = found if found is not None else _shared(strings, value, value)
+                    continue
+                if kind == "version":
+                    version = versions.get(value)
+                    out[key] = (
+                        version if version is not None else _shared(versions, value, Version(value))
+                    )
+                    continue
+            elif (kind == "int" and kind_of is int) or (kind == "bool" and kind_of is bool):
+                out[key] = value
+                continue
+        out[key] = attribute_from_api(value_raw, f"device {device!r} attribute {key!r}")
+    return out
 
 
 def attribute_from_api(raw: Mapping[str, Any], where: str) -> AttributeValue:
@@ -176,10 +222,33 @@ class Capacity:
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> Capacity:
         policy = raw.get("requestPolicy")
-        return cls(
+        key: tuple[object, ...] = (raw["value"],)
+        if policy is not None:
+            rng = policy.get("validRange") or {}
+            values = policy.get("validValues")
+            key = (
+                raw["value"],
+                policy.get("default"),
+                tuple(values) if isinstance(values, list) else values,
+                rng.get("min"),
+                rng.get("max"),
+                rng.get("step"),
+                len(policy),
+                len(rng),
+            )
+        try:
+            found = _CAPACITIES.get(key)
+        except TypeError:  # an unhashable (malformed) value: parse, and let it raise
+            found = None
+        if found is not None:
+            return found
+        parsed = cls(
             value=Quantity.of(raw["value"]),
             request_policy=RequestPolicy.from_api(policy) if policy is not None else None,
         )
+        with contextlib.suppress(TypeError):
+            _shared(_CAPACITIES, key, parsed)
+        return parsed
 
     def to_api(self) -> CapacityJSON:
         out: CapacityJSON = {"value": str(self.value)}
@@ -269,10 +338,7 @@ class Device:
         try:
             return cls(
                 name=name,
-                attributes={
-                    k: attribute_from_api(v, f"{where} attribute {k!r}")
-                    for k, v in (raw.get("attributes") or {}).items()
-                },
+                attributes=_attributes(raw.get("attributes") or {}, name),
                 capacity={k: Capacity.from_api(v) for k, v in (raw.get("capacity") or {}).items()},
                 allow_multiple_allocations=bool(raw.get("allowMultipleAllocations")),
                 consumes_counters=tuple(

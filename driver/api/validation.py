@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from driver.api.errors import ValidationError
 from driver.api.model import AttributeValue, Capacity, Device, ResourceSlice, Version
@@ -72,8 +72,24 @@ def _check_label(value: str, what: str) -> None:
         )
 
 
+# What has been found valid once is valid again: slices repeat the same few attribute names,
+# versions and capacities on every device of every node (bounded, like the parse memos).
+_VALID_MAX: Final = 100_000
+_VALID_NAMES: set[str] = set()
+_VALID_VERSIONS: set[str] = set()
+_VALID_CAPACITIES: set[tuple[str, Capacity, bool]] = set()
+
+
+def _remember(known: set[Any], item: Any) -> None:
+    if len(known) >= _VALID_MAX:
+        known.clear()
+    known.add(item)
+
+
 def check_qualified_name(key: str, where: str) -> None:
     """A QualifiedName: ``<C identifier>`` or ``<DNS subdomain>/<C identifier>`` (§2.1)."""
+    if key in _VALID_NAMES:
+        return
     domain, sep, ident = key.rpartition("/")
     if sep and (len(domain) > MAX_DOMAIN_LENGTH or not DNS_SUBDOMAIN.fullmatch(domain)):
         raise ValidationError(
@@ -85,6 +101,7 @@ def check_qualified_name(key: str, where: str) -> None:
             f"{where}: name {ident!r} of {key!r} must be a C identifier of at most "
             f"{MAX_ID_LENGTH} characters"
         )
+    _remember(_VALID_NAMES, key)
 
 
 def _check_value(value: AttributeValue, where: str) -> int:
@@ -95,15 +112,24 @@ def _check_value(value: AttributeValue, where: str) -> int:
     for item in items:
         if isinstance(item, str) and len(item) > MAX_VALUE_LENGTH:
             raise ValidationError(f"{where}: string longer than {MAX_VALUE_LENGTH} characters")
-        if isinstance(item, Version):
+        if isinstance(item, Version) and item.text not in _VALID_VERSIONS:
             if len(item.text) > MAX_VALUE_LENGTH:
                 raise ValidationError(f"{where}: version longer than {MAX_VALUE_LENGTH} characters")
             if not SEMVER.fullmatch(item.text):
                 raise ValidationError(f"{where}: version {item.text!r} is not semver 2.0.0")
+            _remember(_VALID_VERSIONS, item.text)
     return len(items)
 
 
 def _check_capacity(name: str, cap: Capacity, device: Device, where: str) -> None:
+    known = (name, cap, device.allow_multiple_allocations)
+    if known in _VALID_CAPACITIES:
+        return
+    _check_capacity_once(name, cap, device, where)
+    _remember(_VALID_CAPACITIES, known)
+
+
+def _check_capacity_once(name: str, cap: Capacity, device: Device, where: str) -> None:
     if cap.value.sign() < 0:
         raise ValidationError(f"{where}: capacity {name!r} must not be negative")
     policy = cap.request_policy
@@ -167,14 +193,19 @@ def validate_device(device: Device, where: str = "") -> None:
         )
     values = 0
     for key, value in device.attributes.items():
-        check_qualified_name(key, f"{where} attribute")
-        values += _check_value(value, f"{where} attribute {key!r}")
+        if key not in _VALID_NAMES:
+            check_qualified_name(key, f"{where} attribute")
+        if type(value) is str and len(value) <= MAX_VALUE_LENGTH:
+            values += 1  # the common case, checked inline
+        else:
+            values += _check_value(value, f"{where} attribute {key!r}")
     if values > MAX_ATTRIBUTE_VALUES:
         raise ValidationError(
             f"{where}: {values} attribute values, at most {MAX_ATTRIBUTE_VALUES} are allowed"
         )
     for key, cap in device.capacity.items():
-        check_qualified_name(key, f"{where} capacity")
+        if key not in _VALID_NAMES:
+            check_qualified_name(key, f"{where} capacity")
         _check_capacity(key, cap, device, where)
     if len(device.taints) > MAX_TAINTS:
         raise ValidationError(f"{where}: {len(device.taints)} taints, at most {MAX_TAINTS}")

@@ -7,17 +7,19 @@ and for size-dependent functions a multiple of the sizes involved (0.1 per chara
 the product of string and pattern sizes for regular expressions, ...).
 
 cel-expr-python counts nothing, so ``driver.cel.engine`` meters an evaluation itself when its
-static estimate could pass the limit (see ``driver.cel.checked.instrument``): every
-comprehension iteration charges its body's minimum cost, the functions biaxial implements
-charge their own cost with the real argument sizes (:func:`charge`, :func:`charge_traversal`),
-and the engine's own size-dependent operations are wrapped to charge theirs. Each charge checks
-the cost limit and the deadline; once either is passed every later charge fails too, so the
-evaluation unwinds quickly, and the engine reports the cancellation whatever the expression's
-result (an error absorbed by ``||`` does not hide it).
+static estimate could pass the limit: the expression is instrumented
+(``driver.cel.instrument``) to charge upstream's actual cost as it runs -- the fixed cost of
+each region of the expression it enters, the engine's size-dependent functions from their
+actual operands -- and the functions biaxial implements charge their own (:func:`charge`,
+:func:`charge_traversal`). Each charge checks the cost limit and the deadline; once either is
+passed every later charge fails too, so the evaluation unwinds quickly, and the engine reports
+the cancellation whatever the expression's result (an error absorbed by ``||`` does not hide
+it).
 
-The meter only ever *under*-counts upstream's actual cost (an expression upstream accepts is
-never cancelled here), except for list concatenation, which biaxial charges by the size of
-the result because its engine copies lists where cel-go concatenates them lazily.
+The meter also counts *work* that upstream does not have: the elements the engine copies when
+it concatenates lists or inserts into a comprehension's map (cel-go shares them; cel-cpp
+copies), cancelled at :data:`WORK_LIMIT` ("operation cancelled: evaluation work limit
+exceeded"), so a list-doubling expression cannot exhaust memory.
 
 Callers bound evaluations with :func:`limits`::
 
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from typing import Final
 
 COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
+WORK_LIMIT: Final = 5_000_000  # elements copied by list concatenation and map inserts
 STRING_TRAVERSAL_FACTOR: Final = 0.1  # cel-go common.StringTraversalCostFactor
 REGEX_LENGTH_FACTOR: Final = 0.25  # cel-go common.RegexStringLengthCostFactor
 
@@ -81,10 +84,11 @@ def current_limits() -> Limits:
 class Meter:
     """The running cost of one evaluation. Not thread-safe: one per evaluation."""
 
-    __slots__ = ("cost", "deadline", "exceeded", "limit", "reason")
+    __slots__ = ("cost", "deadline", "exceeded", "limit", "reason", "work")
 
     def __init__(self, bounds: Limits) -> None:
         self.cost = 0
+        self.work = 0
         self.limit = bounds.cost
         self.deadline = bounds.deadline
         self.exceeded = False
@@ -98,6 +102,16 @@ class Meter:
             self._trip("operation cancelled: actual cost limit exceeded")
         if self.deadline is not None and time.monotonic() > self.deadline:
             self._trip("operation cancelled: evaluation deadline exceeded")
+
+    def add_work(self, elements: int) -> None:
+        if self.exceeded:
+            raise CostLimitExceeded(self.reason)
+        self.work += elements
+        if self.work > WORK_LIMIT:
+            self._trip(
+                "operation cancelled: evaluation work limit exceeded (biaxial's engine copies"
+                f" lists and maps where upstream shares them: over {WORK_LIMIT:,} elements)"
+            )
 
     def _trip(self, reason: str) -> None:
         self.exceeded = True
@@ -130,6 +144,13 @@ def charge(amount: int) -> None:
     meter = getattr(_LOCAL, "meter", None)
     if meter is not None:
         meter.add(amount)
+
+
+def charge_work(elements: int) -> None:
+    """Count *elements* copied by the engine in the active meter, if any."""
+    meter = getattr(_LOCAL, "meter", None)
+    if meter is not None:
+        meter.add_work(elements)
 
 
 def charge_traversal(size: int) -> None:

@@ -9,21 +9,27 @@ Contract
   ``<input>:1:8: Syntax error: ...``), for expressions longer than
   :data:`MAX_EXPRESSION_LENGTH` bytes, when the result type is statically known not to be
   bool, and for upstream's compile-time rules: mixed-type list or map literals (homogeneous
-  aggregate literals), an invalid constant regular expression.
+  aggregate literals), an invalid constant regular expression, a ``string.format`` whose
+  constant format does not fit its arguments, nesting past upstream's parser limit (250).
   :attr:`Selector.max_cost` is the static cost estimate in upstream's units
-  (``driver.cel.checked.estimate_cost``): what the API server checks when a selector is written
+  (``driver.cel.estimate``): what the API server checks when a selector is written
   (the API emulator does the same); evaluation does not refuse on it.
 * :meth:`Selector.matches` evaluates against one device and returns the bool result. Every
   runtime problem (no such key, no matching overload, a non-bool result, an invalid version
   attribute, the actual-cost limit, the deadline, any engine failure) raises
   :class:`~driver.api.errors.CELEvaluationError` naming the expression and the device:
   upstream treats these as errors for the pod, never as "does not match".
-* Runtime bound: an evaluation whose static estimate is within :data:`COST_LIMIT` runs as is
-  (its actual cost cannot pass the limit). Any other runs *metered* (``driver.cel.cost``):
-  actual cost in upstream's units, cancelled at :data:`COST_LIMIT` ("operation cancelled:
-  actual cost limit exceeded", as upstream) or at the deadline of the enclosing
+* Runtime bound: an evaluation whose static estimate (and the engine's own work estimate,
+  ``driver.cel.estimate``) is within :data:`COST_LIMIT` runs as is (its actual cost cannot pass
+  the limit). Any other runs *metered*: instrumented (``driver.cel.instrument``) to count
+  upstream's actual cost exactly as it runs, cancelled at :data:`COST_LIMIT` ("operation
+  cancelled: actual cost limit exceeded", as upstream), at the engine's work limit
+  (``driver.cel.cost``), or at the deadline of the enclosing
   ``driver.cel.cost.limits(deadline=...)`` block -- the way for a caller to bound a whole
-  decision. Growth bombs stop after a few megabytes of data.
+  decision. Where cel-cpp's budget of 10,000 comprehension iterations per evaluation stops an
+  evaluation, it runs again with its comprehensions driven from Python in chunks
+  (``driver.cel.drive``), so only the cost bounds it, as upstream. :func:`measure` reports
+  the estimate and the actual cost of one evaluation.
 * :class:`MatchCache` caches results and errors per (expression, device, slice generation) and
   builds each device's CEL input once. Everything else here is pure and immutable.
 
@@ -54,11 +60,15 @@ Where cel-expr-python cannot express something natively, and the differences tha
   does not resolve, and ``has(device.driver)`` yields the variable rather than ``true``
   (a compile error for the string fields, the value for ``allowMultipleAllocations``).
 * **Library value types.** The engine has no opaque runtime types, so quantities, versions,
-  IPs, CIDRs and URLs are protobuf messages (upstream's type names ``kubernetes.Quantity``,
-  ``kubernetes.Semver``, ``net.IP``, ``net.CIDR``, ``kubernetes.URL``) from a private
-  descriptor pool, carrying the exact value, so ``==`` means equal value as upstream. Their one
-  field is visible to field selection, which upstream does not offer; comparing one with ``==``
-  to a value of another type is ``false`` here where upstream errs ("no such overload").
+  IPs, CIDRs, URLs and named formats are protobuf messages (upstream's type names
+  ``kubernetes.Quantity``, ``kubernetes.Semver``, ``net.IP``, ``net.CIDR``, ``kubernetes.URL``,
+  ``kubernetes.NamedFormat``) from a private descriptor pool, carrying the exact value, so
+  ``==`` means equal value as upstream. Their one field is visible to field selection, which
+  upstream does not offer. ``L == R`` / ``L != R`` where L may hold one of them at run time
+  (dyn, or the type against a dyn) is rewritten in CEL to fail with "no such overload" when R
+  is of another type and not null, as their ``Equal`` does upstream
+  (:func:`_rewrite_library_equality`); a list's or map's equality, which upstream counts as
+  equal where an element comparison errs, is false here.
 * **Library functions** run in Python. The runtime keeps one implementation per name and
   argument kinds, so every overload of a library function is renamed in the checked expression
   to a private name with its own implementation and return type (``_RUNTIME_NAMES``).
@@ -69,32 +79,48 @@ Where cel-expr-python cannot express something natively, and the differences tha
   (``device.attributes["x" + ".io"]``) that the device lacks is a "no such key" error, and a
   literally named missing domain shows up in ``in``, ``size()`` and iteration over
   ``device.attributes``, where upstream would not list it.
-* **Iterations.** cel-cpp stops an evaluation after 10,000 comprehension iterations in total
-  ("Iteration budget exceeded", reported as a CELEvaluationError); upstream bounds only the
-  cost, so a selector that needs more iterations but stays within the cost limit (four nested
-  comprehensions over ten elements: 11,110 iterations, actual cost 114,441) is an error here.
-* **Parser nesting.** cel-cpp's parser refuses expressions nested deeper than its recursion
-  limit; upstream's (cel-go) allows deeper nesting.
+* **Parser nesting.** cel-cpp's parser stops at 32 levels (no option for it), upstream's at 250.
+  An expression past 32 is parsed by biaxial (``driver.cel.syntax``, upstream's two depth
+  measures and errors past 250), hoisted into lazy ``cel.bind`` values for cel-cpp to check,
+  inlined back, and hoisted again where too deep for cel-expr-python to load
+  (``driver.cel.deep``): same value, order, errors and costs. What remains: a compile error in
+  such an expression has no position; types nested past protobuf's limit (lists of lists
+  about 40 deep) are read as dyn, so a homogeneous-literal mismatch that deep goes unseen;
+  a metered expression with comprehensions nested about 15 deep cannot be loaded (a compile
+  error).
+* **Comprehensions past 10,000 iterations** run driven from Python (``driver.cel.drive``): the
+  values a loop carries pass through Python, so a uint there becomes an int, and an optional
+  or a type cannot pass (an evaluation error).
 * **Regular expressions.** ``matches`` runs cel-cpp's RE2 (as upstream's Go regexp: RE2
-  syntax); ``find`` / ``findAll`` run Python's ``re`` on the same syntax (backreferences and
-  lookaround, which RE2 lacks, are refused).
-* **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) are not
-  available (they return optional values, which Python functions cannot build): a compile
-  error ("undeclared reference").
-* **List concatenation** is charged by the size of the result (cel-cpp copies lists where
-  cel-go concatenates them lazily), so a list-doubling expression upstream accepts can be
-  cancelled here.
+  syntax); ``find`` / ``findAll`` ask RE2 whether the text has a match at all, then run
+  Python's ``re`` on the same syntax (backreferences and lookaround, which RE2 lacks, are
+  refused): a pattern that backtracks exponentially can still be slow on text that *does*
+  match somewhere (RE2 is linear upstream). RE2's error wording is mapped to Go's.
+* **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) return
+  optionals as upstream: the Python functions return the format or null, the error list or
+  an empty one, and :func:`_rewrite_optionals` wraps each call in CEL.
+* **Messages.** cel-cpp words some compile errors its own way: a call with a wrong number of
+  arguments is an "undeclared reference", a two-variable macro's misuse is "all() second
+  variable must be different from the first variable" and the like (the conformance cases
+  assert cel-cpp's words).
+* **Copies.** cel-cpp copies a list when it concatenates one (and a comprehension's list
+  accumulator as it grows) and the runtime helper of ``transformMap`` copies the map, where
+  cel-go shares them: such an evaluation is metered and cancelled after 5,000,000 copied
+  elements ("evaluation work limit exceeded"), so a list-doubling expression upstream accepts
+  at a small cost, or a ``map`` over thousands of elements, can be cancelled here.
 * The ``first()`` / ``last()`` list members of cel-cpp's lists extension, which upstream's
   version lacks, are compile errors.
 
-Where the result differs from upstream's, the conformance table has a case with an ``upstream``
-note, and cel-python, which gives upstream's answer there, is asserted to do so.
+Where the result differs from upstream's, the conformance table (``tests/unit/cel_cases/``)
+has a case with an ``upstream`` note; cel-python's outcome there is asserted too.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import itertools
+import math
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -104,23 +130,36 @@ from typing import Any, Final
 
 from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.ids import DeviceID
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
-from driver.cel import checked, cost, library, network, strings
+from driver.cel import (
+    checked,
+    cost,
+    deep,
+    drive,
+    estimate,
+    formats,
+    instrument,
+    library,
+    network,
+    strings,
+    syntax,
+)
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
 COMPILE_CACHE_SIZE: Final = 1024
-ITERATION_BUDGET: Final = 10_000  # cel-cpp's comprehension iterations per evaluation
 
 QUANTITY_TYPE_NAME: Final = "kubernetes.Quantity"
 SEMVER_TYPE_NAME: Final = "kubernetes.Semver"
 IP_TYPE_NAME: Final = "net.IP"
 CIDR_TYPE_NAME: Final = "net.CIDR"
 URL_TYPE_NAME: Final = "kubernetes.URL"
+FORMAT_TYPE_NAME: Final = "kubernetes.NamedFormat"
 
 # --------------------------------------------------------------------------- value types
 
@@ -130,7 +169,12 @@ def _build_value_types() -> tuple[Any, dict[str, type[Any]]]:
     optional = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
     pool = descriptor_pool.DescriptorPool()
     layout = {
-        "kubernetes": (("Quantity", "nanos"), ("Semver", "version"), ("URL", "value")),
+        "kubernetes": (
+            ("Quantity", "nanos"),
+            ("Semver", "version"),
+            ("URL", "value"),
+            ("NamedFormat", "name"),
+        ),
         "net": (("IP", "value"), ("CIDR", "value")),
     }
     for package, messages in layout.items():
@@ -149,6 +193,7 @@ def _build_value_types() -> tuple[Any, dict[str, type[Any]]]:
             IP_TYPE_NAME,
             CIDR_TYPE_NAME,
             URL_TYPE_NAME,
+            FORMAT_TYPE_NAME,
         )
     }
     return pool, classes
@@ -160,6 +205,7 @@ _SemverMsg = _CLASSES[SEMVER_TYPE_NAME]
 _IPMsg = _CLASSES[IP_TYPE_NAME]
 _CIDRMsg = _CLASSES[CIDR_TYPE_NAME]
 _URLMsg = _CLASSES[URL_TYPE_NAME]
+_FormatMsg = _CLASSES[FORMAT_TYPE_NAME]
 
 
 def quantity_value(quantity: Quantity) -> Any:
@@ -175,7 +221,6 @@ def _semver_value(version: library.Semver) -> Any:
 def _quantity_literal(text: str) -> Any:
     """``quantity(s)``; memoised (selectors call it with the same literal on every device).
     The engine copies the message, so sharing one is safe."""
-    cost.charge_traversal(len(text))
     return quantity_value(library.parse_quantity(text))
 
 
@@ -254,14 +299,14 @@ def _equal(a: Any, b: Any) -> bool:
 def _includes(receiver: Any, value: Any) -> bool:
     """``includes()``: membership for a list attribute, equality for a scalar one, so one
     selector works whether a driver publishes a value or a list (DRAListTypeAttributes)."""
+    cost.charge(1)  # upstream's runtime charges includes as any call
     if isinstance(receiver, list):
-        if len(receiver) > 64:  # ResourceSliceMaxAttributeValuesPerDevice, as upstream
+        if len(receiver) > estimate.INCLUDES_BOUND:  # ResourceSliceMaxAttributeValuesPerDevice
             raise library.CELFunctionError(
-                "'includes' function cannot be applied to lists longer than 64 values"
+                "'includes' function cannot be applied to lists longer than "
+                f"{estimate.INCLUDES_BOUND} values"
             )
-        cost.charge(len(receiver))
         return any(_equal(item, value) for item in receiver)
-    cost.charge(1)
     return _equal(receiver, value)
 
 
@@ -275,14 +320,14 @@ def _comparable(items: list[Any], function: str) -> list[Any]:
 
 
 def _is_sorted(items: list[Any]) -> bool:
-    cost.charge(len(items))
+    cost.charge(library.traversal_cost(items))
     values = _comparable(items, "isSorted")
     return all(a <= b for a, b in itertools.pairwise(values))
 
 
 def _sum(kind: str, zero: Any) -> Callable[[list[Any]], Any]:
     def total(items: list[Any]) -> Any:
-        cost.charge(len(items))
+        cost.charge(library.traversal_cost(items))
         result = sum(items, zero)
         if kind == "int":
             library.check_int64(result)
@@ -295,7 +340,7 @@ def _sum(kind: str, zero: Any) -> Callable[[list[Any]], Any]:
 
 def _min_max(function: str, pick: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
     def extreme(items: list[Any]) -> Any:
-        cost.charge(len(items))
+        cost.charge(library.traversal_cost(items))
         if not items:
             raise library.CELFunctionError(f"{function} called on empty list")
         return pick(_comparable(items, function))
@@ -304,12 +349,12 @@ def _min_max(function: str, pick: Callable[[list[Any]], Any]) -> Callable[[list[
 
 
 def _list_index_of(items: list[Any], value: Any) -> int:
-    cost.charge(len(items))
+    cost.charge(library.traversal_cost(items))
     return next((i for i, item in enumerate(items) if _equal(item, value)), -1)
 
 
 def _list_last_index_of(items: list[Any], value: Any) -> int:
-    cost.charge(len(items))
+    cost.charge(library.traversal_cost(items))
     for i in range(len(items) - 1, -1, -1):
         if _equal(items[i], value):
             return i
@@ -326,6 +371,8 @@ def _map_insert(mapping: dict[Any, Any], key: Any, value: Any = None) -> dict[An
             raise library.CELFunctionError(f"insert failed: key {k!r} already exists")
         out[k] = v
     cost.charge(1)
+    # The map crosses into Python and back, entry by entry; cel-go updates it in place.
+    cost.charge_work(10 * len(out))
     return out
 
 
@@ -498,20 +545,20 @@ def _library() -> list[_Overload]:
     member("format", "string_format", t.STRING, [t.STRING, dyn_list], _fn(strings.format_string))
     free("strings.quote", "strings_quote", t.STRING, [t.STRING], _fn(strings.quote))
     # regex (regex.go)
-    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _fn(strings.find))
+    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _find)
     member(
         "findAll",
         "string_find_all_string",
         t.List(t.STRING),
         [t.STRING, t.STRING],
-        _fn(strings.find_all),
+        _find_all,
     )
     member(
         "findAll",
         "string_find_all_string_int",
         t.List(t.STRING),
         [t.STRING, t.STRING, t.INT],
-        _fn(strings.find_all),
+        _find_all,
     )
     # IP and CIDR (ip.go, cidr.go)
     free("ip", "string_to_ip", ip, [t.STRING], lambda x: _IPMsg(value=network.ip(x)))
@@ -588,6 +635,15 @@ def _library() -> list[_Overload]:
         [url],
         _on(network.get_query, _url_text),
     )
+    # named formats (format.go): format.named and validate return optionals, which Python
+    # functions cannot build; they return the format or null, the errors or [], and the
+    # expression is rewritten to wrap them (_rewrite_optionals). Declared dyn for the checker;
+    # the checked AST gets upstream's types back (_fix_optional_types).
+    nf = t(FORMAT_TYPE_NAME)
+    free("format.named", "format-named", t.DYN, [t.STRING], _format_named)
+    for key in formats.FORMATS:
+        free(f"format.{key}", f"format.{key}", nf, [], _format_constant(key))
+    member("validate", "format-validate", t.DYN, [nf, t.STRING], _format_errors)
     # two-variable comprehensions: the runtime half cel-expr-python lacks
     m = t.Map(t.DYN, t.DYN)
     free("cel.@mapInsert", "@mapInsert_map_key_value", m, [m, t.DYN, t.DYN], _map_insert)
@@ -595,8 +651,65 @@ def _library() -> list[_Overload]:
     return out
 
 
+def _format_named(key: str) -> Any:
+    cost.charge(1)
+    found = formats.named(key)
+    return None if found is None else _FormatMsg(name=found.name)
+
+
+def _format_constant(key: str) -> Callable[[], Any]:
+    value = formats.FORMATS[key]
+
+    def constant() -> Any:
+        cost.charge(1)
+        return _FormatMsg(name=value.name)
+
+    return constant
+
+
+def _format_errors(msg: Any, text: str) -> list[str]:
+    """``validate``: the errors (upstream: optional.of(errors), or none when valid)."""
+    if not isinstance(msg, _FormatMsg):
+        raise library.CELFunctionError(f"no such overload: {_type_name(msg)} is not a format")
+    found = formats.of(msg.name)
+    size = math.ceil(found.max_regex_size * estimate.REGEX_LENGTH_FACTOR)
+    cost.charge(math.ceil((1 + len(text)) * estimate.STRING_TRAVERSAL_FACTOR) * size)
+    return found.validate(text)
+
+
 def _fn(impl: Callable[..., Any]) -> Callable[..., Any]:
     return impl
+
+
+def _find(text: str, pattern: str) -> str:
+    """``find`` (driver.cel.strings), after RE2 says there is a match at all: Python's
+    backtracking ``re`` never gets to fail exponentially on text without one."""
+    if not _re2_finds(text, pattern):
+        strings.charge_regex(text, pattern)
+        return ""
+    return strings.find(text, pattern)
+
+
+def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
+    if not _re2_finds(text, pattern):
+        strings.charge_regex(text, pattern)
+        return []
+    return strings.find_all(text, pattern, limit)
+
+
+def _re2_finds(text: str, pattern: str) -> bool:
+    """Whether cel-cpp's RE2 (linear time, as Go's regexp upstream) finds *pattern* in
+    *text*; true where it cannot tell (Python then reports the pattern's error)."""
+    try:
+        result = _re2_probe(pattern).eval(data={"device.driver": text})
+        return result.value() is not False
+    except (RuntimeError, TypeError):
+        return True
+
+
+@lru_cache(maxsize=256)
+def _re2_probe(pattern: str) -> Any:
+    return _env().compile(f"device.driver.matches({strings.quote_plain(pattern)})")
 
 
 def _one(impl: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -819,12 +932,40 @@ def _functions() -> list[Any]:
     t = cel.Type
     meter = [
         cel.FunctionDecl(
-            checked.TICK_FUNCTION,
-            [cel.Overload(checked.TICK_FUNCTION, t.BOOL, [t.INT], impl=_tick)],
+            instrument.TICK_FUNCTION,
+            [cel.Overload(instrument.TICK_FUNCTION, t.BOOL, [t.INT], impl=_tick)],
         ),
         cel.FunctionDecl(
-            checked.CHARGE_FUNCTION,
-            [cel.Overload(checked.CHARGE_FUNCTION, t.BOOL, [t.INT, t.INT, t.INT], impl=_charge)],
+            drive.LOOP_FUNCTION,
+            [cel.Overload(drive.LOOP_FUNCTION, t.DYN, [t.INT, t.List(t.DYN)], impl=_loop)],
+        ),
+        cel.FunctionDecl(
+            drive.ACCUMULATOR_FUNCTION,
+            [cel.Overload(drive.ACCUMULATOR_FUNCTION, t.DYN, [], impl=_accumulator)],
+        ),
+        cel.FunctionDecl(
+            drive.OBSERVE_FUNCTION,
+            [cel.Overload(drive.OBSERVE_FUNCTION, t.BOOL, [t.BOOL], impl=_observe)],
+        ),
+        cel.FunctionDecl(
+            NO_SUCH_OVERLOAD_FUNCTION,
+            [
+                cel.Overload(
+                    f"{NO_SUCH_OVERLOAD_FUNCTION}#{kind}",
+                    t.BOOL,
+                    [_kind_type(_MESSAGE_KIND), _kind_type(kind)],
+                    impl=_no_such_overload,
+                )
+                for kind in _position_kinds("DYN")
+            ],
+        ),
+        cel.FunctionDecl(
+            instrument.CHARGE_FUNCTION,
+            [
+                cel.Overload(
+                    instrument.CHARGE_FUNCTION, t.BOOL, [t.INT, t.List(t.DYN)], impl=_charge
+                )
+            ],
         ),
     ]
     declared = [cel.FunctionDecl(name, overloads) for name, overloads in by_name.items()]
@@ -832,15 +973,166 @@ def _functions() -> list[Any]:
 
 
 def _tick(amount: int) -> bool:
-    """One comprehension iteration of a metered evaluation (its body's minimum cost)."""
+    """The fixed cost of a region of a metered evaluation (driver.cel.instrument)."""
     cost.charge(amount)
     return True
 
 
-def _charge(rule: int, first: int, second: int) -> bool:
-    """A size-dependent operation of the engine's own, in a metered evaluation."""
-    cost.charge(checked.charge_amount(rule, first, second))
+def _charge(rule: int, operands: list[Any]) -> bool:
+    """A size-dependent function of the engine's own, in a metered evaluation."""
+    amount, work = instrument.charge_amount(rule, operands)
+    cost.charge(amount)
+    if work:
+        cost.charge_work(work)
     return True
+
+
+# --------------------------------------------------------------------------- driven loops
+
+
+@dataclass(frozen=True, slots=True)
+class _DrivenLoop:
+    chunk: Any  # program
+    result: Any | None  # program
+    spec: drive.Loop
+
+
+@dataclass(frozen=True, slots=True)
+class _Driven:
+    """An expression whose comprehensions run from Python in chunks (driver.cel.drive)."""
+
+    main: Any
+    loops: tuple[_DrivenLoop, ...]
+
+
+class _AccumulatorError:
+    """An accumulator that is an error value, carried from one chunk to the next."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+@dataclass(slots=True)
+class _DriveState:
+    """The driven evaluation running in this thread: its programs and the device's variables,
+    and a stack of the chunks running (the accumulator each starts from, and the last value
+    of its loop condition)."""
+
+    driven: _Driven
+    variables: Mapping[str, Any]
+    accumulators: list[Any] = field(default_factory=list)
+    conditions: list[bool | None] = field(default_factory=list)
+
+
+_DRIVE = threading.local()
+
+
+def _drive_state() -> _DriveState:
+    state: _DriveState | None = getattr(_DRIVE, "state", None)
+    if state is None:
+        raise library.CELFunctionError("internal error: a driven loop outside its evaluation")
+    return state
+
+
+def _accumulator() -> Any:
+    value = _drive_state().accumulators[-1]
+    if isinstance(value, _AccumulatorError):
+        raise library.CELFunctionError(value.message)
+    return value
+
+
+def _observe(condition: bool) -> bool:
+    _drive_state().conditions[-1] = condition
+    return condition
+
+
+def _run_with_accumulator(state: _DriveState, program: Any, data: dict[str, Any], accu: Any) -> Any:
+    """Evaluate one part of a driven loop; the accumulator it returns (or carries as an
+    error)."""
+    state.accumulators.append(accu)
+    state.conditions.append(None)
+    try:
+        result = program.eval(data=data)
+    finally:
+        state.accumulators.pop()
+    if result.type() == cel.Type.ERROR:
+        return _AccumulatorError(_engine_message(str(result.value())))
+    return result.plain_value()
+
+
+def _loop(index: int, operands: list[Any]) -> Any:
+    """``@biaxial.loop``: comprehension *index* over its range, in chunks (driver.cel.drive)."""
+    state = _drive_state()
+    loop = state.driven.loops[index]
+    rng, accu, *free = operands
+    base = {**state.variables, **dict(zip(loop.spec.free, free, strict=True))}
+    if isinstance(rng, dict):
+        items: list[Any] = list(rng.items())
+    elif isinstance(rng, list):
+        items = rng
+    else:
+        raise library.CELFunctionError(
+            "expected iterable type: the range of a comprehension must be a list or a map,"
+            f" got {_type_name(rng)}"
+        )
+    for start in range(0, len(items), drive.CHUNK):
+        part = items[start : start + drive.CHUNK]
+        data = {
+            **base,
+            drive.RANGE_NAME: dict(part) if isinstance(rng, dict) else part,
+            drive.OFFSET_NAME: start,
+        }
+        accu = _run_with_accumulator(state, loop.chunk, data, accu)
+        stopped = state.conditions.pop() is False
+        if stopped:
+            break
+    if loop.result is not None:
+        accu = _run_with_accumulator(state, loop.result, base, accu)
+        state.conditions.pop()
+    if isinstance(accu, _AccumulatorError):
+        raise library.CELFunctionError(accu.message)
+    return accu
+
+
+@lru_cache(maxsize=64)
+def _driven(expression: str, metered: bool) -> _Driven:
+    """The driven form of a compiled expression (metered: of its instrumented form)."""
+    compiled = _compile(expression)
+    source = (
+        instrument.instrument(compiled.checked, _self_charging)
+        if metered
+        else copy.deepcopy(compiled.checked)
+    )
+    _rewrite_library_equality(source)
+    _rewrite_optionals(source)
+    plan = drive.drive(source)
+
+    def program(checked_expr: Any) -> Any:
+        renamed = copy.deepcopy(checked_expr)
+        checked.rename_calls(renamed, _runtime_name)
+        return _load(renamed, strict=metered)
+
+    loops = tuple(
+        _DrivenLoop(
+            program(loop.chunk),
+            program(loop.result) if loop.result is not None else None,
+            loop,
+        )
+        for loop in plan.loops
+    )
+    return _Driven(program(plan.main), loops)
+
+
+def _eval_driven(driven: _Driven, variables: Mapping[str, Any]) -> Any:
+    """Evaluate a driven expression against the device's (padded) variables."""
+    previous = getattr(_DRIVE, "state", None)
+    _DRIVE.state = _DriveState(driven, variables)
+    try:
+        return driven.main.eval(data=dict(variables))
+    finally:
+        _DRIVE.state = previous
 
 
 _ENV_CONFIG: Final = """
@@ -883,14 +1175,13 @@ def _env() -> Any:
 
 _STATUS_PREFIX: Final = re.compile(r"^[A-Z_]+: ")
 _STATUS_SUFFIX: Final = re.compile(r"\s*\[[A-Z_]+\]$")
-_ITERATIONS_MESSAGE: Final = (
-    f"Iteration budget exceeded: more than {ITERATION_BUDGET} comprehension iterations in one"
-    " evaluation (a limit of biaxial's CEL engine, cel-cpp)"
-)
 _RUNTIME_REWRITES: Final = (
+    (
+        re.compile(r"^No matching overloads found : <iter_range>$"),
+        "expected iterable type: the range of a comprehension must be a list or a map",
+    ),
     (re.compile(r"^Key not found in map : (.*)$", re.DOTALL), r"no such key: \1"),
     (re.compile(r"^No matching overloads found : (.*)$", re.DOTALL), r"no such overload: \1"),
-    (re.compile(r"^Iteration budget exceeded$"), _ITERATIONS_MESSAGE),
 )
 
 
@@ -909,6 +1200,8 @@ def _runtime_message(text: str) -> str:
     text = _engine_message(text)
     for pattern, replacement in _RUNTIME_REWRITES:
         text = pattern.sub(replacement, text)
+    if text.startswith(strings.RE2_PREFIX):
+        text = strings.go_regexp_error(text)
     if text.startswith("no such key:"):
         text += _NO_SUCH_KEY_HINT  # upstream's allocator adds such a hint too (kubernetes#136709)
     return text
@@ -952,6 +1245,16 @@ class DeviceInput:
         if not missing_attr and not missing_cap:
             self._padded[domains] = self.activation
             return self.activation
+        activation = _env().Activation(self.padded_variables(domains))
+        self._padded[domains] = activation
+        return activation
+
+    def padded_variables(self, domains: frozenset[str]) -> Mapping[str, Any]:
+        """The variables of :meth:`padded`, as Python values."""
+        missing_attr = domains - self.attribute_domains
+        missing_cap = domains - self.capacity_domains
+        if not missing_attr and not missing_cap:
+            return self.variables
         variables = dict(self.variables)
         variables["device.attributes"] = {
             **variables["device.attributes"],
@@ -961,9 +1264,7 @@ class DeviceInput:
             **variables["device.capacity"],
             **{domain: {} for domain in missing_cap},
         }
-        activation = _env().Activation(variables)
-        self._padded[domains] = activation
-        return activation
+        return variables
 
 
 def device_input(device: Device, driver_name: str) -> DeviceInput:
@@ -1032,26 +1333,27 @@ class Selector:
         """Evaluate against a prepared :class:`DeviceInput` (see :class:`MatchCache`)."""
         if self._program is None:
             return compile_selector(self.expression).evaluate(device, device_name)
-        activation = device.padded(self.domains)
         try:
-            if self._metered is None:
-                result = self._program.eval(activation)
-            else:
-                meter = cost.Meter(cost.current_limits())
-                with cost.metering(meter):
-                    result = self._metered.eval(activation)
-                if meter.exceeded:
-                    raise self._error(device_name, meter.reason)
-        except RuntimeError as exc:  # the engine's own failures (iteration budget, ...)
+            result, meter = _run(self, device)
+        except RuntimeError as exc:  # the engine's own failures
             raise self._error(device_name, _runtime_message(str(exc))) from exc
         except (MemoryError, RecursionError) as exc:
             raise self._error(device_name, f"evaluation failed: {type(exc).__name__}") from exc
-        value = result.value()
+        except CELCompileError as exc:  # a driven form (driver.cel.drive) that cannot load
+            raise self._error(device_name, str(exc)) from exc
+        if meter is not None and meter.exceeded:
+            raise self._error(device_name, meter.reason)
+        kind = result.type()
+        try:
+            value = result.value()
+        except TypeError:  # a value with no Python form (an optional)
+            raise self._error(
+                device_name, "must evaluate to bool, got a value of another type (an optional)"
+            ) from None
         if value is True or value is False:  # only a BOOL result converts to a Python bool
             return value
-        kind = result.type()
         if kind == cel.Type.ERROR:
-            raise self._error(device_name, _runtime_message(str(result.value())))
+            raise self._error(device_name, _runtime_message(str(value)))
         raise self._error(
             device_name, f"must evaluate to bool, got a value of type {kind.name().lower()}"
         )
@@ -1062,59 +1364,395 @@ class Selector:
         )
 
 
+def _run(selector: Selector, device: DeviceInput) -> tuple[Any, cost.Meter | None]:
+    """One evaluation (metered when the selector is); where cel-cpp's iteration budget stops
+    it, again with its comprehensions driven from Python (driver.cel.drive)."""
+    metered = selector._metered is not None
+    try:
+        if not metered:
+            return selector._program.eval(device.padded(selector.domains)), None
+        meter = cost.Meter(cost.current_limits())
+        with cost.metering(meter):
+            return selector._metered.eval(device.padded(selector.domains)), meter
+    except RuntimeError as exc:
+        if not _budget_exceeded(exc):
+            raise
+    driven = _driven(selector.expression, metered)
+    fresh = cost.Meter(cost.current_limits()) if metered else None
+    with cost.metering(fresh):
+        return _eval_driven(driven, device.padded_variables(selector.domains)), fresh
+
+
+def _budget_exceeded(exc: RuntimeError) -> bool:
+    return "Iteration budget exceeded" in str(exc)
+
+
 def shorten(expression: str, limit: int = 120) -> str:
     """An expression cut to *limit* characters for messages (10 KiB ones stay readable)."""
     return expression if len(expression) <= limit else expression[: limit - 3] + "..."
 
 
-@lru_cache(maxsize=COMPILE_CACHE_SIZE)
-def compile_selector(expression: str) -> Selector:
-    """Compile a selector once (LRU-cached per expression string); see the module docstring."""
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """An expression checked against upstream's compile-time rules, with its estimates."""
+
+    checked: Any  # the checked AST, library calls under their declared names
+    program: Any  # the runnable program (library calls renamed)
+    output: str  # the result type (checked.type_name)
+    cost: estimate.Span  # upstream's static estimate
+    work: estimate.Span  # the engine's own worst case (driver.cel.estimate)
+
+    @property
+    def needs_meter(self) -> bool:
+        return max(self.cost[1], self.work[1]) > COST_LIMIT
+
+
+def _compile(expression: str) -> _Compiled:
     size = len(expression.encode())
     if size > MAX_EXPRESSION_LENGTH:
         raise CELCompileError(
             f"CEL expression is too long: {size} bytes, the limit is {MAX_EXPRESSION_LENGTH}"
         )
-    env = _env()
-    try:
-        program = env.compile(expression)
-    except RuntimeError as exc:
-        raise CELCompileError(f"compilation failed: {_engine_message(str(exc))}") from exc
-    except RecursionError as exc:
-        raise CELCompileError("compilation failed: expression nested too deeply") from exc
-    output = program.return_type()
-    if output not in (cel.Type.BOOL, cel.Type.DYN):
-        raise CELCompileError(
-            f"compilation failed: must evaluate to bool or the unknown type, "
-            f"not {output.name().lower()}"
-        )
-    checked_expr = checked.parse_checked_expr(program.serialize())
+    source = syntax.two_variable_exists_one(expression)
+    program, checked_expr = _check(expression, source)
+    _fix_optional_types(checked_expr)
     problem = checked.validate(checked_expr, _regex_problem)
     if problem is not None:
         raise CELCompileError(f"compilation failed: {problem}")
-    estimate = checked.estimate_cost(checked_expr)
-    if checked.rename_calls(checked_expr, _runtime_name):
-        program = env.deserialize(checked.serialize_checked(checked_expr))
-    metered = None
-    if estimate > COST_LIMIT:
-        metered = env.deserialize(checked.serialize_checked(checked.instrument(checked_expr)))
-    return Selector(
-        expression=expression,
-        _program=program,
-        domains=checked.literal_domains(checked_expr.expr),
-        max_cost=estimate,
-        _metered=metered,
+    upstream = estimate.estimate(checked_expr)
+    work = estimate.estimate(checked_expr, work=True)
+    runnable = _runnable(checked_expr, rewritten=program is None)
+    if runnable is not None:
+        program = runnable
+    output = checked.type_name(checked_expr, checked_expr.expr)
+    return _Compiled(checked_expr, program, output, upstream, work)
+
+
+def _check(expression: str, source: str) -> tuple[Any, Any]:
+    """cel-cpp's program of *source* (None where it cannot run as compiled) and its checked
+    AST; an expression nested deeper than cel-cpp parses is checked hoisted
+    (driver.cel.deep) and its checked AST given back as written."""
+    env = _env()
+    try:
+        program = env.compile(source)
+    except RuntimeError as exc:
+        message = _engine_message(str(exc))
+        if _TOO_DEEP.search(message):
+            return None, _check_deep(source)
+        if source != expression:  # the message quotes the source cel-cpp read
+            message = message.replace("existsOne (", "exists_one(")
+        raise CELCompileError(f"compilation failed: {message}") from exc
+    except RecursionError as exc:
+        raise CELCompileError("compilation failed: expression nested too deeply") from exc
+    return program, checked.parse_checked_expr(program.serialize())
+
+
+# cel-cpp's two parse errors for nesting past its limit of 32.
+_TOO_DEEP: Final = re.compile(r"recursion (limit|depth) (exceeded|of \d+ when parsing)")
+DEEP_PIECES: Final = (24, 20, 16, 12, 8)  # the piece heights to try, largest first
+
+
+def _check_deep(source: str) -> Any:
+    """The checked AST of an expression nested past cel-cpp's limit but within upstream's
+    (250): checked with its deep parts hoisted into binds, then inlined back."""
+    try:
+        parsed = syntax.parse(source)
+    except syntax.CELSyntaxError as exc:
+        raise CELCompileError(f"compilation failed: {exc}") from exc
+    problem = parsed.upstream_problem
+    if problem is not None:
+        raise CELCompileError(f"compilation failed: {problem}")
+    env = _env()
+    for piece in DEEP_PIECES:
+        hoisted = deep.hoist_source(source, parsed, piece)
+        try:
+            program = env.compile(hoisted.text)
+        except RuntimeError as exc:
+            message = _engine_message(str(exc))
+            if _TOO_DEEP.search(message):
+                continue
+            raise CELCompileError(f"compilation failed: {deep.drop_locations(message)}") from exc
+        try:
+            checked_expr = checked.parse_checked_expr(
+                checked.flatten_deep_types(program.serialize())
+            )
+        except DecodeError as exc:  # cannot happen: the types were flattened
+            raise CELCompileError(f"compilation failed: {_TOO_DEEP_TO_LOAD}") from exc
+        deep.inline(checked_expr, hoisted.prefix)
+        return checked_expr
+    raise CELCompileError(
+        "compilation failed: expression nested too deeply for cel-cpp even with its deep parts"
+        " hoisted"
     )
 
 
-def _regex_problem(pattern: str) -> str | None:
+def _runnable(checked_expr: Any, *, rewritten: bool = False, strict: bool = False) -> Any | None:
+    """The program for a checked expression: named-format calls wrapped in optionals and
+    library calls renamed to their implementations; None when nothing needed changing and
+    the caller did not rewrite it itself (the engine's own program of it runs as is)."""
+    out = copy.deepcopy(checked_expr)
+    changed = _rewrite_library_equality(out)
+    changed = _rewrite_optionals(out) or changed
+    changed = checked.rename_calls(out, _runtime_name) or changed
+    if not changed and not rewritten:
+        return None
+    return _load(out, strict=strict)
+
+
+def _load(checked_expr: Any, *, strict: bool = False) -> Any:
+    """cel-expr-python's program of a checked AST (hoisted if too deep to load as it is;
+    *strict* for an instrumented one, see driver.cel.deep.shallow)."""
+    try:
+        shallow = deep.shallow(checked_expr, strict=strict)
+        return _env().deserialize(checked.serialize_checked(shallow))
+    except RuntimeError as exc:
+        raise CELCompileError(f"compilation failed: {_TOO_DEEP_TO_LOAD}") from exc
+
+
+_TOO_DEEP_TO_LOAD: Final = "expression nested too deeply for cel-expr-python to load"
+
+
+_OPTIONAL_RESULTS: Final = {"format-named", "format-validate"}
+
+
+def _fix_optional_types(checked_expr: Any) -> None:
+    """Give the named-format calls (declared dyn) upstream's optional types in the checked
+    AST, and ``value()`` / ``orValue()`` of them the type inside, for the cost estimate and
+    the result-type check."""
+    named = checked.optional_type(checked.message_type(FORMAT_TYPE_NAME))
+    errors = checked.optional_type(checked.list_type(checked.string_type()))
+    for node, _ in checked.post_order(checked_expr.expr):
+        if node.WhichOneof("expr_kind") != "call_expr":
+            continue
+        ids = checked.overloads(checked_expr, node)
+        call = node.call_expr
+        if "format-named" in ids:
+            checked_expr.type_map[node.id].CopyFrom(named)
+        elif "format-validate" in ids:
+            checked_expr.type_map[node.id].CopyFrom(errors)
+        elif call.function in ("value", "orValue") and call.HasField("target"):
+            held = checked_expr.type_map.get(call.target.id)
+            if (
+                held is not None
+                and held.WhichOneof("type_kind") == "abstract_type"
+                and held.abstract_type.name == "optional_type"
+            ):
+                inner = held.abstract_type.parameter_types[0]
+                checked_expr.type_map[node.id].CopyFrom(inner)
+
+
+def _rewrite_optionals(checked_expr: Any) -> bool:
+    """Wrap each named-format call: ``format.named(k)`` returns the format or null,
+    ``f.validate(s)`` the list of errors; upstream returns optionals, built here in CEL:
+    ``cel.bind(@r, call, @r == null ? optional.none() : optional.of(@r))`` (for validate:
+    ``size(@r) == 0``)."""
+    targets = [
+        node
+        for node, _ in checked.post_order(checked_expr.expr)
+        if node.WhichOneof("expr_kind") == "call_expr"
+        and _OPTIONAL_RESULTS & set(checked.overloads(checked_expr, node))
+    ]
+    new = checked.NodeFactory(checked_expr)
+    for node in targets:
+        validate = "format-validate" in checked.overloads(checked_expr, node)
+        inner = copy.deepcopy(node)
+        name = f"@r{new.fresh()}"
+        if validate:
+            empty = new.call("_==_", [new.call("size", [new.ident(name)]), new.int_node(0)])
+        else:
+            empty = new.call("_==_", [new.ident(name), new.null()])
+        body = new.call(
+            "_?_:_",
+            [empty, new.call("optional.none", []), new.call("optional.of", [new.ident(name)])],
+        )
+        node.CopyFrom(new.bind(name, inner, body))
+    return bool(targets)
+
+
+# Kubernetes' own types, whose Equal upstream fails with "no such overload" on any other type.
+_LIBRARY_TYPES: Final = (
+    SEMVER_TYPE_NAME, QUANTITY_TYPE_NAME, IP_TYPE_NAME, CIDR_TYPE_NAME, URL_TYPE_NAME,
+    FORMAT_TYPE_NAME,
+)  # fmt: skip
+NO_SUCH_OVERLOAD_FUNCTION: Final = "@biaxial.no_such_overload"
+_MAY_HOLD_LIBRARY_VALUE: Final = frozenset({"dyn", "type_param", ""})
+
+
+def _rewrite_library_equality(checked_expr: Any) -> bool:
+    """``L == R`` / ``L != R`` as cel-go evaluates them when L may be one of Kubernetes' types
+    at run time (statically dyn, or such a type against a dyn R): ``L.Equal(R)`` is an error
+    ("no such overload") unless R is of L's type or null, where cel-cpp's heterogeneous
+    equality says false. Written in CEL, so that the usual case stays native::
+
+        cel.bind(@l, L, cel.bind(@r, R,
+            type(@l) in [<the types>] && type(@r) != type(@l) && type(@r) != null_type
+                ? @biaxial.no_such_overload(@l, @r) : @l == @r))
+
+    (lazy binds: L, then R, each evaluated once, as before; R's own error comes first, as
+    upstream's). Only the comparison itself: a list's or map's equality and ``in`` ignore an
+    element's error upstream, as cel-cpp does."""
+    types = checked_expr.type_map
+    targets = []
+    for node, _ in checked.post_order(checked_expr.expr):
+        call = node.call_expr
+        if (
+            node.WhichOneof("expr_kind") != "call_expr"
+            or call.function not in ("_==_", "_!=_")
+            or call.HasField("target")
+            or len(call.args) != 2
+        ):
+            continue
+        left, right = (estimate.type_info(types.get(a.id)) for a in call.args)
+        left_library = left.kind == "struct" and left.name in _LIBRARY_TYPES
+        if not (left_library or left.kind in _MAY_HOLD_LIBRARY_VALUE):
+            continue
+        if right.kind == "null" or call.args[1].const_expr.HasField("null_value"):
+            continue
+        if left_library and right.kind == "struct" and right.name == left.name:
+            continue
+        targets.append(node)
+    new = checked.NodeFactory(checked_expr)
+    for node in targets:
+        call = node.call_expr
+        l_name, r_name = f"@l{new.fresh()}", f"@r{new.fresh()}"
+        left, right = copy.deepcopy(call.args[0]), copy.deepcopy(call.args[1])
+        library = new.list_node([_type_ident(checked_expr, new, n) for n in _LIBRARY_TYPES])
+        type_l = new.call("type", [new.ident(l_name)])
+        condition = new.call("@in", [type_l, library])
+        constant = right.WhichOneof("expr_kind") == "const_expr"
+        if constant:  # a literal (not null): never of L's type, never an error
+            r_value = right
+        else:
+            r_value = new.ident(r_name)
+            type_r = new.call("type", [new.ident(r_name)])
+            null_type = _type_ident(checked_expr, new, "null_type")
+            condition = new.call(
+                "_&&_",
+                [
+                    new.call(
+                        "_&&_", [condition, new.call("_!=_", [type_r, copy.deepcopy(type_l)])]
+                    ),
+                    new.call("_!=_", [copy.deepcopy(type_r), null_type]),
+                ],
+            )
+        compare = new.call(call.function, [new.ident(l_name), copy.deepcopy(r_value)])
+        error = new.call(NO_SUCH_OVERLOAD_FUNCTION, [new.ident(l_name), copy.deepcopy(r_value)])
+        body = new.call("_?_:_", [condition, error, compare])
+        if not constant:
+            body = new.bind(r_name, right, body)
+        node.CopyFrom(new.bind(l_name, left, body))
+    return bool(targets)
+
+
+def _type_ident(checked_expr: Any, new: checked.NodeFactory, name: str) -> Any:
+    """A type named as a value (``kubernetes.Semver``, ``null_type``), resolved by reference."""
+    node = new.ident(name)
+    checked_expr.reference_map[node.id].name = name
+    return node
+
+
+def _no_such_overload(*_: Any) -> Any:
+    raise library.CELFunctionError("no such overload")
+
+
+def _self_charging(overload_ids: list[str]) -> bool:
+    """Whether a call's implementation (biaxial's, in Python) charges its own cost."""
+    return all(i in _OVERLOADS for i in overload_ids)
+
+
+def _instrumented(compiled: _Compiled) -> Any:
+    """The program that counts its actual cost (driver.cel.instrument)."""
+    return _runnable(
+        instrument.instrument(compiled.checked, _self_charging), rewritten=True, strict=True
+    )
+
+
+@lru_cache(maxsize=COMPILE_CACHE_SIZE)
+def compile_selector(expression: str) -> Selector:
+    """Compile a selector once (LRU-cached per expression string); see the module docstring."""
+    compiled = _compile(expression)
+    if compiled.output not in ("bool", "dyn"):
+        raise CELCompileError(
+            f"compilation failed: must evaluate to bool or the unknown type, not {compiled.output}"
+        )
+    return Selector(
+        expression=expression,
+        _program=compiled.program,
+        domains=checked.literal_domains(compiled.checked.expr),
+        max_cost=compiled.cost[1],
+        _metered=_instrumented(compiled) if compiled.needs_meter else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What :func:`measure` found: upstream's estimate, and the actual cost and result of one
+    evaluation (the value, or the error message)."""
+
+    estimate: estimate.Span
+    actual: int
+    value: Any = None
+    error: str = ""
+
+
+def measure(
+    expression: str,
+    device: Device | None = None,
+    driver_name: str = "",
+    *,
+    sizes: estimate.SizeEstimator = estimate.dra_sizes,
+    limit: int = COST_LIMIT,
+) -> Measurement:
+    """Compile *expression* (any result type) in the DRA environment and evaluate it once
+    with its actual cost counted (cancelled past *limit*): for conformance tests against
+    upstream's cost tables and for ``bench``. *sizes* replaces DRA's size estimator
+    (upstream's library cost tests use their own). Raises CELCompileError."""
+    compiled = _compile(expression)
+    selector = Selector(
+        expression=expression,
+        _program=compiled.program,
+        domains=checked.literal_domains(compiled.checked.expr),
+        max_cost=compiled.cost[1],
+        _metered=_instrumented(compiled),
+    )
+    span = estimate.estimate(compiled.checked, sizes)
+    try:
+        prepared = device_input(device or Device(name="-"), driver_name)
+    except CELEvaluationError as exc:
+        return Measurement(span, 0, error=str(exc))
+    with cost.limits(cost=limit):
+        try:
+            result, meter = _run(selector, prepared)
+        except RuntimeError as exc:
+            return Measurement(span, 0, error=_runtime_message(str(exc)))
+    assert meter is not None
+    if meter.exceeded:
+        return Measurement(span, meter.cost, error=meter.reason)
+    try:
+        value = result.plain_value()
+    except TypeError:  # a value with no Python form (an optional)
+        return Measurement(span, meter.cost, value=None)
+    if result.type() == cel.Type.ERROR:
+        return Measurement(span, meter.cost, error=_runtime_message(str(value)))
+    return Measurement(span, meter.cost, value=value)
+
+
+def _regex_problem(function: str, pattern: str) -> str | None:
     """Why a constant pattern is not a valid RE2 expression (cel-cpp's RE2 decides, as Go's
-    regexp does upstream), or not one ``find`` can run."""
+    regexp does upstream), or not one ``find`` can run; worded as Kubernetes reports it
+    (cel-go's regex-literal validator for ``matches``, program instantiation for the regex
+    library's ``find`` / ``findAll``)."""
     probe = _env().compile(f"''.matches({strings.quote_plain(pattern)})").eval()
     if probe.type() == cel.Type.ERROR:
-        return _engine_message(str(probe.value()))
-    python = strings.check_regex(pattern)
-    return None if python is None else f"invalid regular expression {pattern!r}: {python}"
+        reason = strings.go_regexp_error(_engine_message(str(probe.value())))
+    else:
+        python = strings.check_regex(pattern)
+        if python is None:
+            return None
+        reason = f"regular expression {pattern!r} is not supported here: {python}"
+    if function == "matches":
+        return f"invalid matches argument: {reason}"
+    return f"program instantiation failed: {reason}"
 
 
 # --------------------------------------------------------------------------- match cache

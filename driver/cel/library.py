@@ -9,11 +9,12 @@ where the engines themselves differ.
   members ``sign``, ``isInteger``, ``asInteger``, ``asApproximateFloat``, ``add`` / ``sub``
   (quantity or int), ``compareTo``, ``isGreaterThan``, ``isLessThan``. Values are
   :class:`driver.api.quantity.Quantity` (exact).
-* semver (k8s.io/apiserver/pkg/cel/library/semverlib.go, blang/semver): ``semver(s)`` parses
-  strict semver 2.0.0; ``semver(s, true)`` normalises first (drops a leading ``v``, fills in a
-  missing minor/patch with 0, strips leading zeros); ``isSemver(s[, normalize])``; members
-  ``major``, ``minor``, ``patch``, ``compareTo``, ``isGreaterThan``, ``isLessThan``. Comparison
-  follows semver precedence (build metadata ignored).
+* semver (k8s.io/apiserver/pkg/cel/library/semverlib.go, blang/semver v4): ``semver(s)``
+  parses as blang's ``Parse`` (its messages too); ``semver(s, true)`` normalises first as
+  Kubernetes does (drops one leading ``v``, strips leading zeros, fills in a missing minor /
+  patch with 0); ``isSemver(s[, normalize])``; members ``major``, ``minor``, ``patch``,
+  ``compareTo``, ``isGreaterThan``, ``isLessThan``. Comparison follows semver precedence
+  (build metadata ignored).
 
 Every function raises :class:`CELFunctionError` with upstream's wording when its input is
 invalid; the engine turns that into a CEL runtime error. Pure module, immutable values.
@@ -38,17 +39,6 @@ class CELFunctionError(ValueError):
 
 
 # --------------------------------------------------------------------------- semver
-
-_NUM = r"0|[1-9][0-9]*"
-_PRE_ID = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
-_SEMVER: Final = re.compile(
-    rf"(?P<major>{_NUM})\.(?P<minor>{_NUM})\.(?P<patch>{_NUM})"
-    rf"(?:-(?P<pre>{_PRE_ID}(?:\.{_PRE_ID})*))?"
-    r"(?:\+(?P<build>[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?"
-)
-_LOOSE_CORE: Final = re.compile(
-    r"(?P<core>[0-9]+(?:\.[0-9]+){0,2})(?P<rest>(?:[-+].*)?)", re.DOTALL
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,35 +89,125 @@ class Semver:
         return -1 if len(self.pre) < len(other.pre) else 1
 
 
+_NUMBERS: Final = frozenset("0123456789")
+_ALPHANUMERIC: Final = frozenset("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-")
+_UINT64_MAX: Final = 2**64 - 1
+
+
 def _normalize_semver(text: str) -> str:
-    """blang/semver ParseTolerant-like normalisation used by ``semver(s, true)``."""
-    text = text.strip()
-    if text[:1] in ("v", "V"):
-        text = text[1:]
-    match = _LOOSE_CORE.fullmatch(text)
-    if match is None:
-        return text
-    parts = [str(int(p)) for p in match["core"].split(".")]
-    if len(parts) < 3 and match["rest"]:
-        return text  # a short version cannot carry pre-release or build metadata
-    parts += ["0"] * (3 - len(parts))
-    return ".".join(parts) + match["rest"]
+    """Kubernetes' normalizeAndParse (``semver(s, true)``): drop one leading ``v``, strip
+    leading zeros from the three parts, fill in a missing minor / patch with 0."""
+    text = text.removeprefix("v")
+    parts = text.split(".", 2)
+    for i, part in enumerate(parts):
+        if len(part) > 1:
+            stripped = part.lstrip("0")
+            if not stripped or stripped[0] not in _NUMBERS:
+                stripped = "0" + stripped
+            parts[i] = stripped
+    if len(parts) < 3:
+        if any(c in "+-" for c in parts[-1]):
+            raise CELFunctionError("short version cannot contain PreRelease/Build meta data")
+        parts += ["0"] * (3 - len(parts))
+    return ".".join(parts)
+
+
+def _uint(text: str) -> int:
+    """Go's strconv.ParseUint(text, 10, 64), its errors included."""
+    if not text or any(c not in _NUMBERS for c in text):
+        raise CELFunctionError(f'strconv.ParseUint: parsing "{text}": invalid syntax')
+    value = int(text)
+    if value > _UINT64_MAX:
+        raise CELFunctionError(f'strconv.ParseUint: parsing "{text}": value out of range')
+    return value
+
+
+def _number(text: str, what: str) -> int:
+    if any(c not in _NUMBERS for c in text):
+        raise CELFunctionError(f"Invalid character(s) found in {what} number {go_quote(text)}")
+    if len(text) > 1 and text[0] == "0":
+        raise CELFunctionError(
+            f"{what.capitalize()} number must not contain leading zeroes {go_quote(text)}"
+        )
+    return _uint(text)
+
+
+def go_quote(text: str) -> str:
+    """Go's strconv.Quote (%q): double quotes, backslash escapes for quotes, backslashes and
+    what is not printable."""
+    out = ['"']
+    for ch in text:
+        if ch in GO_ESCAPES:
+            out.append(GO_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        elif ord(ch) < 0x80:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+GO_ESCAPES: Final = {  # Go's strconv.Quote and cel-go's strings.quote alike
+    '"': '\\"',
+    "\\": "\\\\",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
 
 
 @lru_cache(maxsize=4096)
 def parse_semver(text: str, normalize: bool = False) -> Semver:
-    """Parse a semver 2.0.0 string; raises CELFunctionError with upstream's wording."""
+    """blang/semver v4's Parse (after Kubernetes' normalisation with *normalize*); raises
+    CELFunctionError with its messages."""
     candidate = _normalize_semver(text) if normalize else text
-    match = _SEMVER.fullmatch(candidate)
-    if match is None:
-        raise CELFunctionError(f"could not parse {text!r} as semver")
-    pre: tuple[int | str, ...] = ()
-    if match["pre"]:
-        pre = tuple(int(p) if p.isdigit() else p for p in match["pre"].split("."))
-    major, minor, patch = int(match["major"]), int(match["minor"]), int(match["patch"])
-    if max(major, minor, patch) > 2**64 - 1:
-        raise CELFunctionError(f"could not parse {text!r} as semver: number out of range")
-    return Semver(major, minor, patch, pre, match["build"] or "")
+    if not candidate:
+        raise CELFunctionError("Version string empty")
+    parts = candidate.split(".", 2)
+    if len(parts) != 3:
+        raise CELFunctionError("No Major.Minor.Patch elements found")
+    major = _number(parts[0], "major")
+    minor = _number(parts[1], "minor")
+    patch_text = parts[2]
+    build: list[str] = []
+    pre_parts: list[str] = []
+    if "+" in patch_text:
+        patch_text, _, build_text = patch_text.partition("+")
+        build = build_text.split(".")
+    if "-" in patch_text:
+        patch_text, _, pre_text = patch_text.partition("-")
+        pre_parts = pre_text.split(".")
+    patch = _number(patch_text, "patch")
+    pre: list[int | str] = []
+    for part in pre_parts:
+        if not part:
+            raise CELFunctionError("Prerelease is empty")
+        if all(c in _NUMBERS for c in part):
+            if len(part) > 1 and part[0] == "0":
+                raise CELFunctionError(
+                    f"Numeric PreRelease version must not contain leading zeroes {go_quote(part)}"
+                )
+            pre.append(_uint(part))
+        elif all(c in _ALPHANUMERIC for c in part):
+            pre.append(part)
+        else:
+            raise CELFunctionError(f"Invalid character(s) found in prerelease {go_quote(part)}")
+    for part in build:
+        if not part:
+            raise CELFunctionError("Build meta data is empty")
+        if any(c not in _ALPHANUMERIC for c in part):
+            raise CELFunctionError(
+                f"Invalid character(s) found in build meta data {go_quote(part)}"
+            )
+    return Semver(major, minor, patch, tuple(pre), ".".join(build))
 
 
 def is_semver(text: str, normalize: bool = False) -> bool:
@@ -139,13 +219,17 @@ def is_semver(text: str, normalize: bool = False) -> bool:
 
 
 def semver_int(value: int) -> int:
-    """A semver component as a CEL int; errors beyond int64 like upstream."""
-    if value > _INT64_MAX:
-        raise CELFunctionError("semver component out of the int64 range")
-    return value
+    """A semver component (uint64) as a CEL int, as Go converts it: wrapping past int64."""
+    return value - 2**64 if value > _INT64_MAX else value
 
 
 # --------------------------------------------------------------------------- quantity
+
+
+# resource.ParseQuantity's first check; text that passes it but is not a quantity fails on its
+# suffix or its number, with upstream's messages.
+_QUANTITY_SHAPE: Final = re.compile(r"([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)")
+_SUFFIXES: Final = re.compile(r"|[numkMGTPE]|[KMGTPE]i|[eE][-+]?[0-9]+")
 
 
 @lru_cache(maxsize=4096)
@@ -154,6 +238,11 @@ def parse_quantity(text: str) -> Quantity:
     try:
         return Quantity.parse(text)
     except QuantityError as exc:
+        shape = _QUANTITY_SHAPE.fullmatch(text)
+        if shape is not None and not _SUFFIXES.fullmatch(shape[2]):
+            raise CELFunctionError(
+                f"invalid quantity {text!r}: unable to parse quantity's suffix"
+            ) from exc
         raise CELFunctionError(str(exc)) from exc
 
 
@@ -178,6 +267,20 @@ def quantity_add_int(value: Quantity, amount: int) -> Quantity:
 
 def quantity_sub_int(value: Quantity, amount: int) -> Quantity:
     return value - Quantity.from_int(amount)
+
+
+def traversal_cost(value: object) -> int:
+    """Kubernetes' traversalCost: a tenth of each string's or bytes' length in bytes (rounded
+    down), summed over lists and maps, 1 for anything else."""
+    if isinstance(value, str):
+        return int(len(value.encode()) * 0.1)
+    if isinstance(value, bytes | bytearray):
+        return int(len(value) * 0.1)
+    if isinstance(value, list):
+        return sum(traversal_cost(v) for v in value)
+    if isinstance(value, dict):
+        return sum(traversal_cost(k) + traversal_cost(v) for k, v in value.items())
+    return 1
 
 
 def check_int64(value: int) -> int:

@@ -15,38 +15,55 @@ evaluation's meter, if any. Pure module.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import math
 import re
 from collections.abc import Callable
 from typing import Any, Final
 
 from driver.cel import cost
-from driver.cel.library import CELFunctionError
+from driver.cel.library import GO_ESCAPES, CELFunctionError, go_quote, traversal_cost
 
 # --------------------------------------------------------------------------- strings extension
 
 
 def char_at(text: str, index: int) -> str:
-    cost.charge_traversal(len(text))
+    cost.charge(1)  # upstream has no size-dependent cost for charAt
     if index < 0 or index > len(text):
         raise CELFunctionError(f"index out of range: {index}")
     return text[index : index + 1]
 
 
 def index_of(text: str, sub: str, offset: int = 0) -> int:
-    cost.charge(1 + math.ceil(0.1 * len(text)))
-    if offset < 0 or offset > len(text):
+    """cel-go's ``indexOfOffset``: an empty ``sub`` answers ``offset`` unchecked, an offset past
+    the end answers -1, a negative one is an error."""
+    cost.charge(traversal_cost(text))
+    if sub == "":
+        return offset
+    if offset < 0:
         raise CELFunctionError(f"index out of range: {offset}")
+    if offset >= len(text):
+        return -1
     return text.find(sub, offset)
 
 
 def last_index_of(text: str, sub: str, offset: int | None = None) -> int:
-    cost.charge(1 + math.ceil(0.1 * len(text)))
+    """cel-go's ``lastIndexOf`` / ``lastIndexOfOffset``, their edge cases included (the
+    one-argument form compares lengths in UTF-8 bytes before searching)."""
+    cost.charge(traversal_cost(text))
     if offset is None:
-        return text.rfind(sub)
-    if offset < 0 or (offset >= max(len(text), 1) and not (offset == 0 and not text)):
+        if sub == "":
+            return len(text)
+        if len(text.encode("utf-8", "surrogatepass")) < len(sub.encode("utf-8", "surrogatepass")):
+            return -1
+        offset = len(text) - 1
+    if sub == "":
+        return offset
+    if offset < 0:
         raise CELFunctionError(f"index out of range: {offset}")
-    return text.rfind(sub, 0, offset + len(sub))
+    if offset >= len(text):
+        return -1
+    return text.rfind(sub, 0, min(offset, len(text) - len(sub)) + len(sub))
 
 
 def lower_ascii(text: str) -> str:
@@ -93,14 +110,15 @@ def split(text: str, sep: str, count: int = -1) -> list[str]:
 
 
 def substring(text: str, start: int, end: int | None = None) -> str:
+    """cel-go's ``substr`` / ``substrRange``, checks in upstream's order."""
     cost.charge_traversal(len(text))
+    if end is not None and start > end:
+        raise CELFunctionError(f"invalid substring range. start: {start}, end: {end}")
     stop = len(text) if end is None else end
     if start < 0 or start > len(text):
         raise CELFunctionError(f"index out of range: {start}")
     if stop < 0 or stop > len(text):
         raise CELFunctionError(f"index out of range: {stop}")
-    if start > stop:
-        raise CELFunctionError(f"invalid substring range. start: {start}, end: {stop}")
     return text[start:stop]
 
 
@@ -127,109 +145,173 @@ def quote(text: str) -> str:
     return quote_plain(text)
 
 
-_QUOTE_ESCAPES: Final = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-    "\\": "\\\\",
-    '"': '\\"',
-}
+def quote_plain(text: str) -> str:
+    """cel-go's strings.quote: double quotes, escapes for the C escapes, backslash and quote
+    only (other characters as they are)."""
+    return '"' + "".join(GO_ESCAPES.get(ch, ch) for ch in text) + '"'
 
 
 # --------------------------------------------------------------------------- format
+#
+# cel-go's string formatter of strings-extension versions 1 to 3 (ext/formatting.go), with
+# the en_US locale Kubernetes leaves it: %s %d %f %e %b %o %x %X and %%, a precision as in
+# %.3f. Numbers in %f and %e go through golang.org/x/text's printer: thousands grouped with
+# commas, infinity as ∞, and %e as a mantissa times ten to a superscript power (always six
+# digits: the formatter passes the precision as a width).
+
+FORMAT_PRECISION: Final = 6
+_SUPERSCRIPT: Final = str.maketrans("0123456789-+", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺")
+_NARROW_SPACE: Final = "\u202f"
 
 
-_CLAUSE: Final = re.compile(r"%(?:\.(\d+))?([a-zA-Z%])")
+class FormatError(CELFunctionError):
+    """A string.format failure; the engine reports its message as upstream's."""
+
+
+Clause = Callable[[str, "int | None", int], str]
+
+
+def parse_format(template: str, clause: Clause, count: int, *, checking: bool = False) -> str:
+    """cel-go's parseFormatString: walk *template*, calling ``clause(verb, precision,
+    index)`` for each clause (the index of the argument it takes); *count* arguments. At run
+    time a missing argument is found before a dangling %; the compile-time check (*checking*)
+    finds them the other way round, as upstream's."""
+    out: list[str] = []
+    i = 0
+    index = 0
+    while i < len(template):
+        if template[i] != "%":
+            out.append(template[i])
+            i += 1
+            continue
+        if template[i + 1 : i + 2] == "%":
+            out.append("%")
+            i += 2
+            continue
+        if not checking and index >= count:
+            raise FormatError(f"index {index} out of range")
+        if i + 1 >= len(template):
+            raise FormatError("unexpected end of string")
+        if index >= count:
+            raise FormatError(f"index {index} out of range")
+        j = i + 1
+        precision: int | None = None
+        if template[j] == ".":
+            k = j + 1
+            while k < len(template) and template[k] in "0123456789":
+                k += 1
+            if k >= len(template):
+                raise FormatError(
+                    "could not parse formatting clause: error while parsing precision: "
+                    "could not find end of precision specifier"
+                )
+            digits = template[j + 1 : k]
+            if not digits:
+                raise FormatError(
+                    "could not parse formatting clause: error while parsing precision: "
+                    'error while converting precision to integer: strconv.Atoi: parsing "": '
+                    "invalid syntax"
+                )
+            precision = int(digits)
+            j = k
+        verb = template[j]
+        if verb not in "sdfebxXo":
+            raise FormatError(
+                f'could not parse formatting clause: unrecognized formatting clause "{verb}"'
+            )
+        out.append(clause(verb, precision, index))
+        index += 1
+        i = j + 1
+    return "".join(out)
 
 
 def format_string(template: str, args: list[Any]) -> str:
-    """``"...".format([args])``: %s %d %f %e %b %o %x %X and %%; precision as ``%.3f``."""
+    """``"...".format([args])`` at run time."""
     cost.charge_traversal(len(template))
-    out: list[str] = []
-    pos = 0
-    used = 0
-    for match in _CLAUSE.finditer(template):
-        out.append(template[pos : match.start()])
-        pos = match.end()
-        precision, verb = match.group(1), match.group(2)
-        if verb == "%":
-            out.append("%")
-            continue
-        if used >= len(args):
-            raise CELFunctionError(
-                f"index {used} out of range"
-                if args
-                else f'could not format "{template}": not enough arguments'
-            )
-        value = args[used]
-        used += 1
-        out.append(_format_clause(verb, precision, value))
-    out.append(template[pos:])
-    if used < len(args):
-        raise CELFunctionError(f"too many arguments supplied to string.format (expected {used})")
-    result = "".join(out)
-    cost.charge_traversal(len(result))
-    return result
+
+    def clause(verb: str, precision: int | None, index: int) -> str:
+        try:
+            return _format_clause(verb, precision, args[index])
+        except _ClauseError as exc:
+            raise FormatError(f"error during formatting: {exc}") from exc
+
+    return parse_format(template, clause, len(args))
 
 
-def _format_clause(verb: str, precision: str | None, value: Any) -> str:
+class _ClauseError(ValueError):
+    pass
+
+
+def _format_clause(verb: str, precision: int | None, value: Any) -> str:
     if verb == "s":
-        return to_cel_string(value)
+        return format_value(value)
     if verb == "d":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise CELFunctionError(
-                "error during formatting: decimal clause can only be used on integers, "
-                f"was given {_kind(value)}"
-            )
-        if isinstance(value, float):
-            if math.isnan(value):
-                return "NaN"
-            if math.isinf(value):
-                return "Infinity" if value > 0 else "-Infinity"
-            raise CELFunctionError(
-                "error during formatting: decimal clause can only be used on integers, "
-                "was given double"
-            )
-        return str(value)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        raise _ClauseError(
+            f"decimal clause can only be used on integers, was given {type_name(value)}"
+        )
     if verb in "fe":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            kind = "fixed-point" if verb == "f" else "scientific"
-            raise CELFunctionError(
-                f"error during formatting: {kind} clause can only be used on doubles, "
-                f"was given {_kind(value)}"
-            )
-        number = float(value)
-        if math.isnan(number):
-            return "NaN"
-        if math.isinf(number):
-            return "Infinity" if number > 0 else "-Infinity"
-        digits = 6 if precision is None else int(precision)
-        return f"{number:.{digits}{verb}}"
-    if verb in "boxX":
+        number = _float_for(verb, value)
+        if verb == "f":
+            return _en_us_fixed(number, FORMAT_PRECISION if precision is None else precision)
+        return _en_us_scientific(number)
+    if verb == "b":
         if isinstance(value, bool):
-            value = int(value)
-        if isinstance(value, str | bytes | bytearray) and verb in "xX":
-            raw = value.encode() if isinstance(value, str) else bytes(value)
-            text = raw.hex()
+            return "1" if value else "0"
+        if isinstance(value, int):
+            return format(value, "b")
+        raise _ClauseError(
+            f"only integers and bools can be formatted as binary, was given {type_name(value)}"
+        )
+    if verb in "xX":
+        if isinstance(value, str | bytes | bytearray):
+            text = (value.encode() if isinstance(value, str) else bytes(value)).hex()
             return text.upper() if verb == "X" else text
-        if not isinstance(value, int):
-            raise CELFunctionError(
-                "error during formatting: only integers and bools can be formatted as "
-                f"{verb}, was given {_kind(value)}"
-            )
-        sign = "-" if value < 0 else ""
-        body = format(abs(value), {"b": "b", "o": "o", "x": "x", "X": "X"}[verb])
-        return sign + body
-    raise CELFunctionError(
-        f'could not parse formatting clause: unrecognized formatting clause "{verb}"'
-    )
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = format(value, "x")
+            return text.upper() if verb == "X" else text
+        raise _ClauseError(
+            "only integers, byte buffers, and strings can be formatted as hex, was given "
+            + type_name(value)
+        )
+    if isinstance(value, int) and not isinstance(value, bool):  # "o"
+        return format(value, "o")
+    raise _ClauseError(f"octal clause can only be used on integers, was given {type_name(value)}")
 
 
-def _kind(value: Any) -> str:
+def _float_for(verb: str, value: Any) -> float:
+    if isinstance(value, str) and value in ("NaN", "Infinity", "-Infinity"):
+        return float(value.replace("Infinity", "inf"))
+    if isinstance(value, float):
+        return value
+    kind = "fixed-point" if verb == "f" else "scientific"
+    raise _ClauseError(f"{kind} clause can only be used on doubles, was given {type_name(value)}")
+
+
+def _en_us_fixed(number: float, precision: int) -> str:
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "∞" if number > 0 else "-∞"
+    return f"{number:,.{precision}f}"
+
+
+def _en_us_scientific(number: float) -> str:
+    if math.isnan(number):
+        return "NaN"
+    if math.isinf(number):
+        return "∞" if number > 0 else "-∞"
+    mantissa, _, exponent = f"{number:.{FORMAT_PRECISION}e}".partition("e")
+    power = int(exponent)
+    digits = f"{'-' if power < 0 else ''}{abs(power):02d}".translate(_SUPERSCRIPT)
+    return f"{mantissa}{_NARROW_SPACE}\u00d7{_NARROW_SPACE}10{digits}"
+
+
+def type_name(value: Any) -> str:
+    """cel-go's type name of a value, as the formatter's errors name it."""
+    if value is None:
+        return "null_type"
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int):
@@ -244,58 +326,147 @@ def _kind(value: Any) -> str:
         return "list"
     if isinstance(value, dict):
         return "map"
-    return type(value).__name__
+    if isinstance(value, dt.timedelta):
+        return "google.protobuf.Duration"
+    if isinstance(value, dt.datetime):
+        return "google.protobuf.Timestamp"
+    descriptor = getattr(value, "DESCRIPTOR", None)
+    return str(descriptor.full_name) if descriptor is not None else type(value).__name__
 
 
-def to_cel_string(value: Any) -> str:
-    """``%s``: the value as CEL's ``string()`` would show it (lists and maps spelled out)."""
+def format_value(value: Any) -> str:
+    """%s: cel-go's FormatString (the value's string conversion; lists and maps spelled out
+    as CEL literals)."""
     if value is None:
         return "null"
+    if isinstance(value, list):
+        return "[" + ", ".join(_member(v) for v in value) + "]"
+    if isinstance(value, dict):
+        pairs = sorted((_key(k), _member(v)) for k, v in value.items())
+        return "{" + ", ".join(f"{k}:{v}" for k, v in pairs) + "}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | str):
         return str(value)
     if isinstance(value, float):
-        return _double_text(value)
+        return go_general(value)
     if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, list):
-        return "[" + ", ".join(_quoted(v) for v in value) + "]"
-    if isinstance(value, dict):
-        items = sorted(((_quoted(k), _quoted(v)) for k, v in value.items()))
-        return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError as exc:
+            raise _ClauseError("invalid UTF-8 in bytes, cannot convert to string") from exc
     if isinstance(value, dt.timedelta):
-        seconds = value.total_seconds()
-        return f"{seconds:g}s"
+        return _duration_text(value)
     if isinstance(value, dt.datetime):
-        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
-    raise CELFunctionError(f"error during formatting: no formatting for {_kind(value)}")
+        return _timestamp_text(value)
+    if type(value).__name__ == "Type" and callable(getattr(value, "name", None)):
+        return str(value.name()).lower()  # a type value: its name, as upstream's %s
+    raise _ClauseError(
+        "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists,"
+        f" types, durations, and timestamps, was given {type_name(value)}"
+    )
 
 
-def _quoted(value: Any) -> str:
-    return quote_plain(value) if isinstance(value, str) else to_cel_string(value)
+def _member(value: Any) -> str:
+    """A list element or map value, as clauseForType and quoteForCEL write it."""
+    if isinstance(value, float):
+        text = "NaN" if math.isnan(value) else f"{value:.{FORMAT_PRECISION}f}"
+        if math.isinf(value):
+            text = "+Inf" if value > 0 else "-Inf"
+        return go_quote(text) if math.isnan(value) or math.isinf(value) else text
+    if isinstance(value, str):
+        return go_quote(value)
+    if isinstance(value, bytes | bytearray):
+        return "b" + go_quote(format_value(value))
+    if isinstance(value, dt.timedelta):
+        return f"duration({go_quote(_duration_text(value))})"
+    if isinstance(value, dt.datetime):
+        return f"timestamp({go_quote(_timestamp_text(value))})"
+    return format_value(value)
 
 
-def quote_plain(text: str) -> str:
-    return '"' + "".join(_QUOTE_ESCAPES.get(ch, ch) for ch in text) + '"'
+def _key(value: Any) -> str:
+    if isinstance(value, str):
+        return go_quote(value)
+    if isinstance(value, bool | int):
+        return format_value(value)
+    raise _ClauseError(f"no formatting function for map key of type {type_name(value)}")
 
 
-def _double_text(value: float) -> str:
+def go_general(value: float) -> str:
+    """Go's strconv.FormatFloat(value, 'g', -1, 64), CEL's double-to-string conversion: the
+    shortest digits, in exponent form below 1e-4 and from 1e6 on."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    return repr(value).removesuffix(".0")
+        return "+Inf" if value > 0 else "-Inf"
+    sign, digits, exponent = decimal.Decimal(repr(value)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0") or "0"
+    point = len(digits) + int(exponent)  # digits before the decimal point
+    power = point - 1
+    prefix = "-" if sign else ""
+    if text == "0":
+        return prefix + "0"
+    if power < -4 or power >= 6:  # Go: %e where the exponent is < -4 or >= 6 (shortest)
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        return f"{prefix}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
+    if point <= 0:
+        return f"{prefix}0.{'0' * -point}{text}"
+    if point >= len(text):
+        return prefix + text + "0" * (point - len(text))
+    return f"{prefix}{text[:point]}.{text[point:]}"
+
+
+def _duration_text(value: dt.timedelta) -> str:
+    """CEL's duration to string: seconds, Go's shortest 'f' form, and an s."""
+    seconds = decimal.Decimal(value.days * 86400 + value.seconds) + decimal.Decimal(
+        value.microseconds
+    ) / decimal.Decimal(1_000_000)
+    text = format(seconds.normalize(), "f")
+    return f"{text}s"
+
+
+def _timestamp_text(value: dt.datetime) -> str:
+    """CEL's timestamp to string: RFC 3339 in UTC, fractional seconds without trailing zeros."""
+    utc = value.astimezone(dt.UTC) if value.tzinfo else value
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if utc.microsecond:
+        text += f".{utc.microsecond:06d}".rstrip("0")
+    return text + "Z"
 
 
 # --------------------------------------------------------------------------- regex (Kubernetes)
+
+
+# RE2's error codes (re2/regexp.cc) in the words of Go's regexp/syntax, which was ported from it.
+_GO_REGEXP_CODES: Final = {
+    "missing ]": "missing closing ]",
+    "missing )": "missing closing )",
+    "trailing \\": "trailing backslash at end of expression",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "invalid repetition size": "invalid repeat count",
+    "bad repetition operator": "invalid nested repetition operator",
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "invalid named capture group": "invalid named capture",
+    "pattern too large - compile failed": "expression too large",
+}
+RE2_PREFIX: Final = "invalid regular expression: "
+
+
+def go_regexp_error(re2_message: str) -> str:
+    """cel-cpp's ``invalid regular expression: <code>: <arg>`` as Go's regexp words it
+    (``error parsing regexp: <code>: `<arg>```), the message upstream's users see."""
+    text = re2_message.removeprefix(RE2_PREFIX)
+    code, _, arg = text.partition(": ")
+    code = _GO_REGEXP_CODES.get(code, code)
+    return f"error parsing regexp: {code}: `{arg}`"
 
 
 def _compiled(pattern: str) -> re.Pattern[str]:
     try:
         return _regex(pattern)
     except re.error as exc:
-        raise CELFunctionError(f"invalid regular expression: {exc}") from exc
+        raise CELFunctionError(f"error parsing regexp: {exc}") from exc
 
 
 _REGEX_CACHE: dict[str, re.Pattern[str]] = {}
@@ -321,6 +492,11 @@ def translate_re2(pattern: str) -> str:
 
 def _regex_cost(text: str, pattern: str) -> int:
     return math.ceil((1 + len(text)) * 0.1) * math.ceil(len(pattern) * 0.25)
+
+
+def charge_regex(text: str, pattern: str) -> None:
+    """The actual cost of ``find`` / ``findAll`` (Kubernetes' regex library)."""
+    cost.charge(_regex_cost(text, pattern))
 
 
 def find(text: str, pattern: str) -> str:

@@ -40,6 +40,7 @@ a GPU is marked lost: like NVML, the device stays enumerated and the health watc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import queue
@@ -93,6 +94,7 @@ _MIG_PROFILE_KEYS: Final = frozenset({"name", "memoryMiB", "multiprocessors", "s
 _MAX_FAKE_GPUS: Final = 4096
 
 
+@functools.lru_cache(maxsize=1)
 def builtin_profiles() -> tuple[str, ...]:
     """Names of the profiles shipped with the package, sorted."""
     folder = resources.files("driver.discovery").joinpath("profiles")
@@ -256,6 +258,13 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
                 f"fake GPU profile {profile!r} is not a text (UTF-8 YAML) file"
             ) from exc
         name = path.stem
+    return _on_node(_template(profile, name, text), node_name)
+
+
+@functools.lru_cache(maxsize=64)
+def _template(profile: str, name: str, text: str) -> FakeProfile:
+    """The profile parsed once per text, as for a node without a name (UUIDs aside, a profile
+    is the same on every node)."""
     if too_deep(text):
         raise DiscoveryError(f"fake GPU profile {profile!r} is nested more than {MAX_DEPTH} deep")
     try:
@@ -267,7 +276,28 @@ def load_profile(profile: str, *, node_name: str = "") -> FakeProfile:
         raise DiscoveryError(
             f"fake GPU profile {profile!r} is not valid YAML{where}: {problem}"
         ) from exc
-    return parse_profile(raw, name=name, node_name=node_name)
+    return parse_profile(raw, name=name)
+
+
+def _on_node(template: FakeProfile, node_name: str) -> FakeProfile:
+    """The template's GPUs with the UUIDs :func:`parse_profile` derives for ``node_name``."""
+    if not node_name:
+        return template
+    gpus = []
+    for gpu in template.gpus:
+        gpu_uuid = _fake_uuid("GPU", node_name, template.name, str(gpu.index))
+        migs = tuple(
+            dataclasses.replace(
+                mig,
+                uuid=_fake_uuid(
+                    "MIG", node_name, template.name, str(gpu.index), mig.profile, str(mig.start)
+                ),
+                parent_uuid=gpu_uuid,
+            )
+            for mig in gpu.mig_devices
+        )
+        gpus.append(dataclasses.replace(gpu, uuid=gpu_uuid, mig_devices=migs))
+    return dataclasses.replace(template, gpus=tuple(gpus))
 
 
 @functools.lru_cache(maxsize=64)

@@ -31,6 +31,7 @@ Contract (DESIGN "Contracts"; reference §2.1, §5.6, §8):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -78,6 +79,12 @@ _ONE_MIB: Final = Quantity.from_int(MIB, "BinarySI")
 _ZERO: Final = Quantity.from_int(0)
 _ONE: Final = Quantity.from_int(1)
 _HUNDRED: Final = Quantity.from_int(CORES_PER_GPU)
+_CORES_CAPACITY: Final = Capacity(
+    value=_HUNDRED,
+    request_policy=RequestPolicy(
+        default=_ZERO, valid_range=ValidRange(min=_ZERO, max=_HUNDRED, step=_ONE)
+    ),
+)
 
 
 _NUMERIC_VERSION: Final = re.compile(r"v?(\d+(?:\.\d+)*)")
@@ -155,6 +162,18 @@ def shares_capacity(max_shares: int) -> Capacity:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _memory_capacity(memory: Quantity) -> Capacity:
+    """A shareable GPU's ``memory``: all of it by default, in 1Mi steps from 1Mi (one object
+    per GPU model, shared by its devices)."""
+    return Capacity(
+        value=memory,
+        request_policy=RequestPolicy(
+            default=memory, valid_range=ValidRange(min=_ONE_MIB, max=memory, step=_ONE_MIB)
+        ),
+    )
+
+
 def gpu_device(
     device: NodeDevice, taints: tuple[DeviceTaint, ...] = (), max_shares: int | None = None
 ) -> Device:
@@ -180,20 +199,8 @@ def gpu_device(
         name=device.name,
         attributes=attrs,
         capacity={
-            CAPACITY_MEMORY: Capacity(
-                value=memory,
-                request_policy=RequestPolicy(
-                    default=memory,
-                    valid_range=ValidRange(min=_ONE_MIB, max=memory, step=_ONE_MIB),
-                ),
-            ),
-            CAPACITY_CORES: Capacity(
-                value=_HUNDRED,
-                request_policy=RequestPolicy(
-                    default=_ZERO,
-                    valid_range=ValidRange(min=_ZERO, max=_HUNDRED, step=_ONE),
-                ),
-            ),
+            CAPACITY_MEMORY: _memory_capacity(memory),
+            CAPACITY_CORES: _CORES_CAPACITY,
             **shares,
         },
         allow_multiple_allocations=device.shareable,
@@ -262,12 +269,17 @@ def build_slices(
     node_uid: str | None = None,
     taints: Mapping[str, tuple[DeviceTaint, ...]] | None = None,
     max_shares: int | None = None,
+    validate: bool = True,
 ) -> list[ResourceSlice]:
     """The node's pool as ResourceSlices (see the module docstring for every rule).
 
     ``inventory`` is the node's device table, or the discovered GPUs it is derived from. A node
     without GPUs gets one empty slice, so the pool exists and is complete with zero devices
     (consumers then know the node has nothing rather than "not yet published").
+    ``validate=False`` skips the final :func:`~driver.api.validation.validate_pool` for a
+    caller that builds many nodes from one GPU model whose pool it has validated (the
+    simulator: only names and UUIDs differ between such nodes, and the names are checked
+    here regardless).
     """
     check_subdomain(node_name, "node name", MAX_OBJECT_NAME_LENGTH)
     check_subdomain(driver_name, "driver name", MAX_DRIVER_NAME_LENGTH)
@@ -306,5 +318,6 @@ def build_slices(
         )
         for i, chunk in enumerate(chunks)
     ]
-    validate_pool(slices)
+    if validate:
+        validate_pool(slices)
     return slices

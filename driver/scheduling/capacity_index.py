@@ -506,6 +506,11 @@ class CapacityIndex:
             for name, state in self.states.items()
         )
 
+    def remove(self, name: str) -> None:
+        """Forget a node that went away."""
+        self._unfile(name)
+        self._node_devices.pop(name, None)
+
     def refresh(self, snapshot: ClusterSnapshot, node: Node) -> None:
         """Re-read one node after its use changed (and adopt the newer snapshot)."""
         self.snapshot = snapshot

@@ -69,7 +69,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
@@ -265,6 +265,16 @@ def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], boo
 _T = TypeVar("_T")
 
 
+def _advertised(nodes: Iterable[Node]) -> frozenset[str]:
+    """Extended resources some node advertises (served by a device plugin there)."""
+    return frozenset(
+        name
+        for node in nodes
+        for name, quantity in node.allocatable.items()
+        if "/" in name and quantity.sign() > 0
+    )
+
+
 def _replace(store: dict[str, _T], name: str, value: _T | None) -> bool:
     """Put ``value`` (None: remove) under ``name``; whether that changed anything."""
     if store.get(name) == value:
@@ -287,6 +297,7 @@ class DecisionStats:
     seconds: float = 0.0
     rebuilds: int = 0
     rebuild_seconds: float = 0.0
+    updates: int = 0  # node and node-local slice changes applied node by node
     landed: int = 0  # observations recognised as an assumed placement's (nothing moved)
 
 
@@ -334,9 +345,14 @@ class DecisionEngine:
         self._classes = dict(snapshot.classes)
         self._tracker = ClusterTracker(pods_on_nodes)
         self._rules = RuleEnvironment(self._tracker.pods, spreading, OwnerSelectors())
-        self._rebuild_due = False  # nodes, slices or classes changed
+        self._rebuild_due = False  # classes changed, or a change only a rebuild follows
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
         self._stale: set[str] = set()  # nodes whose filed state lags behind the snapshot
+        # Changes applied node by node at the next sync: slice name -> the object the
+        # snapshot holds (None: it had none), and nodes that came, went or changed.
+        self._slice_changes: dict[str, ResourceSlice | None] = {}
+        self._node_changes: set[str] = set()
+        self._allocatable: dict[str, dict[str, int]] = {}
         self._derive()
 
     @classmethod
@@ -452,21 +468,24 @@ class DecisionEngine:
 
     def observe_node(self, name: str, node: Node | None) -> bool:
         """A node appeared, changed or (None) went. Returns whether anything scheduling reads
-        changed (a heartbeat does not); the engine then rebuilds before its next decision."""
+        changed (a heartbeat does not); the node is re-filed before the next decision."""
         if not _replace(self._nodes, name, node):
             return False
-        self._rebuild_due = True
+        self._node_changes.add(name)
         return True
 
     def observe_slice(self, name: str, resource_slice: ResourceSlice | None) -> bool:
-        """A ResourceSlice appeared, changed or (None) went; see :meth:`observe_node`."""
+        """A ResourceSlice appeared, changed or (None) went; see :meth:`observe_node`. A
+        node-local slice re-files its node only; any other change rebuilds the index."""
+        held = self._slices.get(name)
         if not _replace(self._slices, name, resource_slice):
             return False
-        self._rebuild_due = self._base_changed = True
+        self._slice_changes.setdefault(name, held)
         return True
 
     def observe_class(self, name: str, device_class: DeviceClass | None) -> bool:
-        """A DeviceClass appeared, changed or (None) went; see :meth:`observe_node`."""
+        """A DeviceClass appeared, changed or (None) went; see :meth:`observe_node`. The
+        index is rebuilt (every device's kind may change)."""
         if not _replace(self._classes, name, device_class):
             return False
         self._rebuild_due = self._base_changed = True
@@ -476,7 +495,9 @@ class DecisionEngine:
     def sync(self) -> bool:
         """Bring the index up to date with what was observed, rebuilding it when nodes,
         slices or classes changed (:meth:`decide` does this itself). True when it rebuilt."""
-        if self._rebuild_due:
+        if self._rebuild_due or (
+            (self._slice_changes or self._node_changes) and not self._update()
+        ):
             self._rebuild()
             return True
         if self._stale:
@@ -534,6 +555,39 @@ class DecisionEngine:
             elapsed * 1000,
         )
 
+    def _update(self) -> bool:
+        """Apply node and node-local slice changes node by node; False when only a rebuild
+        can (a slice that is not node-local, or slices spanning the cluster)."""
+        snapshot = self.snapshot
+        touched = set(self._node_changes)
+        if self._slice_changes:
+            removed = [held for held in self._slice_changes.values() if held is not None]
+            added = [self._slices[name] for name in self._slice_changes if name in self._slices]
+            updated = snapshot.with_slices(removed, added)
+            if updated is None:
+                self._base_changed = True
+                return False
+            snapshot = updated
+            touched |= {s.node_name for s in (*removed, *added) if s.node_name}
+        self.snapshot = snapshot
+        for name in sorted(touched):
+            node = self._nodes.get(name)
+            if node is None:
+                self._index.remove(name)
+                self._allocatable.pop(name, None)
+                continue
+            self._allocatable[name] = node_allocatable(node)
+            self._index.refresh(snapshot, node)
+        if self._node_changes:
+            self._advertised = _advertised(self._nodes.values())
+            for name in sorted(self._node_changes):
+                self._rules.node_changed(name, self._nodes.get(name))
+        self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
+        self._slice_changes.clear()
+        self._node_changes.clear()
+        self.stats.updates += 1
+        return True
+
     def _derive(self) -> None:
         """Everything decisions read that follows from the nodes, slices and classes."""
         snapshot = self.snapshot
@@ -544,16 +598,13 @@ class DecisionEngine:
         self._usable_kinds: dict[tuple[str, tuple[str, ...], int], _UsableKinds] = {}
         self._no_pruning = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
         self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
-        self._advertised = frozenset(
-            name
-            for node in self._nodes.values()
-            for name, quantity in node.allocatable.items()
-            if "/" in name and quantity.sign() > 0
-        )
+        self._advertised = _advertised(self._nodes.values())
         self._allocatable = {name: node_allocatable(node) for name, node in self._nodes.items()}
         self._rules.set_nodes(self._nodes)
         self._rebuild_due = self._base_changed = False
         self._stale.clear()
+        self._slice_changes.clear()
+        self._node_changes.clear()
         if not self._no_pruning:
             # Each class's own view (what a request with no selectors may use), filed now
             # rather than at the first pod that asks.

@@ -147,6 +147,13 @@ class MatchCounter:
         self._labels = labels
         self._domains.clear()
 
+    def _move(
+        self, count: int, old: Mapping[str, str] | None, new: Mapping[str, str] | None
+    ) -> None:
+        """A node with ``count`` matching pods changed labels from ``old`` to ``new``."""
+        for topology_key, domains in self._domains.items():
+            _shift(domains, old, new, topology_key, count)
+
 
 class TermCarrier:
     """The pods that carry one affinity term (of one kind, with one weight): per node, and
@@ -175,6 +182,11 @@ class TermCarrier:
             else:
                 self.domains.pop(value, None)
 
+    def _move(
+        self, count: int, old: Mapping[str, str] | None, new: Mapping[str, str] | None
+    ) -> None:
+        _shift(self.domains, old, new, self.term.topology_key, count)
+
     def _relabel(self, labels: Mapping[str, Mapping[str, str]]) -> None:
         self.domains = {}
         key = self.term.topology_key
@@ -182,6 +194,28 @@ class TermCarrier:
             value = labels.get(node, {}).get(key)
             if value is not None:
                 self.domains[value] = self.domains.get(value, 0) + count
+
+
+def _shift(
+    domains: dict[str, int],
+    old: Mapping[str, str] | None,
+    new: Mapping[str, str] | None,
+    key: str,
+    count: int,
+) -> None:
+    """Move ``count`` pods from the node's old domain of ``key`` to its new one."""
+    before = old.get(key) if old is not None else None
+    after = new.get(key) if new is not None else None
+    if before == after:
+        return
+    if before is not None:
+        left = domains.get(before, 0) - count
+        if left > 0:
+            domains[before] = left
+        else:
+            domains.pop(before, None)
+    if after is not None:
+        domains[after] = domains.get(after, 0) + count
 
 
 def _carried(pod: ScheduledPod) -> Iterator[tuple[CarrierKind, AffinityTerm, int]]:
@@ -348,6 +382,25 @@ class PodIndex:
         for carriers in self._carriers.values():
             for carrier in carriers.values():
                 carrier._relabel(self._labels)
+
+    def set_node_labels(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """One node's labels changed (None: the node went); its pods move between domains."""
+        old = self._labels.get(name)
+        if old == labels:
+            return
+        if labels is None:
+            del self._labels[name]
+        else:
+            self._labels[name] = labels
+        for counter in self._counters.values():
+            count = counter.per_node.get(name)
+            if count:
+                counter._move(count, old, labels)
+        for carriers in self._carriers.values():
+            for carrier in carriers.values():
+                count = carrier.per_node.get(name)
+                if count:
+                    carrier._move(count, old, labels)
 
     def set_namespace(self, name: str, labels: Mapping[str, str] | None) -> bool:
         """A namespace's labels (None: it went). Counters whose terms select namespaces by

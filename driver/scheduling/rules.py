@@ -108,6 +108,12 @@ class RuleEnvironment:
         self.soft_taints = max((soft_taint_count(n) for n in nodes.values()), default=0)
         self._node_sets.clear()
 
+    def node_changed(self, name: str, node: Node | None) -> None:
+        """One node came, changed or (None) went (``nodes`` already shows it)."""
+        self.index.set_node_labels(name, node.labels if node is not None else None)
+        self.soft_taints = max((soft_taint_count(n) for n in self.nodes.values()), default=0)
+        self._node_sets.clear()
+
     def node_set(
         self,
         keys: tuple[str, ...],

@@ -355,20 +355,28 @@ class _SpecCache:
     """Capacity specs shared by every device that publishes the same capacity (thousands of
     identical GPUs): building them dominates the per-node index cost otherwise."""
 
-    __slots__ = ("_specs",)
+    __slots__ = ("_by_identity", "_specs")
 
     def __init__(self) -> None:
         self._specs: dict[tuple[str, Capacity, tuple[Format, ...]], CapacitySpec] = {}
+        # Parsed and built devices share their Capacity objects: most lookups are by identity
+        # (the object is kept, so its id stays its own).
+        self._by_identity: dict[tuple[str, int], tuple[Capacity, CapacitySpec]] = {}
 
     def specs(self, device: Device) -> tuple[CapacitySpec, ...]:
         out: list[CapacitySpec] = []
         for name in sorted(device.capacity):
             cap = device.capacity[name]
+            known = self._by_identity.get((name, id(cap)))
+            if known is not None:
+                out.append(known[1])
+                continue
             key = (name, cap, _formats(cap))
             spec = self._specs.get(key)
             if spec is None:
                 spec = _capacity_spec(name, cap)
                 self._specs[key] = spec
+            self._by_identity[(name, id(cap))] = (cap, spec)
             out.append(spec)
         return tuple(out)
 
@@ -498,6 +506,53 @@ class _Index:
         self.node_cache: dict[str, NodeCandidates] = {}
         self.match_cache = match_cache
         self.spec_cache = _SpecCache()
+
+    def updated(
+        self, removed: Sequence[ResourceSlice], added: Sequence[ResourceSlice]
+    ) -> _Index | None:
+        """This index with node-local slices replaced, sharing everything the change does not
+        touch (the other nodes' candidates, pool facts and the caches); None when a changed
+        slice is not node-local or slices span the cluster (then build anew)."""
+        if self.cluster_wide or any(not s.node_name for s in (*removed, *added)):
+            return None
+        gone = {id(s) for s in removed}
+        nodes = {s.node_name for s in (*removed, *added) if s.node_name}
+        pools = {(s.driver, s.pool.name) for s in (*removed, *added)}
+        index = _Index.__new__(_Index)
+        index.slices = (*(s for s in self.slices if id(s) not in gone), *added)
+        index.by_node = dict(self.by_node)
+        index.pool_slices = dict(self.pool_slices)
+        index.pool_generation = dict(self.pool_generation)
+        for node in nodes:
+            index.by_node[node] = [s for s in self.by_node.get(node, ()) if id(s) not in gone]
+        for pool in pools:
+            kept = [s for s in self.pool_slices.get(pool, ()) if id(s) not in gone]
+            index.pool_slices[pool] = kept
+        for s in added:
+            index.by_node[str(s.node_name)].append(s)
+            index.pool_slices[(s.driver, s.pool.name)].append(s)
+        for node in nodes:
+            if not index.by_node[node]:
+                del index.by_node[node]
+        for pool in pools:
+            members = index.pool_slices[pool]
+            if members:
+                index.pool_generation[pool] = max(m.pool.generation for m in members)
+            else:
+                del index.pool_slices[pool]
+                index.pool_generation.pop(pool, None)
+        index.cluster_wide = []
+        # Pool facts are keyed by their members' identities: drop the changed pools' (an id
+        # can be reused once a slice is gone).
+        index.info_cache = {k: v for k, v in self.info_cache.items() if k[0] not in pools}
+        # Every node a changed pool's slices target gets its candidates rebuilt.
+        touched = nodes | {
+            m.node_name for pool in pools for m in self.pool_slices.get(pool, ()) if m.node_name
+        }
+        index.node_cache = {k: v for k, v in self.node_cache.items() if k not in touched}
+        index.match_cache = self.match_cache
+        index.spec_cache = self.spec_cache
+        return index
 
     def candidates(self, node: Node) -> NodeCandidates:
         cached = self.node_cache.get(node.name)
@@ -648,6 +703,17 @@ class ClusterSnapshot:
         index = _Index(tuple(slices), match_cache if match_cache is not None else MatchCache())
         cls_map = classes_by_name(classes if isinstance(classes, Mapping) else tuple(classes))
         return cls(index, cls_map, AllocatedState.from_claims(claims))
+
+    def with_slices(
+        self, removed: Sequence[ResourceSlice], added: Sequence[ResourceSlice]
+    ) -> ClusterSnapshot | None:
+        """The same cluster with node-local slices replaced (``removed`` are the objects this
+        snapshot holds), sharing every other node's view; None when the change is not
+        node-local (then :meth:`build` anew). Allocations stay as they are."""
+        index = self._index.updated(removed, added)
+        if index is None:
+            return None
+        return ClusterSnapshot(index, self.classes, self.allocated)
 
     @property
     def slices(self) -> tuple[ResourceSlice, ...]:

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from controller.api import NODES, RESOURCE_CLAIMS, ListResult, WatchEvent
-from controller.cache import ClaimOverlay, Informer
+from controller.cache import ClaimOverlay, Informer, slim
 from driver.api.errors import GoneError, ServerError
 from tests.unit.controller_fakes import FakeApi
 
@@ -42,7 +42,7 @@ def test_list_then_watch_then_resume_then_relist_on_gone() -> None:
             ListResult(items=[node("a", 5), node("b", 6)], resource_version="10"),
             ListResult(items=[node("b", 30), node("c", 31)], resource_version="40"),
         ]
-        informer = Informer(api, NODES, retry_initial_s=0.01)
+        informer = Informer(api, NODES, transform=slim, retry_initial_s=0.01)
         informer.add_handler(
             lambda _k, t, o, n: events.append((t, (n or o or {})["metadata"]["name"]))
         )
@@ -87,7 +87,7 @@ def test_relist_reports_objects_that_vanished_during_the_gap() -> None:
             ListResult(items=[node("a", 5)], resource_version="5"),
             ListResult(items=[], resource_version="9"),
         ]
-        informer = Informer(api, NODES)
+        informer = Informer(api, NODES, transform=slim)
         informer.add_handler(
             lambda _k, t, o, n: events.append((t, (n or o or {})["metadata"]["name"]))
         )
@@ -99,7 +99,7 @@ def test_relist_reports_objects_that_vanished_during_the_gap() -> None:
 
 
 def test_overlay_shows_pending_and_assumed_until_the_informer_catches_up() -> None:
-    informer = Informer(FakeApi(), RESOURCE_CLAIMS)
+    informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
     informer.store["default/c"] = claim("c", 10)
     overlay = ClaimOverlay(informer)
     overlay.set_pending("default/c", claim("c", 10, allocated=True))
@@ -118,7 +118,7 @@ def test_overlay_shows_pending_and_assumed_until_the_informer_catches_up() -> No
 
 
 def test_overlay_forget_and_pending_only_keys() -> None:
-    informer = Informer(FakeApi(), RESOURCE_CLAIMS)
+    informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
     overlay = ClaimOverlay(informer)
     overlay.set_pending("default/<pending-bridge>-u", claim("x", 0, allocated=True))
     assert "default/<pending-bridge>-u" in overlay.view()
@@ -127,3 +127,54 @@ def test_overlay_forget_and_pending_only_keys() -> None:
     overlay.assume(claim("d", 3))
     overlay.forget("default/d")
     assert overlay.in_flight == 0
+
+
+def test_the_cache_keeps_one_representation_of_each_object() -> None:
+    """What scheduling reads of nodes, slices and classes is stored as the core's model (no
+    raw JSON beside it); pods and claims stay JSON without managedFields; a relist keeps the
+    stored object of an unchanged resourceVersion; a malformed object is stored as None."""
+    from controller.cache import ClusterCache
+    from driver.api.claims import DeviceClass
+    from driver.api.model import ResourceSlice
+    from driver.api.nodes import Node
+    from tests.unit.builders import device_class, gpu, slice_
+
+    cache = ClusterCache(FakeApi())
+    managed = {"managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]}
+    raw_node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "a", "resourceVersion": "1", **managed},
+        "status": {"allocatable": {"cpu": "8"}},
+    }
+    cache.nodes.apply("ADDED", raw_node)
+    assert isinstance(cache.nodes.get("a"), Node)
+    raw_slice = slice_("a-slice", node="a", devices=[gpu(0)])
+    raw_slice["metadata"]["resourceVersion"] = "2"
+    cache.slices.apply("ADDED", raw_slice)
+    assert isinstance(cache.slices.get("a-slice"), ResourceSlice)
+    raw_class = device_class()
+    raw_class["metadata"]["resourceVersion"] = "3"
+    cache.classes.apply("ADDED", raw_class)
+    assert isinstance(cache.classes.get(raw_class["metadata"]["name"]), DeviceClass)
+    raw_pod = {"metadata": {"name": "p", "namespace": "default", "resourceVersion": "4", **managed}}
+    cache.pods.apply("ADDED", raw_pod)
+    stored = cache.pods.get("default/p")
+    assert stored is not None
+    assert "managedFields" not in stored["metadata"]
+    assert "managedFields" in raw_pod["metadata"]  # the input is never mutated
+    broken = {"metadata": {"name": "b", "resourceVersion": "5"}, "spec": {"taints": "nope"}}
+    cache.nodes.apply("ADDED", broken)
+    assert "b" in cache.nodes.store
+    assert cache.nodes.get("b") is None
+
+    async def relist() -> None:
+        api = FakeApi()
+        api.lists = [ListResult(items=[raw_node], resource_version="9")]
+        informer: Informer[Node | None] = Informer(api, NODES, transform=Node.from_api)
+        informer.apply("ADDED", raw_node)
+        before = informer.get("a")
+        await informer.relist()
+        assert informer.get("a") is before  # unchanged resourceVersion: nothing re-parsed
+
+    asyncio.run(relist())

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from controller.api import PODS, RESOURCE_CLAIMS
-from controller.cache import ClaimOverlay, Informer
+from controller.cache import ClaimOverlay, Informer, slim
 from controller.commit import (
     BridgePlan,
     ClaimPlan,
@@ -69,7 +69,7 @@ def setup(*claims: str) -> tuple[FakeApi, Committer, PodRef]:
     for name in claims:
         api.seed(RESOURCE_CLAIMS, claim(name))
     ref = PodRef.of(api.seed(PODS, pod()))
-    overlay = ClaimOverlay(Informer(api, RESOURCE_CLAIMS))
+    overlay = ClaimOverlay(Informer(api, RESOURCE_CLAIMS, transform=slim))
     return api, Committer(api, overlay, finalizer=FIN), ref
 
 

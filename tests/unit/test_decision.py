@@ -749,11 +749,11 @@ def test_a_claim_shown_with_another_allocation_replaces_the_assumed_one() -> Non
     assert eng.stats.landed == 0
 
 
-def test_only_node_slice_and_class_changes_rebuild() -> None:
+def test_node_and_slice_changes_refile_their_node_class_changes_rebuild() -> None:
     raw_node, raw_slice = gpu_node("a", 2)
-    eng = observed_engine([(raw_node, raw_slice)])
+    eng = observed_engine([(raw_node, raw_slice), gpu_node("b", 1)])
     assert isinstance(place(eng, legacy_pod("p0")), Placement)
-    rebuilds = eng.stats.rebuilds
+    rebuilds, updates = eng.stats.rebuilds, eng.stats.updates
     heartbeat = copy.deepcopy(raw_node)
     heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-01-01T00:00:00Z"
     assert eng.observe_node("a", to_node(heartbeat)) is False
@@ -764,14 +764,82 @@ def test_only_node_slice_and_class_changes_rebuild() -> None:
         "default/foreign", claim("foreign").holding("gpu-1", pool="a").model().allocation
     )
     eng.observe_pod("uid-other", "a", {"cpu": 1000})
-    assert isinstance(place(eng, legacy_pod("p1")), Unschedulable)
-    assert eng.stats.rebuilds == rebuilds
+    assert isinstance(place(eng, legacy_pod("p1")), Placement)
+    assert (eng.stats.rebuilds, eng.stats.updates) == (rebuilds, updates)
     cordoned = gpu_node("a", 2, unschedulable=True)[0]
     assert eng.observe_node("a", to_node(cordoned)) is True
+    assert eng.observe_node("b", to_node(gpu_node("b", 1, unschedulable=True)[0])) is True
     decision = place(eng, legacy_pod("p2"))
     assert isinstance(decision, Unschedulable)
     assert "were unschedulable" in decision.message
+    assert (eng.stats.rebuilds, eng.stats.updates) == (rebuilds, updates + 1)
+    grown = gpu_node("c", 4)
+    eng.observe_node("c", to_node(grown[0]))
+    eng.observe_slice(grown[1]["metadata"]["name"], ResourceSlice.from_api(grown[1]))
+    assert place(eng, legacy_pod("p3")).node == "c"
+    assert (eng.stats.rebuilds, eng.stats.updates) == (rebuilds, updates + 2)
+    picky = device_class(GPU_CLASS, selectors=['device.attributes["gpu.biaxial.dev"].index > 0'])
+    assert eng.observe_class(GPU_CLASS, DeviceClass.from_api(picky)) is True
+    place(eng, legacy_pod("p4"))
     assert eng.stats.rebuilds == rebuilds + 1
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_node_and_slice_churn_equals_an_engine_built_from_the_same_cluster(seed: int) -> None:
+    """Slices republished with other devices, nodes added, removed, relabelled and tainted,
+    while placements are assumed: the engine that applied each change node by node equals
+    one built from scratch from what the cluster then shows, and decides alike."""
+    rng = random.Random(seed)
+    cluster = {f"n{i}": gpu_node(f"n{i}", rng.choice([2, 4])) for i in range(5)}
+    eng = observed_engine(list(cluster.values()))
+    in_flight: list[tuple[Placement, dict[str, Any]]] = []
+    for step in range(40):
+        action = rng.random()
+        if action < 0.4:
+            pod, claims = random_pod(rng, step)
+            decision = eng.decide(pod, claims)
+            if isinstance(decision, Placement):
+                eng.assume(decision, pod)
+                in_flight.append((decision, pod))
+        elif action < 0.6:
+            name = rng.choice(sorted(cluster))
+            raw_node = cluster[name][0]
+            republished = gpu_node(name, rng.choice([1, 2, 4]), rng.choice(["16Gi", "24Gi"]))
+            republished[1]["spec"]["pool"]["generation"] = step + 2
+            cluster[name] = (raw_node, republished[1])
+            eng.observe_slice(
+                republished[1]["metadata"]["name"], ResourceSlice.from_api(republished[1])
+            )
+        elif action < 0.7:
+            name = f"x{step}"
+            cluster[name] = gpu_node(name, rng.choice([2, 4]))
+            eng.observe_node(name, to_node(cluster[name][0]))
+            eng.observe_slice(
+                cluster[name][1]["metadata"]["name"], ResourceSlice.from_api(cluster[name][1])
+            )
+        elif action < 0.8 and len(cluster) > 2:
+            name = rng.choice(sorted(cluster))
+            raw_node, raw_slice = cluster.pop(name)
+            eng.observe_slice(raw_slice["metadata"]["name"], None)
+            eng.observe_node(name, None)
+        else:
+            name = rng.choice(sorted(cluster))
+            changed = copy.deepcopy(cluster[name][0])
+            if rng.random() < 0.5:
+                changed["metadata"]["labels"]["zone"] = f"z{step % 3}"
+            else:
+                changed["spec"]["taints"] = [taint("t", value=str(step))]
+            cluster[name] = (changed, cluster[name][1])
+            eng.observe_node(name, to_node(changed))
+        if step % 4 == 3:
+            fresh = observed_engine(list(cluster.values()))
+            for placement, pod in in_flight:
+                fresh.assume(placement, pod)
+            assert eng.state() == fresh.state(), step
+            probe, claims = random_pod(rng, 1000 + step)
+            assert same(eng.decide(probe, claims), fresh.decide(probe, claims)), step
+    assert eng.stats.updates > 0
+    assert eng.stats.rebuilds == 1  # the first decision's: every later change was node by node
 
 
 # --------------------------------------------------------------------------- invalid pools

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import yaml
 
 from driver.api.errors import DiscoveryError
 from driver.discovery.backend import GpuBackend, HealthEvent, next_health_event, open_backend
-from driver.discovery.fake import FakeBackend, builtin_profiles, parse_profile
+from driver.discovery.fake import FakeBackend, builtin_profiles, load_profile, parse_profile
 
 MIB = 1024 * 1024
 UUID_RE = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -345,3 +346,18 @@ def test_closed_backend_refuses_work() -> None:
         backend.discover()
     with pytest.raises(DiscoveryError, match="closed"):
         backend.wait_health_event(0)
+
+
+@pytest.mark.parametrize("profile", builtin_profiles())
+def test_a_profile_parsed_once_gives_each_node_what_parsing_it_for_that_node_gives(
+    profile: str,
+) -> None:
+    """load_profile parses a profile's YAML once and derives each node's UUIDs; the result must
+    equal parsing the profile for that node directly (GPU and MIG UUIDs, parents, all fields)."""
+    text = (resources.files("driver.discovery") / "profiles" / f"{profile}.yaml").read_text()
+    raw = yaml.safe_load(text)
+    for node_name in ("", "node-a", "node-b"):
+        assert load_profile(profile, node_name=node_name) == parse_profile(
+            raw, name=profile, node_name=node_name
+        )
+    assert load_profile(profile, node_name="node-a") != load_profile(profile, node_name="node-b")

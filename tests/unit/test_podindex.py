@@ -108,3 +108,26 @@ def test_counters_past_the_limit_are_dropped_least_recently_used_first() -> None
         index.counter(key(app=f"x{i}"))
     index.add("uid-p", "n0", scheduled("p", app="first"))
     assert index.counter(first).per_node == {"n0": 1}  # registered again, with a scan
+
+
+def test_one_node_relabelled_moves_its_pods_between_domains() -> None:
+    """A node's zone changing moves its pods' counts as re-deriving every domain would."""
+    index, fresh = PodIndex(), PodIndex()
+    index.set_nodes(NODES)
+    counter = index.counter(key(app="a"))
+    for i, node in enumerate(("n0", "n0", "n1")):
+        index.add(f"uid-p{i}", node, scheduled(f"p{i}", app="a"))
+        raw = pod(f"w{i}").labels(app="a").anti(ZONE, app="a").on(node).json()
+        index.add(f"uid-w{i}", node, ScheduledPod.from_pod(raw, f"uid-w{i}"))
+    assert counter.domains(ZONE) == {"a": 4, "b": 2}
+    index.set_node_labels("n0", {HOSTNAME: "n0", ZONE: "c"})
+    index.set_node_labels("n3", None)
+    relabelled = {**NODES, "n0": {HOSTNAME: "n0", ZONE: "c"}}
+    del relabelled["n3"]
+    fresh.set_nodes(relabelled)
+    for uid, (node, one) in index.pods().items():
+        fresh.add(uid, node, one)
+    assert counter.domains(ZONE) == fresh.counter(key(app="a")).domains(ZONE) == {"c": 4, "b": 2}
+    (kept,) = index.carriers("required_anti")
+    (new,) = fresh.carriers("required_anti")
+    assert kept.domains == new.domains == {"c": 2, "b": 1}

@@ -375,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu = row["cpu"]
     print(
         "| scenario | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps "
-        "| burst | writes | ready s | ready CPU s | RSS ready MB | RSS end MB | rebuilds | decision ms "
+        "| burst | writes | ready s | ready CPU s | RSS ready MB | RSS end MB | rebuilds "
+        "| decision ms "
         "| requests/pod | CPU emulator | CPU controller | CPU driver |"
     )
     print("|---" + "|---:" * 21 + "|")
@@ -383,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| {row['scenario']} | {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
         f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
-        f"| {row['ready_s']:.1f} | {row['ready_cpu_s']:.1f} | {row['ready_rss_mb']:.0f} | {row['end_rss_mb']:.0f} "
+        f"| {row['ready_s']:.1f} | {row['ready_cpu_s']:.1f} | {row['ready_rss_mb']:.0f} "
+        f"| {row['end_rss_mb']:.0f} "
         f"| {row['rebuilds']} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} "
         f"| {cpu['emulator']:.2f} | {cpu['controller']:.2f} | {cpu['driver']:.2f} |"
     )

@@ -798,68 +798,55 @@ class DecisionEngine:
                 # would pop next anyway are handled here, without a heap round trip: each
                 # with a penalty goes back lowered by it (or nowhere, once it cannot win).
                 # The first without one, or past the heap's top, joins the heap unlowered.
-                head_penalty = estimate(node) if estimate is not None else 0.0
-                if head_penalty > 0.0:
-                    lowered_key = key + head_penalty
-                    if best is None or lowered_key <= best_key + _EPSILON:
-                        heapq.heappush(
-                            heap,
-                            _frontier(
-                                (
-                                    lowered_key,
-                                    name,
-                                    serial,
-                                    entries,
-                                    position,
-                                    adding,
-                                    shape,
-                                    head_penalty,
-                                )
-                            ),
-                        )
-                        serial += 1
-                nxt = position + 1
+                head_penalty = 0.0
+                at, at_name, at_key = position, name, key
                 end = len(entries)
                 while True:
+                    ahead = estimate(nodes[at_name]) if estimate is not None else 0.0
+                    if at == position:
+                        head_penalty = ahead
+                    if ahead > 0.0:
+                        lowered_key = at_key + ahead
+                        if best is None or lowered_key <= best_key + _EPSILON:
+                            heapq.heappush(
+                                heap,
+                                _frontier(
+                                    (
+                                        lowered_key,
+                                        at_name,
+                                        serial,
+                                        entries,
+                                        at,
+                                        adding,
+                                        shape,
+                                        ahead,
+                                    )
+                                ),
+                            )
+                            serial += 1
+                    elif at != position:
+                        break  # (pushed unlowered below)
+                    at += 1
                     if excluded is not None:
-                        nxt = _allowed(entries, nxt, excluded)
-                    if nxt >= end:
+                        at = _allowed(entries, at, excluded)
+                    if at >= end:
+                        at = -1
                         break
-                    following = entries[nxt].name
-                    bound = sign * float_score(
-                        shape.total, states[following].used, adding, demand.cores
+                    at_name = entries[at].name
+                    at_key = sign * float_score(
+                        shape.total, states[at_name].used, adding, demand.cores
                     )
-                    if estimate is not None and (not heap or bound <= heap[0][0]):
-                        if best is not None and bound > best_key + _EPSILON:
-                            break  # this list cannot win any more
-                        ahead = estimate(nodes[following])
-                        if ahead > 0.0:
-                            lowered_key = bound + ahead
-                            if best is None or lowered_key <= best_key + _EPSILON:
-                                heapq.heappush(
-                                    heap,
-                                    _frontier(
-                                        (
-                                            lowered_key,
-                                            following,
-                                            serial,
-                                            entries,
-                                            nxt,
-                                            adding,
-                                            shape,
-                                            ahead,
-                                        )
-                                    ),
-                                )
-                                serial += 1
-                            nxt += 1
-                            continue
+                    if estimate is None or (heap and at_key > heap[0][0]):
+                        break  # (pushed unlowered below)
+                    if best is not None and at_key > best_key + _EPSILON:
+                        at = -1
+                        break  # this list cannot win any more
+                if at >= 0:
                     heapq.heappush(
                         heap,
-                        _frontier((bound, following, serial, entries, nxt, adding, shape, None)),
+                        _frontier((at_key, at_name, serial, entries, at, adding, shape, None)),
                     )
                     serial += 1
-                    break
                 if head_penalty > 0.0:
                     continue
             evaluated += 1

@@ -16,11 +16,11 @@ A claim found stale is released only when it is still stale ``grace_s`` later (d
 beyond the kubelet's own retries of Unprepare and the moment between two pods of a shared
 claim), and only if the kubelet has not asked to prepare it since it first looked stale
 (:meth:`~kubeletplugin.prepare.Preparer.release_stale`); it is then unprepared exactly as by
-the kubelet (CDI spec, MPS daemons, checkpoint entry), its devices are free, and a
-``StaleClaimReleased`` node Event says so. What an API error leaves unknown is never evidence:
-the claim keeps its state and is asked again next time. An unreadable checkpoint is skipped
-(the Preparer reports it; the loop reads it again next period, which is how a repaired file is
-noticed).
+the kubelet (CDI spec, MPS daemons, dynamic MIG instances, checkpoint entry), its devices are
+free, and a ``StaleClaimReleased`` node Event says so. What an API error leaves unknown is
+never evidence: the claim keeps its state and is asked again next time. An unreadable
+checkpoint is skipped (the Preparer reports it; the loop reads it again next period, which is
+how a repaired file is noticed).
 
 Two overlapping plugin instances may both reconcile: releases go through the checkpoint lock,
 so the second finds nothing left to release.

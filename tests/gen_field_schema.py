@@ -12,7 +12,7 @@ quantity or int-or-string: string or number), ``"*"`` (any value: raw extensions
 objects), ``"#<definition>"``, ``{"o": {field: node}}`` (an object with exactly these
 fields), ``{"m": node}`` (a map), ``{"a": node}`` (a list), ``{"e": [values]}`` (a string
 enum). Only definitions reachable from :data:`ROOTS` are kept. The scheduler issues add the
-volume, priority and disruption kinds here when the simulator learns them.
+priority and disruption kinds here when the simulator learns them.
 """
 
 from __future__ import annotations
@@ -37,6 +37,18 @@ ROOTS: Final[dict[str, str]] = {
     "apps/v1/StatefulSet": "io.k8s.api.apps.v1.StatefulSet",
     "apps/v1/DaemonSet": "io.k8s.api.apps.v1.DaemonSet",
     "batch/v1/Job": "io.k8s.api.batch.v1.Job",
+    "v1/PersistentVolumeClaim": "io.k8s.api.core.v1.PersistentVolumeClaim",
+    "v1/PersistentVolume": "io.k8s.api.core.v1.PersistentVolume",
+    **{
+        f"storage.k8s.io/v1/{kind}": f"io.k8s.api.storage.v1.{kind}"
+        for kind in (
+            "StorageClass",
+            "CSINode",
+            "CSIDriver",
+            "CSIStorageCapacity",
+            "VolumeAttachment",
+        )
+    },
     **{
         f"resource.k8s.io/{version}/{kind}": f"io.k8s.api.resource.{version}.{kind}"
         for version in ("v1", "v1beta2", "v1beta1")

@@ -98,6 +98,13 @@ FLAGS = Flags(
         kind=INTEGER,
         default="16",
     ),
+    Flag(
+        "volume-bind-timeout",
+        "seconds a placement waits for its volumes to be bound or provisioned",
+        field="volume_bind_timeout_s",
+        kind=NUMBER,
+        default="120",
+    ),
 )
 
 

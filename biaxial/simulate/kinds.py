@@ -6,7 +6,7 @@ simulator learns more of the cluster.
   v1, converted by :mod:`biaxial.simulate.convert`);
 * :data:`SKIPPED`: kinds that do not affect where a pod can run (ConfigMaps, RBAC,
   ...): left out with one summary note;
-* :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (volumes, priority,
+* :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (priority,
   disruption budgets, ...): an error, because placements computed without them could be
   wrong. The scheduler rules that honour them move their kinds to :data:`READ`.
 
@@ -33,6 +33,7 @@ Role = Literal[
     "pod",
     "workload",
     "service",
+    "volume",
     "skip",
 ]
 
@@ -61,6 +62,14 @@ READ: Final[Mapping[str, KindSpec]] = {
     "StatefulSet": KindSpec("workload", "apps/v1", namespaced=True),
     "DaemonSet": KindSpec("workload", "apps/v1", namespaced=True),
     "Job": KindSpec("workload", "batch/v1", namespaced=True),
+    # What kube-scheduler's volume rules read (driver.scheduling.volumes).
+    "PersistentVolumeClaim": KindSpec("volume", "v1", namespaced=True),
+    "PersistentVolume": KindSpec("volume", "v1", namespaced=False),
+    "StorageClass": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
+    "CSINode": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
+    "CSIDriver": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
+    "CSIStorageCapacity": KindSpec("volume", "storage.k8s.io/v1", namespaced=True),
+    "VolumeAttachment": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
 }
 
 _NAMESPACED_SKIPPED: Final = (
@@ -102,16 +111,8 @@ SKIPPED: Final[Mapping[str, KindSpec]] = {
     **{kind: KindSpec("skip", "", namespaced=False) for kind in _CLUSTER_SKIPPED},
 }
 
-_VOLUMES: Final = "volumes are not modelled yet (pods that use them cannot be placed faithfully)"
 #: kind -> (why it is refused for now, whether it is namespaced)
 NOT_YET: Final[Mapping[str, tuple[str, bool]]] = {
-    "PersistentVolumeClaim": (_VOLUMES, True),
-    "PersistentVolume": (_VOLUMES, False),
-    "StorageClass": (_VOLUMES, False),
-    "VolumeAttachment": (_VOLUMES, False),
-    "CSINode": (_VOLUMES, False),
-    "CSIDriver": (_VOLUMES, False),
-    "CSIStorageCapacity": (_VOLUMES, True),
     "PriorityClass": ("pod priority and preemption are not modelled yet", False),
     "PodDisruptionBudget": (
         "preemption (which disruption budgets limit) is not modelled yet",

@@ -1,8 +1,10 @@
 """``biaxial simulate --kubeconfig``: the live cluster's state, read once, read-only.
 
 :func:`read_cluster` lists Namespaces, Nodes, ResourceSlices, DeviceClasses, ResourceClaims,
-ResourceClaimTemplates, Services, ReplicaSets, StatefulSets and Pods from the API server the
-kubeconfig names (GET requests only,
+ResourceClaimTemplates, Services, ReplicaSets, StatefulSets, the kinds the volume rules read
+(PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, CSIDrivers,
+CSIStorageCapacities, VolumeAttachments) and Pods from the API server the kubeconfig names (GET
+requests only,
 following ``continue``; nothing is ever written) and returns them as the objects a
 ``kubectl get -A -o yaml`` dump holds, so the simulator reads them exactly as it reads a dump:
 bound pods are running, allocated claims are state, Services, ReplicaSets and StatefulSets give
@@ -34,6 +36,7 @@ from kubeapi.resources import (
     RESOURCE_SLICES,
     SERVICES,
     STATEFUL_SETS,
+    VOLUME_RESOURCES,
     Resource,
 )
 
@@ -52,6 +55,7 @@ READ: Final = (
     SERVICES,
     REPLICA_SETS,
     STATEFUL_SETS,
+    *VOLUME_RESOURCES,
     PODS,
 )
 

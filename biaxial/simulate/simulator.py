@@ -12,8 +12,13 @@ Input is a list of Kubernetes objects (already parsed and checked, see
   "true"`` is set, as the API server admits it; kept for the affinity rules'
   ``namespaceSelector``), Services (their selectors, for default topology spreading), and Pods
   bound to a node (``spec.nodeName``: running; they count on the node as the controller counts
-  every bound pod -- requests, host ports, labels and affinity terms -- whatever their
+  every bound pod -- requests, host ports, labels and affinity terms, volumes -- whatever their
   scheduler);
+* the volumes: PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes (also from
+  the inventory's ``attachLimits``), CSIDrivers, CSIStorageCapacities and VolumeAttachments,
+  read by kube-scheduler's volume rules (:mod:`driver.scheduling.volumes`: missing and
+  unbound ``Immediate`` claims, PV node affinity and zones, attach limits, ``ReadWriteOncePod``,
+  static PV matching and ``WaitForFirstConsumer`` provisioning);
 * the work: ResourceClaimTemplates, pending Pods, and the workload kinds, whose missing pods
   are created as their controllers would (:mod:`biaxial.simulate.workloads`).
 
@@ -25,7 +30,16 @@ count for nothing. Pods are placed in input order with
 controller for templates (a pod's claim is ``<pod>-<claim>-<5 characters>``, annotated
 ``resource.kubernetes.io/pod-claim-name``, unless the pod's status already names it) and the
 API server for bridge claims (``<pod>-extended-resources-<5 characters>``). UIDs are UUIDv5 of
-the object's identity, so a run is reproducible byte for byte (timings aside).
+the object's identity, so a run is reproducible byte for byte (timings aside). It also plays
+the controllers that create PersistentVolumeClaims: the ephemeral volume controller
+(``<pod>-<volume>`` from a generic ephemeral volume's template, owned by the pod) and the
+StatefulSet controller (``<template>-<pod>`` from ``volumeClaimTemplates``), each only where
+the claim does not exist, and the PV controller's first sync for a PV written without a phase
+(``Available``, or ``Bound`` when its ``claimRef`` has a UID). Volumes are bound as the
+controller binds them before the pod: a PV chosen for a claim gets its ``claimRef``, a claim
+to provision ``volume.kubernetes.io/selected-node``; provisioning is assumed to succeed on the
+node chosen (which the class's ``allowedTopologies`` allow), so later pods follow the claim
+there; a PV's binding is completed as the PV controller completes it before the pod is bound.
 
 Bad input for the run (an unsupported kind, a duplicate object, a malformed claim, class, node
 or slice, a pod the API server would refuse, a broken workload, no nodes) raises
@@ -39,9 +53,18 @@ it uses (a shared claim's devices on every pod that shares it), unschedulable an
 notes (skipped kinds, finished pods), per-GPU use counted from every allocated claim (admin
 access is not use; MIG partitions are drawn inside their GPU and a GPU in MIG mode is never
 "whole"). **Fragmentation** (``summary.fragmentation``): the share of free memory of whole
-(non-MIG) GPUs that sits on GPUs already partly in use, i.e. memory a whole-GPU request cannot
-use. 0 means every free byte is on an idle GPU; 1 means no idle GPU is left although memory is
-free.
+(non-MIG) and dynamic-MIG GPUs that sits on GPUs already partly in use, i.e. memory a whole-GPU
+request cannot use. 0 means every free byte is on an idle GPU; 1 means no idle GPU is left
+although memory is free.
+
+**Dynamic MIG.** A node whose profile declares dynamic MIG (``a100-80gbx8-dynmig``, or
+``mig: {enabled: true, dynamic: true}`` in a profile file) publishes each such GPU's counters
+and every (profile, placement), as the kubelet plugin would. The placements the decisions take
+are the partitions the plugin would create: each GPU lists them (device, profile, start, size,
+pods) with its ``memorySlices``, ``freeMemorySlices`` and the largest profile still placeable;
+unused placements are not listed. Such a GPU is whole until a partition is taken. Its free
+memory is counted in MIG slots (its free memory slices' share of its memory), so fragmentation
+covers the slots partitions leave behind; ``summary.mig`` totals them.
 """
 
 from __future__ import annotations
@@ -51,7 +74,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -70,16 +93,24 @@ from biaxial.simulate.workloads import (
     ns_name,
     owned_by,
     stable_uid,
+    statefulset_claims,
 )
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.api.errors import BiaxialError, ManifestError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
+from driver.discovery.mig import MEMORY_SLICE_PREFIX
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
 from driver.scheduling.topologyspread import DefaultSpreading
+from driver.scheduling.volumes import (
+    ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    PodVolumes,
+)
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
@@ -107,12 +138,15 @@ class PodFailure:
 
 @dataclass(frozen=True, slots=True)
 class PartitionUsage:
-    """A MIG partition: exclusive, so in use or not."""
+    """A MIG partition: exclusive, so in use or not. On a dynamic-MIG GPU, one the decisions
+    took (the plugin would create it), with its first memory slice and size."""
 
     device: str
     profile: str
     memory: int
     pods: tuple[str, ...]
+    start: int | None = None
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +163,26 @@ class GpuUsage:
     cores_used: int
     pods: tuple[tuple[str, int], ...]  # (pod, memory bytes), whole-GPU use
     partitions: tuple[PartitionUsage, ...] = ()
+    # Dynamic MIG only: the GPU's memory slices, those no partition covers, and the largest
+    # profile still placeable.
+    memory_slices: int = 0
+    free_slices: int = 0
+    largest_placeable: str = ""
 
     @property
     def mig(self) -> bool:
         return bool(self.partitions)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.memory_slices > 0
+
+    @property
+    def free_memory(self) -> int:
+        """Free memory; on a cut dynamic-MIG GPU, its free memory slices' share of it."""
+        if self.partitions and self.dynamic:
+            return self.memory * self.free_slices // self.memory_slices
+        return self.memory - self.memory_used
 
     @property
     def in_use(self) -> bool:
@@ -186,8 +236,10 @@ class SimulationResult:
                 }
             )
         whole = [g for g in self.gpus if not g.mig]
-        free_total = sum(g.memory - g.memory_used for g in whole)
-        free_partial = sum(g.memory - g.memory_used for g in whole if g.in_use)
+        counted = [g for g in self.gpus if not g.mig or g.dynamic]
+        free_total = sum(g.free_memory for g in counted)
+        free_partial = sum(g.free_memory for g in counted if g.in_use)
+        dynamic = [g for g in self.gpus if g.dynamic]
         decisions = len(self.durations)
         ordered = sorted(self.durations)
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
@@ -203,6 +255,21 @@ class SimulationResult:
             "wholeGpusFree": sum(1 for g in whole if not g.in_use),
             "migPartitionsFree": sum(
                 1 for g in self.gpus for part in g.partitions if not part.pods
+            ),
+            **(
+                {
+                    "mig": {
+                        "dynamicGpus": len(dynamic),
+                        "partitions": sum(len(g.partitions) for g in dynamic),
+                        "memorySlices": sum(g.memory_slices for g in dynamic),
+                        "freeMemorySlices": sum(g.free_slices for g in dynamic),
+                        "freeMemorySlicesOnCutGpus": sum(
+                            g.free_slices for g in dynamic if g.partitions
+                        ),
+                    }
+                }
+                if dynamic
+                else {}
             ),
             "fragmentation": round(free_partial / free_total, 4) if free_total else 0.0,
             "policies": {
@@ -251,6 +318,10 @@ def _gpu_json(g: GpuUsage) -> JSON:
         "coresUsed": g.cores_used,
         "pods": list(g.pod_names),
     }
+    if g.dynamic:
+        out["memorySlices"] = g.memory_slices
+        out["freeMemorySlices"] = g.free_slices
+        out["largestPlaceable"] = g.largest_placeable or None
     if g.partitions:
         out["migPartitions"] = [
             {
@@ -258,6 +329,7 @@ def _gpu_json(g: GpuUsage) -> JSON:
                 "profile": p.profile,
                 "memoryBytes": p.memory,
                 "pods": list(p.pods),
+                **({"start": p.start, "size": p.size} if p.start is not None else {}),
             }
             for p in g.partitions
         ]
@@ -337,6 +409,7 @@ class _Input:
     templates: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     services: list[Mapping[str, Any]] = field(default_factory=list)
     work: list[Mapping[str, Any]] = field(default_factory=list)  # pods and workloads, in order
+    volumes: list[Mapping[str, Any]] = field(default_factory=list)  # the volume rules' kinds
     skipped: Counter[str] = field(default_factory=Counter)
 
 
@@ -364,6 +437,9 @@ class _Run:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.touched: list[tuple[str, str]] = []
         self.placed_pods: list[JSON] = []
+        #: (kind, namespace/name or name) -> object, for every kind the volume rules read
+        self.volumes: dict[tuple[str, str], JSON] = {}
+        self.touched_volumes: list[tuple[str, str]] = []
         self._uuids: dict[tuple[str, str, str], str] = {}
 
     # ------------------------------------------------------------------ input
@@ -402,6 +478,8 @@ class _Run:
                 found.templates[ns_name(obj)] = obj
             elif spec.role == "service":
                 found.services.append(obj)
+            elif spec.role == "volume":
+                found.volumes.append(obj)
             else:  # pod, workload
                 found.work.append(obj)
         if not self.objects:
@@ -417,6 +495,7 @@ class _Run:
     def _cluster(self, found: _Input) -> tuple[list[Node], list[ResourceSlice]]:
         nodes: list[Node] = []
         slices: list[ResourceSlice] = []
+        csi_nodes: list[JSON] = []
         if found.inventory is not None:
             inventory, base = found.inventory
             if inventory.get("apiVersion") != INVENTORY_API_VERSION:
@@ -426,6 +505,7 @@ class _Run:
             built, built_slices = build_inventory(inventory, base)
             nodes.extend(n.node for n in built)
             slices.extend(built_slices)
+            csi_nodes.extend(n.csi_node for n in built if n.csi_node is not None)
         names = {n.name for n in nodes}
         for raw in found.nodes:
             node = node_from_object(raw)
@@ -439,7 +519,35 @@ class _Run:
                 "kind: Cluster) or the cluster's Node objects"
             )
         slices.extend(slice_from_object(raw) for raw in found.slices)
+        for raw in csi_nodes:
+            self._add_volume_object(raw)
+        for raw in found.volumes:
+            if self._volume_key(raw) in self.volumes:
+                raise ManifestError(f"{object_label(raw)}: given twice (inventory and object)")
+            self._add_volume_object(raw)
         return nodes, slices
+
+    @staticmethod
+    def _volume_key(raw: Mapping[str, Any]) -> tuple[str, str]:
+        kind = str(raw.get("kind"))
+        namespace, name = ns_name(raw)
+        return (kind, f"{namespace}/{name}" if classify(raw).namespaced else name)
+
+    def _add_volume_object(self, raw: Mapping[str, Any]) -> JSON:
+        """Keep a volume kind's object (a copy, with a UID) for the engine."""
+        key = self._volume_key(raw)
+        if classify(raw).namespaced:
+            obj = _with_uid(raw)
+        else:
+            obj = copy.deepcopy(dict(raw))
+            obj["metadata"] = {"uid": stable_uid(key[0], "", key[1]), **obj["metadata"]}
+        if key[0] == "PersistentVolume" and not (obj.get("status") or {}).get("phase"):
+            # A PV as written, before the PV controller's first sync (syncVolume): Available
+            # without a claim or pre-bound to one (no UID yet), else Bound.
+            ref = (obj.get("spec") or {}).get("claimRef") or {}
+            obj["status"] = {"phase": "Bound" if ref.get("uid") else "Available"}
+        self.volumes[key] = obj
+        return obj
 
     @staticmethod
     def _check_admin_access(found: _Input) -> None:
@@ -499,6 +607,11 @@ class _Run:
             for pod in expand(obj, nodes, existing):
                 check_pod_object(pod)
                 out.append(_with_uid(pod))
+                if kind == "StatefulSet":
+                    # The StatefulSet controller creates the claims it does not find.
+                    for claim in statefulset_claims(obj, ns_name(pod)[1]):
+                        if self._volume_key(claim) not in self.volumes:
+                            self._add_volume_object(claim)
         names = [ns_name(p) for p in out]
         duplicate = next((n for n, c in Counter(names).items() if c > 1), None)
         if duplicate is not None:
@@ -547,12 +660,20 @@ class _Run:
         for name, labels in found.namespaces.items():
             engine.observe_namespace(name, labels)
         self._owners(engine, found)
+        for (kind, key), obj in self.volumes.items():
+            engine.observe_volume(kind, key, obj)
         for pod in running:
-            # Every running pod counts: its requests, host ports, and labels and affinity terms
-            # for the rules between pods, whichever scheduler placed it.
+            # Every running pod counts: its requests, host ports, labels and affinity terms for
+            # the rules between pods, and its volumes, whichever scheduler placed it.
             namespace, name = ns_name(pod)
             try:
-                engine.observe_pod(pod["metadata"]["uid"], str(pod["spec"]["nodeName"]), raw=pod)
+                volumes = PodVolumes.from_pod(pod)
+                engine.observe_pod(
+                    pod["metadata"]["uid"],
+                    str(pod["spec"]["nodeName"]),
+                    volumes=None if volumes.empty else volumes,
+                    raw=pod,
+                )
             except BiaxialError as exc:
                 raise ManifestError(f"Pod {namespace}/{name}: {exc}") from exc
             self.result.running += 1
@@ -564,6 +685,7 @@ class _Run:
         self._usage(slices)
         self.result.objects = [
             *(self.claims[key] for key in dict.fromkeys(self.touched)),
+            *(self.volumes[key] for key in dict.fromkeys(self.touched_volumes)),
             *self.placed_pods,
         ]
         return self.result
@@ -664,16 +786,7 @@ class _Run:
                         **dict(tmeta.get("annotations") or {}),
                         POD_CLAIM_NAME_ANNOTATION: claim_name,
                     },
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": name,
-                            "uid": pod["metadata"]["uid"],
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
+                    "ownerReferences": [_owned_by_pod(pod)],
                 },
                 "spec": copy.deepcopy(tspec.get("spec") or {}),
             }
@@ -692,6 +805,8 @@ class _Run:
         except ManifestError as exc:
             self.result.unschedulable.append(PodFailure(pod=pod_key, reason=str(exc)))
             return
+        for claim in self._ephemeral_claims(pod):
+            engine.observe_volume("PersistentVolumeClaim", self._volume_key(claim)[1], claim)
         started = time.perf_counter()
         decision = engine.decide(pod, models)
         elapsed = time.perf_counter() - started
@@ -702,6 +817,78 @@ class _Run:
             return
         engine.assume(decision, pod)
         self._record(pod, decision, entries, created)
+        self._bind_volumes(engine, decision)
+
+    def _ephemeral_claims(self, pod: JSON) -> list[JSON]:
+        """The claims the ephemeral volume controller creates for the pod's generic ephemeral
+        volumes and does not find: ``<pod>-<volume>`` with the template's metadata and spec,
+        owned (controller) by the pod."""
+        namespace, name = ns_name(pod)
+        out: list[JSON] = []
+        for volume in (pod.get("spec") or {}).get("volumes") or ():
+            ephemeral = volume.get("ephemeral") if isinstance(volume, Mapping) else None
+            if not isinstance(ephemeral, Mapping):
+                continue
+            template = ephemeral.get("volumeClaimTemplate") or {}
+            claim_name = f"{name}-{volume.get('name')}"
+            meta = copy.deepcopy(dict(template.get("metadata") or {}))
+            meta.update(
+                name=claim_name,
+                namespace=namespace,
+                ownerReferences=[_owned_by_pod(pod)],
+            )
+            claim: JSON = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": meta,
+                "spec": copy.deepcopy(dict(template.get("spec") or {})),
+                "status": {"phase": "Pending"},
+            }
+            if self._volume_key(claim) not in self.volumes:
+                out.append(self._add_volume_object(claim))
+        return out
+
+    def _bind_volumes(self, engine: DecisionEngine, placement: Placement) -> None:
+        """What the controller writes for the placement's volumes before the pod's binding:
+        each chosen PV's ``claimRef``, each claim to provision its selected node. A PV bind is
+        then completed as the PV controller completes it before the controller binds the pod
+        (the claim's ``volumeName``, both ``Bound``), and the engine sees that, as the
+        controller's does: a claim bound to a CSI volume counts under the PV's driver."""
+        if placement.volumes is None:
+            return
+        for claim_key, pv_name in placement.volumes.bind:
+            claim = self.volumes[("PersistentVolumeClaim", claim_key)]
+            namespace, _, name = claim_key.partition("/")
+            volume = self.volumes[("PersistentVolume", pv_name)]
+            volume.setdefault("spec", {})["claimRef"] = {
+                "kind": "PersistentVolumeClaim",
+                "apiVersion": "v1",
+                "namespace": namespace,
+                "name": name,
+                "uid": claim["metadata"]["uid"],
+            }
+            volume["status"] = {"phase": "Bound"}
+            claim.setdefault("spec", {})["volumeName"] = pv_name
+            claim["metadata"]["annotations"] = {
+                **(claim["metadata"].get("annotations") or {}),
+                ANN_BIND_COMPLETED: "yes",
+                ANN_BOUND_BY_CONTROLLER: "yes",
+            }
+            claim["status"] = {"phase": "Bound"}
+            engine.observe_volume("PersistentVolume", pv_name, volume)
+            engine.observe_volume("PersistentVolumeClaim", claim_key, claim)
+            self.touched_volumes += [
+                ("PersistentVolumeClaim", claim_key),
+                ("PersistentVolume", pv_name),
+            ]
+        for claim_key in placement.volumes.provision:
+            key = ("PersistentVolumeClaim", claim_key)
+            meta = self.volumes[key]["metadata"]
+            meta["annotations"] = {
+                **(meta.get("annotations") or {}),
+                ANN_SELECTED_NODE: placement.node,
+            }
+            self.touched_volumes.append(key)
 
     def _record(
         self,
@@ -811,13 +998,16 @@ class _Run:
         migs: dict[tuple[str, str], list[tuple[Device, PartitionUsage]]] = {}
         gpus: list[GpuUsage] = []
         ordered = sorted(slices, key=lambda s: (position.get(s.node_name or "", -1), s.name))
+        dynamic = _DynamicMig(ordered, held)
         for s in ordered:
             if s.driver != DEFAULT_DRIVER_NAME:
                 continue
             node = str(s.node_name or s.pool.name)
             for d in s.devices:
-                memory = d.capacity["memory"].value.value() if "memory" in d.capacity else 0
-                cores = d.capacity["cores"].value.value() if "cores" in d.capacity else 0
+                if dynamic.is_placement(d):
+                    continue  # a possible partition: listed under its GPU once taken
+                memory = _capacity(d, "memory")
+                cores = _capacity(d, "cores")
                 uses = held.get((s.driver, s.pool.name, d.name), [])
                 if d.attributes.get("type") == "mig":
                     parent = str(d.attributes.get("parentUUID", ""))
@@ -840,19 +1030,18 @@ class _Run:
                         else (share_cores or 0)
                     )
                     pods.extend((p, amount) for p in claim_pods)
-                gpus.append(
-                    GpuUsage(
-                        node=node,
-                        device=d.name,
-                        uuid=str(d.attributes.get("uuid", "")),
-                        product=str(d.attributes.get("productName", "")),
-                        memory=memory,
-                        memory_used=used_memory,
-                        cores=cores,
-                        cores_used=used_cores,
-                        pods=tuple(pods),
-                    )
+                usage = GpuUsage(
+                    node=node,
+                    device=d.name,
+                    uuid=str(d.attributes.get("uuid", "")),
+                    product=str(d.attributes.get("productName", "")),
+                    memory=memory,
+                    memory_used=used_memory,
+                    cores=cores,
+                    cores_used=used_cores,
+                    pods=tuple(pods),
                 )
+                gpus.append(dynamic.with_partitions(s, d, usage))
         for (node, parent), parts in migs.items():
             first = parts[0][0]
             minor = first.attributes.get("minor", first.attributes.get("index", ""))
@@ -887,6 +1076,101 @@ def _replicaset_of(deployment: Mapping[str, Any]) -> JSON:
             "namespace": namespace,
             "uid": stable_uid("ReplicaSet", namespace, name),
         },
+    }
+
+
+Held = Mapping[tuple[str, str, str], Sequence[tuple[tuple[str, ...], int | None, int | None]]]
+"""(driver, pool, device) -> per allocated claim: the pods holding it, memory, cores."""
+
+
+class _DynamicMig:
+    """Dynamic-MIG bookkeeping of a simulated cluster: which devices are placements, which
+    were taken (the partitions the plugin would create), and what is left of each GPU's
+    counter set."""
+
+    def __init__(self, slices: Sequence[ResourceSlice], held: Held) -> None:
+        self.held = held
+        self.left: dict[tuple[str, str, str], dict[str, int]] = {}  # (driver, pool, set)
+        self.members: dict[tuple[str, str, str], list[tuple[Device, dict[str, int]]]] = {}
+        for s in slices:
+            for counter_set in s.shared_counters:
+                key = (s.driver, s.pool.name, counter_set.name)
+                self.left[key] = {k: v.value() for k, v in counter_set.counters.items()}
+        for s in slices:
+            for d in s.devices:
+                for consumption in d.consumes_counters:
+                    key = (s.driver, s.pool.name, consumption.name)
+                    amounts = {k: v.value() for k, v in consumption.counters.items()}
+                    self.members.setdefault(key, []).append((d, amounts))
+                    if (s.driver, s.pool.name, d.name) in held and key in self.left:
+                        for counter, amount in amounts.items():
+                            self.left[key][counter] = self.left[key].get(counter, 0) - amount
+
+    @staticmethod
+    def is_placement(device: Device) -> bool:
+        return bool(device.consumes_counters) and device.attributes.get("type") == "mig"
+
+    def with_partitions(self, s: ResourceSlice, device: Device, usage: GpuUsage) -> GpuUsage:
+        """A dynamic GPU's row with its partitions, free slices and largest placeable."""
+        if not device.consumes_counters:
+            return usage
+        key = (s.driver, s.pool.name, device.consumes_counters[0].name)
+        left = self.left.get(key, {})
+        slots = sorted(c for c in left if c.startswith(MEMORY_SLICE_PREFIX))
+        partitions: list[PartitionUsage] = []
+        for member, amounts in self.members.get(key, ()):
+            uses = self.held.get((s.driver, s.pool.name, member.name))
+            if not self.is_placement(member) or not uses:
+                continue
+            starts = sorted(
+                int(c.removeprefix(MEMORY_SLICE_PREFIX))
+                for c in amounts
+                if c.startswith(MEMORY_SLICE_PREFIX)
+            )
+            partitions.append(
+                PartitionUsage(
+                    device=member.name,
+                    profile=str(member.attributes.get("profile", "")),
+                    memory=_capacity(member, "memory"),
+                    pods=tuple(dict.fromkeys(p for holders, _, _ in uses for p in holders)),
+                    start=starts[0] if starts else 0,
+                    size=len(starts),
+                )
+            )
+        partitions.sort(key=lambda p: (p.start or 0, p.device))
+        placeable = [
+            member
+            for member, amounts in self.members.get(key, ())
+            if self.is_placement(member) and all(left.get(c, 0) >= a for c, a in amounts.items())
+        ]
+        largest = max(
+            placeable,
+            key=lambda m: (_capacity(m, "memory"), _capacity(m, "cores")),
+            default=None,
+        )
+        return replace(
+            usage,
+            memory_used=usage.memory_used + sum(p.memory for p in partitions),
+            partitions=tuple(partitions),
+            memory_slices=len(slots),
+            free_slices=sum(1 for c in slots if left[c] > 0),
+            largest_placeable=str(largest.attributes.get("profile", "")) if largest else "",
+        )
+
+
+def _capacity(device: Device, name: str) -> int:
+    return device.capacity[name].value.value() if name in device.capacity else 0
+
+
+def _owned_by_pod(pod: Mapping[str, Any]) -> JSON:
+    """The controller owner reference a claim created for ``pod`` carries."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": ns_name(pod)[1],
+        "uid": pod["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
 
 

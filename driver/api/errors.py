@@ -15,6 +15,8 @@ says what is wrong and where, so the CLI, events and conditions can show it as o
     │   └── NodeAllocationError      allocation failed on this node only (invalid pools): the
     │                                node is unschedulable with this message, others may fit
     ├── DiscoveryError               NVML is unavailable or reported something unusable
+    │   └── MigError                 creating or destroying a MIG instance failed (placement
+    │                                taken, MIG mode off, NVML refused)
     ├── CheckpointError              the kubelet plugin's checkpoint is unreadable or corrupt
     ├── PrepareError                 a claim cannot be prepared on this node (per claim)
     └── ApiError                     the Kubernetes API answered with an error
@@ -81,6 +83,11 @@ class NodeAllocationError(AllocationError):
 
 class DiscoveryError(BiaxialError):
     """GPU discovery failed (no NVML, no driver, an unusable answer)."""
+
+
+class MigError(DiscoveryError):
+    """A MIG instance could not be created or destroyed; the message names the GPU, the
+    profile and placement, and NVML's reason."""
 
 
 class CheckpointError(BiaxialError):

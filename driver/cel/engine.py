@@ -91,11 +91,9 @@ Where cel-expr-python cannot express something natively, and the differences tha
 * **Comprehensions past 10,000 iterations** run driven from Python (``driver.cel.drive``): the
   values a loop carries pass through Python, so a uint there becomes an int, and an optional
   or a type cannot pass (an evaluation error).
-* **Regular expressions.** ``matches`` runs cel-cpp's RE2 (as upstream's Go regexp: RE2
-  syntax); ``find`` / ``findAll`` ask RE2 whether the text has a match at all, then run
-  Python's ``re`` on the same syntax (backreferences and lookaround, which RE2 lacks, are
-  refused): a pattern that backtracks exponentially can still be slow on text that *does*
-  match somewhere (RE2 is linear upstream). RE2's error wording is mapped to Go's.
+* **Regular expressions.** ``matches`` runs cel-cpp's RE2 and ``find`` / ``findAll`` the same
+  RE2 through its Python binding (google-re2): RE2 syntax and linear time, as Go's regexp
+  upstream. RE2's error wording is mapped to Go's.
 * **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) return
   optionals as upstream: the Python functions return the format or null, the error list or
   an empty one, and :func:`_rewrite_optionals` wraps each call in CEL.
@@ -149,6 +147,7 @@ from driver.cel import (
     strings,
     syntax,
 )
+from driver.cel.reads import readable_keys, visible
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
@@ -545,20 +544,20 @@ def _library() -> list[_Overload]:
     member("format", "string_format", t.STRING, [t.STRING, dyn_list], _fn(strings.format_string))
     free("strings.quote", "strings_quote", t.STRING, [t.STRING], _fn(strings.quote))
     # regex (regex.go)
-    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _find)
+    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _fn(strings.find))
     member(
         "findAll",
         "string_find_all_string",
         t.List(t.STRING),
         [t.STRING, t.STRING],
-        _find_all,
+        _fn(strings.find_all),
     )
     member(
         "findAll",
         "string_find_all_string_int",
         t.List(t.STRING),
         [t.STRING, t.STRING, t.INT],
-        _find_all,
+        _fn(strings.find_all),
     )
     # IP and CIDR (ip.go, cidr.go)
     free("ip", "string_to_ip", ip, [t.STRING], lambda x: _IPMsg(value=network.ip(x)))
@@ -679,37 +678,6 @@ def _format_errors(msg: Any, text: str) -> list[str]:
 
 def _fn(impl: Callable[..., Any]) -> Callable[..., Any]:
     return impl
-
-
-def _find(text: str, pattern: str) -> str:
-    """``find`` (driver.cel.strings), after RE2 says there is a match at all: Python's
-    backtracking ``re`` never gets to fail exponentially on text without one."""
-    if not _re2_finds(text, pattern):
-        strings.charge_regex(text, pattern)
-        return ""
-    return strings.find(text, pattern)
-
-
-def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
-    if not _re2_finds(text, pattern):
-        strings.charge_regex(text, pattern)
-        return []
-    return strings.find_all(text, pattern, limit)
-
-
-def _re2_finds(text: str, pattern: str) -> bool:
-    """Whether cel-cpp's RE2 (linear time, as Go's regexp upstream) finds *pattern* in
-    *text*; true where it cannot tell (Python then reports the pattern's error)."""
-    try:
-        result = _re2_probe(pattern).eval(data={"device.driver": text})
-        return result.value() is not False
-    except (RuntimeError, TypeError):
-        return True
-
-
-@lru_cache(maxsize=256)
-def _re2_probe(pattern: str) -> Any:
-    return _env().compile(f"device.driver.matches({strings.quote_plain(pattern)})")
 
 
 def _one(impl: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -1746,10 +1714,10 @@ def _regex_problem(function: str, pattern: str) -> str | None:
     if probe.type() == cel.Type.ERROR:
         reason = strings.go_regexp_error(_engine_message(str(probe.value())))
     else:
-        python = strings.check_regex(pattern)
-        if python is None:
+        problem = strings.check_regex(pattern)
+        if problem is None:
             return None
-        reason = f"regular expression {pattern!r} is not supported here: {python}"
+        reason = strings.go_regexp_error(problem)
     if function == "matches":
         return f"invalid matches argument: {reason}"
     return f"program instantiation failed: {reason}"
@@ -1761,19 +1729,26 @@ def _regex_problem(function: str, pattern: str) -> str | None:
 @dataclass(slots=True)
 class _DeviceEntry:
     generation: int
-    prepared: DeviceInput | CELEvaluationError
+    prepared: DeviceInput | CELEvaluationError | None  # None: not built yet
     results: dict[str, bool | CELEvaluationError]
 
 
 class MatchCache:
     """Results (and errors) per (expression, device, slice generation), plus one CEL input per
     (device, slice generation), built once however many selectors run on the device. A device
-    seen at another slice generation starts afresh (its old entries are dropped). Thread-safe;
-    never mutates its inputs."""
+    seen at another slice generation starts afresh (its old entries are dropped).
+
+    A boolean result is also shared by every device that looks the same to the expression
+    (:mod:`driver.cel.reads`: same driver, sharing flag and values of every attribute and
+    capacity the expression can name), so a selector runs once per kind of device, not once
+    per device: thousands of identical GPUs, or every placement of one MIG profile, cost one
+    evaluation. Errors are never shared (their message names the device). Thread-safe; never
+    mutates its inputs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._devices: dict[DeviceID, _DeviceEntry] = {}
+        self._shared: dict[tuple[object, ...], bool] = {}
         self.hits = 0
         self.misses = 0
 
@@ -1790,16 +1765,27 @@ class MatchCache:
                     if isinstance(cached, CELEvaluationError):
                         raise cached
                     return cached
-            self.misses += 1
-        if entry is None or entry.generation != slice_generation:
-            prepared: DeviceInput | CELEvaluationError
-            try:
-                prepared = device_input(device, device_id.driver)
-            except CELEvaluationError as exc:
-                prepared = exc
-            entry = _DeviceEntry(slice_generation, prepared, {})
-            with self._lock:
+        keys = readable_keys(selector.expression)
+        look = (
+            (selector.expression, *visible(device, device_id.driver, keys))
+            if keys is not None
+            else None
+        )
+        with self._lock:
+            if entry is None or entry.generation != slice_generation:
+                entry = _DeviceEntry(slice_generation, None, {})
                 self._devices[device_id] = entry
+            shared = self._shared.get(look) if look is not None else None
+            if shared is not None:
+                self.hits += 1
+                entry.results[selector.expression] = shared
+                return shared
+            self.misses += 1
+        if entry.prepared is None:
+            try:
+                entry.prepared = device_input(device, device_id.driver)
+            except CELEvaluationError as exc:
+                entry.prepared = exc
         outcome: bool | CELEvaluationError
         if isinstance(entry.prepared, CELEvaluationError):
             outcome = selector.input_error(device.name, entry.prepared)
@@ -1810,6 +1796,8 @@ class MatchCache:
                 outcome = exc
         with self._lock:
             entry.results[selector.expression] = outcome
+            if look is not None and not isinstance(outcome, CELEvaluationError):
+                self._shared[look] = outcome
         if isinstance(outcome, CELEvaluationError):
             raise outcome
         return outcome
@@ -1827,3 +1815,4 @@ class MatchCache:
     def clear(self) -> None:
         with self._lock:
             self._devices.clear()
+            self._shared.clear()

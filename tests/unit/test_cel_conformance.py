@@ -3,6 +3,7 @@ compile cache, message shape, and MatchCache behaviour."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
@@ -294,7 +295,36 @@ def test_match_cache_discard_forgets_a_device() -> None:
     cache.discard(_id("never-seen"))
     assert len(cache) == 1
     assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
-    assert cache.misses == 3
+    # gpu-1 and the re-added gpu-0 look the same to the selector: they share its verdict.
+    assert (cache.hits, cache.misses) == (2, 1)
+    assert len(cache) == 2
+
+
+def test_match_cache_shares_a_verdict_between_devices_that_look_alike() -> None:
+    cache = cel.MatchCache()
+    selector = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
+    twin = dataclasses.replace(T4, name="gpu-1", attributes={**T4.attributes, "uuid": "GPU-o"})
+    assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(selector, _id("gpu-1"), 1, twin) is True  # uuid is not read
+    assert (cache.hits, cache.misses) == (1, 1)
+    other = dataclasses.replace(T4, name="gpu-2", attributes={**T4.attributes, "type": "mig"})
+    assert cache.matches(selector, _id("gpu-2"), 1, other) is False
+    assert cache.misses == 2
+    # A selector that may read anything (a comprehension) is evaluated per device.
+    wide = cel.compile_selector(f'device.attributes["{DRIVER}"].exists(k, k == "uuid")')
+    assert cache.matches(wide, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(wide, _id("gpu-1"), 1, twin) is True
+    assert cache.misses == 4
+    # Two domain maps compared whole read every name in them: evaluated per device too.
+    whole = cel.compile_selector(f'device.attributes["{DRIVER}"] == device.attributes["{DRIVER}"]')
+    assert cache.matches(whole, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(whole, _id("gpu-1"), 1, twin) is True
+    assert cache.misses == 6
+    # Errors name their device: never shared.
+    broken = cel.compile_selector(f'device.attributes["{DRIVER}"].nosuch == 1')
+    for name, device in (("gpu-0", T4), ("gpu-1", twin)):
+        with pytest.raises(CELEvaluationError, match=f"'{name}'"):
+            cache.matches(broken, _id(name), 1, device)
 
 
 # --------------------------------------------------------------------------- semver precedence

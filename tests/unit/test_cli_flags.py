@@ -68,6 +68,13 @@ CONTROLLER = [
         lambda s: s.max_concurrent_writes,
         4,
     ),
+    Case(
+        "volume-bind-timeout",
+        "BIAXIAL_VOLUME_BIND_TIMEOUT",
+        "30",
+        lambda s: s.volume_bind_timeout_s,
+        30.0,
+    ),
 ]
 PLUGIN = [
     Case("kubeconfig", "BIAXIAL_KUBECONFIG", KUBECONFIG, lambda s: s.kubeconfig, KUBECONFIG),
@@ -109,6 +116,13 @@ PLUGIN = [
         Path("/lib/libvgpu.so"),
     ),
     Case("mps-root", "BIAXIAL_MPS_ROOT", "/m", lambda s: s.mps_root, Path("/m")),
+    Case(
+        "dynamic-mig",
+        "BIAXIAL_DYNAMIC_MIG",
+        "NVIDIA A100-SXM4-80GB",
+        lambda s: s.dynamic_mig.models,
+        {"NVIDIA A100-SXM4-80GB"},
+    ),
     Case(
         "max-shares-per-gpu",
         "BIAXIAL_MAX_SHARES_PER_GPU",

@@ -17,9 +17,10 @@ from driver.api.claims import AllocationResult, DeviceClass
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import ResourceSlice
 from driver.cel.engine import compile_selector
+from driver.cel.reads import referenced_names
 from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
-from driver.scheduling.classification import DeviceClassifier, referenced_names
+from driver.scheduling.classification import DeviceClassifier
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults

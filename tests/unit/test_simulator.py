@@ -234,10 +234,10 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
             "ResourceClaim default/rc, request 'r': exactly one of exactly or firstAvailable",
         ),
         (
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"}},
+            {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"}},
             (
-                "PersistentVolumeClaim default/data: PersistentVolumeClaim affects scheduling and "
-                "volumes are not modelled yet"
+                "PodDisruptionBudget default/b: PodDisruptionBudget affects scheduling and "
+                "preemption (which disruption budgets limit) is not modelled yet"
             ),
         ),
         (

@@ -30,6 +30,11 @@ claims and the binding show up (nothing is counted twice, nothing is taken out a
 The engine is built from the caches on first use (the same calls, replayed, then the
 placements in flight assumed again) and kept current by events after; nodes, slices and
 classes make it rebuild its index before the next decision, claims and pods never do.
+:attr:`EngineFeed.generation` moves with every call that may change what the engine counts
+(and with every new engine), so an answer taken at one generation holds while it stands
+(:mod:`controller.equivalence`); our own writes to pending pods do not move it.
+:meth:`EngineFeed.device_classes` names the DeviceClasses that select a device (the
+scheduling queue's hints ask which parked pods a freed device can help).
 :meth:`EngineFeed.consistent` builds a second engine from the caches and compares the two
 (the tests assert it); :meth:`EngineFeed.reset` drops the engine after an unexpected error so
 the next decision starts from the caches. Objects that do not parse are logged and left out.
@@ -97,17 +102,6 @@ class _Flight:
 OWNER_KINDS: Final = frozenset({"Service", "ReplicationController", "ReplicaSet", "StatefulSet"})
 
 
-def _pod_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether what the engine counts of a bound pod may differ between two versions."""
-    old_meta, new_meta = meta(old), meta(new)
-    return (
-        pod_node(old) != pod_node(new)
-        or old.get("spec") != new.get("spec")
-        or old_meta.get("labels") != new_meta.get("labels")
-        or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
-    )
-
-
 def _bridge_owner(claim: JSON | None) -> str | None:
     return bridge_claim_owner(claim) if claim is not None else None
 
@@ -151,6 +145,7 @@ class EngineFeed:
         self.metrics = metrics
         self.parsed = Parsed()
         self.rebuilds = 0  # engines built from the caches, and index rebuilds
+        self.generation = 0  # moves whenever what the engine counts may have changed
         self._on_cluster_change = on_cluster_change
         self._engine: DecisionEngine | None = None
         self._flights: dict[str, _Flight] = {}  # pod uid -> placement, until bound or failed
@@ -168,17 +163,20 @@ class EngineFeed:
         else:
             rebuilt = engine.sync()
         if rebuilt:
+            self.generation += 1
             self.rebuilds += 1
             self.metrics.engine_rebuild_seconds.observe(time.perf_counter() - started)
         return engine
 
     def assume(self, placement: Placement, pod: JSON) -> None:
         """This controller decided ``placement`` for ``pod``: it counts from now on."""
+        self.generation += 1
         self._flights[pod_uid(pod)] = _Flight(placement, pod)
         self.engine().assume(placement, pod)
 
     def forget(self, uid: str) -> None:
         """The placement of pod ``uid`` was not written (what was written is rolled back)."""
+        self.generation += 1
         self._flights.pop(uid, None)
         if self._engine is not None:
             self._engine.forget(uid)
@@ -190,6 +188,7 @@ class EngineFeed:
     def reset(self) -> None:
         """Forget the engine: the next one is built from the caches (after an unexpected
         error, whatever it left half done is not trusted)."""
+        self.generation += 1
         self._engine = None
 
     def consistent(self) -> bool:
@@ -250,6 +249,7 @@ class EngineFeed:
     # ------------------------------------------------------------------ events
     def _claim_touched(self, key: str) -> None:
         """What the overlay shows for ``key`` may have changed."""
+        self.generation += 1
         raw = self.cache.overlay.latest_written(key)
         if raw is None:
             self.parsed.forget(key)
@@ -267,11 +267,15 @@ class EngineFeed:
         if kind in OWNER_KINDS:
             owner = new if new is not None else old
             if engine is not None and owner is not None:
+                self.generation += 1
                 self._observe_owner(engine, owner, new.selector if new is not None else None)
-            return  # a soft rule: nothing parked can become schedulable
+                if any(c.when_unsatisfiable == "DoNotSchedule" for c in self.spreading.constraints):
+                    self._on_cluster_change()  # a configured default filter may now pass
+            return  # (System defaults only order nodes: nothing parked becomes schedulable)
         if kind == "Namespace":
             namespace = new if new is not None else old
             if engine is not None and namespace is not None:
+                self.generation += 1
                 engine.observe_namespace(namespace.name, new.labels if new is not None else None)
             self._on_cluster_change()  # a namespaceSelector may now match
             return
@@ -291,6 +295,7 @@ class EngineFeed:
         elif kind == "DeviceClass":
             changed = engine.observe_class(model.name, new)
         if changed:
+            self.generation += 1
             self._on_cluster_change()
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
@@ -298,6 +303,7 @@ class EngineFeed:
         assert obj is not None
         uid = str(meta(obj).get("uid") or "")
         if new is None or pod_is_finished(new):
+            self.generation += 1
             self._flights.pop(uid, None)
             if self._engine is not None:
                 self._engine.observe_pod(uid, None)
@@ -305,19 +311,19 @@ class EngineFeed:
         flight = self._flights.get(uid)
         if flight is not None and flight.placement.node == pod_node(new):
             del self._flights[uid]  # our binding is seen
-        if self._engine is not None:
-            self._observe_pod(self._engine, old, new)
+        if _counts_anew(old, new):
+            self.generation += 1
+            if self._engine is not None:
+                self._observe_pod(self._engine, None, new)
 
     @staticmethod
     def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
         """Tell the engine where a live pod counts, when that may have changed: it was bound,
         relabelled, resized in place, or began terminating (parsed only then). A pod that
         does not parse still counts on its node, with no requests."""
-        node = pod_node(new)
-        if not node or pod_is_finished(new):
-            return  # an unbound pod counts nowhere (ours count through their assumption)
-        if old is not None and not _pod_changed(old, new):
+        if not _counts_anew(old, new):
             return
+        node = pod_node(new)
         uid = str(meta(new).get("uid") or "")
         volumes = _pod_volumes(new)
         try:
@@ -339,3 +345,27 @@ class EngineFeed:
                 "%s %s/%s has a malformed selector, ignored: %s", kind, namespace, name, exc
             )
             engine.observe_owner(kind, namespace, name, None)
+
+    # ------------------------------------------------------------------ queueing hints
+    def device_classes(self, driver: str, pool: str, device: str) -> frozenset[str] | None:
+        """The DeviceClasses that select device ``driver/pool/device`` now; None when the
+        engine does not know it (yet)."""
+        return self.engine().device_classes(driver, pool, device)
+
+
+def _counts_anew(old: JSON | None, new: JSON) -> bool:
+    """Whether what the engine counts of a live pod may have changed: it was bound,
+    relabelled, resized in place, or began terminating. An unbound pod counts nowhere (ours
+    count through their assumption)."""
+    node = pod_node(new)
+    if not node or pod_is_finished(new):
+        return False
+    if old is None:
+        return True
+    old_meta, new_meta = meta(old), meta(new)
+    return (
+        pod_node(old) != node
+        or old.get("spec") != new.get("spec")
+        or old_meta.get("labels") != new_meta.get("labels")
+        or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
+    )

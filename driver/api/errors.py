@@ -27,6 +27,9 @@ says what is wrong and where, so the CLI, events and conditions can show it as o
         └── (NotLeaderError)         not from the API: a write the controller's leader fence
                                      refused before sending it (controller.leader; status 0)
 
+    DeadlineExceededError            not a BiaxialError on purpose: the caller's deadline
+                                     (driver.cel.cost.limits) passed during an evaluation
+
 HTTP status codes are mapped to ``ApiError`` subclasses in exactly one place:
 :func:`api_error_for_status`. Always ``raise ... from`` the underlying exception.
 """
@@ -68,6 +71,16 @@ class ValidationError(InvalidInputError):
 
 class CELEvaluationError(BiaxialError):
     """A CEL expression failed at run time: missing key, wrong type, non-bool, cost limit."""
+
+
+class DeadlineExceededError(Exception):
+    """The deadline of the enclosing :func:`driver.cel.cost.limits` block passed while a CEL
+    selector was being evaluated (the controller's per-decision deadline).
+
+    It says nothing about the expression, the device or the pod, so it is deliberately not a
+    :class:`BiaxialError`: nothing that absorbs, caches or reports input errors (the CEL match
+    cache, device classification, the allocator, the decision engine's ``PodError``) catches
+    it, and it ends the whole decision. Whoever set the deadline reports it."""
 
 
 class AllocationError(BiaxialError):

@@ -401,7 +401,10 @@ class DecisionEngine:
     # ------------------------------------------------------------------ deciding
     def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
         """Decide one pod. ``claims`` are the pod's ResourceClaims (``spec.resourceClaims``
-        order), already created from templates by the caller."""
+        order), already created from templates by the caller. Inside a
+        ``driver.cel.cost.limits(deadline=...)`` block, a deadline that passes while selectors
+        are evaluated raises :class:`~driver.api.errors.DeadlineExceededError` (no decision;
+        what the engine counts is unchanged)."""
         started = time.perf_counter()
         try:
             self.sync()
@@ -544,6 +547,21 @@ class DecisionEngine:
                     self._index.refresh(self.snapshot, node)
             self._stale.clear()
         return False
+
+    def device_classes(self, driver: str, pool: str, device: str) -> frozenset[str] | None:
+        """The DeviceClasses whose selectors select device ``driver/pool/device`` (a CEL error
+        counts as selecting, as for the index); None when no node sees the device. What a
+        scheduler's queueing hints ask: which waiting pods a freed device may help."""
+        self.sync()
+        for name in self._index.nodes_holding((driver, pool)):
+            node = self._nodes.get(name)
+            if node is None:
+                continue
+            for cand in self.snapshot.candidates(node).devices:
+                found = cand.device_id
+                if found.device == device and found.pool == pool and found.driver == driver:
+                    return self._classifier.classes_of(cand)
+        return None
 
     def state(self) -> EngineState:
         """What the engine counts now (see :class:`EngineState`)."""

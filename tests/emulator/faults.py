@@ -111,6 +111,16 @@ class Faults:
         with self._lock:
             self._gone.append(FaultRule(frozenset({"watch"}), resource, count))
 
+    def pending(self) -> list[FaultRule]:
+        """Copies of the rules not used up yet (error, latency and 410 rules)."""
+        with self._lock:
+            return [
+                FaultRule(
+                    r.verbs, r.resource, r.remaining, r.status, r.reason, r.message, r.latency
+                )
+                for r in (*self._errors, *self._latency, *self._gone)
+            ]
+
     def clear(self) -> None:
         with self._lock:
             self._errors.clear()

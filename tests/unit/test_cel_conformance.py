@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.errors import CELCompileError, CELEvaluationError, DeadlineExceededError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import Device, Version
 from driver.cel import engine as cel
@@ -404,8 +404,61 @@ def test_a_deadline_cancels_a_metered_evaluation() -> None:
     from driver.cel import cost
 
     selector = cel.compile_selector(CHEAP_BUT_UNBOUNDED)
-    with cost.limits(deadline=0.0), pytest.raises(CELEvaluationError, match="deadline exceeded"):
+    assert selector.metered
+    with (
+        cost.limits(deadline=0.0),
+        pytest.raises(DeadlineExceededError, match="evaluation deadline exceeded"),
+    ):
         selector.matches(T4, DRIVER)
+
+
+def test_a_deadline_stops_an_unmetered_evaluation_before_it_starts() -> None:
+    # An expression within the cost limit is not metered, but a decision made of many of them
+    # must still stop at its deadline (kube-scheduler's DRA filter timeout).
+    from driver.cel import cost
+
+    selector = cel.compile_selector(f'device.driver == "{DRIVER}"')
+    assert not selector.metered
+    with cost.limits(deadline=0.0), pytest.raises(DeadlineExceededError, match=DRIVER):
+        selector.matches(T4, DRIVER)
+    assert selector.matches(T4, DRIVER) is True  # outside the block: no deadline
+
+
+LONG_BUT_ADMITTED = (
+    f'lists.range(9999).exists(i, device.attributes["{DRIVER}"].productName'
+    f".matches('.*Z.*[0-9]$'))"
+)
+
+
+def test_a_long_selector_is_stopped_by_a_deadline_that_passes_while_it_runs() -> None:
+    # Within the cost limit (the API server admits it), but slow: a decision's deadline must
+    # not wait for the evaluation to finish.
+    import time
+
+    from driver.cel import cost
+
+    selector = cel.compile_selector(LONG_BUT_ADMITTED)
+    assert selector.max_cost <= cel.COST_LIMIT
+    assert not selector.metered  # no actual-cost limit to enforce
+    assert selector.matches(T4, DRIVER) is False  # all 9,999 iterations: no "Z" in "Tesla T4"
+    with (
+        cost.limits(deadline=time.monotonic() + 0.02),
+        pytest.raises(DeadlineExceededError),
+    ):
+        selector.matches(T4, DRIVER)
+
+
+def test_a_deadline_is_not_an_evaluation_error_and_is_never_cached() -> None:
+    from driver.cel import cost
+
+    assert not issubclass(DeadlineExceededError, CELEvaluationError)
+    cache = cel.MatchCache()
+    selector = cel.compile_selector(f'device.driver == "{DRIVER}"')
+    device_id = DeviceID(DriverName(DRIVER), PoolName("node-a"), DeviceName(T4.name))
+    with cost.limits(deadline=0.0), pytest.raises(DeadlineExceededError):
+        cache.matches(selector, device_id, 1, T4)
+    assert len(cache) == 0
+    assert cache.matches(selector, device_id, 1, T4) is True
 
 
 def test_a_cancelled_evaluation_is_not_hidden_by_or() -> None:

@@ -226,14 +226,34 @@ def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
 def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str) -> None:
     from driver.api.config import parse_gpu_config
 
-    gpu = one(
-        render({"deviceClasses": {"sharingStrategy": strategy}}), "DeviceClass", "gpu.biaxial.dev"
-    )
+    values = {"deviceClasses": {"sharingStrategy": strategy, "allowedSharingStrategies": []}}
+    gpu = one(render(values), "DeviceClass", "gpu.biaxial.dev")
     (entry,) = gpu["spec"]["config"]
     assert entry["opaque"]["driver"] == "gpu.biaxial.dev"
-    assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.strategy == strategy
-    assert "config" not in one(render(), "DeviceClass", "gpu.biaxial.dev")["spec"]
+    parsed = parse_gpu_config(entry["opaque"]["parameters"]).sharing
+    assert (parsed.strategy, parsed.allowed) == (strategy, None)
+    none = {"deviceClasses": {"sharingStrategy": "", "allowedSharingStrategies": []}}
+    assert "config" not in one(render(none), "DeviceClass", "gpu.biaxial.dev")["spec"]
     assert "config" not in one(render(), "DeviceClass", "mig.biaxial.dev")["spec"]
+
+
+def test_the_shipped_class_enforces_shares_and_no_claim_can_switch_that_off() -> None:
+    # Issue 15: with HAMi-core installed by default, a share is limited unless the
+    # administrator says otherwise; a tenant's GpuConfig may pick mps, never none.
+    from driver.api.config import parse_gpu_config
+
+    gpu = one(render(), "DeviceClass", "gpu.biaxial.dev")
+    (entry,) = gpu["spec"]["config"]
+    parsed = parse_gpu_config(entry["opaque"]["parameters"]).sharing
+    assert parsed.strategy == "hami-core"
+    assert parsed.allowed == ("hami-core", "mps")
+    allowing = {"deviceClasses": {"allowedSharingStrategies": ["hami-core", "mps", "none"]}}
+    (entry,) = one(render(allowing), "DeviceClass", "gpu.biaxial.dev")["spec"]["config"]
+    assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.allowed == (
+        "hami-core",
+        "mps",
+        "none",
+    )
 
 
 def test_class_sharing_policy_is_a_gpu_config_the_plugin_accepts() -> None:
@@ -265,12 +285,19 @@ def test_class_sharing_policy_is_a_gpu_config_the_plugin_accepts() -> None:
         (
             {"sharingStrategy": "none", "allowedSharingStrategies": ["hami-core"]},
             (
-                "allowedSharingStrategies needs deviceClasses.sharingStrategy set to one of "
-                'them, got "none"'
+                'deviceClasses.sharingStrategy "none" is not in '
+                "deviceClasses.allowedSharingStrategies [hami-core]: add it there"
             ),
         ),
         (
-            {"allowedSharingStrategies": ["hami-core"]},
+            {"sharingStrategy": "none"},  # the shipped policy does not allow none
+            (
+                'deviceClasses.sharingStrategy "none" is not in '
+                "deviceClasses.allowedSharingStrategies [hami-core mps]: add it there"
+            ),
+        ),
+        (
+            {"sharingStrategy": "", "allowedSharingStrategies": ["hami-core"]},
             "allowedSharingStrategies needs deviceClasses.sharingStrategy",
         ),
         (

@@ -62,6 +62,13 @@ CONTROLLER = [
     Case("metrics-port", "BIAXIAL_METRICS_PORT", "0", lambda s: s.metrics_port, 0),
     Case("log-format", "BIAXIAL_LOG_FORMAT", "json", lambda s: s.log_format, "json"),
     Case(
+        "decision-timeout",
+        "BIAXIAL_DECISION_TIMEOUT",
+        "2.5",
+        lambda s: s.decision_timeout_s,
+        2.5,
+    ),
+    Case(
         "max-concurrent-writes",
         "BIAXIAL_MAX_CONCURRENT_WRITES",
         "4",
@@ -307,6 +314,14 @@ def test_the_defaults_shown_in_help_are_the_settings_defaults() -> None:
             (
                 "--default-spread-constraints: 'zone:0:DoNotSchedule': maxSkew must be an "
                 "integer >= 1 (from $BIAXIAL_DEFAULT_SPREAD_CONSTRAINTS)"
+            ),
+        ),
+        (
+            ["--decision-timeout", "-1"],
+            {},
+            (
+                "--decision-timeout must be a number of seconds >= 0 (0: none), got -1.0 "
+                "(from the flag; environment twin $BIAXIAL_DECISION_TIMEOUT)"
             ),
         ),
     ],

@@ -7,14 +7,17 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
    ``pod.status.resourceClaimStatuses``). A claim that does not exist yet parks the pod, not
    counted as an attempt (kube-scheduler's PreEnqueue), until it appears; a named claim that
    does not exist, or a generated one not owned by the pod, is reported on the pod;
-2. **repair** what an earlier attempt left (:mod:`controller.repair`);
+2. **repair** what an earlier attempt left (:mod:`controller.repair`): the pod is fenced
+   first (a write conditional on the resourceVersion the cache shows), so that the earlier
+   attempt's binding, should it still be in flight, can no longer land;
 3. **decide** with the decision engine, which the feed (:mod:`controller.feed`) keeps equal to
    the caches plus every placement of this controller still in flight, within the decision
    deadline (``--decision-timeout``, kube-scheduler's DRA filter timeout: a decision that
    passes it is abandoned, reported as ``SchedulerError`` and retried with backoff). A pod equal
    to one found unschedulable while nothing changed gets that answer without a decision
    (:mod:`controller.equivalence`);
-4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`) or
+4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`; the
+   binding is conditional on the pod's resourceVersion the decision was made on) or
    **report** (:class:`~controller.events.Recorder`: ``PodScheduled=False`` + an Event, in a
    background lane), then park the pod in the queue with a :class:`~controller.queue.Hint`
    until a change that may help it, as kube-scheduler's queueing hints decide: one of its
@@ -470,11 +473,14 @@ class Scheduler:
             else:
                 log.debug("pod %s: %s", key, resolved.message)
             return
-        if self.repairer.stale(ref, resolved.keys) and not await self.repairer.repair(
-            ref, resolved.keys
-        ):
-            self.queue.done(key, Outcome.ERROR)
-            return
+        pod_version = str(meta(pod).get("resourceVersion") or "")
+        if self.repairer.stale(ref, resolved.keys):
+            fenced = await self.repairer.repair(ref, resolved.keys, pod_version)
+            if fenced is None:
+                self.queue.done(key, Outcome.ERROR)
+                return
+            pod_version = fenced  # the fence wrote the pod's condition: forget ours
+            self.recorder.forget(ref.uid)
         raw_claims = [self.cache.overlay.get(k) for k in resolved.keys]
         try:
             claims = [
@@ -509,7 +515,10 @@ class Scheduler:
         # The placement counts from now on (assumed in the engine); its claims show as
         # pending in the overlay for the commit and for other pods sharing them.
         self.feed.assume(decision, pod)
-        plan = self._plan(ref, decision, resolved.keys)
+        # An earlier failure report still waiting in the lane is obsolete now, and writing it
+        # would move the pod's resourceVersion under the conditional binding (a 409, a retry).
+        self.recorder.forget(ref.uid)
+        plan = self._plan(ref, decision, resolved.keys, pod_version)
         self._spawn(self._commit(key, plan))
 
     def _decide(
@@ -578,7 +587,9 @@ class Scheduler:
         self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
         self.recorder.unschedulable(ref, message, shown=_shown(pod), reason=REASON_UNSCHEDULABLE)
 
-    def _plan(self, ref: PodRef, decision: Placement, keys: tuple[str, ...]) -> Plan:
+    def _plan(
+        self, ref: PodRef, decision: Placement, keys: tuple[str, ...], pod_version: str
+    ) -> Plan:
         """The writes for ``decision``; its claims' allocations show as pending meanwhile."""
         allocations = {c.key: a.to_api() for c, a in decision.claims}
         claim_plans: list[ClaimPlan] = []
@@ -611,6 +622,7 @@ class Scheduler:
             claims=tuple(claim_plans),
             bridge=bridge,
             volumes=decision.volumes,
+            pod_version=pod_version,
         )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

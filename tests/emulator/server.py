@@ -34,7 +34,7 @@ import yaml
 
 from tests.emulator import errors
 from tests.emulator.errors import ApiStatusError
-from tests.emulator.faults import WRITE_VERBS, FaultRule, Faults, RequestRecord
+from tests.emulator.faults import WRITE_VERBS, FaultRule, Faults, Hold, RequestRecord
 from tests.emulator.kinds import (
     ALL_KINDS,
     BY_GROUP_VERSION,
@@ -467,6 +467,18 @@ class _Handler(BaseHTTPRequestHandler):
             }.get(method, "")
         if not req.verb:
             raise errors.method_not_allowed()
+        hold = emulator.faults.hold_for(req.verb, req.resource)
+        if hold is None:
+            self._serve(req, body, emulator)
+            return
+        hold.wait()
+        try:
+            self._serve(req, body, emulator)
+        finally:
+            hold.served.set()
+
+    def _serve(self, req: _Request, body: bytes, emulator: Emulator) -> None:
+        """Serve a request past its holds: latency, injected errors, then the request."""
         delay = emulator.faults.latency_for(req.verb, req.resource)
         if delay:
             time.sleep(delay)
@@ -830,7 +842,8 @@ class Emulator:
     Hooks (no HTTP): :meth:`create`, :meth:`get`, :meth:`list`, :meth:`update_status`,
     :meth:`patch`, :meth:`delete`, :meth:`wait_until`, :meth:`wait_for`; request log in
     :attr:`requests`; faults via :meth:`fail_next`, :meth:`fail_next_write`,
-    :meth:`add_latency`, :meth:`expire_next_watch`, :meth:`drop_watches`, :meth:`compact`.
+    :meth:`add_latency`, :meth:`hold_next`, :meth:`expire_next_watch`, :meth:`drop_watches`,
+    :meth:`compact`.
     """
 
     def __init__(
@@ -1011,6 +1024,17 @@ class Emulator:
     def pending_faults(self) -> list[FaultRule]:
         """The fault rules not used up yet (what was injected but did not fire)."""
         return self.faults.pending()
+
+    def hold_next(
+        self,
+        *,
+        verbs: str | set[str] | None = None,
+        resource: str | None = None,
+        timeout: float = 60.0,
+    ) -> Hold:
+        """Keep the next matching request waiting, before it is served, until the returned
+        :class:`~tests.emulator.faults.Hold` is released (or ``timeout`` passes)."""
+        return self.faults.add_hold(verbs=verbs, resource=resource, timeout=timeout)
 
     def expire_next_watch(self, *, resource: str | None = None, count: int = 1) -> None:
         """The next watch that asks for a resourceVersion gets an ERROR 410 Expired event."""

@@ -74,7 +74,11 @@ class Controller:
         self.fence = fence if fence is not None else WriteFence()
         # Every write of the scheduler, committer and deallocator passes the leader fence.
         writer: Api = FencedApi(api, self.fence) if settings.leader_elect else api
-        self.cache = ClusterCache(api, watch_timeout_s=settings.watch_timeout_s)
+        self.cache = ClusterCache(
+            api,
+            watch_timeout_s=settings.watch_timeout_s,
+            owners=bool(settings.spreading.constraints),
+        )
         self.scheduler = Scheduler(settings, writer, self.cache, self.metrics, on_step=on_step)
         self.deallocator = Deallocator(
             writer,

@@ -16,11 +16,14 @@ feed (:mod:`controller.feed`) reads only the written state (:meth:`ClaimOverlay.
 :meth:`ClaimOverlay.written`): the engine counts this process's decisions from the moment it
 assumes them, so a device is never handed out twice while their writes are in flight.
 
-:class:`ClusterCache` bundles the informers the controller needs (nodes, pods, DeviceClasses,
-ResourceSlices, ResourceClaims, and what the volume rules read: PersistentVolumeClaims,
-PersistentVolumes, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities,
-VolumeAttachments) and fans their changes out to subscribers (the scheduling loop, the engine's
-feed, the repairer, the deallocator, the volume binder).
+:class:`ClusterCache` bundles the informers the controller needs and fans their changes out to
+subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator, the volume
+binder): nodes, pods, DeviceClasses, ResourceSlices and ResourceClaims; Namespaces (their
+labels, for pod affinity terms' ``namespaceSelector``); what the volume rules read
+(PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, CSIDrivers,
+CSIStorageCapacities, VolumeAttachments); and, when default topology spreading is on, the
+objects whose selectors kube-scheduler's default spreading reads (Services,
+ReplicationControllers, ReplicaSets, StatefulSets).
 """
 
 from __future__ import annotations
@@ -36,10 +39,15 @@ from typing import Any, Final, Generic, TypeVar
 from controller.api import (
     DEVICE_CLASSES,
     JSON,
+    NAMESPACES,
     NODES,
     PODS,
+    REPLICA_SETS,
+    REPLICATION_CONTROLLERS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    SERVICES,
+    STATEFUL_SETS,
     VOLUME_RESOURCES,
     Api,
     Resource,
@@ -80,6 +88,43 @@ def parse_or_skip(kind: str, parse: Callable[[JSON], _Model], raw: JSON) -> _Mod
 
 def _parser(kind: str, parse: Callable[[JSON], _Model]) -> Callable[[JSON], _Model | None]:
     return functools.partial(parse_or_skip, kind, parse)
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """What the caches keep of a Namespace: its name and labels (``namespaceSelector``)."""
+
+    name: str
+    labels: Mapping[str, str]
+
+    @classmethod
+    def of(cls, raw: JSON) -> Labelled:
+        m = meta(raw)
+        return cls(
+            str(m.get("name") or ""), {str(k): str(v) for k, v in (m.get("labels") or {}).items()}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Selecting:
+    """What the caches keep of a Service, ReplicationController, ReplicaSet or StatefulSet:
+    its ``spec.selector`` as the API shows it (default topology spreading reads it)."""
+
+    kind: str
+    namespace: str
+    name: str
+    selector: Mapping[str, Any] | None
+
+    @classmethod
+    def of(cls, kind: str, raw: JSON) -> Selecting:
+        m = meta(raw)
+        selector = (raw.get("spec") or {}).get("selector")
+        return cls(
+            kind,
+            str(m.get("namespace") or "default"),
+            str(m.get("name") or ""),
+            selector if isinstance(selector, Mapping) else None,
+        )
 
 
 ADDED: Final = "ADDED"
@@ -354,10 +399,10 @@ class ClaimOverlay:
 
 
 class ClusterCache:
-    """Nodes, Pods, DeviceClasses, ResourceSlices, ResourceClaims and the volume kinds, plus
-    the claim overlay."""
+    """The informers (module docstring), plus the claim overlay. ``owners``: also watch the
+    objects whose selectors default topology spreading reads."""
 
-    def __init__(self, api: Api, *, watch_timeout_s: int = 300) -> None:
+    def __init__(self, api: Api, *, watch_timeout_s: int = 300, owners: bool = True) -> None:
         timeout = watch_timeout_s
         # What scheduling reads of nodes, slices and classes is the core's model: the store
         # keeps only that. Pods and claims stay JSON (commit writes them), without
@@ -381,6 +426,22 @@ class ClusterCache:
         self.claims: Informer[JSON] = Informer(
             api, RESOURCE_CLAIMS, transform=slim, watch_timeout_s=timeout
         )
+        self.namespaces: Informer[Labelled] = Informer(
+            api, NAMESPACES, transform=Labelled.of, watch_timeout_s=timeout
+        )
+        self.owners: tuple[Informer[Selecting], ...] = (
+            tuple(
+                Informer(
+                    api,
+                    resource,
+                    transform=functools.partial(Selecting.of, resource.kind),
+                    watch_timeout_s=timeout,
+                )
+                for resource in (SERVICES, REPLICATION_CONTROLLERS, REPLICA_SETS, STATEFUL_SETS)
+            )
+            if owners
+            else ()
+        )
         #: kind -> informer, for every kind of driver.scheduling.volumes.VOLUME_KINDS (raw JSON:
         #: the volume binder writes them, the engine parses them)
         self.volumes: dict[str, Informer[JSON]] = {
@@ -397,6 +458,8 @@ class ClusterCache:
             self.classes,
             self.slices,
             self.claims,
+            self.namespaces,
+            *self.owners,
             *self.volumes.values(),
             self.pods,
         )

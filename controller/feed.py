@@ -11,9 +11,12 @@ this controller decided a placement                    ``assume(placement, pod)`
 its writes failed (rolled back)                        ``forget(pod uid)``
 a claim's written state changed: an informer event,    ``observe_allocation(key, allocation)``,
 a write of ours returning, a rollback, a deletion      with the owning pod for a bridge claim
-a pod was bound, resized, finished or deleted          ``observe_pod(uid, node, requests,
-                                                       volumes)``
+a pod was bound, relabelled, resized, began            ``observe_pod(uid, node, volumes,
+terminating, finished or deleted (any scheduler's)     raw=pod)``
 a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+a Namespace's labels changed                           ``observe_namespace(name, labels)``
+a Service, ReplicationController, ReplicaSet or        ``observe_owner(kind, namespace, name,
+StatefulSet appeared, changed or went                  selector)``
 a PVC, PV, StorageClass, CSINode, CSIDriver,           ``observe_volume(kind, key, object)``
 CSIStorageCapacity or VolumeAttachment changed
 =====================================================  ==========================================
@@ -43,18 +46,18 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
-from controller.cache import ClusterCache
+from controller.cache import ClusterCache, Selecting
 from controller.metrics import Metrics
 from driver.api.claims import AllocationResult, ResourceClaim
 from driver.api.errors import BiaxialError
 from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
-from driver.scheduling.nodefit import PodSchedulingFacts
 from driver.scheduling.outcome import Placement
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.topologyspread import DefaultSpreading
 from driver.scheduling.volumes import VOLUME_KINDS, PodVolumes
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -95,11 +98,8 @@ class _Flight:
     pod: JSON
 
 
-def _requests(pod: Mapping[str, Any]) -> Mapping[str, int]:
-    try:
-        return PodSchedulingFacts.from_pod(pod).requests
-    except BiaxialError:
-        return {}
+#: The kinds whose ``spec.selector`` default topology spreading reads.
+OWNER_KINDS: Final = frozenset({"Service", "ReplicationController", "ReplicaSet", "StatefulSet"})
 
 
 def _bridge_owner(claim: JSON | None) -> str | None:
@@ -136,9 +136,11 @@ class EngineFeed:
         *,
         driver_name: str,
         on_cluster_change: Callable[[], None],
+        spreading: DefaultSpreading | None = None,
     ) -> None:
         self.cache = cache
         self.defaults = defaults
+        self.spreading = spreading or DefaultSpreading()
         self.driver_name = driver_name
         self.metrics = metrics
         self.parsed = Parsed()
@@ -199,11 +201,18 @@ class EngineFeed:
     # ------------------------------------------------------------------ building
     def _build(self) -> DecisionEngine:
         started = time.perf_counter()
-        engine = DecisionEngine.empty(defaults=self.defaults, driver_name=self.driver_name)
+        engine = DecisionEngine.empty(
+            defaults=self.defaults, driver_name=self.driver_name, spreading=self.spreading
+        )
         cache = self.cache
-        for kind, informer in cache.volumes.items():
-            for key, raw in informer.store.items():
-                observe_volume_object(engine, kind, key, raw)
+        for namespace in cache.namespaces.store.values():
+            engine.observe_namespace(namespace.name, namespace.labels)
+        for owners in cache.owners:
+            for owner in owners.store.values():
+                self._observe_owner(engine, owner, owner.selector)
+        for kind, volumes in cache.volumes.items():
+            for key, volume in volumes.store.items():
+                observe_volume_object(engine, kind, key, volume)
         for key, device_class in cache.classes.store.items():
             engine.observe_class(key, device_class)
         for key, resource_slice in cache.slices.store.items():
@@ -255,6 +264,21 @@ class EngineFeed:
             self._on_pod(old, new)
             return
         engine = self._engine
+        if kind in OWNER_KINDS:
+            owner = new if new is not None else old
+            if engine is not None and owner is not None:
+                self.generation += 1
+                self._observe_owner(engine, owner, new.selector if new is not None else None)
+                if any(c.when_unsatisfiable == "DoNotSchedule" for c in self.spreading.constraints):
+                    self._on_cluster_change()  # a configured default filter may now pass
+            return  # (System defaults only order nodes: nothing parked becomes schedulable)
+        if kind == "Namespace":
+            namespace = new if new is not None else old
+            if engine is not None and namespace is not None:
+                self.generation += 1
+                engine.observe_namespace(namespace.name, new.labels if new is not None else None)
+            self._on_cluster_change()  # a namespaceSelector may now match
+            return
         if engine is None:
             self._on_cluster_change()
             return
@@ -295,10 +319,32 @@ class EngineFeed:
     @staticmethod
     def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
         """Tell the engine where a live pod counts, when that may have changed: it was bound,
-        or resized in place (the requests are parsed only then)."""
-        if _counts_anew(old, new):
-            uid = str(meta(new).get("uid") or "")
-            engine.observe_pod(uid, pod_node(new), _requests(new), _pod_volumes(new))
+        relabelled, resized in place, or began terminating (parsed only then). A pod that
+        does not parse still counts on its node, with no requests."""
+        if not _counts_anew(old, new):
+            return
+        node = pod_node(new)
+        uid = str(meta(new).get("uid") or "")
+        volumes = _pod_volumes(new)
+        try:
+            engine.observe_pod(uid, node, volumes=volumes, raw=new)
+        except BiaxialError as exc:
+            name = f"{meta(new).get('namespace')}/{meta(new).get('name')}"
+            log.warning("Pod %s is malformed, counted without its rules: %s", name, exc)
+            engine.observe_pod(uid, node, {}, volumes)
+
+    @staticmethod
+    def _observe_owner(
+        engine: DecisionEngine, owner: Selecting, selector: Mapping[str, Any] | None
+    ) -> None:
+        kind, namespace, name = owner.kind, owner.namespace, owner.name
+        try:
+            engine.observe_owner(kind, namespace, name, selector)
+        except BiaxialError as exc:
+            log.warning(
+                "%s %s/%s has a malformed selector, ignored: %s", kind, namespace, name, exc
+            )
+            engine.observe_owner(kind, namespace, name, None)
 
     # ------------------------------------------------------------------ queueing hints
     def device_classes(self, driver: str, pool: str, device: str) -> frozenset[str] | None:
@@ -308,9 +354,18 @@ class EngineFeed:
 
 
 def _counts_anew(old: JSON | None, new: JSON) -> bool:
-    """Whether where (or how much) a live pod counts may have changed: it was bound, or
-    resized in place. An unbound pod counts nowhere (ours count through their assumption)."""
+    """Whether what the engine counts of a live pod may have changed: it was bound,
+    relabelled, resized in place, or began terminating. An unbound pod counts nowhere (ours
+    count through their assumption)."""
     node = pod_node(new)
     if not node or pod_is_finished(new):
         return False
-    return old is None or pod_node(old) != node or old.get("spec") != new.get("spec")
+    if old is None:
+        return True
+    old_meta, new_meta = meta(old), meta(new)
+    return (
+        pod_node(old) != node
+        or old.get("spec") != new.get("spec")
+        or old_meta.get("labels") != new_meta.get("labels")
+        or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
+    )

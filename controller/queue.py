@@ -49,6 +49,7 @@ class EventKind(enum.Enum):
     CLAIM = "claim"  # a ResourceClaim was created, or its status changed
     DEVICES_FREED = "devices-freed"  # a claim's allocation was cleared (or it was deleted)
     POD_GONE = "pod-gone"  # a pod bound to a node was deleted or finished
+    POD_ADDED = "pod-added"  # a pod now counts on a node (bound, by any scheduler), or relabelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +67,15 @@ class Hint:
     """Which changes may make a parked pod schedulable. ``None`` means "any": ``claims`` are
     the claim keys whose creation or status change may help, ``device_classes`` the classes
     whose freed devices may help (empty: no freed device helps), ``pod_gone`` whether a pod
-    leaving a node may help (node resources, ports, pod affinity), ``cluster`` whether a node,
+    leaving a node may help (node resources, ports, pod affinity), ``pod_added`` whether a pod
+    placed on a node may (required pod affinity, topology spread), ``cluster`` whether a node,
     slice or class change may (it may, for every pod that failed on what they publish)."""
 
     cluster: bool = True
     claims: frozenset[str] | None = None
     device_classes: frozenset[str] | None = None
     pod_gone: bool = True
+    pod_added: bool = True
 
     def wakes(self, event: ClusterEvent) -> bool:
         kind = event.kind
@@ -82,6 +85,8 @@ class Hint:
             return self.claims is None or event.claim in self.claims
         if kind is EventKind.POD_GONE:
             return self.pod_gone
+        if kind is EventKind.POD_ADDED:
+            return self.pod_added
         if self.device_classes is None or event.classes is None:
             return self.device_classes is None or bool(self.device_classes)
         return not self.device_classes.isdisjoint(event.classes)

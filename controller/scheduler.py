@@ -22,9 +22,10 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
    background lane), then park the pod in the queue with a :class:`~controller.queue.Hint`
    until a change that may help it, as kube-scheduler's queueing hints decide: one of its
    claims created or changed; devices freed that a class it asks for selects (a claim
-   deallocated); a pod leaving a node, when more than devices kept it out; a node, slice,
-   class or volume object changed. Invalid input waits for the pod, its claims, or a node,
-   slice, class or volume object to change; everything is retried at its flush time
+   deallocated); a pod leaving a node, when more than devices kept it out; a pod placed or
+   relabelled on a node, when its pod affinity or topology spread kept it out; a node, slice,
+   class, namespace or volume object changed. Invalid input waits for the pod, its claims, or
+   a node, slice, class or volume object to change; everything is retried at its flush time
    regardless. A commit that fails because its volumes could not be bound (provisioning
    failed, the wait timed out) is reported on the pod the same way (reason
    ``SchedulerError``, as kube-scheduler reports a failed PreBind) and retried with backoff.
@@ -80,6 +81,8 @@ from driver.scheduling.outcome import (
     PodError,
     Unschedulable,
 )
+from driver.scheduling.podaffinity import REASON_AFFINITY
+from driver.scheduling.topologyspread import REASON_SPREAD
 from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -99,6 +102,11 @@ DEVICE_REASONS: Final = frozenset(
         REASON_CLAIM_NODE,
     }
 )
+
+
+#: The per-node reasons a pod placed on a node may lift: required pod affinity (a pod to be near
+#: appears) and topology spread (the least loaded domain gains a pod).
+POD_ADDED_REASONS: Final = frozenset({REASON_AFFINITY, REASON_SPREAD})
 
 
 async def _no_step(_step: str, _key: str) -> None:
@@ -262,6 +270,7 @@ class Scheduler:
             metrics,
             driver_name=settings.driver_name,
             on_cluster_change=self._cluster_changed,
+            spreading=settings.spreading,
         )
         self.repairer = Repairer(api, cache, self.committer, metrics, finalizer=settings.finalizer)
 
@@ -307,6 +316,16 @@ class Scheduler:
             self.recorder.forget(uid)
             if pod_node(obj) or self.feed.assumed(uid):
                 self.queue.move(ClusterEvent(EventKind.POD_GONE))  # its node has room again
+        elif pod_node(new) and (
+            old is None or not pod_node(old) or meta(old).get("labels") != meta(new).get("labels")
+        ):
+            # A pod now counts on a node (any scheduler's), or was relabelled there: a parked
+            # pod's affinity or spread may be met now, and a relabelled pod may no longer repel
+            # (kube-scheduler's AssignedPodAdd / AssignedPodUpdate for InterPodAffinity and
+            # PodTopologySpread).
+            if old is not None and pod_node(old):
+                self.queue.move(ClusterEvent(EventKind.POD_GONE))
+            self.queue.move(ClusterEvent(EventKind.POD_ADDED))
 
     def _on_claim(self, old: JSON | None, new: JSON | None) -> None:
         """kube-scheduler's DynamicResources hints: a claim created, or one whose status
@@ -442,7 +461,11 @@ class Scheduler:
         if isinstance(resolved, Waiting):
             self.metrics.unschedulable.labels(reason=REASON_WAITING).inc()
             hint = Hint(
-                cluster=False, claims=resolved.claims, device_classes=frozenset(), pod_gone=False
+                cluster=False,
+                claims=resolved.claims,
+                device_classes=frozenset(),
+                pod_gone=False,
+                pod_added=False,
             )
             self.queue.done(key, Outcome.WAITING, hint)
             if resolved.report:
@@ -483,6 +506,7 @@ class Scheduler:
                 claims=frozenset(resolved.keys),
                 device_classes=wanted_classes(pod, claims),
                 pod_gone=any(reason not in DEVICE_REASONS for reason in decision.reasons),
+                pod_added=any(reason in POD_ADDED_REASONS for reason in decision.reasons),
             )
             self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
             self.recorder.unschedulable(ref, decision.message, shown=_shown(pod))
@@ -559,7 +583,7 @@ class Scheduler:
         self.metrics.decisions.labels(result=REASON_INVALID).inc()
         self.metrics.unschedulable.labels(reason=REASON_INVALID).inc()
         log.info("pod %s: invalid: %s", key, message, extra={"pod": key})
-        hint = Hint(claims=claims, device_classes=frozenset(), pod_gone=False)
+        hint = Hint(claims=claims, device_classes=frozenset(), pod_gone=False, pod_added=False)
         self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
         self.recorder.unschedulable(ref, message, shown=_shown(pod), reason=REASON_UNSCHEDULABLE)
 

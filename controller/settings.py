@@ -18,6 +18,7 @@ from typing import Final
 from controller.logs import LOG_FORMATS, LogFormat
 from driver.api.errors import ConfigError
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.topologyspread import DefaultSpreading
 
 DEFAULT_SCHEDULER_NAME: Final = "biaxial"
 DEFAULT_DRIVER_NAME: Final = "gpu.biaxial.dev"
@@ -44,6 +45,7 @@ class Settings:
 
     kubeconfig: str | None = None
     policies: PolicyDefaults = field(default_factory=PolicyDefaults)
+    spreading: DefaultSpreading = field(default_factory=DefaultSpreading)
     qps: float = 100.0
     burst: int = 200
     scheduler_name: str = DEFAULT_SCHEDULER_NAME

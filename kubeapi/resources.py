@@ -48,6 +48,13 @@ LEASES: Final = Resource("coordination.k8s.io", "v1", "leases", "Lease", namespa
 DEVICE_CLASSES: Final = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False)
 RESOURCE_SLICES: Final = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False)
 RESOURCE_CLAIMS: Final = Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True)
+NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SERVICES: Final = Resource("", "v1", "services", "Service", namespaced=True)
+REPLICATION_CONTROLLERS: Final = Resource(
+    "", "v1", "replicationcontrollers", "ReplicationController", namespaced=True
+)
+REPLICA_SETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True)
+STATEFUL_SETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
 PERSISTENT_VOLUME_CLAIMS: Final = Resource(
     "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True
 )

@@ -31,6 +31,7 @@ ROOTS: Final[dict[str, str]] = {
     "v1/Pod": "io.k8s.api.core.v1.Pod",
     "v1/Node": "io.k8s.api.core.v1.Node",
     "v1/Namespace": "io.k8s.api.core.v1.Namespace",
+    "v1/Service": "io.k8s.api.core.v1.Service",
     "apps/v1/Deployment": "io.k8s.api.apps.v1.Deployment",
     "apps/v1/ReplicaSet": "io.k8s.api.apps.v1.ReplicaSet",
     "apps/v1/StatefulSet": "io.k8s.api.apps.v1.StatefulSet",

@@ -33,6 +33,13 @@ FLAGS = Flags(
     Flag("node-policy", "default node-axis policy: binpack | spread", default="binpack"),
     Flag("gpu-policy", "default GPU-axis policy: binpack | spread | first-fit", default="binpack"),
     Flag(
+        "default-spread-constraints",
+        "topology spread for pods without constraints of their own: system (kube-scheduler's "
+        "defaults) | none | TOPOLOGY_KEY:MAX_SKEW:DoNotSchedule|ScheduleAnyway,...",
+        metavar="LIST",
+        default="system",
+    ),
+    Flag(
         "qps",
         "client requests per second towards the API server",
         field="qps",
@@ -121,6 +128,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         parse_gpu_policy,
         parse_node_policy,
     )
+    from driver.scheduling.topologyspread import DefaultSpreading  # noqa: PLC0415
 
     given = FLAGS.read(args)
 
@@ -129,6 +137,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             node=parse_node_policy(given.text("node-policy"), "--node-policy"),
             gpu=parse_gpu_policy(given.text("gpu-policy"), "--gpu-policy"),
         )
+        fields["spreading"] = DefaultSpreading.parse(given.text("default-spread-constraints"))
         return Settings(**fields).validate()
 
     return given.build(make)

@@ -4,7 +4,7 @@ simulator learns more of the cluster.
 * :data:`READ`: the kinds that make the simulated cluster, each with the role the simulator
   gives it (:class:`Role`) and the apiVersion it reads (``resource.k8s.io`` objects arrive as
   v1, converted by :mod:`biaxial.simulate.convert`);
-* :data:`SKIPPED`: kinds that do not affect where a pod can run (Services, ConfigMaps, RBAC,
+* :data:`SKIPPED`: kinds that do not affect where a pod can run (ConfigMaps, RBAC,
   ...): left out with one summary note;
 * :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (priority,
   disruption budgets, ...): an error, because placements computed without them could be
@@ -32,6 +32,7 @@ Role = Literal[
     "template",
     "pod",
     "workload",
+    "service",
     "volume",
     "skip",
 ]
@@ -55,6 +56,7 @@ READ: Final[Mapping[str, KindSpec]] = {
     "ResourceClaim": KindSpec("claim", "resource.k8s.io/v1", namespaced=True),
     "ResourceClaimTemplate": KindSpec("template", "resource.k8s.io/v1", namespaced=True),
     "Pod": KindSpec("pod", "v1", namespaced=True),
+    "Service": KindSpec("service", "v1", namespaced=True),  # its selector: default spreading
     "Deployment": KindSpec("workload", "apps/v1", namespaced=True),
     "ReplicaSet": KindSpec("workload", "apps/v1", namespaced=True),
     "StatefulSet": KindSpec("workload", "apps/v1", namespaced=True),
@@ -71,7 +73,6 @@ READ: Final[Mapping[str, KindSpec]] = {
 }
 
 _NAMESPACED_SKIPPED: Final = (
-    "Service",
     "ConfigMap",
     "Secret",
     "ServiceAccount",

@@ -1,13 +1,17 @@
 """``biaxial simulate --kubeconfig``: the live cluster's state, read once, read-only.
 
 :func:`read_cluster` lists Namespaces, Nodes, ResourceSlices, DeviceClasses, ResourceClaims,
-ResourceClaimTemplates, the kinds the volume rules read (PersistentVolumeClaims,
-PersistentVolumes, StorageClasses, CSINodes, CSIDrivers, CSIStorageCapacities,
-VolumeAttachments) and Pods from the API server the kubeconfig names (GET requests only,
+ResourceClaimTemplates, Services, ReplicaSets, StatefulSets, the kinds the volume rules read
+(PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, CSIDrivers,
+CSIStorageCapacities, VolumeAttachments) and Pods from the API server the kubeconfig names (GET
+requests only,
 following ``continue``; nothing is ever written) and returns them as the objects a
 ``kubectl get -A -o yaml`` dump holds, so the simulator reads them exactly as it reads a dump:
-bound pods are running, allocated claims are state, and the pending pods that name the
-scheduler are placed (oldest first, as they would queue), together with any manifests given.
+bound pods are running, allocated claims are state, Services, ReplicaSets and StatefulSets give
+default topology spreading its selectors (a ReplicaSet or StatefulSet whose pods are not all
+there yet gets its missing ones, as its controller would create them), and the pending pods that
+name the scheduler are placed (oldest first, as they would queue), together with any manifests
+given.
 
 Errors: a kubeconfig that cannot be loaded is a
 :class:`~driver.api.errors.ConfigError`; an API server that cannot be reached or refuses a
@@ -24,16 +28,19 @@ from kubeapi.client import Client
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import (
     DEVICE_CLASSES,
+    NAMESPACES,
     NODES,
     PODS,
+    REPLICA_SETS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    SERVICES,
+    STATEFUL_SETS,
     VOLUME_RESOURCES,
     Resource,
 )
 
 JSON = dict[str, Any]
-NAMESPACES: Final = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 RESOURCE_CLAIM_TEMPLATES: Final = Resource(
     "resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", namespaced=True
 )
@@ -45,6 +52,9 @@ READ: Final = (
     DEVICE_CLASSES,
     RESOURCE_CLAIMS,
     RESOURCE_CLAIM_TEMPLATES,
+    SERVICES,
+    REPLICA_SETS,
+    STATEFUL_SETS,
     *VOLUME_RESOURCES,
     PODS,
 )

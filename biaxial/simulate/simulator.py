@@ -10,8 +10,10 @@ Input is a list of Kubernetes objects (already parsed and checked, see
   caller passes), ResourceClaims (an allocated one is cluster state), Namespaces (their
   labels: ``adminAccess`` is admitted only where ``resource.kubernetes.io/admin-access:
   "true"`` is set, as the API server admits it; kept for the affinity rules'
-  ``namespaceSelector``), and Pods bound to a node (``spec.nodeName``: running, their requests
-  counted on the node);
+  ``namespaceSelector``), Services (their selectors, for default topology spreading), and Pods
+  bound to a node (``spec.nodeName``: running; they count on the node as the controller counts
+  every bound pod -- requests, host ports, labels and affinity terms, volumes -- whatever their
+  scheduler);
 * the volumes: PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes (also from
   the inventory's ``attachLimits``), CSIDrivers, CSIStorageCapacities and VolumeAttachments,
   read by kube-scheduler's volume rules (:mod:`driver.scheduling.volumes`: missing and
@@ -84,6 +86,7 @@ from biaxial.simulate.cluster import (
 )
 from biaxial.simulate.kinds import classify, object_label
 from biaxial.simulate.workloads import (
+    deployment_replicaset,
     expand,
     expand_deployment,
     generated_suffix,
@@ -99,9 +102,9 @@ from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
 from driver.discovery.mig import MEMORY_SLICE_PREFIX
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.nodefit import NodeUsage, PodSchedulingFacts
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
+from driver.scheduling.topologyspread import DefaultSpreading
 from driver.scheduling.volumes import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
@@ -404,6 +407,7 @@ class _Input:
     classes: list[Mapping[str, Any]] = field(default_factory=list)
     claims: list[Mapping[str, Any]] = field(default_factory=list)
     templates: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    services: list[Mapping[str, Any]] = field(default_factory=list)
     work: list[Mapping[str, Any]] = field(default_factory=list)  # pods and workloads, in order
     volumes: list[Mapping[str, Any]] = field(default_factory=list)  # the volume rules' kinds
     skipped: Counter[str] = field(default_factory=Counter)
@@ -419,9 +423,12 @@ class _Run:
         defaults: PolicyDefaults,
         scheduler_name: str,
         base_dirs: Sequence[Path | None] | None,
+        *,
+        spreading: DefaultSpreading | None = None,
     ) -> None:
         self.result = SimulationResult(policies=defaults)
         self.defaults = defaults
+        self.spreading = spreading
         self.scheduler_name = scheduler_name
         self.objects = objects
         self.base_dirs = base_dirs
@@ -469,6 +476,8 @@ class _Run:
                 found.claims.append(obj)
             elif spec.role == "template":
                 found.templates[ns_name(obj)] = obj
+            elif spec.role == "service":
+                found.services.append(obj)
             elif spec.role == "volume":
                 found.volumes.append(obj)
             else:  # pod, workload
@@ -588,6 +597,7 @@ class _Run:
             owners = [obj]
             if kind == "Deployment":
                 owners += [rs for rs in replica_sets if owned_by(rs, obj)]
+                owners.append(_replicaset_of(obj))
             existing = [
                 p
                 for p in given
@@ -630,9 +640,7 @@ class _Run:
             self.claims[_claim_key(raw)] = raw
             if claim.allocation is not None:
                 existing.append(claim)
-        usage: dict[str, NodeUsage] = {}
-        # Running pods with volumes count through observe_pod (their requests and volumes).
-        with_volumes: list[tuple[str, str, Mapping[str, int], PodVolumes]] = []
+        running: list[JSON] = []
         pending: list[JSON] = []
         finished = 0
         for pod in self._pods(found, nodes):
@@ -640,17 +648,7 @@ class _Run:
             if verdict == "finished":
                 finished += 1
             elif verdict == "running":
-                node = str(pod["spec"]["nodeName"])
-                try:
-                    requests = PodSchedulingFacts.from_pod(pod).requests
-                    volumes = PodVolumes.from_pod(pod)
-                except BiaxialError as exc:
-                    raise ManifestError(f"Pod {ns_name(pod)[0]}/{ns_name(pod)[1]}: {exc}") from exc
-                if volumes.empty:
-                    usage[node] = usage.get(node, NodeUsage()).plus(requests)
-                else:
-                    with_volumes.append((volumes.uid, node, requests, volumes))
-                self.result.running += 1
+                running.append(pod)
             elif verdict == "pending":
                 pending.append(pod)
         if finished:
@@ -658,11 +656,27 @@ class _Run:
         from driver.structured.snapshot import ClusterSnapshot  # noqa: PLC0415 - keeps import cheap
 
         snapshot = ClusterSnapshot.build(slices, classes.values(), existing)
-        engine = DecisionEngine(snapshot, nodes, defaults=self.defaults, pods_on_nodes=usage)
+        engine = DecisionEngine(snapshot, nodes, defaults=self.defaults, spreading=self.spreading)
+        for name, labels in found.namespaces.items():
+            engine.observe_namespace(name, labels)
+        self._owners(engine, found)
         for (kind, key), obj in self.volumes.items():
             engine.observe_volume(kind, key, obj)
-        for uid, node, requests, volumes in with_volumes:
-            engine.observe_pod(uid, node, requests, volumes)
+        for pod in running:
+            # Every running pod counts: its requests, host ports, labels and affinity terms for
+            # the rules between pods, and its volumes, whichever scheduler placed it.
+            namespace, name = ns_name(pod)
+            try:
+                volumes = PodVolumes.from_pod(pod)
+                engine.observe_pod(
+                    pod["metadata"]["uid"],
+                    str(pod["spec"]["nodeName"]),
+                    volumes=None if volumes.empty else volumes,
+                    raw=pod,
+                )
+            except BiaxialError as exc:
+                raise ManifestError(f"Pod {namespace}/{name}: {exc}") from exc
+            self.result.running += 1
         self.result.startup_seconds = time.perf_counter() - started
         for pod in pending:
             self._place(engine, pod)
@@ -675,6 +689,24 @@ class _Run:
             *self.placed_pods,
         ]
         return self.result
+
+    def _owners(self, engine: DecisionEngine, found: _Input) -> None:
+        """The selectors default topology spreading reads: Services, and the ReplicaSets and
+        StatefulSets given or standing behind a Deployment's pods."""
+        for obj in [*found.services, *found.work]:
+            kind = str(obj.get("kind"))
+            if kind not in ("Service", "ReplicaSet", "StatefulSet", "Deployment"):
+                continue
+            namespace, name = ns_name(obj)
+            selector = (obj.get("spec") or {}).get("selector")
+            try:
+                if kind == "Deployment":
+                    rs_name, rs_selector = deployment_replicaset(obj)
+                    engine.observe_owner("ReplicaSet", namespace, rs_name, rs_selector)
+                elif kind != "Service" or selector is not None:
+                    engine.observe_owner(kind, namespace, name, selector)
+            except BiaxialError as exc:
+                raise ManifestError(f"{object_label(obj)}: spec.selector: {exc}") from exc
 
     def _triage(self, pod: JSON, node_names: set[str]) -> str:
         """``running``, ``finished``, ``pending`` (to place), or ``skipped`` (reported)."""
@@ -1033,6 +1065,20 @@ class _Run:
         )
 
 
+def _replicaset_of(deployment: Mapping[str, Any]) -> JSON:
+    """The ReplicaSet the simulator's Deployment pods name as their controller."""
+    namespace, _ = ns_name(deployment)
+    name, _ = deployment_replicaset(deployment)
+    return {
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": stable_uid("ReplicaSet", namespace, name),
+        },
+    }
+
+
 Held = Mapping[tuple[str, str, str], Sequence[tuple[tuple[str, ...], int | None, int | None]]]
 """(driver, pool, device) -> per allocated claim: the pods holding it, memory, cores."""
 
@@ -1150,13 +1196,20 @@ def simulate(
     defaults: PolicyDefaults | None = None,
     scheduler_name: str = DEFAULT_SCHEDULER,
     base_dirs: Sequence[Path | None] | None = None,
+    spreading: DefaultSpreading | None = None,
 ) -> SimulationResult:
     """Run the simulation (see the module docstring). ``base_dirs`` gives, per object, the
-    folder of the file it came from (an inventory's profile paths are relative to it).
-    Raises ManifestError for bad input for the run; everything about single pods is
-    reported in the result."""
+    folder of the file it came from (an inventory's profile paths are relative to it);
+    ``spreading``: the default topology spread constraints (kube-scheduler's System defaults
+    unless given, as the controller's). Raises ManifestError for bad input for the run;
+    everything about single pods is reported in the result."""
     return _Run(
-        objects, default_classes, defaults or PolicyDefaults(), scheduler_name, base_dirs
+        objects,
+        default_classes,
+        defaults or PolicyDefaults(),
+        scheduler_name,
+        base_dirs,
+        spreading=spreading,
     ).run()
 
 

@@ -3,7 +3,10 @@
 =============  ==========================================================================
 kind           pods
 =============  ==========================================================================
-Deployment     ``spec.replicas`` (default 1), named ``<deployment>-<n>``
+Deployment     ``spec.replicas`` (default 1), named ``<deployment>-<n>``, owned by the
+               ReplicaSet the Deployment controller would create
+               (:func:`deployment_replicaset`: ``<deployment>-<pod-template-hash>``, its
+               selector the Deployment's plus that label, which the pods carry)
 ReplicaSet     ``spec.replicas`` (default 1), named ``<replicaset>-<n>``
 StatefulSet    ``spec.replicas`` (default 1), ordinal names ``<statefulset>-<ordinal>``
                from ``spec.ordinals.start`` (default 0); each ``volumeClaimTemplates``
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -148,16 +152,59 @@ def _numbered(
     return out
 
 
+POD_TEMPLATE_HASH: Final = "pod-template-hash"
+
+
+def _template_hash(deployment: Mapping[str, Any]) -> str:
+    """A stand-in for the Deployment controller's pod-template-hash: derived from the
+    template, so a changed template gets another ReplicaSet (10 characters, its alphabet)."""
+    template = (deployment.get("spec") or {}).get("template") or {}
+    digest = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).digest()
+    return "".join(_NAME_ALPHABET[b % len(_NAME_ALPHABET)] for b in digest[:10])
+
+
+def deployment_replicaset(deployment: Mapping[str, Any]) -> tuple[str, JSON]:
+    """The name and ``spec.selector`` of the ReplicaSet the Deployment controller creates for
+    the Deployment's template: ``<deployment>-<pod-template-hash>``, the Deployment's selector
+    plus ``pod-template-hash`` in ``matchLabels``."""
+    _, name = ns_name(deployment)
+    template_hash = _template_hash(deployment)
+    selector = copy.deepcopy((deployment.get("spec") or {}).get("selector") or {})
+    if not isinstance(selector, dict):
+        selector = {}
+    match_labels = dict(selector.get("matchLabels") or {})
+    match_labels[POD_TEMPLATE_HASH] = template_hash
+    selector["matchLabels"] = match_labels
+    return f"{name}-{template_hash}", selector
+
+
 def expand_deployment(
     deployment: Mapping[str, Any], existing: Sequence[Mapping[str, Any]] = ()
 ) -> list[JSON]:
-    """A Deployment's (or ReplicaSet's) missing pods, ``<name>-<n>``."""
+    """A Deployment's (or ReplicaSet's) missing pods, ``<name>-<n>``; a Deployment's are
+    owned by its ReplicaSet (:func:`deployment_replicaset`)."""
     namespace, name = ns_name(deployment)
     where = f"{deployment.get('kind', 'Deployment')} {namespace}/{name}"
     if not name:
         raise ManifestError(f"{deployment.get('kind', 'Deployment')} without metadata.name")
     replicas = _int(deployment.get("spec") or {}, "replicas", 1, where)
-    return _numbered(deployment, replicas, existing, where)
+    pods = _numbered(deployment, replicas, existing, where)
+    if deployment.get("kind", "Deployment") == "Deployment":
+        rs_name, _ = deployment_replicaset(deployment)
+        template_hash = rs_name.removeprefix(f"{name}-")
+        for pod in pods:
+            meta = pod["metadata"]
+            meta.setdefault("labels", {})[POD_TEMPLATE_HASH] = template_hash
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": rs_name,
+                    "uid": stable_uid("ReplicaSet", namespace, rs_name),
+                    "controller": True,
+                }
+            ]
+    return pods
 
 
 def expand_statefulset(

@@ -9,12 +9,17 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
    pod (``_context``), including what :func:`driver.scheduling.checks.check_pod_input` refuses
    and a claim whose ``GpuConfig`` the node would refuse at Prepare
    (:func:`driver.api.config.check_claim_config`), so nothing is allocated for it;
-2. filters nodes (:mod:`driver.scheduling.nodefit`, then the volume rules of
-   :mod:`driver.scheduling.volumes`), builds the node's variant of the bridge claim,
-   allocates *all* the pod's unallocated claims on the node with the allocator, the GPU
-   axis ordering devices (:mod:`driver.scheduling.scoring`), and scores the node on the node
-   axis (``_evaluate``);
-3. picks the best node (ties by name) and returns a
+2. computes the pod's rules between pods and soft rules once (:mod:`driver.scheduling.rules`,
+   kube-scheduler's PreFilter/PreScore: topology spread, pod (anti-)affinity, preferred node
+   affinity, ``PreferNoSchedule`` taints) from the pods it counts;
+3. filters nodes in kube-scheduler's order (:mod:`driver.scheduling.nodefit` with NodePorts and
+   pod-level resources, the volume rules of :mod:`driver.scheduling.volumes`, then the pod's
+   rules), builds the node's variant of the bridge claim, allocates *all* the pod's
+   unallocated claims on the node with the allocator, the GPU axis ordering devices
+   (:mod:`driver.scheduling.scoring`), scores the node on the node axis (cpu and memory for a
+   pod without devices) and subtracts the soft rules' weighted penalty (``_evaluate``);
+4. picks the best node (highest total; ties by the System default spreading, then by name)
+   and returns a
    :class:`~driver.scheduling.outcome.Placement`, or an
    :class:`~driver.scheduling.outcome.Unschedulable` with kube-scheduler's per-node reasons.
 
@@ -25,8 +30,10 @@ partition of its view an *optimistic bound* of the node score over the devices i
 (:mod:`driver.scheduling.bounds`; exact for simple pods on one kind of device), walks nodes
 best bound first across the lists (a heap merge), evaluates them exactly (index precheck, node
 filter, allocator, exact score), and stops as soon as the best bound left cannot beat the best
-exact (score, name) found. Partitions that cannot hold the pod are never visited. The result is
-identical to evaluating every node (tests compare both on random clusters);
+exact (score, name) found. Partitions that cannot hold the pod are never visited; nodes a rule
+between pods excludes are skipped inside their lists before any heap work; a node whose soft
+rules cost a penalty goes back into the heap with its bound lowered by it. The result is
+identical to evaluating every node (tests compare both on random clusters, with every rule);
 :class:`DecisionEngine` takes ``exhaustive=True`` for that reference. Pruning is switched off
 (every node evaluated) where a bound would not hold: slices that are not node-local, ``All`` or
 admin-access requests, pods with allocated claims, ``gpumem-percentage``, and legacy resources
@@ -43,7 +50,11 @@ cache (the bookkeeping is :mod:`driver.scheduling.tracker`):
   placement: nothing moves.
 * :meth:`~DecisionEngine.observe_allocation` and :meth:`~DecisionEngine.observe_pod` follow
   allocated claims and pods on nodes (any writer, any scheduler): each is a delta on the
-  snapshot and re-files only the nodes whose devices it touches.
+  snapshot and re-files only the nodes whose devices it touches; a pod also updates the pod
+  index the rules between pods count with (:mod:`driver.scheduling.podindex`).
+* :meth:`~DecisionEngine.observe_namespace` and :meth:`~DecisionEngine.observe_owner` give
+  namespace labels (``namespaceSelector``) and the selectors of Services, ReplicationControllers,
+  ReplicaSets and StatefulSets (default topology spreading).
 * :meth:`~DecisionEngine.observe_node`, :meth:`~DecisionEngine.observe_slice` and
   :meth:`~DecisionEngine.observe_class` change what the index is built from: the engine
   rebuilds it (keeping the CEL cache) before the next decision. A heartbeat changes nothing.
@@ -66,7 +77,7 @@ import heapq
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from functools import partial
 from typing import Any, Final, NamedTuple, TypeVar
@@ -112,6 +123,7 @@ from driver.scheduling.nodefit import (
     PodSchedulingFacts,
     filter_node,
     node_allocatable,
+    resource_utilisation,
     unschedulable_message,
 )
 from driver.scheduling.outcome import (
@@ -125,8 +137,18 @@ from driver.scheduling.outcome import (
     PreFilterRejectedError,
     Unschedulable,
 )
+from driver.scheduling.podindex import ScheduledPod
 from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
-from driver.scheduling.scoring import NodeAmounts, gpu_order, node_rank, node_score
+from driver.scheduling.rules import PodRules, RuleEnvironment, pod_rules
+from driver.scheduling.scoring import (
+    NodeAmounts,
+    Rank,
+    gpu_order,
+    node_score,
+    rank,
+    total_score,
+)
+from driver.scheduling.topologyspread import DefaultSpreading, OwnerSelectors
 from driver.scheduling.tracker import Change, ClusterTracker
 from driver.scheduling.volumes import (
     ClusterVolumes,
@@ -142,6 +164,7 @@ log = logging.getLogger(f"biaxial.{__name__}")
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
+_ZERO: Final = Fraction(0)
 
 
 # --------------------------------------------------------------------------- per-pod context
@@ -184,6 +207,8 @@ class _PodContext:
     name: str
     pod: Mapping[str, Any]
     facts: PodSchedulingFacts
+    scheduled: ScheduledPod
+    rules: PodRules | None
     policies: PodPolicies
     legacy: PodLegacyResources
     user_claims: tuple[ResourceClaim, ...]
@@ -201,39 +226,54 @@ class _PodContext:
 
 @dataclass(frozen=True, slots=True)
 class _NodeOutcome:
-    score: Fraction
+    score: Fraction  # the node score (two axes, or cpu/memory for a pod without devices)
     results: tuple[AllocationResult, ...]
     bridge: _BridgeVariant | None
     volumes: VolumeBindings | None = None
+    penalty: Fraction = _ZERO  # the soft rules' weighted penalty
+    tie: Fraction = _ZERO  # the System default spreading's penalty (ties only)
 
 
 @dataclass(frozen=True, slots=True)
 class _Best:
     """The best node found so far: its rank (smaller is better), outcome and node."""
 
-    rank: tuple[Fraction, str]
+    rank: Rank
     outcome: _NodeOutcome
     node: Node
 
 
 class _Frontier(NamedTuple):
-    """A heap entry of the pruned walk: the next node of one partition's list, ordered by its
-    float bound (then name; ``serial`` keeps the rest of the entry out of comparisons)."""
+    """A heap entry of the pruned walk, ordered by its float bound (then name; ``serial``
+    keeps the rest of the entry out of comparisons): the next node of one partition's list
+    (``penalty`` None, bounded by the node score alone), or a node taken from its list whose
+    soft rules' penalty is known (its bound lowered by the estimate ``penalty``; decisions
+    compute the exact penalty)."""
 
-    bound: float  # the bound, negated under node binpack so the best pops first
+    bound: float  # minus the bound of the total score, so the best pops first
     name: str
     serial: int
     entries: list[FiledNode]
     position: int
     adding: NodeAmounts
     shape: NodeShape
+    penalty: float | None
 
 
 # Built as NamedTuple._make builds (tuple.__new__ on the values): half the cost of the
 # keyword-capable constructor, which shows at 5000 nodes (one entry per partition per pod).
 _frontier: Callable[
-    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape]], _Frontier
+    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, float | None]],
+    _Frontier,
 ] = partial(tuple.__new__, _Frontier)
+
+
+def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], bool]) -> int:
+    """The first position from ``start`` whose node no rule excludes (len: none)."""
+    end = len(entries)
+    while start < end and excluded(entries[start].name):
+        start += 1
+    return start
 
 
 # --------------------------------------------------------------------------- the engine
@@ -287,13 +327,17 @@ class EngineState:
     usage: Mapping[str, NodeUsage]
     nodes: Mapping[str, Node]
     filing: frozenset[FilingEntry]
+    pods: Mapping[str, tuple[str, ScheduledPod]]  # what the rules between pods count
+    namespaces: Mapping[str, Mapping[str, str]]
     volumes: VolumeState
 
 
 class DecisionEngine:
     """Decides pods one at a time against a cluster it is told about (see the module
     docstring). ``snapshot`` and ``nodes`` are the cluster to start from; allocations already
-    in the snapshot and ``pods_on_nodes`` count for good (they are never observed again)."""
+    in the snapshot and ``pods_on_nodes`` count for good (they are never observed again; pods
+    the rules between pods should see are told with :meth:`observe_pod`). ``spreading``: the
+    default topology spread constraints (kube-scheduler's System defaults unless given)."""
 
     def __init__(
         self,
@@ -305,6 +349,7 @@ class DecisionEngine:
         exhaustive: bool = False,
         budget: int = DEFAULT_SEARCH_BUDGET,
         driver_name: str = DEFAULT_DRIVER_NAME,
+        spreading: DefaultSpreading | None = None,
     ) -> None:
         self.driver_name = driver_name  # whose opaque config (GpuConfig) the engine checks
         self.defaults = defaults or PolicyDefaults()
@@ -317,6 +362,10 @@ class DecisionEngine:
         self._slices = {s.name or f"#{i}": s for i, s in enumerate(snapshot.slices)}
         self._classes = dict(snapshot.classes)
         self._tracker = ClusterTracker(pods_on_nodes)
+        self._rules = RuleEnvironment(self._tracker.pods, spreading, OwnerSelectors())
+        # The pod of the last decision and what the pod index would keep of it (assume reads
+        # it instead of parsing the pod again).
+        self._decided: tuple[Mapping[str, Any] | None, ScheduledPod] = (None, ScheduledPod(""))
         self._volumes = ClusterVolumes()  # what the volume rules read
         self._rebuild_due = False  # classes changed, or a change only a rebuild follows
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
@@ -336,10 +385,18 @@ class DecisionEngine:
         defaults: PolicyDefaults | None = None,
         budget: int = DEFAULT_SEARCH_BUDGET,
         driver_name: str = DEFAULT_DRIVER_NAME,
+        spreading: DefaultSpreading | None = None,
     ) -> DecisionEngine:
         """An engine that knows nothing yet, to be told the cluster by ``observe_*``."""
         snapshot = ClusterSnapshot.build((), ())
-        return cls(snapshot, (), defaults=defaults, budget=budget, driver_name=driver_name)
+        return cls(
+            snapshot,
+            (),
+            defaults=defaults,
+            budget=budget,
+            driver_name=driver_name,
+            spreading=spreading,
+        )
 
     # ------------------------------------------------------------------ deciding
     def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
@@ -374,16 +431,19 @@ class DecisionEngine:
     # ------------------------------------------------------------------ its own decisions
     def assume(self, placement: Placement, pod: Mapping[str, Any]) -> None:
         """Count a placement from now on, before its writes: its devices are held and the
-        pod's requests count on its node, until the cluster shows them (then nothing moves)
-        or :meth:`forget` drops them."""
+        pod counts on its node (requests, host ports, labels for the rules between pods),
+        until the cluster shows them (then nothing moves) or :meth:`forget` drops them."""
         uid = pod_uid(pod)
+        decided, scheduled = self._decided
+        if decided is not pod or scheduled.uid != uid:  # not the pod just decided: parse it
+            scheduled = ScheduledPod.from_pod(pod, uid)
         self._apply(
             self._tracker.assume(
                 uid,
                 placement.node,
                 {claim.key: allocation for claim, allocation in placement.claims},
                 placement.bridge_allocation,
-                PodSchedulingFacts.from_pod(pod).requests,
+                scheduled,
             )
         )
         self._volumes.assume(uid, placement.node, PodVolumes.from_pod(pod), placement.volumes)
@@ -409,10 +469,22 @@ class DecisionEngine:
         node: str | None,
         requests: Mapping[str, int] | None = None,
         volumes: PodVolumes | None = None,
+        *,
+        raw: Mapping[str, Any] | None = None,
     ) -> None:
-        """The pod with UID ``pod`` counts on ``node`` with ``requests`` and ``volumes`` (node
-        None: it is gone or finished). Any pod counts, whichever scheduler placed it."""
-        self._apply(self._tracker.observe_pod(pod, node, requests or {}))
+        """The pod with UID ``pod`` counts on ``node`` (None: it is gone or finished) with
+        ``volumes``. Any pod counts, whichever scheduler placed it. ``raw``: the pod's JSON,
+        from which its requests, labels, host ports and affinity terms are read (ManifestError
+        when it does not parse; nothing changes then); without it, only ``requests`` count."""
+        scheduled: ScheduledPod | None = None
+        if node is not None:
+            if raw is not None:
+                scheduled = ScheduledPod.from_pod(raw, pod)
+                if requests is not None:
+                    scheduled = replace(scheduled, requests=dict(requests))
+            else:
+                scheduled = ScheduledPod(uid=pod, requests=dict(requests or {}))
+        self._apply(self._tracker.observe_pod(pod, node, scheduled))
         self._volumes.observe_pod(pod, node, volumes)
 
     def observe_volume(self, kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
@@ -421,6 +493,18 @@ class DecisionEngine:
         ``namespace/name`` or name) appeared, changed or (None) went. Raises
         :class:`~driver.api.errors.ManifestError` for a malformed one (nothing changes)."""
         self._volumes.observe(kind, key, raw)
+
+    def observe_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
+        """A namespace's labels (None: it went), for affinity terms' ``namespaceSelector``."""
+        self._tracker.pods.set_namespace(name, labels)
+
+    def observe_owner(
+        self, kind: str, namespace: str, name: str, selector: Mapping[str, Any] | None
+    ) -> None:
+        """The ``spec.selector`` of a Service, ReplicationController, ReplicaSet or
+        StatefulSet (None: it went): the default spreading's selector for the pods they own
+        or select. ManifestError for a malformed selector (the object then counts as gone)."""
+        self._rules.owners.observe(kind, namespace, name, selector)
 
     def observe_node(self, name: str, node: Node | None) -> bool:
         """A node appeared, changed or (None) went. Returns whether anything scheduling reads
@@ -487,6 +571,8 @@ class DecisionEngine:
             usage=self._tracker.usages(),
             nodes=dict(self._nodes),
             filing=self._index.filing(),
+            pods=dict(self._tracker.pods.pods()),
+            namespaces=dict(self._tracker.pods.namespaces()),
             volumes=self._volumes.state(),
         )
 
@@ -550,6 +636,8 @@ class DecisionEngine:
             self._index.refresh(snapshot, node)
         if self._node_changes:
             self._advertised = _advertised(self._nodes.values())
+            for name in sorted(self._node_changes):
+                self._rules.node_changed(name, self._nodes.get(name))
         self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
         self._slice_changes.clear()
         self._node_changes.clear()
@@ -568,6 +656,7 @@ class DecisionEngine:
         self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
         self._advertised = _advertised(self._nodes.values())
         self._allocatable = {name: node_allocatable(node) for name, node in self._nodes.items()}
+        self._rules.set_nodes(self._nodes)
         self._rebuild_due = self._base_changed = False
         self._stale.clear()
         self._slice_changes.clear()
@@ -581,6 +670,10 @@ class DecisionEngine:
     # ------------------------------------------------------------------ per pod
     def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
         facts = PodSchedulingFacts.from_pod(pod)
+        scheduled = ScheduledPod.from_pod(
+            pod, pod_uid(pod), requests=facts.requests, ports=facts.host_ports
+        )
+        self._decided = (pod, scheduled)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
         volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
@@ -604,6 +697,8 @@ class DecisionEngine:
             name=facts.name,
             pod=pod,
             facts=facts,
+            scheduled=scheduled,
+            rules=pod_rules(self._rules, pod, scheduled, facts),
             policies=policies,
             legacy=legacy,
             user_claims=tuple(claims),
@@ -664,9 +759,9 @@ class DecisionEngine:
             if isinstance(outcome, str):
                 reasons[outcome] = reasons.get(outcome, 0) + 1
                 continue
-            rank = node_rank(ctx.policies.node, outcome.score, node.name)
-            if best is None or rank < best.rank:
-                best = _Best(rank, outcome, node)
+            found = rank(ctx.policies.node, outcome.score, outcome.penalty, outcome.tie, node.name)
+            if best is None or found < best.rank:
+                best = _Best(found, outcome, node)
         if best is None:
             return Unschedulable(
                 pod=ctx.name,
@@ -700,6 +795,12 @@ class DecisionEngine:
         sign = -1.0 if policy == "binpack" else 1.0
         states = self._index.states
         by_ident = self._index.by_ident
+        nodes = self._nodes
+        rules = ctx.rules
+        # Nodes a rule excludes are skipped before any heap work; the soft rules' penalty
+        # lowers a node's bound once its list hands it over (docs/scoring.md).
+        excluded = rules.exclusion() if rules is not None and rules.filters else None
+        estimate = rules.estimator() if rules is not None and rules.soft else None
         heap: list[_Frontier] = []
         serial = 0
         for partition, entries in view.lists[Variant(demand.cores, policy)].items():
@@ -718,50 +819,104 @@ class DecisionEngine:
                 or group_fresh < bounds.group_need  # not enough idle ones side by side
             ):
                 continue
+            position = 0 if excluded is None else _allowed(entries, 0, excluded)
+            if position == len(entries):
+                continue
             adding = bound_amounts(policies, vshape, partition, bounds)
-            name = entries[0].name
+            name = entries[position].name
             bound = float_score(shape.total, states[name].used, adding, demand.cores)
-            heap.append(_frontier((sign * bound, name, serial, entries, 0, adding, shape)))
+            heap.append(
+                _frontier((sign * bound, name, serial, entries, position, adding, shape, None))
+            )
             serial += 1
         heapq.heapify(heap)
         best: _Best | None = None
         evaluated = 0
         best_key = 0.0
         while heap:
-            key, name, _, entries, position, adding, shape = heapq.heappop(heap)
+            key, name, _, entries, position, adding, shape, penalty = heapq.heappop(heap)
             state = states[name]
             if best is not None and key >= best_key - _EPSILON:
                 # Floats order the heap; whether a bound can still win is decided exactly,
                 # unless it is clearly worse. Keys pop in order (a list's next bound is no
-                # better than its head's) and the best only improves: once one bound is
-                # clearly worse, so is every bound left.
+                # better than its head's, a penalty only raises a key) and the best only
+                # improves: once one bound is clearly worse, so is every bound left.
                 if key > best_key + _EPSILON:
                     break
                 exact = node_score(shape.total, state.used, adding, cores=demand.cores)
-                if node_rank(policy, exact, name) > best.rank:
+                lowered = rules.penalty(nodes[name]) if penalty and rules is not None else _ZERO
+                if rank(policy, exact, lowered, _ZERO, name) > best.rank:
+                    continue  # (a list's later nodes are no better: it is dropped whole)
+            node = nodes[name]
+            if penalty is None:
+                # A list's head. With soft rules, it and the list's next nodes while they
+                # would pop next anyway are handled here, without a heap round trip: each
+                # with a penalty goes back lowered by it (or nowhere, once it cannot win).
+                # The first without one, or past the heap's top, joins the heap unlowered.
+                head_penalty = 0.0
+                at, at_name, at_key = position, name, key
+                end = len(entries)
+                while True:
+                    ahead = estimate(nodes[at_name]) if estimate is not None else 0.0
+                    if at == position:
+                        head_penalty = ahead
+                    if ahead > 0.0:
+                        lowered_key = at_key + ahead
+                        if best is None or lowered_key <= best_key + _EPSILON:
+                            heapq.heappush(
+                                heap,
+                                _frontier(
+                                    (
+                                        lowered_key,
+                                        at_name,
+                                        serial,
+                                        entries,
+                                        at,
+                                        adding,
+                                        shape,
+                                        ahead,
+                                    )
+                                ),
+                            )
+                            serial += 1
+                    elif at != position:
+                        break  # (pushed unlowered below)
+                    at += 1
+                    if excluded is not None:
+                        at = _allowed(entries, at, excluded)
+                    if at >= end:
+                        at = -1
+                        break
+                    at_name = entries[at].name
+                    at_key = sign * float_score(
+                        shape.total, states[at_name].used, adding, demand.cores
+                    )
+                    if estimate is None or (heap and at_key > heap[0][0]):
+                        break  # (pushed unlowered below)
+                    if best is not None and at_key > best_key + _EPSILON:
+                        at = -1
+                        break  # this list cannot win any more
+                if at >= 0:
+                    heapq.heappush(
+                        heap,
+                        _frontier((at_key, at_name, serial, entries, at, adding, shape, None)),
+                    )
+                    serial += 1
+                if head_penalty > 0.0:
                     continue
-            node = self._nodes[name]
             evaluated += 1
             self.stats.nodes_evaluated += 1
             # The index's precheck first: it is the cheapest test and fails most often. Its
             # reason is not kept: the filter's reasons come first in kube-scheduler's order.
             if precheck(state, demand, ctx.shape_bounds[shape.ident]) is None:
-                outcome = self._evaluate(ctx, node, prechecked=True)
+                outcome = self._evaluate(ctx, node, prechecked=True, ruled=True)
                 if isinstance(outcome, str):
                     ctx.reasons[name] = outcome
                 else:
-                    rank = node_rank(policy, outcome.score, name)
-                    if best is None or rank < best.rank:
-                        best = _Best(rank, outcome, node)
-                        best_key = sign * float(outcome.score)
-            if position + 1 < len(entries):
-                nxt = entries[position + 1].name
-                bound = float_score(shape.total, states[nxt].used, adding, demand.cores)
-                heapq.heappush(
-                    heap,
-                    _frontier((sign * bound, nxt, serial, entries, position + 1, adding, shape)),
-                )
-                serial += 1
+                    found = rank(policy, outcome.score, outcome.penalty, outcome.tie, name)
+                    if best is None or found < best.rank:
+                        best = _Best(found, outcome, node)
+                        best_key = -float(total_score(policy, outcome.score, outcome.penalty))
         # Nodes without devices of their own cannot take a device request here (every slice
         # is node-local when pruning is on): they only matter for the failure message.
         if best is None:
@@ -856,10 +1011,25 @@ class DecisionEngine:
         return min(d.memory for d in state.devices if d.memory > 0) if state.devices else None
 
     def _evaluate(
-        self, ctx: _PodContext, node: Node, *, prechecked: bool = False
+        self,
+        ctx: _PodContext,
+        node: Node,
+        *,
+        prechecked: bool = False,
+        ruled: bool = False,
+        penalty: Fraction | None = None,
     ) -> _NodeOutcome | str:
-        """The node's exact outcome for the pod, or the reason it does not fit."""
-        outcome = self._outcome(ctx, node, prechecked=prechecked)
+        """The node's exact outcome for the pod, or the reason it does not fit.
+        ``prechecked``: the index precheck passed; ``ruled``: the pod's rules passed;
+        ``penalty``: the soft rules' penalty, when known."""
+        outcome = self._outcome(ctx, node, prechecked=prechecked, ruled=ruled)
+        if not isinstance(outcome, str) and ctx.rules is not None:
+            rules = ctx.rules
+            if penalty is None:
+                penalty = rules.penalty(node) if rules.soft else _ZERO
+            tie = rules.tie_break(node) if rules.ties else _ZERO
+            if penalty or tie:
+                outcome = replace(outcome, penalty=penalty, tie=tie)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "pod %s on node %s: %s",
@@ -869,19 +1039,23 @@ class DecisionEngine:
             )
         return outcome
 
-    def _outcome(self, ctx: _PodContext, node: Node, *, prechecked: bool) -> _NodeOutcome | str:
+    def _outcome(
+        self, ctx: _PodContext, node: Node, *, prechecked: bool, ruled: bool
+    ) -> _NodeOutcome | str:
         resources = ctx.legacy_resources
         if resources & self._advertised:
             dra = dra_resources_on_node(resources, node.allocatable)
             exempt = filter_exempt(dra, resources)
         else:
             dra, exempt = resources, ctx.exempt
+        usage = self._tracker.usage(node.name)
         reason = filter_node(
             ctx.facts,
             node,
-            self._tracker.usage(node.name),
+            usage,
             dra_resources=exempt,
             allocatable=self._allocatable[node.name],
+            ports=self._tracker.pods.ports(node.name),
         )
         if reason is not None:
             return reason
@@ -891,6 +1065,10 @@ class DecisionEngine:
             if isinstance(verdict, str):
                 return verdict
             volumes = verdict
+        if ctx.rules is not None and not ruled:
+            reason = ctx.rules.reason(node)
+            if reason is not None:
+                return reason
         for claim in ctx.allocated_claims:
             selector = claim.allocation.node_selector if claim.allocation else None
             if selector is not None and not node_selector_matches(selector, node):
@@ -903,11 +1081,9 @@ class DecisionEngine:
                 claims.append(bridge.claim)
         state = self._index.states.get(node.name)
         if not claims:
-            used = state.used if state else NodeAmounts()
-            total = state.shape.total if state else NodeAmounts()
-            return _NodeOutcome(
-                node_score(total, used, NodeAmounts(), cores=False), (), bridge, volumes
-            )
+            # No devices: the node axis reads cpu and memory (kube-scheduler's resource score).
+            score = resource_utilisation(self._allocatable[node.name], usage, ctx.facts.requests)
+            return _NodeOutcome(score, (), bridge, volumes)
         if (
             state is None
             and not self._no_pruning

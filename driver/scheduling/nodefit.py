@@ -11,6 +11,8 @@ TaintToleration                 ``node(s) had untolerated taint {key: value}``
 (node not Ready)                as the node lifecycle controller's taint
                                 ``node.kubernetes.io/not-ready`` would say
 NodeAffinity                    ``node(s) didn't match Pod's node affinity/selector``
+NodePorts                       ``node(s) didn't have free ports for the requested pod
+                                ports`` (:mod:`driver.scheduling.nodeports`)
 NodeResourcesFit                ``Insufficient cpu`` / ``Insufficient memory`` /
                                 ``Too many pods`` / ``Insufficient <resource>``
 ==============================  ==================================================
@@ -18,9 +20,12 @@ NodeResourcesFit                ``Insufficient cpu`` / ``Insufficient memory`` /
 Only ``NoSchedule`` and ``NoExecute`` taints filter (``PreferNoSchedule`` is a preference).
 Pod resource requests are computed as kube-scheduler does: the larger of the sum over regular
 containers plus sidecars and, for each init container, its own request plus the sidecars
-started before it; plus ``spec.overhead``. Requests default to limits when absent, as the API
-server defaults them. Extended resources that the node does not advertise are left to DRA
-(the caller passes them in ``dra_resources``) and are not checked here.
+started before it; pod-level ``spec.resources`` (cpu, memory, hugepages) replaces that sum for
+the resources it names, as the API server defaults and kube-scheduler reads it (a pod-level
+limit stands for a missing pod-level request when no container requests the resource); plus
+``spec.overhead``. Requests default to limits when absent, as the API server defaults them.
+Extended resources that the node does not advertise are left to DRA (the caller passes them in
+``dra_resources``) and are not checked here.
 
 :class:`PodSchedulingFacts` is parsed once per pod; :func:`filter_node` is then a cheap, pure
 function of (facts, node, the node's current usage). Nothing mutates its inputs.
@@ -30,11 +35,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final
 
 from driver.api.errors import ManifestError, QuantityError
 from driver.api.nodes import Node, NodeTaint, node_selector_matches
 from driver.api.quantity import Quantity
+from driver.scheduling.nodeports import REASON_PORTS, HostPort, PortSet, host_ports
 
 NOT_READY_TAINT: Final = "node.kubernetes.io/not-ready"
 UNSCHEDULABLE_TAINT: Final = "node.kubernetes.io/unschedulable"
@@ -76,6 +83,7 @@ class PodSchedulingFacts:
     required_affinity: Mapping[str, Any] | None = None
     tolerations: tuple[PodToleration, ...] = ()
     requests: Mapping[str, int] = field(default_factory=dict)
+    host_ports: tuple[HostPort, ...] = ()
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> PodSchedulingFacts:
@@ -114,6 +122,7 @@ class PodSchedulingFacts:
             required_affinity=dict(affinity) if affinity else None,
             tolerations=tuple(tolerations),
             requests=pod_requests(pod, where),
+            host_ports=host_ports(pod, where),
         )
 
     def tolerates(self, taint: NodeTaint) -> bool:
@@ -144,6 +153,33 @@ def _add(into: dict[str, int], more: Mapping[str, int]) -> None:
         into[key] = into.get(key, 0) + value
 
 
+def _pod_level(resource: str) -> bool:
+    """A resource pod-level ``spec.resources`` may set (``IsSupportedPodLevelResource``)."""
+    return resource in ("cpu", "memory") or resource.startswith("hugepages-")
+
+
+def _apply_pod_level(total: dict[str, int], resources: Any, where: str) -> None:
+    """Pod-level requests replace the containers' sum for the resources they name; a
+    pod-level limit stands for the request of a resource no container requests (the API
+    server's defaulting of pod-level requests)."""
+    if resources is None:
+        return
+    if not isinstance(resources, Mapping):
+        raise ManifestError(f"{where}: spec.resources must be an object")
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    if not isinstance(requests, Mapping) or not isinstance(limits, Mapping):
+        raise ManifestError(f"{where}: spec.resources requests and limits must be objects")
+    for key, value in limits.items():
+        name = str(key)
+        if _pod_level(name) and name not in requests and name not in total:
+            total[name] = _amount(name, value, f"{where} pod-level limits")
+    for key, value in requests.items():
+        name = str(key)
+        if _pod_level(name):
+            total[name] = _amount(name, value, f"{where} pod-level requests")
+
+
 def pod_requests(pod: Mapping[str, Any], where: str = "pod") -> dict[str, int]:
     """kube-scheduler's effective pod request (containers, sidecars, init containers, overhead)."""
     spec = pod.get("spec") or {}
@@ -164,6 +200,7 @@ def pod_requests(pod: Mapping[str, Any], where: str = "pod") -> dict[str, int]:
             init_peak[key] = max(init_peak.get(key, 0), value)
     for key, value in init_peak.items():
         total[key] = max(total.get(key, 0), value)
+    _apply_pod_level(total, spec.get("resources"), where)
     overhead = spec.get("overhead") or {}
     _add(total, {str(k): _amount(str(k), v, f"{where} overhead") for k, v in overhead.items()})
     return total
@@ -175,18 +212,64 @@ class NodeUsage:
 
     requested: Mapping[str, int] = field(default_factory=dict)
     pods: int = 0
+    nonzero_cpu: int = 0  # the requests scoring counts (see nonzero_requests)
+    nonzero_memory: int = 0
 
     def plus(self, requests: Mapping[str, int]) -> NodeUsage:
         merged = dict(self.requested)
         _add(merged, requests)
-        return NodeUsage(requested=merged, pods=self.pods + 1)
+        cpu, memory = nonzero_requests(requests)
+        return NodeUsage(
+            requested=merged,
+            pods=self.pods + 1,
+            nonzero_cpu=self.nonzero_cpu + cpu,
+            nonzero_memory=self.nonzero_memory + memory,
+        )
 
     def minus(self, requests: Mapping[str, int]) -> NodeUsage:
         """The usage without one pod again (never below zero)."""
         remaining = {
             key: max(0, value - requests.get(key, 0)) for key, value in self.requested.items()
         }
-        return NodeUsage(requested=remaining, pods=max(0, self.pods - 1))
+        cpu, memory = nonzero_requests(requests)
+        return NodeUsage(
+            requested=remaining,
+            pods=max(0, self.pods - 1),
+            nonzero_cpu=max(0, self.nonzero_cpu - cpu),
+            nonzero_memory=max(0, self.nonzero_memory - memory),
+        )
+
+
+#: kube-scheduler's scoring defaults for a pod that requests no cpu / memory
+#: (``schedutil.DefaultMilliCPURequest``, ``DefaultMemoryRequest``).
+DEFAULT_MILLI_CPU: Final = 100
+DEFAULT_MEMORY: Final = 200 * 1024 * 1024
+
+
+def nonzero_requests(requests: Mapping[str, int]) -> tuple[int, int]:
+    """(millicores, bytes) as kube-scheduler's resource scoring counts a pod: a resource the
+    pod does not request counts as the default (an explicit 0 stays 0)."""
+    return requests.get("cpu", DEFAULT_MILLI_CPU), requests.get("memory", DEFAULT_MEMORY)
+
+
+def resource_utilisation(
+    allocatable: Mapping[str, int], usage: NodeUsage, requests: Mapping[str, int]
+) -> Fraction:
+    """The node-axis score of a pod that uses no devices: the mean over cpu and memory (those
+    the node reports) of (requested + the pod's request) / allocatable, with
+    :func:`nonzero_requests` -- kube-scheduler's ``MostAllocated`` under node binpack and, as an
+    order, the reverse of its ``LeastAllocated`` under node spread."""
+    cpu, memory = nonzero_requests(requests)
+    total = Fraction(0)
+    dims = 0
+    for used, want, have in (
+        (usage.nonzero_cpu, cpu, allocatable.get("cpu", 0)),
+        (usage.nonzero_memory, memory, allocatable.get("memory", 0)),
+    ):
+        if have > 0:
+            total += Fraction(min(used + want, have), have)
+            dims += 1
+    return total / dims if dims else Fraction(0)
 
 
 def _amount_of(resource: str, quantity: Quantity) -> int:
@@ -221,9 +304,11 @@ def filter_node(
     *,
     dra_resources: Collection[str] = (),
     allocatable: Mapping[str, int] | None = None,
+    ports: PortSet | None = None,
 ) -> str | None:
     """None if the pod may run on ``node`` (GPUs aside), else the kube-scheduler reason.
-    ``allocatable``: :func:`node_allocatable` of the node, when the caller keeps it."""
+    ``allocatable``: :func:`node_allocatable` of the node, when the caller keeps it;
+    ``ports``: the host ports the pods on the node use."""
     if allocatable is None:
         allocatable = node_allocatable(node)
     if node.unschedulable and not facts.tolerates(
@@ -239,6 +324,8 @@ def filter_node(
         facts.required_affinity, node, f"pod {facts.name} node affinity"
     ):
         return REASON_AFFINITY
+    if facts.host_ports and ports and ports.conflicts(facts.host_ports):
+        return REASON_PORTS
     pods_allowed = allocatable.get("pods")
     if pods_allowed is not None and usage.pods + 1 > pods_allowed:
         return REASON_TOO_MANY_PODS

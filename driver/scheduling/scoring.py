@@ -313,6 +313,31 @@ def node_rank(policy: NodePolicy, score: Fraction, name: str) -> tuple[Fraction,
     return (-score if policy == "binpack" else score, name)
 
 
+# --------------------------------------------------------------------------- soft rules
+
+#: The weights of the soft rules' penalties (each in [0, 1]) against the node score (weight
+#: 1, in [0, 1]): kube-scheduler's default plugin weights, the node score standing where its
+#: NodeResourcesFit score (weight 1) stands. docs/scoring.md explains the choice.
+WEIGHT_TAINTS: Final = 3  # PreferNoSchedule taints (TaintToleration)
+WEIGHT_NODE_AFFINITY: Final = 2  # preferred node affinity (NodeAffinity)
+WEIGHT_POD_AFFINITY: Final = 2  # preferred pod (anti-)affinity (InterPodAffinity)
+WEIGHT_SPREAD: Final = 2  # ScheduleAnyway spreading (PodTopologySpread)
+
+Rank = tuple[Fraction, Fraction, str]
+
+
+def total_score(policy: NodePolicy, score: Fraction, penalty: Fraction) -> Fraction:
+    """The node score turned so that higher is better (binpack: the score, spread: its
+    negation), minus the weighted penalty of the soft rules."""
+    return (score if policy == "binpack" else -score) - penalty
+
+
+def rank(policy: NodePolicy, score: Fraction, penalty: Fraction, tie: Fraction, name: str) -> Rank:
+    """Sort key, smaller is better: the highest :func:`total_score`, then the smallest
+    tie-break penalty (the System default spreading), then the node name."""
+    return (-total_score(policy, score, penalty), tie, name)
+
+
 def best_node(policy: NodePolicy, scored: Sequence[tuple[Fraction, str]]) -> tuple[Fraction, str]:
     """The winner among (score, node name) pairs."""
     return min(scored, key=lambda pair: node_rank(policy, pair[0], pair[1]))

@@ -14,15 +14,18 @@ keys everything, so an observation replaces what was known before instead of add
   replaces the allocation in flight for that claim; when they are equal (the controller's own
   write seen again) nothing moves. A bridge claim's allocation *lands* on its pod's in-flight
   bridge allocation only when equal (anything else is another claim, counted on its own);
-* :meth:`~ClusterTracker.observe_pod` records a pod's requests on its node (or its going);
-  it replaces the requests the pod was assumed with;
+* :meth:`~ClusterTracker.observe_pod` records a pod on its node (or its going): its requests
+  and what the rules between pods read of it (a
+  :class:`~driver.scheduling.podindex.ScheduledPod`); it replaces what the pod was assumed
+  with;
 * :meth:`~ClusterTracker.forget` drops what a failed placement has not landed.
 
 Every update returns a :class:`Change`: the allocation results to remove, then to add, and
 the nodes whose pod usage changed. The engine applies it to its snapshot and index; a rebuild
-reads :meth:`~ClusterTracker.counted` instead. Updates are idempotent where the cluster can
-repeat itself (the same observation twice changes nothing), and nothing is ever counted
-twice or dropped while it may still be held.
+reads :meth:`~ClusterTracker.counted` instead. The pods counted are also kept in
+:attr:`ClusterTracker.pods` (a :class:`~driver.scheduling.podindex.PodIndex`), updated with every
+change. Updates are idempotent where the cluster can repeat itself (the same observation twice
+changes nothing), and nothing is ever counted twice or dropped while it may still be held.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Final, NamedTuple
 
 from driver.api.claims import AllocationResult
 from driver.scheduling.nodefit import NodeUsage
+from driver.scheduling.podindex import PodIndex, ScheduledPod
 
 
 class Change(NamedTuple):
@@ -61,7 +65,7 @@ class _InFlight:
 @dataclass(frozen=True, slots=True)
 class _PodEntry:
     node: str
-    requests: Mapping[str, int]
+    pod: ScheduledPod
     assumed: bool  # counted because this engine placed it; not seen on the node yet
 
 
@@ -88,6 +92,7 @@ class ClusterTracker:
         self._claim_pods: dict[str, str] = {}  # claim key in flight -> pod uid
         self._pods: dict[str, _PodEntry] = {}  # pod uid -> where it counts
         self._node_pods: dict[str, set[str]] = {}
+        self.pods = PodIndex()  # the same pods, for the rules between pods
 
     # ------------------------------------------------------------------ reading
     def usage(self, node: str) -> NodeUsage:
@@ -117,7 +122,7 @@ class ClusterTracker:
         node: str,
         claims: Mapping[str, AllocationResult],
         bridge: AllocationResult | None,
-        requests: Mapping[str, int],
+        scheduled: ScheduledPod,
     ) -> Change:
         """A placement of ``pod`` (its UID) decided and not yet written."""
         if pod in self._in_flight:
@@ -129,7 +134,7 @@ class ClusterTracker:
         for key in claims:
             self._claim_pods[key] = pod
         added = (*claims.values(), *((bridge,) if bridge is not None else ()))
-        nodes = self._set_pod(pod, _PodEntry(node, requests, assumed=True))
+        nodes = self._set_pod(pod, _PodEntry(node, scheduled, assumed=True))
         return Change((), added, nodes)
 
     def forget(self, pod: str) -> Change:
@@ -174,14 +179,14 @@ class ClusterTracker:
         added = [allocation] if allocation is not None else []
         return _net(removed, added, landed is not None)
 
-    def observe_pod(self, pod: str, node: str | None, requests: Mapping[str, int]) -> Change:
-        """The cluster shows ``pod`` (its UID) counting on ``node`` with ``requests`` (node
+    def observe_pod(self, pod: str, node: str | None, scheduled: ScheduledPod | None) -> Change:
+        """The cluster shows ``pod`` (its UID) counting on ``node`` as ``scheduled`` (node
         None: the pod is gone or finished and counts nowhere)."""
         entry = self._pods.get(pod)
-        if node is None:
+        if node is None or scheduled is None:
             return Change(nodes=self._set_pod(pod, None)) if entry is not None else NO_CHANGE
-        observed = _PodEntry(node, requests, assumed=False)
-        if entry is not None and entry.node == node and entry.requests == requests:
+        observed = _PodEntry(node, scheduled, assumed=False)
+        if entry is not None and entry.node == node and entry.pod == scheduled:
             if entry.assumed:
                 self._pods[pod] = observed  # our placement seen on its node: it lands
                 return LANDED
@@ -207,9 +212,11 @@ class ClusterTracker:
         if current is not None:
             self._node_pods[current.node].discard(pod)
             nodes.append(current.node)
+            self.pods.remove(pod)
         if entry is not None:
             self._pods[pod] = entry
             self._node_pods.setdefault(entry.node, set()).add(pod)
+            self.pods.add(pod, entry.node, entry.pod)
             if entry.node not in nodes:
                 nodes.append(entry.node)
         for node in nodes:
@@ -223,7 +230,7 @@ class ClusterTracker:
         if pods:
             usage = usage or _NO_USAGE
             for pod in pods:
-                usage = usage.plus(self._pods[pod].requests)
+                usage = usage.plus(self._pods[pod].pod.requests)
         elif pods is not None:
             del self._node_pods[node]
         if usage is None:

@@ -193,6 +193,54 @@ RESOURCE_CLAIM_TEMPLATE: Final = Kind(
     tracks_generation=True,
     spec_immutable=True,
 )
+# The objects whose selectors kube-scheduler's default topology spreading reads.
+SERVICE: Final = Kind(
+    "",
+    "v1",
+    "services",
+    "service",
+    "Service",
+    namespaced=True,
+    field_labels=_NS_NAME | {"spec.clusterIP", "spec.type"},
+    short_names=("svc",),
+    status_subresource=True,
+)
+REPLICATION_CONTROLLER: Final = Kind(
+    "",
+    "v1",
+    "replicationcontrollers",
+    "replicationcontroller",
+    "ReplicationController",
+    namespaced=True,
+    field_labels=_NS_NAME | {"status.replicas"},
+    short_names=("rc",),
+    status_subresource=True,
+    tracks_generation=True,
+)
+REPLICA_SET: Final = Kind(
+    "apps",
+    "v1",
+    "replicasets",
+    "replicaset",
+    "ReplicaSet",
+    namespaced=True,
+    field_labels=_NS_NAME | {"status.replicas"},
+    short_names=("rs",),
+    status_subresource=True,
+    tracks_generation=True,
+)
+STATEFUL_SET: Final = Kind(
+    "apps",
+    "v1",
+    "statefulsets",
+    "statefulset",
+    "StatefulSet",
+    namespaced=True,
+    field_labels=_NS_NAME | {"status.replicas"},
+    short_names=("sts",),
+    status_subresource=True,
+    tracks_generation=True,
+)
 
 PERSISTENT_VOLUME_CLAIM: Final = Kind(
     "",
@@ -269,6 +317,10 @@ ALL_KINDS: Final[tuple[Kind, ...]] = (
     RESOURCE_SLICE,
     RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
+    SERVICE,
+    REPLICATION_CONTROLLER,
+    REPLICA_SET,
+    STATEFUL_SET,
     PERSISTENT_VOLUME_CLAIM,
     PERSISTENT_VOLUME,
     STORAGE_CLASS,

@@ -49,6 +49,7 @@ DOCS = tuple(
 EXAMPLE_DIRS = (
     ROOT / "examples" / "requesting-gpus",
     ROOT / "examples" / "migration",
+    ROOT / "examples" / "rules",
     ROOT / "examples" / "dynamic-mig",
 )
 VERSIONS = ("1.34", "1.37")

@@ -41,6 +41,13 @@ CONTROLLER = [
     Case("kubeconfig", "BIAXIAL_KUBECONFIG", KUBECONFIG, lambda s: s.kubeconfig, KUBECONFIG),
     Case("node-policy", "BIAXIAL_NODE_POLICY", "spread", lambda s: s.policies.node, "spread"),
     Case("gpu-policy", "BIAXIAL_GPU_POLICY", "first-fit", lambda s: s.policies.gpu, "first-fit"),
+    Case(
+        "default-spread-constraints",
+        "BIAXIAL_DEFAULT_SPREAD_CONSTRAINTS",
+        "topology.kubernetes.io/zone:2:DoNotSchedule",
+        lambda s: s.spreading.describe(),
+        "topology.kubernetes.io/zone:2:DoNotSchedule",
+    ),
     Case("qps", "BIAXIAL_QPS", "7.5", lambda s: s.qps, 7.5),
     Case("burst", "BIAXIAL_BURST", "9", lambda s: s.burst, 9),
     Case("scheduler-name", "BIAXIAL_SCHEDULER_NAME", "other", lambda s: s.scheduler_name, "other"),
@@ -300,6 +307,14 @@ def test_the_defaults_shown_in_help_are_the_settings_defaults() -> None:
             [],
             {"KUBECONFIG": "/no/such/file"},
             "--kubeconfig: no such file: /no/such/file (from $KUBECONFIG)",
+        ),
+        (
+            [],
+            {"BIAXIAL_DEFAULT_SPREAD_CONSTRAINTS": "zone:0:DoNotSchedule"},
+            (
+                "--default-spread-constraints: 'zone:0:DoNotSchedule': maxSkew must be an "
+                "integer >= 1 (from $BIAXIAL_DEFAULT_SPREAD_CONSTRAINTS)"
+            ),
         ),
         (
             ["--decision-timeout", "-1"],

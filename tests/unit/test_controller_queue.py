@@ -160,29 +160,45 @@ EVENTS = [
     ClusterEvent(EventKind.DEVICES_FREED, classes=frozenset({GPU, A100})),
     ClusterEvent(EventKind.DEVICES_FREED, classes=None),
     ClusterEvent(EventKind.POD_GONE),
+    ClusterEvent(EventKind.POD_ADDED),
 ]
 HINTS = [
     ANY,
-    Hint(claims=frozenset({"ns/mine"}), device_classes=frozenset({A100}), pod_gone=False),
-    Hint(claims=frozenset(), device_classes=frozenset(), pod_gone=False),
-    Hint(cluster=False, claims=frozenset({"ns/mine"}), device_classes=frozenset(), pod_gone=False),
+    Hint(
+        claims=frozenset({"ns/mine"}),
+        device_classes=frozenset({A100}),
+        pod_gone=False,
+        pod_added=False,
+    ),
+    Hint(claims=frozenset(), device_classes=frozenset(), pod_gone=False, pod_added=False),
+    Hint(
+        cluster=False,
+        claims=frozenset({"ns/mine"}),
+        device_classes=frozenset(),
+        pod_gone=False,
+        pod_added=False,
+    ),
+    Hint(claims=frozenset(), device_classes=frozenset(), pod_gone=True, pod_added=True),
 ]
 
 
 # What each hint lets through, in EVENTS order. kube-scheduler's DynamicResources plugin queues
 # a pod on a claim deallocation, on a change of one of its own claims and on slice, class and
 # node changes; NodeResourcesFit, InterPodAffinity, PodTopologySpread and NodePorts on a pod
-# deletion. biaxial narrows a freed device down to the classes that select it.
+# deletion; InterPodAffinity and PodTopologySpread on an assigned pod's add or label update.
+# biaxial narrows a freed device down to the classes that select it.
 @pytest.mark.parametrize(
     ("hint", "wakes"),
     [
-        (HINTS[0], [True, True, True, True, True, True, True]),
+        (HINTS[0], [True, True, True, True, True, True, True, True]),
         # asks for an A100 class: a freed T4 (selected only by the gpu class) cannot help
-        (HINTS[1], [True, True, False, False, True, True, False]),
+        (HINTS[1], [True, True, False, False, True, True, False, False]),
         # an invalid pod: only a node, slice or class change (or its own update) may fix it
-        (HINTS[2], [True, False, False, False, False, False, False]),
+        (HINTS[2], [True, False, False, False, False, False, False, False]),
         # waiting for its claim to be created
-        (HINTS[3], [False, True, False, False, False, False, False]),
+        (HINTS[3], [False, True, False, False, False, False, False, False]),
+        # kept out by its required pod affinity: a pod placed or leaving may help
+        (HINTS[4], [True, False, False, False, False, False, True, True]),
     ],
 )
 def test_a_parked_pod_leaves_only_on_a_change_its_hint_names(hint: Hint, wakes: list[bool]) -> None:

@@ -23,7 +23,6 @@ from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
 from driver.scheduling.classification import DeviceClassifier
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.nodefit import PodSchedulingFacts
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
 from tests.unit.builders import (
@@ -639,7 +638,7 @@ class Books:
     slices: list[dict[str, Any]]
     in_flight: dict[str, tuple[Placement, dict[str, Any]]] = field(default_factory=dict)
     allocations: dict[str, tuple[AllocationResult, str | None]] = field(default_factory=dict)
-    pods: dict[str, tuple[str, dict[str, int]]] = field(default_factory=dict)
+    pods: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # uid -> node, pod
     claims_of: dict[str, list[str]] = field(default_factory=dict)  # pod uid -> its claim keys
 
     def fresh(self) -> DecisionEngine:
@@ -650,8 +649,8 @@ class Books:
             eng.assume(placement, pod)
         for key, (allocation, owner) in self.allocations.items():
             eng.observe_allocation(key, allocation, bridge_of=owner)
-        for uid, (node_name, requests) in self.pods.items():
-            eng.observe_pod(uid, node_name, requests)
+        for uid, (node_name, pod) in self.pods.items():
+            eng.observe_pod(uid, node_name, raw=pod)
         return eng
 
 
@@ -668,9 +667,8 @@ def land(eng: DecisionEngine, books: Books, uid: str) -> None:
         books.allocations[key] = (round_trip(placement.bridge_allocation), uid)
         keys.append(key)
         eng.observe_allocation(key, round_trip(placement.bridge_allocation), bridge_of=uid)
-    requests = dict(PodSchedulingFacts.from_pod(pod).requests)
-    books.pods[uid] = (placement.node, requests)
-    eng.observe_pod(uid, placement.node, requests)
+    books.pods[uid] = (placement.node, pod)
+    eng.observe_pod(uid, placement.node, raw=pod)
 
 
 @pytest.mark.parametrize("seed", range(6))

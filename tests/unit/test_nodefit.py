@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from driver.scheduling.nodefit import (
     PodSchedulingFacts,
     filter_node,
     pod_requests,
+    resource_utilisation,
     unschedulable_message,
 )
 from tests.unit.builders import label_term, node, node_selector, taint, to_node
@@ -229,4 +231,45 @@ def test_message_sorted_like_kube_scheduler() -> None:
     assert message == (
         "0/5 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu, "
         "2 insufficient GPU memory."
+    )
+
+
+# --------------------------------------------------------------------------- pod-level resources
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        # component-helpers PodRequests: pod-level requests replace the containers' sum
+        ({"requests": {"cpu": "9"}}, {"cpu": 9000, "memory": 1024**3}),
+        ({"requests": {"cpu": "2", "memory": "4Gi"}}, {"cpu": 2000, "memory": 4 * 1024**3}),
+        # the API server defaults a pod-level request to the pod-level limit when no container
+        # requests the resource, else to the containers' sum
+        (
+            {"limits": {"hugepages-2Mi": "4Mi"}},
+            {"cpu": 500, "memory": 1024**3, "hugepages-2Mi": 4 * 1024**2},
+        ),
+        ({"limits": {"cpu": "4"}}, {"cpu": 500, "memory": 1024**3}),
+        # only cpu, memory and hugepages are pod-level resources
+        ({"requests": {"nvidia.com/gpu": "1"}}, {"cpu": 500, "memory": 1024**3}),
+    ],
+)
+def test_pod_level_resources(resources: dict[str, Any], expected: dict[str, int]) -> None:
+    assert pod_requests(pod(resources=resources)) == expected
+
+
+def test_pod_level_cpu_is_checked_against_the_node() -> None:
+    """The issue's measurement: a pod asking 9 CPUs at pod level on an 8-CPU node."""
+    facts = PodSchedulingFacts.from_pod(pod(resources={"requests": {"cpu": "9"}}))
+    eight = to_node(node(allocatable={"cpu": "8", "memory": "32Gi", "pods": "10"}))
+    assert filter_node(facts, eight, NodeUsage()) == "Insufficient cpu"
+
+
+def test_resource_utilisation_counts_unset_requests_as_upstreams_defaults() -> None:
+    """NodeResourcesFit scoring: a pod without a cpu (memory) request counts 100m (200Mi);
+    an explicit zero stays zero."""
+    allocatable = {"cpu": 1000, "memory": 1000 * 1024**2}
+    usage = NodeUsage().plus({})  # one pod without requests: 100m, 200Mi
+    assert resource_utilisation(allocatable, usage, {"cpu": 400, "memory": 0}) == Fraction(
+        5 + 2, 20
     )

@@ -12,6 +12,7 @@ import pytest
 
 from biaxial.simulate.manifests import load_objects
 from biaxial.simulate.simulator import SimulationResult, expand_deployment, simulate
+from biaxial.simulate.workloads import deployment_replicaset
 from driver.api.errors import ManifestError
 from driver.scheduling.policy import PolicyDefaults
 from tests.unit.builders import device_class, gpu_config
@@ -355,18 +356,32 @@ def test_policy_overrides_apply_to_pods_without_annotations() -> None:
 
 
 def test_deployment_expansion() -> None:
-    pods = expand_deployment(
-        {
-            "metadata": {"name": "web", "namespace": "prod"},
-            "spec": {
-                "replicas": 2,
-                "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}},
-            },
-        }
-    )
+    """As the Deployment controller: the pods carry the template's labels plus the ReplicaSet's
+    pod-template-hash, and that ReplicaSet is their controller."""
+    deployment = {
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "prod"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": []}},
+        },
+    }
+    pods = expand_deployment(deployment)
     assert [p["metadata"]["name"] for p in pods] == ["web-0", "web-1"]
     assert pods[0]["metadata"]["namespace"] == "prod"
-    assert pods[0]["metadata"]["labels"] == {"a": "b"}
+    rs_name, rs_selector = deployment_replicaset(deployment)
+    template_hash = rs_name.removeprefix("web-")
+    assert len(template_hash) == 10
+    assert pods[0]["metadata"]["labels"] == {"a": "b", "pod-template-hash": template_hash}
+    assert rs_selector == {"matchLabels": {"a": "b", "pod-template-hash": template_hash}}
+    (owner,) = pods[0]["metadata"]["ownerReferences"]
+    assert (owner["apiVersion"], owner["kind"], owner["name"], owner["controller"]) == (
+        "apps/v1",
+        "ReplicaSet",
+        rs_name,
+        True,
+    )
 
 
 def test_bad_inventory_is_an_error_for_the_run() -> None:

@@ -191,12 +191,25 @@ def test_namespace_labels_gate_admin_access_as_the_api_server_does() -> None:
 
 
 def test_kinds_that_do_not_affect_scheduling_are_one_note() -> None:
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}}
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "a"}}
-    result = run(service, account, {**service, "metadata": {"name": "t"}}, pod("p"))
+    result = run(config, account, {**config, "metadata": {"name": "t"}}, pod("p"))
     assert result.notes == [
-        "skipped 3 object(s) that do not affect scheduling: Service (2), ServiceAccount (1)"
+        "skipped 3 object(s) that do not affect scheduling: ConfigMap (2), ServiceAccount (1)"
     ]
+
+
+def test_services_are_read_for_default_spreading() -> None:
+    """A Service's selector is part of kube-scheduler's default spreading selector, so the
+    simulator reads Services (and notes none as skipped)."""
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "s"},
+        "spec": {"selector": {"app": "x"}},
+    }
+    result = run(service, pod("p"))
+    assert result.notes == []
 
 
 def test_the_pod_claims_must_be_listed_in_the_pod() -> None:

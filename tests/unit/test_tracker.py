@@ -10,6 +10,7 @@ import pytest
 
 from driver.api.claims import AllocationResult
 from driver.scheduling.nodefit import NodeUsage
+from driver.scheduling.podindex import ScheduledPod
 from driver.scheduling.tracker import LANDED, NO_CHANGE, Change, ClusterTracker
 from tests.unit.builders import claim
 
@@ -24,18 +25,22 @@ A, B, C = holding("gpu-0"), holding("gpu-1"), holding("gpu-2")
 CPU = {"cpu": 500}
 
 
+def pod(uid: str, requests: dict[str, int] | None = None) -> ScheduledPod:
+    return ScheduledPod(uid=uid, requests=requests or {})
+
+
 def counted(tracker: ClusterTracker) -> Counter[AllocationResult]:
     return Counter(tracker.counted())
 
 
 def test_an_assumed_placement_lands_when_the_cluster_shows_it() -> None:
     tracker = ClusterTracker()
-    change = tracker.assume("p", "n0", {"ns/c": A}, B, CPU)
+    change = tracker.assume("p", "n0", {"ns/c": A}, B, pod("p", CPU))
     assert change == Change((), (A, B), ("n0",))
     assert tracker.observe_allocation("ns/c", None) is NO_CHANGE  # not written yet
     assert tracker.observe_allocation("ns/c", A) is LANDED
     assert tracker.observe_allocation("ns/bridge", B, bridge_of="p") is LANDED
-    assert tracker.observe_pod("p", "n0", CPU) is LANDED
+    assert tracker.observe_pod("p", "n0", pod("p", CPU)) is LANDED
     assert not tracker.in_flight("p")
     assert counted(tracker) == Counter([A, B])
     assert tracker.usage("n0") == NodeUsage().plus(CPU)
@@ -44,7 +49,7 @@ def test_an_assumed_placement_lands_when_the_cluster_shows_it() -> None:
 
 def test_forget_drops_only_what_has_not_landed() -> None:
     tracker = ClusterTracker()
-    tracker.assume("p", "n0", {"ns/c": A, "ns/d": C}, B, CPU)
+    tracker.assume("p", "n0", {"ns/c": A, "ns/d": C}, B, pod("p", CPU))
     tracker.observe_allocation("ns/c", A)
     change = tracker.forget("p")
     assert change == Change((C, B), (), ("n0",))
@@ -56,7 +61,7 @@ def test_forget_drops_only_what_has_not_landed() -> None:
 
 def test_the_observed_allocation_of_a_claim_replaces_the_assumed_one() -> None:
     tracker = ClusterTracker()
-    tracker.assume("p", "n0", {"ns/c": A}, None, CPU)
+    tracker.assume("p", "n0", {"ns/c": A}, None, pod("p", CPU))
     assert tracker.observe_allocation("ns/c", C) == Change((A,), (C,))
     assert counted(tracker) == Counter([C])
     assert tracker.forget("p") == Change((), (), ("n0",))  # only the pod's requests remain
@@ -66,7 +71,7 @@ def test_a_bridge_claim_lands_only_on_an_equal_allocation() -> None:
     """Another bridge claim of the same pod (an orphan of an earlier attempt) is counted on its
     own: taking it for the assumed one would count the assumed devices nowhere."""
     tracker = ClusterTracker()
-    tracker.assume("p", "n0", {}, B, {})
+    tracker.assume("p", "n0", {}, B, pod("p", {}))
     assert tracker.observe_allocation("ns/old-bridge", C, bridge_of="p") == Change((), (C,))
     assert counted(tracker) == Counter([B, C])
     assert tracker.observe_allocation("ns/new-bridge", B, bridge_of="p") is LANDED
@@ -81,12 +86,14 @@ def test_observations_are_idempotent_and_replace() -> None:
     assert tracker.observe_allocation("ns/x", B) == Change((A,), (B,))
     assert tracker.observe_allocation("ns/x", None) == Change((B,), ())
     assert tracker.observe_allocation("ns/x", None) is NO_CHANGE
-    assert tracker.observe_pod("q", "n1", CPU) == Change(nodes=("n1",))
-    assert tracker.observe_pod("q", "n1", CPU) is NO_CHANGE
-    assert tracker.observe_pod("q", "n1", {"cpu": 700}) == Change(nodes=("n1",))  # resized
+    assert tracker.observe_pod("q", "n1", pod("q", CPU)) == Change(nodes=("n1",))
+    assert tracker.observe_pod("q", "n1", pod("q", CPU)) is NO_CHANGE
+    assert tracker.observe_pod("q", "n1", pod("q", {"cpu": 700})) == Change(
+        nodes=("n1",)
+    )  # resized
     assert tracker.usage("n1") == NodeUsage().plus({"cpu": 700})
-    assert tracker.observe_pod("q", None, {}) == Change(nodes=("n1",))
-    assert tracker.observe_pod("q", None, {}) is NO_CHANGE
+    assert tracker.observe_pod("q", None, None) == Change(nodes=("n1",))
+    assert tracker.observe_pod("q", None, None) is NO_CHANGE
 
 
 def test_usage_is_summed_again_never_subtracted() -> None:
@@ -94,21 +101,21 @@ def test_usage_is_summed_again_never_subtracted() -> None:
     pods on the node equals what a fresh tracker computes."""
     baseline = {"n0": NodeUsage().plus({"cpu": 100})}
     tracker = ClusterTracker(baseline)
-    tracker.observe_pod("a", "n0", {"cpu": 200, "nvidia.com/gpu": 1})
-    tracker.observe_pod("b", "n0", {"memory": 5})
-    tracker.observe_pod("a", None, {})
+    tracker.observe_pod("a", "n0", pod("a", {"cpu": 200, "nvidia.com/gpu": 1}))
+    tracker.observe_pod("b", "n0", pod("b", {"memory": 5}))
+    tracker.observe_pod("a", None, None)
     fresh = ClusterTracker(baseline)
-    fresh.observe_pod("b", "n0", {"memory": 5})
+    fresh.observe_pod("b", "n0", pod("b", {"memory": 5}))
     assert tracker.usages() == fresh.usages()
     assert tracker.usage("n0").requested == {"cpu": 100, "memory": 5}
-    tracker.observe_pod("b", None, {})
+    tracker.observe_pod("b", None, None)
     assert tracker.usage("n0") == baseline["n0"]  # pods counted from the start stay
 
 
 def test_a_pod_or_claim_cannot_be_in_flight_twice() -> None:
     tracker = ClusterTracker()
-    tracker.assume("p", "n0", {"ns/c": A}, None, {})
+    tracker.assume("p", "n0", {"ns/c": A}, None, pod("p", {}))
     with pytest.raises(ValueError, match="already has a placement"):
-        tracker.assume("p", "n0", {}, None, {})
+        tracker.assume("p", "n0", {}, None, pod("p", {}))
     with pytest.raises(ValueError, match="ns/c is already in flight"):
-        tracker.assume("q", "n0", {"ns/c": B}, None, {})
+        tracker.assume("q", "n0", {"ns/c": B}, None, pod("q", {}))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -167,6 +167,19 @@ class ControllerThread:
 
 
 # --------------------------------------------------------------------------- cluster seeding
+
+
+@contextlib.contextmanager
+def checked_controller(emulator: Emulator) -> Iterator[ControllerThread]:
+    """A running controller for one test; afterwards its incremental engine state must equal
+    one built from its caches, and it must have stopped without an error."""
+    running = ControllerThread(emulator).start()
+    try:
+        yield running
+        assert running.engine_consistent(), "incremental engine state drifted from the caches"
+    finally:
+        running.stop()
+    assert running.error is None
 
 
 def node_object(

@@ -24,6 +24,7 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
+    checked_controller,
     device_classes,
     fast_settings,
     node_object,
@@ -61,13 +62,8 @@ def live(emulator: Emulator, raw: JSON) -> None:
 
 @pytest.fixture
 def controller(emulator: Emulator) -> Iterator[ControllerThread]:
-    running = ControllerThread(emulator).start()
-    try:
+    with checked_controller(emulator) as running:
         yield running
-        assert running.engine_consistent(), "incremental engine state drifted from the caches"
-    finally:
-        running.stop()
-    assert running.error is None
 
 
 def test_anti_affine_replicas_one_per_node_and_the_fourth_pending(

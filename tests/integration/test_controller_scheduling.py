@@ -13,6 +13,7 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
+    checked_controller,
     claim_template,
     delete_all_pods,
     leftovers,
@@ -33,13 +34,8 @@ def cluster(emulator: Emulator, claim_controller: ResourceClaimController) -> Em
 
 @pytest.fixture
 def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    running = ControllerThread(cluster).start()
-    try:
+    with checked_controller(cluster) as running:
         yield running
-        assert running.engine_consistent(), "incremental engine state drifted from the caches"
-    finally:
-        running.stop()
-    assert running.error is None
 
 
 def test_pods_with_template_claims_are_bound(

@@ -17,6 +17,7 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
+    checked_controller,
     claim_template,
     delete_all_pods,
     fast_settings,
@@ -116,13 +117,8 @@ def cluster(
 
 @pytest.fixture
 def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    running = ControllerThread(cluster).start()
-    try:
+    with checked_controller(cluster) as running:
         yield running
-        assert running.engine_consistent(), "incremental engine state drifted from the caches"
-    finally:
-        running.stop()
-    assert running.error is None
 
 
 def teardown(emulator: Emulator) -> None:

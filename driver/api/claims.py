@@ -15,14 +15,13 @@ Contract:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from driver.api.errors import ManifestError, QuantityError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
-from driver.api.model import JSON, DeviceTaint
+from driver.api.model import JSON, DeviceTaint, json_copy
 from driver.api.quantity import Quantity
 
 AllocationMode = Literal["ExactCount", "All"]
@@ -90,13 +89,11 @@ class OpaqueConfig:
             parameters = {}
         if not isinstance(parameters, Mapping):
             raise ManifestError(f"{where}: opaque parameters must be an object")
-        return cls(driver=driver, parameters=copy.deepcopy(dict(parameters)))
+        return cls(driver=driver, parameters=json_copy(parameters))
 
     def to_api(self) -> JSON:
         """The ``DeviceConfiguration`` object: ``{"opaque": {"driver", "parameters"}}``."""
-        return {
-            "opaque": {"driver": self.driver, "parameters": copy.deepcopy(dict(self.parameters))}
-        }
+        return {"opaque": {"driver": self.driver, "parameters": json_copy(self.parameters)}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,7 +497,7 @@ class AllocationResult:
             devices["config"] = [c.to_api() for c in self.config]
         out: JSON = {"devices": devices}
         if self.node_selector is not None:
-            out["nodeSelector"] = copy.deepcopy(self.node_selector)
+            out["nodeSelector"] = json_copy(self.node_selector)
         if self.allocation_timestamp:
             out["allocationTimestamp"] = self.allocation_timestamp
         return out
@@ -524,7 +521,7 @@ class AllocationResult:
                 AllocationConfig.from_api(c, f"{where}: devices.config[{i}]")
                 for i, c in enumerate(devices.get("config") or ())
             ),
-            node_selector=copy.deepcopy(dict(selector)) if selector is not None else None,
+            node_selector=json_copy(selector) if selector is not None else None,
             allocation_timestamp=raw.get("allocationTimestamp") or None,
         )
 
@@ -625,7 +622,7 @@ class ResourceClaim:
             reserved_for=reserved,
             annotations=dict(meta.get("annotations") or {}),
             labels=dict(meta.get("labels") or {}),
-            owner_references=tuple(copy.deepcopy(o) for o in meta.get("ownerReferences") or ()),
+            owner_references=tuple(json_copy(o) for o in meta.get("ownerReferences") or ()),
             deletion_timestamp=meta.get("deletionTimestamp") or None,
             resource_version=str(meta.get("resourceVersion") or ""),
             finalizers=tuple(meta.get("finalizers") or ()),

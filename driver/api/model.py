@@ -59,6 +59,20 @@ class DeviceJSON(TypedDict, total=False):
     bindingFailureConditions: list[str]
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars): what ``copy.deepcopy`` gives for
+    it, several times faster (no memo, no dispatch)."""
+    if type(value) is dict:
+        return {k: json_copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [json_copy(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_copy(v) for v in value]
+    return value
+
+
 # --------------------------------------------------------------------------- values
 
 

@@ -28,6 +28,7 @@ The index reads the snapshot it is given and never mutates it.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
@@ -70,7 +71,8 @@ def _quantity_units(quantity: Quantity | None) -> int:
 class DeviceKind(NamedTuple):
     """Devices of one kind consume, fit and are selected alike: same driver, sharing,
     capacities and policies, and the same DeviceClasses select them. ``special``: blocking
-    taints or shared counters may make one unusable whatever its use says."""
+    taints, shared counters or binding conditions may make one unusable, or not the
+    allocator's first choice, whatever its use says."""
 
     driver: str
     multi: bool
@@ -346,6 +348,10 @@ class CapacityIndex:
         self.by_ident: list[NodeShape] = []
         self.kinds: dict[DeviceKind, KindFacts] = {}
         self.generation = 0  # bumped when what is known of the kinds changes
+        # How many devices of each kind the filed nodes have (kinds with none are absent),
+        # and a counter bumped whenever that changes.
+        self.kind_counts: Counter[DeviceKind] = Counter()
+        self.census = 0
         self.views: dict[frozenset[DeviceKind], IndexView] = {}
         self.deviceless: set[str] = set()
         self._pool_nodes: dict[PoolKey, set[str]] = {}
@@ -369,13 +375,13 @@ class CapacityIndex:
         return found
 
     # ------------------------------------------------------------------ state
-    def _kind(self, cand: Candidate) -> DeviceKind:
+    def _kind(self, cand: Candidate, classes: frozenset[str]) -> DeviceKind:
         kind = DeviceKind(
             cand.device_id.driver,
             cand.multi,
             cand.capacities,
-            self.classifier.classes_of(cand),
-            bool(cand.blocking_taints or cand.consumes),
+            classes,
+            bool(cand.blocking_taints or cand.consumes or cand.pool.has_binding_conditions),
         )
         facts = self.kinds.get(kind)
         if facts is None:
@@ -392,16 +398,29 @@ class CapacityIndex:
         cached = self._node_devices.get(node.name)
         if cached is not None and cached[0] is candidates:
             return cached[1]
+        if cached is not None and cached[1] is not None:
+            self._count(cached[1][0], -1)
         devices = [c for c in candidates.devices if c.node_local and c.node_match]
         found: tuple[NodeShape, list[Candidate]] | None = None
         if devices:
-            key = tuple([self._kind(c) for c in devices])
+            classified = {c.index: self.classifier.classify(c) for c in devices}
+            self.classifier.seed(candidates, classified)
+            key = tuple([self._kind(c, classified[c.index].classes) for c in devices])
             shape = self.shapes.get(key)
             if shape is None:
                 shape = self._shape(key, devices)
             found = (shape, devices)
+            self._count(shape, 1)
         self._node_devices[node.name] = (candidates, found)
         return found
+
+    def _count(self, shape: NodeShape, sign: int) -> None:
+        counts = self.kind_counts
+        for kind in shape.key:
+            counts[kind] += sign
+            if not counts[kind]:
+                del counts[kind]
+        self.census += 1
 
     def _state(self, node: Node) -> NodeState | None:
         found = self._devices(node)
@@ -509,7 +528,9 @@ class CapacityIndex:
     def remove(self, name: str) -> None:
         """Forget a node that went away."""
         self._unfile(name)
-        self._node_devices.pop(name, None)
+        cached = self._node_devices.pop(name, None)
+        if cached is not None and cached[1] is not None:
+            self._count(cached[1][0], -1)
 
     def refresh(self, snapshot: ClusterSnapshot, node: Node) -> None:
         """Re-read one node after its use changed (and adopt the newer snapshot)."""

@@ -20,8 +20,9 @@ controller, ``unschedulable`` in ``biaxial simulate``) instead of a misleading "
   attribute domain (which fails on every device), with biaxial's equivalent named.
 
 Cluster facts (the GPU inventory, the drivers that publish devices, the capacities each class
-can reach) are computed once per set of slices and cached. Pure otherwise; inputs are never
-mutated.
+can reach) come from the decision engine, which keeps them with its capacity index (device
+kinds and their counts; each slice's inventory read once per slice object). Pure otherwise;
+inputs are never mutated.
 """
 
 from __future__ import annotations
@@ -29,18 +30,19 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from driver.api.claims import DeviceClass, ExactRequest, ResourceClaim, SubRequest
 from driver.api.errors import BiaxialError, ManifestError
-from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import Device, ResourceSlice
 from driver.api.quantity import Quantity
-from driver.cel.engine import MatchCache, Selector, compile_selector
+from driver.cel.engine import Selector, compile_selector
 from driver.scheduling.bridge import PodLegacyResources
+from driver.scheduling.capacity_index import DeviceKind
+from driver.scheduling.classification import KindFacts
 from driver.scheduling.dialects import GpuInventory, check_against_cluster
-from driver.structured.snapshot import ClusterSnapshot
+from driver.structured.snapshot import CapacitySpec
 
 MIB: Final = 1024 * 1024
 #: Other DRA drivers users migrate from: driver name -> (who, biaxial's equivalent words).
@@ -68,7 +70,6 @@ FOREIGN_CLASSES: Final[Mapping[str, tuple[str, str]]] = {
     "mig.nvidia.com": ("gpu.nvidia.com", "mig.biaxial.dev"),
     "gpu.example.com": ("gpu.example.com", "gpu.biaxial.dev"),
 }
-_FACT_CACHE_SIZE: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,60 +83,133 @@ class ClassCapacities:
     devices: int
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ClusterFacts:
-    """Per set of slices: the GPU inventory, the drivers with devices, class capacities."""
+    """What the checks know of the cluster: biaxial's driver, its GPU inventory, the drivers
+    that publish devices, and per DeviceClass what its devices offer."""
 
-    slices: tuple[ResourceSlice, ...]
     driver: str
     gpus: GpuInventory
     drivers: frozenset[str]
-    classes: dict[str, ClassCapacities | None] = field(default_factory=dict)
+    classes: Mapping[str, ClassCapacities | None]
 
 
-_facts: list[ClusterFacts] = []
+@dataclass(frozen=True, slots=True)
+class _SliceInventory:
+    """One slice's share of the GPU inventory (kept per slice object: only changed slices
+    are read again)."""
+
+    held: ResourceSlice
+    uuids: frozenset[str]
+    products: frozenset[str]
+    parents: frozenset[str]
 
 
-def cluster_facts(snapshot: ClusterSnapshot, driver: str) -> ClusterFacts:
-    """The facts for the snapshot's slices (cached by the identity of the slice tuple, which
-    every snapshot derived with new allocations shares)."""
-    slices = snapshot.slices
-    for facts in _facts:
-        if facts.slices is slices and facts.driver == driver:
-            return facts
+_inventories: dict[int, _SliceInventory] = {}
+
+
+def _slice_inventory(s: ResourceSlice) -> _SliceInventory:
+    found = _inventories.get(id(s))
+    if found is not None and found.held is s:
+        return found
     uuids: set[str] = set()
     products: set[str] = set()
     parents: set[str] = set()
-    for s in slices:
-        if s.driver != driver:
-            continue
-        for device in s.devices:
-            attributes = device.attributes
-            kind = attributes.get("type")
-            product = attributes.get("productName")
-            if isinstance(product, str):
-                products.add(product)
-            if kind == "mig":
-                parent = attributes.get("parentUUID")
-                if isinstance(parent, str):
-                    parents.add(parent)
-            else:
-                uuid = attributes.get("uuid")
-                if isinstance(uuid, str):
-                    uuids.add(uuid)
-    facts = ClusterFacts(
-        slices=slices,
-        driver=driver,
-        gpus=GpuInventory(
-            uuids=frozenset(uuids),
-            product_names=frozenset(products),
-            mig_parents=frozenset(parents),
-        ),
-        drivers=frozenset(s.driver for s in slices if s.devices),
+    for device in s.devices:
+        attributes = device.attributes
+        product = attributes.get("productName")
+        if isinstance(product, str):
+            products.add(product)
+        if attributes.get("type") == "mig":
+            parent = attributes.get("parentUUID")
+            if isinstance(parent, str):
+                parents.add(parent)
+        else:
+            uuid = attributes.get("uuid")
+            if isinstance(uuid, str):
+                uuids.add(uuid)
+    found = _SliceInventory(s, frozenset(uuids), frozenset(products), frozenset(parents))
+    _inventories[id(s)] = found
+    return found
+
+
+def gpu_inventory(slices: Sequence[ResourceSlice], driver: str) -> GpuInventory:
+    """The GPUs of ``driver`` the slices publish (each slice read once per object)."""
+    current = [_slice_inventory(s) for s in slices if s.driver == driver]
+    if len(_inventories) > 2 * len(slices) + 64:  # forget slices that are gone
+        keep = {id(part.held) for part in current}
+        for key in [k for k in _inventories if k not in keep]:
+            del _inventories[key]
+    return GpuInventory(
+        uuids=frozenset().union(*(part.uuids for part in current)),
+        product_names=frozenset().union(*(part.products for part in current)),
+        mig_parents=frozenset().union(*(part.parents for part in current)),
     )
-    _facts.insert(0, facts)
-    del _facts[_FACT_CACHE_SIZE:]
-    return facts
+
+
+def _minimum(spec: CapacitySpec) -> Quantity:
+    """The smallest share a capacity's request policy allows (0 without a policy)."""
+    if spec.range_min is not None:
+        return Quantity(spec.range_min, spec.range_min_fmt)
+    if spec.valid_values:
+        low = min(range(len(spec.valid_values)), key=lambda i: spec.valid_values[i])
+        return Quantity(spec.valid_values[low], spec.valid_value_fmts[low])
+    return Quantity.from_int(0)
+
+
+def class_capacities(
+    device_class: DeviceClass,
+    kinds: Mapping[DeviceKind, int],
+    facts: Mapping[DeviceKind, KindFacts],
+    elsewhere: Sequence[ResourceSlice] = (),
+) -> ClassCapacities | None:
+    """The capacities of the devices ``device_class`` selects (None when it selects none):
+    from the capacity index's device kinds (``kinds``: device counts; a class selects a kind
+    exactly, a CEL error counting as selecting), plus ``elsewhere``, the slices that are not
+    node-local, whose devices are evaluated one by one."""
+    names: set[str] = set()
+    minimum: dict[str, Quantity] = {}
+    types: set[object] = set()
+    count = 0
+
+    def offer(capacity: Iterable[tuple[str, Quantity]], kind_name: object, devices: int) -> None:
+        nonlocal count
+        count += devices
+        types.add(kind_name)
+        for name, low in capacity:
+            names.add(name)
+            minimum[name] = min(minimum.get(name, low), low)
+
+    for kind, devices in kinds.items():
+        if device_class.name in kind.classes:
+            offer(
+                ((spec.name, _minimum(spec)) for spec in kind.capacities),
+                facts[kind].device.attributes.get("type"),
+                devices,
+            )
+    if elsewhere:
+        try:
+            selectors = [compile_selector(e) for e in device_class.selectors]
+        except BiaxialError:
+            selectors = []
+        for s in elsewhere:
+            for device in s.devices:
+                if selectors and _selected(selectors, s, device):
+                    offer(
+                        (
+                            (name, _policy_minimum(device, name) or Quantity.from_int(0))
+                            for name in device.capacity
+                        ),
+                        device.attributes.get("type"),
+                        1,
+                    )
+    if not count:
+        return None
+    noun = {"gpu": "GPU devices", "mig": "MIG devices"}.get(
+        str(next(iter(types))) if len(types) == 1 else "",
+        f"devices of class {device_class.name}",
+    )
+    return ClassCapacities(names=frozenset(names), minimum=minimum, noun=noun, devices=count)
 
 
 def _policy_minimum(device: Device, name: str) -> Quantity | None:
@@ -148,89 +222,12 @@ def _policy_minimum(device: Device, name: str) -> Quantity | None:
     return min(policy.valid_values) if policy.valid_values else None
 
 
-#: Attributes that tell devices of one kind apart; a class that does not name them selects
-#: all devices of a kind alike, so one of each kind is evaluated.
-_IDENTITY_ATTRIBUTES: Final = (
-    "uuid",
-    "parentUUID",
-    "index",
-    "minor",
-    "resource.kubernetes.io/pciBusID",
-    "resource.kubernetes.io/pcieRoot",
-    "resource.kubernetes.io/numaNode",
-)
-
-
-def _kind_key(driver: str, device: Device, identity: tuple[str, ...]) -> tuple[object, ...]:
-    attributes = device.attributes
-    return (
-        driver,
-        tuple(sorted((k, v) for k, v in attributes.items() if k not in identity)),
-        tuple(sorted(device.capacity)),
-        device.allow_multiple_allocations,
-    )
-
-
-def class_capacities(
-    facts: ClusterFacts, device_class: DeviceClass, cache: MatchCache | None
-) -> ClassCapacities | None:
-    """The capacities of the devices ``device_class`` selects (None when it selects none or
-    its selectors do not compile); cached per class. Devices that differ only in identity
-    attributes are evaluated once, unless the class's selectors name one of them."""
-    if device_class.name in facts.classes:
-        return facts.classes[device_class.name]
-    found: ClassCapacities | None = None
-    try:
-        selectors = [compile_selector(e) for e in device_class.selectors]
-    except BiaxialError:
-        selectors = None
-    if selectors is not None:
-        text = " ".join(device_class.selectors)
-        identity = tuple(a for a in _IDENTITY_ATTRIBUTES if a.rpartition("/")[2] not in text)
-        verdicts: dict[tuple[object, ...], bool] = {}
-        names: set[str] = set()
-        minimum: dict[str, Quantity] = {}
-        kinds: set[object] = set()
-        count = 0
-        for s in facts.slices:
-            for device in s.devices:
-                key = _kind_key(s.driver, device, identity)
-                selected = verdicts.get(key)
-                if selected is None:
-                    selected = _selected(selectors, s, device, cache)
-                    verdicts[key] = selected
-                if not selected:
-                    continue
-                count += 1
-                kinds.add(device.attributes.get("type"))
-                for name in device.capacity:
-                    names.add(name)
-                    low = _policy_minimum(device, name) or Quantity.from_int(0)
-                    minimum[name] = min(minimum.get(name, low), low)
-        if count:
-            noun = {"gpu": "GPU devices", "mig": "MIG devices"}.get(
-                str(next(iter(kinds))) if len(kinds) == 1 else "",
-                f"devices of class {device_class.name}",
-            )
-            found = ClassCapacities(
-                names=frozenset(names), minimum=minimum, noun=noun, devices=count
-            )
-    facts.classes[device_class.name] = found
-    return found
-
-
-def _selected(
-    selectors: Sequence[Selector], s: ResourceSlice, device: Device, cache: MatchCache | None
-) -> bool:
-    device_id = DeviceID(DriverName(s.driver), PoolName(s.pool.name), DeviceName(device.name))
+def _selected(selectors: Sequence[Selector], s: ResourceSlice, device: Device) -> bool:
     for selector in selectors:
         try:
-            if cache is not None:
-                ok = cache.matches(selector, device_id, s.generation, device)
-            else:
-                ok = selector.matches(device, s.driver)
+            ok = selector.matches(device, s.driver)
         except BiaxialError:
-            return False
+            return True  # counts as selecting, as for the kinds: the allocator reports it
         if not ok:
             return False
     return True
@@ -257,7 +254,6 @@ def _check_capacity(
     alt: ExactRequest | SubRequest,
     device_class: DeviceClass,
     facts: ClusterFacts,
-    cache: MatchCache | None,
 ) -> None:
     requests = alt.capacity_requests
     for name, amount in requests.items():
@@ -265,7 +261,7 @@ def _check_capacity(
             raise ManifestError(f"{where}: capacity.requests[{name!r}]: {amount} is negative")
     if not requests:
         return
-    offered = class_capacities(facts, device_class, cache)
+    offered = facts.classes.get(device_class.name)
     if offered is None:
         return  # no device of the class at all: the decision says so
     for name, amount in sorted(requests.items()):
@@ -304,7 +300,6 @@ def check_claim(
     claim: ResourceClaim,
     classes: Mapping[str, DeviceClass],
     facts: ClusterFacts,
-    cache: MatchCache | None = None,
 ) -> None:
     """Raise ManifestError for what no node can honour in a claim still to be allocated."""
     if claim.allocation is not None:
@@ -319,7 +314,7 @@ def check_claim(
                     + _class_hint(alt.device_class_name, classes)
                 )
             _check_foreign(where, alt.selectors, facts)
-            _check_capacity(where, alt, device_class, facts, cache)
+            _check_capacity(where, alt, device_class, facts)
     for index, entry in enumerate(claim.config):
         driver = entry.opaque.driver
         if driver == facts.driver or driver in facts.drivers:
@@ -335,11 +330,31 @@ def check_claim(
 def check_pod_input(
     claims: Sequence[ResourceClaim],
     legacy: PodLegacyResources,
-    snapshot: ClusterSnapshot,
-    driver: str,
+    classes: Mapping[str, DeviceClass],
+    facts: ClusterFacts,
 ) -> None:
     """Every check of this module for one pod (see the module docstring)."""
-    facts = cluster_facts(snapshot, driver)
     check_against_cluster(legacy.hints, facts.gpus)
     for claim in claims:
-        check_claim(claim, snapshot.classes, facts, snapshot.match_cache)
+        check_claim(claim, classes, facts)
+
+
+def cluster_facts(
+    slices: Sequence[ResourceSlice],
+    classes: Mapping[str, DeviceClass],
+    driver: str,
+    kinds: Mapping[DeviceKind, int],
+    facts: Mapping[DeviceKind, KindFacts],
+) -> ClusterFacts:
+    """The facts for one state of the cluster (the engine keeps them until its slices or
+    device kinds change)."""
+    elsewhere = [s for s in slices if not s.node_name]
+    return ClusterFacts(
+        driver=driver,
+        gpus=gpu_inventory(slices, driver),
+        drivers=frozenset(s.driver for s in slices if s.devices),
+        classes={
+            name: class_capacities(device_class, kinds, facts, elsewhere)
+            for name, device_class in classes.items()
+        },
+    )

@@ -12,9 +12,11 @@ class; one special GPU forms a kind of its own instead of switching anything off
 of devices that look the same to them: :func:`referenced_names` says, conservatively, which
 names an expression can read, and devices that agree on every attribute and capacity under
 those names (plus driver and ``allowMultipleAllocations``) give the same verdict. An expression
-whose reads cannot be bounded that way is evaluated per device through the snapshot's CEL
-match cache. A CEL error counts as "selects" (the allocator evaluates the device itself and
-reports the error for the pod), so a bound never leaves out a device the allocator might pick.
+whose reads cannot be bounded that way is evaluated per device. A CEL error counts as
+"selects" (the allocator evaluates the device itself and reports the error for the pod), so a
+bound never leaves out a device the allocator might pick. The verdicts are handed to the
+allocator (:meth:`DeviceClassifier.seed`): it never evaluates a class selector the sweep has
+answered, and keeps no CEL input for those devices.
 
 **Request selectors** are per pod. :meth:`DeviceClassifier.verdict` answers for a whole kind:
 True or False when every device of the kind agrees on everything the expression can read (the
@@ -35,8 +37,8 @@ from typing import Final, NamedTuple
 from driver.api.claims import DeviceClass
 from driver.api.errors import BiaxialError
 from driver.api.model import Device
-from driver.cel.engine import MatchCache, Selector, compile_selector
-from driver.structured.snapshot import Candidate
+from driver.cel.engine import Selector, compile_selector
+from driver.structured.snapshot import Candidate, NodeCandidates
 
 _DYNAMIC_ACCESS: Final = re.compile(
     r"\b(?:all|exists|exists_one|existsOne|map|filter|size|has|transformList|transformMap"
@@ -114,6 +116,7 @@ class _ClassRule:
     every device counts as selected and the allocator reports the error)."""
 
     name: str
+    expressions: tuple[str, ...]
     selectors: tuple[Selector, ...] | None
     reads: tuple[_Reads | None, ...]
 
@@ -145,11 +148,22 @@ class KindFacts:
         return bool(new)
 
 
+class Classification:
+    """Every class's verdict on one device (shared by all devices that look alike)."""
+
+    __slots__ = ("classes", "verdicts")
+
+    def __init__(self, classifier: DeviceClassifier, verdicts: tuple[bool | None, ...]) -> None:
+        self.verdicts = verdicts
+        self.classes = frozenset(
+            name for name, v in zip(classifier.class_names, verdicts, strict=True) if v is not False
+        )
+
+
 class DeviceClassifier:
     """Class membership per device, request-selector verdicts per kind (module docstring)."""
 
-    def __init__(self, classes: Mapping[str, DeviceClass], match_cache: MatchCache | None) -> None:
-        self._match_cache = match_cache
+    def __init__(self, classes: Mapping[str, DeviceClass]) -> None:
         self._interned: dict[_Reads | None, _Reads | None] = {}
         self._rules: list[_ClassRule] = []
         for name in sorted(classes):
@@ -160,8 +174,8 @@ class DeviceClassifier:
             except BiaxialError:
                 selectors = None
             reads = tuple(self._intern(s.expression) for s in selectors) if selectors else ()
-            self._rules.append(_ClassRule(name, selectors, reads))
-        self._seen: dict[tuple[str, tuple[object, ...]], bool] = {}
+            self._rules.append(_ClassRule(name, tuple(classes[name].selectors), selectors, reads))
+        self._seen: dict[tuple[str, tuple[object, ...]], bool | None] = {}
         # Every class's reads at once: devices that look alike to all of them get one answer.
         everything = [r for rule in self._rules for r in rule.reads]
         self._union: _Reads | None = None
@@ -173,7 +187,8 @@ class DeviceClassifier:
                 frozenset().union(*(r.attributes for r in everything if r is not None)),
                 frozenset().union(*(r.capacity for r in everything if r is not None)),
             )
-        self._signatures: dict[tuple[object, ...], frozenset[str]] = {}
+        self._signatures: dict[tuple[object, ...], Classification] = {}
+        self._classifications: dict[tuple[bool | None, ...], Classification] = {}
         self._verdicts: dict[tuple[str, object, int], bool | None] = {}
 
     def _intern(self, expression: str) -> _Reads | None:
@@ -183,8 +198,10 @@ class DeviceClassifier:
         return self._interned.setdefault(reads, reads)
 
     # ------------------------------------------------------------------ classes
-    def classes_of(self, candidate: Candidate) -> frozenset[str]:
-        """The classes whose selectors select this device (a CEL error counts as selecting)."""
+    def classify(self, candidate: Candidate) -> Classification:
+        """Each class's verdict on this device, in :attr:`class_names` order: True, False, or
+        None when the selector cannot be compiled or evaluated on it (the allocator then meets
+        the same error and reports it for the pod)."""
         union = (
             _looks(candidate.device, candidate.device_id.driver, self._union)
             if self._union is not None
@@ -195,18 +212,42 @@ class DeviceClassifier:
             if known is not None:
                 return known
         looks: dict[_Reads, tuple[object, ...] | None] = {}
-        signature = frozenset(
-            rule.name for rule in self._rules if self._selects(rule, candidate, looks)
-        )
+        verdicts = tuple(self._selects(rule, candidate, looks) for rule in self._rules)
+        found = self._classifications.setdefault(verdicts, Classification(self, verdicts))
         if union is not None:
-            self._signatures[union] = signature
-        return signature
+            self._signatures[union] = found
+        return found
+
+    def classes_of(self, candidate: Candidate) -> frozenset[str]:
+        """The classes whose selectors select this device (a CEL error counts as selecting:
+        the device must stay in the bounds, the allocator reports the error)."""
+        return self.classify(candidate).classes
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return tuple(rule.name for rule in self._rules)
+
+    def seed(self, candidates: NodeCandidates, verdicts: Mapping[int, Classification]) -> None:
+        """Hand the allocator the class verdicts already known for a node's devices (by
+        candidate index), so it never evaluates class selectors there: the per-node verdict
+        lists it keeps per selector set (class selectors only, no request selectors) are
+        filled in, errors left for it to meet."""
+        for position, rule in enumerate(self._rules):
+            key = (*rule.expressions, "")
+            if key in candidates.verdicts or rule.selectors is None:
+                continue
+            known: list[bool | None] = [None] * len(candidates.devices)
+            for index, classification in verdicts.items():
+                verdict = classification.verdicts[position]
+                if verdict is not None:
+                    known[index] = verdict and candidates.devices[index].node_match
+            candidates.verdicts[key] = known
 
     def _selects(
         self, rule: _ClassRule, cand: Candidate, memo: dict[_Reads, tuple[object, ...] | None]
-    ) -> bool:
+    ) -> bool | None:
         if rule.selectors is None:
-            return True
+            return None
         device, driver = cand.device, cand.device_id.driver
         for selector, reads in zip(rule.selectors, rule.reads, strict=True):
             looks = None
@@ -217,25 +258,22 @@ class DeviceClassifier:
                     looks = memo[reads] = _looks(device, driver, reads)
             if looks is not None:
                 key = (selector.expression, looks)
-                verdict = self._seen.get(key)
-                if verdict is None:
+                if key in self._seen:
+                    verdict = self._seen[key]
+                else:
                     verdict = self._evaluate(selector, cand)
                     self._seen[key] = verdict
             else:
                 verdict = self._evaluate(selector, cand)
-            if not verdict:
-                return False
+            if verdict is None or not verdict:
+                return verdict
         return True
 
-    def _evaluate(self, selector: Selector, cand: Candidate) -> bool:
+    def _evaluate(self, selector: Selector, cand: Candidate) -> bool | None:
         try:
-            if self._match_cache is not None:
-                return self._match_cache.matches(
-                    selector, cand.device_id, cand.match_generation, cand.device
-                )
             return selector.matches(cand.device, cand.device_id.driver)
         except BiaxialError:
-            return True  # the allocator meets the same error and reports it for the pod
+            return None
 
     # ------------------------------------------------------------------ request selectors
     def verdict(

@@ -109,7 +109,7 @@ from driver.scheduling.capacity_index import (
     Variant,
     ViewShape,
 )
-from driver.scheduling.checks import check_pod_input
+from driver.scheduling.checks import ClusterFacts, check_pod_input, cluster_facts
 from driver.scheduling.classification import DeviceClassifier
 from driver.scheduling.nodefit import (
     NodeUsage,
@@ -353,6 +353,7 @@ class DecisionEngine:
         self._slice_changes: dict[str, ResourceSlice | None] = {}
         self._node_changes: set[str] = set()
         self._allocatable: dict[str, dict[str, int]] = {}
+        self._facts: tuple[tuple[object, int, object], ClusterFacts] | None = None
         self._derive()
 
     @classmethod
@@ -593,7 +594,7 @@ class DecisionEngine:
         snapshot = self.snapshot
         self._nodes = dict(sorted(self._nodes.items()))
         self._resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
-        self._classifier = DeviceClassifier(snapshot.classes, snapshot.match_cache)
+        self._classifier = DeviceClassifier(snapshot.classes)
         self._index = CapacityIndex(snapshot, self._nodes.values(), self._classifier)
         self._usable_kinds: dict[tuple[str, tuple[str, ...], int], _UsableKinds] = {}
         self._no_pruning = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
@@ -620,7 +621,7 @@ class DecisionEngine:
         legacy = legacy_resources(
             pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
         )
-        check_pod_input(claims, legacy, self.snapshot, self.driver_name)
+        check_pod_input(claims, legacy, self.snapshot.classes, self._cluster_facts())
         for claim in claims:
             for request in claim.requests:
                 alternatives = (
@@ -647,6 +648,22 @@ class DecisionEngine:
             legacy_resources=legacy.resources,
             exempt=filter_exempt(legacy.resources, legacy.resources),
         )
+
+    def _cluster_facts(self) -> ClusterFacts:
+        """The facts the pod input checks read, kept until the slices or device counts
+        change."""
+        index = self._index
+        key = (index, index.census, self.snapshot.slices)  # compared by identity, then count
+        if self._facts is None or self._facts[0] != key:
+            facts = cluster_facts(
+                self.snapshot.slices,
+                self.snapshot.classes,
+                self.driver_name,
+                index.kind_counts,
+                index.kinds,
+            )
+            self._facts = (key, facts)
+        return self._facts[1]
 
     def _decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> Decision:
         meta = pod.get("metadata") or {}

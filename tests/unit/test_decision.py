@@ -533,7 +533,7 @@ def test_class_membership_equals_evaluating_every_device(selector: str) -> None:
     nodes = [gpu_node("a", 2), gpu_node("b", 4, "24Gi"), gpu_node("c", 3)]
     picky = device_class("picky", selectors=[selector])
     snap = snapshot([s for _, s in nodes], classes=[picky])
-    classifier = DeviceClassifier(snap.classes, None)
+    classifier = DeviceClassifier(snap.classes)
     compiled = compile_selector(selector)
     for n, _ in nodes:
         for cand in snap.candidates(to_node(n)).devices:

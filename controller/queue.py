@@ -1,8 +1,10 @@
 """The scheduling queue: which pod to try next, and when to try a failed one again.
 
-Modelled on kube-scheduler's queue, without priorities (pods are tried in arrival order):
+Modelled on kube-scheduler's queue with its default ``PrioritySort`` order:
 
-* ``active``: pods ready to be tried, FIFO, each at most once;
+* ``active``: pods ready to be tried, each at most once, the highest ``spec.priority`` first
+  and, among equal priorities, the one that became ready first (PrioritySort's ``Less``:
+  priority, then the time the pod entered the active queue);
 * ``backoff``: pods that failed, waiting ``initial * 2**(attempts-1)`` seconds (capped);
 * ``unschedulable``: pods that did not fit; they stay parked until a relevant cluster change
   (:meth:`SchedulingQueue.move_all`: a claim freed, a slice or node changed) or until they have
@@ -37,6 +39,7 @@ class _Entry:
     attempts: int = 0
     ready_at: float = 0.0
     parked_at: float = 0.0
+    priority: int = 0
 
 
 class SchedulingQueue:
@@ -55,7 +58,12 @@ class SchedulingQueue:
         self._flush = flush_s
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
-        self._active: dict[str, None] = {}  # insertion-ordered set
+        self._active: set[str] = set()
+        # (-priority, arrival, key): the next pod to try on top; stale items (a key popped,
+        # forgotten or re-activated since) are skipped when they surface.
+        self._active_heap: list[tuple[int, int, str]] = []
+        self._arrivals = 0
+        self._active_seq: dict[str, int] = {}
         self._backoff: set[str] = set()
         self._unschedulable: set[str] = set()
         # (time, key) heaps over the two sets; stale items are skipped when popped, so due
@@ -95,19 +103,31 @@ class SchedulingQueue:
 
     # ------------------------------------------------------------------ producers
 
-    def add(self, key: str) -> None:
-        """A new or changed pod: try it (respecting a running backoff)."""
+    def _activate(self, key: str, entry: _Entry) -> None:
+        self._arrivals += 1
+        self._active.add(key)
+        self._active_seq[key] = self._arrivals
+        heapq.heappush(self._active_heap, (-entry.priority, self._arrivals, key))
+
+    def add(self, key: str, priority: int = 0) -> None:
+        """A new or changed pod: try it (respecting a running backoff). ``priority`` is its
+        ``spec.priority`` (the API server's admission resolved it from its class)."""
+        entry = self._entries.get(key)
+        if entry is not None and entry.priority != priority:
+            entry.priority = priority
+            if key in self._active:
+                self._activate(key, entry)  # its older heap item is now stale
         if key in self._processing:
             self._dirty.add(key)
             return
         if key in self._active or key in self._backoff:
             return
-        entry = self._entries.setdefault(key, _Entry())
+        entry = self._entries.setdefault(key, _Entry(priority=priority))
         self._unschedulable.discard(key)
         if entry.ready_at > self._clock():
             self._to_backoff(key, entry)
         else:
-            self._active[key] = None
+            self._activate(key, entry)
         self._wakeup.set()
 
     def _to_backoff(self, key: str, entry: _Entry) -> None:
@@ -129,7 +149,8 @@ class SchedulingQueue:
 
     def forget(self, key: str) -> None:
         """The pod is gone or no longer ours: drop every trace of it."""
-        self._active.pop(key, None)
+        self._active.discard(key)
+        self._active_seq.pop(key, None)
         self._backoff.discard(key)
         self._unschedulable.discard(key)
         self._dirty.discard(key)
@@ -161,17 +182,22 @@ class SchedulingQueue:
             if key not in self._backoff or entry is None or entry.ready_at > now:
                 continue  # stale
             self._backoff.discard(key)
-            self._active[key] = None
+            self._activate(key, entry)
         heads = [h[0][0] for h in (parked, waiting) if h]
         return min(heads) if heads else None
 
     def pop_nowait(self) -> str | None:
         """The next ready pod, or None (used by tests and by :meth:`pop`)."""
         self._promote(self._clock())
-        if not self._active:
+        heap = self._active_heap
+        while heap:
+            _, seq, key = heapq.heappop(heap)
+            if key in self._active and self._active_seq.get(key) == seq:
+                break
+        else:
             return None
-        key = next(iter(self._active))
-        del self._active[key]
+        self._active.discard(key)
+        del self._active_seq[key]
         self._processing[key] = self._move_seq
         return key
 

@@ -51,6 +51,7 @@ from controller.repair import Repairer
 from controller.settings import Settings
 from driver.api.errors import ApiError, BiaxialError
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
+from driver.scheduling.preemption import pod_priority
 from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -91,6 +92,15 @@ def _relevant_pod_change(old: Mapping[str, Any] | None, new: Mapping[str, Any]) 
         old_status.get(field) != new_status.get(field)
         for field in ("resourceClaimStatuses", "extendedResourceClaimStatus")
     )
+
+
+def _priority(pod: Mapping[str, Any]) -> int:
+    """The pod's ``spec.priority`` for the queue (a malformed one orders as 0; the decision
+    reports it on the pod)."""
+    try:
+        return pod_priority(pod)
+    except BiaxialError:
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +193,7 @@ class Scheduler:
         uid = str(meta(obj).get("uid") or "")
         if new is not None and self._needs_scheduling(new):
             if not self.feed.assumed(uid) and _relevant_pod_change(old, new):
-                self.queue.add(key)
+                self.queue.add(key, _priority(new))
             return
         self.queue.forget(key)
         if new is None or pod_is_finished(new):
@@ -207,7 +217,7 @@ class Scheduler:
         """Schedule pods until cancelled."""
         for pod in list(self.cache.pods.store.values()):
             if self._needs_scheduling(pod):
-                self.queue.add(object_key(pod))
+                self.queue.add(object_key(pod), _priority(pod))
         while True:
             self.metrics.set_queue_depths(self.queue.depths)
             key = await self.queue.pop()

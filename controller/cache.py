@@ -39,6 +39,7 @@ from controller.api import (
     JSON,
     NAMESPACES,
     NODES,
+    POD_DISRUPTION_BUDGETS,
     PODS,
     REPLICA_SETS,
     REPLICATION_CONTROLLERS,
@@ -55,6 +56,7 @@ from driver.api.claims import DeviceClass
 from driver.api.errors import ApiError, BiaxialError, GoneError
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
+from driver.scheduling.preemption import DisruptionBudget
 from kubeapi.retry import Backoff
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -439,6 +441,13 @@ class ClusterCache:
             if owners
             else ()
         )
+        # PodDisruptionBudgets, which preemption reads (as small records).
+        self.budgets: Informer[DisruptionBudget] = Informer(
+            api,
+            POD_DISRUPTION_BUDGETS,
+            transform=DisruptionBudget.from_api,
+            watch_timeout_s=timeout,
+        )
         self.overlay = ClaimOverlay(self.claims)
         self.claims.add_handler(self._observe_claim)
 
@@ -451,6 +460,7 @@ class ClusterCache:
             self.claims,
             self.namespaces,
             *self.owners,
+            self.budgets,
             self.pods,
         )
 

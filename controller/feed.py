@@ -14,6 +14,9 @@ a write of ours returning, a rollback, a deletion      with the owning pod for a
 a pod was bound, relabelled, resized, began            ``observe_pod(uid, node, raw=pod)``
 terminating, finished or deleted (any scheduler's)
 a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+a pending pod's ``status.nominatedNodeName`` changed   ``observe_nomination(uid, node, pod)``
+(any scheduler's), or this controller preempted       (``nominate(preemption, pod)``)
+a bound pod's ``status.startTime`` changed             ``observe_start(uid, pod)``
 a Namespace's labels changed                           ``observe_namespace(name, labels)``
 a Service, ReplicationController, ReplicaSet or        ``observe_owner(kind, namespace, name,
 StatefulSet appeared, changed or went                  selector)``
@@ -48,7 +51,7 @@ from driver.api.claims import AllocationResult, ResourceClaim
 from driver.api.errors import BiaxialError
 from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
-from driver.scheduling.outcome import Placement
+from driver.scheduling.outcome import Placement, Preemption
 from driver.scheduling.policy import PolicyDefaults
 from driver.scheduling.topologyspread import DefaultSpreading
 
@@ -103,6 +106,22 @@ def _pod_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         or old_meta.get("labels") != new_meta.get("labels")
         or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
     )
+
+
+def _nominated(pod: Mapping[str, Any]) -> str | None:
+    return (pod.get("status") or {}).get("nominatedNodeName") or None
+
+
+def _start(pod: Mapping[str, Any]) -> Any:
+    return (pod.get("status") or {}).get("startTime")
+
+
+def _reserved_uids(claim: JSON | None) -> tuple[str, ...]:
+    """The UIDs in a claim's ``status.reservedFor``."""
+    if claim is None:
+        return ()
+    reserved = (claim.get("status") or {}).get("reservedFor") or ()
+    return tuple(str(r.get("uid")) for r in reserved if r.get("uid"))
 
 
 def _bridge_owner(claim: JSON | None) -> str | None:
@@ -162,6 +181,15 @@ class EngineFeed:
         if self._engine is not None:
             self._engine.forget(uid)
 
+    def nominate(self, preemption: Preemption, pod: JSON) -> None:
+        """This controller preempted for ``pod``: hold what it planned on the node."""
+        self.engine().nominate(preemption, pod)
+
+    def clear_nomination(self, uid: str, pod: JSON) -> None:
+        """The nomination of pod ``uid`` failed (its writes did not land)."""
+        if self._engine is not None:
+            self._engine.observe_nomination(uid, None, pod)
+
     def assumed(self, uid: str) -> bool:
         """Whether pod ``uid`` was placed by this controller and its binding not seen yet."""
         return uid in self._flights
@@ -200,9 +228,15 @@ class EngineFeed:
             engine.assume(flight.placement, flight.pod)
         claims = cache.overlay.written()
         for key, raw in claims.items():
-            engine.observe_allocation(key, self._allocation(key, raw), bridge_of=_bridge_owner(raw))
+            engine.observe_allocation(
+                key,
+                self._allocation(key, raw),
+                bridge_of=_bridge_owner(raw),
+                reserved_for=_reserved_uids(raw),
+            )
         for raw in cache.pods.store.values():
             self._observe_pod(engine, None, raw)
+            self._observe_nomination(engine, None, raw)
         engine.sync()
         log.info(
             "decision engine built from the caches: %d nodes, %d claims, %d placement(s) in "
@@ -231,7 +265,9 @@ class EngineFeed:
             self.parsed.forget(key)
         if self._engine is not None:
             allocation = self._allocation(key, raw)
-            self._engine.observe_allocation(key, allocation, bridge_of=_bridge_owner(raw))
+            self._engine.observe_allocation(
+                key, allocation, bridge_of=_bridge_owner(raw), reserved_for=_reserved_uids(raw)
+            )
 
     def _on_event(self, kind: str, _etype: str, old: Any, new: Any) -> None:
         if kind == "ResourceClaim":
@@ -281,6 +317,24 @@ class EngineFeed:
             del self._flights[uid]  # our binding is seen
         if self._engine is not None:
             self._observe_pod(self._engine, old, new)
+            self._observe_nomination(self._engine, old, new)
+
+    @staticmethod
+    def _observe_nomination(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
+        """A pending pod's ``status.nominatedNodeName`` (any scheduler's), when it changed."""
+        if pod_node(new):
+            return  # bound: observe_pod dropped any nomination
+        node = _nominated(new)
+        if old is not None and _nominated(old) == node:
+            return
+        if node is None and old is None:
+            return
+        uid = str(meta(new).get("uid") or "")
+        try:
+            engine.observe_nomination(uid, node, new)
+        except BiaxialError as exc:
+            name = f"{meta(new).get('namespace')}/{meta(new).get('name')}"
+            log.warning("Pod %s is malformed, its nomination is not held: %s", name, exc)
 
     @staticmethod
     def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
@@ -290,9 +344,11 @@ class EngineFeed:
         node = pod_node(new)
         if not node or pod_is_finished(new):
             return  # an unbound pod counts nowhere (ours count through their assumption)
-        if old is not None and not _pod_changed(old, new):
-            return
         uid = str(meta(new).get("uid") or "")
+        if old is not None and not _pod_changed(old, new):
+            if _start(old) != _start(new):
+                engine.observe_start(uid, new)
+            return
         try:
             engine.observe_pod(uid, node, raw=new)
         except BiaxialError as exc:

@@ -46,11 +46,20 @@ from controller.commit import (
 from controller.events import Recorder
 from controller.feed import EngineFeed
 from controller.metrics import Metrics
+from controller.preempt import NOT_ELIGIBLE_TERMINATING, Evictor, terminating_victims
 from controller.queue import Outcome, SchedulingQueue
 from controller.repair import Repairer
 from controller.settings import Settings
+from driver.api.claims import ResourceClaim
 from driver.api.errors import ApiError, BiaxialError
-from driver.scheduling.outcome import Placement, PodError, Unschedulable
+from driver.scheduling.decision import NOT_HELPFUL_TAIL, DecisionEngine
+from driver.scheduling.outcome import (
+    NoPreemption,
+    Placement,
+    PodError,
+    Preemption,
+    Unschedulable,
+)
 from driver.scheduling.preemption import pod_priority
 from kubeapi.tasks import TaskGuard
 
@@ -147,6 +156,10 @@ class Scheduler:
             on_conflict=lambda step: metrics.conflicts.labels(step=step).inc(),
         )
         self.recorder = Recorder(api, component=settings.scheduler_name, instance=settings.identity)
+        self.evictor = Evictor(
+            api, self.recorder, scheduler_name=settings.scheduler_name, on_step=on_step
+        )
+        self._nominated_at: dict[str, float] = {}  # pod uid -> when this controller nominated it
         self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
         self._jobs = TaskGuard()  # placement writes and events in flight
         # The loop's handler first: it asks the feed about a pod before the feed forgets it.
@@ -338,15 +351,75 @@ class Scheduler:
             for reason in decision.reasons:
                 self.metrics.unschedulable.labels(reason=reason).inc()
             log.info("pod %s: unschedulable: %s", key, decision.message, extra={"pod": key})
+            found = self._preemption(engine, pod, claims)
+            if isinstance(found, PodError):
+                self._report_invalid(key, ref, found.message)
+                return
+            if isinstance(found, Preemption):
+                # Held from now on against pods of equal or lower priority; the writes run
+                # beside the loop and hand the pod back to the queue when done.
+                self.feed.nominate(found, pod)
+                self._nominated_at[ref.uid] = time.monotonic()
+                self._spawn(self._preempt(key, ref, pod, found, decision.message))
+                return
             self.queue.done(key, Outcome.UNSCHEDULABLE)
-            self._spawn(self.recorder.unschedulable(ref, decision.message))
+            message = decision.message
+            if not found.message.endswith(NOT_HELPFUL_TAIL):
+                message = f"{message} {found.message}"  # (why it may not preempt)
+            self._spawn(self.recorder.unschedulable(ref, message))
             return
         self.metrics.decisions.labels(result="scheduled").inc()
+        nominated = self._nominated_at.pop(ref.uid, None)
+        if nominated is not None:
+            self.metrics.nomination_age_seconds.observe(time.monotonic() - nominated)
         # The placement counts from now on (assumed in the engine); its claims show as
         # pending in the overlay for the commit and for other pods sharing them.
         self.feed.assume(decision, pod)
         plan = self._plan(ref, decision, resolved.keys)
         self._spawn(self._commit(key, plan))
+
+    def _preemption(
+        self, engine: DecisionEngine, pod: JSON, claims: list[ResourceClaim]
+    ) -> Preemption | NoPreemption | PodError:
+        """Whether evicting lower-priority pods would let ``pod`` fit, and which."""
+        ref = PodRef.of(pod)
+        if terminating_victims(pod, self.cache.pods.store.values()):
+            self.metrics.preemption_attempts.labels(result="waiting").inc()
+            return NoPreemption(pod=ref.key, message=NOT_ELIGIBLE_TERMINATING)
+        budgets = list(self.cache.budgets.store.values())
+        found = engine.preempt(pod, claims, budgets)
+        result = {Preemption: "preempting", NoPreemption: "not-helpful", PodError: "invalid"}
+        self.metrics.preemption_attempts.labels(result=result[type(found)]).inc()
+        return found
+
+    async def _preempt(
+        self, key: str, ref: PodRef, pod: JSON, preemption: Preemption, message: str
+    ) -> None:
+        outcome = Outcome.UNSCHEDULABLE
+        try:
+            current: dict[str, JSON] = {}
+            for victim in preemption.victims:
+                raw = self.cache.pods.get(f"{victim.namespace}/{victim.name}")
+                if raw is not None and meta(raw).get("uid") == victim.uid:
+                    current[victim.uid] = raw
+            async with self._writes:
+                await self.evictor.preempt(ref, preemption, current)
+            self.metrics.preemption_victims.observe(len(preemption.victims))
+            await self.recorder.unschedulable(ref, message)
+        except ApiError as exc:
+            log.warning(
+                "pod %s: preemption on %s not carried out: %s",
+                key,
+                preemption.node,
+                exc,
+                extra={"pod": key, "node": preemption.node},
+            )
+            self._nominated_at.pop(ref.uid, None)
+            self.feed.clear_nomination(ref.uid, pod)
+            await self.evictor.clear(ref)
+            outcome = Outcome.ERROR
+        finally:
+            self.queue.done(key, outcome)
 
     def _report_invalid(self, key: str, ref: PodRef, message: str) -> None:
         self.metrics.decisions.labels(result=REASON_INVALID).inc()

@@ -55,6 +55,9 @@ REPLICATION_CONTROLLERS: Final = Resource(
 )
 REPLICA_SETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True)
 STATEFUL_SETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+POD_DISRUPTION_BUDGETS: Final = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
 
 
 def meta(obj: Mapping[str, Any]) -> JSON:

@@ -166,9 +166,8 @@ BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
 _ZERO: Final = Fraction(0)
 _NO_USAGE: Final = NodeUsage()
-NOT_HELPFUL: Final = (
-    "preemption: 0/{nodes} nodes are available: Preemption is not helpful for scheduling."
-)
+NOT_HELPFUL_TAIL: Final = "Preemption is not helpful for scheduling."
+NOT_HELPFUL: Final = "preemption: 0/{nodes} nodes are available: " + NOT_HELPFUL_TAIL
 NEVER: Final = "preemption: not eligible due to preemptionPolicy=Never."
 
 

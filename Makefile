@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv check test demo bench bench-cel bench-emulator proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv check test demo bench bench-cel bench-emulator bench-preemption proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -80,6 +80,10 @@ bench-emulator: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+
+## bench-preemption: a full 500-node x 8-GPU cluster and a stream of high-priority pods
+bench-preemption: $(STAMP)
+	$(BIN)/python -m bench.preemption
 
 ## bench-cel: CEL evaluation speed (typical selector) and the bombs (outcome, time, peak memory)
 bench-cel: $(STAMP)

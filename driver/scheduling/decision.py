@@ -1143,6 +1143,10 @@ class DecisionEngine:
         ):
             return REASON_NO_GPUS  # (an invalid pool is the allocator's to report, as upstream)
         bounds = ctx.shape_bounds.get(state.shape.ident) if state is not None else None
+        if bounds is None and state is not None and ctx.demand is not None and ctx.kinds:
+            view = self._index.view(frozenset())  # the bounds' level is not read here
+            bounds = self._shape_bounds(state.shape, view.shape(state.shape), ctx.demand, ctx.kinds)
+            ctx.shape_bounds[state.shape.ident] = bounds
         if not prechecked and state is not None and bounds is not None and ctx.demand is not None:
             short = precheck(state, ctx.demand, bounds)
             if short is not None:
@@ -1237,6 +1241,7 @@ class DecisionEngine:
             return PodError(pod=name, message=str(exc))
         if not may_preempt(pod):
             return NoPreemption(pod=name, message=NEVER)
+        self._bound(ctx)
         priority = ctx.scheduled.priority
         names = list(self._nodes)
         total = len(names)
@@ -1292,6 +1297,21 @@ class DecisionEngine:
             placement=placement,
             candidates=len(candidates),
         )
+
+    def _bound(self, ctx: _PodContext) -> None:
+        """Give ``ctx`` its demand and usable kinds, so that fit checks run the index's
+        precheck (per node shape, computed on first use) before the allocator."""
+        if ctx.legacy.per_node_memory or (ctx.legacy.resources & self._advertised):
+            return
+        claims = list(ctx.to_allocate)
+        if ctx.legacy.requests:
+            probe = self._bridge(ctx, frozenset(ctx.legacy.resources), None)
+            if probe is not None:
+                claims.append(probe.claim)
+        demand = pod_demand(claims)
+        if demand.prunable and demand.requests and not ctx.allocated_claims:
+            ctx.demand = demand
+            ctx.kinds = self._usable(demand)
 
     def _potential_victims(self, node: str, priority: int) -> list[PodOnNode]:
         """Pods seen on ``node`` with a priority below ``priority``."""

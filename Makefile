@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv check test demo bench bench-cel bench-emulator bench-preemption proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv check test demo bench bench-rules bench-cel bench-emulator bench-preemption proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -84,6 +84,11 @@ clean:
 ## bench-preemption: a full 500-node x 8-GPU cluster and a stream of high-priority pods
 bench-preemption: $(STAMP)
 	$(BIN)/python -m bench.preemption
+
+## bench-rules: pods carrying a rule between pods (anti-affinity, affinity, spreading) at 500
+## and 5000 nodes, as kube-scheduler's scheduler_perf workloads of the same names
+bench-rules: $(STAMP)
+	$(BIN)/python -m bench.rules
 
 ## bench-cel: CEL evaluation speed (typical selector) and the bombs (outcome, time, peak memory)
 bench-cel: $(STAMP)

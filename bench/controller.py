@@ -9,7 +9,8 @@ and this driver. The driver
    cluster with its Deployments of every pod shape) with the ResourceSlices, DeviceClasses and
    the ResourceClaims of the pods to come; not timed;
 2. starts the controller and waits until ``/readyz`` answers (the controller builds its
-   decision engine before it says ready): the time to ready is reported;
+   decision engine before it says ready): the time to ready is reported, and the CPU seconds
+   the controller spent until then (what a loaded machine does not inflate);
 3. creates the pods (``spec.schedulerName: biaxial``) as fast as the emulator takes them, while
    a watch records when each pod is bound, and waits until every pod is bound or nothing more
    was bound for a while;
@@ -307,6 +308,7 @@ def run(
             with _process(controller_argv) as (_, controller):
                 ready_s = _wait_ready(port, timeout=600.0)
                 ready_rss = _rss_mb(controller.pid)
+                ready_cpu = _cpu_seconds(controller.pid)
                 cpu = {
                     p: _cpu_seconds(proc.pid) for p, proc in (("e", emulator), ("c", controller))
                 }
@@ -338,6 +340,7 @@ def run(
         "seed_s": seed_s,
         "ready_s": ready_s,
         "ready_rss_mb": ready_rss,
+        "ready_cpu_s": ready_cpu,
         "end_rss_mb": end_rss,
         "cpu": shares,
         "rebuilds": int(metrics.get("biaxial_controller_engine_rebuild_seconds_count", 0)),
@@ -372,15 +375,17 @@ def main(argv: list[str] | None = None) -> int:
     cpu = row["cpu"]
     print(
         "| scenario | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps "
-        "| burst | writes | ready s | RSS ready MB | RSS end MB | rebuilds | decision ms "
+        "| burst | writes | ready s | ready CPU s | RSS ready MB | RSS end MB | rebuilds "
+        "| decision ms "
         "| requests/pod | CPU emulator | CPU controller | CPU driver |"
     )
-    print("|---" + "|---:" * 20 + "|")
+    print("|---" + "|---:" * 21 + "|")
     print(
         f"| {row['scenario']} | {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
         f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
-        f"| {row['ready_s']:.1f} | {row['ready_rss_mb']:.0f} | {row['end_rss_mb']:.0f} "
+        f"| {row['ready_s']:.1f} | {row['ready_cpu_s']:.1f} | {row['ready_rss_mb']:.0f} "
+        f"| {row['end_rss_mb']:.0f} "
         f"| {row['rebuilds']} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} "
         f"| {cpu['emulator']:.2f} | {cpu['controller']:.2f} | {cpu['driver']:.2f} |"
     )

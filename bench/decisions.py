@@ -17,7 +17,9 @@ For each scenario and size a fresh child process
    engine's capacity index;
 3. places the pods one by one with the real decision core (``decide`` then ``assume``; no API
    writes) and records each decision's wall time;
-4. reports pods/s, p50/p99 decision time and the process's peak RSS.
+4. reports pods/s, p50/p99 decision time and the process's peak RSS; beside the wall-clock
+   figures, the CPU time per pod and of the cold start, which a shared machine's load
+   inflates far less (compare runs by those when the machine is busy).
 
 One table per scenario is printed, with the targets of the mixed cluster (>= 300 pods/s at
 500 nodes, >= 200 at 5000, p99 <= 10 ms, per-pod cost growth <= 3x). ``--scenario``,
@@ -106,6 +108,7 @@ def measure(folder: Path) -> dict[str, Any]:
     gc.collect()
     gc.disable()
     started = time.perf_counter()
+    cpu_started = time.process_time()
     phases: dict[str, float] = {}
     node_models = [Node.from_api(n) for n in _listed(folder, "nodes")]
     slices = [ResourceSlice.from_api(s) for s in _listed(folder, "slices")]
@@ -118,6 +121,7 @@ def measure(folder: Path) -> dict[str, Any]:
     phases["snapshot"] = time.perf_counter() - started - phases["list+parse"]
     engine = DecisionEngine(snapshot, node_models)
     cold = time.perf_counter() - started
+    cold_cpu = time.process_time() - cpu_started
     phases["cel+index"] = cold - phases["list+parse"] - phases["snapshot"]
     devices = sum(len(s.devices) for s in slices)
     preheld = len(claims)
@@ -132,6 +136,7 @@ def measure(folder: Path) -> dict[str, Any]:
     durations: list[float] = []
     placed = 0
     loop_started = time.perf_counter()
+    loop_cpu = time.process_time()
     for pod, pod_claims in pod_inputs:
         t0 = time.perf_counter()
         decision = engine.decide(pod, pod_claims)
@@ -140,6 +145,7 @@ def measure(folder: Path) -> dict[str, Any]:
             placed += 1
         durations.append(time.perf_counter() - t0)
     total = time.perf_counter() - loop_started
+    total_cpu = time.process_time() - loop_cpu
     return {
         "nodes": len(node_models),
         "gpus": devices,
@@ -150,7 +156,9 @@ def measure(folder: Path) -> dict[str, Any]:
         "p50Ms": 1000 * _percentile(durations, 0.50),
         "p99Ms": 1000 * _percentile(durations, 0.99),
         "meanMs": 1000 * total / len(pod_inputs),
+        "cpuMsPerPod": 1000 * total_cpu / len(pod_inputs),
         "coldStartSeconds": cold,
+        "coldStartCpuSeconds": cold_cpu,
         "coldStartPhases": phases,
         "nodesEvaluated": engine.stats.nodes_evaluated,
         "allocatorCalls": engine.stats.allocator_calls,
@@ -180,7 +188,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         "pods/s",
         "p50 ms",
         "p99 ms",
+        "CPU ms/pod",
         "cold start s",
+        "cold CPU s",
         "peak RSS MB",
         "nodes evaluated/pod",
         "allocator calls/pod",
@@ -195,7 +205,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['podsPerSecond']:.0f}",
             f"{r['p50Ms']:.2f}",
             f"{r['p99Ms']:.2f}",
+            f"{r['cpuMsPerPod']:.2f}",
             f"{r['coldStartSeconds']:.2f}",
+            f"{r['coldStartCpuSeconds']:.2f}",
             f"{r['peakRssMb']:.0f}",
             f"{r['nodesEvaluated'] / r['pods']:.1f}",
             f"{r['allocatorCalls'] / r['pods']:.1f}",

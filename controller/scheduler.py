@@ -11,8 +11,9 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
 3. **decide** with the decision engine, which the feed (:mod:`controller.feed`) keeps equal to
    the caches plus every placement of this controller still in flight;
 4. **commit** (:mod:`controller.commit`) or **report**: ``PodScheduled=False`` + an Event,
-   then park the pod in the queue until a relevant change (a claim freed, a slice, node or
-   class changed) or its flush time.
+   then park the pod in the queue until a relevant change (a claim freed, a slice, node,
+   class or namespace changed, a pod bound or relabelled on a node, whose affinity or spread
+   may now be met) or its flush time.
 
 A placement counts from the moment it is decided (the feed *assumes* it in the engine), so
 decisions made while earlier writes are in flight never hand out the same device twice; a
@@ -213,6 +214,12 @@ class Scheduler:
             self.recorder.forget(uid)
             if pod_node(obj) or self.feed.assumed(uid):
                 self.queue.move_all()  # its node has room again
+        elif pod_node(new) and (
+            old is None or not pod_node(old) or meta(old).get("labels") != meta(new).get("labels")
+        ):
+            # A pod now counts on a node (any scheduler's), or relabelled there: a parked pod's
+            # affinity or spread may be met now (kube-scheduler's AssignedPodAdd/Update).
+            self.queue.move_all()
 
     def _on_claim(self, old: JSON | None, new: JSON | None) -> None:
         if old is None and new is not None:

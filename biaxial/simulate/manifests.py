@@ -26,7 +26,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import yaml
 import yaml.constructor
@@ -135,6 +135,26 @@ def _json_document(path: str, text: str) -> Any:
 _NOT_JSON: Any = object()
 
 
+MAX_EXPANDED_VALUES: Final = 1_000_000
+
+
+def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
+    """How many values ``value`` holds once every YAML alias is written out. The loader shares
+    one object per anchor, so a few lines of nested aliases stand for billions of values that
+    any later walk (validation, conversion, JSON) would visit; shared objects are counted once
+    per use but sized once (``sizes``, by identity)."""
+    if isinstance(value, dict):
+        children: Iterable[Any] = value.values()
+    elif isinstance(value, list):
+        children = value
+    else:
+        return 1
+    known = sizes.get(id(value))
+    if known is None:
+        known = sizes[id(value)] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    return known
+
+
 def _documents(path: str, text: str) -> Iterator[tuple[int, Any]]:
     if text.lstrip()[:1] in ("{", "["):
         document = _json_document(path, text)
@@ -146,7 +166,14 @@ def _documents(path: str, text: str) -> Iterator[tuple[int, Any]]:
     try:
         # JSON is YAML 1.2; PyYAML's safe loader reads every JSON manifest kubectl writes.
         # libyaml's parser when PyYAML was built with it (10x faster on a cluster dump).
-        yield from enumerate(yaml.load_all(text, Loader=StrictLoader), start=1)
+        for index, document in enumerate(yaml.load_all(text, Loader=StrictLoader), start=1):
+            if "*" in text and _expanded_size(document, {}) > MAX_EXPANDED_VALUES:
+                raise ManifestError(
+                    f"{path}: document {index}: YAML aliases expand to more than "
+                    f"{MAX_EXPANDED_VALUES:,} values (a 'billion laughs' document?); "
+                    "write the values out instead of repeating aliases"
+                )
+            yield index, document
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -397,6 +397,9 @@ class DecisionEngine:
         self._claims_of: dict[str, set[str]] = {}
         self._nominations: dict[str, _Nomination] = {}
         self._nominated: dict[str, set[str]] = {}  # node -> nominated pod UIDs
+        # The pod of the last decision and what the pod index would keep of it (assume reads
+        # it instead of parsing the pod again).
+        self._decided: tuple[Mapping[str, Any] | None, ScheduledPod] = (None, ScheduledPod(""))
         self._rebuild_due = False  # classes changed, or a change only a rebuild follows
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
         self._stale: set[str] = set()  # nodes whose filed state lags behind the snapshot
@@ -462,13 +465,16 @@ class DecisionEngine:
         until the cluster shows them (then nothing moves) or :meth:`forget` drops them."""
         uid = pod_uid(pod)
         self._set_nomination(uid, None)  # placed: it holds what it was given instead
+        decided, scheduled = self._decided
+        if decided is not pod or scheduled.uid != uid:  # not the pod just decided: parse it
+            scheduled = ScheduledPod.from_pod(pod, uid)
         self._apply(
             self._tracker.assume(
                 uid,
                 placement.node,
                 {claim.key: allocation for claim, allocation in placement.claims},
                 placement.bridge_allocation,
-                ScheduledPod.from_pod(pod, uid),
+                scheduled,
             )
         )
 
@@ -742,7 +748,10 @@ class DecisionEngine:
     # ------------------------------------------------------------------ per pod
     def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
         facts = PodSchedulingFacts.from_pod(pod)
-        scheduled = ScheduledPod.from_pod(pod, pod_uid(pod))
+        scheduled = ScheduledPod.from_pod(
+            pod, pod_uid(pod), requests=facts.requests, ports=facts.host_ports
+        )
+        self._decided = (pod, scheduled)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
         legacy = legacy_resources(

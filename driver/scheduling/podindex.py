@@ -78,8 +78,16 @@ class ScheduledPod:
     priority: int = 0  # spec.priority (what preemption compares)
 
     @classmethod
-    def from_pod(cls, pod: Mapping[str, Any], uid: str) -> ScheduledPod:
-        """Parse a pod (ManifestError naming it when something does not parse)."""
+    def from_pod(
+        cls,
+        pod: Mapping[str, Any],
+        uid: str,
+        *,
+        requests: Mapping[str, int] | None = None,
+        ports: tuple[HostPort, ...] | None = None,
+    ) -> ScheduledPod:
+        """Parse a pod (ManifestError naming it when something does not parse); ``requests``
+        and ``ports``: already parsed (the node filter's facts), not parsed again."""
         meta = pod.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         name = str(meta.get("name") or "")
@@ -89,8 +97,8 @@ class ScheduledPod:
             namespace=namespace,
             name=name,
             labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
-            requests=pod_requests(pod, where),
-            ports=host_ports(pod, where),
+            requests=pod_requests(pod, where) if requests is None else requests,
+            ports=host_ports(pod, where) if ports is None else ports,
             affinity=pod_affinity(pod, where),
             terminating=bool(meta.get("deletionTimestamp")),
             priority=pod_priority(pod, where),

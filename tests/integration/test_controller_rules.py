@@ -25,6 +25,7 @@ from tests.integration.controller_env import (
     bound_pods,
     check_invariants,
     device_classes,
+    fast_settings,
     node_object,
     pod_condition,
     pod_events,
@@ -128,6 +129,29 @@ def test_a_pod_bound_by_another_scheduler_counts(
     emulator.wait_until(lambda: len(bound_pods(emulator, ["ported", "web"])) == 2, timeout=20)
     assert bound_pods(emulator, ["ported", "web"]) == {"ported": "n2", "web": "n2"}
     assert check_invariants(emulator) == []
+
+
+def test_a_pod_bound_elsewhere_wakes_a_pod_waiting_for_it(emulator: Emulator) -> None:
+    """A pod parked for its required affinity is tried again as soon as a matching pod is bound
+    by another scheduler, not at the periodic flush (kube-scheduler requeues pods rejected by
+    InterPodAffinity on an assigned pod's add or label update: the plugin's EventsToRegister)."""
+    running = ControllerThread(emulator, fast_settings(unschedulable_flush_s=300.0)).start()
+    try:
+        seed_zones(emulator, {"a1": "a", "b1": "b"})
+        live(emulator, pod("api").affinity(ZONE, app="db").gpu(gpumem=3000).json())
+        emulator.wait_until(lambda: pod_condition(emulator, "api") is not None, timeout=20)
+        condition = pod_condition(emulator, "api")
+        assert condition is not None
+        assert condition["message"] == (
+            "0/2 nodes are available: 2 node(s) didn't match pod affinity rules."
+        )
+        live(emulator, pod("db").scheduler("default-scheduler").labels(app="db").on("b1").json())
+        emulator.wait_until(lambda: bool(bound_pods(emulator, ["api"])), timeout=20)
+        assert bound_pods(emulator, ["api"]) == {"api": "b1"}
+        assert running.engine_consistent()
+    finally:
+        running.stop()
+    assert running.error is None
 
 
 # --------------------------------------------------------------------------- simulate == live

@@ -111,6 +111,25 @@ spec:
         load_objects([write(tmp_path, claim)])
 
 
+def test_alias_bombs_are_refused_before_anything_walks_them(tmp_path: Path) -> None:
+    # PyYAML shares one object per anchor, so loading is cheap, but every later walk
+    # (validation, conversion, JSON) would visit 10**9 values. kubectl's YAML decoder
+    # (go-yaml) refuses such documents too ("excessive aliasing").
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    bomb = "\n".join(["apiVersion: v1", "kind: ConfigMap", "metadata: {name: lol}", "data:"])
+    bomb += "\n" + "\n".join("  " + line for line in lines) + "\n"
+    with pytest.raises(ManifestError, match=r"document 1: YAML aliases expand to more than"):
+        load_objects([write(tmp_path, bomb)])
+    # Ordinary anchors and aliases (the same limits written once) still load.
+    shared = POD.replace("limits:", "limits: &gpu").replace(
+        "nvidia.com/gpu: 1", "nvidia.com/gpu: 1\n        requests: *gpu"
+    )
+    (pod,) = load_objects([write(tmp_path, shared)])
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"] == {"nvidia.com/gpu": 1}
+
+
 def test_duplicate_keys_are_refused(tmp_path: Path) -> None:
     twice = POD.replace("  name: p", "  name: p\n  name: q")
     with pytest.raises(ManifestError, match="duplicate key 'name'"):

@@ -872,7 +872,7 @@ class DecisionEngine:
         # Nodes a rule excludes are skipped before any heap work; the soft rules' penalty
         # lowers a node's bound once its list hands it over (docs/scoring.md).
         excluded = rules.exclusion() if rules is not None and rules.filters else None
-        soft = rules is not None and rules.soft
+        estimate = rules.estimator() if rules is not None and rules.soft else None
         heap: list[_Frontier] = []
         serial = 0
         for partition, entries in view.lists[Variant(demand.cores, policy)].items():
@@ -921,38 +921,73 @@ class DecisionEngine:
                     continue  # (a list's later nodes are no better: it is dropped whole)
             node = nodes[name]
             if penalty is None:
-                # A list's head: its next node joins the heap.
+                # A list's head. With soft rules, it and the list's next nodes while they
+                # would pop next anyway are handled here, without a heap round trip: each
+                # with a penalty goes back lowered by it (or nowhere, once it cannot win).
+                # The first without one, or past the heap's top, joins the heap unlowered.
+                head_penalty = estimate(node) if estimate is not None else 0.0
+                if head_penalty > 0.0:
+                    lowered_key = key + head_penalty
+                    if best is None or lowered_key <= best_key + _EPSILON:
+                        heapq.heappush(
+                            heap,
+                            _frontier(
+                                (
+                                    lowered_key,
+                                    name,
+                                    serial,
+                                    entries,
+                                    position,
+                                    adding,
+                                    shape,
+                                    head_penalty,
+                                )
+                            ),
+                        )
+                        serial += 1
                 nxt = position + 1
-                if excluded is not None:
-                    nxt = _allowed(entries, nxt, excluded)
-                if nxt < len(entries):
+                end = len(entries)
+                while True:
+                    if excluded is not None:
+                        nxt = _allowed(entries, nxt, excluded)
+                    if nxt >= end:
+                        break
                     following = entries[nxt].name
-                    bound = float_score(shape.total, states[following].used, adding, demand.cores)
+                    bound = sign * float_score(
+                        shape.total, states[following].used, adding, demand.cores
+                    )
+                    if estimate is not None and (not heap or bound <= heap[0][0]):
+                        if best is not None and bound > best_key + _EPSILON:
+                            break  # this list cannot win any more
+                        ahead = estimate(nodes[following])
+                        if ahead > 0.0:
+                            lowered_key = bound + ahead
+                            if best is None or lowered_key <= best_key + _EPSILON:
+                                heapq.heappush(
+                                    heap,
+                                    _frontier(
+                                        (
+                                            lowered_key,
+                                            following,
+                                            serial,
+                                            entries,
+                                            nxt,
+                                            adding,
+                                            shape,
+                                            ahead,
+                                        )
+                                    ),
+                                )
+                                serial += 1
+                            nxt += 1
+                            continue
                     heapq.heappush(
                         heap,
-                        _frontier(
-                            (sign * bound, following, serial, entries, nxt, adding, shape, None)
-                        ),
+                        _frontier((bound, following, serial, entries, nxt, adding, shape, None)),
                     )
                     serial += 1
-                estimate = rules.estimate(node) if soft and rules is not None else 0.0
-                if estimate > 0.0:
-                    heapq.heappush(
-                        heap,
-                        _frontier(
-                            (
-                                key + estimate,
-                                name,
-                                serial,
-                                entries,
-                                position,
-                                adding,
-                                shape,
-                                estimate,
-                            )
-                        ),
-                    )
-                    serial += 1
+                    break
+                if head_penalty > 0.0:
                     continue
             evaluated += 1
             self.stats.nodes_evaluated += 1

@@ -67,8 +67,8 @@ from driver.scheduling.topologyspread import (
     default_constraints,
     global_minimum,
     pod_constraints,
+    spread_estimator,
     spread_penalty,
-    spread_penalty_estimate,
     spread_reason,
 )
 
@@ -270,28 +270,37 @@ class PodRules:
             total += WEIGHT_POD_AFFINITY * self.affinity_score.penalty(labels)
         return total
 
-    def estimate(self, node: Node) -> float:
-        """:meth:`penalty` in floating point, cheaply (the node search orders its heap by it
-        and decides with the exact value)."""
-        total = 0.0
-        labels = node.labels
-        if self.soft_taints and node.taints:
-            count = intolerable_soft_taints(self.tolerations, node)
-            if count:
-                total += WEIGHT_TAINTS * count / self.soft_taints
-        if self.node_terms:
-            total += WEIGHT_NODE_AFFINITY * float(
-                node_affinity_penalty(
-                    self.node_terms, node, f"{self.where} preferred node affinity"
+    def estimator(self) -> Callable[[Node], float]:
+        """:meth:`penalty` in floating point, compiled for this pod: the node search orders
+        its heap by it for every node it passes (and decides with the exact value)."""
+        spread = (
+            spread_estimator(self.soft_spread, require_all=self.soft_spread_all)
+            if self.soft_spread
+            else None
+        )
+        if spread is not None and not (self.soft_taints or self.node_terms or self.affinity_score):
+            return lambda node: WEIGHT_SPREAD * spread(node.labels)  # the common case
+
+        def estimate(node: Node) -> float:
+            total = 0.0
+            labels = node.labels
+            if self.soft_taints and node.taints:
+                count = intolerable_soft_taints(self.tolerations, node)
+                if count:
+                    total += WEIGHT_TAINTS * count / self.soft_taints
+            if self.node_terms:
+                total += WEIGHT_NODE_AFFINITY * float(
+                    node_affinity_penalty(
+                        self.node_terms, node, f"{self.where} preferred node affinity"
+                    )
                 )
-            )
-        if self.soft_spread:
-            total += WEIGHT_SPREAD * spread_penalty_estimate(
-                self.soft_spread, labels, require_all=self.soft_spread_all
-            )
-        if self.affinity_score:
-            total += WEIGHT_POD_AFFINITY * self.affinity_score.penalty_estimate(labels)
-        return total
+            if spread is not None:
+                total += WEIGHT_SPREAD * spread(labels)
+            if self.affinity_score:
+                total += WEIGHT_POD_AFFINITY * self.affinity_score.penalty_estimate(labels)
+            return total
+
+        return estimate
 
     def tie_break(self, node: Node) -> Fraction:
         """The System default spreading's penalty on ``node`` (compared only on ties)."""

@@ -40,7 +40,7 @@ Pure: counts are passed in; nothing here mutates its inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Literal
@@ -367,18 +367,29 @@ def spread_penalty(
     return total / len(states)
 
 
-def spread_penalty_estimate(
-    states: Sequence[SpreadCounts], labels: Mapping[str, str], *, require_all: bool
-) -> float:
-    """:func:`spread_penalty` in floating point (the node search's heap order only)."""
-    total = 0.0
-    for state in states:
-        value = labels.get(state.constraint.topology_key)
-        if value is None:
-            if require_all:
-                return 1.0
-            continue
-        excess = state.counts.get(value, 0) - (state.minimum or 0)
-        if excess > 0:
-            total += excess / (excess + state.constraint.max_skew)
-    return total / len(states) if states else 0.0
+def spread_estimator(
+    states: Sequence[SpreadCounts], *, require_all: bool
+) -> Callable[[Mapping[str, str]], float]:
+    """:func:`spread_penalty` in floating point, compiled for one pod's constraints: a node's
+    labels to the estimate (the node search orders its heap by it, once per node it passes)."""
+    if not states:
+        return lambda _labels: 0.0
+    tables = tuple(
+        (s.constraint.topology_key, s.counts, s.minimum or 0, s.constraint.max_skew) for s in states
+    )
+    share = 1.0 / len(states)
+
+    def estimate(labels: Mapping[str, str]) -> float:
+        total = 0.0
+        for key, counts, minimum, max_skew in tables:
+            value = labels.get(key)
+            if value is None:
+                if require_all:
+                    return 1.0
+                continue
+            excess = counts.get(value, 0) - minimum
+            if excess > 0:
+                total += excess / (excess + max_skew)
+        return total * share
+
+    return estimate

@@ -14,6 +14,7 @@ from driver.scheduling.outcome import Placement, Unschedulable
 from driver.scheduling.topologyspread import DefaultSpreading
 from tests.unit.builders import snapshot, taint, to_node
 from tests.unit.pods import HOSTNAME, ZONE, pod, selector, zoned_node
+from tests.unit.rules_env import environment, rules_for
 from tests.unit.test_decision import (
     GPU_CLASS_JSON,
     PATTERNS,
@@ -314,3 +315,28 @@ def test_pruned_equals_exhaustive_with_every_rule(seed: int) -> None:
         got = place(pruned, raw)
         assert same(got, want), (i, got, want)
     assert pruned.stats.allocator_calls <= reference.stats.allocator_calls
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_node_search_estimate_is_the_exact_penalty(seed: int) -> None:
+    """The walk orders its heap by the float estimate and stops on it when a node is clearly
+    worse: it must be the exact penalty up to rounding, on every node and for every rule."""
+    rng = random.Random(seed)
+    cluster = [to_node(raw) for raw, _ in random_rule_cluster(rng)]
+    names = [n.name for n in cluster]
+    running = [
+        pod(f"run{i}")
+        .labels(app=rng.choice(APPS))
+        .anti(HOSTNAME, weight=rng.randint(1, 100), app=rng.choice(APPS))
+        .on(rng.choice(names))
+        .json()
+        for i in range(rng.randint(0, 8))
+    ]
+    env = environment(cluster, running)
+    for i in range(20):
+        rules = rules_for(env, random_rule_pod(rng, f"p{i}"))
+        if rules is None or not rules.soft:
+            continue
+        estimate = rules.estimator()
+        for n in cluster:
+            assert estimate(n) == pytest.approx(float(rules.penalty(n)), abs=1e-9), (i, n.name)

@@ -66,6 +66,9 @@ BOMBS: dict[str, str] = {
     "range bomb (lists.range(10^9))": "lists.range(1000000000).size() > 0",
     "nesting, 200 levels (compile and run)": "(" * 200 + "true" + ")" * 200,
     "regex backtracking: find((a+)+$), no match": '"' + "a" * 28 + '!".find("(a+)+$") == ""',
+    "regex backtracking: findAll((a+)+b), matches late": (
+        '"' + "a" * 5000 + '!ab".findAll("(a+)+b").size() == 1'
+    ),
 }
 
 

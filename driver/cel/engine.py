@@ -91,11 +91,9 @@ Where cel-expr-python cannot express something natively, and the differences tha
 * **Comprehensions past 10,000 iterations** run driven from Python (``driver.cel.drive``): the
   values a loop carries pass through Python, so a uint there becomes an int, and an optional
   or a type cannot pass (an evaluation error).
-* **Regular expressions.** ``matches`` runs cel-cpp's RE2 (as upstream's Go regexp: RE2
-  syntax); ``find`` / ``findAll`` ask RE2 whether the text has a match at all, then run
-  Python's ``re`` on the same syntax (backreferences and lookaround, which RE2 lacks, are
-  refused): a pattern that backtracks exponentially can still be slow on text that *does*
-  match somewhere (RE2 is linear upstream). RE2's error wording is mapped to Go's.
+* **Regular expressions.** ``matches`` runs cel-cpp's RE2 and ``find`` / ``findAll`` the same
+  RE2 through its Python binding (google-re2): RE2 syntax and linear time, as Go's regexp
+  upstream. RE2's error wording is mapped to Go's.
 * **Named formats** (``format.named``, ``format.dns1123Label()`` ... ``.validate()``) return
   optionals as upstream: the Python functions return the format or null, the error list or
   an empty one, and :func:`_rewrite_optionals` wraps each call in CEL.
@@ -545,20 +543,20 @@ def _library() -> list[_Overload]:
     member("format", "string_format", t.STRING, [t.STRING, dyn_list], _fn(strings.format_string))
     free("strings.quote", "strings_quote", t.STRING, [t.STRING], _fn(strings.quote))
     # regex (regex.go)
-    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _find)
+    member("find", "string_find_string", t.STRING, [t.STRING, t.STRING], _fn(strings.find))
     member(
         "findAll",
         "string_find_all_string",
         t.List(t.STRING),
         [t.STRING, t.STRING],
-        _find_all,
+        _fn(strings.find_all),
     )
     member(
         "findAll",
         "string_find_all_string_int",
         t.List(t.STRING),
         [t.STRING, t.STRING, t.INT],
-        _find_all,
+        _fn(strings.find_all),
     )
     # IP and CIDR (ip.go, cidr.go)
     free("ip", "string_to_ip", ip, [t.STRING], lambda x: _IPMsg(value=network.ip(x)))
@@ -679,37 +677,6 @@ def _format_errors(msg: Any, text: str) -> list[str]:
 
 def _fn(impl: Callable[..., Any]) -> Callable[..., Any]:
     return impl
-
-
-def _find(text: str, pattern: str) -> str:
-    """``find`` (driver.cel.strings), after RE2 says there is a match at all: Python's
-    backtracking ``re`` never gets to fail exponentially on text without one."""
-    if not _re2_finds(text, pattern):
-        strings.charge_regex(text, pattern)
-        return ""
-    return strings.find(text, pattern)
-
-
-def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
-    if not _re2_finds(text, pattern):
-        strings.charge_regex(text, pattern)
-        return []
-    return strings.find_all(text, pattern, limit)
-
-
-def _re2_finds(text: str, pattern: str) -> bool:
-    """Whether cel-cpp's RE2 (linear time, as Go's regexp upstream) finds *pattern* in
-    *text*; true where it cannot tell (Python then reports the pattern's error)."""
-    try:
-        result = _re2_probe(pattern).eval(data={"device.driver": text})
-        return result.value() is not False
-    except (RuntimeError, TypeError):
-        return True
-
-
-@lru_cache(maxsize=256)
-def _re2_probe(pattern: str) -> Any:
-    return _env().compile(f"device.driver.matches({strings.quote_plain(pattern)})")
 
 
 def _one(impl: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -1746,10 +1713,10 @@ def _regex_problem(function: str, pattern: str) -> str | None:
     if probe.type() == cel.Type.ERROR:
         reason = strings.go_regexp_error(_engine_message(str(probe.value())))
     else:
-        python = strings.check_regex(pattern)
-        if python is None:
+        problem = strings.check_regex(pattern)
+        if problem is None:
             return None
-        reason = f"regular expression {pattern!r} is not supported here: {python}"
+        reason = strings.go_regexp_error(problem)
     if function == "matches":
         return f"invalid matches argument: {reason}"
     return f"program instantiation failed: {reason}"

@@ -17,9 +17,10 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
-import re
 from collections.abc import Callable
 from typing import Any, Final
+
+import re2
 
 from driver.cel import cost
 from driver.cel.library import GO_ESCAPES, CELFunctionError, go_quote, traversal_cost
@@ -462,32 +463,36 @@ def go_regexp_error(re2_message: str) -> str:
     return f"error parsing regexp: {code}: `{arg}`"
 
 
-def _compiled(pattern: str) -> re.Pattern[str]:
+_RE2_OPTIONS: Final = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is raised, and worded for the pod; no stderr line
+
+
+def _compiled(pattern: str) -> Any:
     try:
         return _regex(pattern)
-    except re.error as exc:
-        raise CELFunctionError(f"error parsing regexp: {exc}") from exc
+    except re2.error as exc:
+        raise CELFunctionError(go_regexp_error(_re2_message(exc))) from exc
 
 
-_REGEX_CACHE: dict[str, re.Pattern[str]] = {}
+_REGEX_CACHE: dict[str, Any] = {}
 
 
-def _regex(pattern: str) -> re.Pattern[str]:
+def _regex(pattern: str) -> Any:
+    """RE2 itself (google-re2), as Go's regexp upstream: linear time in the text, RE2 syntax
+    and leftmost-first matches, so ``find`` and ``matches`` agree on every pattern."""
     compiled = _REGEX_CACHE.get(pattern)
     if compiled is None:
         if len(_REGEX_CACHE) > 512:
             _REGEX_CACHE.clear()
-        compiled = re.compile(translate_re2(pattern))
+        compiled = re2.compile(pattern, options=_RE2_OPTIONS)
         _REGEX_CACHE[pattern] = compiled
     return compiled
 
 
-def translate_re2(pattern: str) -> str:
-    """RE2 syntax -> Python ``re`` for what selectors use (``\\z`` is ``\\Z`` in Python);
-    RE2 has no backreferences or lookaround, which Python would accept: refuse them."""
-    if re.search(r"\\[1-9]|\(\?[=!<]", pattern):
-        raise re.error("RE2 does not support backreferences or lookaround")
-    return pattern.replace("\\z", "\\Z")
+def _re2_message(exc: Exception) -> str:
+    """RE2's ``<code>: <argument>`` (google-re2 raises it as bytes)."""
+    (reason, *_) = exc.args or ("",)
+    return reason.decode(errors="replace") if isinstance(reason, bytes) else str(reason)
 
 
 def _regex_cost(text: str, pattern: str) -> int:
@@ -507,21 +512,25 @@ def find(text: str, pattern: str) -> str:
 
 
 def find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
-    """``findAll``: every match (at most ``limit`` when it is not negative)."""
+    """``findAll``: every match (at most ``limit`` when it is not negative), as Go's
+    ``FindAllString``."""
     cost.charge(_regex_cost(text, pattern))
     if limit == 0:
         return []
-    found = [m.group(0) for m in _compiled(pattern).finditer(text)]
-    return found if limit < 0 else found[:limit]
+    found: list[str] = []
+    for match in _compiled(pattern).finditer(text):
+        found.append(match.group(0))
+        if len(found) == limit:
+            break
+    return found
 
 
 def check_regex(pattern: str) -> str | None:
-    """Why *pattern* is not a valid regular expression, or None (for the compile-time check
-    of constant patterns that upstream's ``ValidateRegexLiterals`` does)."""
+    """Why *pattern* is not a valid RE2 expression (in RE2's words), or None."""
     try:
         _regex(pattern)
-    except re.error as exc:
-        return str(exc)
+    except re2.error as exc:
+        return _re2_message(exc)
     return None
 
 

@@ -12,7 +12,11 @@ writes it in this order:
 3. **bridge**: for legacy ``nvidia.com/gpu`` pods, the special claim is created (KEP-5004
    shape, with our finalizer), its status written as in 2, and linked from
    ``pod.status.extendedResourceClaimStatus``;
-4. **binding**: ``POST pods/P/binding``.
+4. **binding conditions** (KEP-5007): when an allocated device carries ``bindingConditions``,
+   wait until they are met in the claims' ``status.devices`` (:mod:`controller.binding`),
+   outside the write slot so other placements go on; a failure condition or the binding
+   timeout aborts the commit (rolled back below, the pod requeued);
+5. **binding**: ``POST pods/P/binding``.
 
 What a crash leaves behind, and who repairs it:
 
@@ -22,7 +26,9 @@ What a crash leaves behind, and who repairs it:
   scheduler releases the reservations and allocations and deletes the bridge claim (its
   repair step, :mod:`controller.scheduler`); until then their devices count as used, so
   nothing is given twice;
-* after 4: the pod is bound and every one of its claims is allocated and reserved for it.
+* during 4: as after 2 or 3 (the wait is not resumed after a restart: the pod is tried again
+  from the start, so a device whose conditions were never met is released);
+* after 5: the pod is bound and every one of its claims is allocated and reserved for it.
 
 While a placement is being written, its claims (and the pod's bridge claim) are locked
 against the deallocator (:attr:`Committer.locked`, :attr:`Committer.pods_in_flight`).
@@ -55,9 +61,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from controller.api import JSON, PODS, RESOURCE_CLAIMS, Api, meta, object_key
+from controller.binding import BindingWaiter, has_binding_conditions
 from controller.cache import ClaimOverlay
 from driver.api.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
 from driver.scheduling.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from kubeapi.events import now_rfc3339
 from kubeapi.retry import Attempts, Backoff, Retry
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -67,7 +75,8 @@ RETRY: Final = Retry(tries=5, backoff=Backoff(0.05, 1.0))
 MAX_RESERVED_FOR: Final = 256
 
 #: Called after every write with the step name (``finalizer``, ``allocation``,
-#: ``bridge-create``, ``bridge-allocation``, ``bridge-link``, ``binding``); tests raise from it
+#: ``bridge-create``, ``bridge-allocation``, ``bridge-link``, ``binding-conditions``,
+#: ``binding``); tests raise from it
 #: to simulate a crash between two writes.
 StepHook = Callable[[str, str], Awaitable[None]]
 
@@ -169,8 +178,16 @@ class Committer:
         finalizer: str,
         on_step: StepHook | None = None,
         on_conflict: Callable[[str], None] | None = None,
+        slots: asyncio.Semaphore | None = None,
+        binding: BindingWaiter | None = None,
+        on_waiting: Callable[[Plan], Awaitable[None]] | None = None,
     ) -> None:
         self.api = api
+        # Write slots (at most so many placements writing at once), released while waiting
+        # for binding conditions; the waiter, None: devices' binding conditions not waited for.
+        self.slots = slots or asyncio.Semaphore(1 << 30)
+        self.binding = binding
+        self._on_waiting = on_waiting  # e.g. the pod's BindingConditionsPending event
         self.overlay = overlay
         self.finalizer = finalizer
         self._on_step = on_step or _noop
@@ -257,6 +274,9 @@ class Committer:
             new_status = body.setdefault("status", {})
             if allocation is not None:
                 new_status["allocation"] = copy.deepcopy(allocation)
+                if self.binding is not None and has_binding_conditions(allocation):
+                    # When the wait began: upstream's bindingTimeout counts from here.
+                    new_status["allocation"]["allocationTimestamp"] = now_rfc3339()
             new_status["reservedFor"] = [*reserved, pod.consumer()]
             async with attempt:
                 return await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
@@ -336,7 +356,8 @@ class Committer:
                     exc,
                     extra={"pod": plan.pod.key, "node": plan.node},
                 )
-                await self.rollback(plan, progress)
+                async with self.slots:
+                    await self.rollback(plan, progress)
             raise
         finally:
             self._unlock(keys)
@@ -354,6 +375,41 @@ class Committer:
         )
 
     async def _commit(self, plan: Plan, progress: _Progress) -> None:
+        async with self.slots:
+            await self._write_claims(plan, progress)
+        if self.binding is not None:
+            await self._wait_for_binding_conditions(plan, progress)
+        async with self.slots:
+            await self._bind(plan)
+        await self._on_step("binding", plan.pod.key)
+
+    async def _wait_for_binding_conditions(self, plan: Plan, progress: _Progress) -> None:
+        """Step 4: wait, without a write slot, for the devices' binding conditions."""
+        assert self.binding is not None
+        keys = [c.key for c in plan.claims]
+        if progress.bridge is not None:
+            keys.append(object_key(progress.bridge))
+        waiting = [
+            k
+            for k in keys
+            if has_binding_conditions(
+                ((self.overlay.get(k) or {}).get("status") or {}).get("allocation")
+            )
+        ]
+        if not waiting:
+            return
+        if self._on_waiting is not None:
+            await self._on_waiting(plan)
+        waited = await self.binding.wait(waiting)
+        log.info(
+            "pod %s: binding conditions met after %.1f s",
+            plan.pod.key,
+            waited,
+            extra={"pod": plan.pod.key, "node": plan.node},
+        )
+        await self._on_step("binding-conditions", plan.pod.key)
+
+    async def _write_claims(self, plan: Plan, progress: _Progress) -> None:
         current: dict[str, JSON] = {}
         for claim_plan in plan.claims:
             claim = self.overlay.latest_written(claim_plan.key) or await self._get_claim(
@@ -397,8 +453,6 @@ class Committer:
             finally:
                 self._unlock([key])
                 self.overlay.clear_pending(key)
-        await self._bind(plan)
-        await self._on_step("binding", plan.pod.key)
 
     # ------------------------------------------------------------------ rollback
 
@@ -464,7 +518,10 @@ class Committer:
             else:
                 new_status.pop("reservedFor", None)
             if drop:
+                # The devices' status belongs to the allocation (the API server refuses
+                # entries for devices not allocated), as upstream's deallocation clears it.
                 new_status.pop("allocation", None)
+                new_status.pop("devices", None)
             return new_status
 
         return await self._rewrite_status(key, "unreserve", edit)
@@ -475,7 +532,9 @@ class Committer:
         def edit(status: JSON) -> JSON | None:
             if status.get("reservedFor") or status.get("allocation") is None:
                 return None
-            return {k: copy.deepcopy(v) for k, v in status.items() if k != "allocation"}
+            return {
+                k: copy.deepcopy(v) for k, v in status.items() if k not in ("allocation", "devices")
+            }
 
         return await self._rewrite_status(key, "deallocate", edit)
 
@@ -536,7 +595,7 @@ class Committer:
             return {
                 k: copy.deepcopy(v)
                 for k, v in status.items()
-                if k not in ("reservedFor", "allocation")
+                if k not in ("reservedFor", "allocation", "devices")
             }
 
         return await self._rewrite_status(key, "deallocate", edit)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controller.api import JSON, Api, meta, object_key, pod_is_finished, pod_node
+from controller.binding import BindingFailedError, BindingTimeoutError, BindingWaiter
 from controller.cache import ClusterCache
 from controller.commit import (
     BridgePlan,
@@ -149,19 +150,24 @@ class Scheduler:
             backoff_max_s=settings.backoff_max_s,
             flush_s=settings.unschedulable_flush_s,
         )
+        self.recorder = Recorder(api, component=settings.scheduler_name, instance=settings.identity)
+        self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
+        self.binding = BindingWaiter(cache.overlay.get, timeout_s=settings.binding_timeout_s)
+        cache.overlay.add_listener(self.binding.changed)
         self.committer = Committer(
             api,
             cache.overlay,
             finalizer=settings.finalizer,
             on_step=on_step,
             on_conflict=lambda step: metrics.conflicts.labels(step=step).inc(),
+            slots=self._writes,
+            binding=self.binding,
+            on_waiting=self._binding_pending,
         )
-        self.recorder = Recorder(api, component=settings.scheduler_name, instance=settings.identity)
         self.evictor = Evictor(
             api, self.recorder, scheduler_name=settings.scheduler_name, on_step=on_step
         )
         self._nominated_at: dict[str, float] = {}  # pod uid -> when this controller nominated it
-        self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
         self._jobs = TaskGuard()  # placement writes and events in flight
         # The loop's handler first: it asks the feed about a pod before the feed forgets it.
         cache.subscribe(self._on_event)
@@ -467,15 +473,29 @@ class Scheduler:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._jobs.spawn(coro)
 
+    async def _binding_pending(self, plan: Plan) -> None:
+        await self.recorder.event(
+            plan.pod,
+            "Normal",
+            "BindingConditionsPending",
+            f"waiting for binding conditions for device on node {plan.node}",
+        )
+
     async def _commit(self, key: str, plan: Plan) -> None:
         outcome = Outcome.ERROR
         try:
-            async with self._writes:
-                started = time.perf_counter()
-                await self.committer.commit(plan)
-                self.metrics.commit_seconds.observe(time.perf_counter() - started)
+            # The committer takes a write slot per step (not while it waits for binding
+            # conditions), so at most max_concurrent_writes placements write at once.
+            started = time.perf_counter()
+            await self.committer.commit(plan)
+            self.metrics.commit_seconds.observe(time.perf_counter() - started)
             outcome = Outcome.SCHEDULED
             await self.recorder.scheduled(plan.pod, plan.node)
+        except (BindingFailedError, BindingTimeoutError) as exc:
+            # Rolled back by the committer; told on the pod, tried again after its backoff.
+            log.warning("pod %s: %s", key, exc, extra={"pod": key, "node": plan.node})
+            self.feed.forget(plan.pod.uid)
+            await self.recorder.unschedulable(plan.pod, str(exc))
         except (CommitAbortedError, ApiError) as exc:
             log.warning(
                 "pod %s: placement on %s not written: %s",

@@ -98,6 +98,13 @@ FLAGS = Flags(
         kind=INTEGER,
         default="16",
     ),
+    Flag(
+        "binding-timeout",
+        "seconds to wait for devices' binding conditions before a placement is rolled back",
+        field="binding_timeout_s",
+        kind=NUMBER,
+        default="600",
+    ),
 )
 
 

@@ -68,6 +68,7 @@ CONTROLLER = [
         lambda s: s.max_concurrent_writes,
         4,
     ),
+    Case("binding-timeout", "BIAXIAL_BINDING_TIMEOUT", "30", lambda s: s.binding_timeout_s, 30.0),
 ]
 PLUGIN = [
     Case("kubeconfig", "BIAXIAL_KUBECONFIG", KUBECONFIG, lambda s: s.kubeconfig, KUBECONFIG),

@@ -11,7 +11,8 @@ nomination held them meanwhile).
 The timed part per pod is what the scheduling loop spends before it can act: ``decide`` plus
 ``preempt`` (the victim search included). One table per size: pods/s, p50/p99 of that time,
 victims per pod, candidate nodes examined and fit checks per pod, with the target p99 <=
-100 ms. ``--nodes`` and ``--pods`` pick; ``--profile`` profiles in-process.
+100 ms, and the CPU time per pod beside the wall time (the machine may be shared).
+``--nodes`` and ``--pods`` pick; ``--profile`` profiles in-process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 import time
 from typing import Any
 
+from bench.report import percentile, table_lines
 from bench.scenarios import generate
 from driver.api.claims import DeviceClass
 from driver.api.model import ResourceSlice
@@ -76,11 +78,6 @@ def _land(engine: DecisionEngine, placement: Placement, pod: JSON) -> None:
     engine.observe_pod(uid, placement.node, raw=bound)
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     scenario = generate(nodes, 0, seed=seed, max_fill=0.0)
     node_models = [Node.from_api(n) for n in scenario.nodes]
@@ -101,6 +98,7 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     fill_s = time.perf_counter() - fill_started
     gc.collect()
     durations: list[float] = []
+    cpu = 0.0
     victims = 0
     placed = 0
     engine.stats.preemptions = engine.stats.victim_checks = 0
@@ -108,10 +106,11 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     for i in range(pods):
         gpus = GPUS_PER_NODE if i % 2 else 1
         high = _pod(f"high-{i:04d}", gpus, 1000)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         decision = engine.decide(high)
         found = engine.preempt(high) if isinstance(decision, Unschedulable) else decision
         durations.append(time.perf_counter() - t0)
+        cpu += time.process_time() - c0
         if not isinstance(found, Preemption):
             message = f"{high['metadata']['name']}: {found}"
             raise RuntimeError(message)  # noqa: TRY004 - a benchmark whose premise failed
@@ -132,9 +131,10 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         "placed": placed,
         "fillSeconds": fill_s,
         "podsPerSecond": pods / total,
-        "p50Ms": 1000 * _percentile(durations, 0.50),
-        "p99Ms": 1000 * _percentile(durations, 0.99),
+        "p50Ms": 1000 * percentile(durations, 0.50),
+        "p99Ms": 1000 * percentile(durations, 0.99),
         "maxMs": 1000 * max(durations),
+        "cpuMsPerPod": 1000 * cpu / pods,
         "victims": victims,
         "fitChecks": engine.stats.victim_checks,
     }
@@ -149,6 +149,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "p50 ms",
         "p99 ms",
         "max ms",
+        "CPU ms/pod",
         "target",
         "victims/pod",
         "fit checks/pod",
@@ -165,16 +166,13 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{r['p50Ms']:.1f}",
                 f"{r['p99Ms']:.1f}",
                 f"{r['maxMs']:.1f}",
+                f"{r['cpuMsPerPod']:.1f}",
                 f"p99 <= {P99_TARGET_MS:.0f} " + ("ok" if ok else "MISSED"),
                 f"{r['victims'] / r['pods']:.1f}",
                 f"{r['fitChecks'] / r['pods']:.1f}",
             ]
         )
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(headers)]
-    lines = [" | ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("-+-".join("-" * w for w in widths))
-    lines.extend(" | ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body)
-    return "\n".join(lines)
+    return "\n".join(table_lines(headers, body))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,7 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.decisions import _peak_rss_mb, _percentile
+from bench.decisions import _peak_rss_mb
+from bench.report import percentile, table_lines
 from bench.scenarios import generate
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
@@ -194,8 +195,8 @@ def measure(folder: Path) -> dict[str, Any]:
         "pods": len(measured),
         "placed": placed,
         "podsPerSecond": len(measured) / total,
-        "p50Ms": 1000 * _percentile(durations, 0.50),
-        "p99Ms": 1000 * _percentile(durations, 0.99),
+        "p50Ms": 1000 * percentile(durations, 0.50),
+        "p99Ms": 1000 * percentile(durations, 0.99),
         "cpuMsPerPod": 1000 * total_cpu / len(measured),
         "nodesEvaluated": engine.stats.nodes_evaluated,
         "allocatorCalls": engine.stats.allocator_calls,
@@ -253,11 +254,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{r['peakRssMb']:.0f}",
             ]
         )
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(headers)]
-    lines = [" | ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("-+-".join("-" * w for w in widths))
-    lines.extend(" | ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body)
-    return "\n".join(lines)
+    return "\n".join(table_lines(headers, body))
 
 
 def main(argv: list[str] | None = None) -> int:

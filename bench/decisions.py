@@ -35,14 +35,13 @@ import gc
 import json
 import pstats
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import percentile, table_lines
+from bench.report import percentile, run_child, table_lines
 from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
@@ -165,14 +164,7 @@ def measure(folder: Path) -> dict[str, Any]:
 def _child(name: str, nodes: int, pods: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
         write_scenario(Path(tmp), name, nodes, pods, seed)
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.decisions", "--child", tmp],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+        return run_child("bench.decisions", tmp)
 
 
 def table(rows: list[dict[str, Any]]) -> str:

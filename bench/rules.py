@@ -39,7 +39,6 @@ import gc
 import json
 import pstats
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.decisions import _peak_rss_mb
-from bench.report import percentile, table_lines
+from bench.report import percentile, run_child, table_lines
 from bench.scenarios import generate
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
@@ -207,14 +206,7 @@ def measure(folder: Path) -> dict[str, Any]:
 def _child(workload: str, nodes: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="biaxial-bench-rules-") as tmp:
         write_scenario(Path(tmp), workload, nodes, seed)
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.rules", "--child", tmp],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+        return run_child("bench.rules", tmp)
 
 
 def table(rows: list[dict[str, Any]]) -> str:

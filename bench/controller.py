@@ -7,7 +7,9 @@ and this driver. The driver
 1. seeds a :mod:`bench.scenarios` cluster over HTTP (``--scenario uniform``: N nodes x 8
    A100-80GB, claims already holding 0-70 % of each node; ``mixed``: the realistic mixed
    cluster with its Deployments of every pod shape) with the ResourceSlices, DeviceClasses and
-   the ResourceClaims of the pods to come; not timed;
+   the ResourceClaims of the pods to come; with ``--volumes wffc`` also a WaitForFirstConsumer
+   StorageClass and a PersistentVolumeClaim per pod (the emulator then runs its storage
+   stand-in, which provisions a PV where the claim's selected node is and binds it); not timed;
 2. starts the controller and waits until ``/readyz`` answers (the controller builds its
    decision engine before it says ready): the time to ready is reported, and the CPU seconds
    the controller spent until then (what a loaded machine does not inflate);
@@ -20,7 +22,9 @@ and this driver. The driver
    API requests the controller sent per bound pod (all of them, list/watch included), the
    controller's RSS once ready and at the end, and each process's CPU share (CPU seconds over
    wall seconds, so 1.0 is one core busy) during the pod phase — the process near 1.0 is the
-   bottleneck.
+   bottleneck; and, counted by the emulator, the API writes (create, update, patch, delete)
+   the controller sent per bound pod, by verb and resource (``--volumes none`` and ``wffc``
+   compared: what a pod's volume costs).
 
 ``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import statistics
@@ -48,6 +53,7 @@ from bench.scenarios import Scenario, generate, generate_mixed
 from controller.api import (
     DEVICE_CLASSES,
     NODES,
+    PERSISTENT_VOLUME_CLAIMS,
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -55,9 +61,13 @@ from controller.api import (
     KubeApi,
     Resource,
 )
+from kubeapi.resources import STORAGE_CLASSES
+from tests.emulator.volumes import DEFAULT_PROVISIONER
 
 JSON = dict[str, Any]
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+STORAGE_CLASS = "bench-wffc"
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 SEED_CONCURRENCY = 32
 STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
 
@@ -156,6 +166,39 @@ def _strip(obj: JSON) -> JSON:
     return {**obj, "metadata": meta}
 
 
+def _claim_name(pod: JSON) -> str:
+    return f"{pod['metadata']['name']}-data"
+
+
+async def _seed_volumes(api: KubeApi, scenario: Scenario) -> None:
+    """A WaitForFirstConsumer class of the emulator's provisioner and a claim per pod."""
+    await api.create(
+        STORAGE_CLASSES,
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": STORAGE_CLASS},
+            "provisioner": DEFAULT_PROVISIONER,
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+    )
+
+    async def claim(pod: JSON) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": _claim_name(pod), "namespace": pod["metadata"]["namespace"]},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": STORAGE_CLASS,
+                "resources": {"requests": {"storage": "10Gi"}},
+            },
+        }
+        await api.create(PERSISTENT_VOLUME_CLAIMS, body)
+
+    await _gather_bounded([lambda p=p: claim(p) for p, _ in scenario.pods], SEED_CONCURRENCY)
+
+
 async def _seed(api: KubeApi, scenario: Scenario) -> None:
     claims = list(scenario.claims) + [c for _, cs in scenario.pods for c in cs]
     namespaces = {"bench"} | {c["metadata"]["namespace"] for c in claims}
@@ -193,7 +236,7 @@ async def _seed(api: KubeApi, scenario: Scenario) -> None:
 
 
 async def _drive(
-    api: KubeApi, scenario: Scenario, timeout_s: float
+    api: KubeApi, scenario: Scenario, timeout_s: float, volumes: bool
 ) -> tuple[float, list[float], int]:
     """Create the pods and wait for their bindings; (wall seconds, latencies, bound)."""
     listed = await api.list(PODS)
@@ -228,6 +271,9 @@ async def _drive(
     async def create(pod: JSON) -> None:
         body = _strip(pod)
         body["spec"] = {**body["spec"], "schedulerName": "biaxial"}
+        if volumes:
+            mount = {"name": "data", "persistentVolumeClaim": {"claimName": _claim_name(pod)}}
+            body["spec"]["volumes"] = [*(body["spec"].get("volumes") or ()), mount]
         created[body["metadata"]["name"]] = time.monotonic()
         await api.create(PODS, body)
 
@@ -253,17 +299,30 @@ async def _drive(
     return last - started, latencies, len(bound)
 
 
-async def _run_async(url: str, scenario: Scenario, timeout_s: float, phase: str) -> Any:
+async def _run_async(
+    url: str, scenario: Scenario, timeout_s: float, phase: str, volumes: bool
+) -> Any:
     endpoint = Endpoint(host=url, headers={}, ssl_context=None)
-    async with KubeApi(endpoint, qps=5000, burst=5000, request_timeout_s=120) as api:
+    async with KubeApi(
+        endpoint, qps=5000, burst=5000, request_timeout_s=120, user_agent="biaxial-bench"
+    ) as api:
         if phase == "seed":
             await _seed(api, scenario)
+            if volumes:
+                await _seed_volumes(api, scenario)
             return None
-        return await _drive(api, scenario, timeout_s)
+        return await _drive(api, scenario, timeout_s, volumes)
 
 
 def run(
-    nodes: int, pods: int, qps: float, burst: int, writes: int, *, scenario_name: str = "uniform"
+    nodes: int,
+    pods: int,
+    qps: float,
+    burst: int,
+    writes: int,
+    *,
+    scenario_name: str = "uniform",
+    volumes: bool = False,
 ) -> dict[str, Any]:
     if scenario_name == "uniform":
         scenario = generate(nodes, pods)
@@ -281,11 +340,14 @@ def run(
             str(kubeconfig),
             "--history-size",
             "200000",
+            "--request-counts",
+            str(counts_file := Path(tmp) / "requests.json"),
+            *(["--volume-controller"] if volumes else []),
         ]
         with _process(emulator_argv, wait_for="listening on") as (line, emulator):
             url = line.split("listening on", 1)[1].strip()
             seeded = time.monotonic()
-            asyncio.run(_run_async(url, scenario, 0, "seed"))
+            asyncio.run(_run_async(url, scenario, 0, "seed", volumes))
             seed_s = time.monotonic() - seeded
             port = _free_port()
             controller_argv = [
@@ -314,7 +376,9 @@ def run(
                 }
                 driver_cpu = time.process_time()
                 phase_started = time.monotonic()
-                wall, latencies, bound = asyncio.run(_run_async(url, scenario, 1800, "drive"))
+                wall, latencies, bound = asyncio.run(
+                    _run_async(url, scenario, 1800, "drive", volumes)
+                )
                 phase = time.monotonic() - phase_started
                 shares = {
                     "emulator": (_cpu_seconds(emulator.pid) - cpu["e"]) / phase,
@@ -323,9 +387,20 @@ def run(
                 }
                 end_rss = _rss_mb(controller.pid)
                 metrics = _scrape(port)
+        served = json.loads(counts_file.read_text())
+    controller_writes: dict[str, int] = {}
+    for agent, per_key in served.items():
+        if not agent.startswith("biaxial-controller"):  # "biaxial-controller (identity)"
+            continue
+        for key, count in per_key.items():
+            if key.split(" ", 1)[0] in WRITE_VERBS:
+                controller_writes[key] = controller_writes.get(key, 0) + count
     latencies.sort()
     return {
         "scenario": scenario_name,
+        "volumes": "wffc" if volumes else "none",
+        "writes_per_pod": sum(controller_writes.values()) / max(1, bound),
+        "writes_by_kind": {k: v / max(1, bound) for k, v in sorted(controller_writes.items())},
         "nodes": nodes,
         "gpus": sum(len((s.get("spec") or {}).get("devices") or ()) for s in scenario.slices),
         "pods": pods,
@@ -363,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps", type=float, default=1000.0)
     parser.add_argument("--burst", type=int, default=1000)
     parser.add_argument("--max-concurrent-writes", type=int, default=32)
+    parser.add_argument(
+        "--volumes",
+        choices=("none", "wffc"),
+        default="none",
+        help="wffc: every pod mounts its own WaitForFirstConsumer PersistentVolumeClaim",
+    )
     args = parser.parse_args(argv)
     row = run(
         args.nodes,
@@ -371,24 +452,32 @@ def main(argv: list[str] | None = None) -> int:
         args.burst,
         args.max_concurrent_writes,
         scenario_name=args.scenario,
+        volumes=args.volumes == "wffc",
     )
     cpu = row["cpu"]
     print(
-        "| scenario | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms | qps "
-        "| burst | writes | ready s | ready CPU s | RSS ready MB | RSS end MB | rebuilds "
-        "| decision ms "
-        "| requests/pod | CPU emulator | CPU controller | CPU driver |"
+        "| scenario | volumes | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms "
+        "| qps | burst | writes | ready s | ready CPU s | RSS ready MB | RSS end MB | rebuilds "
+        "| decision ms | requests/pod | API writes/pod | CPU emulator | CPU controller "
+        "| CPU driver |"
     )
-    print("|---" + "|---:" * 21 + "|")
+    print("|---|---" + "|---:" * 22 + "|")
     print(
-        f"| {row['scenario']} | {row['nodes']} | {row['gpus']} | {row['pods']} | {row['bound']} "
+        f"| {row['scenario']} | {row['volumes']} | {row['nodes']} | {row['gpus']} | {row['pods']} "
+        f"| {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
         f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
         f"| {row['ready_s']:.1f} | {row['ready_cpu_s']:.1f} | {row['ready_rss_mb']:.0f} "
         f"| {row['end_rss_mb']:.0f} "
         f"| {row['rebuilds']} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} "
+        f"| {row['writes_per_pod']:.2f} "
         f"| {cpu['emulator']:.2f} | {cpu['controller']:.2f} | {cpu['driver']:.2f} |"
     )
+    print()
+    print("| controller's API writes per bound pod | count |")
+    print("|---|---:|")
+    for key, per_pod in row["writes_by_kind"].items():
+        print(f"| {key} | {per_pod:.2f} |")
     return 0
 
 

@@ -27,12 +27,11 @@ placements go on meanwhile.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from controller.prebind import wait_until_ready
 from driver.api.errors import BiaxialError
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -130,25 +129,22 @@ class BindingWaiter:
         return pending
 
     async def wait(self, keys: Iterable[str]) -> float:
-        """Wait for every claim of ``keys`` to be ready; returns the seconds waited."""
+        """Wait for every claim of ``keys`` to be ready; returns the seconds waited
+        (:func:`controller.prebind.wait_until_ready`)."""
         keys = list(keys)
-        started = time.monotonic()
-        deadline = started + self.timeout_s
         event = asyncio.Event()
         for key in keys:
             self._waiting.setdefault(key, set()).add(event)
         try:
-            while pending := self._pending(keys):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise BindingTimeoutError(
-                        f"binding conditions of claim(s) {', '.join(pending)} not met within "
-                        f"{self.timeout_s:g} s"
-                    )
-                event.clear()
-                # On a timeout: checked once more, then reported above.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), timeout=left)
+            return await wait_until_ready(
+                lambda: self._pending(keys),
+                event,
+                timeout_s=self.timeout_s,
+                timed_out=lambda pending: BindingTimeoutError(
+                    f"binding conditions of claim(s) {', '.join(pending)} not met within "
+                    f"{self.timeout_s:g} s"
+                ),
+            )
         finally:
             for key in keys:
                 waiters = self._waiting.get(key)
@@ -156,4 +152,3 @@ class BindingWaiter:
                     waiters.discard(event)
                     if not waiters:
                         del self._waiting[key]
-        return time.monotonic() - started

@@ -17,11 +17,13 @@ feed (:mod:`controller.feed`) reads only the written state (:meth:`ClaimOverlay.
 assumes them, so a device is never handed out twice while their writes are in flight.
 
 :class:`ClusterCache` bundles the informers the controller needs and fans their changes out to
-subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator): nodes, pods,
-DeviceClasses, ResourceSlices and ResourceClaims; Namespaces (their labels, for pod affinity
-terms' ``namespaceSelector``); and, when default topology spreading is on, the objects whose
-selectors kube-scheduler's default spreading reads (Services, ReplicationControllers,
-ReplicaSets, StatefulSets).
+subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator, the volume
+binder): nodes, pods, DeviceClasses, ResourceSlices and ResourceClaims; what the volume rules
+read (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, CSIDrivers,
+CSIStorageCapacities, VolumeAttachments); PodDisruptionBudgets (for preemption); Namespaces
+(their labels, for pod affinity terms' ``namespaceSelector``); and, when default topology
+spreading is on, the objects whose selectors kube-scheduler's default spreading reads
+(Services, ReplicationControllers, ReplicaSets, StatefulSets).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from controller.api import (
     RESOURCE_SLICES,
     SERVICES,
     STATEFUL_SETS,
+    VOLUME_RESOURCES,
     Api,
     Resource,
     meta,
@@ -448,6 +451,12 @@ class ClusterCache:
             transform=DisruptionBudget.from_api,
             watch_timeout_s=timeout,
         )
+        #: kind -> informer, for every kind of driver.scheduling.volumes.VOLUME_KINDS (raw JSON:
+        #: the volume binder writes them, the engine parses them)
+        self.volumes: dict[str, Informer[JSON]] = {
+            r.kind: Informer(api, r, transform=slim, watch_timeout_s=timeout)
+            for r in VOLUME_RESOURCES
+        }
         self.overlay = ClaimOverlay(self.claims)
         self.claims.add_handler(self._observe_claim)
 
@@ -461,6 +470,7 @@ class ClusterCache:
             self.namespaces,
             *self.owners,
             self.budgets,
+            *self.volumes.values(),
             self.pods,
         )
 

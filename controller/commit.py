@@ -12,11 +12,17 @@ writes it in this order:
 3. **bridge**: for legacy ``nvidia.com/gpu`` pods, the special claim is created (KEP-5004
    shape, with our finalizer), its status written as in 2, and linked from
    ``pod.status.extendedResourceClaimStatus``;
-4. **binding conditions** (KEP-5007): when an allocated device carries ``bindingConditions``,
-   wait until they are met in the claims' ``status.devices`` (:mod:`controller.binding`),
-   outside the write slot so other placements go on; a failure condition or the binding
-   timeout aborts the commit (rolled back below, the pod requeued);
-5. **binding**: ``POST pods/P/binding``.
+4. **volumes** (a pod with claims to bind or provision; :mod:`controller.volumes`): each PV
+   chosen for a claim gets its ``claimRef``, each claim to provision the selected node;
+5. **the pre-bind wait** (:mod:`controller.prebind`), without holding a write slot (at most
+   ``max_concurrent_writes`` placements write at once, and a slow provisioner or device
+   attachment must not hold up other pods), in upstream's PreBind order: until the PV
+   controller and the provisioner have bound every claim of 4, then (KEP-5007) until the
+   ``bindingConditions`` of every allocated device that carries them are met in the claims'
+   ``status.devices`` (:mod:`controller.binding`); a failure (provisioning failed, a
+   binding failure condition, a timeout) aborts the commit (rolled back below, the pod
+   requeued);
+6. **binding**: ``POST pods/P/binding``.
 
 What a crash leaves behind, and who repairs it:
 
@@ -26,9 +32,14 @@ What a crash leaves behind, and who repairs it:
   scheduler releases the reservations and allocations and deletes the bridge claim (its
   repair step, :mod:`controller.scheduler`); until then their devices count as used, so
   nothing is given twice;
-* during 4: as after 2 or 3 (the wait is not resumed after a restart: the pod is tried again
-  from the start, so a device whose conditions were never met is released);
-* after 5: the pod is bound and every one of its claims is allocated and reserved for it.
+* after 4 (a PV's ``claimRef``, a claim's selected node, or everything bound): as after 3 for
+  the device claims; the volumes are bound (or being bound, or provisioned) for the pod's
+  claims whatever happens to the pod, as upstream leaves them, and its next attempt follows
+  them: a claim bound to a PV goes where the PV is, a claim with a selected node only to that
+  node (the provisioner removes it when it cannot provision there);
+* during 5: as after 4 (the wait is not resumed after a restart: the pod is tried again from
+  the start, so a device whose conditions were never met is released);
+* after 6: the pod is bound and every one of its claims is allocated and reserved for it.
 
 While a placement is being written, its claims (and the pod's bridge claim) are locked
 against the deallocator (:attr:`Committer.locked`, :attr:`Committer.pods_in_flight`).
@@ -56,15 +67,16 @@ import copy
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from controller.api import JSON, PODS, RESOURCE_CLAIMS, Api, meta, object_key
 from controller.binding import BindingWaiter, has_binding_conditions
 from controller.cache import ClaimOverlay
 from driver.api.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
 from driver.scheduling.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
+from driver.scheduling.volumes import VolumeBindings
 from kubeapi.events import now_rfc3339
 from kubeapi.retry import Attempts, Backoff, Retry
 
@@ -75,10 +87,13 @@ RETRY: Final = Retry(tries=5, backoff=Backoff(0.05, 1.0))
 MAX_RESERVED_FOR: Final = 256
 
 #: Called after every write with the step name (``finalizer``, ``allocation``,
-#: ``bridge-create``, ``bridge-allocation``, ``bridge-link``, ``binding-conditions``,
-#: ``binding``); tests raise from it
-#: to simulate a crash between two writes.
+#: ``bridge-create``, ``bridge-allocation``, ``bridge-link``, ``volume-binding``,
+#: ``selected-node``, ``volumes-bound`` and ``binding-conditions`` (after each wait, before
+#: the binding), ``binding``); tests raise from it to simulate a crash between two writes.
 StepHook = Callable[[str, str], Awaitable[None]]
+
+#: What :meth:`VolumeSteps.write` wrote: ``(kind, key) -> resourceVersion``.
+Written = dict[tuple[str, str], int]
 
 
 class CommitAbortedError(BiaxialError):
@@ -132,6 +147,15 @@ class Plan:
     node: str
     claims: tuple[ClaimPlan, ...] = ()
     bridge: BridgePlan | None = None
+    volumes: VolumeBindings | None = None  # PVs to bind and claims to provision, first
+
+
+class VolumeSteps(Protocol):
+    """Step 4 (:class:`controller.volumes.VolumeBinder`)."""
+
+    async def write(self, plan: Plan) -> Written: ...
+
+    async def wait(self, plan: Plan, written: Written) -> None: ...
 
 
 @dataclass(slots=True)
@@ -178,18 +202,19 @@ class Committer:
         finalizer: str,
         on_step: StepHook | None = None,
         on_conflict: Callable[[str], None] | None = None,
-        slots: asyncio.Semaphore | None = None,
+        write_slots: asyncio.Semaphore | None = None,
+        volumes: VolumeSteps | None = None,
         binding: BindingWaiter | None = None,
         on_waiting: Callable[[Plan], Awaitable[None]] | None = None,
     ) -> None:
         self.api = api
-        # Write slots (at most so many placements writing at once), released while waiting
-        # for binding conditions; the waiter, None: devices' binding conditions not waited for.
-        self.slots = slots or asyncio.Semaphore(1 << 30)
+        # The binding-conditions waiter (None: devices' binding conditions not waited for).
         self.binding = binding
         self._on_waiting = on_waiting  # e.g. the pod's BindingConditionsPending event
         self.overlay = overlay
         self.finalizer = finalizer
+        self.volumes = volumes
+        self._slots = write_slots
         self._on_step = on_step or _noop
         self._on_conflict = on_conflict or (lambda _step: None)
         # Claim keys with writes in progress, counted: two pods sharing a claim may commit at
@@ -213,6 +238,15 @@ class Committer:
 
     def _conflict(self, step: str) -> None:
         self._on_conflict(step)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of the write slots (placements writing at once), when the committer has them."""
+        if self._slots is None:
+            yield
+            return
+        async with self._slots:
+            yield
 
     def _attempts(self, step: str) -> Attempts:
         """The tries of a write step whose 409s count as conflicts of ``step``."""
@@ -356,7 +390,7 @@ class Committer:
                     exc,
                     extra={"pod": plan.pod.key, "node": plan.node},
                 )
-                async with self.slots:
+                async with self._slot():
                     await self.rollback(plan, progress)
             raise
         finally:
@@ -375,16 +409,22 @@ class Committer:
         )
 
     async def _commit(self, plan: Plan, progress: _Progress) -> None:
-        async with self.slots:
-            await self._write_claims(plan, progress)
+        async with self._slot():
+            written = await self._write_claims(plan, progress)
+        # Step 5, no write slot held meanwhile.
+        if plan.volumes is not None:
+            if self.volumes is None:
+                raise CommitAbortedError(f"pod {plan.pod.key}: no volume binder to bind volumes")
+            await self.volumes.wait(plan, written)
+            await self._on_step("volumes-bound", plan.pod.key)
         if self.binding is not None:
             await self._wait_for_binding_conditions(plan, progress)
-        async with self.slots:
+        async with self._slot():
             await self._bind(plan)
         await self._on_step("binding", plan.pod.key)
 
     async def _wait_for_binding_conditions(self, plan: Plan, progress: _Progress) -> None:
-        """Step 4: wait, without a write slot, for the devices' binding conditions."""
+        """Step 5's wait for the devices' binding conditions."""
         assert self.binding is not None
         keys = [c.key for c in plan.claims]
         if progress.bridge is not None:
@@ -409,7 +449,8 @@ class Committer:
         )
         await self._on_step("binding-conditions", plan.pod.key)
 
-    async def _write_claims(self, plan: Plan, progress: _Progress) -> None:
+    async def _write_claims(self, plan: Plan, progress: _Progress) -> Written:
+        """Steps 1 to 4's writes; returns what the volume writes left to wait for."""
         current: dict[str, JSON] = {}
         for claim_plan in plan.claims:
             claim = self.overlay.latest_written(claim_plan.key) or await self._get_claim(
@@ -453,6 +494,11 @@ class Committer:
             finally:
                 self._unlock([key])
                 self.overlay.clear_pending(key)
+        if plan.volumes is None:
+            return {}
+        if self.volumes is None:
+            raise CommitAbortedError(f"pod {plan.pod.key}: no volume binder to bind volumes")
+        return await self.volumes.write(plan)
 
     # ------------------------------------------------------------------ rollback
 

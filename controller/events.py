@@ -1,7 +1,8 @@
 """Telling users why a pod is not scheduled: the ``PodScheduled`` condition and an Event.
 
 :class:`Recorder` writes, for a pod that cannot be placed, ``PodScheduled=False`` with reason
-``Unschedulable`` (kube-scheduler's condition) and the message, by a strategic-merge patch of
+``Unschedulable`` (kube-scheduler's condition; ``SchedulerError`` when a placement could not be
+completed, e.g. its volumes were not provisioned) and the message, by a strategic-merge patch of
 ``pods/status`` (conditions merge by type, so other conditions are kept), plus a ``Warning``
 Event ``FailedScheduling`` with the same message (core/v1, as kube-scheduler records).
 
@@ -23,6 +24,7 @@ from kubeapi.events import event_body, now_rfc3339
 log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
+REASON_ERROR: Final = "SchedulerError"  # kube-scheduler's reason for a failed binding cycle
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
 
@@ -42,15 +44,18 @@ class Recorder:
     def forget(self, pod_uid: str) -> None:
         self._last.pop(pod_uid, None)
 
-    async def unschedulable(self, pod: PodRef, message: str) -> None:
-        """Record that ``pod`` cannot be scheduled now, and why."""
+    async def unschedulable(
+        self, pod: PodRef, message: str, *, reason: str = REASON_UNSCHEDULABLE
+    ) -> None:
+        """Record that ``pod`` cannot be scheduled now, and why (``reason``: the condition's,
+        ``SchedulerError`` when its placement could not be completed)."""
         if self._last.get(pod.uid) == message:
             return
         self._last[pod.uid] = message
         condition: JSON = {
             "type": "PodScheduled",
             "status": "False",
-            "reason": REASON_UNSCHEDULABLE,
+            "reason": reason,
             "message": message,
             "lastTransitionTime": now_rfc3339(),
         }

@@ -11,9 +11,11 @@ this controller decided a placement                    ``assume(placement, pod)`
 its writes failed (rolled back)                        ``forget(pod uid)``
 a claim's written state changed: an informer event,    ``observe_allocation(key, allocation)``,
 a write of ours returning, a rollback, a deletion      with the owning pod for a bridge claim
-a pod was bound, relabelled, resized, began            ``observe_pod(uid, node, raw=pod)``
-terminating, finished or deleted (any scheduler's)
+a pod was bound, relabelled, resized, began            ``observe_pod(uid, node, raw=pod,
+terminating, finished or deleted (any scheduler's)     volumes=...)``
 a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+a PVC, PV, StorageClass, CSINode, CSIDriver,           ``observe_volume(kind, key, object)``
+CSIStorageCapacity or VolumeAttachment changed
 a pending pod's ``status.nominatedNodeName`` changed   ``observe_nomination(uid, node, pod)``
 (any scheduler's), or this controller preempted       (``nominate(preemption, pod)``)
 a bound pod's ``status.startTime`` changed             ``observe_start(uid, pod)``
@@ -44,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from controller.api import JSON, meta, pod_is_finished, pod_node
+from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
 from controller.cache import ClusterCache, Selecting
 from controller.metrics import Metrics
 from driver.api.claims import AllocationResult, ResourceClaim
@@ -54,6 +56,7 @@ from driver.scheduling.decision import DecisionEngine, pod_uid
 from driver.scheduling.outcome import Placement, Preemption
 from driver.scheduling.policy import PolicyDefaults
 from driver.scheduling.topologyspread import DefaultSpreading
+from driver.scheduling.volumes import VOLUME_KINDS, PodVolumes
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -126,6 +129,24 @@ def _reserved_uids(claim: JSON | None) -> tuple[str, ...]:
 
 def _bridge_owner(claim: JSON | None) -> str | None:
     return bridge_claim_owner(claim) if claim is not None else None
+
+
+def _pod_volumes(pod: Mapping[str, Any]) -> PodVolumes | None:
+    try:
+        return PodVolumes.from_pod(pod)
+    except BiaxialError as exc:
+        log.warning("pod %s: volumes not understood, not counted: %s", object_key(pod), exc)
+        return None
+
+
+def observe_volume_object(engine: DecisionEngine, kind: str, key: str, raw: JSON | None) -> None:
+    """Tell the engine about one object of a volume kind; a malformed one is logged and left
+    out (as if it did not exist)."""
+    try:
+        engine.observe_volume(kind, key, raw)
+    except BiaxialError as exc:
+        log.warning("%s %s is malformed, skipped: %s", kind, key, exc)
+        engine.observe_volume(kind, key, None)
 
 
 class EngineFeed:
@@ -218,6 +239,9 @@ class EngineFeed:
         for informer in cache.owners:
             for owner in informer.store.values():
                 self._observe_owner(engine, owner, owner.selector)
+        for kind, volumes in cache.volumes.items():
+            for key, raw_volume in volumes.store.items():
+                observe_volume_object(engine, kind, key, raw_volume)
         for key, device_class in cache.classes.store.items():
             engine.observe_class(key, device_class)
         for key, resource_slice in cache.slices.store.items():
@@ -294,7 +318,9 @@ class EngineFeed:
         if model is None:
             return  # malformed before and after: the engine never had it
         changed = True
-        if kind == "Node":
+        if kind in VOLUME_KINDS:
+            observe_volume_object(engine, kind, object_key(model), new)
+        elif kind == "Node":
             changed = engine.observe_node(model.name, new)
         elif kind == "ResourceSlice":
             changed = engine.observe_slice(model.name, new)
@@ -349,12 +375,13 @@ class EngineFeed:
             if _start(old) != _start(new):
                 engine.observe_start(uid, new)
             return
+        volumes = _pod_volumes(new)
         try:
-            engine.observe_pod(uid, node, raw=new)
+            engine.observe_pod(uid, node, volumes=volumes, raw=new)
         except BiaxialError as exc:
             name = f"{meta(new).get('namespace')}/{meta(new).get('name')}"
             log.warning("Pod %s is malformed, counted without its rules: %s", name, exc)
-            engine.observe_pod(uid, node, {})
+            engine.observe_pod(uid, node, {}, volumes)
 
     @staticmethod
     def _observe_owner(

@@ -10,10 +10,13 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
 2. **repair** what an earlier attempt left (:mod:`controller.repair`);
 3. **decide** with the decision engine, which the feed (:mod:`controller.feed`) keeps equal to
    the caches plus every placement of this controller still in flight;
-4. **commit** (:mod:`controller.commit`) or **report**: ``PodScheduled=False`` + an Event,
-   then park the pod in the queue until a relevant change (a claim freed, a slice, node,
-   class or namespace changed, a pod bound or relabelled on a node, whose affinity or spread
-   may now be met) or its flush time.
+4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`) or
+   **report**: ``PodScheduled=False`` + an Event, then park the pod in the queue until a
+   relevant change (a claim freed; a slice, node, class, namespace or volume object changed;
+   a pod bound or relabelled on a node, whose affinity or spread may now be met) or its flush
+   time. A commit that fails because its volumes could not be bound (provisioning failed, the
+   wait timed out) is reported on the pod the same way (reason ``SchedulerError``, as
+   kube-scheduler reports a failed PreBind) and retried with backoff.
 
 A placement counts from the moment it is decided (the feed *assumes* it in the engine), so
 decisions made while earlier writes are in flight never hand out the same device twice; a
@@ -45,13 +48,14 @@ from controller.commit import (
     PodRef,
     StepHook,
 )
-from controller.events import Recorder
+from controller.events import REASON_ERROR, Recorder
 from controller.feed import EngineFeed
 from controller.metrics import Metrics
 from controller.preempt import NOT_ELIGIBLE_TERMINATING, Evictor, terminating_victims
 from controller.queue import Outcome, SchedulingQueue
 from controller.repair import Repairer
 from controller.settings import Settings
+from controller.volumes import VolumeBinder, VolumeBindingError
 from driver.api.claims import ResourceClaim
 from driver.api.errors import ApiError, BiaxialError
 from driver.scheduling.decision import NOT_HELPFUL_TAIL, DecisionEngine
@@ -69,6 +73,10 @@ log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_WAITING: Final = "waiting-for-claims"
 REASON_INVALID: Final = "invalid"
+
+
+async def _no_step(_step: str, _key: str) -> None:
+    return None
 
 
 def _device_set(claim: Mapping[str, Any] | None) -> frozenset[tuple[str, str, str, str]]:
@@ -151,6 +159,17 @@ class Scheduler:
             flush_s=settings.unschedulable_flush_s,
         )
         self.recorder = Recorder(api, component=settings.scheduler_name, instance=settings.identity)
+
+        def on_conflict(step: str) -> None:
+            metrics.conflicts.labels(step=step).inc()
+
+        self.volumes = VolumeBinder(
+            api,
+            cache,
+            timeout_s=settings.volume_bind_timeout_s,
+            on_step=on_step or _no_step,
+            on_conflict=on_conflict,
+        )
         self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
         self.binding = BindingWaiter(cache.overlay.get, timeout_s=settings.binding_timeout_s)
         cache.overlay.add_listener(self.binding.changed)
@@ -159,8 +178,9 @@ class Scheduler:
             cache.overlay,
             finalizer=settings.finalizer,
             on_step=on_step,
-            on_conflict=lambda step: metrics.conflicts.labels(step=step).inc(),
-            slots=self._writes,
+            on_conflict=on_conflict,
+            write_slots=self._writes,
+            volumes=self.volumes,
             binding=self.binding,
             on_waiting=self._binding_pending,
         )
@@ -468,7 +488,13 @@ class Scheduler:
                 allocation=decision.bridge_allocation.to_api(),
                 request_mappings=decision.bridge.request_mappings,
             )
-        return Plan(pod=ref, node=decision.node, claims=tuple(claim_plans), bridge=bridge)
+        return Plan(
+            pod=ref,
+            node=decision.node,
+            claims=tuple(claim_plans),
+            bridge=bridge,
+            volumes=decision.volumes,
+        )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._jobs.spawn(coro)
@@ -484,8 +510,8 @@ class Scheduler:
     async def _commit(self, key: str, plan: Plan) -> None:
         outcome = Outcome.ERROR
         try:
-            # The committer takes a write slot per step (not while it waits for binding
-            # conditions), so at most max_concurrent_writes placements write at once.
+            # The committer takes a write slot per step (not while it waits before the
+            # binding), so at most max_concurrent_writes placements write at once.
             started = time.perf_counter()
             await self.committer.commit(plan)
             self.metrics.commit_seconds.observe(time.perf_counter() - started)
@@ -505,6 +531,9 @@ class Scheduler:
                 extra={"pod": key, "node": plan.node},
             )
             self.feed.forget(plan.pod.uid)
+            if isinstance(exc, VolumeBindingError):
+                self.metrics.unschedulable.labels(reason="volume-binding").inc()
+                await self.recorder.unschedulable(plan.pod, str(exc), reason=REASON_ERROR)
         finally:
             self.queue.done(key, outcome)
             self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)

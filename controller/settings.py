@@ -61,6 +61,9 @@ class Settings:
     metrics_port: int = 8080  # 0 disables the HTTP endpoint
     max_concurrent_writes: int = 16
     binding_timeout_s: float = 600.0  # kube-scheduler's DynamicResourcesArgs.bindingTimeout
+    #: How long a placement waits for its claims to be bound (static PVs by the PV controller,
+    #: new volumes by the provisioner) before it is rolled back and the pod retried.
+    volume_bind_timeout_s: float = 120.0
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 10.0
     unschedulable_flush_s: float = 60.0
@@ -118,6 +121,10 @@ class Settings:
             raise ConfigError(
                 "backoff needs 0 < initial <= max, got "
                 f"{self.backoff_initial_s} / {self.backoff_max_s} s"
+            )
+        if not self.volume_bind_timeout_s > 0:
+            raise ConfigError(
+                f"--volume-bind-timeout must be > 0 seconds, got {self.volume_bind_timeout_s}"
             )
         if self.unschedulable_flush_s <= 0:
             raise ConfigError("the unschedulable flush interval must be > 0")

@@ -58,6 +58,31 @@ STATEFUL_SETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet", nam
 POD_DISRUPTION_BUDGETS: Final = Resource(
     "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
 )
+PERSISTENT_VOLUME_CLAIMS: Final = Resource(
+    "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True
+)
+PERSISTENT_VOLUMES: Final = Resource(
+    "", "v1", "persistentvolumes", "PersistentVolume", namespaced=False
+)
+STORAGE_CLASSES: Final = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", False)
+CSI_NODES: Final = Resource("storage.k8s.io", "v1", "csinodes", "CSINode", False)
+CSI_DRIVERS: Final = Resource("storage.k8s.io", "v1", "csidrivers", "CSIDriver", False)
+CSI_STORAGE_CAPACITIES: Final = Resource(
+    "storage.k8s.io", "v1", "csistoragecapacities", "CSIStorageCapacity", True
+)
+VOLUME_ATTACHMENTS: Final = Resource(
+    "storage.k8s.io", "v1", "volumeattachments", "VolumeAttachment", False
+)
+#: What the volume rules read (driver.scheduling.volumes.VOLUME_KINDS), one informer each.
+VOLUME_RESOURCES: Final = (
+    PERSISTENT_VOLUME_CLAIMS,
+    PERSISTENT_VOLUMES,
+    STORAGE_CLASSES,
+    CSI_NODES,
+    CSI_DRIVERS,
+    CSI_STORAGE_CAPACITIES,
+    VOLUME_ATTACHMENTS,
+)
 
 
 def meta(obj: Mapping[str, Any]) -> JSON:

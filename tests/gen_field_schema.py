@@ -12,7 +12,7 @@ quantity or int-or-string: string or number), ``"*"`` (any value: raw extensions
 objects), ``"#<definition>"``, ``{"o": {field: node}}`` (an object with exactly these
 fields), ``{"m": node}`` (a map), ``{"a": node}`` (a list), ``{"e": [values]}`` (a string
 enum). Only definitions reachable from :data:`ROOTS` are kept. The scheduler issues add the
-kinds here that the simulator learns (volumes next).
+kinds here that the simulator learns.
 """
 
 from __future__ import annotations
@@ -39,6 +39,18 @@ ROOTS: Final[dict[str, str]] = {
     "batch/v1/Job": "io.k8s.api.batch.v1.Job",
     "scheduling.k8s.io/v1/PriorityClass": "io.k8s.api.scheduling.v1.PriorityClass",
     "policy/v1/PodDisruptionBudget": "io.k8s.api.policy.v1.PodDisruptionBudget",
+    "v1/PersistentVolumeClaim": "io.k8s.api.core.v1.PersistentVolumeClaim",
+    "v1/PersistentVolume": "io.k8s.api.core.v1.PersistentVolume",
+    **{
+        f"storage.k8s.io/v1/{kind}": f"io.k8s.api.storage.v1.{kind}"
+        for kind in (
+            "StorageClass",
+            "CSINode",
+            "CSIDriver",
+            "CSIStorageCapacity",
+            "VolumeAttachment",
+        )
+    },
     **{
         f"resource.k8s.io/{version}/{kind}": f"io.k8s.api.resource.{version}.{kind}"
         for version in ("v1", "v1beta2", "v1beta1")

@@ -105,6 +105,13 @@ FLAGS = Flags(
         kind=NUMBER,
         default="600",
     ),
+    Flag(
+        "volume-bind-timeout",
+        "seconds a placement waits for its volumes to be bound or provisioned",
+        field="volume_bind_timeout_s",
+        kind=NUMBER,
+        default="120",
+    ),
 )
 
 

@@ -13,9 +13,12 @@ The inventory (``apiVersion: biaxial.dev/v1alpha1``, ``kind: Cluster``)::
         pods: 110                  # a non-negative whole number
         labels: {zone: a}          # string values
         taints: [{key: k, value: v, effect: NoSchedule}]  # NoSchedule|PreferNoSchedule|NoExecute
+        attachLimits: {ebs.csi.aws.com: 25}  # CSI driver -> volumes the node can attach
 
 Every field is checked: an unknown field names its path and the field meant, a quantity must
-parse and not be negative, a taint needs a key and one of the three effects. ``Node`` objects
+parse and not be negative, a taint needs a key and one of the three effects, an attach limit
+is a non-negative whole number (the node's ``CSINode``, as its kubelet would publish it:
+``allocatable.count`` per driver). ``Node`` objects
 are checked the same way where the API server would (taint effects); ``ResourceSlice`` objects
 through the slice validation the API server applies. Errors are
 :class:`~driver.api.errors.ManifestError` naming the node. Pure apart from reading profile
@@ -45,7 +48,7 @@ from driver.discovery.slices import build_slices
 INVENTORY_API_VERSION: Final = "biaxial.dev/v1alpha1"
 TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _INVENTORY_FIELDS: Final = ("apiVersion", "kind", "metadata", "nodes")
-_NODE_FIELDS: Final = ("name", "gpus", "cpu", "memory", "pods", "labels", "taints")
+_NODE_FIELDS: Final = ("name", "gpus", "cpu", "memory", "pods", "labels", "taints", "attachLimits")
 _TAINT_FIELDS: Final = ("key", "value", "effect")
 _DEFAULTS: Final = {"cpu": "64", "memory": "256Gi", "pods": "110"}
 
@@ -55,6 +58,7 @@ class InventoryNode:
     node: Node
     raw: JSON
     profile: str | None
+    csi_node: JSON | None = None  # from attachLimits
 
 
 def _unknown(raw: Mapping[str, Any], allowed: Sequence[str], where: str) -> None:
@@ -107,6 +111,27 @@ def check_taint(taint: Mapping[str, Any], where: str) -> None:
         )
 
 
+def _csi_node(raw: Any, name: str, where: str) -> JSON | None:
+    """The CSINode of ``attachLimits`` (driver -> count), None when there is none."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or not raw:
+        raise ManifestError(f"{where}: must map CSI driver names to volume counts")
+    drivers = []
+    for driver, count in raw.items():
+        if not isinstance(driver, str) or not driver:
+            raise ManifestError(f"{where}: a CSI driver name must be a non-empty string")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ManifestError(f"{where}.{driver}: {count!r} is not a non-negative whole number")
+        drivers.append({"name": driver, "nodeID": name, "allocatable": {"count": count}})
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": {"name": name, "uid": stable_uid("CSINode", "", name)},
+        "spec": {"drivers": drivers},
+    }
+
+
 def _profile(raw: Any, where: str, base: Path | None) -> str | None:
     if raw is None:
         return None
@@ -120,7 +145,9 @@ def _profile(raw: Any, where: str, base: Path | None) -> str | None:
     return str(path)
 
 
-def _inventory_node(raw: Any, index: int, base: Path | None) -> tuple[JSON, str | None]:
+def _inventory_node(
+    raw: Any, index: int, base: Path | None
+) -> tuple[JSON, str | None, JSON | None]:
     where = f"Cluster inventory: nodes[{index}]"
     if not isinstance(raw, Mapping):
         raise ManifestError(f"{where}: must be an object")
@@ -136,6 +163,7 @@ def _inventory_node(raw: Any, index: int, base: Path | None) -> tuple[JSON, str 
     ):
         raise ManifestError(f"{where}.labels: must map strings to strings")
     taints = _taints(raw.get("taints") or [], f"{where}.taints")
+    csi_node = _csi_node(raw.get("attachLimits"), name, f"{where}.attachLimits")
     allocatable = {k: _quantity(raw.get(k, d), f"{where}.{k}") for k, d in _DEFAULTS.items()}
     pods = Quantity.of(allocatable["pods"])
     if not pods.is_integer():
@@ -154,7 +182,7 @@ def _inventory_node(raw: Any, index: int, base: Path | None) -> tuple[JSON, str 
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
-    return node, profile
+    return node, profile, csi_node
 
 
 def build_inventory(
@@ -173,7 +201,7 @@ def build_inventory(
     validated: set[str] = set()
     seen: set[str] = set()
     for index, raw in enumerate(nodes_raw):
-        node_json, profile = _inventory_node(raw, index, base)
+        node_json, profile, csi_node = _inventory_node(raw, index, base)
         name = node_json["metadata"]["name"]
         if name in seen:
             raise ManifestError(f"Cluster inventory: duplicate node name {name!r}")
@@ -197,7 +225,7 @@ def build_inventory(
                 )
             )
             validated.add(profile)
-        nodes.append(InventoryNode(node=node, raw=node_json, profile=profile))
+        nodes.append(InventoryNode(node=node, raw=node_json, profile=profile, csi_node=csi_node))
     return nodes, slices
 
 

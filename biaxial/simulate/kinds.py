@@ -6,8 +6,8 @@ simulator learns more of the cluster.
   v1, converted by :mod:`biaxial.simulate.convert`);
 * :data:`SKIPPED`: kinds that do not affect where a pod can run (ConfigMaps, RBAC,
   ...): left out with one summary note;
-* :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (volumes, quota,
-  ...): an error, because placements computed without them could be
+* :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (quota, ...): an
+  error, because placements computed without them could be
   wrong. The scheduler rules that honour them move their kinds to :data:`READ`.
 
 Any other kind is an error too. :func:`classify` gives an object's :class:`KindSpec` or raises
@@ -35,6 +35,7 @@ Role = Literal[
     "service",
     "priorityclass",
     "budget",
+    "volume",
     "skip",
 ]
 
@@ -67,6 +68,14 @@ READ: Final[Mapping[str, KindSpec]] = {
     "PriorityClass": KindSpec("priorityclass", "scheduling.k8s.io/v1", namespaced=False),
     # which victims a preemption report avoids
     "PodDisruptionBudget": KindSpec("budget", "policy/v1", namespaced=True),
+    # What kube-scheduler's volume rules read (driver.scheduling.volumes).
+    "PersistentVolumeClaim": KindSpec("volume", "v1", namespaced=True),
+    "PersistentVolume": KindSpec("volume", "v1", namespaced=False),
+    "StorageClass": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
+    "CSINode": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
+    "CSIDriver": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
+    "CSIStorageCapacity": KindSpec("volume", "storage.k8s.io/v1", namespaced=True),
+    "VolumeAttachment": KindSpec("volume", "storage.k8s.io/v1", namespaced=False),
 }
 
 _NAMESPACED_SKIPPED: Final = (
@@ -108,16 +117,8 @@ SKIPPED: Final[Mapping[str, KindSpec]] = {
     **{kind: KindSpec("skip", "", namespaced=False) for kind in _CLUSTER_SKIPPED},
 }
 
-_VOLUMES: Final = "volumes are not modelled yet (pods that use them cannot be placed faithfully)"
 #: kind -> (why it is refused for now, whether it is namespaced)
 NOT_YET: Final[Mapping[str, tuple[str, bool]]] = {
-    "PersistentVolumeClaim": (_VOLUMES, True),
-    "PersistentVolume": (_VOLUMES, False),
-    "StorageClass": (_VOLUMES, False),
-    "VolumeAttachment": (_VOLUMES, False),
-    "CSINode": (_VOLUMES, False),
-    "CSIDriver": (_VOLUMES, False),
-    "CSIStorageCapacity": (_VOLUMES, True),
     "ResourceQuota": ("quota admission is not modelled yet", True),
     "LimitRange": ("LimitRange defaults for pod requests are not applied yet", True),
     "RuntimeClass": ("RuntimeClass pod overhead is not applied yet", False),

@@ -1,8 +1,9 @@
 """``biaxial simulate --kubeconfig``: the live cluster's state, read once, read-only.
 
 :func:`read_cluster` lists Namespaces, Nodes, ResourceSlices, DeviceClasses, ResourceClaims,
-ResourceClaimTemplates, Services, ReplicaSets, StatefulSets, PodDisruptionBudgets and Pods
-from the API server the
+ResourceClaimTemplates, Services, ReplicaSets, StatefulSets, PodDisruptionBudgets, the kinds
+the volume rules read (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
+CSIDrivers, CSIStorageCapacities, VolumeAttachments) and Pods from the API server the
 kubeconfig names (GET requests only,
 following ``continue``; nothing is ever written) and returns them as the objects a
 ``kubectl get -A -o yaml`` dump holds, so the simulator reads them exactly as it reads a dump:
@@ -37,6 +38,7 @@ from kubeapi.resources import (
     RESOURCE_SLICES,
     SERVICES,
     STATEFUL_SETS,
+    VOLUME_RESOURCES,
     Resource,
 )
 
@@ -56,6 +58,7 @@ READ: Final = (
     REPLICA_SETS,
     STATEFUL_SETS,
     POD_DISRUPTION_BUDGETS,
+    *VOLUME_RESOURCES,
     PODS,
 )
 

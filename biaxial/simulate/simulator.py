@@ -12,8 +12,13 @@ Input is a list of Kubernetes objects (already parsed and checked, see
   "true"`` is set, as the API server admits it; kept for the affinity rules'
   ``namespaceSelector``), Services (their selectors, for default topology spreading), and Pods
   bound to a node (``spec.nodeName``: running; they count on the node as the controller counts
-  every bound pod -- requests, host ports, labels and affinity terms -- whatever their
-  scheduler);
+  every bound pod -- requests, host ports, volumes, labels and affinity terms -- whatever
+  their scheduler);
+* the volumes: PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes (also from
+  the inventory's ``attachLimits``), CSIDrivers, CSIStorageCapacities and VolumeAttachments,
+  read by kube-scheduler's volume rules (:mod:`driver.scheduling.volumes`: missing and
+  unbound ``Immediate`` claims, PV node affinity and zones, attach limits, ``ReadWriteOncePod``,
+  static PV matching and ``WaitForFirstConsumer`` provisioning);
 * the work: ResourceClaimTemplates, pending Pods, and the workload kinds, whose missing pods
   are created as their controllers would (:mod:`biaxial.simulate.workloads`).
 
@@ -30,7 +35,16 @@ or nominated, so the pods after it see the cluster unchanged. The simulator play
 controller for templates (a pod's claim is ``<pod>-<claim>-<5 characters>``, annotated
 ``resource.kubernetes.io/pod-claim-name``, unless the pod's status already names it) and the
 API server for bridge claims (``<pod>-extended-resources-<5 characters>``). UIDs are UUIDv5 of
-the object's identity, so a run is reproducible byte for byte (timings aside).
+the object's identity, so a run is reproducible byte for byte (timings aside). It also plays
+the controllers that create PersistentVolumeClaims: the ephemeral volume controller
+(``<pod>-<volume>`` from a generic ephemeral volume's template, owned by the pod) and the
+StatefulSet controller (``<template>-<pod>`` from ``volumeClaimTemplates``), each only where
+the claim does not exist, and the PV controller's first sync for a PV written without a phase
+(``Available``, or ``Bound`` when its ``claimRef`` has a UID). Volumes are bound as the
+controller binds them before the pod: a PV chosen for a claim gets its ``claimRef``, a claim
+to provision ``volume.kubernetes.io/selected-node``; provisioning is assumed to succeed on the
+node chosen (which the class's ``allowedTopologies`` allow), so later pods follow the claim
+there; a PV's binding is completed as the PV controller completes it before the pod is bound.
 
 Bad input for the run (an unsupported kind, a duplicate object, a malformed claim, class, node
 or slice, a pod the API server would refuse, a broken workload, no nodes) raises
@@ -76,6 +90,7 @@ from biaxial.simulate.workloads import (
     ns_name,
     owned_by,
     stable_uid,
+    statefulset_claims,
 )
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.api.errors import BiaxialError, ManifestError
@@ -87,6 +102,12 @@ from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedul
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
 from driver.scheduling.preemption import DisruptionBudget, pod_priority
 from driver.scheduling.topologyspread import DefaultSpreading
+from driver.scheduling.volumes import (
+    ANN_BIND_COMPLETED,
+    ANN_BOUND_BY_CONTROLLER,
+    ANN_SELECTED_NODE,
+    PodVolumes,
+)
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
@@ -367,6 +388,7 @@ class _Input:
     priority_classes: list[Mapping[str, Any]] = field(default_factory=list)
     budgets: list[Mapping[str, Any]] = field(default_factory=list)
     work: list[Mapping[str, Any]] = field(default_factory=list)  # pods and workloads, in order
+    volumes: list[Mapping[str, Any]] = field(default_factory=list)  # the volume rules' kinds
     skipped: Counter[str] = field(default_factory=Counter)
 
 
@@ -395,6 +417,9 @@ class _Run:
         self.touched: list[tuple[str, str]] = []
         self.placed_pods: list[JSON] = []
         self.budgets: list[DisruptionBudget] = []
+        #: (kind, namespace/name or name) -> object, for every kind the volume rules read
+        self.volumes: dict[tuple[str, str], JSON] = {}
+        self.touched_volumes: list[tuple[str, str]] = []
         self._uuids: dict[tuple[str, str, str], str] = {}
 
     # ------------------------------------------------------------------ input
@@ -437,6 +462,8 @@ class _Run:
                 found.priority_classes.append(obj)
             elif spec.role == "budget":
                 found.budgets.append(obj)
+            elif spec.role == "volume":
+                found.volumes.append(obj)
             else:  # pod, workload
                 found.work.append(obj)
         if not self.objects:
@@ -452,6 +479,7 @@ class _Run:
     def _cluster(self, found: _Input) -> tuple[list[Node], list[ResourceSlice]]:
         nodes: list[Node] = []
         slices: list[ResourceSlice] = []
+        csi_nodes: list[JSON] = []
         if found.inventory is not None:
             inventory, base = found.inventory
             if inventory.get("apiVersion") != INVENTORY_API_VERSION:
@@ -461,6 +489,7 @@ class _Run:
             built, built_slices = build_inventory(inventory, base)
             nodes.extend(n.node for n in built)
             slices.extend(built_slices)
+            csi_nodes.extend(n.csi_node for n in built if n.csi_node is not None)
         names = {n.name for n in nodes}
         for raw in found.nodes:
             node = node_from_object(raw)
@@ -474,7 +503,35 @@ class _Run:
                 "kind: Cluster) or the cluster's Node objects"
             )
         slices.extend(slice_from_object(raw) for raw in found.slices)
+        for raw in csi_nodes:
+            self._add_volume_object(raw)
+        for raw in found.volumes:
+            if self._volume_key(raw) in self.volumes:
+                raise ManifestError(f"{object_label(raw)}: given twice (inventory and object)")
+            self._add_volume_object(raw)
         return nodes, slices
+
+    @staticmethod
+    def _volume_key(raw: Mapping[str, Any]) -> tuple[str, str]:
+        kind = str(raw.get("kind"))
+        namespace, name = ns_name(raw)
+        return (kind, f"{namespace}/{name}" if classify(raw).namespaced else name)
+
+    def _add_volume_object(self, raw: Mapping[str, Any]) -> JSON:
+        """Keep a volume kind's object (a copy, with a UID) for the engine."""
+        key = self._volume_key(raw)
+        if classify(raw).namespaced:
+            obj = _with_uid(raw)
+        else:
+            obj = copy.deepcopy(dict(raw))
+            obj["metadata"] = {"uid": stable_uid(key[0], "", key[1]), **obj["metadata"]}
+        if key[0] == "PersistentVolume" and not (obj.get("status") or {}).get("phase"):
+            # A PV as written, before the PV controller's first sync (syncVolume): Available
+            # without a claim or pre-bound to one (no UID yet), else Bound.
+            ref = (obj.get("spec") or {}).get("claimRef") or {}
+            obj["status"] = {"phase": "Bound" if ref.get("uid") else "Available"}
+        self.volumes[key] = obj
+        return obj
 
     @staticmethod
     def _check_admin_access(found: _Input) -> None:
@@ -534,6 +591,11 @@ class _Run:
             for pod in expand(obj, nodes, existing):
                 check_pod_object(pod)
                 out.append(_with_uid(pod))
+                if kind == "StatefulSet":
+                    # The StatefulSet controller creates the claims it does not find.
+                    for claim in statefulset_claims(obj, ns_name(pod)[1]):
+                        if self._volume_key(claim) not in self.volumes:
+                            self._add_volume_object(claim)
         names = [ns_name(p) for p in out]
         duplicate = next((n for n, c in Counter(names).items() if c > 1), None)
         if duplicate is not None:
@@ -596,12 +658,20 @@ class _Run:
         for name, labels in found.namespaces.items():
             engine.observe_namespace(name, labels)
         self._owners(engine, found)
+        for (kind, key), obj in self.volumes.items():
+            engine.observe_volume(kind, key, obj)
         for pod in running:
-            # Every running pod counts: its requests, host ports, and labels and affinity terms
-            # for the rules between pods, whichever scheduler placed it.
+            # Every running pod counts: its requests, host ports, volumes, and labels and
+            # affinity terms for the rules between pods, whichever scheduler placed it.
             namespace, name = ns_name(pod)
             try:
-                engine.observe_pod(pod["metadata"]["uid"], str(pod["spec"]["nodeName"]), raw=pod)
+                volumes = PodVolumes.from_pod(pod)
+                engine.observe_pod(
+                    pod["metadata"]["uid"],
+                    str(pod["spec"]["nodeName"]),
+                    volumes=None if volumes.empty else volumes,
+                    raw=pod,
+                )
             except BiaxialError as exc:
                 raise ManifestError(f"Pod {namespace}/{name}: {exc}") from exc
             self.result.running += 1
@@ -613,6 +683,7 @@ class _Run:
         self._usage(slices)
         self.result.objects = [
             *(self.claims[key] for key in dict.fromkeys(self.touched)),
+            *(self.volumes[key] for key in dict.fromkeys(self.touched_volumes)),
             *self.placed_pods,
         ]
         return self.result
@@ -713,16 +784,7 @@ class _Run:
                         **dict(tmeta.get("annotations") or {}),
                         POD_CLAIM_NAME_ANNOTATION: claim_name,
                     },
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Pod",
-                            "name": name,
-                            "uid": pod["metadata"]["uid"],
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
+                    "ownerReferences": [_owned_by_pod(pod)],
                 },
                 "spec": copy.deepcopy(tspec.get("spec") or {}),
             }
@@ -741,6 +803,8 @@ class _Run:
         except ManifestError as exc:
             self.result.unschedulable.append(PodFailure(pod=pod_key, reason=str(exc)))
             return
+        for claim in self._ephemeral_claims(pod):
+            engine.observe_volume("PersistentVolumeClaim", self._volume_key(claim)[1], claim)
         started = time.perf_counter()
         decision = engine.decide(pod, models)
         elapsed = time.perf_counter() - started
@@ -753,6 +817,78 @@ class _Run:
             return
         engine.assume(decision, pod)
         self._record(pod, decision, entries, created)
+        self._bind_volumes(engine, decision)
+
+    def _ephemeral_claims(self, pod: JSON) -> list[JSON]:
+        """The claims the ephemeral volume controller creates for the pod's generic ephemeral
+        volumes and does not find: ``<pod>-<volume>`` with the template's metadata and spec,
+        owned (controller) by the pod."""
+        namespace, name = ns_name(pod)
+        out: list[JSON] = []
+        for volume in (pod.get("spec") or {}).get("volumes") or ():
+            ephemeral = volume.get("ephemeral") if isinstance(volume, Mapping) else None
+            if not isinstance(ephemeral, Mapping):
+                continue
+            template = ephemeral.get("volumeClaimTemplate") or {}
+            claim_name = f"{name}-{volume.get('name')}"
+            meta = copy.deepcopy(dict(template.get("metadata") or {}))
+            meta.update(
+                name=claim_name,
+                namespace=namespace,
+                ownerReferences=[_owned_by_pod(pod)],
+            )
+            claim: JSON = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": meta,
+                "spec": copy.deepcopy(dict(template.get("spec") or {})),
+                "status": {"phase": "Pending"},
+            }
+            if self._volume_key(claim) not in self.volumes:
+                out.append(self._add_volume_object(claim))
+        return out
+
+    def _bind_volumes(self, engine: DecisionEngine, placement: Placement) -> None:
+        """What the controller writes for the placement's volumes before the pod's binding:
+        each chosen PV's ``claimRef``, each claim to provision its selected node. A PV bind is
+        then completed as the PV controller completes it before the controller binds the pod
+        (the claim's ``volumeName``, both ``Bound``), and the engine sees that, as the
+        controller's does: a claim bound to a CSI volume counts under the PV's driver."""
+        if placement.volumes is None:
+            return
+        for claim_key, pv_name in placement.volumes.bind:
+            claim = self.volumes[("PersistentVolumeClaim", claim_key)]
+            namespace, _, name = claim_key.partition("/")
+            volume = self.volumes[("PersistentVolume", pv_name)]
+            volume.setdefault("spec", {})["claimRef"] = {
+                "kind": "PersistentVolumeClaim",
+                "apiVersion": "v1",
+                "namespace": namespace,
+                "name": name,
+                "uid": claim["metadata"]["uid"],
+            }
+            volume["status"] = {"phase": "Bound"}
+            claim.setdefault("spec", {})["volumeName"] = pv_name
+            claim["metadata"]["annotations"] = {
+                **(claim["metadata"].get("annotations") or {}),
+                ANN_BIND_COMPLETED: "yes",
+                ANN_BOUND_BY_CONTROLLER: "yes",
+            }
+            claim["status"] = {"phase": "Bound"}
+            engine.observe_volume("PersistentVolume", pv_name, volume)
+            engine.observe_volume("PersistentVolumeClaim", claim_key, claim)
+            self.touched_volumes += [
+                ("PersistentVolumeClaim", claim_key),
+                ("PersistentVolume", pv_name),
+            ]
+        for claim_key in placement.volumes.provision:
+            key = ("PersistentVolumeClaim", claim_key)
+            meta = self.volumes[key]["metadata"]
+            meta["annotations"] = {
+                **(meta.get("annotations") or {}),
+                ANN_SELECTED_NODE: placement.node,
+            }
+            self.touched_volumes.append(key)
 
     def _preemption(
         self, engine: DecisionEngine, pod: JSON, pod_key: str, models: list[ResourceClaim]
@@ -954,6 +1090,18 @@ def _replicaset_of(deployment: Mapping[str, Any]) -> JSON:
             "namespace": namespace,
             "uid": stable_uid("ReplicaSet", namespace, name),
         },
+    }
+
+
+def _owned_by_pod(pod: Mapping[str, Any]) -> JSON:
+    """The controller owner reference a claim created for ``pod`` carries."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": ns_name(pod)[1],
+        "uid": pod["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
 
 

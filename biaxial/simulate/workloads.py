@@ -9,8 +9,9 @@ Deployment     ``spec.replicas`` (default 1), named ``<deployment>-<n>``, owned 
                selector the Deployment's plus that label, which the pods carry)
 ReplicaSet     ``spec.replicas`` (default 1), named ``<replicaset>-<n>``
 StatefulSet    ``spec.replicas`` (default 1), ordinal names ``<statefulset>-<ordinal>``
-               from ``spec.ordinals.start`` (default 0); ``volumeClaimTemplates`` are
-               refused (volumes are not modelled yet)
+               from ``spec.ordinals.start`` (default 0); each ``volumeClaimTemplates``
+               entry becomes the pod's volume of that name, mounting the claim
+               ``<template>-<pod>`` (:func:`statefulset_claims` makes the claims)
 Job            ``min(parallelism, completions)`` (``parallelism`` default 1; none when
                ``suspend``), named ``<job>-<5 characters>`` (``Indexed``:
                ``<job>-<index>-<5 characters>`` with the completion-index annotation)
@@ -212,21 +213,77 @@ def expand_statefulset(
     namespace, name = ns_name(statefulset)
     where = f"StatefulSet {namespace}/{name}"
     spec = statefulset.get("spec") or {}
-    if spec.get("volumeClaimTemplates"):
-        raise ManifestError(
-            f"{where}: spec.volumeClaimTemplates: volumes are not modelled yet (its pods "
-            "cannot be placed faithfully); leave the templates out to simulate without them"
-        )
     replicas = _int(spec, "replicas", 1, where)
     ordinals = spec.get("ordinals") or {}
     start = _int(ordinals if isinstance(ordinals, Mapping) else {}, "start", 0, where)
     meta, pod_spec = _template(statefulset, where)
+    templates = _claim_templates(statefulset, where)
     taken = {ns_name(p)[1] for p in existing}
-    return [
-        _pod(statefulset, f"{name}-{ordinal}", meta, pod_spec)
-        for ordinal in range(start, start + replicas)
-        if f"{name}-{ordinal}" not in taken
-    ]
+    out = []
+    for ordinal in range(start, start + replicas):
+        pod_name = f"{name}-{ordinal}"
+        if pod_name in taken:
+            continue
+        pod = _pod(statefulset, pod_name, meta, pod_spec)
+        if templates:
+            # updateStorage: a volume per claim template first, then the template's other
+            # volumes (one of the same name is replaced).
+            claimed = [
+                {"name": t, "persistentVolumeClaim": {"claimName": f"{t}-{pod_name}"}}
+                for t in templates
+            ]
+            others = [v for v in pod["spec"].get("volumes") or () if v.get("name") not in templates]
+            pod["spec"]["volumes"] = claimed + others
+        out.append(pod)
+    return out
+
+
+def _claim_templates(statefulset: Mapping[str, Any], where: str) -> dict[str, Mapping[str, Any]]:
+    """``spec.volumeClaimTemplates`` by name."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for i, template in enumerate((statefulset.get("spec") or {}).get("volumeClaimTemplates") or ()):
+        name = ((template or {}).get("metadata") or {}).get("name")
+        if not isinstance(name, str) or not name:
+            raise ManifestError(f"{where}: spec.volumeClaimTemplates[{i}].metadata.name: required")
+        if name in out:
+            raise ManifestError(
+                f"{where}: spec.volumeClaimTemplates[{i}].metadata.name: duplicate {name!r}"
+            )
+        out[name] = template
+    return out
+
+
+def statefulset_claims(statefulset: Mapping[str, Any], pod_name: str) -> list[JSON]:
+    """The PersistentVolumeClaims the StatefulSet controller creates for its pod ``pod_name``
+    (``getPersistentVolumeClaims``): ``<template>-<pod>`` per ``volumeClaimTemplates`` entry,
+    in the set's namespace, with the template's labels plus the set selector's
+    ``matchLabels``, and the template's spec."""
+    namespace, name = ns_name(statefulset)
+    where = f"StatefulSet {namespace}/{name}"
+    selector = (statefulset.get("spec") or {}).get("selector") or {}
+    match = dict(selector.get("matchLabels") or {}) if isinstance(selector, Mapping) else {}
+    out: list[JSON] = []
+    for template_name, template in _claim_templates(statefulset, where).items():
+        claim_name = f"{template_name}-{pod_name}"
+        meta = copy.deepcopy(dict(template.get("metadata") or {}))
+        meta.update(
+            name=claim_name,
+            namespace=namespace,
+            uid=stable_uid("PersistentVolumeClaim", namespace, claim_name),
+            labels={**(meta.get("labels") or {}), **match},
+        )
+        if not meta["labels"]:
+            del meta["labels"]
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": meta,
+                "spec": copy.deepcopy(dict(template.get("spec") or {})),
+                "status": {"phase": "Pending"},
+            }
+        )
+    return out
 
 
 def expand_job(job: Mapping[str, Any], existing: Sequence[Mapping[str, Any]] = ()) -> list[JSON]:

@@ -13,11 +13,11 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
    kube-scheduler's PreFilter/PreScore: topology spread, pod (anti-)affinity, preferred node
    affinity, ``PreferNoSchedule`` taints) from the pods it counts;
 3. filters nodes in kube-scheduler's order (:mod:`driver.scheduling.nodefit` with NodePorts and
-   pod-level resources, then the pod's rules), builds the node's variant of the bridge claim,
-   allocates *all* the pod's unallocated claims on the node with the allocator, the GPU axis
-   ordering devices (:mod:`driver.scheduling.scoring`), scores the node on the node axis (cpu
-   and memory for a pod without devices) and subtracts the soft rules' weighted penalty
-   (``_evaluate``);
+   pod-level resources, the volume rules of :mod:`driver.scheduling.volumes`, then the pod's
+   rules), builds the node's variant of the bridge claim, allocates *all* the pod's
+   unallocated claims on the node with the allocator, the GPU axis ordering devices
+   (:mod:`driver.scheduling.scoring`), scores the node on the node axis (cpu and memory for a
+   pod without devices) and subtracts the soft rules' weighted penalty (``_evaluate``);
 4. picks the best node (highest total; ties by the System default spreading, then by name)
    and returns a
    :class:`~driver.scheduling.outcome.Placement`, or an
@@ -58,6 +58,13 @@ cache (the bookkeeping is :mod:`driver.scheduling.tracker`):
 * :meth:`~DecisionEngine.observe_node`, :meth:`~DecisionEngine.observe_slice` and
   :meth:`~DecisionEngine.observe_class` change what the index is built from: the engine
   rebuilds it (keeping the CEL cache) before the next decision. A heartbeat changes nothing.
+* :meth:`~DecisionEngine.observe_volume` follows what the volume rules read (PVCs, PVs,
+  StorageClasses, CSI nodes and drivers, capacities, attachments) and ``observe_pod`` the
+  volumes of pods on nodes, both into :class:`~driver.scheduling.volumes.ClusterVolumes`; the
+  engine's ``assume`` and ``forget`` pass a placement's volume bindings on to it. A volume rule that
+  rules out every node (a missing claim) makes the decision ``Unschedulable`` with upstream's
+  message; per node the volume rules are one more filter, applied to the nodes the search
+  evaluates (pruning stays exact: a filter only removes nodes).
 
 Updates are cheap and lazy; :meth:`~DecisionEngine.sync` (called by ``decide``) applies them.
 :meth:`~DecisionEngine.state` exposes what the engine counts, so tests can compare an engine
@@ -131,6 +138,7 @@ from driver.scheduling.outcome import (
     Placement,
     PodError,
     Preemption,
+    PreFilterRejectedError,
     Unschedulable,
 )
 from driver.scheduling.podindex import ScheduledPod
@@ -157,6 +165,13 @@ from driver.scheduling.scoring import (
 )
 from driver.scheduling.topologyspread import DefaultSpreading, OwnerSelectors
 from driver.scheduling.tracker import Change, ClusterTracker
+from driver.scheduling.volumes import (
+    ClusterVolumes,
+    PodVolumeContext,
+    PodVolumes,
+    VolumeBindings,
+    VolumeState,
+)
 from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
 from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
@@ -225,6 +240,7 @@ class _PodContext:
     kinds: tuple[tuple[_UsableKinds, ...], ...] = ()  # per request, per alternative
     shape_bounds: dict[int, ShapeBounds] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    volumes: PodVolumeContext | None = None  # None: no volume the volume rules look at
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +248,7 @@ class _NodeOutcome:
     score: Fraction  # the node score (two axes, or cpu/memory for a pod without devices)
     results: tuple[AllocationResult, ...]
     bridge: _BridgeVariant | None
+    volumes: VolumeBindings | None = None
     penalty: Fraction = _ZERO  # the soft rules' weighted penalty
     tie: Fraction = _ZERO  # the System default spreading's penalty (ties only)
 
@@ -357,6 +374,7 @@ class EngineState:
     filing: frozenset[FilingEntry]
     pods: Mapping[str, tuple[str, ScheduledPod]]  # what the rules between pods count
     namespaces: Mapping[str, Mapping[str, str]]
+    volumes: VolumeState
 
 
 class DecisionEngine:
@@ -400,6 +418,7 @@ class DecisionEngine:
         # The pod of the last decision and what the pod index would keep of it (assume reads
         # it instead of parsing the pod again).
         self._decided: tuple[Mapping[str, Any] | None, ScheduledPod] = (None, ScheduledPod(""))
+        self._volumes = ClusterVolumes()  # what the volume rules read
         self._rebuild_due = False  # classes changed, or a change only a rebuild follows
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
         self._stale: set[str] = set()  # nodes whose filed state lags behind the snapshot
@@ -477,11 +496,13 @@ class DecisionEngine:
                 scheduled,
             )
         )
+        self._volumes.assume(uid, placement.node, PodVolumes.from_pod(pod), placement.volumes)
 
     def forget(self, pod: str) -> None:
         """The placement assumed for the pod with UID ``pod`` will not be written (or was
         rolled back): drop what the cluster has not shown yet."""
         self._apply(self._tracker.forget(pod))
+        self._volumes.forget(pod)
 
     # ------------------------------------------------------------------ the cluster
     def observe_allocation(
@@ -520,13 +541,14 @@ class DecisionEngine:
         pod: str,
         node: str | None,
         requests: Mapping[str, int] | None = None,
+        volumes: PodVolumes | None = None,
         *,
         raw: Mapping[str, Any] | None = None,
     ) -> None:
-        """The pod with UID ``pod`` counts on ``node`` (None: it is gone or finished). Any pod
-        counts, whichever scheduler placed it. ``raw``: the pod's JSON, from which its
-        requests, labels, host ports and affinity terms are read (ManifestError when it does
-        not parse; nothing changes then); without it, only ``requests`` count."""
+        """The pod with UID ``pod`` counts on ``node`` (None: it is gone or finished) with
+        ``volumes``. Any pod counts, whichever scheduler placed it. ``raw``: the pod's JSON,
+        from which its requests, labels, host ports and affinity terms are read (ManifestError
+        when it does not parse; nothing changes then); without it, only ``requests`` count."""
         scheduled: ScheduledPod | None = None
         if node is not None:
             if raw is not None:
@@ -541,6 +563,14 @@ class DecisionEngine:
             self._started.pop(pod, None)
             self._set_nomination(pod, None)
         self._apply(self._tracker.observe_pod(pod, node, scheduled))
+        self._volumes.observe_pod(pod, node, volumes)
+
+    def observe_volume(self, kind: str, key: str, raw: Mapping[str, Any] | None) -> None:
+        """An object the volume rules read (a kind of
+        :data:`~driver.scheduling.volumes.VOLUME_KINDS`, raw API JSON; ``key`` its
+        ``namespace/name`` or name) appeared, changed or (None) went. Raises
+        :class:`~driver.api.errors.ManifestError` for a malformed one (nothing changes)."""
+        self._volumes.observe(kind, key, raw)
 
     def observe_start(self, pod: str, raw: Mapping[str, Any]) -> None:
         """A bound pod's ``status.startTime`` (preemption prefers victims that started
@@ -652,6 +682,7 @@ class DecisionEngine:
             filing=self._index.filing(),
             pods=dict(self._tracker.pods.pods()),
             namespaces=dict(self._tracker.pods.namespaces()),
+            volumes=self._volumes.state(),
         )
 
     def _apply(self, change: Change) -> None:
@@ -754,6 +785,7 @@ class DecisionEngine:
         self._decided = (pod, scheduled)
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
+        volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
         legacy = legacy_resources(
             pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
         )
@@ -783,6 +815,7 @@ class DecisionEngine:
             allocated_claims=tuple(c for c in claims if c.allocation is not None),
             legacy_resources=legacy.resources,
             exempt=filter_exempt(legacy.resources, legacy.resources),
+            volumes=volumes,
         )
 
     def _cluster_facts(self) -> ClusterFacts:
@@ -806,6 +839,10 @@ class DecisionEngine:
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
         try:
             ctx = self._context(pod, claims)
+        except PreFilterRejectedError as exc:
+            # kube-scheduler's FitError after a PreFilter rejection: no per-node reasons.
+            message = f"0/{len(self._nodes)} nodes are available: {exc}."
+            return Unschedulable(pod=name, message=message, reasons={})
         except BiaxialError as exc:
             return PodError(pod=name, message=str(exc))
         try:
@@ -1161,6 +1198,12 @@ class DecisionEngine:
         )
         if reason is not None:
             return reason
+        volumes: VolumeBindings | None = None
+        if ctx.volumes is not None:
+            verdict = self._volumes.filter(ctx.volumes, node)
+            if isinstance(verdict, str):
+                return verdict
+            volumes = verdict
         if ctx.rules is not None and not ruled:
             reason = ctx.rules.reason(node)
             if reason is not None:
@@ -1179,7 +1222,7 @@ class DecisionEngine:
         if not claims:
             # No devices: the node axis reads cpu and memory (kube-scheduler's resource score).
             score = resource_utilisation(self._allocatable[node.name], usage, ctx.facts.requests)
-            return _NodeOutcome(score, (), bridge)
+            return _NodeOutcome(score, (), bridge, volumes)
         if (
             state is None
             and not self._no_pruning
@@ -1224,11 +1267,11 @@ class DecisionEngine:
             )
             return precheck(state, demand, bounds) or REASON_CLAIMS
         if state is None:
-            return _NodeOutcome(Fraction(0), tuple(results), bridge)
+            return _NodeOutcome(Fraction(0), tuple(results), bridge, volumes)
         adding = state.added(results)
         cores = ctx.demand.cores if ctx.demand is not None else pod_demand(claims).cores
         score = node_score(state.shape.total, state.used, adding, cores=cores)
-        return _NodeOutcome(score, tuple(results), bridge)
+        return _NodeOutcome(score, tuple(results), bridge, volumes)
 
     def _placement(self, ctx: _PodContext, best: _Best, evaluated: int) -> Placement:
         outcome = best.outcome
@@ -1249,6 +1292,9 @@ class DecisionEngine:
             score=outcome.score,
             policies=ctx.policies,
             evaluated=evaluated,
+            volumes=outcome.volumes
+            if outcome.volumes is not None and not outcome.volumes.empty
+            else None,
         )
 
     # ------------------------------------------------------------------ preemption
@@ -1281,6 +1327,9 @@ class DecisionEngine:
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
         try:
             ctx = self._context(pod, claims)
+        except PreFilterRejectedError:
+            # Every node is UnschedulableAndUnresolvable: removing pods cannot help.
+            return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=len(self._nodes)))
         except BiaxialError as exc:
             return PodError(pod=name, message=str(exc))
         if not may_preempt(pod):

@@ -6,6 +6,8 @@ preemption dry run says: the victims to evict (:class:`Preemption`) or why none
 Outcomes are immutable values; nothing here computes. The ``REASON_*`` strings are the
 per-node reasons the engine and its index precheck give for the device dimension, worded as
 kube-scheduler words its own (``unschedulable_message`` turns the histogram into its text).
+:class:`PreFilterRejectedError` is how a rule says that no node can take the pod before any node is
+looked at (kube-scheduler's PreFilter rejections).
 """
 
 from __future__ import annotations
@@ -13,13 +15,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from driver.api.claims import AllocationResult, ResourceClaim
+from driver.api.errors import BiaxialError
 from driver.api.ids import NodeName
 from driver.scheduling.bridge import BridgeClaim
 from driver.scheduling.policy import PodPolicies
 from driver.scheduling.preemption import PodOnNode
+
+if TYPE_CHECKING:  # volumes imports this module (PreFilterRejectedError)
+    from driver.scheduling.volumes import VolumeBindings
 
 REASON_NO_GPUS: Final = "node(s) had no GPUs"
 REASON_GPU_MEMORY: Final = "insufficient GPU memory"
@@ -27,6 +33,13 @@ REASON_GPU_CORES: Final = "insufficient GPU cores"
 REASON_FREE_GPUS: Final = "insufficient free GPUs"
 REASON_CLAIMS: Final = "cannot allocate all claims"
 REASON_CLAIM_NODE: Final = "resourceclaim not available on the node"
+
+
+class PreFilterRejectedError(BiaxialError):
+    """No node can take the pod, for a reason found before any node is looked at (a
+    kube-scheduler PreFilter plugin's ``UnschedulableAndUnresolvable``); the message is the
+    rule's, and the decision is :class:`Unschedulable` with ``0/N nodes are available:
+    <message>.``"""
 
 
 class ClaimAllocation(NamedTuple):
@@ -39,7 +52,8 @@ class ClaimAllocation(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class Placement:
     """The pod fits: its node, the allocation of each claim (pod claims in order, then the
-    bridge claim), and the score that won."""
+    bridge claim), the score that won, and what its volumes need written first (None: every
+    claim of the pod is bound already, or it has none)."""
 
     pod: str
     node: NodeName
@@ -49,6 +63,7 @@ class Placement:
     score: Fraction
     policies: PodPolicies
     evaluated: int = 0
+    volumes: VolumeBindings | None = None
 
     @property
     def all_results(self) -> tuple[AllocationResult, ...]:

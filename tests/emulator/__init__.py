@@ -15,6 +15,7 @@ from tests.emulator.errors import ApiStatusError
 from tests.emulator.faults import RequestRecord
 from tests.emulator.kinds import ALL_KINDS, Kind, lookup
 from tests.emulator.server import Emulator, write_kubeconfig
+from tests.emulator.volumes import VolumeController
 
 __all__ = [
     "ALL_KINDS",
@@ -23,6 +24,7 @@ __all__ = [
     "Kind",
     "RequestRecord",
     "ResourceClaimController",
+    "VolumeController",
     "lookup",
     "write_kubeconfig",
 ]

@@ -2,12 +2,15 @@
 
 Binds 127.0.0.1:PORT (``--port 0`` picks a free port), writes a kubeconfig pointing at it,
 prints ``listening on http://127.0.0.1:PORT`` (flushed, so a parent can wait for the line)
-and serves until SIGTERM or SIGINT, then ends open watches and exits 0.
+and serves until SIGTERM or SIGINT, then ends open watches and exits 0 (with
+``--request-counts FILE``, after writing how many requests it served, by user agent, verb and
+resource, as JSON: ``{"biaxial-controller": {"patch persistentvolumeclaims": 3, ...}}``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -17,6 +20,7 @@ from types import FrameType
 from tests.emulator.claims import ResourceClaimController
 from tests.emulator.server import Emulator
 from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaMissingError
+from tests.emulator.volumes import DEFAULT_PROVISIONER, VolumeController
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,6 +50,17 @@ def _parser() -> argparse.ArgumentParser:
         "--resourceclaim-controller",
         action="store_true",
         help="also run the resourceclaim controller stand-in (claims from templates)",
+    )
+    parser.add_argument(
+        "--volume-controller",
+        action="store_true",
+        help="also run the storage stand-in (PV controller, external-provisioner for "
+        f"{DEFAULT_PROVISIONER}, ephemeral volume controller)",
+    )
+    parser.add_argument(
+        "--request-counts",
+        metavar="FILE",
+        help="on exit, write the requests served by user agent, verb and resource (JSON)",
     )
     parser.add_argument(
         "--no-graceful-pod-deletion",
@@ -79,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     controller = (
         ResourceClaimController(emulator).start() if args.resourceclaim_controller else None
     )
+    volumes = VolumeController(emulator).start() if args.volume_controller else None
     try:
         if args.kubeconfig:
             emulator.write_kubeconfig(args.kubeconfig, namespace=args.namespace)
@@ -88,6 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if controller is not None:
             controller.stop()
+        if volumes is not None:
+            volumes.stop()
+        if args.request_counts:
+            counts: dict[str, dict[str, int]] = {}
+            for record in list(emulator.requests):
+                per_agent = counts.setdefault(record.user_agent, {})
+                key = f"{record.verb} {record.resource}"
+                per_agent[key] = per_agent.get(key, 0) + 1
+            Path(args.request_counts).write_text(json.dumps(counts, indent=1, sort_keys=True))
         emulator.stop()
     return 0
 

@@ -3,8 +3,10 @@
 Mirrors what the real API server adds on create so that clients see the same objects: pod
 ``schedulerName``/``restartPolicy``/container defaults and the initial ``status`` (phase
 Pending, QoS class), namespace ``kubernetes.io/metadata.name`` label, ``spec.finalizers`` and
-phase, ResourceClaim ``allocationMode``/``count`` defaults (claims and templates). Each function
-takes an object and returns a new one.
+phase, ResourceClaim ``allocationMode``/``count`` defaults (claims and templates),
+PersistentVolumeClaim and PersistentVolume ``volumeMode`` (and a PV's reclaim policy) and
+their initial ``status.phase: Pending``, StorageClass ``reclaimPolicy`` and
+``volumeBindingMode``. Each function takes an object and returns a new one.
 """
 
 from __future__ import annotations
@@ -119,7 +121,25 @@ def prepare_for_create(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         default_claim_spec(out.get("spec"))
     elif kind.kind == "ResourceClaimTemplate":
         default_claim_spec((out.get("spec") or {}).get("spec"))
+    elif kind.kind in ("PersistentVolumeClaim", "PersistentVolume"):
+        _default_volume(kind, out)
+        out["status"] = {"phase": "Pending"}
+    elif kind.kind == "StorageClass":
+        _default_storage_class(out)
     return out
+
+
+def _default_volume(kind: Kind, obj: dict[str, Any]) -> None:
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        spec.setdefault("volumeMode", "Filesystem")
+        if kind.kind == "PersistentVolume":
+            spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
+
+
+def _default_storage_class(obj: dict[str, Any]) -> None:
+    obj.setdefault("reclaimPolicy", "Delete")
+    obj.setdefault("volumeBindingMode", "Immediate")
 
 
 def apply_update_defaults(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
@@ -138,5 +158,13 @@ def apply_update_defaults(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
         if isinstance(spec, dict):
             _default_containers(spec.get("containers"))
             _default_containers(spec.get("initContainers"))
+        return out
+    if kind.kind in ("PersistentVolumeClaim", "PersistentVolume"):
+        out = copy.deepcopy(obj)
+        _default_volume(kind, out)
+        return out
+    if kind.kind == "StorageClass":
+        out = copy.deepcopy(obj)
+        _default_storage_class(out)
         return out
     return obj

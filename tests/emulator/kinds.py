@@ -254,6 +254,70 @@ POD_DISRUPTION_BUDGET: Final = Kind(
     tracks_generation=True,
 )
 
+PERSISTENT_VOLUME_CLAIM: Final = Kind(
+    "",
+    "v1",
+    "persistentvolumeclaims",
+    "persistentvolumeclaim",
+    "PersistentVolumeClaim",
+    namespaced=True,
+    field_labels=_NS_NAME,
+    short_names=("pvc",),
+    status_subresource=True,
+)
+PERSISTENT_VOLUME: Final = Kind(
+    "",
+    "v1",
+    "persistentvolumes",
+    "persistentvolume",
+    "PersistentVolume",
+    namespaced=False,
+    field_labels=_NAME,
+    short_names=("pv",),
+    status_subresource=True,
+)
+STORAGE_CLASS: Final = Kind(
+    "storage.k8s.io",
+    "v1",
+    "storageclasses",
+    "storageclass",
+    "StorageClass",
+    namespaced=False,
+    field_labels=_NAME,
+    short_names=("sc",),
+)
+CSI_NODE: Final = Kind(
+    "storage.k8s.io", "v1", "csinodes", "csinode", "CSINode", namespaced=False, field_labels=_NAME
+)
+CSI_DRIVER: Final = Kind(
+    "storage.k8s.io",
+    "v1",
+    "csidrivers",
+    "csidriver",
+    "CSIDriver",
+    namespaced=False,
+    field_labels=_NAME,
+)
+CSI_STORAGE_CAPACITY: Final = Kind(
+    "storage.k8s.io",
+    "v1",
+    "csistoragecapacities",
+    "csistoragecapacity",
+    "CSIStorageCapacity",
+    namespaced=True,
+    field_labels=_NS_NAME,
+)
+VOLUME_ATTACHMENT: Final = Kind(
+    "storage.k8s.io",
+    "v1",
+    "volumeattachments",
+    "volumeattachment",
+    "VolumeAttachment",
+    namespaced=False,
+    field_labels=_NAME,
+    status_subresource=True,
+)
+
 ALL_KINDS: Final[tuple[Kind, ...]] = (
     NAMESPACE,
     NODE,
@@ -270,6 +334,13 @@ ALL_KINDS: Final[tuple[Kind, ...]] = (
     REPLICA_SET,
     STATEFUL_SET,
     POD_DISRUPTION_BUDGET,
+    PERSISTENT_VOLUME_CLAIM,
+    PERSISTENT_VOLUME,
+    STORAGE_CLASS,
+    CSI_NODE,
+    CSI_DRIVER,
+    CSI_STORAGE_CAPACITY,
+    VOLUME_ATTACHMENT,
 )
 
 #: (group, version) -> plural -> Kind

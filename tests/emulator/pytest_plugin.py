@@ -6,6 +6,8 @@
 * ``api_client``: a ``kubernetes.client.ApiClient`` configured for it (closed at teardown).
 * ``kubeconfig``: path of a kubeconfig file for it, for subprocesses and ``kubernetes.config``.
 * ``claim_controller``: a running :class:`~tests.emulator.ResourceClaimController`.
+* ``volume_controller``: a running :class:`~tests.emulator.VolumeController` (PV controller,
+  external-provisioner for ``csi.test.biaxial.dev``, ephemeral volume controller).
 
 When a test that used ``emulator`` fails, the API's failed requests and last calls are printed
 (pytest shows them with the failure).
@@ -25,6 +27,7 @@ import pytest
 if TYPE_CHECKING:  # imported lazily: a session that uses no fixture pays nothing
     from tests.emulator.claims import ResourceClaimController
     from tests.emulator.server import Emulator
+    from tests.emulator.volumes import VolumeController
 
 _CALL_REPORT = pytest.StashKey[pytest.TestReport]()
 
@@ -98,3 +101,15 @@ def claim_controller(emulator: Emulator) -> Iterator[ResourceClaimController]:
         yield controller
     finally:
         controller.stop()
+
+
+@pytest.fixture
+def volume_controller(emulator: Emulator) -> Iterator[VolumeController]:
+    from tests.emulator.volumes import VolumeController
+
+    controller = VolumeController(emulator).start()
+    try:
+        yield controller
+    finally:
+        controller.stop()
+    assert not controller.failures, controller.failures

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -812,6 +812,8 @@ class Store:
                 raise errors.invalid(kind, name, problems)
         if kind.kind == "Pod":
             _check_pod_update(kind, old, new)
+        elif kind.kind in _VOLUME_IMMUTABLE:
+            _check_volume_update(kind, old, new)
 
     # ------------------------------------------------------------------ delete
     def delete(
@@ -1127,6 +1129,51 @@ def _check_pod_update(kind: Kind, old: Obj, new: Obj) -> None:
                 )
             ],
         )
+
+
+#: What the API server refuses to change once set, per volume kind (top-level object fields for
+#: a StorageClass, ``spec`` fields otherwise): a PVC's spec except ``resources`` and
+#: ``volumeAttributesClassName`` (``volumeName`` only while empty); a PV's ``volumeMode`` and
+#: node affinity; a StorageClass's provisioner, parameters, reclaim policy and binding mode.
+_VOLUME_IMMUTABLE: Final[Mapping[str, tuple[str, ...]]] = {
+    "PersistentVolumeClaim": (
+        "accessModes",
+        "selector",
+        "storageClassName",
+        "volumeMode",
+        "dataSource",
+        "dataSourceRef",
+    ),
+    "PersistentVolume": ("volumeMode", "nodeAffinity"),
+    "StorageClass": ("provisioner", "parameters", "reclaimPolicy", "volumeBindingMode"),
+}
+
+
+def _check_volume_update(kind: Kind, old: Obj, new: Obj) -> None:
+    if kind.kind == "StorageClass":
+        before, after, prefix = old, new, ""
+    else:
+        before, after, prefix = old.get("spec") or {}, new.get("spec") or {}, "spec."
+    problems = [
+        FieldError(f"{prefix}{name}", "Invalid value", "field is immutable", after.get(name))
+        for name in _VOLUME_IMMUTABLE[kind.kind]
+        if before.get(name) != after.get(name)
+        and not (
+            kind.kind == "PersistentVolume" and name == "nodeAffinity" and not before.get(name)
+        )
+    ]
+    if (
+        kind.kind == "PersistentVolumeClaim"
+        and before.get("volumeName")
+        and before.get("volumeName") != after.get("volumeName")
+    ):
+        problems.append(
+            FieldError(
+                "spec.volumeName", "Invalid value", "field is immutable", after.get("volumeName")
+            )
+        )
+    if problems:
+        raise errors.invalid(kind, str(_meta(old).get("name")), problems)
 
 
 def _apply_patch(content_type: str, obj: Obj, body: bytes) -> Obj:

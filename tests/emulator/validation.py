@@ -1101,6 +1101,73 @@ def template_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
         errs.add(f"spec.metadata.{extra}", "Forbidden", "only labels and annotations may be set")
 
 
+_PV_SOURCES: Final = (
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "csi",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "glusterfs",
+    "hostPath",
+    "iscsi",
+    "local",
+    "nfs",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+)
+
+
+def claim_volume_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
+    """A PersistentVolumeClaim: access modes and a storage request are required."""
+    spec = _map(obj.get("spec"))
+    if not _items(spec.get("accessModes")):
+        errs.add("spec.accessModes", "Required value", "at least 1 access mode is required")
+    requests = _map(_map(spec.get("resources")).get("requests"))
+    if "storage" not in requests:
+        errs.add("spec.resources[storage]", "Required value", "")
+    for rname, value in requests.items():
+        errs.quantity(f"spec.resources.requests[{rname}]", value)
+
+
+def persistent_volume_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
+    """A PersistentVolume: capacity, access modes and exactly one volume source; a local
+    volume needs node affinity."""
+    spec = _map(obj.get("spec"))
+    capacity = _map(spec.get("capacity"))
+    if "storage" not in capacity:
+        errs.add("spec.capacity", "Required value", "")
+    for rname, value in capacity.items():
+        errs.quantity(f"spec.capacity[{rname}]", value)
+    if not _items(spec.get("accessModes")):
+        errs.add("spec.accessModes", "Required value", "")
+    sources = [s for s in _PV_SOURCES if spec.get(s) is not None]
+    if len(sources) != 1:
+        errs.add(
+            "spec",
+            "Required value" if not sources else "Forbidden",
+            "must specify a volume type"
+            if not sources
+            else "may not specify more than 1 volume type",
+        )
+    if spec.get("local") is not None and not _map(spec.get("nodeAffinity")).get("required"):
+        errs.add("spec.nodeAffinity", "Required value", "Local volume requires node affinity")
+
+
+def csi_storage_capacity_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
+    for field_name in ("capacity", "maximumVolumeSize"):
+        errs.quantity(field_name, obj.get(field_name))
+
+
 def semantic_check(kind: Kind, obj: Mapping[str, Any]) -> None:
     """Raise the API server's 400/422 for what the schema does not catch."""
     errs = _Errors()
@@ -1118,4 +1185,10 @@ def semantic_check(kind: Kind, obj: Mapping[str, Any]) -> None:
         pod_errors(errs, obj)
     elif kind.kind == "Node":
         node_errors(errs, obj)
+    elif kind.kind == "PersistentVolumeClaim":
+        claim_volume_errors(errs, obj)
+    elif kind.kind == "PersistentVolume":
+        persistent_volume_errors(errs, obj)
+    elif kind.kind == "CSIStorageCapacity":
+        csi_storage_capacity_errors(errs, obj)
     errs.raise_if_any(kind, str(_map(obj.get("metadata")).get("name") or ""))

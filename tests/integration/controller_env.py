@@ -170,7 +170,12 @@ class ControllerThread:
 
 
 def node_object(
-    name: str, *, cpu: str = "32", memory: str = "128Gi", gpus: str | None = None
+    name: str,
+    *,
+    cpu: str = "32",
+    memory: str = "128Gi",
+    gpus: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> JSON:
     allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
     if gpus is not None:
@@ -178,7 +183,7 @@ def node_object(
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
         "status": {
             "allocatable": allocatable,
             "capacity": dict(allocatable),
@@ -195,12 +200,17 @@ def device_classes() -> list[JSON]:
 
 
 def seed_cluster(
-    emulator: Emulator, nodes: Mapping[str, str] | None = None, *, classes: bool = True
+    emulator: Emulator,
+    nodes: Mapping[str, str] | None = None,
+    *,
+    classes: bool = True,
+    labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
-    """Nodes with published slices (``{node: fake profile}``) and the DeviceClasses."""
+    """Nodes with published slices (``{node: fake profile}``, ``labels`` per node) and the
+    DeviceClasses."""
     nodes = nodes or {"gpu-t4": "t4x4", "gpu-a10g": "a10gx4"}
     for name, profile in nodes.items():
-        node = emulator.create(node_object(name))
+        node = emulator.create(node_object(name, labels=(labels or {}).get(name)))
         if not (emulator.get("nodes", name) or {}).get("status"):
             emulator.update_status("nodes", name, node_object(name)["status"])
         with open_backend(profile, node_name=name) as backend:
@@ -369,6 +379,65 @@ def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[
                 ]
                 if values and p["spec"]["nodeName"] not in values:
                     problems.append(f"bound pod {name}: claim {key} allocated on {values}")
+    return problems
+
+
+def volume_problems(emulator: Emulator, *, scheduler: str = "biaxial") -> list[str]:
+    """Every violation of the volume invariants: a bound pod of ours whose claims are not all
+    bound to a PV that accepts its node; a claim whose selected node no pod of ours bound
+    there uses (and no attempt can be reusing, once every pod is bound)."""
+    problems: list[str] = []
+    claims = {
+        f"{c['metadata']['namespace']}/{c['metadata']['name']}": c
+        for c in emulator.list("persistentvolumeclaims")
+    }
+    volumes = {v["metadata"]["name"]: v for v in emulator.list("persistentvolumes")}
+    users: dict[str, set[str]] = {}
+    for p in emulator.list("pods"):
+        node = p["spec"].get("nodeName")
+        if p["spec"].get("schedulerName") != scheduler or not node:
+            continue
+        namespace = p["metadata"]["namespace"]
+        for v in p["spec"].get("volumes") or []:
+            name = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if v.get("ephemeral") is not None:
+                name = f"{p['metadata']['name']}-{v['name']}"
+            if not name:
+                continue
+            key = f"{namespace}/{name}"
+            users.setdefault(key, set()).add(node)
+            claim = claims.get(key)
+            annotations = (claim or {}).get("metadata", {}).get("annotations") or {}
+            volume_name = ((claim or {}).get("spec") or {}).get("volumeName")
+            if (
+                claim is None
+                or not volume_name
+                or "pv.kubernetes.io/bind-completed" not in (annotations)
+            ):
+                problems.append(f"bound pod {p['metadata']['name']}: claim {key} not bound")
+                continue
+            labels = (emulator.get("nodes", node) or {}).get("metadata", {}).get("labels") or {}
+            required = (
+                ((volumes.get(volume_name) or {}).get("spec") or {})
+                .get("nodeAffinity", {})
+                .get("required")
+            )
+            if required and not any(
+                all(
+                    labels.get(e["key"]) in (e.get("values") or [])
+                    for e in term.get("matchExpressions") or []
+                )
+                for term in required["nodeSelectorTerms"]
+            ):
+                problems.append(
+                    f"bound pod {p['metadata']['name']}: PV {volume_name} not on {node}"
+                )
+    for key, claim in claims.items():
+        selected = (claim["metadata"].get("annotations") or {}).get(
+            "volume.kubernetes.io/selected-node"
+        )
+        if selected is not None and key in users and selected not in users[key]:
+            problems.append(f"claim {key} selected {selected}, used on {sorted(users[key])}")
     return problems
 
 

@@ -6,8 +6,10 @@ here, where the emulator itself authorizes everything.
 
 The runs cover each component's main path: the plugin publishes its pool, advertises legacy
 resources, registers with a (fake) kubelet and prepares and unprepares a claim; the controller
-takes the Lease, schedules a legacy pod through a bridge claim and a template pod, binds them,
-and releases the Lease on SIGTERM.
+takes the Lease, schedules a legacy pod through a bridge claim and a template pod, a pod whose
+WaitForFirstConsumer claim is provisioned where it goes and one bound to a local PV (with a
+conflict on the PV's first write, so the PV is read again), binds them, and releases the Lease
+on SIGTERM.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from typing import Any
 
 import pytest
 
-from tests.emulator import Emulator, ResourceClaimController
+from tests.emulator import Emulator, ResourceClaimController, VolumeController
 from tests.emulator.faults import RequestRecord
 from tests.integration.controller_env import bound_pods, pod, seed_cluster
 from tests.integration.fake_kubelet import FakeKubelet, wait
 from tests.render_chart import NAMESPACE, render_objects
+from tests.unit.builders import pv, pvc, storage_class
 
 JSON = dict[str, Any]
 NODE = "node-a"
@@ -315,8 +318,23 @@ def test_kubelet_plugin_needs_nothing_the_chart_does_not_grant(
     assert denied(objs, "biaxial-kubelet-plugin", records) == []
 
 
+def _volume_pod(name: str, claim: str) -> JSON:
+    out = pod(name)
+    out["spec"]["volumes"] = [{"name": "v", "persistentVolumeClaim": {"claimName": claim}}]
+    return out
+
+
+def _created(obj: JSON) -> JSON:
+    out = {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k != "uid"}}
+    out.pop("status", None)
+    return out
+
+
 def test_controller_needs_nothing_the_chart_does_not_grant(
-    emulator: Emulator, claim_controller: ResourceClaimController, short_root: Path
+    emulator: Emulator,
+    claim_controller: ResourceClaimController,
+    volume_controller: VolumeController,
+    short_root: Path,
 ) -> None:
     port = _free_port()
     objs = [
@@ -361,7 +379,16 @@ def test_controller_needs_nothing_the_chart_does_not_grant(
             }
         )
         emulator.create(pod("templated", template="one-gpu"))
-        wait(lambda: {"legacy", "templated"} <= set(bound_pods(emulator)), 20, "pods bound")
+        emulator.create(storage_class("wffc"))
+        emulator.create(storage_class("local", provisioner="kubernetes.io/no-provisioner"))
+        emulator.create(_created(pvc("cache")))
+        emulator.create(_created(pvc("dataset", cls="local")))
+        emulator.create(_created(pv("local", cls="local", hostname="gpu-t4")))
+        emulator.fail_next_write(409, resource="persistentvolumes", verb="patch")
+        emulator.create(_volume_pod("provisioned", "cache"))
+        emulator.create(_volume_pod("static", "dataset"))
+        wanted = {"legacy", "templated", "provisioned", "static"}
+        wait(lambda: wanted <= set(bound_pods(emulator)), 20, "pods bound")
         lease = emulator.get("leases", "biaxial-controller", NAMESPACE)
         assert lease is not None
         assert lease["spec"]["holderIdentity"] == "biaxial-controller-0"
@@ -374,4 +401,8 @@ def test_controller_needs_nothing_the_chart_does_not_grant(
     assert proc.returncode == 0, output
     records = list(emulator.requests)
     assert any(r.path.endswith("/binding") for r in records)
+    assert any(
+        r.method == "PATCH" and r.path.endswith("persistentvolumeclaims/cache") for r in records
+    )
+    assert any(r.method == "GET" and r.path.endswith("persistentvolumes/local") for r in records)
     assert denied(objs, "biaxial-controller", records) == []

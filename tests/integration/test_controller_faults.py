@@ -1,13 +1,18 @@
 """The controller under API faults (409s, 5xx, dropped watches, 410 Gone) and killed between
-any two commit writes, then restarted: afterwards every pod is bound, no device is
-over-allocated, every bound pod's claims are allocated and reserved for it, and nothing is
-left once the pods are deleted."""
+any two commit writes (volume writes included: a PV's claimRef, a claim's selected node, all
+claims bound), then restarted: afterwards every pod is bound, no device is over-allocated,
+every bound pod's claims are allocated and reserved for it, its volume claims are bound to PVs
+on its node and no claim's selected node is one its pod does not use, and nothing is left once
+the pods are deleted."""
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import pytest
 
-from tests.emulator import Emulator, ResourceClaimController
+from tests.emulator import Emulator, ResourceClaimController, VolumeController
 from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
@@ -18,9 +23,28 @@ from tests.integration.controller_env import (
     leftovers,
     pod,
     seed_cluster,
+    volume_problems,
 )
+from tests.unit.builders import pv, pvc, storage_class
 
-STEPS = ["finalizer", "allocation", "bridge-create", "bridge-allocation", "bridge-link", "binding"]
+STEPS = [
+    "finalizer",
+    "allocation",
+    "bridge-create",
+    "bridge-allocation",
+    "bridge-link",
+    "volume-binding",
+    "selected-node",
+    "volumes-bound",
+    "binding",
+]
+
+
+def _created(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"].pop("uid", None)
+    out.pop("status", None)
+    return out
 
 
 def _workload(cluster: Emulator) -> list[str]:
@@ -32,6 +56,18 @@ def _workload(cluster: Emulator) -> list[str]:
     for i in range(2):
         cluster.create(pod(f"legacy{i}", legacy_gpus=1, gpumem=5000))
         names.append(f"legacy{i}")
+    # Volumes: one claim provisioned where its pod goes, one bound to a local PV.
+    cluster.create(storage_class("wffc"))
+    cluster.create(storage_class("local", provisioner="kubernetes.io/no-provisioner"))
+    cluster.create(_created(pv("local-t4", cls="local", hostname="gpu-t4")))
+    for name, cls in (("cache", "wffc"), ("dataset", "local")):
+        cluster.create(_created(pvc(name, cls=cls)))
+        with_volume = pod(f"mounts-{name}", template="half")
+        with_volume["spec"]["volumes"] = [
+            {"name": "v", "persistentVolumeClaim": {"claimName": name}}
+        ]
+        cluster.create(with_volume)
+        names.append(f"mounts-{name}")
     return names
 
 
@@ -42,6 +78,8 @@ def _settle(cluster: Emulator, names: list[str]) -> None:
         message=f"bound: {bound_pods(cluster, names)}",
     )
     assert check_invariants(cluster) == []
+    assert volume_problems(cluster) == []
+    assert bound_pods(cluster, ["mounts-dataset"]) == {"mounts-dataset": "gpu-t4"}
 
 
 def _teardown(cluster: Emulator) -> None:
@@ -50,7 +88,9 @@ def _teardown(cluster: Emulator) -> None:
 
 
 def test_api_faults_are_survived(
-    emulator: Emulator, claim_controller: ResourceClaimController
+    emulator: Emulator,
+    claim_controller: ResourceClaimController,
+    volume_controller: VolumeController,
 ) -> None:
     seed_cluster(emulator)
     controller = ControllerThread(emulator).start()
@@ -78,7 +118,10 @@ def test_api_faults_are_survived(
 
 @pytest.mark.parametrize("step", STEPS)
 def test_killed_between_commit_steps_then_restarted(
-    emulator: Emulator, claim_controller: ResourceClaimController, step: str
+    emulator: Emulator,
+    claim_controller: ResourceClaimController,
+    volume_controller: VolumeController,
+    step: str,
 ) -> None:
     seed_cluster(emulator)
     first = ControllerThread(emulator, crash_at=lambda s, _k: s == step).start()
@@ -102,7 +145,9 @@ def test_killed_between_commit_steps_then_restarted(
 
 
 def test_pods_deleted_while_the_controller_is_down_are_released_on_start(
-    emulator: Emulator, claim_controller: ResourceClaimController
+    emulator: Emulator,
+    claim_controller: ResourceClaimController,
+    volume_controller: VolumeController,
 ) -> None:
     seed_cluster(emulator)
     first = ControllerThread(emulator).start()

@@ -539,3 +539,187 @@ def gpu_config(strategy: str, *, driver: str = DRIVER) -> JSON:
             },
         }
     }
+
+
+# --------------------------------------------------------------------------- volumes
+
+CSI_DRIVER = "csi.test.biaxial.dev"
+
+
+def storage_class(
+    name: str,
+    *,
+    provisioner: str = CSI_DRIVER,
+    mode: str | None = "WaitForFirstConsumer",
+    allowed: Mapping[str, Sequence[str]] | None = None,
+    default: bool = False,
+) -> JSON:
+    """A StorageClass; ``allowed``: one ``allowedTopologies`` term, label -> values."""
+    raw: JSON = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": provisioner,
+        "reclaimPolicy": "Delete",
+    }
+    if mode is not None:
+        raw["volumeBindingMode"] = mode
+    if allowed:
+        raw["allowedTopologies"] = [
+            {"matchLabelExpressions": [{"key": k, "values": list(v)} for k, v in allowed.items()]}
+        ]
+    if default:
+        raw["metadata"]["annotations"] = {"storageclass.kubernetes.io/is-default-class": "true"}
+    return raw
+
+
+def pvc(
+    name: str,
+    *,
+    cls: str | None = "wffc",
+    size: str = "10Gi",
+    modes: Sequence[str] = ("ReadWriteOnce",),
+    namespace: str = "default",
+    volume: str = "",
+    bound: bool = False,
+    selected: str | None = None,
+    selector: JSON | None = None,
+    owner: str | None = None,
+    phase: str = "Pending",
+) -> JSON:
+    """A PersistentVolumeClaim; ``bound``: bound to ``volume`` by the PV controller;
+    ``owner``: the UID of the pod that controls it (a generic ephemeral volume's claim)."""
+    meta: JSON = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
+    annotations: JSON = {}
+    if bound:
+        annotations["pv.kubernetes.io/bind-completed"] = "yes"
+        phase = "Bound"
+    if selected is not None:
+        annotations["volume.kubernetes.io/selected-node"] = selected
+    if annotations:
+        meta["annotations"] = annotations
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner, "controller": True}
+        ]
+    spec: JSON = {"accessModes": list(modes), "resources": {"requests": {"storage": size}}}
+    if cls is not None:
+        spec["storageClassName"] = cls
+    if volume:
+        spec["volumeName"] = volume
+    if selector is not None:
+        spec["selector"] = selector
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def pv(
+    name: str,
+    *,
+    cls: str = "wffc",
+    size: str = "10Gi",
+    modes: Sequence[str] = ("ReadWriteOnce",),
+    hostname: str | None = None,
+    zone: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    claim: str | None = None,
+    claim_uid: str | None = None,
+    phase: str = "Available",
+    driver: str | None = CSI_DRIVER,
+    source: JSON | None = None,
+) -> JSON:
+    """A PersistentVolume; ``hostname``: required node affinity on that node (a local PV);
+    ``claim``: ``claimRef`` to ``default/<claim>``; ``source``: an in-tree source instead of
+    CSI (``{"awsElasticBlockStore": {...}}``)."""
+    spec: JSON = {
+        "capacity": {"storage": size},
+        "accessModes": list(modes),
+        "storageClassName": cls,
+        "persistentVolumeReclaimPolicy": "Retain",
+    }
+    if source is not None:
+        spec.update(source)
+    elif driver is not None:
+        spec["csi"] = {"driver": driver, "volumeHandle": f"vol-{name}"}
+    if hostname is not None:
+        spec["nodeAffinity"] = {
+            "required": node_selector(label_term("kubernetes.io/hostname", "In", [hostname]))
+        }
+    if claim is not None:
+        spec["claimRef"] = {"kind": "PersistentVolumeClaim", "namespace": "default", "name": claim}
+        if claim_uid is not None:
+            spec["claimRef"]["uid"] = claim_uid
+    all_labels = dict(labels or {})
+    if zone is not None:
+        all_labels["topology.kubernetes.io/zone"] = zone
+    meta: JSON = {"name": name}
+    if all_labels:
+        meta["labels"] = all_labels
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def csi_node(name: str, limits: Mapping[str, int | None], *, migrated: Sequence[str] = ()) -> JSON:
+    """A CSINode with one entry per driver (``None``: no ``allocatable.count``)."""
+    drivers = []
+    for driver, count in limits.items():
+        entry: JSON = {"name": driver, "nodeID": name, "topologyKeys": None}
+        if count is not None:
+            entry["allocatable"] = {"count": count}
+        drivers.append(entry)
+    meta: JSON = {"name": name}
+    if migrated:
+        meta["annotations"] = {"storage.alpha.kubernetes.io/migrated-plugins": ",".join(migrated)}
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "CSINode",
+        "metadata": meta,
+        "spec": {"drivers": drivers},
+    }
+
+
+def volume_pod(
+    name: str,
+    claims: Sequence[str] = (),
+    *,
+    ephemeral: Sequence[str] = (),
+    inline: Sequence[JSON] = (),
+    namespace: str = "default",
+    node_name: str | None = None,
+) -> JSON:
+    """A pod mounting the claims ``claims``, generic ephemeral volumes named ``ephemeral`` and
+    in-line volume sources ``inline`` (``{"gcePersistentDisk": {...}}``)."""
+    volumes: list[JSON] = [
+        {"name": f"v{i}", "persistentVolumeClaim": {"claimName": c}} for i, c in enumerate(claims)
+    ]
+    template: JSON = {
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "wffc",
+            "resources": {"requests": {"storage": "1Gi"}},
+        }
+    }
+    volumes.extend(
+        {"name": e, "ephemeral": {"volumeClaimTemplate": copy.deepcopy(template)}}
+        for e in ephemeral
+    )
+    volumes.extend({"name": f"inline{i}", **source} for i, source in enumerate(inline))
+    spec: JSON = {"containers": [{"name": "c", "image": "busybox"}], "volumes": volumes}
+    if node_name is not None:
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": spec,
+    }

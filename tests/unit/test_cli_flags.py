@@ -69,6 +69,13 @@ CONTROLLER = [
         4,
     ),
     Case("binding-timeout", "BIAXIAL_BINDING_TIMEOUT", "30", lambda s: s.binding_timeout_s, 30.0),
+    Case(
+        "volume-bind-timeout",
+        "BIAXIAL_VOLUME_BIND_TIMEOUT",
+        "30",
+        lambda s: s.volume_bind_timeout_s,
+        30.0,
+    ),
 ]
 PLUGIN = [
     Case("kubeconfig", "BIAXIAL_KUBECONFIG", KUBECONFIG, lambda s: s.kubeconfig, KUBECONFIG),

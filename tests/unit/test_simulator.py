@@ -234,10 +234,10 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
             "ResourceClaim default/rc, request 'r': exactly one of exactly or firstAvailable",
         ),
         (
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"}},
+            {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"}},
             (
-                "PersistentVolumeClaim default/data: PersistentVolumeClaim affects scheduling and "
-                "volumes are not modelled yet"
+                "ResourceQuota default/q: ResourceQuota affects scheduling and quota admission "
+                "is not modelled yet"
             ),
         ),
         (

@@ -249,9 +249,13 @@ def test_statefulsets_get_ordinal_names() -> None:
     assert sorted(placed(result)) == ["db-5", "db-6"]
 
 
-def test_statefulset_volume_claims_are_refused_for_now() -> None:
-    sts = workload("StatefulSet", "db", {"volumeClaimTemplates": [{"metadata": {"name": "data"}}]})
-    with pytest.raises(ManifestError, match="volumes are not modelled yet"):
+def test_statefulset_volume_claim_templates_need_names() -> None:
+    # (Their claims and volumes: test_simulator_volumes.py.)
+    sts = workload("StatefulSet", "db", {"volumeClaimTemplates": [{"metadata": {}}]})
+    with pytest.raises(
+        ManifestError,
+        match=r"^StatefulSet default/db: spec.volumeClaimTemplates\[0\].metadata.name: required$",
+    ):
         run(sts)
 
 

@@ -21,10 +21,12 @@ Crash safety: every step is idempotent and the decision is recomputed after a re
 what the cluster shows. A victim that already carries a ``deletionTimestamp`` is never deleted
 again (upstream skips it too), and while one terminates on the pod's nominated node the pod
 does not preempt again (:func:`terminating_victims`: upstream's ``PodEligibleToPreemptOthers``),
-so one decision never deletes a victim twice, and a controller killed between the steps
-converges: the nomination is read back from the pod, and victims not yet deleted are chosen
-again by the next dry run only if they are still needed. Nothing is allocated here, so no
-device can be given twice.
+nor while a victim that is gone still holds devices there because the deallocator has not yet
+released its claims (:func:`releasing_claims`: the pod would otherwise count those devices as
+taken and choose further victims), so one decision never deletes a victim twice, and a
+controller killed between the steps converges: the nomination is read back from the pod, and
+victims not yet deleted are chosen again by the next dry run only if they are still needed.
+Nothing is allocated here, so no device can be given twice.
 
 If a write fails (other than NotFound), the nomination is cleared (``nominatedNodeName``
 removed) and the pod goes back to the queue with a backoff. ``on_step`` is called after the
@@ -35,13 +37,14 @@ from it to simulate a crash there.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 
-from controller.api import JSON, PODS, Api, meta
+from controller.api import JSON, PODS, Api, meta, object_key
 from controller.commit import PodRef, StepHook
 from controller.events import Recorder, now_rfc3339
 from driver.api.errors import ApiError, BiaxialError, NotFoundError
+from driver.api.nodes import Node, node_selector_matches
 from driver.scheduling.outcome import Preemption
 from driver.scheduling.preemption import pod_priority
 
@@ -54,6 +57,11 @@ EVENT_PREEMPTING: Final = "Preempting"
 NOT_ELIGIBLE_TERMINATING: Final = (
     "preemption: not eligible due to a terminating pod on the nominated node."
 )
+NOT_ELIGIBLE_RELEASING: Final = (
+    "preemption: not eligible while the devices of pods gone from the nominated node are "
+    "being released."
+)
+_FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
 def nominated_node(pod: Mapping[str, Any]) -> str | None:
@@ -91,6 +99,41 @@ def terminating_victims(pod: Mapping[str, Any], pods: Iterable[Mapping[str, Any]
         if lower and terminating_by_preemption(other):
             return True
     return False
+
+
+def live_pod_uids(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The UIDs of the pods that exist and have not finished (what can still use a claim)."""
+    return {
+        str(meta(p).get("uid") or "")
+        for p in pods
+        if (p.get("status") or {}).get("phase") not in _FINISHED
+    }
+
+
+def releasing_claims(
+    node: Node, claims: Iterable[Mapping[str, Any]], live: Collection[str], finalizer: str
+) -> list[str]:
+    """The claims this controller allocated on ``node`` (they carry ``finalizer``) whose
+    devices are on their way back: still allocated, and no pod of ``live`` (UIDs) reserves
+    them any more. The deallocator releases them (:mod:`controller.deallocate`); until it
+    has, a victim that is gone still holds its devices, so a pod nominated there does not
+    preempt again (upstream ``PodEligibleToPreemptOthers``: not while what an earlier
+    preemption freed is still on its way)."""
+    found = []
+    for claim in claims:
+        if finalizer not in (meta(claim).get("finalizers") or ()):
+            continue
+        status = claim.get("status") or {}
+        allocation = status.get("allocation")
+        if not allocation:
+            continue
+        selector = allocation.get("nodeSelector")
+        if not selector or not node_selector_matches(selector, node):
+            continue
+        reserved = [str(r.get("uid") or "") for r in status.get("reservedFor") or ()]
+        if not any(uid in live for uid in reserved):
+            found.append(object_key(claim))
+    return found
 
 
 async def _noop(_step: str, _key: str) -> None:

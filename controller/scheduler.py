@@ -51,7 +51,15 @@ from controller.commit import (
 from controller.events import REASON_ERROR, Recorder
 from controller.feed import EngineFeed
 from controller.metrics import Metrics
-from controller.preempt import NOT_ELIGIBLE_TERMINATING, Evictor, terminating_victims
+from controller.preempt import (
+    NOT_ELIGIBLE_RELEASING,
+    NOT_ELIGIBLE_TERMINATING,
+    Evictor,
+    live_pod_uids,
+    nominated_node,
+    releasing_claims,
+    terminating_victims,
+)
 from controller.queue import Outcome, SchedulingQueue
 from controller.repair import Repairer
 from controller.settings import Settings
@@ -419,11 +427,35 @@ class Scheduler:
         if terminating_victims(pod, self.cache.pods.store.values()):
             self.metrics.preemption_attempts.labels(result="waiting").inc()
             return NoPreemption(pod=ref.key, message=NOT_ELIGIBLE_TERMINATING)
+        if self._releasing_on_nominated(pod):
+            self.metrics.preemption_attempts.labels(result="waiting").inc()
+            return NoPreemption(pod=ref.key, message=NOT_ELIGIBLE_RELEASING)
         budgets = list(self.cache.budgets.store.values())
         found = engine.preempt(pod, claims, budgets)
         result = {Preemption: "preempting", NoPreemption: "not-helpful", PodError: "invalid"}
         self.metrics.preemption_attempts.labels(result=result[type(found)]).inc()
         return found
+
+    def _releasing_on_nominated(self, pod: JSON) -> bool:
+        """Whether claims on the pod's nominated node are still allocated for pods that are
+        gone (:func:`controller.preempt.releasing_claims`); the claims' release wakes it."""
+        name = nominated_node(pod)
+        node = self.cache.nodes.get(name) if name else None
+        if node is None:
+            return False
+        live = live_pod_uids(self.cache.pods.store.values())
+        found = releasing_claims(
+            node, self.cache.overlay.written().values(), live, self.settings.finalizer
+        )
+        if found:
+            log.info(
+                "pod %s: waiting for %s to be released on its nominated node %s",
+                object_key(pod),
+                ", ".join(found),
+                name,
+                extra={"pod": object_key(pod), "node": name},
+            )
+        return bool(found)
 
     async def _preempt(
         self, key: str, ref: PodRef, pod: JSON, preemption: Preemption, message: str

@@ -280,3 +280,43 @@ def test_killed_mid_preemption_converges_without_deleting_a_victim_twice(
     assert len(set(deletes)) == 2, f"a victim deleted twice: {deletes}"
     assert len(bound_pods(cluster)) == 3
     assert check_invariants(cluster) == []
+
+
+def test_no_new_victims_while_the_gone_victims_devices_are_being_released(
+    cluster: Emulator, controller: ControllerThread
+) -> None:
+    """The victims are gone but the deallocator has not yet released their claims (their
+    writes are slowed down here): the nominated pod is retried meanwhile (a pod deletion and
+    the flush wake it), finds its devices still taken and must not preempt again. Upstream's
+    ``PodEligibleToPreemptOthers``: a pod does not preempt again while what its earlier
+    preemption freed on its nominated node is still on its way; here the victims' devices
+    are on their way until their claims are deallocated. Two victims, each deleted once."""
+    fill(cluster, [f"low-{i}" for i in range(4)], legacy_gpus=1)
+    cluster.create(prioritised(pod("urgent", legacy_gpus=2), 100))
+    cluster.wait_until(lambda: len(terminating(cluster)) == 2, timeout=20)
+    assert status(cluster, "urgent").get("nominatedNodeName") == NODE
+    waiting = controller.controller.scheduler.metrics.preemption_attempts.labels(  # type: ignore[union-attr]
+        result="waiting"
+    )
+
+    def allocated() -> int:
+        return sum(
+            1 for c in cluster.list("resourceclaims") if (c.get("status") or {}).get("allocation")
+        )
+
+    assert allocated() == 4
+    # Every claim write waits 3 s: longer than the flush (2 s) that retries the pod.
+    cluster.add_latency(3.0, verbs={"update", "patch", "delete"}, resource="resourceclaims")
+    cluster.finish_pod_deletions()
+    before = waiting._value.get()
+    cluster.wait_until(
+        lambda: waiting._value.get() > before, timeout=10, message="no retry while releasing"
+    )
+    assert allocated() == 4, "the retry came while the victims' devices were on their way"
+    assert terminating(cluster) == [], "no new victim"
+    cluster.faults.clear()
+    cluster.wait_until(lambda: bound_pods(cluster).get("urgent") == NODE, timeout=30)
+    deletes = [r.path for r in cluster.requests_for(method="DELETE", resource="pods")]
+    assert len(deletes) == 2, deletes
+    assert len(bound_pods(cluster)) == 3
+    assert check_invariants(cluster) == []

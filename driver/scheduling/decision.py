@@ -1348,9 +1348,10 @@ class DecisionEngine:
                 pods = self._potential_victims(node.name, priority)
                 if not pods or not self._might_help(ctx, node):
                     continue
-                found = select_victims(
-                    node.name, priority, pods, budgets, partial(self._fits_without, ctx, node)
-                )
+                with self._what_if(ctx, node, added=self._holds(ctx, node.name)) as what_if:
+                    found = select_victims(
+                        node.name, priority, pods, budgets, partial(self._fits, ctx, node, what_if)
+                    )
                 if found is not None:
                     (violating if found.violations else fine).append(found)
                     if fine and len(fine) + len(violating) >= wanted:
@@ -1440,10 +1441,14 @@ class DecisionEngine:
         )
         return reason is None
 
-    def _fits_without(self, ctx: _PodContext, node: Node, removed: frozenset[str]) -> bool:
+    def _fits(
+        self, ctx: _PodContext, node: Node, what_if: _WhatIf, removed: frozenset[str]
+    ) -> bool:
+        """Whether the pod fits on ``node`` with the pods ``removed`` gone (and the holds of
+        the what-if there)."""
         self.stats.victim_checks += 1
-        with self._what_if(ctx, node, removed=removed, added=self._holds(ctx, node.name)):
-            return not isinstance(self._outcome(ctx, node, prechecked=False, ruled=False), str)
+        what_if.remove(removed)
+        return not isinstance(self._outcome(ctx, node, prechecked=False, ruled=False), str)
 
     def _best_without(self, ctx: _PodContext, node: str, victims: NodeVictims) -> _Best | None:
         """The pod's exact outcome on ``node`` once ``victims`` are gone (its rank breaks
@@ -1482,50 +1487,18 @@ class DecisionEngine:
         *,
         removed: frozenset[str] = frozenset(),
         added: Sequence[_Nomination] = (),
-    ) -> Iterator[None]:
+    ) -> Iterator[_WhatIf]:
         """The engine as if the pods ``removed`` were gone from ``node`` (with the devices of
         every claim no remaining pod reserves) and the nominations ``added`` were placed
-        there; everything is put back on exit. The pod's rules are recomputed for it."""
-        tracker = self._tracker
-        base = self.snapshot
-        rules = ctx.rules
-        lifted: list[tuple[str, tuple[str, ScheduledPod, bool]]] = []
-        dropped: list[str] = []
+        there; everything is put back on exit. The pod's rules are recomputed for it. The
+        :class:`_WhatIf` yielded moves to another set of removed pods in place (a victim
+        search changes one pod at a time)."""
+        what_if = _WhatIf(self, ctx, node, added)
         try:
-            for uid in sorted(removed):
-                entry = tracker.lift(uid)
-                if entry is not None:
-                    lifted.append((uid, entry))
-            freed = self._freed(removed)
-            held = [r for nomination in added for r in nomination.results]
-            for nomination in added:
-                if not tracker.counts(nomination.pod.uid):
-                    tracker.drop_in(nomination.pod.uid, node.name, nomination.pod, True)
-                    dropped.append(nomination.pod.uid)
-            snapshot = base
-            if freed:
-                snapshot = snapshot.without_allocations(freed)
-            if held:
-                snapshot = snapshot.with_allocations(held)
-            if snapshot is not base:
-                self.snapshot = snapshot
-                self._index.refresh(snapshot, node)
-            if lifted or dropped:
-                ctx.rules = pod_rules(self._rules, ctx.pod, ctx.scheduled, ctx.facts)
-            yield
+            what_if.remove(removed)
+            yield what_if
         finally:
-            for uid in dropped:
-                tracker.lift(uid)
-            for uid, (on, pod, assumed) in lifted:
-                tracker.drop_in(uid, on, pod, assumed)
-            # Rules read the index's counts in place; a pod taken out and put back may be
-            # filed anew, so the rules are computed again rather than restored.
-            ctx.rules = (
-                pod_rules(self._rules, ctx.pod, ctx.scheduled, ctx.facts) if lifted else rules
-            )
-            if self.snapshot is not base:
-                self.snapshot = base
-                self._index.refresh(base, node)
+            what_if.close()
 
     def _freed(self, removed: frozenset[str]) -> list[AllocationResult]:
         """The allocations of claims whose every reserving pod is in ``removed``."""
@@ -1539,3 +1512,88 @@ class DecisionEngine:
                 if allocation is not None:
                     freed.append(allocation)
         return freed
+
+
+class _WhatIf:
+    """An open what-if on one node (see :meth:`DecisionEngine._what_if`): :meth:`remove` takes
+    the given pods off the node (putting back those taken before and not given now), with
+    the devices their claims free; :meth:`close` restores the engine. Only the difference
+    between two calls touches the tracker, and the capacity index re-reads only the node's
+    state, so a victim search pays for each fit check the pod it changes, not all of them."""
+
+    def __init__(
+        self,
+        engine: DecisionEngine,
+        ctx: _PodContext,
+        node: Node,
+        added: Sequence[_Nomination],
+    ) -> None:
+        self._engine = engine
+        self._ctx = ctx
+        self._node = node
+        self._rules = ctx.rules
+        self._base = engine.snapshot
+        self._held = [r for nomination in added for r in nomination.results]
+        self._lifted: dict[str, tuple[str, ScheduledPod, bool]] = {}
+        self._dropped: list[str] = []
+        self._ever_lifted = False
+        self._freed: list[AllocationResult] | None = None
+        self._looked = False
+        tracker = engine._tracker
+        for nomination in added:
+            if not tracker.counts(nomination.pod.uid):
+                tracker.drop_in(nomination.pod.uid, node.name, nomination.pod, True)
+                self._dropped.append(nomination.pod.uid)
+
+    def remove(self, removed: frozenset[str]) -> None:
+        engine = self._engine
+        tracker = engine._tracker
+        changed = self._freed is None and bool(self._dropped)
+        for uid in sorted(set(self._lifted) - removed):
+            on, pod, assumed = self._lifted.pop(uid)
+            tracker.drop_in(uid, on, pod, assumed)
+            changed = True
+        for uid in sorted(removed - set(self._lifted)):
+            entry = tracker.lift(uid)
+            if entry is not None:
+                self._lifted[uid] = entry
+                self._ever_lifted = changed = True
+        freed = engine._freed(removed)
+        if freed != self._freed:
+            self._freed = freed
+            snapshot = self._base
+            if freed:
+                snapshot = snapshot.without_allocations(freed)
+            if self._held:
+                snapshot = snapshot.with_allocations(self._held)
+            if snapshot is not self._base or self._looked:
+                engine.snapshot = snapshot
+                engine._index.look(snapshot, self._node)
+                self._looked = True
+        if changed:
+            ctx = self._ctx
+            # Rules read the index's counts in place; a pod taken out and put back may be
+            # filed anew, so the rules are computed again rather than restored.
+            ctx.rules = (
+                pod_rules(engine._rules, ctx.pod, ctx.scheduled, ctx.facts)
+                if self._lifted or self._dropped or self._ever_lifted
+                else self._rules
+            )
+
+    def close(self) -> None:
+        engine = self._engine
+        tracker = engine._tracker
+        ctx = self._ctx
+        try:
+            for uid in self._dropped:
+                tracker.lift(uid)
+            for uid, (on, pod, assumed) in self._lifted.items():
+                tracker.drop_in(uid, on, pod, assumed)
+            ctx.rules = (
+                pod_rules(engine._rules, ctx.pod, ctx.scheduled, ctx.facts)
+                if self._ever_lifted
+                else self._rules
+            )
+        finally:
+            engine.snapshot = self._base
+            engine._index.unlook()

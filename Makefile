@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv check test demo bench bench-rules bench-cel bench-emulator bench-preemption proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -93,3 +93,16 @@ bench-rules: $(STAMP)
 ## bench-cel: CEL evaluation speed (typical selector) and the bombs (outcome, time, peak memory)
 bench-cel: $(STAMP)
 	$(BIN)/python -m bench.cel
+
+## bench-queueing: a flood of unschedulable pods, then ordinary ones: their time to binding
+bench-queueing: $(STAMP)
+	$(BIN)/python -m bench.queueing
+
+## bench-chaos: ~1,800 pods through two controllers and three plugins while the API fails,
+## processes are killed and the leader paused; then the books are checked (a few minutes)
+bench-chaos: $(STAMP)
+	$(BIN)/python -m bench.chaos
+
+## bench-badinput: each kind of bad input gets its message where the user looks, nothing else
+bench-badinput: $(STAMP)
+	$(BIN)/python -m bench.badinput

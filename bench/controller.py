@@ -36,19 +36,22 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.processes import (
+    child,
+    controller_argv,
+    free_port,
+    gather_bounded,
+    scrape,
+    strip,
+    wait_ready,
+)
 from bench.scenarios import Scenario, generate, generate_mixed
 from controller.api import (
     DEVICE_CLASSES,
@@ -72,53 +75,6 @@ SEED_CONCURRENCY = 32
 STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
 
 
-@contextlib.contextmanager
-def _process(
-    argv: list[str], *, wait_for: str | None = None
-) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Run ``argv``; yields the first output line containing ``wait_for`` (or "") and the
-    process."""
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE if wait_for else subprocess.DEVNULL,
-        stderr=subprocess.STDOUT if wait_for else subprocess.DEVNULL,
-        text=True,
-        env=os.environ.copy(),
-    )
-    try:
-        found = ""
-        if wait_for is not None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if wait_for in line:
-                    found = line.strip()
-                    break
-            else:
-                raise RuntimeError(f"{argv[:4]} exited before printing {wait_for!r}")
-            # Keep draining its output so the child never blocks on a full pipe.
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
-        yield found, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-
-
-def _scrape(port: int) -> dict[str, float]:
-    """The controller's unlabelled metric samples."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#") and "{" not in line:
-            name, _, value = line.partition(" ")
-            out[name] = float(value)
-    return out
-
-
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -130,40 +86,6 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_ready(port: int, timeout: float = 120.0) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return time.monotonic() - started
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise TimeoutError("the controller did not become ready")
-
-
-async def _gather_bounded(calls: list[Any], limit: int) -> None:
-    sem = asyncio.Semaphore(limit)
-
-    async def one(call: Any) -> None:
-        async with sem:
-            await call()
-
-    await asyncio.gather(*(one(c) for c in calls))
-
-
-def _strip(obj: JSON) -> JSON:
-    meta = {k: v for k, v in obj["metadata"].items() if k not in ("uid", "resourceVersion")}
-    return {**obj, "metadata": meta}
 
 
 def _claim_name(pod: JSON) -> str:
@@ -196,7 +118,7 @@ async def _seed_volumes(api: KubeApi, scenario: Scenario) -> None:
         }
         await api.create(PERSISTENT_VOLUME_CLAIMS, body)
 
-    await _gather_bounded([lambda p=p: claim(p) for p, _ in scenario.pods], SEED_CONCURRENCY)
+    await gather_bounded([lambda p=p: claim(p) for p, _ in scenario.pods], SEED_CONCURRENCY)
 
 
 async def _seed(api: KubeApi, scenario: Scenario) -> None:
@@ -207,32 +129,30 @@ async def _seed(api: KubeApi, scenario: Scenario) -> None:
         await api.create(NAMESPACES, body)
 
     async def node(obj: JSON) -> None:
-        created = await api.create(NODES, _strip(obj))
+        created = await api.create(NODES, strip(obj))
         created["status"] = obj["status"]
         await api.replace(NODES, created, subresource="status")
 
-    await _gather_bounded([lambda o=o: node(o) for o in scenario.nodes], SEED_CONCURRENCY)
+    await gather_bounded([lambda o=o: node(o) for o in scenario.nodes], SEED_CONCURRENCY)
     uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in (await api.list(NODES)).items}
 
     async def resource_slice(obj: JSON) -> None:
-        body = _strip(obj)
+        body = strip(obj)
         for owner in body["metadata"].get("ownerReferences") or []:
             owner["uid"] = uids[owner["name"]]
         await api.create(RESOURCE_SLICES, body)
 
-    await _gather_bounded(
-        [lambda o=o: resource_slice(o) for o in scenario.slices], SEED_CONCURRENCY
-    )
+    await gather_bounded([lambda o=o: resource_slice(o) for o in scenario.slices], SEED_CONCURRENCY)
     for dc in scenario.classes:
-        await api.create(DEVICE_CLASSES, _strip(dc))
+        await api.create(DEVICE_CLASSES, strip(dc))
 
     async def claim(obj: JSON) -> None:
-        created = await api.create(RESOURCE_CLAIMS, _strip(obj))
+        created = await api.create(RESOURCE_CLAIMS, strip(obj))
         if obj.get("status"):
             created["status"] = obj["status"]
             await api.replace(RESOURCE_CLAIMS, created, subresource="status")
 
-    await _gather_bounded([lambda o=o: claim(o) for o in claims], SEED_CONCURRENCY)
+    await gather_bounded([lambda o=o: claim(o) for o in claims], SEED_CONCURRENCY)
 
 
 async def _drive(
@@ -269,7 +189,7 @@ async def _drive(
     started = time.monotonic()
 
     async def create(pod: JSON) -> None:
-        body = _strip(pod)
+        body = strip(pod)
         body["spec"] = {**body["spec"], "schedulerName": "biaxial"}
         if volumes:
             mount = {"name": "data", "persistentVolumeClaim": {"claimName": _claim_name(pod)}}
@@ -277,7 +197,7 @@ async def _drive(
         created[body["metadata"]["name"]] = time.monotonic()
         await api.create(PODS, body)
 
-    await _gather_bounded([lambda p=p: create(p) for p, _ in scenario.pods], 16)
+    await gather_bounded([lambda p=p: create(p) for p, _ in scenario.pods], 16)
     deadline = time.monotonic() + timeout_s
     while not done.is_set() and time.monotonic() < deadline:
         progress = len(bound)
@@ -344,19 +264,15 @@ def run(
             str(counts_file := Path(tmp) / "requests.json"),
             *(["--volume-controller"] if volumes else []),
         ]
-        with _process(emulator_argv, wait_for="listening on") as (line, emulator):
+        with child(emulator_argv, wait_for="listening on") as (line, emulator):
             url = line.split("listening on", 1)[1].strip()
             seeded = time.monotonic()
             asyncio.run(_run_async(url, scenario, 0, "seed", volumes))
             seed_s = time.monotonic() - seeded
-            port = _free_port()
-            controller_argv = [
-                sys.executable,
-                "-m",
-                "biaxial",
-                "controller",
-                "--kubeconfig",
-                str(kubeconfig),
+            port = free_port()
+            argv = controller_argv(
+                kubeconfig,
+                port,
                 "--no-leader-elect",
                 "--qps",
                 str(qps),
@@ -364,11 +280,9 @@ def run(
                 str(burst),
                 "--max-concurrent-writes",
                 str(writes),
-                "--metrics-port",
-                str(port),
-            ]
-            with _process(controller_argv) as (_, controller):
-                ready_s = _wait_ready(port, timeout=600.0)
+            )
+            with child(argv) as (_, controller):
+                ready_s = wait_ready(port, timeout=600.0)
                 ready_rss = _rss_mb(controller.pid)
                 ready_cpu = _cpu_seconds(controller.pid)
                 cpu = {
@@ -386,7 +300,7 @@ def run(
                     "driver": (time.process_time() - driver_cpu) / phase,
                 }
                 end_rss = _rss_mb(controller.pid)
-                metrics = _scrape(port)
+                metrics = scrape(port)
         served = json.loads(counts_file.read_text())
     controller_writes: dict[str, int] = {}
     for agent, per_key in served.items():

@@ -7,6 +7,9 @@ Two families of scenarios (:mod:`bench.scenarios`):
   8 x A100-80GB, 8 x H100-80GB with MIG on two GPUs) at 500 and 5000 nodes, 2,000 pods in
   Deployments of every pod shape (legacy and HAMi resources, shares, NUMA / PCIe groups, MIG,
   a product class, an H100 selector), each Deployment with its own policies.
+* ``dynamic-mig``: 500 nodes x 8 A100-80GB / H100-80GB, dynamic MIG on half of them (every
+  placement of every profile published, counters shared), 2,000 MIG and share pods; targets
+  >= 300 pods/s and p99 <= 10 ms.
 
 For each scenario and size a fresh child process
 
@@ -54,6 +57,9 @@ from driver.structured.snapshot import ClusterSnapshot
 DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
     "uniform": ((100, 500, 1000, 5000), 1000),
     **dict.fromkeys(VARIANTS, ((500, 5000), 2000)),
+    # 500 nodes x 8 GPUs, dynamic MIG on half: about 55,000 published devices (26 per
+    # dynamic GPU: every placement of every profile, and the whole GPU).
+    "dynamic-mig": ((500,), 2000),
 }
 SCENARIOS = tuple(DEFAULTS)
 
@@ -170,7 +176,7 @@ def _child(name: str, nodes: int, pods: int, seed: int) -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     headers = [
         "nodes",
-        "GPUs",
+        "devices",
         "pods",
         "placed",
         "pods/s",

@@ -33,6 +33,10 @@ from typing import Any
 
 from biaxial.simulate.manifests import load_objects
 from driver.discovery.backend import open_backend
+from driver.discovery.devices import DeviceTable
+from driver.discovery.fake import FakeBackend
+from driver.discovery.gpus import GpuInfo
+from driver.discovery.mig import DynamicMigPolicy
 from driver.discovery.slices import build_slices
 
 JSON = dict[str, Any]
@@ -278,12 +282,29 @@ VARIANTS: dict[str, dict[str, int]] = {
         "product-class": 30,
         "h100-selector-share": 35,
     },
+    # Dynamic MIG on half the nodes: MIG pods (partitions created on demand) mixed with
+    # shares, whole GPUs and HAMi pods, which dynamic GPUs serve too (whole or shared, never
+    # beside a partition).
+    "dynamic-mig": {
+        "mig": 40,
+        "share-memory": 20,
+        "share-memory-cores": 10,
+        "hami": 15,
+        "legacy-whole": 10,
+        "claim-whole": 5,
+    },
 }
 #: mig-heavy: half the nodes are H100s (MIG on two GPUs each).
 VARIANT_NODES: dict[str, tuple[tuple[str, float], ...]] = {
     "mixed": MIXED_NODES,
     "mig-heavy": (("t4x4", 0.1), ("a10gx4", 0.1), ("a100-80gbx8", 0.3), ("h100-80gbx8", 0.5)),
     "selector-heavy": MIXED_NODES,
+    "dynamic-mig": (
+        ("a100-80gbx8", 0.25),
+        ("a100-80gbx8-dynmig", 0.25),
+        ("h100-80gbx8", 0.25),
+        ("h100-80gbx8-dynmig", 0.25),
+    ),
 }
 _MIG_PROFILES = ("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb")
 _H100 = 'device.attributes["gpu.biaxial.dev"].productName.startsWith("NVIDIA H100")'
@@ -400,10 +421,14 @@ def generate_mixed(
     GPUs already held, and ``pods`` pods in Deployments of :data:`VARIANTS` shapes, each with
     its own node and GPU policy."""
     rng = random.Random(seed)
-    templates = {}
+    templates: dict[str, tuple[GpuInfo, ...]] = {}
+    dynamic: dict[str, frozenset[int]] = {}  # profile -> indices of its dynamic-MIG GPUs
     for profile, _ in VARIANT_NODES[variant]:
-        with open_backend(fake=profile, node_name="template") as backend:
+        with FakeBackend.from_profile(profile, node_name="template") as backend:
             templates[profile] = backend.discover()
+            dynamic[profile] = frozenset(
+                g.index for g in templates[profile] if g.uuid in backend.dynamic_mig
+            )
     node_objs: list[JSON] = []
     slices: list[JSON] = []
     held: list[JSON] = []
@@ -420,12 +445,17 @@ def generate_mixed(
         gpus = [
             dataclasses.replace(g, uuid=f"GPU-{_uid(name, g.index)}") for g in templates[profile]
         ]
-        built = build_slices(gpus, node_name=name, node_uid=_uid("node", name))
+        policy = DynamicMigPolicy(
+            gpus=frozenset(g.uuid for g in gpus if g.index in dynamic[profile])
+        )
+        built = build_slices(
+            DeviceTable.from_gpus(gpus, policy), node_name=name, node_uid=_uid("node", name)
+        )
         slices.extend(s.to_api() for s in built)
         index = 0
         for device in (d for s in built for d in s.devices):
-            if rng.random() > max_fill:
-                continue
+            if rng.random() > max_fill or device.consumes_counters:
+                continue  # dynamic-MIG devices start free: held ones must respect counters
             memory = device.capacity["memory"].value.value() // (1024 * 1024)
             share = device.allow_multiple_allocations and rng.random() < 0.7
             held.append(

@@ -147,7 +147,9 @@ class Api(Protocol):
         resource_version: str | None = None,
     ) -> None: ...
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str = ""
+    ) -> None: ...
 
 
 class KubeApi(Client):
@@ -155,12 +157,19 @@ class KubeApi(Client):
 
     default_user_agent = "biaxial-controller"
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """POST ``pods/{name}/binding`` (the answer is a Status, read as raw JSON)."""
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str = ""
+    ) -> None:
+        """POST ``pods/{name}/binding`` (the answer is a Status, read as raw JSON). ``uid`` and
+        a non-empty ``resource_version`` are preconditions: the API server refuses the binding
+        (409) when the pod is another one or changed since (``BindingREST`` checks both)."""
+        binding_meta: JSON = {"name": name, "namespace": namespace, "uid": uid}
+        if resource_version:
+            binding_meta["resourceVersion"] = resource_version
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": binding_meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         await self.request("POST", PODS.path(namespace, name, "binding"), body=body)
@@ -250,6 +259,8 @@ class GuardedApi:
         self.guard("DELETE", res.path(namespace, name))
         await self.inner.delete(res, name, namespace, uid=uid, resource_version=resource_version)
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str = ""
+    ) -> None:
         self.guard("POST", PODS.path(namespace, name, "binding"))
-        await self.inner.bind(namespace, name, uid, node)
+        await self.inner.bind(namespace, name, uid, node, resource_version=resource_version)

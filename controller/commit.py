@@ -22,7 +22,11 @@ writes it in this order:
    ``status.devices`` (:mod:`controller.binding`); a failure (provisioning failed, a
    binding failure condition, a timeout) aborts the commit (rolled back below, the pod
    requeued);
-6. **binding**: ``POST pods/P/binding``.
+6. **binding**: ``POST pods/P/binding`` with P's UID and the resourceVersion the placement
+   was decided on (as our own bridge link left it) as preconditions: a pod changed since,
+   above all one whose leftover claims another attempt released (:mod:`controller.repair`
+   writes to the pod before it releases anything), is not bound (409: the attempt is rolled
+   back and retried).
 
 What a crash leaves behind, and who repairs it:
 
@@ -30,8 +34,9 @@ What a crash leaves behind, and who repairs it:
 * after 2 or 3: claims allocated and reserved for a pod that is not bound, maybe a bridge
   claim (with or without its allocation, linked or not); before the pod is tried again the
   scheduler releases the reservations and allocations and deletes the bridge claim (its
-  repair step, :mod:`controller.scheduler`); until then their devices count as used, so
-  nothing is given twice;
+  repair step, :mod:`controller.repair`, which first moves the pod's resourceVersion past
+  the one a binding of the interrupted attempt would carry); until then their devices count
+  as used, so nothing is given twice;
 * after 4 (a PV's ``claimRef``, a claim's selected node, or everything bound): as after 3 for
   the device claims; the volumes are bound (or being bound, or provisioned) for the pod's
   claims whatever happens to the pod, as upstream leaves them, and its next attempt follows
@@ -43,6 +48,9 @@ What a crash leaves behind, and who repairs it:
 
 While a placement is being written, its claims (and the pod's bridge claim) are locked
 against the deallocator (:attr:`Committer.locked`, :attr:`Committer.pods_in_flight`).
+
+A claim that already shows the pod's reservation (nothing to write) is confirmed by a live
+read before the pod is bound on it: the claim informer may not have delivered a release yet.
 
 So no pod is ever bound without its claims allocated and reserved, and a device is never
 allocated to two claims by this controller (the decision engine counts every placement from
@@ -148,6 +156,9 @@ class Plan:
     claims: tuple[ClaimPlan, ...] = ()
     bridge: BridgePlan | None = None
     volumes: VolumeBindings | None = None  # PVs to bind and claims to provision, first
+    #: The pod's resourceVersion the placement was decided on: the binding's precondition
+    #: (with its UID), so that no pod changed since (repaired, above all) is ever bound.
+    pod_version: str = ""
 
 
 class VolumeSteps(Protocol):
@@ -166,6 +177,7 @@ class _Progress:
     allocated: list[str] = field(default_factory=list)  # we wrote the allocation
     reserved: list[str] = field(default_factory=list)  # we only added the reservation
     bridge: JSON | None = None
+    pod_version: str = ""  # the pod's resourceVersion the binding requires (after our writes)
 
 
 def reserved_uids(claim: Mapping[str, Any]) -> list[str]:
@@ -329,8 +341,13 @@ class Committer:
                 return await self.api.create(RESOURCE_CLAIMS, body, plan.pod.namespace)
         raise CommitAbortedError(f"pod {plan.pod.key}: could not create the bridge claim")
 
-    async def _link_bridge(self, plan: Plan, claim_name: str, bridge: BridgePlan) -> None:
-        body = {
+    async def _link_bridge(
+        self, plan: Plan, claim_name: str, bridge: BridgePlan, pod_version: str
+    ) -> str:
+        """Link the bridge claim from the pod, on the condition that the pod is still at
+        ``pod_version`` (when given: the binding's chain of preconditions must not skip a
+        write by anyone else); returns the pod's new resourceVersion."""
+        body: JSON = {
             "status": {
                 "extendedResourceClaimStatus": {
                     "resourceClaimName": claim_name,
@@ -338,22 +355,35 @@ class Committer:
                 }
             }
         }
+        if pod_version:
+            body["metadata"] = {"resourceVersion": pod_version}
         try:
-            await RETRY.call(
+            linked = await RETRY.call(
                 lambda: self.api.patch(
                     PODS, plan.pod.name, body, namespace=plan.pod.namespace, subresource="status"
                 )
             )
         except NotFoundError as exc:
             raise CommitAbortedError(f"pod {plan.pod.key} is gone") from exc
+        except ConflictError as exc:
+            self._conflict("bridge-link")
+            raise CommitAbortedError(
+                f"pod {plan.pod.key} changed since its placement was decided", conflict=True
+            ) from exc
+        return str(meta(linked).get("resourceVersion") or "")
 
-    async def _bind(self, plan: Plan) -> None:
+    async def _bind(self, plan: Plan, pod_version: str) -> None:
         pod = plan.pod
-        # A 409 is not retried: the pod is bound already, by an earlier try or to another node.
+        # A 409 is not retried: the pod is bound already (by an earlier try, or to another
+        # node), or it changed since the placement was decided (``pod_version``: a repair of
+        # this pod's claims by another attempt writes to the pod first, exactly so that this
+        # binding cannot land after it; see :mod:`controller.repair`).
         async for attempt in RETRY.attempts(reraise=True):
             try:
                 async with attempt:
-                    await self.api.bind(pod.namespace, pod.name, pod.uid, plan.node)
+                    await self.api.bind(
+                        pod.namespace, pod.name, pod.uid, plan.node, resource_version=pod_version
+                    )
                     return
             except ConflictError as exc:
                 self._conflict("binding")
@@ -376,7 +406,7 @@ class Committer:
     async def commit(self, plan: Plan) -> None:
         """Write ``plan``; raises CommitAbortedError or ApiError, both after a rollback."""
         start = time.monotonic()
-        progress = _Progress()
+        progress = _Progress(pod_version=plan.pod_version)
         keys = [c.key for c in plan.claims]
         self._lock(keys)
         self.pods_in_flight.add(plan.pod.uid)
@@ -420,7 +450,7 @@ class Committer:
         if self.binding is not None:
             await self._wait_for_binding_conditions(plan, progress)
         async with self._slot():
-            await self._bind(plan)
+            await self._bind(plan, progress.pod_version)
         await self._on_step("binding", plan.pod.key)
 
     async def _wait_for_binding_conditions(self, plan: Plan, progress: _Progress) -> None:
@@ -453,9 +483,12 @@ class Committer:
         """Steps 1 to 4's writes; returns what the volume writes left to wait for."""
         current: dict[str, JSON] = {}
         for claim_plan in plan.claims:
-            claim = self.overlay.latest_written(claim_plan.key) or await self._get_claim(
-                claim_plan.key
-            )
+            claim = self.overlay.latest_written(claim_plan.key)
+            if claim is None or plan.pod.uid in reserved_uids(claim):
+                # A claim that already shows this pod's reservation needs no write, and the
+                # pod is bound on the strength of it: that must be the API server's word,
+                # never a cache that may lag behind a release (see controller.repair).
+                claim = await self._get_claim(claim_plan.key)
             if claim_plan.allocation is not None:
                 claim = await self.add_finalizer(claim_plan.key, claim)
                 progress.finalized.append(claim_plan.key)
@@ -489,7 +522,11 @@ class Committer:
                 )
                 self.overlay.assume(written)
                 await self._on_step("bridge-allocation", key)
-                await self._link_bridge(plan, str(meta(created)["name"]), plan.bridge)
+                version = await self._link_bridge(
+                    plan, str(meta(created)["name"]), plan.bridge, progress.pod_version
+                )
+                if progress.pod_version:  # the binding expects the pod as this write left it
+                    progress.pod_version = version
                 await self._on_step("bridge-link", key)
             finally:
                 self._unlock([key])
@@ -606,7 +643,10 @@ class Committer:
             try:
                 async with attempt:
                     written = await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
-                    self.overlay.forget(key)
+                    # What we wrote is the newest state: dropping it instead would show the
+                    # informer's copy, which may still be allocated and reserved (a repaired
+                    # pod would then be placed on an allocation that no longer exists).
+                    self.overlay.assume(written)
                     return written
             except NotFoundError:
                 return None

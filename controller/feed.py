@@ -33,6 +33,11 @@ claims and the binding show up (nothing is counted twice, nothing is taken out a
 The engine is built from the caches on first use (the same calls, replayed, then the
 placements in flight assumed again) and kept current by events after; nodes, slices and
 classes make it rebuild its index before the next decision, claims and pods never do.
+:attr:`EngineFeed.generation` moves with every call that may change what the engine counts
+(and with every new engine), so an answer taken at one generation holds while it stands
+(:mod:`controller.equivalence`); our own writes to pending pods do not move it.
+:meth:`EngineFeed.device_classes` names the DeviceClasses that select a device (the
+scheduling queue's hints ask which parked pods a freed device can help).
 :meth:`EngineFeed.consistent` builds a second engine from the caches and compares the two
 (the tests assert it); :meth:`EngineFeed.reset` drops the engine after an unexpected error so
 the next decision starts from the caches. Objects that do not parse are logged and left out.
@@ -100,17 +105,6 @@ class _Flight:
 OWNER_KINDS: Final = frozenset({"Service", "ReplicationController", "ReplicaSet", "StatefulSet"})
 
 
-def _pod_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
-    """Whether what the engine counts of a bound pod may differ between two versions."""
-    old_meta, new_meta = meta(old), meta(new)
-    return (
-        pod_node(old) != pod_node(new)
-        or old.get("spec") != new.get("spec")
-        or old_meta.get("labels") != new_meta.get("labels")
-        or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
-    )
-
-
 def _nominated(pod: Mapping[str, Any]) -> str | None:
     return (pod.get("status") or {}).get("nominatedNodeName") or None
 
@@ -170,6 +164,7 @@ class EngineFeed:
         self.metrics = metrics
         self.parsed = Parsed()
         self.rebuilds = 0  # engines built from the caches, and index rebuilds
+        self.generation = 0  # moves whenever what the engine counts may have changed
         self._on_cluster_change = on_cluster_change
         self._engine: DecisionEngine | None = None
         self._flights: dict[str, _Flight] = {}  # pod uid -> placement, until bound or failed
@@ -187,27 +182,32 @@ class EngineFeed:
         else:
             rebuilt = engine.sync()
         if rebuilt:
+            self.generation += 1
             self.rebuilds += 1
             self.metrics.engine_rebuild_seconds.observe(time.perf_counter() - started)
         return engine
 
     def assume(self, placement: Placement, pod: JSON) -> None:
         """This controller decided ``placement`` for ``pod``: it counts from now on."""
+        self.generation += 1
         self._flights[pod_uid(pod)] = _Flight(placement, pod)
         self.engine().assume(placement, pod)
 
     def forget(self, uid: str) -> None:
         """The placement of pod ``uid`` was not written (what was written is rolled back)."""
+        self.generation += 1
         self._flights.pop(uid, None)
         if self._engine is not None:
             self._engine.forget(uid)
 
     def nominate(self, preemption: Preemption, pod: JSON) -> None:
         """This controller preempted for ``pod``: hold what it planned on the node."""
+        self.generation += 1
         self.engine().nominate(preemption, pod)
 
     def clear_nomination(self, uid: str, pod: JSON) -> None:
         """The nomination of pod ``uid`` failed (its writes did not land)."""
+        self.generation += 1
         if self._engine is not None:
             self._engine.observe_nomination(uid, None, pod)
 
@@ -218,6 +218,7 @@ class EngineFeed:
     def reset(self) -> None:
         """Forget the engine: the next one is built from the caches (after an unexpected
         error, whatever it left half done is not trusted)."""
+        self.generation += 1
         self._engine = None
 
     def consistent(self) -> bool:
@@ -236,8 +237,8 @@ class EngineFeed:
         cache = self.cache
         for namespace in cache.namespaces.store.values():
             engine.observe_namespace(namespace.name, namespace.labels)
-        for informer in cache.owners:
-            for owner in informer.store.values():
+        for owners in cache.owners:
+            for owner in owners.store.values():
                 self._observe_owner(engine, owner, owner.selector)
         for kind, volumes in cache.volumes.items():
             for key, raw_volume in volumes.store.items():
@@ -284,6 +285,7 @@ class EngineFeed:
     # ------------------------------------------------------------------ events
     def _claim_touched(self, key: str) -> None:
         """What the overlay shows for ``key`` may have changed."""
+        self.generation += 1
         raw = self.cache.overlay.latest_written(key)
         if raw is None:
             self.parsed.forget(key)
@@ -303,11 +305,15 @@ class EngineFeed:
         if kind in OWNER_KINDS:
             owner = new if new is not None else old
             if engine is not None and owner is not None:
+                self.generation += 1
                 self._observe_owner(engine, owner, new.selector if new is not None else None)
-            return  # a soft rule: nothing parked can become schedulable
+                if any(c.when_unsatisfiable == "DoNotSchedule" for c in self.spreading.constraints):
+                    self._on_cluster_change()  # a configured default filter may now pass
+            return  # (System defaults only order nodes: nothing parked becomes schedulable)
         if kind == "Namespace":
             namespace = new if new is not None else old
             if engine is not None and namespace is not None:
+                self.generation += 1
                 engine.observe_namespace(namespace.name, new.labels if new is not None else None)
             self._on_cluster_change()  # a namespaceSelector may now match
             return
@@ -327,6 +333,7 @@ class EngineFeed:
         elif kind == "DeviceClass":
             changed = engine.observe_class(model.name, new)
         if changed:
+            self.generation += 1
             self._on_cluster_change()
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
@@ -334,6 +341,7 @@ class EngineFeed:
         assert obj is not None
         uid = str(meta(obj).get("uid") or "")
         if new is None or pod_is_finished(new):
+            self.generation += 1
             self._flights.pop(uid, None)
             if self._engine is not None:
                 self._engine.observe_pod(uid, None)
@@ -341,40 +349,48 @@ class EngineFeed:
         flight = self._flights.get(uid)
         if flight is not None and flight.placement.node == pod_node(new):
             del self._flights[uid]  # our binding is seen
-        if self._engine is not None:
-            self._observe_pod(self._engine, old, new)
-            self._observe_nomination(self._engine, old, new)
+        if _counts_anew(old, new):
+            self.generation += 1
+            if self._engine is not None:
+                self._observe_pod(self._engine, None, new)
+        elif (
+            self._engine is not None
+            and old is not None
+            and pod_node(new)
+            and _start(old) != _start(new)
+        ):
+            self._engine.observe_start(uid, new)
+        if self._engine is not None and self._observe_nomination(self._engine, old, new):
+            self.generation += 1  # a nomination holds against other pods
 
     @staticmethod
-    def _observe_nomination(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
-        """A pending pod's ``status.nominatedNodeName`` (any scheduler's), when it changed."""
+    def _observe_nomination(engine: DecisionEngine, old: JSON | None, new: JSON) -> bool:
+        """A pending pod's ``status.nominatedNodeName`` (any scheduler's), when it changed;
+        whether the engine was told."""
         if pod_node(new):
-            return  # bound: observe_pod dropped any nomination
+            return False  # bound: observe_pod dropped any nomination
         node = _nominated(new)
         if old is not None and _nominated(old) == node:
-            return
+            return False
         if node is None and old is None:
-            return
+            return False
         uid = str(meta(new).get("uid") or "")
         try:
             engine.observe_nomination(uid, node, new)
         except BiaxialError as exc:
             name = f"{meta(new).get('namespace')}/{meta(new).get('name')}"
             log.warning("Pod %s is malformed, its nomination is not held: %s", name, exc)
+        return True
 
     @staticmethod
     def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:
         """Tell the engine where a live pod counts, when that may have changed: it was bound,
         relabelled, resized in place, or began terminating (parsed only then). A pod that
         does not parse still counts on its node, with no requests."""
-        node = pod_node(new)
-        if not node or pod_is_finished(new):
-            return  # an unbound pod counts nowhere (ours count through their assumption)
-        uid = str(meta(new).get("uid") or "")
-        if old is not None and not _pod_changed(old, new):
-            if _start(old) != _start(new):
-                engine.observe_start(uid, new)
+        if not _counts_anew(old, new):
             return
+        node = pod_node(new)
+        uid = str(meta(new).get("uid") or "")
         volumes = _pod_volumes(new)
         try:
             engine.observe_pod(uid, node, volumes=volumes, raw=new)
@@ -395,3 +411,27 @@ class EngineFeed:
                 "%s %s/%s has a malformed selector, ignored: %s", kind, namespace, name, exc
             )
             engine.observe_owner(kind, namespace, name, None)
+
+    # ------------------------------------------------------------------ queueing hints
+    def device_classes(self, driver: str, pool: str, device: str) -> frozenset[str] | None:
+        """The DeviceClasses that select device ``driver/pool/device`` now; None when the
+        engine does not know it (yet)."""
+        return self.engine().device_classes(driver, pool, device)
+
+
+def _counts_anew(old: JSON | None, new: JSON) -> bool:
+    """Whether what the engine counts of a live pod may have changed: it was bound,
+    relabelled, resized in place, or began terminating. An unbound pod counts nowhere (ours
+    count through their assumption)."""
+    node = pod_node(new)
+    if not node or pod_is_finished(new):
+        return False
+    if old is None:
+        return True
+    old_meta, new_meta = meta(old), meta(new)
+    return (
+        pod_node(old) != node
+        or old.get("spec") != new.get("spec")
+        or old_meta.get("labels") != new_meta.get("labels")
+        or bool(old_meta.get("deletionTimestamp")) != bool(new_meta.get("deletionTimestamp"))
+    )

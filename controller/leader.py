@@ -47,7 +47,9 @@ The write fence (:class:`WriteFence`):
   covers a write between the fence check and the API server. What no client-side fence can
   cover, since the API server has no fencing tokens across objects, is a write held up longer
   than that difference between the check and the server (a network stall, a pause in exactly
-  that window); client-go shares this limit.
+  that window); client-go shares this limit. The one such write that could break an invariant,
+  a binding landing after the next leader released its pod's claims, is refused by the API
+  server itself (see :mod:`controller.repair`).
 
 The Lease requests go through their own client (``lease_api``), never through the fence, and
 with their own rate limit, so a busy scheduler never delays a renewal.
@@ -326,7 +328,10 @@ class LeaderElector:
         """One round that gives up after ``timeout_s`` (client-go bounds it by the renew
         deadline's context)."""
         try:
-            return await asyncio.wait_for(self._attempt(), timeout_s)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can lose the caller's
+            # cancellation when the attempt ends at that moment (kubeapi.tasks.wait_at_most).
+            async with asyncio.timeout(timeout_s):
+                return await self._attempt()
         except TimeoutError:
             return Attempt(
                 ok=False, why=f"the lease request took longer than {timeout_s:.1f}s", api_error=True

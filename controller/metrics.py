@@ -4,9 +4,11 @@ several controllers can live in one test process).
 Names (all prefixed ``biaxial_controller_``):
 
 * ``queue_depth{queue}`` gauge: pods in the active / backoff / unschedulable sets;
-* ``decisions_total{result}`` counter: scheduled | unschedulable | invalid | error
+* ``decisions_total{result}`` counter: scheduled | unschedulable | invalid | timeout | error
   (decisions per second is ``rate(decisions_total[1m])``);
 * ``decision_seconds`` histogram: one pod through the decision core;
+* ``decisions_reused_total`` counter: unschedulable answers given to a pod equal to one decided
+  before while nothing changed (``controller.equivalence``), without running the engine;
 * ``commit_seconds`` histogram: all writes of one placement, finalizers to binding;
 * ``conflicts_total{step}`` counter: 409s met while committing or deallocating;
 * ``unschedulable_total{reason}`` counter: unschedulable pods by first reason;
@@ -42,6 +44,7 @@ class Metrics:
     queue_depth: Gauge = field(init=False)
     decisions: Counter = field(init=False)
     decision_seconds: Histogram = field(init=False)
+    decisions_reused: Counter = field(init=False)
     commit_seconds: Histogram = field(init=False)
     conflicts: Counter = field(init=False)
     unschedulable: Counter = field(init=False)
@@ -66,6 +69,11 @@ class Metrics:
             _PREFIX + "decision_seconds",
             "Time to decide one pod",
             buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.decisions_reused = Counter(
+            _PREFIX + "decisions_reused",
+            "Unschedulable answers reused for an equal pod while nothing changed",
             registry=reg,
         )
         self.commit_seconds = Histogram(

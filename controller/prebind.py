@@ -13,8 +13,9 @@ attachment never holds up other pods' placements.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
+
+from kubeapi.tasks import wait_at_most
 
 
 async def wait_until_ready(
@@ -39,5 +40,4 @@ async def wait_until_ready(
         if remaining <= 0:
             raise timed_out(left)
         # On a timeout: checked once more, then reported above.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), remaining)
+        await wait_at_most(changed.wait(), remaining)

@@ -1,19 +1,26 @@
 """The scheduling queue: which pod to try next, and when to try a failed one again.
 
-Modelled on kube-scheduler's queue with its default ``PrioritySort`` order:
+Modelled on kube-scheduler's queue:
 
-* ``active``: pods ready to be tried, each at most once, the highest ``spec.priority`` first
-  and, among equal priorities, the one that became ready first (PrioritySort's ``Less``:
-  priority, then the time the pod entered the active queue);
+* ``active``: pods ready to be tried, each at most once, in kube-scheduler's default
+  ``PrioritySort`` order: the highest ``spec.priority`` first (given with :meth:`add`, else
+  read from a function given to the queue; neither: all equal) and, among equal priorities,
+  the one that became ready first (PrioritySort's ``Less``: priority, then the time the pod
+  entered the active queue);
 * ``backoff``: pods that failed, waiting ``initial * 2**(attempts-1)`` seconds (capped);
-* ``unschedulable``: pods that did not fit; they stay parked until a relevant cluster change
-  (:meth:`SchedulingQueue.move_all`: a claim freed, a slice or node changed) or until they have
-  waited ``flush_s``; then they go through backoff as usual.
+* ``unschedulable``: pods that did not fit, *parked* with a :class:`Hint` that says which
+  cluster changes may help them (kube-scheduler's queueing hints). A change is reported as a
+  :class:`ClusterEvent` (:meth:`SchedulingQueue.move`); only the parked pods whose hint it
+  matches leave, the others stay. Every parked pod leaves after ``flush_s`` regardless (a
+  missed hint costs a delay, never a pod). Leaving goes through backoff as usual; a pod that
+  was parked *waiting* (not tried: a claim it needs does not exist yet, as kube-scheduler's
+  PreEnqueue gate) did not count as an attempt, so it goes straight to active.
 
 A pod handed out by :meth:`pop` is *processing* until :meth:`done`; adding it meanwhile marks it
-dirty, and it is re-queued after ``done``. A move request that arrives while a pod is being tried
-sends that pod to backoff instead of parking it, so a change that happened during its attempt
-is never missed. Every key is in at most one of the three sets. Single-threaded (asyncio) use.
+dirty, and it is re-queued after ``done``. The events that arrive while a pod is being tried
+are kept, and ``done`` checks the pod's hint against them: a change that may help it sends it
+to backoff instead of parking it, so a change that happened during its attempt is never
+missed. Every key is in at most one of the three sets. Single-threaded (asyncio) use.
 """
 
 from __future__ import annotations
@@ -22,16 +29,73 @@ import asyncio
 import contextlib
 import enum
 import heapq
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 
 class Outcome(enum.Enum):
     SCHEDULED = "scheduled"
     UNSCHEDULABLE = "unschedulable"
+    WAITING = "waiting"  # not tried: something it needs is missing (kube-scheduler's PreEnqueue)
     ERROR = "error"
     FORGET = "forget"
+
+
+class EventKind(enum.Enum):
+    """What changed in the cluster (kube-scheduler's ClusterEvent resource and action)."""
+
+    CLUSTER = "cluster"  # a Node, ResourceSlice, DeviceClass or volume object changed (for us)
+    CLAIM = "claim"  # a ResourceClaim was created, or its status changed
+    DEVICES_FREED = "devices-freed"  # a claim's allocation was cleared (or it was deleted)
+    POD_GONE = "pod-gone"  # a pod bound to a node was deleted or finished
+    POD_ADDED = "pod-added"  # a pod now counts on a node (bound, by any scheduler), or relabelled
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterEvent:
+    """One change, with what the hints compare: the claim (``CLAIM``), the DeviceClasses that
+    select the freed devices (``DEVICES_FREED``; None when they are not known)."""
+
+    kind: EventKind
+    claim: str = ""
+    classes: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """Which changes may make a parked pod schedulable. ``None`` means "any": ``claims`` are
+    the claim keys whose creation or status change may help, ``device_classes`` the classes
+    whose freed devices may help (empty: no freed device helps), ``pod_gone`` whether a pod
+    leaving a node may help (node resources, ports, pod affinity), ``pod_added`` whether a pod
+    placed on a node may (required pod affinity, topology spread), ``cluster`` whether a node,
+    slice or class change may (it may, for every pod that failed on what they publish)."""
+
+    cluster: bool = True
+    claims: frozenset[str] | None = None
+    device_classes: frozenset[str] | None = None
+    pod_gone: bool = True
+    pod_added: bool = True
+
+    def wakes(self, event: ClusterEvent) -> bool:
+        kind = event.kind
+        if kind is EventKind.CLUSTER:
+            return self.cluster
+        if kind is EventKind.CLAIM:
+            return self.claims is None or event.claim in self.claims
+        if kind is EventKind.POD_GONE:
+            return self.pod_gone
+        if kind is EventKind.POD_ADDED:
+            return self.pod_added
+        if self.device_classes is None or event.classes is None:
+            return self.device_classes is None or bool(self.device_classes)
+        return not self.device_classes.isdisjoint(event.classes)
+
+
+#: The hint of a pod nothing is known about: every change may help it.
+ANY: Final = Hint()
 
 
 @dataclass(slots=True)
@@ -39,7 +103,7 @@ class _Entry:
     attempts: int = 0
     ready_at: float = 0.0
     parked_at: float = 0.0
-    priority: int = 0
+    priority: int | None = None  # spec.priority as given to add (None: ask the function)
 
 
 class SchedulingQueue:
@@ -52,41 +116,43 @@ class SchedulingQueue:
         backoff_max_s: float = 10.0,
         flush_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        priority: Callable[[str], int] | None = None,
     ) -> None:
         self._initial = backoff_initial_s
         self._max = backoff_max_s
         self._flush = flush_s
         self._clock = clock
+        self._priority = priority
         self._entries: dict[str, _Entry] = {}
-        self._active: set[str] = set()
-        # (-priority, arrival, key): the next pod to try on top; stale items (a key popped,
-        # forgotten or re-activated since) are skipped when they surface.
+        # active: key -> serial of its heap item; the heap orders (-priority, serial, key).
+        # Items of keys that left (or re-entered) are stale and skipped when popped.
+        self._active: dict[str, int] = {}
         self._active_heap: list[tuple[int, int, str]] = []
-        self._arrivals = 0
-        self._active_seq: dict[str, int] = {}
+        self._serial = itertools.count()
         self._backoff: set[str] = set()
-        self._unschedulable: set[str] = set()
-        # (time, key) heaps over the two sets; stale items are skipped when popped, so due
-        # pods are found in O(log n) however many pods wait.
+        self._parked: dict[str, Hint] = {}
+        # (time, key) heaps over backoff and parked pods; stale items are skipped when popped,
+        # so due pods are found in O(log n) however many pods wait.
         self._backoff_heap: list[tuple[float, str]] = []
         self._parked_heap: list[tuple[float, str]] = []
-        self._processing: dict[str, int] = {}  # key -> move sequence at pop
+        self._processing: dict[str, int] = {}  # key -> event sequence at pop
+        self._events: list[tuple[int, ClusterEvent | None]] = []  # while pods are processing
+        self._event_seq = 0
         self._dirty: set[str] = set()
-        self._move_seq = 0
         self._wakeup = asyncio.Event()
         self._closed = False
 
     # ------------------------------------------------------------------ introspection
 
     def __len__(self) -> int:
-        return len(self._active) + len(self._backoff) + len(self._unschedulable)
+        return len(self._active) + len(self._backoff) + len(self._parked)
 
     @property
     def depths(self) -> dict[str, int]:
         return {
             "active": len(self._active),
             "backoff": len(self._backoff),
-            "unschedulable": len(self._unschedulable),
+            "unschedulable": len(self._parked),
         }
 
     def attempts(self, key: str) -> int:
@@ -99,60 +165,86 @@ class SchedulingQueue:
         return float(min(self._max, self._initial * 2.0 ** min(attempts - 1, 30)))
 
     def is_queued(self, key: str) -> bool:
-        return key in self._active or key in self._backoff or key in self._unschedulable
+        return key in self._active or key in self._backoff or key in self._parked
+
+    @property
+    def listening(self) -> bool:
+        """Whether a :meth:`move` could change anything: pods are parked or being tried."""
+        return bool(self._parked or self._processing)
+
+    def hint(self, key: str) -> Hint | None:
+        """The hint a parked pod waits with (None when it is not parked)."""
+        return self._parked.get(key)
 
     # ------------------------------------------------------------------ producers
 
-    def _activate(self, key: str, entry: _Entry) -> None:
-        self._arrivals += 1
-        self._active.add(key)
-        self._active_seq[key] = self._arrivals
-        heapq.heappush(self._active_heap, (-entry.priority, self._arrivals, key))
-
-    def add(self, key: str, priority: int = 0) -> None:
+    def add(self, key: str, priority: int | None = None) -> None:
         """A new or changed pod: try it (respecting a running backoff). ``priority`` is its
         ``spec.priority`` (the API server's admission resolved it from its class)."""
         entry = self._entries.get(key)
-        if entry is not None and entry.priority != priority:
+        if entry is not None and priority is not None and entry.priority != priority:
             entry.priority = priority
             if key in self._active:
-                self._activate(key, entry)  # its older heap item is now stale
+                self._to_active(key)  # its older heap item is now stale
         if key in self._processing:
             self._dirty.add(key)
             return
         if key in self._active or key in self._backoff:
             return
         entry = self._entries.setdefault(key, _Entry(priority=priority))
-        self._unschedulable.discard(key)
+        self._parked.pop(key, None)
         if entry.ready_at > self._clock():
             self._to_backoff(key, entry)
         else:
-            self._activate(key, entry)
+            self._to_active(key)
         self._wakeup.set()
+
+    def _to_active(self, key: str) -> None:
+        serial = next(self._serial)
+        self._active[key] = serial
+        entry = self._entries.get(key)
+        if entry is not None and entry.priority is not None:
+            order = -entry.priority
+        else:
+            order = -self._priority(key) if self._priority is not None else 0
+        heapq.heappush(self._active_heap, (order, serial, key))
 
     def _to_backoff(self, key: str, entry: _Entry) -> None:
         self._backoff.add(key)
         heapq.heappush(self._backoff_heap, (entry.ready_at, key))
 
-    def _park(self, key: str, entry: _Entry) -> None:
-        self._unschedulable.add(key)
+    def _park(self, key: str, entry: _Entry, hint: Hint) -> None:
+        self._parked[key] = hint
         heapq.heappush(self._parked_heap, (entry.parked_at + self._flush, key))
 
-    def move_all(self) -> None:
-        """A relevant cluster change: parked pods become eligible (after their backoff)."""
-        self._move_seq += 1
-        for key in list(self._unschedulable):
-            self._unschedulable.discard(key)
+    def move(self, event: ClusterEvent) -> int:
+        """A cluster change: the parked pods whose hint it matches become eligible (after their
+        backoff). Returns how many left."""
+        return self._move(event)
+
+    def move_all(self) -> int:
+        """Every parked pod becomes eligible (after its backoff), whatever its hint."""
+        return self._move(None)
+
+    def _move(self, event: ClusterEvent | None) -> int:
+        if self._processing:
+            self._event_seq += 1
+            self._events.append((self._event_seq, event))
+        moved = [key for key, hint in self._parked.items() if event is None or hint.wakes(event)]
+        for key in moved:
+            del self._parked[key]
             self._to_backoff(key, self._entries[key])
-        self._parked_heap.clear()
-        self._wakeup.set()
+        if not self._parked:
+            self._parked_heap.clear()
+        if moved:
+            self._wakeup.set()
+        return len(moved)
 
     def forget(self, key: str) -> None:
         """The pod is gone or no longer ours: drop every trace of it."""
-        self._active.discard(key)
-        self._active_seq.pop(key, None)
+        self._active.pop(key, None)
         self._backoff.discard(key)
-        self._unschedulable.discard(key)
+        self._parked.pop(key, None)
         self._dirty.discard(key)
         if key not in self._processing:
             self._entries.pop(key, None)
@@ -169,11 +261,11 @@ class SchedulingQueue:
         while parked and parked[0][0] <= now:
             _, key = heapq.heappop(parked)
             entry = self._entries.get(key)
-            if key not in self._unschedulable or entry is None:
+            if key not in self._parked or entry is None:
                 continue  # stale: moved or forgotten meanwhile
             if entry.parked_at + self._flush > now:
                 continue  # stale: parked again later (its newer item is in the heap)
-            self._unschedulable.discard(key)
+            del self._parked[key]
             self._to_backoff(key, entry)
         waiting = self._backoff_heap
         while waiting and waiting[0][0] <= now:
@@ -182,7 +274,7 @@ class SchedulingQueue:
             if key not in self._backoff or entry is None or entry.ready_at > now:
                 continue  # stale
             self._backoff.discard(key)
-            self._activate(key, entry)
+            self._to_active(key)
         heads = [h[0][0] for h in (parked, waiting) if h]
         return min(heads) if heads else None
 
@@ -191,15 +283,13 @@ class SchedulingQueue:
         self._promote(self._clock())
         heap = self._active_heap
         while heap:
-            _, seq, key = heapq.heappop(heap)
-            if key in self._active and self._active_seq.get(key) == seq:
-                break
-        else:
-            return None
-        self._active.discard(key)
-        del self._active_seq[key]
-        self._processing[key] = self._move_seq
-        return key
+            _, serial, key = heapq.heappop(heap)
+            if self._active.get(key) != serial:
+                continue  # stale: forgotten, or queued again under a newer item
+            del self._active[key]
+            self._processing[key] = self._event_seq
+            return key
+        return None
 
     async def pop(self) -> str:
         """Wait for the next ready pod. Raises CancelledError-free ``EOFError`` once closed."""
@@ -218,9 +308,13 @@ class SchedulingQueue:
                 async with asyncio.timeout(timeout):
                     await self._wakeup.wait()
 
-    def done(self, key: str, outcome: Outcome) -> None:
-        """Report the result of trying ``key`` (obtained from :meth:`pop`)."""
-        popped_seq = self._processing.pop(key, None)
+    def done(self, key: str, outcome: Outcome, hint: Hint = ANY) -> None:
+        """Report the result of trying ``key`` (obtained from :meth:`pop`); an unschedulable
+        or waiting pod is parked with ``hint`` (a waiting one without counting an attempt)."""
+        popped_at = self._processing.pop(key, None)
+        parks = outcome in (Outcome.UNSCHEDULABLE, Outcome.WAITING)
+        missed = self._missed(popped_at, hint) if parks else False
+        self._prune_events()
         dirty = key in self._dirty
         self._dirty.discard(key)
         if outcome in (Outcome.SCHEDULED, Outcome.FORGET):
@@ -228,12 +322,27 @@ class SchedulingQueue:
             return
         now = self._clock()
         entry = self._entries.setdefault(key, _Entry())
-        entry.attempts += 1
-        entry.ready_at = now + self.backoff_s(entry.attempts)
-        moved = popped_seq is not None and popped_seq != self._move_seq
-        if outcome is Outcome.UNSCHEDULABLE and not dirty and not moved:
+        if outcome is not Outcome.WAITING:
+            entry.attempts += 1
+            entry.ready_at = now + self.backoff_s(entry.attempts)
+        if parks and not dirty and not missed:
             entry.parked_at = now
-            self._park(key, entry)
+            self._park(key, entry, hint)
         else:
             self._to_backoff(key, entry)
         self._wakeup.set()
+
+    def _missed(self, popped_at: int | None, hint: Hint) -> bool:
+        """Whether a change that may help the pod arrived while it was being tried."""
+        if popped_at is None:
+            return False
+        return any(
+            event is None or hint.wakes(event) for seq, event in self._events if seq > popped_at
+        )
+
+    def _prune_events(self) -> None:
+        if not self._processing:
+            self._events.clear()
+        elif self._events:
+            oldest = min(self._processing.values())
+            self._events = [(seq, e) for seq, e in self._events if seq > oldest]

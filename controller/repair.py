@@ -7,10 +7,25 @@ every allocated claim), so nothing is ever given twice; the pod is not retried o
 
 :class:`Repairer` follows the bridge claims per owning pod from the claim informer.
 :meth:`Repairer.stale` says whether a pod has leftovers (a bridge claim, or a claim with our
-finalizer reserved for it); :meth:`Repairer.repair` first confirms with a live GET that the pod
-still exists, has the same UID and is unbound (the cache may be behind), then deletes the
-bridge claims and releases the reservations and allocations (and our finalizer) of the pod's
-claims. It is idempotent; anything it cannot do now is retried on the pod's next attempt.
+finalizer reserved for it); :meth:`Repairer.repair` then *fences* the pod before it releases
+anything: a strategic-merge patch of ``pods/status`` (``PodScheduled=False``, reason
+``SchedulerError``, saying what is released) carrying as precondition the resourceVersion of
+the pod this controller's cache shows unbound. Only when that write is accepted does it delete
+the bridge claims and release the reservations and allocations (and our finalizer) of the
+pod's claims.
+
+Why the fence: the attempt that left those claims may still bind the pod: a crashed or deposed
+controller's binding can be in flight and land at any time. Every binding carries the
+resourceVersion its placement was decided on as precondition (:mod:`controller.commit`), and
+the fence moves the pod past it (its message names the resourceVersion it replaces, so the
+write is never a no-op that would leave the resourceVersion where it was). So either that
+binding landed first (the fence fails with a 409 and nothing is released: the pod is bound
+with its claims allocated and reserved) or it is refused. A released allocation can therefore
+never belong to a pod that gets bound, which upstream requires: a pod is bound only once its
+claims are allocated and reserved for it, and an allocation is never removed while a bound pod
+reserves it.
+
+It is idempotent; anything it cannot do now is retried on the pod's next attempt.
 """
 
 from __future__ import annotations
@@ -18,12 +33,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from controller.api import JSON, PODS, Api, meta, object_key, pod_is_finished, pod_node
+from controller.api import JSON, PODS, Api, meta, object_key, pod_is_finished
 from controller.cache import ClusterCache
 from controller.commit import CommitAbortedError, Committer, PodRef, has_finalizer
 from controller.metrics import Metrics
-from driver.api.errors import ApiError, NotFoundError
+from driver.api.errors import ApiError, ConflictError, NotFoundError
 from driver.scheduling.bridge import bridge_claim_owner, is_bridge_claim
+from kubeapi.events import now_rfc3339
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -81,14 +97,44 @@ class Repairer:
         claim = self.cache.overlay.get(key)
         return claim if claim is not None and has_finalizer(claim, self.finalizer) else None
 
-    async def repair(self, ref: PodRef, keys: Iterable[str]) -> bool:
-        """Release what an earlier attempt left for this unbound pod. False: try later."""
+    async def fence(self, ref: PodRef, resource_version: str) -> str | None:
+        """Write to the pod on the condition that it is still at ``resource_version``, so that
+        no binding decided on that version or an earlier one can land any more; returns the
+        pod's new resourceVersion, None when the pod changed (or is gone) meanwhile."""
+        condition: JSON = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "SchedulerError",
+            "message": (
+                "an interrupted scheduling attempt left claims reserved for this pod; "
+                f"releasing them (pod resourceVersion {resource_version}) and trying again"
+            ),
+            "lastTransitionTime": now_rfc3339(),
+        }
+        body: JSON = {
+            "metadata": {"resourceVersion": resource_version},
+            "status": {"conditions": [condition]},
+        }
         try:
-            live = await self.api.get(PODS, ref.name, ref.namespace)
-        except NotFoundError:
-            return False
-        if str(meta(live).get("uid")) != ref.uid or pod_node(live):
-            return False  # the cache is behind: the pod changed or is bound
+            written = await self.api.patch(
+                PODS,
+                ref.name,
+                body,
+                namespace=ref.namespace,
+                subresource="status",
+                patch_type="strategic",
+            )
+        except (ConflictError, NotFoundError):
+            return None  # bound (or otherwise changed) or deleted meanwhile: look again later
+        return str(meta(written).get("resourceVersion") or "")
+
+    async def repair(self, ref: PodRef, keys: Iterable[str], resource_version: str) -> str | None:
+        """Release what an earlier attempt left for this pod, which the cache shows unbound at
+        ``resource_version``. Returns the pod's resourceVersion after the fence (the one its
+        next binding must carry); None: try later."""
+        fenced = await self.fence(ref, resource_version)
+        if fenced is None:
+            return None
         log.info(
             "pod %s: releasing what an interrupted attempt left behind",
             ref.key,
@@ -111,5 +157,5 @@ class Repairer:
             log.warning(
                 "pod %s: repair failed (%s); will retry", ref.key, exc, extra={"pod": ref.key}
             )
-            return False
-        return True
+            return None
+        return fenced

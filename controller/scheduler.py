@@ -4,19 +4,31 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
 ``max_concurrent_writes`` placements at once), as its binding cycle. For each pod:
 
 1. **resolve its claims** (``spec.resourceClaims``; template claims through
-   ``pod.status.resourceClaimStatuses``). A template claim not created yet parks the pod until
-   it appears; a named claim that does not exist, or a generated one not owned by the pod, is
-   reported on the pod;
-2. **repair** what an earlier attempt left (:mod:`controller.repair`);
+   ``pod.status.resourceClaimStatuses``). A claim that does not exist yet parks the pod, not
+   counted as an attempt (kube-scheduler's PreEnqueue), until it appears; a named claim that
+   does not exist, or a generated one not owned by the pod, is reported on the pod;
+2. **repair** what an earlier attempt left (:mod:`controller.repair`): the pod is fenced
+   first (a write conditional on the resourceVersion the cache shows), so that the earlier
+   attempt's binding, should it still be in flight, can no longer land;
 3. **decide** with the decision engine, which the feed (:mod:`controller.feed`) keeps equal to
-   the caches plus every placement of this controller still in flight;
-4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`) or
-   **report**: ``PodScheduled=False`` + an Event, then park the pod in the queue until a
-   relevant change (a claim freed; a slice, node, class, namespace or volume object changed;
-   a pod bound or relabelled on a node, whose affinity or spread may now be met) or its flush
-   time. A commit that fails because its volumes could not be bound (provisioning failed, the
-   wait timed out) is reported on the pod the same way (reason ``SchedulerError``, as
-   kube-scheduler reports a failed PreBind) and retried with backoff.
+   the caches plus every placement of this controller still in flight, within the decision
+   deadline (``--decision-timeout``, kube-scheduler's DRA filter timeout: a decision that
+   passes it is abandoned, reported as ``SchedulerError`` and retried with backoff). A pod equal
+   to one found unschedulable while nothing changed gets that answer without a decision
+   (:mod:`controller.equivalence`);
+4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`; the
+   binding is conditional on the pod's resourceVersion the decision was made on) or
+   **report** (:class:`~controller.events.Recorder`: ``PodScheduled=False`` + an Event, in a
+   background lane), then park the pod in the queue with a :class:`~controller.queue.Hint`
+   until a change that may help it, as kube-scheduler's queueing hints decide: one of its
+   claims created or changed; devices freed that a class it asks for selects (a claim
+   deallocated); a pod leaving a node, when more than devices kept it out; a pod placed or
+   relabelled on a node, when its pod affinity or topology spread kept it out; a node, slice,
+   class, namespace or volume object changed. Invalid input waits for the pod, its claims, or
+   a node, slice, class or volume object to change; everything is retried at its flush time
+   regardless. A commit that fails because its volumes could not be bound (provisioning
+   failed, the wait timed out) is reported on the pod the same way (reason
+   ``SchedulerError``, as kube-scheduler reports a failed PreBind) and retried with backoff.
 
 A placement counts from the moment it is decided (the feed *assumes* it in the engine), so
 decisions made while earlier writes are in flight never hand out the same device twice; a
@@ -32,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -48,7 +60,8 @@ from controller.commit import (
     PodRef,
     StepHook,
 )
-from controller.events import REASON_ERROR, Recorder
+from controller.equivalence import UnschedulableMemo, pod_signature
+from controller.events import REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Recorder
 from controller.feed import EngineFeed
 from controller.metrics import Metrics
 from controller.preempt import (
@@ -60,27 +73,54 @@ from controller.preempt import (
     releasing_claims,
     terminating_victims,
 )
-from controller.queue import Outcome, SchedulingQueue
+from controller.queue import ClusterEvent, EventKind, Hint, Outcome, SchedulingQueue
 from controller.repair import Repairer
 from controller.settings import Settings
 from controller.volumes import VolumeBinder, VolumeBindingError
 from driver.api.claims import ResourceClaim
-from driver.api.errors import ApiError, BiaxialError
+from driver.api.errors import ApiError, BiaxialError, DeadlineExceededError
+from driver.cel import cost
 from driver.scheduling.decision import NOT_HELPFUL_TAIL, DecisionEngine
 from driver.scheduling.outcome import (
+    REASON_CLAIM_NODE,
+    REASON_CLAIMS,
+    REASON_FREE_GPUS,
+    REASON_GPU_CORES,
+    REASON_GPU_MEMORY,
+    REASON_NO_GPUS,
     NoPreemption,
     Placement,
     PodError,
     Preemption,
     Unschedulable,
 )
+from driver.scheduling.podaffinity import REASON_AFFINITY
 from driver.scheduling.preemption import pod_priority
+from driver.scheduling.topologyspread import REASON_SPREAD
 from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_WAITING: Final = "waiting-for-claims"
 REASON_INVALID: Final = "invalid"
+REASON_TIMEOUT: Final = "timeout"
+#: The per-node reasons about devices: a pod that failed only on these is helped by freed
+#: devices (and its claims' changes), never by a pod leaving a node.
+DEVICE_REASONS: Final = frozenset(
+    {
+        REASON_NO_GPUS,
+        REASON_GPU_MEMORY,
+        REASON_GPU_CORES,
+        REASON_FREE_GPUS,
+        REASON_CLAIMS,
+        REASON_CLAIM_NODE,
+    }
+)
+
+
+#: The per-node reasons a pod placed on a node may lift: required pod affinity (a pod to be near
+#: appears) and topology spread (the least loaded domain gains a pod).
+POD_ADDED_REASONS: Final = frozenset({REASON_AFFINITY, REASON_SPREAD})
 
 
 async def _no_step(_step: str, _key: str) -> None:
@@ -101,6 +141,54 @@ def _device_set(claim: Mapping[str, Any] | None) -> frozenset[tuple[str, str, st
         )
         for r in (allocation.get("devices") or {}).get("results") or ()
     )
+
+
+def _claim_status_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> bool:
+    if old is None or new is None:
+        return False
+    return (old.get("status") or {}) != (new.get("status") or {})
+
+
+def _shown(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The reason and message of the pod's ``PodScheduled=False`` condition, if it has one."""
+    for condition in (pod.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("reason") or ""), str(condition.get("message") or "")
+    return None
+
+
+def _extended_resources(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod asks for an extended resource (``vendor/name``): the KEP-5004 bridge
+    may serve it from any DeviceClass that names it."""
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ())]
+    blocks = [c.get("resources") or {} for c in containers]
+    blocks.append(spec.get("resources") or {})
+    return any(
+        "/" in name
+        for block in blocks
+        for part in ("requests", "limits")
+        for name in block.get(part) or {}
+    )
+
+
+def wanted_classes(
+    pod: Mapping[str, Any], claims: Sequence[ResourceClaim]
+) -> frozenset[str] | None:
+    """The DeviceClasses whose freed devices may help the pod: those its unallocated claims'
+    requests name (every alternative); None (any) when it asks for extended resources."""
+    if _extended_resources(pod):
+        return None
+    names: set[str] = set()
+    for claim in claims:
+        if claim.allocation is not None:
+            continue
+        for request in claim.requests:
+            alternatives = (
+                (request.exactly,) if request.exactly is not None else request.first_available
+            )
+            names.update(alt.device_class_name for alt in alternatives)
+    return frozenset(names)
 
 
 def _relevant_pod_change(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
@@ -139,10 +227,12 @@ class Resolved:
 
 @dataclass(frozen=True, slots=True)
 class Waiting:
-    """The pod cannot be tried yet; ``report`` says whether to tell the user."""
+    """The pod cannot be tried yet; ``report`` says whether to tell the user, ``claims`` which
+    claims' creation or change may let it go on."""
 
     message: str
     report: bool
+    claims: frozenset[str] = frozenset()
 
 
 class Scheduler:
@@ -166,7 +256,6 @@ class Scheduler:
             backoff_max_s=settings.backoff_max_s,
             flush_s=settings.unschedulable_flush_s,
         )
-        self.recorder = Recorder(api, component=settings.scheduler_name, instance=settings.identity)
 
         def on_conflict(step: str) -> None:
             metrics.conflicts.labels(step=step).inc()
@@ -192,11 +281,18 @@ class Scheduler:
             binding=self.binding,
             on_waiting=self._binding_pending,
         )
+        self._jobs = TaskGuard()  # placement writes and reports in flight
+        self.recorder = Recorder(
+            api,
+            component=settings.scheduler_name,
+            instance=settings.identity,
+            spawn=self._spawn,
+        )
+        self.memo = UnschedulableMemo()
         self.evictor = Evictor(
             api, self.recorder, scheduler_name=settings.scheduler_name, on_step=on_step
         )
         self._nominated_at: dict[str, float] = {}  # pod uid -> when this controller nominated it
-        self._jobs = TaskGuard()  # placement writes and events in flight
         # The loop's handler first: it asks the feed about a pod before the feed forgets it.
         cache.subscribe(self._on_event)
         self.feed = EngineFeed(
@@ -204,7 +300,7 @@ class Scheduler:
             settings.policies,
             metrics,
             driver_name=settings.driver_name,
-            on_cluster_change=self.queue.move_all,
+            on_cluster_change=self._cluster_changed,
             spreading=settings.spreading,
         )
         self.repairer = Repairer(api, cache, self.committer, metrics, finalizer=settings.finalizer)
@@ -227,12 +323,15 @@ class Scheduler:
         )
 
     def _on_event(self, kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
-        # Nodes, slices and classes: the feed calls back (queue.move_all) when one changed in
+        # Nodes, slices and classes: the feed calls back (a CLUSTER event) when one changed in
         # what scheduling reads.
         if kind == "Pod":
             self._on_pod(old, new)
         elif kind == "ResourceClaim":
             self._on_claim(old, new)
+
+    def _cluster_changed(self) -> None:
+        self.queue.move(ClusterEvent(EventKind.CLUSTER))
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old
@@ -247,19 +346,41 @@ class Scheduler:
         if new is None or pod_is_finished(new):
             self.recorder.forget(uid)
             if pod_node(obj) or self.feed.assumed(uid):
-                self.queue.move_all()  # its node has room again
+                self.queue.move(ClusterEvent(EventKind.POD_GONE))  # its node has room again
         elif pod_node(new) and (
             old is None or not pod_node(old) or meta(old).get("labels") != meta(new).get("labels")
         ):
-            # A pod now counts on a node (any scheduler's), or relabelled there: a parked pod's
-            # affinity or spread may be met now (kube-scheduler's AssignedPodAdd/Update).
-            self.queue.move_all()
+            # A pod now counts on a node (any scheduler's), or was relabelled there: a parked
+            # pod's affinity or spread may be met now, and a relabelled pod may no longer repel
+            # (kube-scheduler's AssignedPodAdd / AssignedPodUpdate for InterPodAffinity and
+            # PodTopologySpread).
+            if old is not None and pod_node(old):
+                self.queue.move(ClusterEvent(EventKind.POD_GONE))
+            self.queue.move(ClusterEvent(EventKind.POD_ADDED))
 
     def _on_claim(self, old: JSON | None, new: JSON | None) -> None:
-        if old is None and new is not None:
-            self.queue.move_all()  # a template claim may have appeared
-        elif _device_set(old) - _device_set(new):
-            self.queue.move_all()  # devices freed
+        """kube-scheduler's DynamicResources hints: a claim created, or one whose status
+        changed, helps the pods that use it; devices freed help the pods that may use them."""
+        obj = new if new is not None else old
+        assert obj is not None
+        if not self.queue.listening:
+            return
+        key = object_key(obj)
+        if old is None or _claim_status_changed(old, new):
+            self.queue.move(ClusterEvent(EventKind.CLAIM, claim=key))
+        freed = _device_set(old) - _device_set(new)
+        if freed:
+            self.queue.move(ClusterEvent(EventKind.DEVICES_FREED, classes=self._classes(freed)))
+
+    def _classes(self, devices: frozenset[tuple[str, str, str, str]]) -> frozenset[str] | None:
+        """The DeviceClasses that select any of ``devices``; None when one is not known."""
+        found: set[str] = set()
+        for driver, pool, device, _share in devices:
+            classes = self.feed.device_classes(driver, pool, device)
+            if classes is None:
+                return None
+            found.update(classes)
+        return frozenset(found)
 
     # ------------------------------------------------------------------ the loop
 
@@ -324,6 +445,7 @@ class Scheduler:
                         f'pod uses resourceclaim "{ref["resourceClaimName"]}", which does not '
                         "exist",
                         report=True,
+                        claims=frozenset({key}),
                     )
             elif ref.get("resourceClaimTemplateName"):
                 if ref_name not in statuses:
@@ -334,17 +456,26 @@ class Scheduler:
                 key = f"{namespace}/{generated}"
                 claim = self.cache.overlay.get(key)
                 if claim is None:
-                    return Waiting(f"waiting for resourceclaim {generated!r} to appear", False)
+                    return Waiting(
+                        f"waiting for resourceclaim {generated!r} to appear",
+                        report=False,
+                        claims=frozenset({key}),
+                    )
                 owners = meta(claim).get("ownerReferences") or ()
                 if not any(o.get("uid") == uid and o.get("controller") for o in owners):
                     return Waiting(
                         f'resourceclaim "{generated}" was not created for this pod',
                         report=True,
+                        claims=frozenset({key}),
                     )
             else:
                 return Waiting(f"pod claim {ref_name!r} names neither a claim nor a template", True)
             if meta(claim).get("deletionTimestamp"):
-                return Waiting(f'resourceclaim "{meta(claim).get("name")}" is being deleted', True)
+                return Waiting(
+                    f'resourceclaim "{meta(claim).get("name")}" is being deleted',
+                    report=True,
+                    claims=frozenset({key}),
+                )
             keys.append(key)
         return Resolved(tuple(keys))
 
@@ -360,41 +491,51 @@ class Scheduler:
         resolved = self.resolve(pod)
         if isinstance(resolved, Waiting):
             self.metrics.unschedulable.labels(reason=REASON_WAITING).inc()
-            self.queue.done(key, Outcome.UNSCHEDULABLE)
+            hint = Hint(
+                cluster=False,
+                claims=resolved.claims,
+                device_classes=frozenset(),
+                pod_gone=False,
+                pod_added=False,
+            )
+            self.queue.done(key, Outcome.WAITING, hint)
             if resolved.report:
-                self._spawn(self.recorder.unschedulable(ref, resolved.message))
+                self.recorder.unschedulable(ref, resolved.message, shown=_shown(pod))
             else:
                 log.debug("pod %s: %s", key, resolved.message)
             return
-        if self.repairer.stale(ref, resolved.keys) and not await self.repairer.repair(
-            ref, resolved.keys
-        ):
-            self.queue.done(key, Outcome.ERROR)
-            return
+        pod_version = str(meta(pod).get("resourceVersion") or "")
+        if self.repairer.stale(ref, resolved.keys):
+            fenced = await self.repairer.repair(ref, resolved.keys, pod_version)
+            if fenced is None:
+                self.queue.done(key, Outcome.ERROR)
+                return
+            pod_version = fenced  # the fence wrote the pod's condition: forget ours
+            self.recorder.forget(ref.uid)
+        raw_claims = [self.cache.overlay.get(k) for k in resolved.keys]
         try:
             claims = [
                 self.feed.parsed.claim(k, raw)
-                for k in resolved.keys
-                if (raw := self.cache.overlay.get(k)) is not None
+                for k, raw in zip(resolved.keys, raw_claims, strict=True)
+                if raw is not None
             ]
         except BiaxialError as exc:
-            self._report_invalid(key, ref, str(exc))
+            self._report_invalid(key, ref, pod, str(exc), frozenset(resolved.keys))
             return
-        engine = self.feed.engine()
-        started = time.perf_counter()
-        decision = engine.decide(pod, claims)
-        self.metrics.decision_seconds.observe(time.perf_counter() - started)
+        decision = self._decide(key, ref, pod, claims, pod_signature(pod, raw_claims))
+        if decision is None:
+            return
         if isinstance(decision, PodError):
-            self._report_invalid(key, ref, decision.message)
+            self._report_invalid(key, ref, pod, decision.message, frozenset(resolved.keys))
             return
         if isinstance(decision, Unschedulable):
             self.metrics.decisions.labels(result="unschedulable").inc()
             for reason in decision.reasons:
                 self.metrics.unschedulable.labels(reason=reason).inc()
             log.info("pod %s: unschedulable: %s", key, decision.message, extra={"pod": key})
-            found = self._preemption(engine, pod, claims)
+            found = self._preemption(self.feed.engine(), pod, claims)
             if isinstance(found, PodError):
-                self._report_invalid(key, ref, found.message)
+                self._report_invalid(key, ref, pod, found.message, frozenset(resolved.keys))
                 return
             if isinstance(found, Preemption):
                 # Held from now on against pods of equal or lower priority; the writes run
@@ -403,11 +544,17 @@ class Scheduler:
                 self._nominated_at[ref.uid] = time.monotonic()
                 self._spawn(self._preempt(key, ref, pod, found, decision.message))
                 return
-            self.queue.done(key, Outcome.UNSCHEDULABLE)
+            hint = Hint(
+                claims=frozenset(resolved.keys),
+                device_classes=wanted_classes(pod, claims),
+                pod_gone=any(reason not in DEVICE_REASONS for reason in decision.reasons),
+                pod_added=any(reason in POD_ADDED_REASONS for reason in decision.reasons),
+            )
+            self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
             message = decision.message
             if not found.message.endswith(NOT_HELPFUL_TAIL):
                 message = f"{message} {found.message}"  # (why it may not preempt)
-            self._spawn(self.recorder.unschedulable(ref, message))
+            self.recorder.unschedulable(ref, message, shown=_shown(pod))
             return
         self.metrics.decisions.labels(result="scheduled").inc()
         nominated = self._nominated_at.pop(ref.uid, None)
@@ -416,7 +563,10 @@ class Scheduler:
         # The placement counts from now on (assumed in the engine); its claims show as
         # pending in the overlay for the commit and for other pods sharing them.
         self.feed.assume(decision, pod)
-        plan = self._plan(ref, decision, resolved.keys)
+        # An earlier failure report still waiting in the lane is obsolete now, and writing it
+        # would move the pod's resourceVersion under the conditional binding (a 409, a retry).
+        self.recorder.forget(ref.uid)
+        plan = self._plan(ref, decision, resolved.keys, pod_version)
         self._spawn(self._commit(key, plan))
 
     def _preemption(
@@ -470,7 +620,7 @@ class Scheduler:
             async with self._writes:
                 await self.evictor.preempt(ref, preemption, current)
             self.metrics.preemption_victims.observe(len(preemption.victims))
-            await self.recorder.unschedulable(ref, message)
+            self.recorder.unschedulable(ref, message, shown=_shown(pod))
         except ApiError as exc:
             log.warning(
                 "pod %s: preemption on %s not carried out: %s",
@@ -486,14 +636,75 @@ class Scheduler:
         finally:
             self.queue.done(key, outcome)
 
-    def _report_invalid(self, key: str, ref: PodRef, message: str) -> None:
+    def _decide(
+        self,
+        key: str,
+        ref: PodRef,
+        pod: Mapping[str, Any],
+        claims: list[ResourceClaim],
+        signature: str | None,
+    ) -> Placement | Unschedulable | PodError | None:
+        """The engine's decision, within the decision deadline; the answer given to an equal
+        pod when nothing changed since (:mod:`controller.equivalence`). None when the deadline
+        passed (the pod is reported and backs off)."""
+        engine = self.feed.engine()  # brought up to date outside the deadline
+        generation = self.feed.generation
+        started = time.perf_counter()
+        remembered = self.memo.get(signature, generation, ref.key)
+        if remembered is not None:
+            self.metrics.decisions_reused.inc()
+            self.metrics.decision_seconds.observe(time.perf_counter() - started)
+            log.debug("pod %s: decided like an equal pod before it", key, extra={"pod": key})
+            return remembered
+        timeout = self.settings.decision_timeout_s
+        deadline = time.monotonic() + timeout if timeout > 0 else None
+        try:
+            with cost.limits(deadline=deadline):
+                decision = engine.decide(pod, claims)
+        except DeadlineExceededError as exc:
+            self.metrics.decision_seconds.observe(time.perf_counter() - started)
+            self._report_timeout(key, ref, pod, timeout, str(exc))
+            return None
+        self.metrics.decision_seconds.observe(time.perf_counter() - started)
+        if isinstance(decision, Unschedulable):
+            self.memo.put(signature, generation, decision)
+        return decision
+
+    def _report_timeout(
+        self, key: str, ref: PodRef, pod: Mapping[str, Any], timeout: float, cause: str
+    ) -> None:
+        """kube-scheduler's DRA filter timeout: an error for the pod, retried with backoff."""
+        self.metrics.decisions.labels(result=REASON_TIMEOUT).inc()
+        self.metrics.unschedulable.labels(reason=REASON_TIMEOUT).inc()
+        message = (
+            f"scheduling decision abandoned after its {timeout:g} s deadline (the controller's "
+            f"--decision-timeout) while evaluating device selectors; retried with backoff: "
+            f"{cause}"
+        )
+        log.warning("pod %s: %s", key, message, extra={"pod": key})
+        self.queue.done(key, Outcome.ERROR)
+        self.recorder.unschedulable(ref, message, shown=_shown(pod), reason=REASON_SCHEDULER_ERROR)
+
+    def _report_invalid(
+        self,
+        key: str,
+        ref: PodRef,
+        pod: Mapping[str, Any],
+        message: str,
+        claims: frozenset[str],
+    ) -> None:
+        """Bad input: parked until the pod, one of its claims, or a node, slice or class
+        changes (freed devices and pods leaving cannot mend it)."""
         self.metrics.decisions.labels(result=REASON_INVALID).inc()
         self.metrics.unschedulable.labels(reason=REASON_INVALID).inc()
         log.info("pod %s: invalid: %s", key, message, extra={"pod": key})
-        self.queue.done(key, Outcome.UNSCHEDULABLE)
-        self._spawn(self.recorder.unschedulable(ref, message))
+        hint = Hint(claims=claims, device_classes=frozenset(), pod_gone=False, pod_added=False)
+        self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
+        self.recorder.unschedulable(ref, message, shown=_shown(pod), reason=REASON_UNSCHEDULABLE)
 
-    def _plan(self, ref: PodRef, decision: Placement, keys: tuple[str, ...]) -> Plan:
+    def _plan(
+        self, ref: PodRef, decision: Placement, keys: tuple[str, ...], pod_version: str
+    ) -> Plan:
         """The writes for ``decision``; its claims' allocations show as pending meanwhile."""
         allocations = {c.key: a.to_api() for c, a in decision.claims}
         claim_plans: list[ClaimPlan] = []
@@ -526,6 +737,7 @@ class Scheduler:
             claims=tuple(claim_plans),
             bridge=bridge,
             volumes=decision.volumes,
+            pod_version=pod_version,
         )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -548,12 +760,12 @@ class Scheduler:
             await self.committer.commit(plan)
             self.metrics.commit_seconds.observe(time.perf_counter() - started)
             outcome = Outcome.SCHEDULED
-            await self.recorder.scheduled(plan.pod, plan.node)
+            self.recorder.scheduled(plan.pod, plan.node)
         except (BindingFailedError, BindingTimeoutError) as exc:
             # Rolled back by the committer; told on the pod, tried again after its backoff.
             log.warning("pod %s: %s", key, exc, extra={"pod": key, "node": plan.node})
             self.feed.forget(plan.pod.uid)
-            await self.recorder.unschedulable(plan.pod, str(exc))
+            self.recorder.unschedulable(plan.pod, str(exc))
         except (CommitAbortedError, ApiError) as exc:
             log.warning(
                 "pod %s: placement on %s not written: %s",
@@ -565,7 +777,7 @@ class Scheduler:
             self.feed.forget(plan.pod.uid)
             if isinstance(exc, VolumeBindingError):
                 self.metrics.unschedulable.labels(reason="volume-binding").inc()
-                await self.recorder.unschedulable(plan.pod, str(exc), reason=REASON_ERROR)
+                self.recorder.unschedulable(plan.pod, str(exc), reason=REASON_SCHEDULER_ERROR)
         finally:
             self.queue.done(key, outcome)
             self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)

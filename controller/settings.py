@@ -67,6 +67,9 @@ class Settings:
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 10.0
     unschedulable_flush_s: float = 60.0
+    #: kube-scheduler's DynamicResources ``filterTimeout``: the most one pod's decision may
+    #: spend evaluating CEL selectors before it is abandoned (0 = no deadline)
+    decision_timeout_s: float = 10.0
     watch_timeout_s: int = 300
     request_timeout_s: float = 30.0
     shutdown_grace_s: float = 10.0
@@ -128,6 +131,11 @@ class Settings:
             )
         if self.unschedulable_flush_s <= 0:
             raise ConfigError("the unschedulable flush interval must be > 0")
+        if not 0 <= self.decision_timeout_s < float("inf"):
+            raise ConfigError(
+                f"--decision-timeout must be a number of seconds >= 0 (0: none), got "
+                f"{self.decision_timeout_s}"
+            )
         if self.watch_timeout_s < 1 or self.request_timeout_s <= 0:
             raise ConfigError("watch and request timeouts must be positive")
         if self.log_format not in LOG_FORMATS:

@@ -11,6 +11,7 @@ processes run it with:
   and the resources biaxial touches;
 * :mod:`kubeapi.client`: :class:`Client`, the request core (token bucket, rotating token,
   error mapping), list with pagination, chunked watch, create/replace/patch/delete;
+  :func:`~kubeapi.client.background` marks requests that yield to all others at the bucket;
 * :mod:`kubeapi.events`: :func:`~kubeapi.events.event_body`, the core/v1 Event either
   component records about an object;
 * :mod:`kubeapi.tasks`: :class:`TaskGuard`, the one guard every background task of either
@@ -31,6 +32,7 @@ from kubeapi.client import (
     PatchType,
     TokenBucket,
     WatchEvent,
+    background,
 )
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import (
@@ -84,5 +86,6 @@ __all__ = [
     "Resource",
     "TokenBucket",
     "WatchEvent",
+    "background",
     "meta",
 ]

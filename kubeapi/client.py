@@ -14,7 +14,7 @@ Contracts:
   that includes it) or delete ``preconditions``: the API server answers 409 when the object
   changed meanwhile;
 * with ``qps`` set, every request passes a client-side token bucket (``qps`` / ``burst``, as
-  client-go's);
+  client-go's); requests sent inside :func:`background` yield to all others there;
 * with ``write_fence`` set, it is called with the method and path of every mutating request
   (POST, PUT, PATCH, DELETE) after the token bucket, immediately before the request is sent;
   what it raises is raised to the caller and nothing is sent (the controller's leader fence,
@@ -28,11 +28,13 @@ Contracts:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import json
 import logging
 import time
 import urllib.parse
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal, Self
 
@@ -73,7 +75,11 @@ class ListResult:
 
 
 class TokenBucket:
-    """client-go's flowcontrol token bucket: ``qps`` tokens per second, at most ``burst``."""
+    """client-go's flowcontrol token bucket: ``qps`` tokens per second, at most ``burst``.
+
+    Background callers (``acquire(background=True)``) take a token only while no other caller
+    waits for one, so reports and events never delay the writes that place pods by more than
+    the one token a background caller may be waiting for already."""
 
     def __init__(self, qps: float, burst: int) -> None:
         self._qps = qps
@@ -81,18 +87,57 @@ class TokenBucket:
         self._tokens = float(burst)
         self._last = time.monotonic()
         self._lock = asyncio.Lock()
+        self._foreground = 0  # callers that are not background, waiting or taking a token
+        self._clear = asyncio.Event()  # set while _foreground is 0
+        self._clear.set()
 
-    async def acquire(self) -> None:
-        async with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
-            self._last = now
-            if self._tokens < 1.0:
-                wait = (1.0 - self._tokens) / self._qps
-                await asyncio.sleep(wait)
-                self._tokens += wait * self._qps
-                self._last = time.monotonic()
-            self._tokens -= 1.0
+    async def acquire(self, *, background: bool = False) -> None:
+        if not background:
+            self._foreground += 1
+            self._clear.clear()
+            try:
+                async with self._lock:
+                    await self._take()
+            finally:
+                self._foreground -= 1
+                if not self._foreground:
+                    self._clear.set()
+            return
+        while True:
+            await self._clear.wait()
+            async with self._lock:
+                if self._foreground:
+                    continue  # someone else arrived meanwhile: after them
+                await self._take()
+                return
+
+    async def _take(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
+        self._last = now
+        if self._tokens < 1.0:
+            wait = (1.0 - self._tokens) / self._qps
+            await asyncio.sleep(wait)
+            self._tokens += wait * self._qps
+            self._last = time.monotonic()
+        self._tokens -= 1.0
+
+
+_BACKGROUND: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "biaxial_background_requests", default=False
+)
+
+
+@contextlib.contextmanager
+def background() -> Iterator[None]:
+    """Requests sent inside the block (in this task, and tasks it starts) are background work:
+    they yield to every other request at the client's token bucket (see :class:`TokenBucket`).
+    For writes nobody waits on, such as reports and events."""
+    token = _BACKGROUND.set(True)
+    try:
+        yield
+    finally:
+        _BACKGROUND.reset(token)
 
 
 class Client:
@@ -156,7 +201,7 @@ class Client:
     async def _start(self, method: str = "GET", path: str = "") -> None:
         """Every request and watch: wait for a token, pass the write fence, count it."""
         if self._bucket is not None:
-            await self._bucket.acquire()
+            await self._bucket.acquire(background=_BACKGROUND.get())
         if self._write_fence is not None and method not in _READ_METHODS:
             self._write_fence(method, path)
         self.requests += 1

@@ -19,6 +19,9 @@ stops first: the kubelet registration before the services it announces), awaitin
 the next, for at most ``timeout_s`` each; a task that fails while stopping is logged and is not
 a crash. :meth:`TaskGuard.until` awaits some work unless a stop is asked for or the guard trips
 first. A guard belongs to the loop it was first used on.
+
+:func:`wait_at_most` is the bounded wait every loop uses (never ``asyncio.wait_for``, which
+on Python 3.11 can lose a cancellation).
 """
 
 from __future__ import annotations
@@ -158,3 +161,18 @@ def _cause(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
+
+
+async def wait_at_most(awaitable: Awaitable[object], timeout_s: float) -> bool:
+    """Await ``awaitable`` for at most ``timeout_s``: True when it finished, False when the
+    time ran out. It runs in the caller's task under :func:`asyncio.timeout`. On Python 3.11
+    ``asyncio.wait_for`` runs it as a task of its own and, when that task finishes at the
+    moment the caller is cancelled, returns its result and loses the cancellation
+    (CPython gh-86296, fixed in 3.12): a loop around it then never stops, and a shutdown or a
+    caller's own timeout waits forever."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await awaitable
+    except TimeoutError:
+        return False
+    return True

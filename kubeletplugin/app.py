@@ -1,14 +1,16 @@
 """The kubelet plugin process: one asyncio loop running every part of the plugin.
 
 Start-up, in order: open discovery (NVML, or a fake profile) and discover; resolve the API
-config; build the Preparer and finish its crash/reboot recovery; start the DRA gRPC server
-(DRA v1 + v1beta1, health v1alpha1 + v1) on the DRA socket; start ``/metrics``, ``/healthz``
-(liveness) and ``/readyz`` (readiness); then, through one :class:`kubeapi.tasks.TaskGuard`:
-the node Event recorder, the publisher, the health watcher, periodic re-discovery,
-reconciliation of the checkpoint against the API (:mod:`kubeletplugin.reconcile`), legacy
-node resources (when asked), the test-only fake injector (with ``--fake-gpus``), and last the
-registration socket, so the kubelet only learns about the plugin once everything it may call
-is up.
+config; build the Preparer and finish its crash/reboot recovery (with dynamic MIG, re-creating
+the missing instances of prepared claims), then derive the node's device table from a fresh
+discovery and the instances the checkpoint owns; start the DRA gRPC server (DRA v1 + v1beta1,
+health v1alpha1 + v1) on the DRA socket; start ``/metrics``, ``/healthz`` (liveness) and
+``/readyz`` (readiness); then, through one :class:`kubeapi.tasks.TaskGuard`: the node Event
+recorder, the publisher, the health watcher, periodic re-discovery, reconciliation of the
+checkpoint against the API (:mod:`kubeletplugin.reconcile`, which also destroys the dynamic
+MIG instances of claims it releases), legacy node resources (when asked), the test-only fake
+injector (with ``--fake-gpus``), and last the registration socket, so the kubelet only learns
+about the plugin once everything it may call is up.
 
 An unreadable checkpoint keeps the plugin serving: Prepare is refused, Unprepare proceeds,
 ``/readyz`` fails (never ``/healthz``: a restart does not mend the file), a
@@ -25,17 +27,23 @@ Test-only fault injection (``--fake-gpus`` only): JSON files dropped into
 ``<state-dir>/fake-inject/`` (write to a temporary name, then rename to ``*.json``) are applied
 in name order and deleted. Each holds ``{"action": A, "gpu": INDEX_OR_UUID, ...}`` with A one
 of ``lost``, ``xid`` (plus ``"xid": N``), ``recovered`` (health events through the fake
-backend), ``remove`` / ``restore`` (the GPU disappears from / returns to discovery).
+backend), ``remove`` / ``restore`` (the GPU disappears from / returns to discovery),
+``mig-fail`` (the next MIG ``"operation"``, ``create`` or ``destroy``, fails with
+``"message"``), ``mig-crash`` (the process dies right after NVML creates the next MIG instance,
+before the checkpoint records it). With ``--fake-gpus`` the fake's MIG instances live in
+``<state-dir>/fake-nvml-mig.json``, so they outlive a plugin restart as NVML's do.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import json
 import logging
+import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -43,10 +51,17 @@ from aiohttp import web
 
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError
 from driver.discovery.backend import GpuBackend, next_health_event, open_backend
-from driver.discovery.devices import DeviceTable
+from driver.discovery.devices import DeviceTable, OwnedInstance
 from driver.discovery.fake import FakeBackend
 from driver.discovery.gpus import GpuInfo
-from kubeapi.tasks import TaskGuard
+from driver.discovery.mig import (
+    DynamicMigPolicy,
+    MigGeometry,
+    free_slices,
+    still_placeable,
+    unusable_reason,
+)
+from kubeapi.tasks import TaskGuard, wait_at_most
 from kubeletplugin.api import Endpoint, PluginApi
 from kubeletplugin.events import (
     CHECKPOINT_READABLE,
@@ -70,6 +85,7 @@ HEALTH_POLL_S: Final = 0.5  # NVML event wait slice; bounds shutdown latency of 
 INJECT_POLL_S: Final = 0.2
 EXIT_OK: Final = 0
 EXIT_CRASH: Final = 1
+EXIT_KILLED: Final = 137  # test-only mig-crash: as if SIGKILLed
 
 
 def task_guard(metrics: Metrics, health: HealthState) -> TaskGuard:
@@ -82,6 +98,14 @@ def task_guard(metrics: Metrics, health: HealthState) -> TaskGuard:
     return TaskGuard(on_failure=failed)
 
 
+def dynamic_mig_policy(settings: Settings, backend: GpuBackend) -> DynamicMigPolicy:
+    """The setting, plus the GPUs a fake profile declares dynamic."""
+    policy = settings.dynamic_mig
+    if isinstance(backend, FakeBackend):
+        policy = policy.with_gpus(backend.dynamic_mig)
+    return policy
+
+
 class Plugin:
     """The running plugin's state shared by its tasks."""
 
@@ -89,7 +113,11 @@ class Plugin:
         self.settings = settings
         self.backend = backend
         self.gpus = gpus
-        self.devices = DeviceTable.from_gpus(gpus)  # once per discovery, read by all
+        self.dynamic = dynamic_mig_policy(settings, backend)
+        #: The MIG instances biaxial owns (the Preparer's checkpoint); set once it exists.
+        self.owned: Callable[[], frozenset[OwnedInstance]] = frozenset
+        self.table_key: tuple[object, ...] = ()  # the first rebuild always builds
+        self.devices = DeviceTable.from_gpus(gpus, self.dynamic)  # per discovery, read by all
         self.hidden: set[str] = set()  # fake: UUIDs removed from discovery by the injector
         self.metrics = Metrics()
         self.health_state = HealthState()  # liveness: what a restart mends
@@ -110,6 +138,45 @@ class Plugin:
         gpus = await asyncio.to_thread(self.backend.discover)
         return tuple(g for g in gpus if g.uuid not in self.hidden)
 
+    def rebuild(self, gpus: tuple[GpuInfo, ...]) -> bool:
+        """Derive the device table from a discovery and the instances biaxial owns; True when
+        anything changed (the caller tells the others)."""
+        owned = self.owned()
+        key = (gpus, owned)
+        if key == self.table_key:
+            return False
+        self.table_key = key
+        self.gpus = gpus
+        self.devices = DeviceTable.from_gpus(gpus, self.dynamic, owned)
+        self.tracker.observe_inventory(self.devices)
+        self._mig_metrics(owned)
+        return True
+
+    def report_dynamic_mig(self) -> None:
+        """Log, once at start, what dynamic MIG does on this node and why a GPU the setting
+        selects cannot take part."""
+        if self.dynamic.off:
+            return
+        for gpu in self.gpus:
+            if not self.dynamic.selects(gpu):
+                continue
+            reason = unusable_reason(gpu)
+            if reason is None:
+                log.info("GPU %d (%s): dynamic MIG", gpu.minor, gpu.product_name)
+            else:
+                log.warning("dynamic MIG is off for %s", reason)
+
+    def _mig_metrics(self, owned: frozenset[OwnedInstance]) -> None:
+        self.metrics.mig_instances.set(len(owned))
+        for gpu in self.devices.dynamic_gpus:
+            geometry = MigGeometry.of(gpu)
+            live = {(m.profile, m.start) for m in gpu.mig_devices}
+            taken = [p for p in geometry.placements if (p.profile.name, p.start) in live]
+            label = str(gpu.minor)
+            self.metrics.mig_free_slices.labels(label).set(free_slices(geometry, taken))
+            largest = max((p.profile.size for p in still_placeable(geometry, taken)), default=0)
+            self.metrics.mig_largest_free.labels(label).set(largest)
+
     # ----------------------------------------------------------------- tasks
 
     async def health_loop(self, publisher: Publisher) -> None:
@@ -127,19 +194,16 @@ class Plugin:
     async def rediscover_loop(self, publisher: Publisher, preparer: Preparer) -> None:
         """Re-discover periodically (and on demand); follow appearing/disappearing GPUs."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.rediscover_now.wait(), self.settings.rediscover_s)
+            await wait_at_most(self.rediscover_now.wait(), self.settings.rediscover_s)
             self.rediscover_now.clear()
             try:
                 gpus = await self.discover()
             except BiaxialError as exc:
                 log.warning("re-discovery failed; keeping the last inventory: %s", exc)
                 continue
-            if gpus != self.gpus:
-                log.info("inventory changed: %d -> %d GPU(s)", len(self.gpus), len(gpus))
-                self.gpus = gpus
-                self.devices = DeviceTable.from_gpus(gpus)
-                self.tracker.observe_inventory(self.devices)
+            before = len(self.gpus)
+            if self.rebuild(gpus):
+                log.info("inventory changed: %d -> %d GPU(s)", before, len(gpus))
                 preparer.observe_inventory(self.devices)
                 await self.on_change(publisher)
 
@@ -153,8 +217,7 @@ class Plugin:
                 log.debug("node resources: %s", patch["status"])
             except BiaxialError as exc:
                 log.warning("cannot patch node %s status: %s", self.settings.node_name, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.state_changed.wait(), self.settings.resync_s)
+            await wait_at_most(self.state_changed.wait(), self.settings.resync_s)
 
     def checkpoint_changed(self, error: str | None, events: NodeEvents) -> None:
         """The checkpoint became unreadable (``error``) or readable again (``None``): the
@@ -202,6 +265,11 @@ class Plugin:
                 backend.inject_xid(gpu, int(command["xid"]), command.get("message", ""))
             elif action == "recovered":
                 backend.mark_recovered(gpu)
+            elif action == "mig-fail":
+                backend.fail_next(command["operation"], command.get("message", "injected"))
+            elif action == "mig-crash":
+                # Dies with the instance made and saved, before the checkpoint records it.
+                backend.after_create = lambda _: os._exit(EXIT_KILLED)
             elif action in {"remove", "restore"}:
                 uuid = self._uuid(backend, gpu)
                 if action == "remove":
@@ -252,7 +320,12 @@ async def run(settings: Settings) -> int:
     _signals(stop)
     await asyncio.to_thread(_make_dirs, settings)
     backend = await asyncio.to_thread(
-        open_backend, settings.fake_gpus, node_name=settings.node_name
+        functools.partial(
+            open_backend,
+            settings.fake_gpus,
+            node_name=settings.node_name,
+            mig_state=settings.fake_mig_state if settings.fake_gpus is not None else None,
+        )
     )
     try:
         gpus = await asyncio.to_thread(backend.discover)
@@ -280,18 +353,28 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
     def on_checkpoint(error: str | None) -> None:  # called from the Preparer's worker thread
         loop.call_soon_threadsafe(plugin.checkpoint_changed, error, events)
 
+    def mig_changed() -> None:
+        # A MIG instance came or went (in a worker thread): re-discover to see it.
+        loop.call_soon_threadsafe(plugin.rediscover_now.set)
+
     preparer = Preparer(
         with_installed_hami_core(settings.prepare_settings()),
         plugin.devices,
         api.get_claim,
         on_checkpoint=on_checkpoint,
+        mig=plugin.backend,
+        on_mig_change=mig_changed,
     )
+    plugin.report_dynamic_mig()
     try:
         await preparer.recover()
     except CheckpointError as exc:
         # Keep serving: Prepare refuses with this error per claim, Unprepare proceeds, the pod
         # is not ready, and reconciliation reads the file again every period.
         log.error("checkpoint recovery failed: %s", exc)  # noqa: TRY400 - no traceback needed
+    plugin.owned = preparer.owned_instances
+    if plugin.rebuild(await plugin.discover()):  # recovery may have made instances
+        preparer.observe_inventory(plugin.devices)
     reconciler = Reconciler(
         preparer,
         api.get_claim,

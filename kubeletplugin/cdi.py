@@ -14,8 +14,10 @@ CDI's transient spec naming):
 * spec-level ``containerEdits``: the control device nodes every GPU container needs
   (``/dev/nvidiactl``, ``/dev/nvidia-uvm``, ``/dev/nvidia-uvm-tools``);
 * one CDI device per allocation result, named ``<claimUID>-<device>`` (a second result on the
-  same device, a second share, gets ``-<result index>``), carrying the GPU's device node and
-  the environment and mounts of its **container set**.
+  same device, a second share, gets ``-<result index>``), carrying the GPU's device node, for
+  a MIG instance also its two capability nodes (``/dev/nvidia-caps/nvidia-cap<N>`` of its GPU
+  and compute instance, without which a container cannot open it), and the environment and
+  mounts of its **container set**.
 
 A container set is what the kubelet hands one container: the devices of one request (it
 matches ``resources.claims[].request`` against each device's ``request_names``). Every device
@@ -152,7 +154,7 @@ def _set_edits(
     # One in-container GPU per physical target; two shares of one GPU add up.
     by_uuid: dict[str, list[DeviceAllocation]] = {}
     for alloc in allocations:
-        by_uuid.setdefault(alloc.target.uuid, []).append(alloc)
+        by_uuid.setdefault(alloc.target.container_uuid, []).append(alloc)
     targets = sorted((group[0].target for group in by_uuid.values()), key=_sort_key)
     strategies = {a.strategy for a in allocations}
     if len(strategies) != 1:
@@ -162,14 +164,14 @@ def _set_edits(
         )
     (strategy,) = strategies
     env = [
-        "NVIDIA_VISIBLE_DEVICES=" + ",".join(t.uuid for t in targets),
+        "NVIDIA_VISIBLE_DEVICES=" + ",".join(t.container_uuid for t in targets),
         "CUDA_DEVICE_ORDER=PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(len(targets))),
     ]
     mounts: list[JSON] = []
 
     def limits(target: NodeDevice) -> tuple[int | None, int]:
-        group = by_uuid[target.uuid]
+        group = by_uuid[target.container_uuid]
         if any(a.memory_limit_bytes is None for a in group):
             memory = None
         else:
@@ -177,6 +179,11 @@ def _set_edits(
         cores = min(sum(a.cores_percent or 0 for a in group), 100)
         return memory, cores
 
+    if strategy == "hami-core" and any(t.mig_backed for t in targets):
+        raise PrepareError(
+            f"request {request!r}: sharing.strategy hami-core is not supported on MIG devices"
+            + _DYNAMIC_HINT * any(t.dynamic for t in targets)
+        )
     if strategy == "hami-core":
         limit_env: list[str] = []
         for index, target in enumerate(targets):
@@ -211,10 +218,10 @@ def _set_edits(
         if len(targets) != 1:
             raise PrepareError(mps_device_count_error(request, len(targets)))
         (target,) = targets
-        if target.is_mig:
+        if target.mig_backed:
             raise PrepareError(
                 f"request {request!r}: sharing.strategy mps is not supported on MIG device "
-                f"{target.name!r}"
+                f"{target.name!r}" + _DYNAMIC_HINT * target.dynamic
             )
         memory, cores = limits(target)
         env.append(f"CUDA_MPS_PIPE_DIRECTORY={MPS_CONTAINER_PIPE_DIR}")
@@ -229,11 +236,28 @@ def _set_edits(
                 "options": ["rw", "nosuid", "nodev", "bind"],
             }
         )
-    if strategy == "hami-core" and any(t.is_mig for t in targets):
-        raise PrepareError(
-            f"request {request!r}: sharing.strategy hami-core is not supported on MIG devices"
-        )
     return env, mounts
+
+
+_DYNAMIC_HINT: Final = (
+    " (on a dynamic-MIG GPU every device is a MIG instance; use sharing.strategy none)"
+)
+
+
+def device_nodes(target: NodeDevice) -> list[JSON]:
+    """The GPU's device node and, for a MIG instance, its two capability nodes. Raises
+    PrepareError for a MIG instance whose capability nodes are unknown: the container could
+    not open it."""
+    nodes: list[JSON] = [{"path": f"/dev/nvidia{target.minor}"}]
+    if target.mig is None:
+        return nodes
+    if not target.mig.caps:
+        raise PrepareError(
+            f"MIG device {target.name!r} ({target.mig.uuid}): its /dev/nvidia-caps nodes are "
+            "unknown (the plugin could not read /proc/driver/nvidia/capabilities); a container "
+            "could not open it"
+        )
+    return nodes + [{"path": cap} for cap in target.mig.caps]
 
 
 def build_claim_spec(
@@ -261,10 +285,11 @@ def build_claim_spec(
         if not _NAME_OK.fullmatch(name):
             raise PrepareError(f"claim {claim_uid}: {name!r} is not a valid CDI device name")
         env, mounts = set_edits[_base_request(alloc.request)]
-        edits: JSON = {
-            "env": list(env),
-            "deviceNodes": [{"path": f"/dev/nvidia{alloc.target.minor}"}],
-        }
+        try:
+            nodes = device_nodes(alloc.target)
+        except PrepareError as exc:
+            raise PrepareError(f"claim {claim_uid}: {exc}") from exc
+        edits: JSON = {"env": list(env), "deviceNodes": nodes}
         if mounts:
             edits["mounts"] = [dict(m) for m in mounts]
         devices.append({"name": name, "containerEdits": edits})

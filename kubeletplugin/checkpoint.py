@@ -4,21 +4,26 @@ Contract:
 
 * One JSON file (``<state_dir>/checkpoint.json``)::
 
-      {"version": 3, "checksum": "<sha256 hex of the canonical data>", "data": {...}}
+      {"version": 4, "checksum": "<sha256 hex of the canonical data>", "data": {...}}
 
   The checksum covers the canonical form of ``data`` (``json.dumps(sort_keys=True,
   separators=(",", ":"))``), so formatting changes never break it and any edit of the content
   does.
 * Versioned, with one migration per old version (:data:`MIGRATIONS`). Version 1 was a flat
   ``preparedClaims`` map without states, boot ID or sharing; version 2 added the two-phase
-  state, the boot ID, the computed CDI spec, share capacity and the GPUs whose (shared, per-GPU)
-  MPS daemon a claim used; version 3 (current) records each claim's own MPS daemons (directory,
-  GPU, limits) and which devices were allocated for admin access.
+  state, the boot ID, the computed CDI spec, share capacity and the GPUs whose (shared,
+  per-GPU) MPS daemon a claim used; version 3 records each claim's own MPS daemons (directory,
+  GPU, limits) and which devices were allocated for admin access; version 4 (current) adds the
+  MIG instances biaxial created for a claim (dynamic MIG), so a plugin that cannot read them
+  refuses the file instead of losing track of them.
 * Written atomically (temp file, fsync, rename, fsync directory) by :meth:`CheckpointStore.save`.
   Readers and writers serialize on :meth:`CheckpointStore.lock` (a ``filelock`` on
   ``<state_dir>/serialize.lock``, shared with any other plugin instance on the node).
 * Two-phase: a claim is recorded ``PrepareStarted`` with everything needed to undo it before
-  any side effect, and ``PrepareCompleted`` after.
+  any side effect, and ``PrepareCompleted`` after. A MIG instance to create is recorded as an
+  intent (:class:`MigRecord` with an empty ``uuid``: its GPU, profile and placement) before
+  NVML is asked, and with its UUID right after, so a crash in between leaves enough to find
+  the instance and finish or remove it.
 * A missing file is an empty checkpoint. An unreadable, truncated, checksum-mismatched or
   unknown-version file raises :class:`~driver.api.errors.CheckpointError` naming the file and the
   problem; the file is left in place (it may describe live claims) and a copy is kept as
@@ -44,7 +49,7 @@ from kubeletplugin.mps import MpsDaemon
 
 JSON = dict[str, Any]
 
-CURRENT_VERSION: Final = 3
+CURRENT_VERSION: Final = 4
 CHECKPOINT_FILE: Final = "checkpoint.json"
 LOCK_FILE: Final = "serialize.lock"
 
@@ -130,6 +135,49 @@ def daemon_from_json(raw: Mapping[str, Any]) -> MpsDaemon:
 
 
 @dataclass(frozen=True, slots=True)
+class MigRecord:
+    """A MIG instance biaxial created (or is creating) for a device of a claim (dynamic MIG).
+
+    ``uuid`` is empty while it is only an intent (recorded before NVML was asked). Several
+    claims sharing a dynamic GPU's whole device record the same instance (its full-size one);
+    it is destroyed when the last of them goes.
+    """
+
+    device: str
+    gpu_uuid: str
+    profile: str
+    start: int
+    uuid: str = ""
+
+    @property
+    def placement(self) -> tuple[str, str, int]:
+        """(GPU UUID, profile, start): what the device table calls an owned instance."""
+        return (self.gpu_uuid, self.profile, self.start)
+
+    def to_json(self) -> JSON:
+        return {
+            "device": self.device,
+            "gpuUuid": self.gpu_uuid,
+            "profile": self.profile,
+            "start": self.start,
+            "uuid": self.uuid,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> MigRecord:
+        start = raw["start"]
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise ValueError(f"MIG start {start!r} is not a placement")
+        return cls(
+            device=str(raw["device"]),
+            gpu_uuid=str(raw["gpuUuid"]),
+            profile=str(raw["profile"]),
+            start=start,
+            uuid=str(raw.get("uuid") or ""),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimRecord:
     """A claim in the checkpoint, with everything needed to unprepare it after the claim is
     deleted and to re-prepare it after a reboot (the exact CDI spec)."""
@@ -144,6 +192,7 @@ class ClaimRecord:
     # The MPS control daemons this claim's containers use (its own; a record migrated from
     # version 2 names the per-GPU daemon it shared with other claims).
     mps_daemons: tuple[MpsDaemon, ...] = ()
+    mig: tuple[MigRecord, ...] = ()  # MIG instances created for this claim's devices
 
     def to_json(self) -> JSON:
         return {
@@ -155,6 +204,7 @@ class ClaimRecord:
             "cdiSpecFile": self.cdi_spec_file,
             "cdiSpec": dict(self.cdi_spec),
             "mpsDaemons": [daemon_to_json(d) for d in self.mps_daemons],
+            "mig": [m.to_json() for m in self.mig],
         }
 
     @classmethod
@@ -177,6 +227,7 @@ class ClaimRecord:
             cdi_spec_file=spec_file,
             cdi_spec=dict(spec),
             mps_daemons=tuple(daemon_from_json(d) for d in raw.get("mpsDaemons") or ()),
+            mig=tuple(MigRecord.from_json(m) for m in raw["mig"]),
         )
 
 
@@ -197,6 +248,14 @@ class Checkpoint:
 
     def with_boot_id(self, boot_id: str) -> Checkpoint:
         return Checkpoint(boot_id=boot_id, claims=self.claims)
+
+    def mig_records(self, *, excluding: str = "") -> tuple[MigRecord, ...]:
+        """Every MIG instance record of every claim (but ``excluding``'s)."""
+        return tuple(m for uid, r in self.claims.items() if uid != excluding for m in r.mig)
+
+    def owned_instances(self) -> frozenset[tuple[str, str, int]]:
+        """(GPU UUID, profile, start) of every instance biaxial created or is creating."""
+        return frozenset(m.placement for m in self.mig_records())
 
     def to_data(self) -> JSON:
         return {
@@ -306,10 +365,19 @@ def _migrate_v2(data: Mapping[str, Any]) -> JSON:
     return {"bootId": data.get("bootId"), "claims": claims}
 
 
+def _migrate_v3(data: Mapping[str, Any]) -> JSON:
+    """v3 -> v4. v3 did not know dynamic MIG: no claim had an instance biaxial created."""
+    return {
+        "bootId": data.get("bootId"),
+        "claims": {uid: {**claim, "mig": []} for uid, claim in data["claims"].items()},
+    }
+
+
 #: ``MIGRATIONS[v]`` turns version ``v`` data into version ``v + 1`` data.
 MIGRATIONS: Final[Mapping[int, Callable[[Mapping[str, Any]], JSON]]] = {
     1: _migrate_v1,
     2: _migrate_v2,
+    3: _migrate_v3,
 }
 
 
@@ -419,6 +487,7 @@ __all__ = [
     "ClaimRecord",
     "ClaimState",
     "DeviceRecord",
+    "MigRecord",
     "Timeout",
     "decode",
     "encode",

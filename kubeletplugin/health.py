@@ -27,7 +27,6 @@ server reads the complete list from.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -39,6 +38,7 @@ from driver.api.model import DeviceTaint
 from driver.discovery.backend import HealthEvent
 from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
+from kubeapi.tasks import wait_at_most
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -232,11 +232,8 @@ class HealthBroadcaster:
     async def wait_change(self, seen_version: int, timeout_s: float) -> int:
         """Wait until the version differs from ``seen_version`` or the timeout passes."""
         async with self._changed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._changed.wait_for(
-                        lambda: self.closed or self.tracker.version != seen_version
-                    ),
-                    timeout_s,
-                )
+            await wait_at_most(
+                self._changed.wait_for(lambda: self.closed or self.tracker.version != seen_version),
+                timeout_s,
+            )
         return self.tracker.version

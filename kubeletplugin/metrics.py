@@ -87,6 +87,24 @@ class Metrics:
             "Times the kubelet reported a failed plugin registration.",
             registry=self.registry,
         )
+        self.mig_instances = Gauge(
+            "biaxial_plugin_mig_instances",
+            "MIG instances biaxial created for prepared claims (dynamic MIG).",
+            registry=self.registry,
+        )
+        self.mig_free_slices = Gauge(
+            "biaxial_plugin_mig_free_memory_slices",
+            "Memory slices of a dynamic-MIG GPU that no instance covers.",
+            ["gpu"],
+            registry=self.registry,
+        )
+        self.mig_largest_free = Gauge(
+            "biaxial_plugin_mig_largest_placeable_slices",
+            "Memory slices of the largest profile still placeable on a dynamic-MIG GPU (0 when "
+            "none is): low values beside many free slices mean fragmentation.",
+            ["gpu"],
+            registry=self.registry,
+        )
         self.checkpoint_readable = Gauge(
             "biaxial_plugin_checkpoint_readable",
             "1 when the checkpoint could be read the last time it was, 0 otherwise.",

@@ -32,6 +32,19 @@ The gRPC handlers call :class:`Preparer`. Contract:
   daemon); mark ``PrepareCompleted``. Unprepare stops the claim's daemons; :meth:`Preparer.recover`
   (at start) also stops every daemon no prepared claim uses. Blocking work runs in
   ``asyncio.to_thread``.
+* **Dynamic MIG.** A device of a dynamic-MIG GPU (a placement, or the whole GPU, which stands
+  for its full-size instance) gets its MIG instance at Prepare: the claim is recorded
+  ``PrepareStarted`` with the instance as an intent (GPU, profile, placement), the backend
+  creates it, its UUID is recorded at once, then the CDI spec is computed for the real
+  instance. The whole GPU's instance is shared by every claim holding a share of it (created
+  for the first, destroyed after the last). Unprepare, reconciliation's release of a stale
+  claim, and the rollback of a failed or crashed Prepare destroy what no other claim records;
+  a crash between creation and the record is undone by finding the instance at the intent's
+  placement. :meth:`Preparer.recover` (start-up) and a changed boot ID re-create the missing
+  instances of prepared claims and rewrite their CDI specs. Instances biaxial did not create
+  are never touched (only recorded UUIDs, or an intent's own placement, are ever destroyed).
+  Shares of a dynamic GPU default to ``none`` (time-slicing): hami-core and MPS do not run on
+  MIG instances.
 * A corrupt checkpoint refuses every Prepare with its :class:`~driver.api.errors.CheckpointError`
   text (devices cannot be proven free); Unprepare proceeds: it removes the claim's CDI spec and
   stops its MPS daemons (both found by the claim's UID) and succeeds, so pods can finish
@@ -50,13 +63,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from driver.api.claims import ResourceClaim
 from driver.api.config import SharingStrategy, resolve_configs
-from driver.api.errors import BiaxialError, CheckpointError, ConfigError, PrepareError
+from driver.api.errors import BiaxialError, CheckpointError, ConfigError, MigError, PrepareError
 from driver.discovery.devices import DeviceTable, NodeDevice
-from driver.discovery.gpus import GpuInfo
+from driver.discovery.gpus import GpuInfo, MigInfo
+from driver.discovery.mig import MigGeometry, instance_at
 from driver.discovery.slices import CAPACITY_CORES, CAPACITY_MEMORY
 from kubeletplugin import cdi
 from kubeletplugin.cdi import ClaimSpec, DeviceAllocation, SharingPaths
@@ -67,6 +81,7 @@ from kubeletplugin.checkpoint import (
     CheckpointStore,
     ClaimRecord,
     DeviceRecord,
+    MigRecord,
     Timeout,
 )
 from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
@@ -142,17 +157,36 @@ ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 CheckpointObserver = Callable[[str | None], None]
 
 
+class MigBackend(Protocol):
+    """What dynamic MIG needs of the GPU backend (both backends provide it)."""
+
+    def discover(self) -> tuple[GpuInfo, ...]: ...
+
+    def create_mig(self, gpu_uuid: str, profile: str, start: int) -> MigInfo: ...
+
+    def destroy_mig(self, gpu_uuid: str, mig_uuid: str) -> bool: ...
+
+
 # --------------------------------------------------------------------------- pure planning
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimPlan:
-    """Everything Prepare will do for one claim, computed without side effects."""
+    """Everything Prepare will do for one claim, computed without side effects.
+
+    ``mig`` lists the MIG instances the claim's dynamic devices need (intents until created);
+    while any is unknown, ``spec`` was computed for stand-ins and is recomputed by
+    :meth:`realize` once the instances exist.
+    """
 
     ref: ClaimRef
     devices: tuple[DeviceRecord, ...]
     spec: ClaimSpec
     mps_daemons: tuple[MpsDaemon, ...]
+    allocations: tuple[DeviceAllocation, ...] = ()
+    mig: tuple[MigRecord, ...] = ()
+    driver: str = ""
+    paths: SharingPaths | None = None
 
     def record(self, state: str) -> ClaimRecord:
         return ClaimRecord(
@@ -164,7 +198,48 @@ class ClaimPlan:
             cdi_spec_file=self.spec.file_name,
             cdi_spec=self.spec.spec,
             mps_daemons=self.mps_daemons,
+            mig=self.mig,
         )
+
+    def realize(self, instances: Mapping[str, MigInfo]) -> ClaimPlan:
+        """The plan with each dynamic device backed by its instance (device name ->
+        instance): the CDI spec computed for them, the device records naming them."""
+        allocations = tuple(
+            replace(a, target=replace(a.target, mig=instances[a.target.name]))
+            if a.target.name in instances
+            else a
+            for a in self.allocations
+        )
+        assert self.paths is not None
+        try:
+            spec = cdi.build_claim_spec(self.driver, self.ref.uid, allocations, self.paths)
+        except PrepareError as exc:
+            raise PrepareError(f"claim {self.ref}: {exc}") from exc
+        devices = tuple(
+            replace(r, cdi_device_ids=ids, gpu_uuid=a.target.container_uuid)
+            for r, ids, a in zip(self.devices, spec.cdi_device_ids, allocations, strict=True)
+        )
+        return replace(self, devices=devices, spec=spec, allocations=allocations)
+
+
+def _stand_in(target: NodeDevice) -> NodeDevice:
+    """A dynamic device's target as it will be once its instance exists, for checking what
+    the CDI spec would say before anything is created."""
+    if target.placement is None:
+        return target
+    placement = target.placement
+    instance = MigInfo(
+        uuid=f"MIG-pending-{target.name}",
+        profile=placement.profile.name,
+        start=placement.start,
+        size=placement.profile.size,
+        memory_bytes=placement.profile.memory_bytes,
+        multiprocessors=placement.profile.multiprocessors,
+        parent_uuid=target.gpu.uuid,
+        parent_minor=target.gpu.minor,
+        caps=("/dev/nvidia-caps/pending",),
+    )
+    return replace(target, mig=instance)
 
 
 def plan_claim(
@@ -219,10 +294,10 @@ def plan_claim(
         strategy: SharingStrategy
         if config is not None and config.sharing.strategy is not None:
             strategy = config.sharing.strategy
-        elif share_id:
+        elif share_id and not target.dynamic:
             strategy = settings.default_sharing_strategy
         else:
-            strategy = "none"
+            strategy = "none"  # exclusive, or a share of a dynamic GPU's MIG instance
         if share_id:
             if not target.shareable:
                 raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
@@ -264,13 +339,20 @@ def plan_claim(
                 admin_access=bool(result.admin_access),
             )
         )
-    paths = SharingPaths(
-        hami_core_library=settings.hami_core_library_path,
-        hami_lock_dir=settings.hami_lock_dir,
-        mps_root=settings.mps_root,
+    paths = sharing_paths(settings)
+    mig = tuple(
+        MigRecord(
+            device=t.name,
+            gpu_uuid=t.gpu.uuid,
+            profile=t.placement.profile.name,
+            start=t.placement.start,
+        )
+        for t in dict.fromkeys(targets)
+        if t.placement is not None
     )
+    checked = [replace(a, target=_stand_in(a.target)) for a in allocations]
     try:
-        spec = cdi.build_claim_spec(driver, ref.uid, allocations, paths)
+        spec = cdi.build_claim_spec(driver, ref.uid, checked, paths)
     except PrepareError as exc:
         raise PrepareError(f"claim {ref}: {exc}") from exc
     prepared = tuple(
@@ -281,6 +363,18 @@ def plan_claim(
         devices=prepared,
         spec=spec,
         mps_daemons=mps_daemons(ref.uid, allocations, settings.mps_root),
+        allocations=tuple(allocations),
+        mig=mig,
+        driver=driver,
+        paths=paths,
+    )
+
+
+def sharing_paths(settings: PrepareSettings) -> SharingPaths:
+    return SharingPaths(
+        hami_core_library=settings.hami_core_library_path,
+        hami_lock_dir=settings.hami_lock_dir,
+        mps_root=settings.mps_root,
     )
 
 
@@ -380,6 +474,9 @@ def find_conflict(
                     "GPU, which is prepared for another claim",
                     rec,
                 )
+    dynamic = _dynamic_conflict(plan, others, devices)
+    if dynamic is not None:
+        return dynamic
     # Capacity of each shared device: every prepared share plus this claim's.
     for device in sorted(
         {d.device for d in plan.devices if not d.exclusive and not d.admin_access}
@@ -405,6 +502,69 @@ def find_conflict(
                 f"this node allows at most {max_shares} per GPU (its published shares capacity)"
             )
     return None
+
+
+def _dynamic_conflict(
+    plan: ClaimPlan, others: Sequence[tuple[ClaimRecord, DeviceRecord]], devices: DeviceTable
+) -> Conflict | None:
+    """Dynamic devices of one GPU prepared together must fit its counter set (each device
+    counted once, however many shares it has): another claim never gets an overlapping
+    placement, a placement beside the whole GPU, or an engine already taken. ``others`` holds
+    the other claims' devices, admin access left out."""
+    mine = sorted({d.device for d in plan.devices if not d.admin_access})
+    for name in mine:
+        target = devices.get(name)
+        if target is None or target.placement is None:
+            continue
+        held: dict[str, ClaimRecord] = {}  # other claims' dynamic devices on this GPU
+        for rec, dev in others:
+            if _on_gpu(devices, dev.device, target):
+                held.setdefault(dev.device, rec)
+        if name in held:
+            continue  # a share of the same whole device: its counters are taken once
+        totals = MigGeometry.of(target.gpu).totals
+        together = [*held, *(n for n in mine if n not in held and _on_gpu(devices, n, target))]
+        used = {c: sum(_consumes(devices, n).get(c, 0) for n in together) for c in totals}
+        if all(used[c] <= total for c, total in totals.items()):
+            continue
+        mine_amounts = _consumes(devices, name)
+        clash = next(
+            (
+                n
+                for n in sorted(held)
+                if any(
+                    mine_amounts.get(c, 0) + _consumes(devices, n).get(c, 0) > total
+                    for c, total in totals.items()
+                )
+            ),
+            min(held, default=""),
+        )
+        if not clash:
+            return Conflict(
+                f"claim {plan.ref}: its devices on GPU {target.gpu.minor} exceed the GPU's MIG "
+                "resources together"
+            )
+        return Conflict(
+            f"claim {plan.ref}: device {name} overlaps {clash} on the same GPU, which is "
+            "prepared for another claim",
+            held[clash],
+        )
+    return None
+
+
+def _on_gpu(devices: DeviceTable, name: str, target: NodeDevice) -> bool:
+    device = devices.get(name)
+    return (
+        device is not None and device.placement is not None and device.gpu.uuid == target.gpu.uuid
+    )
+
+
+def _consumes(devices: DeviceTable, name: str) -> Mapping[str, int]:
+    device = devices.get(name)
+    if device is None or device.placement is None:
+        return {}
+    geometry = MigGeometry.of(device.gpu)
+    return geometry.totals if not device.is_mig else geometry.consumes(device.placement)
 
 
 def check_conflicts(
@@ -450,6 +610,8 @@ class Preparer:
         *,
         boot_id: str | None = None,
         on_checkpoint: CheckpointObserver | None = None,
+        mig: MigBackend | None = None,
+        on_mig_change: Callable[[], None] | None = None,
     ) -> None:
         self._settings = settings
         self._devices = DeviceTable.of(inventory)
@@ -465,8 +627,11 @@ class Preparer:
         self._mps = MpsManager(
             MpsSettings(root=settings.mps_root, control_binary=settings.mps_control_binary)
         )
+        self._mig = mig
+        self._on_mig_change = on_mig_change
         self._lock = asyncio.Lock()
         self._prepared: tuple[PreparedClaim, ...] = ()
+        self._owned: frozenset[tuple[str, str, int]] = frozenset()
 
     # ----------------------------------------------------------------- public API
 
@@ -483,9 +648,16 @@ class Preparer:
         """Why the checkpoint could not be read the last time it was, or ``None``."""
         return self._checkpoint_error
 
+    def owned_instances(self) -> frozenset[tuple[str, str, int]]:
+        """(GPU UUID, profile, start) of the MIG instances biaxial created or is creating, as
+        of the last call: what the device table must not take for foreign instances."""
+        return self._owned
+
     async def recover(self) -> None:
-        """Finish crash/reboot recovery now instead of at the first call (call at start-up).
-        Raises :class:`CheckpointError` if the checkpoint is corrupt."""
+        """Finish crash/reboot recovery now instead of at the first call (call at start-up),
+        and re-create the missing MIG instances of prepared claims (instances of claims the API
+        no longer has go when reconciliation releases them). Raises :class:`CheckpointError`
+        if the checkpoint is corrupt."""
         async with self._lock:
             await asyncio.to_thread(self._recover_sync)
 
@@ -558,6 +730,7 @@ class Preparer:
             )
             for _, r in sorted(checkpoint.claims.items())
         )
+        self._owned = checkpoint.owned_instances()
 
     def _report(self, error: str | None) -> None:
         if error == self._checkpoint_error:
@@ -566,13 +739,13 @@ class Preparer:
         if self._on_checkpoint is not None:
             self._on_checkpoint(error)
 
-    def _load(self) -> Checkpoint:
+    def _load(self, *, reconcile: bool = False) -> Checkpoint:
         """Read and recover the checkpoint (the caller holds the file lock) and report its
-        state. The first successful read of the process also stops the MPS daemons no
-        prepared claim uses (released while the plugin was down, or the per-GPU daemons of an
-        older plugin no claim needs any more)."""
+        state; ``reconcile`` as for :meth:`_recover`. The first successful read of the process
+        also stops the MPS daemons no prepared claim uses (released while the plugin was down,
+        or the per-GPU daemons of an older plugin no claim needs any more)."""
         try:
-            checkpoint = self._recover(self._store.load())
+            checkpoint = self._recover(self._store.load(), reconcile=reconcile)
         except CheckpointError as exc:
             self._report(str(exc))
             raise
@@ -584,7 +757,7 @@ class Preparer:
 
     def _recover_sync(self) -> None:
         with self._store.lock():
-            self._publish(self._load())
+            self._publish(self._load(reconcile=True))
 
     def _snapshot_sync(self) -> Checkpoint:
         with self._store.lock():
@@ -600,10 +773,12 @@ class Preparer:
                 return None
             if self._asked.get(uid, float("-inf")) >= stale_since:
                 return None  # the kubelet asked for it after it first looked stale
-            checkpoint = self._release(checkpoint, record)
+            checkpoint, error = self._release(checkpoint, record)
             self._store.save(checkpoint)
             self._publish(checkpoint)
             self._asked.pop(uid, None)
+        if error:
+            log.warning("%s; retried at the next call", error)
         log.warning(
             "claim %s/%s (%s): unprepared by reconciliation (%s); freed %s",
             record.namespace,
@@ -617,11 +792,16 @@ class Preparer:
     def _mps_users(self, checkpoint: Checkpoint) -> set[Path]:
         return {d.directory for r in checkpoint.claims.values() for d in r.mps_daemons}
 
-    def _release(self, checkpoint: Checkpoint, record: ClaimRecord) -> Checkpoint:
-        """Undo a claim's side effects and drop it; stop MPS daemons nobody uses any more.
-        The caller saves the returned checkpoint."""
+    def _release(self, checkpoint: Checkpoint, record: ClaimRecord) -> tuple[Checkpoint, str]:
+        """Undo a claim's side effects and drop it; stop MPS daemons nobody uses any more and
+        destroy MIG instances no other claim records. When an instance cannot be destroyed the
+        claim stays (``PrepareStarted``, with what is left) so a later call retries; the error
+        is returned. The caller saves the returned checkpoint."""
         cdi.remove_spec(self._settings.cdi_dir, record.cdi_spec_file)
         remaining = checkpoint.without_claim(record.uid)
+        left, error = self._destroy_instances(record, remaining)
+        if left:
+            return remaining.with_claim(replace(record, state=PREPARE_STARTED, mig=left)), error
         still_used = self._mps_users(remaining)
         for daemon in record.mps_daemons:
             if daemon.directory in still_used:
@@ -636,11 +816,66 @@ class Preparer:
                     daemon.directory,
                     exc_info=True,
                 )
-        return remaining
+        return remaining, ""
 
-    def _recover(self, checkpoint: Checkpoint) -> Checkpoint:
-        """Roll back crashed Prepares and re-apply specs after a reboot. Saves if it changed
-        anything. Called with the file lock held."""
+    def _destroy_instances(
+        self, record: ClaimRecord, remaining: Checkpoint
+    ) -> tuple[tuple[MigRecord, ...], str]:
+        """Destroy the claim's MIG instances that no claim of ``remaining`` records. An intent
+        without a UUID stands for an instance a crash may have left unrecorded: the one at its
+        exact placement that no record names. Returns the records whose instance could not be
+        destroyed, and the error."""
+        if not record.mig or self._mig is None:
+            return (), ""
+        others = remaining.mig_records()
+        named = {m.uuid for m in others if m.uuid}
+        gpus = {g.uuid: g for g in self._mig.discover()}
+        left: list[MigRecord] = []
+        errors: list[str] = []
+        changed = False
+        for mig in record.mig:
+            gpu = gpus.get(mig.gpu_uuid)
+            if gpu is None:
+                continue  # the GPU is gone, and its instances with it
+            uuid = mig.uuid
+            if not uuid:
+                found = instance_at(gpu, mig.profile, mig.start)
+                uuid = found.uuid if found is not None and found.uuid not in named else ""
+            if not uuid or uuid in named or all(m.uuid != uuid for m in gpu.mig_devices):
+                continue
+            try:
+                self._mig.destroy_mig(mig.gpu_uuid, uuid)
+                changed = True
+                log.info(
+                    "claim %s/%s: destroyed MIG %s at %d (%s) on GPU %s",
+                    record.namespace,
+                    record.name,
+                    mig.profile,
+                    mig.start,
+                    uuid,
+                    mig.gpu_uuid,
+                )
+            except MigError as exc:
+                errors.append(str(exc))
+                left.append(replace(mig, uuid=uuid))
+        if changed:
+            self._mig_changed()
+        error = ""
+        if errors:
+            error = (
+                f"claim {record.namespace}/{record.name} ({record.uid}): cannot destroy its MIG "
+                f"instance(s) yet: {'; '.join(errors)}"
+            )
+        return tuple(left), error
+
+    def _mig_changed(self) -> None:
+        if self._on_mig_change is not None:
+            self._on_mig_change()
+
+    def _recover(self, checkpoint: Checkpoint, *, reconcile: bool = False) -> Checkpoint:
+        """Roll back crashed Prepares and re-apply specs after a reboot; with ``reconcile``
+        (start-up) or after a reboot, also re-create missing MIG instances. Saves if it
+        changed anything. Called with the file lock held."""
         changed = False
         for record in list(checkpoint.claims.values()):
             if record.state == PREPARE_STARTED:
@@ -650,9 +885,16 @@ class Preparer:
                     record.name,
                     record.uid,
                 )
-                checkpoint = self._release(checkpoint, record)
+                checkpoint, error = self._release(checkpoint, record)
+                if error:
+                    log.warning("%s; retried at the next call", error)
                 changed = True
-        if checkpoint.boot_id != self._boot_id:
+        rebooted = checkpoint.boot_id != self._boot_id
+        if reconcile or rebooted:
+            reconciled = self._reconcile_mig(checkpoint)
+            changed = changed or reconciled is not checkpoint
+            checkpoint = reconciled
+        if rebooted:
             if checkpoint.claims:
                 log.info(
                     "boot ID changed (%s -> %s): re-preparing %d claim(s)",
@@ -668,9 +910,98 @@ class Preparer:
             self._store.save(checkpoint)
         return checkpoint
 
+    def _reconcile_mig(self, checkpoint: Checkpoint) -> Checkpoint:
+        """Re-create the missing MIG instances of prepared claims (after a reboot or a GPU
+        reset every instance is gone) and rewrite their CDI specs. An instance that cannot be
+        re-created leaves its claim as it is, logged; Prepare of it reports the reason."""
+        wanted = [r for r in checkpoint.claims.values() if r.state == PREPARE_COMPLETED and r.mig]
+        if not wanted or self._mig is None:
+            return checkpoint
+        gpus = {g.uuid: g for g in self._mig.discover()}
+        live = {m.uuid: m for g in gpus.values() for m in g.mig_devices}
+        remade: dict[tuple[str, str, int], MigInfo] = {}
+        for record in wanted:
+            missing = [m for m in record.mig if m.uuid not in live]
+            if not missing:
+                continue
+            instances: dict[str, MigInfo] = {
+                m.device: live[m.uuid] for m in record.mig if m.uuid in live
+            }
+            try:
+                for mig in missing:
+                    info = remade.get(mig.placement)
+                    if info is None:
+                        info = self._mig.create_mig(mig.gpu_uuid, mig.profile, mig.start)
+                        remade[mig.placement] = info
+                        self._mig_changed()
+                        log.info(
+                            "claim %s/%s: re-created MIG %s at %d on GPU %s: %s",
+                            record.namespace,
+                            record.name,
+                            mig.profile,
+                            mig.start,
+                            mig.gpu_uuid,
+                            info.uuid,
+                        )
+                    instances[mig.device] = info
+                updated = self._respec(record, instances)
+            except (MigError, PrepareError) as exc:
+                log.error(  # noqa: TRY400 - the reason is the message
+                    "claim %s/%s: cannot re-create its MIG instance(s): %s",
+                    record.namespace,
+                    record.name,
+                    exc,
+                )
+                continue
+            cdi.write_spec(
+                self._settings.cdi_dir,
+                ClaimSpec(
+                    file_name=updated.cdi_spec_file, spec=dict(updated.cdi_spec), cdi_device_ids=()
+                ),
+            )
+            checkpoint = checkpoint.with_claim(updated)
+            self._store.save(checkpoint)
+        return checkpoint
+
+    def _respec(self, record: ClaimRecord, instances: Mapping[str, MigInfo]) -> ClaimRecord:
+        """The record with its MIG instances replaced and its CDI spec recomputed."""
+        allocations = []
+        for device in record.devices:
+            target = self._devices.get(device.device)
+            if target is None:
+                raise PrepareError(f"device {device.device} is not in this node's device table")
+            if device.device in instances:
+                target = replace(target, mig=instances[device.device])
+            allocations.append(
+                DeviceAllocation(
+                    request=device.request_names[0] if device.request_names else "",
+                    target=target,
+                    strategy=device.strategy,
+                    share_id=device.share_id,
+                    memory_limit_bytes=None if device.exclusive else device.memory_bytes,
+                    cores_percent=None if device.exclusive else device.cores,
+                )
+            )
+        spec = cdi.build_claim_spec(
+            self._settings.driver_name, record.uid, allocations, sharing_paths(self._settings)
+        )
+        return replace(
+            record,
+            devices=tuple(
+                replace(d, gpu_uuid=a.target.container_uuid)
+                for d, a in zip(record.devices, allocations, strict=True)
+            ),
+            cdi_spec=spec.spec,
+            mig=tuple(
+                replace(m, uuid=instances[m.device].uuid) if m.device in instances else m
+                for m in record.mig
+            ),
+        )
+
     def _heal(self, record: ClaimRecord) -> str:
         """Make a completed claim's side effects present again. Returns an error or ""."""
         try:
+            self._check_instances(record)
             if record.cdi_spec and not cdi.spec_present(
                 self._settings.cdi_dir, record.cdi_spec_file, record.cdi_spec
             ):
@@ -688,6 +1019,18 @@ class Preparer:
             log.warning("claim %s/%s: re-prepare failed: %s", record.namespace, record.name, exc)
             return f"claim {record.namespace}/{record.name} ({record.uid}): {exc}"
         return ""
+
+    def _check_instances(self, record: ClaimRecord) -> None:
+        """Raise PrepareError when a MIG instance the claim holds is gone from NVML."""
+        if not record.mig or self._mig is None:
+            return
+        live = {m.uuid for g in self._mig.discover() for m in g.mig_devices}
+        lost = [m.uuid for m in record.mig if m.uuid not in live]
+        if lost:
+            raise PrepareError(
+                f"its MIG instance(s) {', '.join(lost)} are gone and could not be re-created "
+                "(see the plugin log)"
+            )
 
     def _prepare_sync(
         self, refs: list[ClaimRef], plans: Mapping[str, ClaimPlan | str], devices: DeviceTable
@@ -733,9 +1076,23 @@ class Preparer:
                         devices=() if error else prepared_devices(record), error=error
                     )
                     continue
+                if record is not None and record.mig:
+                    # A rollback that could not destroy its instance yet (the next load of
+                    # the checkpoint retries it).
+                    results[ref.uid] = PrepareResult(
+                        error=f"claim {ref}: an earlier attempt left MIG instance(s) that could "
+                        "not be destroyed yet; retry later"
+                    )
+                    continue
                 plan = plans[ref.uid]
                 if isinstance(plan, str):
                     results[ref.uid] = PrepareResult(error=plan)
+                    continue
+                if plan.mig and self._mig is None:
+                    results[ref.uid] = PrepareResult(
+                        error=f"claim {ref}: dynamic MIG devices need the GPU backend, which this "
+                        "plugin was started without"
+                    )
                     continue
                 conflict = find_conflict(
                     plan, checkpoint, devices, self._settings.max_shares_per_gpu
@@ -759,17 +1116,25 @@ class Preparer:
                 return {ref.uid: results[ref.uid] for ref in refs}
             self._store.save(checkpoint)
             # Phase 2: side effects, each claim on its own.
-            for plan in todo:
+            for planned in todo:
                 begun = time.monotonic()
+                plan = planned
                 try:
+                    if plan.mig:
+                        plan, checkpoint = self._create_instances(plan, checkpoint)
                     for directory in plan.spec.host_dirs:
                         Path(directory).mkdir(parents=True, exist_ok=True)
                     cdi.write_spec(self._settings.cdi_dir, plan.spec)
                     for daemon in plan.mps_daemons:
                         self._mps.ensure_running(daemon)
-                except (OSError, PrepareError) as exc:
-                    checkpoint = self._release(checkpoint, checkpoint.claims[plan.ref.uid])
-                    results[plan.ref.uid] = PrepareResult(error=f"claim {plan.ref}: {exc}")
+                except (OSError, PrepareError, MigError) as exc:
+                    checkpoint, undo_error = self._release(
+                        checkpoint, checkpoint.claims[plan.ref.uid]
+                    )
+                    error = f"claim {plan.ref}: {exc}"
+                    if undo_error:
+                        error = f"{error}; {undo_error}"
+                    results[plan.ref.uid] = PrepareResult(error=error)
                     continue
                 record = plan.record(PREPARE_COMPLETED)
                 checkpoint = checkpoint.with_claim(record)
@@ -785,11 +1150,59 @@ class Preparer:
             self._publish(checkpoint)
         return {ref.uid: results[ref.uid] for ref in refs}
 
+    def _create_instances(
+        self, plan: ClaimPlan, checkpoint: Checkpoint
+    ) -> tuple[ClaimPlan, Checkpoint]:
+        """Give each dynamic device of the plan its MIG instance: the one another claim
+        already records at the same placement (a shared whole GPU), else a new one; each new
+        UUID is saved in the checkpoint as soon as NVML returns it. Returns the realized plan
+        and the checkpoint (saved)."""
+        assert self._mig is not None
+        live = {m.uuid: m for g in self._mig.discover() for m in g.mig_devices}
+        instances: dict[str, MigInfo] = {}
+        done: list[MigRecord] = []
+        for index, mig in enumerate(plan.mig):
+            shared = next(
+                (
+                    o
+                    for o in checkpoint.mig_records(excluding=plan.ref.uid)
+                    if o.placement == mig.placement and o.uuid
+                ),
+                None,
+            )
+            if shared is not None:
+                info = live.get(shared.uuid)
+                if info is None:
+                    raise PrepareError(
+                        f"MIG instance {shared.uuid} of device {mig.device} is gone; it is "
+                        "re-created when the plugin restarts"
+                    )
+            else:
+                info = self._mig.create_mig(mig.gpu_uuid, mig.profile, mig.start)
+                self._mig_changed()
+                log.info(
+                    "claim %s: created MIG %s at %d on GPU %s: %s",
+                    plan.ref,
+                    mig.profile,
+                    mig.start,
+                    mig.gpu_uuid,
+                    info.uuid,
+                )
+            instances[mig.device] = info
+            done.append(replace(mig, uuid=info.uuid))
+            recorded = replace(plan, mig=(*done, *plan.mig[index + 1 :]))
+            checkpoint = checkpoint.with_claim(recorded.record(PREPARE_STARTED))
+            self._store.save(checkpoint)
+        realized = replace(plan.realize(instances), mig=tuple(done))
+        checkpoint = checkpoint.with_claim(realized.record(PREPARE_STARTED))
+        return realized, checkpoint
+
     def _unprepare_unrecorded(self, refs: list[ClaimRef], exc: CheckpointError) -> dict[str, str]:
         """Unprepare with an unreadable checkpoint: what can be undone without it is (the
         claim's CDI spec, its own MPS daemons, both named after its UID), and the claim is
         reported unprepared so its pod can finish terminating. The checkpoint still lists it
-        until repaired; reconciliation then finds it stale and releases it."""
+        until repaired; reconciliation then finds it stale and releases it (destroying its
+        dynamic MIG instances, which only the checkpoint names)."""
         results: dict[str, str] = {}
         for ref in refs:
             try:
@@ -837,8 +1250,11 @@ class Preparer:
                             cdi.spec_file_name(self._settings.driver_name, ref.uid),
                         )
                     else:
-                        checkpoint = self._release(checkpoint, record)
+                        checkpoint, error = self._release(checkpoint, record)
                         changed = True
+                        if error:
+                            results[ref.uid] = error
+                            continue
                         log.info("claim %s: unprepared", ref)
                 except OSError as exc:
                     results[ref.uid] = f"claim {ref}: cannot remove its CDI spec: {exc}"

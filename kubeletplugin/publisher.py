@@ -27,7 +27,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -41,6 +40,7 @@ from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
 from driver.discovery.slices import build_slices
 from kubeapi.retry import Backoff
+from kubeapi.tasks import wait_at_most
 
 log = logging.getLogger(f"biaxial.{__name__}")
 JSON = dict[str, Any]
@@ -356,8 +356,7 @@ class Publisher:
                 await self._pause(backoff.next())
 
     async def _pause(self, delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), delay)
+        await wait_at_most(self._wake.wait(), delay)
 
     async def _watch(self, resource_version: str) -> bool:
         """Return when a re-list is due: own inventory change, external slice change, watch

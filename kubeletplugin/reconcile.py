@@ -16,11 +16,11 @@ A claim found stale is released only when it is still stale ``grace_s`` later (d
 beyond the kubelet's own retries of Unprepare and the moment between two pods of a shared
 claim), and only if the kubelet has not asked to prepare it since it first looked stale
 (:meth:`~kubeletplugin.prepare.Preparer.release_stale`); it is then unprepared exactly as by
-the kubelet (CDI spec, MPS daemons, checkpoint entry), its devices are free, and a
-``StaleClaimReleased`` node Event says so. What an API error leaves unknown is never evidence:
-the claim keeps its state and is asked again next time. An unreadable checkpoint is skipped
-(the Preparer reports it; the loop reads it again next period, which is how a repaired file is
-noticed).
+the kubelet (CDI spec, MPS daemons, dynamic MIG instances, checkpoint entry), its devices are
+free, and a ``StaleClaimReleased`` node Event says so. What an API error leaves unknown is
+never evidence: the claim keeps its state and is asked again next time. An unreadable
+checkpoint is skipped (the Preparer reports it; the loop reads it again next period, which is
+how a repaired file is noticed).
 
 Two overlapping plugin instances may both reconcile: releases go through the checkpoint lock,
 so the second finds nothing left to release.
@@ -29,7 +29,6 @@ so the second finds nothing left to release.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -38,6 +37,7 @@ from typing import Any, Final, Protocol
 
 from driver.api.claims import ResourceClaim
 from driver.api.errors import BiaxialError, CheckpointError
+from kubeapi.tasks import wait_at_most
 from kubeletplugin.checkpoint import PREPARE_COMPLETED, Checkpoint, ClaimRecord
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -191,8 +191,7 @@ class Reconciler:
         """Reconcile every ``period_s`` (or when ``wake`` is set) until cancelled."""
         wake = wake or asyncio.Event()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), period_s)
+            await wait_at_most(wake.wait(), period_s)
             wake.clear()
             for released in await self.run_once():
                 await on_release(released)

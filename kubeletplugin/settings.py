@@ -26,13 +26,14 @@ import dataclasses
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from driver.api.errors import ConfigError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.discovery.fake import builtin_profiles
+from driver.discovery.mig import DynamicMigPolicy
 from kubeletplugin.prepare import PrepareSettings
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -71,6 +72,8 @@ class Settings:
     advertise_legacy_resources: bool = False
     hami_core_library_path: Path | None = DEFAULT_HAMI_CORE_LIBRARY
     mps_root: Path = Path("/run/biaxial/mps")
+    # GPUs partitioned on demand (off by default); GPUs a fake profile declares are added.
+    dynamic_mig: DynamicMigPolicy = field(default_factory=DynamicMigPolicy)
     max_shares_per_gpu: int = 0  # 0: no cap
     health_check_timeout_s: int = 30
     health_resend_s: float = 10.0
@@ -98,6 +101,12 @@ class Settings:
     def dra_socket(self) -> Path:
         base = self.plugin_dir / self.driver_name
         return base / (f"dra-{self.pod_uid}.sock" if self.pod_uid else "dra.sock")
+
+    @property
+    def fake_mig_state(self) -> Path:
+        """Test-only: where the fake backend keeps its MIG instances, so they outlive the
+        process as NVML's do."""
+        return self.state_dir / "fake-nvml-mig.json"
 
     @property
     def inject_dir(self) -> Path:

@@ -92,6 +92,14 @@ FLAGS = Flags(
     ),
     Flag("log-format", "log line format: text | json", field="log_format", default="text"),
     Flag(
+        "decision-timeout",
+        "seconds one pod's decision may spend evaluating CEL selectors before it is abandoned "
+        "and retried with backoff; 0 = no limit (kube-scheduler's DRA filterTimeout)",
+        field="decision_timeout_s",
+        kind=NUMBER,
+        default="10",
+    ),
+    Flag(
         "max-concurrent-writes",
         "placements written at the same time",
         field="max_concurrent_writes",

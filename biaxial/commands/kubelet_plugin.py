@@ -27,6 +27,20 @@ PATH_OR_NONE = Kind(
     "a path or none", lambda text: None if text.strip().lower() == "none" else Path(text)
 )
 
+
+def _dynamic_mig(text: str) -> Any:
+    from driver.api.errors import ConfigError  # noqa: PLC0415
+    from driver.discovery.mig import DynamicMigPolicy  # noqa: PLC0415
+
+    try:
+        return DynamicMigPolicy.parse(text)
+    except ConfigError as exc:
+        raise ValueError(text) from exc
+
+
+#: ``off``, ``all``, or GPU product names (comma-separated, none empty).
+DYNAMIC_MIG = Kind("off, all, or a comma-separated list of GPU product names", _dynamic_mig)
+
 FLAGS = Flags(
     Flag(
         "kubeconfig",
@@ -135,6 +149,15 @@ FLAGS = Flags(
         kind=PATH,
         default="/run/biaxial/mps",
         metavar="DIR",
+    ),
+    Flag(
+        "dynamic-mig",
+        "partition GPUs on demand: off, all, or comma-separated product names; only GPUs "
+        "whose MIG mode is already on (biaxial never changes it)",
+        field="dynamic_mig",
+        kind=DYNAMIC_MIG,
+        default="off",
+        metavar="GPUS",
     ),
     Flag(
         "max-shares-per-gpu",

@@ -11,7 +11,8 @@ pods are placed. The project's ``deviceclasses/`` are loaded first unless
 
 Output: ``-o table`` (default) prints the placements with the policies each pod got, the
 unschedulable and skipped pods with their reasons, notes, per-node and per-GPU use (MIG
-partitions under their GPU), whole GPUs left free, fragmentation and timing; ``-o json`` /
+partitions under their GPU; with dynamic MIG, the partitions biaxial would create and each
+GPU's free memory slices), whole GPUs left free, fragmentation and timing; ``-o json`` /
 ``-o yaml`` print ``{placements, unschedulable, skipped, preemptions, notes, summary,
 objects}``.
 ``--plot FILE`` draws the cluster (:mod:`biaxial.simulate.plot`).
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from biaxial.simulate.simulator import SimulationResult
+    from biaxial.simulate.simulator import GpuUsage, SimulationResult
 
 NAME = "simulate"
 HELP = "place pods on a simulated cluster (inventory + manifests) with the real scheduler core"
@@ -187,6 +188,13 @@ def _mib(value: int) -> str:
     return f"{value // (1024 * 1024)}Mi"
 
 
+def _slices_free(g: GpuUsage) -> str:
+    """``free/total (largest profile still placeable)`` of a dynamic-MIG GPU, else ``-``."""
+    if not g.dynamic:
+        return "-"
+    return f"{g.free_slices}/{g.memory_slices} ({g.largest_placeable or 'none placeable'})"
+
+
 def render_table(result: SimulationResult) -> str:
     """The human-readable report."""
     summary = result.summary()
@@ -247,6 +255,8 @@ def render_table(result: SimulationResult) -> str:
             ],
         )
     )
+    # Dynamic MIG: a column for each GPU's free memory slices and largest placeable profile.
+    dynamic = any(g.dynamic for g in result.gpus)
     gpu_rows = []
     for g in result.gpus:
         gpu_rows.append(
@@ -258,6 +268,7 @@ def render_table(result: SimulationResult) -> str:
                 "MIG" if g.mig else f"{g.cores_used}/{g.cores}",
                 ",".join(p for p, _ in g.pods) or ("-" if not g.mig else ""),
             ]
+            + ([_slices_free(g)] if dynamic else [])
         )
         gpu_rows.extend(
             [
@@ -268,10 +279,12 @@ def render_table(result: SimulationResult) -> str:
                 "",
                 ",".join(part.pods) or "-",
             ]
+            + ([""] if dynamic else [])
             for part in g.partitions
         )
     lines.append("")
-    lines.extend(_table(["NODE", "GPU", "PRODUCT", "MEMORY USED", "CORES", "PODS"], gpu_rows))
+    headers = ["NODE", "GPU", "PRODUCT", "MEMORY USED", "CORES", "PODS"]
+    lines.extend(_table(headers + (["MIG SLICES FREE"] if dynamic else []), gpu_rows))
     timing = summary["timing"]
     used = result.policies_used()
     policies = (

@@ -41,8 +41,9 @@ from driver.api.model import JSON, ResourceSlice
 from driver.api.nodes import Node
 from driver.api.quantity import Quantity
 from driver.api.validation import validate_slice
-from driver.discovery.backend import open_backend
-from driver.discovery.fake import builtin_profiles
+from driver.discovery.devices import DeviceTable
+from driver.discovery.fake import FakeBackend, builtin_profiles
+from driver.discovery.mig import DynamicMigPolicy
 from driver.discovery.slices import build_slices
 
 INVENTORY_API_VERSION: Final = "biaxial.dev/v1alpha1"
@@ -209,13 +210,15 @@ def build_inventory(
         node = Node.from_api(node_json)
         if profile:
             try:
-                with open_backend(fake=profile, node_name=name) as backend:
+                with FakeBackend.from_profile(profile, node_name=name) as backend:
                     gpus = backend.discover()
+                    # GPUs the profile declares dynamic publish as the plugin would.
+                    policy = DynamicMigPolicy(gpus=backend.dynamic_mig)
             except BiaxialError as exc:
                 raise ManifestError(f"Cluster inventory: node {name}: {exc}") from exc
             slices.extend(
                 build_slices(
-                    gpus,
+                    DeviceTable.from_gpus(gpus, policy),
                     node_name=name,
                     driver_name=DEFAULT_DRIVER_NAME,
                     node_uid=node.uid,

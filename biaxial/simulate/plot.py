@@ -5,10 +5,11 @@ Up to :data:`MAX_PANELS` nodes: one panel per node, two bars per GPU — its mem
 cores, each as a share of the GPU, stacked by pod (one colour per pod, the legend names them,
 a label sits inside every segment it fits in, measured on the laid-out figure). A GPU in MIG
 mode is one outlined bar with its partitions drawn inside it, each filled by the pod that
-holds it or left empty, and labelled with its profile. Beyond that, one heat map: a row per
-node, a cell per GPU coloured by its memory use, MIG GPUs marked, so 50 or 500 nodes stay
-readable. The title (policies, placements, free GPUs, fragmentation) and the legend fit
-inside the picture (constrained layout, the legend outside the panels):
+holds it or left empty, and labelled with its profile; on a dynamic-MIG GPU the partitions
+biaxial would create sit at their memory slices (faint lines mark the slices). Beyond that,
+one heat map: a row per node, a cell per GPU coloured by its memory use, MIG GPUs marked, so
+50 or 500 nodes stay readable. The title (policies, placements, free GPUs, fragmentation)
+and the legend fit inside the picture (constrained layout, the legend outside the panels):
 :func:`render` builds the figure, :func:`plot` writes the file.
 """
 
@@ -63,9 +64,14 @@ def _draw_gpu(ax: Any, x: float, gpu: GpuUsage, colour: dict[str, Any], labels: 
     width = 0.38
     if gpu.mig:
         ax.bar(x, 1.0, width=2 * width, color="white", edgecolor="black", linewidth=1.2)
+        slot = 1.0 / gpu.memory_slices if gpu.dynamic else 0.0
+        for edge in range(1, gpu.memory_slices):
+            ax.plot([x - width, x + width], [edge * slot] * 2, color=_EDGE, lw=0.3)
         bottom = 0.0
         for part in gpu.partitions:
             height = part.memory / gpu.memory if gpu.memory else 0.0
+            if gpu.dynamic and part.start is not None:  # at its slices, gaps left free
+                bottom, height = part.start * slot, part.size * slot
             fill = colour[part.pods[0]] if part.pods else _FREE
             (bar,) = ax.bar(x, height, width=2 * width, bottom=bottom, color=fill, edgecolor=_EDGE)
             text = part.profile + (f"\n{_short(part.pods[0])}" if part.pods else "")

@@ -58,9 +58,18 @@ it uses (a shared claim's devices on every pod that shares it), unschedulable an
 notes (skipped kinds, finished pods), per-GPU use counted from every allocated claim (admin
 access is not use; MIG partitions are drawn inside their GPU and a GPU in MIG mode is never
 "whole"). **Fragmentation** (``summary.fragmentation``): the share of free memory of whole
-(non-MIG) GPUs that sits on GPUs already partly in use, i.e. memory a whole-GPU request cannot
-use. 0 means every free byte is on an idle GPU; 1 means no idle GPU is left although memory is
-free.
+(non-MIG) and dynamic-MIG GPUs that sits on GPUs already partly in use, i.e. memory a whole-GPU
+request cannot use. 0 means every free byte is on an idle GPU; 1 means no idle GPU is left
+although memory is free.
+
+**Dynamic MIG.** A node whose profile declares dynamic MIG (``a100-80gbx8-dynmig``, or
+``mig: {enabled: true, dynamic: true}`` in a profile file) publishes each such GPU's counters
+and every (profile, placement), as the kubelet plugin would. The placements the decisions take
+are the partitions the plugin would create: each GPU lists them (device, profile, start, size,
+pods) with its ``memorySlices``, ``freeMemorySlices`` and the largest profile still placeable;
+unused placements are not listed. Such a GPU is whole until a partition is taken. Its free
+memory is counted in MIG slots (its free memory slices' share of its memory), so fragmentation
+covers the slots partitions leave behind; ``summary.mig`` totals them.
 """
 
 from __future__ import annotations
@@ -70,7 +79,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -97,6 +106,7 @@ from driver.api.errors import BiaxialError, ManifestError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
+from driver.discovery.mig import MEMORY_SLICE_PREFIX
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
@@ -146,12 +156,15 @@ class PodPreemption:
 
 @dataclass(frozen=True, slots=True)
 class PartitionUsage:
-    """A MIG partition: exclusive, so in use or not."""
+    """A MIG partition: exclusive, so in use or not. On a dynamic-MIG GPU, one the decisions
+    took (the plugin would create it), with its first memory slice and size."""
 
     device: str
     profile: str
     memory: int
     pods: tuple[str, ...]
+    start: int | None = None
+    size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +181,26 @@ class GpuUsage:
     cores_used: int
     pods: tuple[tuple[str, int], ...]  # (pod, memory bytes), whole-GPU use
     partitions: tuple[PartitionUsage, ...] = ()
+    # Dynamic MIG only: the GPU's memory slices, those no partition covers, and the largest
+    # profile still placeable.
+    memory_slices: int = 0
+    free_slices: int = 0
+    largest_placeable: str = ""
 
     @property
     def mig(self) -> bool:
         return bool(self.partitions)
+
+    @property
+    def dynamic(self) -> bool:
+        return self.memory_slices > 0
+
+    @property
+    def free_memory(self) -> int:
+        """Free memory; on a cut dynamic-MIG GPU, its free memory slices' share of it."""
+        if self.partitions and self.dynamic:
+            return self.memory * self.free_slices // self.memory_slices
+        return self.memory - self.memory_used
 
     @property
     def in_use(self) -> bool:
@@ -226,8 +255,10 @@ class SimulationResult:
                 }
             )
         whole = [g for g in self.gpus if not g.mig]
-        free_total = sum(g.memory - g.memory_used for g in whole)
-        free_partial = sum(g.memory - g.memory_used for g in whole if g.in_use)
+        counted = [g for g in self.gpus if not g.mig or g.dynamic]
+        free_total = sum(g.free_memory for g in counted)
+        free_partial = sum(g.free_memory for g in counted if g.in_use)
+        dynamic = [g for g in self.gpus if g.dynamic]
         decisions = len(self.durations)
         ordered = sorted(self.durations)
         p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
@@ -243,6 +274,21 @@ class SimulationResult:
             "wholeGpusFree": sum(1 for g in whole if not g.in_use),
             "migPartitionsFree": sum(
                 1 for g in self.gpus for part in g.partitions if not part.pods
+            ),
+            **(
+                {
+                    "mig": {
+                        "dynamicGpus": len(dynamic),
+                        "partitions": sum(len(g.partitions) for g in dynamic),
+                        "memorySlices": sum(g.memory_slices for g in dynamic),
+                        "freeMemorySlices": sum(g.free_slices for g in dynamic),
+                        "freeMemorySlicesOnCutGpus": sum(
+                            g.free_slices for g in dynamic if g.partitions
+                        ),
+                    }
+                }
+                if dynamic
+                else {}
             ),
             "fragmentation": round(free_partial / free_total, 4) if free_total else 0.0,
             "policies": {
@@ -300,6 +346,10 @@ def _gpu_json(g: GpuUsage) -> JSON:
         "coresUsed": g.cores_used,
         "pods": list(g.pod_names),
     }
+    if g.dynamic:
+        out["memorySlices"] = g.memory_slices
+        out["freeMemorySlices"] = g.free_slices
+        out["largestPlaceable"] = g.largest_placeable or None
     if g.partitions:
         out["migPartitions"] = [
             {
@@ -307,6 +357,7 @@ def _gpu_json(g: GpuUsage) -> JSON:
                 "profile": p.profile,
                 "memoryBytes": p.memory,
                 "pods": list(p.pods),
+                **({"start": p.start, "size": p.size} if p.start is not None else {}),
             }
             for p in g.partitions
         ]
@@ -1014,13 +1065,16 @@ class _Run:
         migs: dict[tuple[str, str], list[tuple[Device, PartitionUsage]]] = {}
         gpus: list[GpuUsage] = []
         ordered = sorted(slices, key=lambda s: (position.get(s.node_name or "", -1), s.name))
+        dynamic = _DynamicMig(ordered, held)
         for s in ordered:
             if s.driver != DEFAULT_DRIVER_NAME:
                 continue
             node = str(s.node_name or s.pool.name)
             for d in s.devices:
-                memory = d.capacity["memory"].value.value() if "memory" in d.capacity else 0
-                cores = d.capacity["cores"].value.value() if "cores" in d.capacity else 0
+                if dynamic.is_placement(d):
+                    continue  # a possible partition: listed under its GPU once taken
+                memory = _capacity(d, "memory")
+                cores = _capacity(d, "cores")
                 uses = held.get((s.driver, s.pool.name, d.name), [])
                 if d.attributes.get("type") == "mig":
                     parent = str(d.attributes.get("parentUUID", ""))
@@ -1043,19 +1097,18 @@ class _Run:
                         else (share_cores or 0)
                     )
                     pods.extend((p, amount) for p in claim_pods)
-                gpus.append(
-                    GpuUsage(
-                        node=node,
-                        device=d.name,
-                        uuid=str(d.attributes.get("uuid", "")),
-                        product=str(d.attributes.get("productName", "")),
-                        memory=memory,
-                        memory_used=used_memory,
-                        cores=cores,
-                        cores_used=used_cores,
-                        pods=tuple(pods),
-                    )
+                usage = GpuUsage(
+                    node=node,
+                    device=d.name,
+                    uuid=str(d.attributes.get("uuid", "")),
+                    product=str(d.attributes.get("productName", "")),
+                    memory=memory,
+                    memory_used=used_memory,
+                    cores=cores,
+                    cores_used=used_cores,
+                    pods=tuple(pods),
                 )
+                gpus.append(dynamic.with_partitions(s, d, usage))
         for (node, parent), parts in migs.items():
             first = parts[0][0]
             minor = first.attributes.get("minor", first.attributes.get("index", ""))
@@ -1091,6 +1144,89 @@ def _replicaset_of(deployment: Mapping[str, Any]) -> JSON:
             "uid": stable_uid("ReplicaSet", namespace, name),
         },
     }
+
+
+Held = Mapping[tuple[str, str, str], Sequence[tuple[tuple[str, ...], int | None, int | None]]]
+"""(driver, pool, device) -> per allocated claim: the pods holding it, memory, cores."""
+
+
+class _DynamicMig:
+    """Dynamic-MIG bookkeeping of a simulated cluster: which devices are placements, which
+    were taken (the partitions the plugin would create), and what is left of each GPU's
+    counter set."""
+
+    def __init__(self, slices: Sequence[ResourceSlice], held: Held) -> None:
+        self.held = held
+        self.left: dict[tuple[str, str, str], dict[str, int]] = {}  # (driver, pool, set)
+        self.members: dict[tuple[str, str, str], list[tuple[Device, dict[str, int]]]] = {}
+        for s in slices:
+            for counter_set in s.shared_counters:
+                key = (s.driver, s.pool.name, counter_set.name)
+                self.left[key] = {k: v.value() for k, v in counter_set.counters.items()}
+        for s in slices:
+            for d in s.devices:
+                for consumption in d.consumes_counters:
+                    key = (s.driver, s.pool.name, consumption.name)
+                    amounts = {k: v.value() for k, v in consumption.counters.items()}
+                    self.members.setdefault(key, []).append((d, amounts))
+                    if (s.driver, s.pool.name, d.name) in held and key in self.left:
+                        for counter, amount in amounts.items():
+                            self.left[key][counter] = self.left[key].get(counter, 0) - amount
+
+    @staticmethod
+    def is_placement(device: Device) -> bool:
+        return bool(device.consumes_counters) and device.attributes.get("type") == "mig"
+
+    def with_partitions(self, s: ResourceSlice, device: Device, usage: GpuUsage) -> GpuUsage:
+        """A dynamic GPU's row with its partitions, free slices and largest placeable."""
+        if not device.consumes_counters:
+            return usage
+        key = (s.driver, s.pool.name, device.consumes_counters[0].name)
+        left = self.left.get(key, {})
+        slots = sorted(c for c in left if c.startswith(MEMORY_SLICE_PREFIX))
+        partitions: list[PartitionUsage] = []
+        for member, amounts in self.members.get(key, ()):
+            uses = self.held.get((s.driver, s.pool.name, member.name))
+            if not self.is_placement(member) or not uses:
+                continue
+            starts = sorted(
+                int(c.removeprefix(MEMORY_SLICE_PREFIX))
+                for c in amounts
+                if c.startswith(MEMORY_SLICE_PREFIX)
+            )
+            partitions.append(
+                PartitionUsage(
+                    device=member.name,
+                    profile=str(member.attributes.get("profile", "")),
+                    memory=_capacity(member, "memory"),
+                    pods=tuple(dict.fromkeys(p for holders, _, _ in uses for p in holders)),
+                    start=starts[0] if starts else 0,
+                    size=len(starts),
+                )
+            )
+        partitions.sort(key=lambda p: (p.start or 0, p.device))
+        placeable = [
+            member
+            for member, amounts in self.members.get(key, ())
+            if self.is_placement(member) and all(left.get(c, 0) >= a for c, a in amounts.items())
+        ]
+        largest = max(
+            placeable,
+            key=lambda m: (_capacity(m, "memory"), _capacity(m, "cores")),
+            default=None,
+        )
+        return replace(
+            usage,
+            memory_used=usage.memory_used + sum(p.memory for p in partitions),
+            partitions=tuple(partitions),
+            memory_slices=len(slots),
+            free_slices=sum(1 for c in slots if left[c] > 0),
+            largest_placeable=str(largest.attributes.get("profile", "")) if largest else "",
+        )
+
+
+def _capacity(device: Device, name: str) -> int:
+    return device.capacity[name].value.value() if name in device.capacity else 0
 
 
 def _owned_by_pod(pod: Mapping[str, Any]) -> JSON:

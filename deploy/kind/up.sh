@@ -15,9 +15,10 @@
 # Fake GPUs publish real ResourceSlices and go through real allocation and Prepare; the CDI
 # specs they produce name /dev/nvidia* device nodes, so this script creates inert character
 # devices with NVIDIA's major numbers inside each worker's node container (nothing can open
-# them: there is no driver), and GPU shares are time-sliced (deviceClasses.sharingStrategy=none:
-# there is no CUDA for HAMi-core to intercept, so the image is built without it, HAMI_CORE=none,
-# and the chart installs none: kubeletPlugin.hamiCoreLibrary=""), so pods reach Running.
+# them: there is no driver), and GPU shares are time-sliced (deviceClasses.sharingStrategy=none,
+# the only strategy the class allows there: there is no CUDA for HAMi-core to intercept, so the
+# image is built without it, HAMI_CORE=none, and the chart installs none:
+# kubeletPlugin.hamiCoreLibrary=""), so pods reach Running.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -132,7 +133,8 @@ main() {
       --set kubeletPlugin.tolerations=null \
       --set kubeletPlugin.advertiseLegacyResources=true \
       --set kubeletPlugin.hamiCoreLibrary= \
-      --set deviceClasses.sharingStrategy=none
+      --set deviceClasses.sharingStrategy=none \
+      --set 'deviceClasses.allowedSharingStrategies={none}'
   else
     # The same values, rendered: deploy/manifests/biaxial-fake-gpus.yaml.
     [[ "$IMAGE" == biaxial:0.1.0 ]] || die "without helm only IMAGE=biaxial:0.1.0 is supported"

@@ -15,6 +15,8 @@ says what is wrong and where, so the CLI, events and conditions can show it as o
     │   └── NodeAllocationError      allocation failed on this node only (invalid pools): the
     │                                node is unschedulable with this message, others may fit
     ├── DiscoveryError               NVML is unavailable or reported something unusable
+    │   └── MigError                 creating or destroying a MIG instance failed (placement
+    │                                taken, MIG mode off, NVML refused)
     ├── CheckpointError              the kubelet plugin's checkpoint is unreadable or corrupt
     ├── PrepareError                 a claim cannot be prepared on this node (per claim)
     └── ApiError                     the Kubernetes API answered with an error
@@ -24,6 +26,9 @@ says what is wrong and where, so the CLI, events and conditions can show it as o
         ├── ServerError              5xx and transport failures; retryable
         └── (NotLeaderError)         not from the API: a write the controller's leader fence
                                      refused before sending it (controller.leader; status 0)
+
+    DeadlineExceededError            not a BiaxialError on purpose: the caller's deadline
+                                     (driver.cel.cost.limits) passed during an evaluation
 
 HTTP status codes are mapped to ``ApiError`` subclasses in exactly one place:
 :func:`api_error_for_status`. Always ``raise ... from`` the underlying exception.
@@ -68,6 +73,16 @@ class CELEvaluationError(BiaxialError):
     """A CEL expression failed at run time: missing key, wrong type, non-bool, cost limit."""
 
 
+class DeadlineExceededError(Exception):
+    """The deadline of the enclosing :func:`driver.cel.cost.limits` block passed while a CEL
+    selector was being evaluated (the controller's per-decision deadline).
+
+    It says nothing about the expression, the device or the pod, so it is deliberately not a
+    :class:`BiaxialError`: nothing that absorbs, caches or reports input errors (the CEL match
+    cache, device classification, the allocator, the decision engine's ``PodError``) catches
+    it, and it ends the whole decision. Whoever set the deadline reports it."""
+
+
 class AllocationError(BiaxialError):
     """A fatal allocation error for a pod: retry later, do not treat as 'does not fit'."""
 
@@ -81,6 +96,11 @@ class NodeAllocationError(AllocationError):
 
 class DiscoveryError(BiaxialError):
     """GPU discovery failed (no NVML, no driver, an unusable answer)."""
+
+
+class MigError(DiscoveryError):
+    """A MIG instance could not be created or destroyed; the message names the GPU, the
+    profile and placement, and NVML's reason."""
 
 
 class CheckpointError(BiaxialError):

@@ -228,7 +228,14 @@ def validate_device(device: Device, where: str = "") -> None:
             f"{where}: consumes {len(device.consumes_counters)} counter sets, at most "
             f"{MAX_CONSUMES_COUNTERS}"
         )
+    seen_sets: set[str] = set()
     for consumption in device.consumes_counters:
+        _check_label(consumption.name, f"{where}: consumesCounters counterSet")
+        if consumption.name in seen_sets:
+            raise ValidationError(
+                f"{where}: consumes from counter set {consumption.name!r} twice (one entry per set)"
+            )
+        seen_sets.add(consumption.name)
         if len(consumption.counters) > MAX_COUNTERS_PER_SET:
             raise ValidationError(f"{where}: more than {MAX_COUNTERS_PER_SET} counters in a set")
 
@@ -285,6 +292,15 @@ def validate_slice(resource_slice: ResourceSlice) -> None:
         raise ValidationError(f"{where}a slice holds devices or sharedCounters, never both")
     if len(s.shared_counters) > MAX_SHARED_COUNTER_SETS:
         raise ValidationError(f"{where}at most {MAX_SHARED_COUNTER_SETS} sharedCounters sets")
+    for counter_set in s.shared_counters:
+        _check_label(counter_set.name, f"{where}counter set name")
+        if len(counter_set.counters) > MAX_COUNTERS_PER_SET:
+            raise ValidationError(
+                f"{where}counter set {counter_set.name!r}: more than {MAX_COUNTERS_PER_SET} "
+                "counters"
+            )
+        for name in counter_set.counters:
+            _check_label(name, f"{where}counter set {counter_set.name!r}: counter")
     limit = (
         MAX_DEVICES_PER_SLICE_ADVANCED
         if any(d.uses_advanced_features for d in s.devices)
@@ -329,7 +345,10 @@ def _check_single_term(selector: Mapping[str, object] | None, where: str) -> Non
 
 def validate_pool(slices: Sequence[ResourceSlice]) -> None:
     """Check every slice and the pool as a whole: same driver, pool and generation, unique
-    device names across slices, and ``resourceSliceCount`` equal to the number of slices."""
+    device names across slices, ``resourceSliceCount`` equal to the number of slices, counter
+    set names unique in the pool, and every ``consumesCounters`` entry naming a counter set and
+    counters of the pool (a pool breaking either is one the scheduler's allocator marks
+    invalid and skips)."""
     if not slices:
         raise ValidationError("a pool needs at least one ResourceSlice")
     first = slices[0]
@@ -347,6 +366,29 @@ def validate_pool(slices: Sequence[ResourceSlice]) -> None:
                     f"pool {s.pool.name!r}: device name {device.name!r} appears in two slices"
                 )
             names.add(device.name)
+    counters: dict[str, frozenset[str]] = {}
+    for s in slices:
+        for counter_set in s.shared_counters:
+            if counter_set.name in counters:
+                raise ValidationError(
+                    f"pool {s.pool.name!r}: counter set {counter_set.name!r} appears twice"
+                )
+            counters[counter_set.name] = frozenset(counter_set.counters)
+    for s in slices:
+        for device in s.devices:
+            for consumption in device.consumes_counters:
+                known = counters.get(consumption.name)
+                if known is None:
+                    raise ValidationError(
+                        f"pool {s.pool.name!r}: device {device.name!r} consumes from counter "
+                        f"set {consumption.name!r}, which no slice of the pool defines"
+                    )
+                unknown = sorted(set(consumption.counters) - known)
+                if unknown:
+                    raise ValidationError(
+                        f"pool {s.pool.name!r}: device {device.name!r} consumes counter(s) "
+                        f"{', '.join(unknown)} that counter set {consumption.name!r} lacks"
+                    )
     if first.pool.resource_slice_count != len(slices):
         raise ValidationError(
             f"pool {first.pool.name!r}: resourceSliceCount is {first.pool.resource_slice_count} "

@@ -27,7 +27,10 @@ Callers bound evaluations with :func:`limits`::
         allocate(...)
 
 which every evaluation in the block (in this thread or context) obeys; the default is the
-cost limit alone.
+cost limit alone. A metered evaluation checks the deadline at every charge; any other checks
+it before it starts (:func:`deadline_passed`), so a block of many cheap but slow evaluations
+stops at the deadline too. Passing the cost limit is a property of the expression and the
+device (an error the caller may cache); passing the deadline is not (``Meter.timed_out``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -45,6 +49,8 @@ COST_LIMIT: Final = 1_000_000  # upstream CELSelectorExpressionMaxCost
 WORK_LIMIT: Final = 5_000_000  # elements copied by list concatenation and map inserts
 STRING_TRAVERSAL_FACTOR: Final = 0.1  # cel-go common.StringTraversalCostFactor
 REGEX_LENGTH_FACTOR: Final = 0.25  # cel-go common.RegexStringLengthCostFactor
+DEADLINE_MESSAGE: Final = "operation cancelled: evaluation deadline exceeded"
+NO_LIMIT: Final = sys.maxsize  # a meter that counts for the deadline alone
 
 
 class CostLimitExceeded(Exception):  # noqa: N818 - the name says what happened, as upstream's
@@ -81,10 +87,16 @@ def current_limits() -> Limits:
     return _LIMITS.get()
 
 
+def deadline_passed() -> bool:
+    """Whether the deadline of the enclosing :func:`limits` block (if any) has passed."""
+    deadline = _LIMITS.get().deadline
+    return deadline is not None and time.monotonic() > deadline
+
+
 class Meter:
     """The running cost of one evaluation. Not thread-safe: one per evaluation."""
 
-    __slots__ = ("cost", "deadline", "exceeded", "limit", "reason", "work")
+    __slots__ = ("cost", "deadline", "exceeded", "limit", "reason", "timed_out", "work")
 
     def __init__(self, bounds: Limits) -> None:
         self.cost = 0
@@ -92,6 +104,7 @@ class Meter:
         self.limit = bounds.cost
         self.deadline = bounds.deadline
         self.exceeded = False
+        self.timed_out = False  # the deadline, not the cost limit, stopped the evaluation
         self.reason = ""
 
     def add(self, amount: int) -> None:
@@ -101,7 +114,8 @@ class Meter:
         if self.cost > self.limit:
             self._trip("operation cancelled: actual cost limit exceeded")
         if self.deadline is not None and time.monotonic() > self.deadline:
-            self._trip("operation cancelled: evaluation deadline exceeded")
+            self.timed_out = True
+            self._trip(DEADLINE_MESSAGE)
 
     def add_work(self, elements: int) -> None:
         if self.exceeded:

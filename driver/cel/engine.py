@@ -16,7 +16,7 @@ Contract
   (the API emulator does the same); evaluation does not refuse on it.
 * :meth:`Selector.matches` evaluates against one device and returns the bool result. Every
   runtime problem (no such key, no matching overload, a non-bool result, an invalid version
-  attribute, the actual-cost limit, the deadline, any engine failure) raises
+  attribute, the actual-cost limit, any engine failure) raises
   :class:`~driver.api.errors.CELEvaluationError` naming the expression and the device:
   upstream treats these as errors for the pod, never as "does not match".
 * Runtime bound: an evaluation whose static estimate (and the engine's own work estimate,
@@ -24,14 +24,21 @@ Contract
   the limit). Any other runs *metered*: instrumented (``driver.cel.instrument``) to count
   upstream's actual cost exactly as it runs, cancelled at :data:`COST_LIMIT` ("operation
   cancelled: actual cost limit exceeded", as upstream), at the engine's work limit
-  (``driver.cel.cost``), or at the deadline of the enclosing
-  ``driver.cel.cost.limits(deadline=...)`` block -- the way for a caller to bound a whole
-  decision. Where cel-cpp's budget of 10,000 comprehension iterations per evaluation stops an
-  evaluation, it runs again with its comprehensions driven from Python in chunks
-  (``driver.cel.drive``), so only the cost bounds it, as upstream. :func:`measure` reports
-  the estimate and the actual cost of one evaluation.
+  (``driver.cel.cost``), or at the deadline (below). Where cel-cpp's budget of 10,000
+  comprehension iterations per evaluation stops an evaluation, it runs again with its
+  comprehensions driven from Python in chunks (``driver.cel.drive``), so only the cost
+  bounds it, as upstream. :func:`measure` reports the estimate and the actual cost of one
+  evaluation.
+* Deadline: inside a ``driver.cel.cost.limits(deadline=...)`` block an evaluation that starts
+  after the deadline, or a metered one that is running when it passes, raises
+  :class:`~driver.api.errors.DeadlineExceededError`, which is not a CELEvaluationError: it is
+  never cached and ends the caller's whole operation. Selectors estimated above
+  :data:`DEADLINE_METERING_FROM` run instrumented while a deadline is set (for the deadline
+  only, when their cost cannot pass the limit), so a long one stops within one step of the
+  deadline; cheaper ones are checked before they start.
 * :class:`MatchCache` caches results and errors per (expression, device, slice generation) and
-  builds each device's CEL input once. Everything else here is pure and immutable.
+  builds each device's CEL input once; a deadline is not cached (it passes through).
+  Everything else here is pure and immutable.
 
 The ``device`` variable
 -----------------------
@@ -130,7 +137,7 @@ from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.errors import CELCompileError, CELEvaluationError, DeadlineExceededError
 from driver.api.ids import DeviceID
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
@@ -147,9 +154,13 @@ from driver.cel import (
     strings,
     syntax,
 )
+from driver.cel.reads import readable_keys, visible
 
 MAX_EXPRESSION_LENGTH: Final = 10 * 1024  # bytes, upstream CELSelectorExpressionMaxLength
 COST_LIMIT: Final = cost.COST_LIMIT  # upstream CELSelectorExpressionMaxCost
+#: A selector estimated above this also gets an instrumented program, run while a deadline is
+#: set, so the deadline stops it within one step rather than one evaluation.
+DEADLINE_METERING_FROM: Final = 10_000
 COMPILE_CACHE_SIZE: Final = 1024
 
 QUANTITY_TYPE_NAME: Final = "kubernetes.Quantity"
@@ -1272,17 +1283,20 @@ class Selector:
     expressions. A ``Selector(expression)`` built directly compiles on first use (cached).
 
     ``max_cost`` is the static worst-case cost estimate in upstream's units; ``metered`` says
-    whether evaluations count their actual cost (the estimate could pass the limit)."""
+    whether evaluations count their actual cost (the estimate could pass the limit). A
+    selector estimated above :data:`DEADLINE_METERING_FROM` has its instrumented program
+    (``_metered``) even when it is not metered, for a deadline."""
 
     expression: str
     _program: Any = field(repr=False, compare=False, default=None)
     domains: frozenset[str] = field(repr=False, compare=False, default=frozenset())
     max_cost: int = field(repr=False, compare=False, default=0)
     _metered: Any = field(repr=False, compare=False, default=None)
+    _needs_meter: bool = field(repr=False, compare=False, default=False)
 
     @property
     def metered(self) -> bool:
-        return self._metered is not None
+        return self._needs_meter
 
     def matches(self, device: Device, driver_name: str) -> bool:
         """Evaluate against one device; CELEvaluationError on any runtime error."""
@@ -1301,13 +1315,15 @@ class Selector:
         if self._program is None:
             return compile_selector(self.expression).evaluate(device, device_name)
         try:
-            result, meter = _run(self, device)
+            result, meter = _run(self, device, device_name)
         except RuntimeError as exc:  # the engine's own failures
             raise self._error(device_name, _runtime_message(str(exc))) from exc
         except (MemoryError, RecursionError) as exc:
             raise self._error(device_name, f"evaluation failed: {type(exc).__name__}") from exc
         except CELCompileError as exc:  # a driven form (driver.cel.drive) that cannot load
             raise self._error(device_name, str(exc)) from exc
+        if meter is not None and meter.timed_out:
+            raise self._timed_out(device_name)
         if meter is not None and meter.exceeded:
             raise self._error(device_name, meter.reason)
         kind = result.type()
@@ -1330,22 +1346,36 @@ class Selector:
             f"CEL selector {shorten(self.expression)!r} on device {device_name!r}: {message}"
         )
 
+    def _timed_out(self, device_name: str) -> DeadlineExceededError:
+        return DeadlineExceededError(
+            f"CEL selector {shorten(self.expression)!r} on device {device_name!r}: "
+            f"{cost.DEADLINE_MESSAGE}"
+        )
 
-def _run(selector: Selector, device: DeviceInput) -> tuple[Any, cost.Meter | None]:
-    """One evaluation (metered when the selector is); where cel-cpp's iteration budget stops
-    it, again with its comprehensions driven from Python (driver.cel.drive)."""
-    metered = selector._metered is not None
+
+def _run(
+    selector: Selector, device: DeviceInput, device_name: str = "-"
+) -> tuple[Any, cost.Meter | None]:
+    """One evaluation (metered when the selector is, or for a deadline); where cel-cpp's
+    iteration budget stops it, again with its comprehensions driven from Python
+    (driver.cel.drive). An unmetered one checks the deadline before it starts."""
+    bounds = cost.current_limits()
+    metered = selector._metered is not None and (selector.metered or bounds.deadline is not None)
+    if metered and not selector.metered:  # for the deadline alone: its cost cannot pass
+        bounds = cost.Limits(cost=cost.NO_LIMIT, deadline=bounds.deadline)
+    if not metered and cost.deadline_passed():
+        raise selector._timed_out(device_name)
     try:
         if not metered:
             return selector._program.eval(device.padded(selector.domains)), None
-        meter = cost.Meter(cost.current_limits())
+        meter = cost.Meter(bounds)
         with cost.metering(meter):
             return selector._metered.eval(device.padded(selector.domains)), meter
     except RuntimeError as exc:
         if not _budget_exceeded(exc):
             raise
     driven = _driven(selector.expression, metered)
-    fresh = cost.Meter(cost.current_limits()) if metered else None
+    fresh = cost.Meter(bounds) if metered else None
     with cost.metering(fresh):
         return _eval_driven(driven, device.padded_variables(selector.domains)), fresh
 
@@ -1642,12 +1672,14 @@ def compile_selector(expression: str) -> Selector:
         raise CELCompileError(
             f"compilation failed: must evaluate to bool or the unknown type, not {compiled.output}"
         )
+    bounded_but_long = max(compiled.cost[1], compiled.work[1]) > DEADLINE_METERING_FROM
     return Selector(
         expression=expression,
         _program=compiled.program,
         domains=checked.literal_domains(compiled.checked.expr),
         max_cost=compiled.cost[1],
-        _metered=_instrumented(compiled) if compiled.needs_meter else None,
+        _metered=_instrumented(compiled) if compiled.needs_meter or bounded_but_long else None,
+        _needs_meter=compiled.needs_meter,
     )
 
 
@@ -1681,6 +1713,7 @@ def measure(
         domains=checked.literal_domains(compiled.checked.expr),
         max_cost=compiled.cost[1],
         _metered=_instrumented(compiled),
+        _needs_meter=True,  # always counted here
     )
     span = estimate.estimate(compiled.checked, sizes)
     try:
@@ -1728,19 +1761,26 @@ def _regex_problem(function: str, pattern: str) -> str | None:
 @dataclass(slots=True)
 class _DeviceEntry:
     generation: int
-    prepared: DeviceInput | CELEvaluationError
+    prepared: DeviceInput | CELEvaluationError | None  # None: not built yet
     results: dict[str, bool | CELEvaluationError]
 
 
 class MatchCache:
     """Results (and errors) per (expression, device, slice generation), plus one CEL input per
     (device, slice generation), built once however many selectors run on the device. A device
-    seen at another slice generation starts afresh (its old entries are dropped). Thread-safe;
-    never mutates its inputs."""
+    seen at another slice generation starts afresh (its old entries are dropped).
+
+    A boolean result is also shared by every device that looks the same to the expression
+    (:mod:`driver.cel.reads`: same driver, sharing flag and values of every attribute and
+    capacity the expression can name), so a selector runs once per kind of device, not once
+    per device: thousands of identical GPUs, or every placement of one MIG profile, cost one
+    evaluation. Errors are never shared (their message names the device). Thread-safe; never
+    mutates its inputs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._devices: dict[DeviceID, _DeviceEntry] = {}
+        self._shared: dict[tuple[object, ...], bool] = {}
         self.hits = 0
         self.misses = 0
 
@@ -1757,16 +1797,27 @@ class MatchCache:
                     if isinstance(cached, CELEvaluationError):
                         raise cached
                     return cached
-            self.misses += 1
-        if entry is None or entry.generation != slice_generation:
-            prepared: DeviceInput | CELEvaluationError
-            try:
-                prepared = device_input(device, device_id.driver)
-            except CELEvaluationError as exc:
-                prepared = exc
-            entry = _DeviceEntry(slice_generation, prepared, {})
-            with self._lock:
+        keys = readable_keys(selector.expression)
+        look = (
+            (selector.expression, *visible(device, device_id.driver, keys))
+            if keys is not None
+            else None
+        )
+        with self._lock:
+            if entry is None or entry.generation != slice_generation:
+                entry = _DeviceEntry(slice_generation, None, {})
                 self._devices[device_id] = entry
+            shared = self._shared.get(look) if look is not None else None
+            if shared is not None:
+                self.hits += 1
+                entry.results[selector.expression] = shared
+                return shared
+            self.misses += 1
+        if entry.prepared is None:
+            try:
+                entry.prepared = device_input(device, device_id.driver)
+            except CELEvaluationError as exc:
+                entry.prepared = exc
         outcome: bool | CELEvaluationError
         if isinstance(entry.prepared, CELEvaluationError):
             outcome = selector.input_error(device.name, entry.prepared)
@@ -1777,6 +1828,8 @@ class MatchCache:
                 outcome = exc
         with self._lock:
             entry.results[selector.expression] = outcome
+            if look is not None and not isinstance(outcome, CELEvaluationError):
+                self._shared[look] = outcome
         if isinstance(outcome, CELEvaluationError):
             raise outcome
         return outcome
@@ -1794,3 +1847,4 @@ class MatchCache:
     def clear(self) -> None:
         with self._lock:
             self._devices.clear()
+            self._shared.clear()

@@ -17,16 +17,33 @@ file path works too; ``docs/simulator.md`` documents it for users)::
       multiprocessors: 40
       migCapable: false
     count: 4                            # optional; defaults to len(gpus)
+    mig: {enabled: true, dynamic: true} # optional default for GPUs without their own ``mig``
     gpus:                               # optional per-GPU topology and overrides, by index
       - {pciBusId: "0000:3b:00.0", pcieRoot: pci0000:3a, numaNode: 0}
       - {minor: 5, mig: {enabled: true, devices: [{profile: 3g.40gb, start: 4}]}}
     migProfiles:                        # the GPU's MIG profile table (MIG-capable models)
-      - {name: 1g.10gb, memoryMiB: 9984, multiprocessors: 16, size: 1, placements: [0, 1]}
+      - {name: 1g.10gb, memoryMiB: 9984, multiprocessors: 16, size: 1, placements: [0, 1],
+         decoders: 1, jpegs: 1}         # optional: computeSlices (else the name's "<n>g"),
+                                        # decoders, encoders, jpegs, ofas (media engines)
 
 A per-GPU entry may also override any ``model`` key (``productName``, ``memoryMiB``, ...).
-Unknown keys, wrong types, MIG partitions on a GPU that is not MIG-capable, unknown MIG
-profiles, placements the table does not allow and overlapping partitions are all rejected with a
-:class:`~driver.api.errors.DiscoveryError` naming the profile and the field.
+``mig.dynamic: true`` **declares dynamic MIG** on a GPU (it needs ``enabled: true``: MIG mode
+is the administrator's): the simulator and a plugin running on the profile partition it on
+demand (:attr:`FakeProfile.dynamic_mig`); partitions listed under ``devices`` then stand for
+instances biaxial did not create. Unknown keys, wrong types, MIG partitions on a GPU that is
+not MIG-capable, unknown MIG profiles, placements the table does not allow and overlapping
+partitions are all rejected with a :class:`~driver.api.errors.DiscoveryError` naming the
+profile and the field.
+
+MIG instances (:meth:`FakeBackend.create_mig`, :meth:`FakeBackend.destroy_mig`) are modelled as
+NVML does: creation needs MIG mode, a profile and start the table allows, no overlap with an
+existing instance and enough compute slices and media engines left (else
+:class:`~driver.api.errors.MigError`); each new instance gets a fresh random UUID (NVML's are
+not reproducible either), the lowest free GPU instance ID and its ``/dev/nvidia-caps`` nodes.
+:meth:`FakeBackend.fail_next` injects failures.
+With a ``state_file`` the instances outlive the backend object, as NVML's outlive a process:
+the state is read at start and written after every change (deleting the file models a
+reboot, which destroys every instance but those the profile lists).
 
 UUIDs are derived from (node name, profile name, index[, MIG profile, start]) with SHA-256, so
 they are stable across runs and differ between fake nodes that share a profile.
@@ -43,21 +60,26 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
+import os
 import queue
+import re
+import tempfile
 import threading
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, Self
+from typing import Any, Final, Literal, Self
 
 import yaml
 
-from driver.api.errors import DiscoveryError
+from driver.api.errors import DiscoveryError, MigError
 from driver.api.yamltext import MAX_DEPTH, too_deep
 from driver.discovery.backend import HealthEvent
-from driver.discovery.gpus import GpuInfo, MigInfo
+from driver.discovery.gpus import GpuInfo, MigInfo, MigProfile
+from driver.discovery.mig import ENGINE_COUNTERS, MigGeometry, unusable_reason
 
 MIB: Final = 1024 * 1024
 _LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built in
@@ -74,6 +96,7 @@ _TOP_KEYS: Final = frozenset(
         "count",
         "gpus",
         "migProfiles",
+        "mig",
     }
 )
 PROFILE_API_VERSION: Final = "biaxial.dev/v1alpha1"
@@ -90,8 +113,25 @@ _MODEL_KEYS: Final = frozenset(
     }
 )
 _GPU_KEYS: Final = _MODEL_KEYS | {"minor", "pciBusId", "pcieRoot", "numaNode", "mig"}
-_MIG_PROFILE_KEYS: Final = frozenset({"name", "memoryMiB", "multiprocessors", "size", "placements"})
+_MIG_PROFILE_KEYS: Final = frozenset(
+    {
+        "name",
+        "memoryMiB",
+        "multiprocessors",
+        "size",
+        "placements",
+        "computeSlices",
+        "decoders",
+        "encoders",
+        "jpegs",
+        "ofas",
+    }
+)
+_MIG_KEYS: Final = frozenset({"enabled", "dynamic", "devices"})
 _MAX_FAKE_GPUS: Final = 4096
+_COMPUTE_SLICES: Final = re.compile(r"(?:\d+c\.)?(\d+)g\.")
+CAPS_DIR: Final = "/dev/nvidia-caps"
+MigOperation = Literal["create", "destroy"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,51 +148,72 @@ def builtin_profiles() -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class MigProfile:
-    """One row of a GPU's MIG profile table (``nvidia-smi mig -lgip`` / ``-lgipp``)."""
-
-    name: str
-    memory_mib: int
-    multiprocessors: int
-    size: int  # placement size in memory slices
-    placements: tuple[int, ...]  # allowed placement starts
-
-
-@dataclass(frozen=True, slots=True)
 class FakeProfile:
-    """A parsed profile: the GPUs it describes and the MIG table they share."""
+    """A parsed profile: the GPUs it describes, the MIG table they share, and the GPUs (by
+    UUID) on which it declares dynamic MIG."""
 
     name: str
     description: str
     gpus: tuple[GpuInfo, ...]
     mig_profiles: tuple[MigProfile, ...]
+    dynamic_mig: frozenset[str] = frozenset()
+
+
+def caps_paths(minor: int, gi_id: int, ci_id: int) -> tuple[str, str]:
+    """The fake's ``/dev/nvidia-caps`` nodes of one instance (GPU instance, compute instance);
+    the numbers are arbitrary but stable, as the real ones are per boot."""
+    gi_cap = 10 + minor * 128 + gi_id * 8
+    return (f"{CAPS_DIR}/nvidia-cap{gi_cap}", f"{CAPS_DIR}/nvidia-cap{gi_cap + 1 + ci_id}")
 
 
 class FakeBackend:
-    """A :class:`~driver.discovery.backend.GpuBackend` serving a profile's GPUs and injected
-    health events."""
+    """A :class:`~driver.discovery.backend.GpuBackend` serving a profile's GPUs, their MIG
+    instances and injected health events."""
 
-    def __init__(self, profile: FakeProfile) -> None:
+    def __init__(self, profile: FakeProfile, *, state_file: Path | None = None) -> None:
         self._profile = profile
         self._events: queue.Queue[HealthEvent] = queue.Queue()
         self._lock = threading.Lock()
         self._unhealthy: dict[str, HealthEvent] = {}
         self._closed = False
+        self._state_file = state_file
+        self._instances: dict[str, tuple[MigInfo, ...]] = {
+            g.uuid: g.mig_devices for g in profile.gpus
+        }
+        self._failures: list[tuple[MigOperation, str]] = []
+        #: Called with each new instance once it exists (and is saved); tests use it to
+        #: model a process that dies right after NVML created an instance.
+        self.after_create: Callable[[MigInfo], None] | None = None
+        if state_file is not None:
+            self._load_state(state_file)
 
     # ----------------------------------------------------------------- construction
     @classmethod
-    def from_profile(cls, profile: str, *, node_name: str = "") -> FakeBackend:
+    def from_profile(
+        cls, profile: str, *, node_name: str = "", state_file: Path | None = None
+    ) -> FakeBackend:
         """Load a built-in profile by name, or a profile file by path."""
-        return cls(load_profile(profile, node_name=node_name))
+        return cls(load_profile(profile, node_name=node_name), state_file=state_file)
 
     @property
     def profile(self) -> FakeProfile:
         return self._profile
 
+    @property
+    def dynamic_mig(self) -> frozenset[str]:
+        """UUIDs of the GPUs the profile declares dynamic MIG on."""
+        return self._profile.dynamic_mig
+
     # ----------------------------------------------------------------- GpuBackend
     def discover(self) -> tuple[GpuInfo, ...]:
         self._check_open()
-        return self._profile.gpus
+        with self._lock:
+            return tuple(
+                g
+                if self._instances[g.uuid] == g.mig_devices
+                else dataclasses.replace(g, mig_devices=self._instances[g.uuid])
+                for g in self._profile.gpus
+            )
 
     def wait_health_event(self, timeout_s: float) -> HealthEvent | None:
         self._check_open()
@@ -169,6 +230,148 @@ class FakeBackend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    # ----------------------------------------------------------------- MIG instances
+    def create_mig(self, gpu_uuid: str, profile: str, start: int) -> MigInfo:
+        """Create a GPU instance + compute instance of ``profile`` at ``start`` on a GPU."""
+        self._check_open()
+        with self._lock:
+            self._take_failure("create", f"create {profile} at {start} on GPU {gpu_uuid}")
+            gpu = self._gpu(gpu_uuid)
+            where = f"GPU {gpu.minor} ({gpu_uuid})"
+            if not gpu.mig_enabled:
+                raise MigError(f"{where}: MIG mode is disabled; cannot create {profile}")
+            row = next((p for p in gpu.mig_profiles if p.name == profile), None)
+            if row is None:
+                raise MigError(f"{where}: no MIG profile {profile!r}")
+            if start not in row.placements:
+                raise MigError(
+                    f"{where}: {profile} cannot start at {start} "
+                    f"(allowed: {', '.join(map(str, row.placements))})"
+                )
+            current = self._instances[gpu_uuid]
+            clash = next(
+                (m for m in current if m.start < start + row.size and start < m.start + m.size),
+                None,
+            )
+            if clash is not None:
+                raise MigError(
+                    f"{where}: placement {start}+{row.size} of {profile} is taken by instance "
+                    f"{clash.uuid} ({clash.profile} at {clash.start})"
+                )
+            self._check_resources(gpu, row, current, where)
+            used = {m.gi_id for m in current}
+            gi_id = next(i for i in range(1, len(current) + 2) if i not in used)
+            # Random UUID, as NVML's: an instance re-created after a reboot is a new one.
+            instance = _instance(
+                f"MIG-{uuidlib.uuid4()}",
+                row,
+                start,
+                parent_uuid=gpu_uuid,
+                parent_minor=gpu.minor,
+                gi_id=gi_id,
+            )
+            self._instances[gpu_uuid] = tuple(
+                sorted((*current, instance), key=lambda m: (m.start, m.profile))
+            )
+            self._save_state()
+        if self.after_create is not None:
+            self.after_create(instance)
+        return instance
+
+    def destroy_mig(self, gpu_uuid: str, mig_uuid: str) -> bool:
+        """Destroy the instance ``mig_uuid`` of a GPU; False when there is none."""
+        self._check_open()
+        with self._lock:
+            self._take_failure("destroy", f"destroy {mig_uuid} on GPU {gpu_uuid}")
+            self._gpu(gpu_uuid)
+            current = self._instances[gpu_uuid]
+            remaining = tuple(m for m in current if m.uuid != mig_uuid)
+            if remaining == current:
+                return False
+            self._instances[gpu_uuid] = remaining
+            self._save_state()
+            return True
+
+    def fail_next(self, operation: MigOperation, message: str = "injected failure") -> None:
+        """Make the next ``create`` or ``destroy`` fail with ``message`` (queued in order)."""
+        with self._lock:
+            self._failures.append((operation, message))
+
+    def reset_instances(self) -> None:
+        """Model a reboot: every instance is gone but those the profile lists."""
+        with self._lock:
+            self._instances = {g.uuid: g.mig_devices for g in self._profile.gpus}
+            self._save_state()
+
+    def _take_failure(self, operation: MigOperation, what: str) -> None:
+        for i, (op, message) in enumerate(self._failures):
+            if op == operation:
+                del self._failures[i]
+                raise MigError(f"NVML failed to {what}: {message}")
+
+    def _gpu(self, gpu_uuid: str) -> GpuInfo:
+        for gpu in self._profile.gpus:
+            if gpu.uuid == gpu_uuid:
+                return gpu
+        raise MigError(f"fake GPU backend {self._profile.name!r} has no GPU {gpu_uuid!r}")
+
+    @staticmethod
+    def _check_resources(
+        gpu: GpuInfo, row: MigProfile, current: tuple[MigInfo, ...], where: str
+    ) -> None:
+        """Compute slices and media engines: what the existing instances hold plus the new one
+        must stay within the GPU's (the full profile's)."""
+        if unusable_reason(gpu) is not None:
+            return  # no full profile to measure against: placement rules only
+        geometry = MigGeometry.of(gpu)
+        rows = {p.name: p for p in gpu.mig_profiles}
+        held = [rows[m.profile] for m in current if m.profile in rows]
+        checks = [("compute slices", "compute_slices")] + [
+            (counter, attr) for counter, attr in ENGINE_COUNTERS
+        ]
+        for what, attr in checks:
+            total = getattr(geometry.full, attr)
+            used = sum(getattr(p, attr) for p in held) + getattr(row, attr)
+            if getattr(row, attr) and used > total:
+                raise MigError(
+                    f"{where}: not enough {what} left for {row.name} ({used} of {total} needed)"
+                )
+
+    # ----------------------------------------------------------------- persistence
+    def _load_state(self, path: Path) -> None:
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            raise DiscoveryError(f"fake MIG state {path}: unreadable ({exc})") from exc
+        try:
+            for gpu_uuid, entries in raw["instances"].items():
+                self._gpu(gpu_uuid)
+                self._instances[gpu_uuid] = tuple(
+                    MigInfo(**{**e, "caps": tuple(e.get("caps") or ())}) for e in entries
+                )
+        except (KeyError, TypeError, ValueError, MigError) as exc:
+            raise DiscoveryError(f"fake MIG state {path}: malformed ({exc})") from exc
+
+    def _save_state(self) -> None:
+        path = self._state_file
+        if path is None:
+            return
+        data = {
+            "instances": {
+                uuid: [dataclasses.asdict(m) for m in migs]
+                for uuid, migs in sorted(self._instances.items())
+            },
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        Path(tmp).replace(path)
 
     # ----------------------------------------------------------------- health injection
     def inject(self, event: HealthEvent) -> None:
@@ -215,7 +418,9 @@ class FakeBackend:
         for info in self._profile.gpus:
             if gpu in (info.uuid, info.index):
                 return info.uuid
-            if any(gpu == mig.uuid for mig in info.mig_devices):
+            with self._lock:
+                instances = self._instances[info.uuid]
+            if any(gpu == mig.uuid for mig in instances):
                 return str(gpu)
         raise DiscoveryError(
             f"fake GPU backend {self._profile.name!r} has no GPU or MIG device {gpu!r}"
@@ -280,12 +485,16 @@ def _template(profile: str, name: str, text: str) -> FakeProfile:
 
 
 def _on_node(template: FakeProfile, node_name: str) -> FakeProfile:
-    """The template's GPUs with the UUIDs :func:`parse_profile` derives for ``node_name``."""
+    """The template's GPUs with the UUIDs :func:`parse_profile` derives for ``node_name`` (and
+    the set of those declared dynamic-MIG renamed with them)."""
     if not node_name:
         return template
     gpus = []
+    dynamic = set()
     for gpu in template.gpus:
         gpu_uuid = _fake_uuid("GPU", node_name, template.name, str(gpu.index))
+        if gpu.uuid in template.dynamic_mig:
+            dynamic.add(gpu_uuid)
         migs = tuple(
             dataclasses.replace(
                 mig,
@@ -297,7 +506,7 @@ def _on_node(template: FakeProfile, node_name: str) -> FakeProfile:
             for mig in gpu.mig_devices
         )
         gpus.append(dataclasses.replace(gpu, uuid=gpu_uuid, mig_devices=migs))
-    return dataclasses.replace(template, gpus=tuple(gpus))
+    return dataclasses.replace(template, gpus=tuple(gpus), dynamic_mig=frozenset(dynamic))
 
 
 @functools.lru_cache(maxsize=64)
@@ -341,6 +550,10 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
     by_name = {p.name: p for p in mig_profiles}
     if len(by_name) != len(mig_profiles):
         raise DiscoveryError(f"{where}: migProfiles has duplicate names")
+    default_mig = top.get("mig")
+    if default_mig is not None:
+        default_mig = _mapping(default_mig, f"{where}: mig", frozenset({"enabled", "dynamic"}))
+    dynamic: set[str] = set()
 
     gpus: list[GpuInfo] = []
     for index in range(count):
@@ -353,8 +566,8 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
         minor = _int(entry.get("minor", index), f"{gwhere}.minor", minimum=0)
         mig_capable = _bool(spec["migCapable"], f"{gwhere}.migCapable")
         multiprocessors = _int(spec["multiprocessors"], f"{gwhere}.multiprocessors", minimum=1)
-        mig_enabled, mig_devices = _mig_devices(
-            entry.get("mig"),
+        mig_enabled, mig_dynamic, mig_devices = _mig_devices(
+            entry.get("mig", default_mig),
             gwhere,
             capable=mig_capable,
             table=by_name,
@@ -363,6 +576,10 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
             parent_minor=minor,
         )
         numa = entry.get("numaNode")
+        if mig_dynamic:
+            if not mig_profiles:
+                raise DiscoveryError(f"{gwhere}: dynamic MIG needs a migProfiles table")
+            dynamic.add(gpu_uuid)
         gpus.append(
             GpuInfo(
                 uuid=gpu_uuid,
@@ -384,17 +601,25 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
                 mig_capable=mig_capable,
                 mig_enabled=mig_enabled,
                 mig_devices=mig_devices,
+                mig_profiles=mig_profiles if mig_capable else (),
             )
         )
     minors = [g.minor for g in gpus]
     if len(set(minors)) != len(minors):
         raise DiscoveryError(f"{where}: two GPUs share a minor number")
     description = top.get("description", "")
+    ordered = tuple(sorted(gpus, key=lambda g: g.minor))
+    for gpu in ordered:
+        if gpu.uuid in dynamic:
+            problem = unusable_reason(gpu)
+            if problem is not None:
+                raise DiscoveryError(f"{where}: dynamic MIG declared but {problem}")
     return FakeProfile(
         name=name,
         description=description if isinstance(description, str) else "",
-        gpus=tuple(sorted(gpus, key=lambda g: g.minor)),
+        gpus=ordered,
         mig_profiles=mig_profiles,
+        dynamic_mig=frozenset(dynamic),
     )
 
 
@@ -407,16 +632,22 @@ def _mig_devices(
     ids: tuple[str, str, str],
     parent_uuid: str,
     parent_minor: int,
-) -> tuple[bool, tuple[MigInfo, ...]]:
+) -> tuple[bool, bool, tuple[MigInfo, ...]]:
     if raw is None:
-        return False, ()
-    mig = _mapping(raw, f"{where}.mig", frozenset({"enabled", "devices"}))
+        return False, False, ()
+    mig = _mapping(raw, f"{where}.mig", _MIG_KEYS)
     enabled = _bool(mig.get("enabled", False), f"{where}.mig.enabled")
+    dynamic = _bool(mig.get("dynamic", False), f"{where}.mig.dynamic")
     entries = _list(mig.get("devices", []), f"{where}.mig.devices")
     if enabled and not capable:
         raise DiscoveryError(f"{where}: MIG is enabled but the GPU is not MIG-capable")
     if entries and not enabled:
         raise DiscoveryError(f"{where}: MIG devices are listed but MIG is not enabled")
+    if dynamic and not enabled:
+        raise DiscoveryError(
+            f"{where}: dynamic MIG needs mig.enabled: true (MIG mode is the administrator's; "
+            "biaxial never changes it)"
+        )
     used = [False] * MIG_MEMORY_SLICES
     devices: list[MigInfo] = []
     for i, entry_raw in enumerate(entries):
@@ -438,24 +669,54 @@ def _mig_devices(
             raise DiscoveryError(f"{dwhere}: {profile_name} at {start} overlaps another partition")
         for s in span:
             used[s] = True
+        uuid = _fake_uuid("MIG", *ids, profile_name, str(start))
         devices.append(
-            MigInfo(
-                uuid=_fake_uuid("MIG", *ids, profile_name, str(start)),
-                profile=profile_name,
-                start=start,
-                size=profile.size,
-                memory_bytes=profile.memory_mib * MIB,
-                multiprocessors=profile.multiprocessors,
+            _instance(
+                uuid,
+                profile,
+                start,
                 parent_uuid=parent_uuid,
                 parent_minor=parent_minor,
+                gi_id=len(devices) + 1,
             )
         )
-    return enabled, tuple(sorted(devices, key=lambda m: m.start))
+    return enabled, dynamic, tuple(sorted(devices, key=lambda m: m.start))
+
+
+def _instance(
+    uuid: str, profile: MigProfile, start: int, *, parent_uuid: str, parent_minor: int, gi_id: int
+) -> MigInfo:
+    """A MIG device of ``profile`` at ``start``: GPU instance ``gi_id``, one compute instance
+    (ID 0) spanning it, as biaxial and ``nvidia-smi mig -cgi ... -C`` create them."""
+    return MigInfo(
+        uuid=uuid,
+        profile=profile.name,
+        start=start,
+        size=profile.size,
+        memory_bytes=profile.memory_bytes,
+        multiprocessors=profile.multiprocessors,
+        parent_uuid=parent_uuid,
+        parent_minor=parent_minor,
+        gi_id=gi_id,
+        ci_id=0,
+        caps=caps_paths(parent_minor, gi_id, 0),
+    )
 
 
 def _mig_profile(raw: object, where: str) -> MigProfile:
     entry = _mapping(raw, where, _MIG_PROFILE_KEYS)
+    name = _string(entry.get("name"), f"{where}.name")
     size = _int(entry.get("size"), f"{where}.size", minimum=1)
+    if "computeSlices" in entry:
+        compute = _int(entry["computeSlices"], f"{where}.computeSlices", minimum=1)
+    else:
+        match = _COMPUTE_SLICES.match(name)
+        if match is None:
+            raise DiscoveryError(
+                f"{where}.computeSlices is required: the name {name!r} does not say it "
+                '("<n>g.<memory>")'
+            )
+        compute = int(match.group(1))
     placements = tuple(
         _int(p, f"{where}.placements[{i}]", minimum=0)
         for i, p in enumerate(_list(entry.get("placements"), f"{where}.placements"))
@@ -464,12 +725,18 @@ def _mig_profile(raw: object, where: str) -> MigProfile:
         raise DiscoveryError(
             f"{where}: placements must be non-empty and fit in {MIG_MEMORY_SLICES} memory slices"
         )
+    engines = {
+        key: _int(entry.get(key, 0), f"{where}.{key}", minimum=0)
+        for key in ("decoders", "encoders", "jpegs", "ofas")
+    }
     return MigProfile(
-        name=_string(entry.get("name"), f"{where}.name"),
-        memory_mib=_int(entry.get("memoryMiB"), f"{where}.memoryMiB", minimum=1),
+        name=name,
+        memory_bytes=_int(entry.get("memoryMiB"), f"{where}.memoryMiB", minimum=1) * MIB,
         multiprocessors=_int(entry.get("multiprocessors"), f"{where}.multiprocessors", minimum=1),
         size=size,
         placements=placements,
+        compute_slices=compute,
+        **engines,
     )
 
 

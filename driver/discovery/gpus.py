@@ -1,6 +1,7 @@
 """What discovery reports: one :class:`GpuInfo` per physical GPU, with its existing MIG
-partitions as :class:`MigInfo` children. Frozen values; every backend (real NVML, the fake
-profiles) returns these, and everything on the node is derived from them.
+partitions as :class:`MigInfo` children and, for a MIG-capable GPU, its MIG profile table
+(:class:`MigProfile`). Frozen values; every backend (real NVML, the fake profiles) returns
+these, and everything on the node is derived from them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,12 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class MigInfo:
-    """An existing MIG partition as NVML reports it."""
+    """An existing MIG partition as NVML reports it.
+
+    ``gi_id`` / ``ci_id`` are its GPU and compute instance IDs, ``caps`` the capability device
+    nodes (``/dev/nvidia-caps/nvidia-cap<N>``) a container needs to open it (empty when the
+    backend could not read them).
+    """
 
     uuid: str
     profile: str  # e.g. "1g.5gb"
@@ -20,6 +26,33 @@ class MigInfo:
     multiprocessors: int
     parent_uuid: str
     parent_minor: int
+    gi_id: int | None = None
+    ci_id: int | None = None
+    caps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One GPU instance profile of a MIG-capable GPU, as ``nvidia-smi mig -lgip`` / ``-lgipp``
+    print it: what an instance of it gets, and where it may start.
+
+    ``size`` is the placement size in memory slices, ``placements`` the allowed starts,
+    ``compute_slices`` the GPU instance's compute slices (the ``<n>g`` of the name). The media
+    engines (decoders, encoders, JPEG, OFA) are what an instance takes of the GPU's; profiles
+    such as ``1g.10gb+me`` differ from their plain twin only there.
+    """
+
+    name: str
+    memory_bytes: int
+    multiprocessors: int
+    size: int
+    placements: tuple[int, ...]
+    compute_slices: int
+    decoders: int = 0
+    encoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
+    profile_id: int | None = None  # NVML's GPU instance profile ID, where known
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +76,4 @@ class GpuInfo:
     mig_capable: bool = False
     mig_enabled: bool = False
     mig_devices: tuple[MigInfo, ...] = ()
+    mig_profiles: tuple[MigProfile, ...] = ()  # the profile table (MIG-capable GPUs)

@@ -11,9 +11,19 @@ Contract:
 * :meth:`NvmlBackend.discover` reads every GPU: identity, product, brand, architecture,
   compute capability, driver and CUDA driver versions, normalised PCI bus ID
   (``0000:3b:00.0``), PCIe root (``pci<domain>:<bus>`` from the sysfs path, ``None`` when
-  unknown), NUMA node (``None`` when sysfs says -1 or nothing), memory, SM count, MIG mode and
-  the existing MIG devices with profile name, placement, memory and SMs. Any NVML failure
-  becomes a DiscoveryError naming the GPU and the call.
+  unknown), NUMA node (``None`` when sysfs says -1 or nothing), memory, SM count, MIG mode,
+  the MIG profile table with each profile's possible placements and media engines (MIG-capable
+  GPUs), and the existing MIG devices with profile name, placement, memory, SMs, GPU and
+  compute instance IDs and their ``/dev/nvidia-caps`` nodes (read from
+  ``/proc/driver/nvidia/capabilities``). All of this is read-only. Any NVML failure becomes a
+  DiscoveryError naming the GPU and the call.
+* :meth:`NvmlBackend.create_mig` / :meth:`NvmlBackend.destroy_mig` are the only calls that
+  change anything, and only MIG instances: a GPU instance at an exact placement plus one
+  compute instance spanning it, or the destruction of one instance by its UUID. They never
+  change a GPU's MIG mode. The kubelet plugin calls them for dynamic MIG only; tests run them
+  against the stand-in module, never against real hardware. Failures are
+  :class:`~driver.api.errors.MigError`; a compute instance that cannot be created takes its
+  new GPU instance down with it.
 * :meth:`NvmlBackend.wait_health_event` registers for critical Xid events on first use and
   blocks up to the timeout. An Xid inside a MIG GPU instance is reported once per MIG device of
   that instance (by MIG UUID); other Xids by the GPU's UUID. Xids that signal application
@@ -25,17 +35,21 @@ Contract:
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
 import logging
 import re
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final, Self
 
-from driver.api.errors import DiscoveryError
+from driver.api.errors import DiscoveryError, MigError
 from driver.discovery.backend import HealthEvent
-from driver.discovery.gpus import GpuInfo, MigInfo
+from driver.discovery.gpus import GpuInfo, MigInfo, MigProfile
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -123,6 +137,9 @@ the GPU; the NVIDIA device plugin skips the same set by default."""
 _PCIE_ROOT: Final = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
 _MIG_ENABLED: Final = 1
 _INVALID_ID: Final = 0xFFFFFFFF
+_MAX_PLACEMENTS: Final = 32
+_CAP_MINOR: Final = re.compile(r"^DeviceFileMinor:\s*(\d+)\s*$", re.MULTILINE)
+CAPS_DEVICE_DIR: Final = "/dev/nvidia-caps"
 
 
 def _import_pynvml() -> ModuleType:
@@ -189,12 +206,48 @@ def cores_per_sm(major: int, minor: int) -> int | None:
     return CORES_PER_SM.get((major, minor), CORES_PER_SM.get((major, None)))
 
 
+def mig_caps(proc: Path, gpu_minor: int, gi_id: int, ci_id: int) -> tuple[str, ...]:
+    """The capability device nodes a container needs to use one MIG instance: the GPU
+    instance's and the compute instance's ``access`` files under
+    ``/proc/driver/nvidia/capabilities/gpu<minor>/mig`` name their ``DeviceFileMinor``, the
+    node is ``/dev/nvidia-caps/nvidia-cap<minor>``. Empty when procfs does not say."""
+    base = proc / "driver" / "nvidia" / "capabilities" / f"gpu{gpu_minor}" / "mig" / f"gi{gi_id}"
+    out: list[str] = []
+    for access in (base / "access", base / f"ci{ci_id}" / "access"):
+        try:
+            match = _CAP_MINOR.search(access.read_text(encoding="ascii"))
+        except (OSError, UnicodeDecodeError):
+            return ()
+        if match is None:
+            return ()
+        out.append(f"{CAPS_DEVICE_DIR}/nvidia-cap{int(match.group(1))}")
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _Parent:
+    """The GPU whose MIG devices are being read: its handle and what naming them needs."""
+
+    handle: Any
+    where: str
+    uuid: str
+    minor: int
+    memory: int
+    names: dict[int, str]
+
+
+def _profile_names(profiles: tuple[MigProfile, ...]) -> dict[int, str]:
+    """GPU instance profile ID -> name ("1g.10gb", "1g.10gb+me")."""
+    return {p.profile_id: p.name for p in profiles if p.profile_id is not None}
+
+
 class NvmlBackend:
     """A :class:`~driver.discovery.backend.GpuBackend` on the real NVML library."""
 
-    def __init__(self, *, sysfs: Path = Path("/sys")) -> None:
+    def __init__(self, *, sysfs: Path = Path("/sys"), proc: Path = Path("/proc")) -> None:
         self._nvml: Any = _import_pynvml()
         self._sysfs = sysfs
+        self._proc = proc
         self._lock = threading.Lock()
         self._event_set: Any = None
         self._handles: dict[str, Any] = {}
@@ -298,7 +351,9 @@ class NvmlBackend:
         memory = int(self._call("memory info", where, nvml.nvmlDeviceGetMemoryInfo, handle).total)
         sms = self._multiprocessors(handle, where, name, int(major), int(minor_cc))
         mig_capable, mig_enabled = self._mig_mode(handle, where)
-        migs = self._mig_devices(handle, where, uuid, minor, memory) if mig_enabled else ()
+        profiles = self._mig_profiles(handle, where) if mig_capable else ()
+        parent = _Parent(handle, where, uuid, minor, memory, _profile_names(profiles))
+        migs = self._mig_devices(parent) if mig_enabled else ()
         return GpuInfo(
             uuid=uuid,
             index=index,
@@ -317,6 +372,7 @@ class NvmlBackend:
             mig_capable=mig_capable,
             mig_enabled=mig_enabled,
             mig_devices=migs,
+            mig_profiles=profiles,
         )
 
     def _multiprocessors(self, handle: Any, where: str, name: str, major: int, minor: int) -> int:
@@ -356,66 +412,233 @@ class NvmlBackend:
             raise DiscoveryError(f"NVML MIG mode failed for {where}: {exc}") from exc
         return True, int(current) == _MIG_ENABLED
 
-    def _profile_names(self, handle: Any) -> dict[int, str]:
-        """GPU instance profile id -> name ("1g.10gb", "1g.10gb+me"), as far as NVML says."""
+    def _mig_profiles(self, handle: Any, where: str) -> tuple[MigProfile, ...]:
+        """The GPU instance profile table with possible placements (read-only queries). A
+        profile NVML does not support on this GPU is skipped; a GPU that answers nothing
+        (MIG mode off on some drivers) has an empty table."""
         nvml = self._nvml
-        names: dict[int, str] = {}
-        for profile in range(int(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)):
+        profiles: list[MigProfile] = []
+        for index in range(int(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)):
             try:
-                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, profile)
+                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
             except nvml.NVMLError:
                 continue
+            profile_id = int(info.id)
+            starts, size = self._placements(handle, profile_id, where)
+            memory_mib = int(getattr(info, "memorySizeMB", 0))
+            slices = int(getattr(info, "sliceCount", 0))
             name = _text(getattr(info, "name", b"")).removeprefix("MIG ").strip()
-            if name:
-                names[int(info.id)] = name
-        return names
+            if not name and slices and memory_mib:
+                name = f"{slices}g.{memory_mib * 1024 * 1024 // 1024**3 + 1}gb"
+            if not name or not starts or not slices:
+                log.debug("%s: MIG profile %d incomplete in NVML, skipped", where, profile_id)
+                continue
+            profiles.append(
+                MigProfile(
+                    name=name,
+                    memory_bytes=memory_mib * 1024 * 1024,
+                    multiprocessors=int(getattr(info, "multiprocessorCount", 0)),
+                    size=size,
+                    placements=starts,
+                    compute_slices=slices,
+                    decoders=int(getattr(info, "decoderCount", 0)),
+                    encoders=int(getattr(info, "encoderCount", 0)),
+                    jpegs=int(getattr(info, "jpegCount", 0)),
+                    ofas=int(getattr(info, "ofaCount", 0)),
+                    profile_id=profile_id,
+                )
+            )
+        return tuple(sorted(profiles, key=lambda p: (p.size, p.compute_slices, p.name)))
 
-    def _mig_devices(
-        self, handle: Any, where: str, parent_uuid: str, parent_minor: int, total_memory: int
-    ) -> tuple[MigInfo, ...]:
+    def _placements(self, handle: Any, profile_id: int, where: str) -> tuple[tuple[int, ...], int]:
+        """(possible placement starts, placement size) of one profile; ``((), 0)`` if NVML
+        does not say."""
         nvml = self._nvml
-        names = self._profile_names(handle)
+        array = (nvml.c_nvmlGpuInstancePlacement_t * _MAX_PLACEMENTS)()
+        count = ctypes.c_uint(_MAX_PLACEMENTS)
+        try:
+            nvml.nvmlDeviceGetGpuInstancePossiblePlacements(
+                handle, profile_id, array, ctypes.byref(count)
+            )
+        except nvml.NVMLError as exc:
+            log.debug("%s: placements of MIG profile %d unavailable: %s", where, profile_id, exc)
+            return (), 0
+        found = [(int(array[i].start), int(array[i].size)) for i in range(int(count.value))]
+        if not found:
+            return (), 0
+        return tuple(sorted({start for start, _ in found})), found[0][1]
+
+    def _mig_devices(self, parent: _Parent) -> tuple[MigInfo, ...]:
+        nvml = self._nvml
         devices: list[MigInfo] = []
+        where = parent.where
         maximum = int(
-            self._call("max MIG device count", where, nvml.nvmlDeviceGetMaxMigDeviceCount, handle)
+            self._call(
+                "max MIG device count", where, nvml.nvmlDeviceGetMaxMigDeviceCount, parent.handle
+            )
         )
         for slot in range(maximum):
             try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, slot)
             except nvml.NVMLError_NotFound:
                 continue
             except nvml.NVMLError as exc:
                 raise DiscoveryError(f"NVML MIG device {slot} failed for {where}: {exc}") from exc
-            mwhere = f"MIG device {slot} of {where}"
-            mig_uuid = _text(self._call("UUID", mwhere, nvml.nvmlDeviceGetUUID, mig))
-            attrs = self._call("attributes", mwhere, nvml.nvmlDeviceGetAttributes, mig)
-            gi_id = int(self._call("GPU instance id", mwhere, nvml.nvmlDeviceGetGpuInstanceId, mig))
-            self._mig_by_instance.setdefault((parent_uuid, gi_id), []).append(mig_uuid)
-            gi = self._call(
-                "GPU instance", mwhere, nvml.nvmlDeviceGetGpuInstanceById, handle, gi_id
-            )
-            info = self._call("GPU instance info", mwhere, nvml.nvmlGpuInstanceGetInfo, gi)
-            memory_mib = int(attrs.memorySizeMB)
-            gi_slices = int(attrs.gpuInstanceSliceCount)
-            ci_slices = int(attrs.computeInstanceSliceCount)
-            profile = names.get(int(info.profileId)) or (
-                f"{gi_slices}g.{mig_memory_gb(memory_mib, total_memory)}gb"
-            )
-            if ci_slices != gi_slices:
-                profile = f"{ci_slices}c.{profile}"
-            devices.append(
-                MigInfo(
-                    uuid=mig_uuid,
-                    profile=profile,
-                    start=int(info.placement.start),
-                    size=int(info.placement.size),
-                    memory_bytes=memory_mib * 1024 * 1024,
-                    multiprocessors=int(attrs.multiprocessorCount),
-                    parent_uuid=parent_uuid,
-                    parent_minor=parent_minor,
-                )
-            )
+            devices.append(self._mig_info(mig, f"MIG device {slot} of {where}", parent))
         return tuple(sorted(devices, key=lambda m: (m.start, m.profile, m.uuid)))
+
+    def _mig_info(self, mig: Any, mwhere: str, parent: _Parent) -> MigInfo:
+        nvml = self._nvml
+        mig_uuid = _text(self._call("UUID", mwhere, nvml.nvmlDeviceGetUUID, mig))
+        attrs = self._call("attributes", mwhere, nvml.nvmlDeviceGetAttributes, mig)
+        gi_id = int(self._call("GPU instance id", mwhere, nvml.nvmlDeviceGetGpuInstanceId, mig))
+        try:
+            ci_id: int | None = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+        except (nvml.NVMLError, AttributeError):
+            ci_id = None
+        self._mig_by_instance.setdefault((parent.uuid, gi_id), []).append(mig_uuid)
+        gi = self._call(
+            "GPU instance", mwhere, nvml.nvmlDeviceGetGpuInstanceById, parent.handle, gi_id
+        )
+        info = self._call("GPU instance info", mwhere, nvml.nvmlGpuInstanceGetInfo, gi)
+        memory_mib = int(attrs.memorySizeMB)
+        gi_slices = int(attrs.gpuInstanceSliceCount)
+        ci_slices = int(attrs.computeInstanceSliceCount)
+        profile = parent.names.get(int(info.profileId)) or (
+            f"{gi_slices}g.{mig_memory_gb(memory_mib, parent.memory)}gb"
+        )
+        if ci_slices != gi_slices:
+            profile = f"{ci_slices}c.{profile}"
+        caps = mig_caps(self._proc, parent.minor, gi_id, ci_id) if ci_id is not None else ()
+        return MigInfo(
+            uuid=mig_uuid,
+            profile=profile,
+            start=int(info.placement.start),
+            size=int(info.placement.size),
+            memory_bytes=memory_mib * 1024 * 1024,
+            multiprocessors=int(attrs.multiprocessorCount),
+            parent_uuid=parent.uuid,
+            parent_minor=parent.minor,
+            gi_id=gi_id,
+            ci_id=ci_id,
+            caps=caps,
+        )
+
+    # ----------------------------------------------------------------- MIG instances
+    def _gpu_handle(self, gpu_uuid: str) -> Any:
+        if gpu_uuid not in self._handles:
+            self.discover()
+        handle = self._handles.get(gpu_uuid)
+        if handle is None:
+            raise MigError(f"GPU {gpu_uuid} is not on this node")
+        return handle
+
+    @contextlib.contextmanager
+    def _mig_errors(self, what: str) -> Iterator[None]:
+        """NVML errors inside become MigError ``<what>: NVML: <NVML's reason>``."""
+        try:
+            yield
+        except self._nvml.NVMLError as exc:
+            raise MigError(f"{what}: NVML: {exc}") from exc
+
+    def create_mig(self, gpu_uuid: str, profile: str, start: int) -> MigInfo:
+        """Create a GPU instance of ``profile`` at ``start`` and one compute instance spanning
+        it; returns the new MIG device. Never changes the GPU's MIG mode."""
+        self._check_open()
+        nvml = self._nvml
+        with self._lock:
+            handle = self._gpu_handle(gpu_uuid)
+            what = f"create MIG {profile} at {start} on GPU {gpu_uuid}"
+            with self._mig_errors(what):
+                minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
+                total = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+            table = self._mig_profiles(handle, what)
+            row = next((p for p in table if p.name == profile), None)
+            if row is None or row.profile_id is None:
+                raise MigError(f"{what}: NVML lists no such profile on this GPU")
+            if start not in row.placements:
+                raise MigError(
+                    f"{what}: not a possible placement (NVML allows "
+                    f"{', '.join(map(str, row.placements))})"
+                )
+            placement = nvml.c_nvmlGpuInstancePlacement_t()
+            placement.start = start
+            placement.size = row.size
+            with self._mig_errors(what):
+                gi = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+                    handle, row.profile_id, placement
+                )
+            try:
+                with self._mig_errors(f"{what} (compute instance)"):
+                    ci_profile = self._compute_profile(gi, row.compute_slices)
+                    nvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_profile)
+                    gi_id = int(nvml.nvmlGpuInstanceGetInfo(gi).id)
+            except MigError:
+                try:
+                    nvml.nvmlGpuInstanceDestroy(gi)
+                except nvml.NVMLError:
+                    log.exception("%s: the new GPU instance could not be destroyed again", what)
+                raise
+            parent = _Parent(handle, what, gpu_uuid, minor, total, _profile_names(table))
+            with self._mig_errors(what):
+                for mig in self._mig_handles(handle):
+                    if int(nvml.nvmlDeviceGetGpuInstanceId(mig)) == gi_id:
+                        created = self._mig_info(mig, what, parent)
+                        log.info(
+                            "created MIG %s at %s on GPU %s: %s",
+                            profile,
+                            start,
+                            gpu_uuid,
+                            created.uuid,
+                        )
+                        return created
+        raise MigError(f"{what}: the new instance does not appear among the MIG devices")
+
+    def _mig_handles(self, handle: Any) -> Iterator[Any]:
+        """The handles of the GPU's MIG devices (NVML errors other than an empty slot pass)."""
+        nvml = self._nvml
+        for slot in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+            try:
+                yield nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError_NotFound:
+                continue
+
+    def _compute_profile(self, gi: Any, compute_slices: int) -> int:
+        """The compute instance profile ID spanning the whole GPU instance."""
+        nvml = self._nvml
+        for index in range(int(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)):
+            try:
+                info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi, index, nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+                )
+            except nvml.NVMLError:
+                continue
+            if int(info.sliceCount) == compute_slices:
+                return int(info.id)
+        raise MigError(f"no compute instance profile of {compute_slices} slice(s)")
+
+    def destroy_mig(self, gpu_uuid: str, mig_uuid: str) -> bool:
+        """Destroy the MIG device ``mig_uuid`` (its compute instance, then its GPU instance);
+        False when the GPU has no such device."""
+        self._check_open()
+        nvml = self._nvml
+        with self._lock:
+            handle = self._gpu_handle(gpu_uuid)
+            what = f"destroy MIG {mig_uuid} on GPU {gpu_uuid}"
+            with self._mig_errors(what):
+                for mig in self._mig_handles(handle):
+                    if _text(nvml.nvmlDeviceGetUUID(mig)) != mig_uuid:
+                        continue
+                    gi_id = int(nvml.nvmlDeviceGetGpuInstanceId(mig))
+                    ci_id = int(nvml.nvmlDeviceGetComputeInstanceId(mig))
+                    gi = nvml.nvmlDeviceGetGpuInstanceById(handle, gi_id)
+                    nvml.nvmlComputeInstanceDestroy(
+                        nvml.nvmlGpuInstanceGetComputeInstanceById(gi, ci_id)
+                    )
+                    nvml.nvmlGpuInstanceDestroy(gi)
+                    log.info("destroyed MIG %s on GPU %s", mig_uuid, gpu_uuid)
+                    return True
+        return False
 
     # ----------------------------------------------------------------- health
     def _register_events(self) -> None:
@@ -510,6 +733,7 @@ __all__ = [
     "NvmlBackend",
     "cores_per_sm",
     "known_multiprocessors",
+    "mig_caps",
     "mig_memory_gb",
     "normalize_pci_bus_id",
     "nvml_library_present",

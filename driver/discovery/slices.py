@@ -9,6 +9,14 @@ Contract (DESIGN "Contracts"; reference §2.1, §5.6, §8):
   (:class:`driver.discovery.devices.DeviceTable`, which decides names, order and which devices
   are published: a MIG-enabled GPU is published as its partitions). Attributes, capacities and
   request policies are exactly the contract's (see :func:`gpu_device` and :func:`mig_device`).
+* Dynamic MIG (KEP-4815 partitionable devices): each dynamic GPU gets a counter set
+  ``gpu-<minor>-mig`` (:class:`driver.discovery.mig.MigGeometry`); each of its placement
+  devices consumes exactly its slots, compute slices and media engines, its whole-GPU device
+  consumes all of them, so whole-GPU, share and MIG use of one GPU exclude each other through
+  counters alone. A placement device has no ``uuid`` attribute (its instance does not exist
+  until Prepare) and carries ``dynamicMig: true``, as the whole GPU does (a selector can keep
+  a claim off dynamic GPUs); everything else equals a static MIG device's. The whole GPU
+  carries the capacity of the full-size instance that backs it.
 * The share cap (``max_shares``, the node's setting; ``None``: no cap) is published as a third
   capacity of every shareable GPU, ``shares``: its value is the cap, and its request policy
   (default ``1``, valid values ``[1]``) makes every allocation consume exactly one, so any
@@ -17,7 +25,9 @@ Contract (DESIGN "Contracts"; reference §2.1, §5.6, §8):
   above 1 violates the policy and the device is skipped, a request below is rounded up to 1.
   ``memory`` and ``cores`` keep their meaning.
 * Slices: devices are cut, in order, into slices of at most 128 devices (64 when any device of
-  the pool uses taints, counters or list attributes). Slice ``i`` (0-based) is named
+  the pool uses taints, counters or list attributes); counter sets follow in slices of their
+  own (the newest API's rule: a slice holds devices or counters), at most 8 sets each. Slice
+  ``i`` (0-based) is named
   ``<node>-<driver>-<i as lower-case hex, at least 2 digits, same width for the whole pool>``;
   names sort in device order, which upstream's first-fit follows. If that name would exceed 253
   characters the node part is shortened and a hash of the full node name appended.
@@ -42,6 +52,7 @@ from driver.api.ids import DEFAULT_DRIVER_NAME, DriverName, NodeName, PoolName
 from driver.api.model import (
     AttributeValue,
     Capacity,
+    CounterSet,
     Device,
     DeviceTaint,
     Pool,
@@ -56,12 +67,14 @@ from driver.api.validation import (
     MAX_DEVICES_PER_SLICE_ADVANCED,
     MAX_DRIVER_NAME_LENGTH,
     MAX_OBJECT_NAME_LENGTH,
+    MAX_SHARED_COUNTER_SETS,
     SEMVER,
     check_subdomain,
     validate_pool,
 )
 from driver.discovery.devices import DeviceTable, NodeDevice
 from driver.discovery.gpus import GpuInfo
+from driver.discovery.mig import MigGeometry, counter_set_name
 
 # --------------------------------------------------------------------------- contract names
 
@@ -69,6 +82,7 @@ STANDARD_DOMAIN: Final = "resource.kubernetes.io"
 ATTR_PCI_BUS_ID: Final = f"{STANDARD_DOMAIN}/pciBusID"
 ATTR_PCIE_ROOT: Final = f"{STANDARD_DOMAIN}/pcieRoot"
 ATTR_NUMA_NODE: Final = f"{STANDARD_DOMAIN}/numaNode"
+ATTR_DYNAMIC_MIG: Final = "dynamicMig"  # true on every device of a dynamic-MIG GPU
 CAPACITY_MEMORY: Final = "memory"
 CAPACITY_CORES: Final = "cores"
 CAPACITY_SHARES: Final = "shares"
@@ -151,6 +165,36 @@ def _memory_quantity(memory_bytes: int) -> Quantity:
     return Quantity.from_int(memory_bytes - memory_bytes % MIB, "BinarySI")
 
 
+def _consumes(device: NodeDevice) -> tuple[CounterSet, ...]:
+    """A dynamic device's counter consumption (nothing for a static one)."""
+    if device.placement is None:
+        return ()
+    geometry = MigGeometry.of(device.gpu)
+    amounts = geometry.totals if not device.is_mig else geometry.consumes(device.placement)
+    return (
+        CounterSet(
+            name=counter_set_name(device.gpu.minor),
+            counters={k: Quantity.from_int(v) for k, v in amounts.items()},
+        ),
+    )
+
+
+def counter_sets(devices: DeviceTable) -> tuple[CounterSet, ...]:
+    """The counter set of every dynamic GPU that has a published device, by minor."""
+    out = []
+    for gpu in devices.dynamic_gpus:
+        if not any(d.published and d.gpu.uuid == gpu.uuid for d in devices.devices):
+            continue
+        totals = MigGeometry.of(gpu).totals
+        out.append(
+            CounterSet(
+                name=counter_set_name(gpu.minor),
+                counters={k: Quantity.from_int(v) for k, v in totals.items()},
+            )
+        )
+    return tuple(out)
+
+
 def shares_capacity(max_shares: int) -> Capacity:
     """The ``shares`` capacity of a shareable GPU under a cap of ``max_shares`` claims: every
     allocation consumes exactly one (default 1, valid values ``[1]``)."""
@@ -181,15 +225,19 @@ def gpu_device(
 
     ``memory`` defaults to the whole GPU (a claim naming no capacity gets it to itself) and may
     be requested in 1Mi steps from 1Mi; ``cores`` (percent of the GPU's SMs, 100 in all)
-    defaults to 0 and may be requested in steps of 1. With ``max_shares``, a shareable GPU
-    also has the ``shares`` capacity (:func:`shares_capacity`).
+    defaults to 0 and may be requested in steps of 1. On a dynamic-MIG GPU the device stands
+    for the full-size instance (its memory and SMs) and consumes the GPU's whole counter set.
+    With ``max_shares``, a shareable GPU also has the ``shares`` capacity
+    (:func:`shares_capacity`).
     """
     gpu = device.gpu
-    memory = _memory_quantity(gpu.memory_bytes)
+    memory = _memory_quantity(device.memory_bytes)
     if memory < _ONE_MIB:
-        raise ValidationError(f"GPU {gpu.uuid}: memory {gpu.memory_bytes} bytes is below 1Mi")
+        raise ValidationError(f"GPU {gpu.uuid}: memory {device.memory_bytes} bytes is below 1Mi")
     attrs = {"type": "gpu", "uuid": gpu.uuid, **_common_attributes(gpu)}
-    attrs["multiprocessors"] = gpu.multiprocessors
+    attrs["multiprocessors"] = device.multiprocessors
+    if device.dynamic:
+        attrs[ATTR_DYNAMIC_MIG] = True
     shares = (
         {CAPACITY_SHARES: shares_capacity(max_shares)}
         if max_shares is not None and device.shareable
@@ -204,34 +252,44 @@ def gpu_device(
             **shares,
         },
         allow_multiple_allocations=device.shareable,
+        consumes_counters=_consumes(device),
         taints=taints,
     )
 
 
 def mig_device(device: NodeDevice, taints: tuple[DeviceTaint, ...] = ()) -> Device:
-    """An existing MIG partition: exclusive, with its memory and its SM share as ``cores``.
+    """A MIG partition: exclusive, with its memory and its SM share as ``cores``.
 
     ``index``, ``minor`` and the PCI/NUMA attributes are the parent's; ``multiprocessors`` is the
-    partition's SM count and ``cores`` is ``floor(100 * partition SMs / parent SMs)``.
+    partition's SM count and ``cores`` is ``floor(100 * partition SMs / parent SMs)``. A dynamic
+    placement has the same attributes but ``uuid`` (its instance does not exist yet) and
+    consumes its counters.
     """
-    gpu, mig = device.gpu, device.mig
-    if mig is None:
+    gpu = device.gpu
+    if not device.is_mig or (device.mig is None and device.placement is None):
         raise ValueError(f"device {device.name} is not a MIG partition")
     if gpu.multiprocessors <= 0:
         raise ValidationError(f"GPU {gpu.uuid}: multiprocessor count must be positive")
-    cores = min(CORES_PER_GPU, CORES_PER_GPU * mig.multiprocessors // gpu.multiprocessors)
-    attrs = {"type": "mig", "uuid": mig.uuid, **_common_attributes(gpu)}
-    attrs["multiprocessors"] = mig.multiprocessors
-    attrs["profile"] = mig.profile
+    sms = device.multiprocessors
+    cores = min(CORES_PER_GPU, CORES_PER_GPU * sms // gpu.multiprocessors)
+    attrs: dict[str, AttributeValue] = {"type": "mig"}
+    if device.placement is None:
+        attrs["uuid"] = device.uuid
+    attrs.update(_common_attributes(gpu))
+    attrs["multiprocessors"] = sms
+    attrs["profile"] = device.profile
     attrs["parentUUID"] = gpu.uuid
+    if device.dynamic:
+        attrs[ATTR_DYNAMIC_MIG] = True
     return Device(
         name=device.name,
         attributes=attrs,
         capacity={
-            CAPACITY_MEMORY: Capacity(value=_memory_quantity(mig.memory_bytes)),
+            CAPACITY_MEMORY: Capacity(value=_memory_quantity(device.memory_bytes)),
             CAPACITY_CORES: Capacity(value=Quantity.from_int(cores)),
         },
         allow_multiple_allocations=device.shareable,
+        consumes_counters=_consumes(device),
         taints=taints,
     )
 
@@ -285,15 +343,22 @@ def build_slices(
     check_subdomain(driver_name, "driver name", MAX_DRIVER_NAME_LENGTH)
     if generation < 0:
         raise ValidationError(f"pool generation must be >= 0, got {generation}")
-    devices = build_devices(DeviceTable.of(inventory), taints, max_shares)
+    table = DeviceTable.of(inventory)
+    devices = build_devices(table, taints, max_shares)
+    sets = counter_sets(table)
     limit = (
         MAX_DEVICES_PER_SLICE_ADVANCED
         if any(d.uses_advanced_features for d in devices)
         else MAX_DEVICES_PER_SLICE
     )
-    chunks: list[Sequence[Device]] = [
-        devices[i : i + limit] for i in range(0, len(devices), limit)
-    ] or [()]
+    chunks: list[tuple[Sequence[Device], Sequence[CounterSet]]] = [
+        (devices[i : i + limit], ()) for i in range(0, len(devices), limit)
+    ]
+    chunks += [
+        ((), sets[i : i + MAX_SHARED_COUNTER_SETS])
+        for i in range(0, len(sets), MAX_SHARED_COUNTER_SETS)
+    ]
+    chunks = chunks or [((), ())]
     width = max(2, len(f"{len(chunks) - 1:x}"))
     owners: tuple[dict[str, object], ...] = ()
     if node_uid:
@@ -313,10 +378,11 @@ def build_slices(
             driver=DriverName(driver_name),
             pool=pool,
             devices=tuple(chunk),
+            shared_counters=tuple(counters),
             node_name=NodeName(node_name),
             owner_references=owners,
         )
-        for i, chunk in enumerate(chunks)
+        for i, (chunk, counters) in enumerate(chunks)
     ]
     if validate:
         validate_pool(slices)

@@ -156,22 +156,25 @@ class NodeState:
 
     def added(self, results: Iterable[AllocationResult]) -> NodeAmounts:
         """What a pod's allocation adds to this node's devices/memory/cores use."""
-        by_id = {d.device_id: d for d in self.devices}
+        picked = [r for allocation in results for r in allocation.results if not r.admin_access]
+        # A pod picks a few of a node's devices, which may number hundreds (every placement of
+        # a dynamic-MIG GPU): only devices named like a picked one are looked up by ID.
+        names = {r.device_id.device for r in picked}
+        by_id = {d.device_id: d for d in self.devices if d.device_id.device in names}
         fresh: set[DeviceID] = set()
         memory = cores = 0
-        for allocation in results:
-            for r in allocation.results:
-                device = by_id.get(r.device_id)
-                if device is None or r.admin_access:
-                    continue
-                if not device.in_use:
-                    fresh.add(r.device_id)
-                if r.consumed_capacity is None:
-                    memory += device.memory
-                    cores += device.cores
-                else:
-                    memory += _quantity_units(r.consumed_capacity.get(MEMORY))
-                    cores += _quantity_units(r.consumed_capacity.get(CORES))
+        for r in picked:
+            device = by_id.get(r.device_id)
+            if device is None:
+                continue
+            if not device.in_use:
+                fresh.add(r.device_id)
+            if r.consumed_capacity is None:
+                memory += device.memory
+                cores += device.cores
+            else:
+                memory += _quantity_units(r.consumed_capacity.get(MEMORY))
+                cores += _quantity_units(r.consumed_capacity.get(CORES))
         return NodeAmounts(devices=len(fresh), memory=memory, cores=cores)
 
 

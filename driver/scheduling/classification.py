@@ -9,14 +9,14 @@ attribute some class reads are different kinds; a MIG partition never counts tow
 class; one special GPU forms a kind of its own instead of switching anything off cluster-wide.
 
 **Class membership is exact per device.** Each class's selectors are evaluated once per group
-of devices that look the same to them: :func:`referenced_names` says, conservatively, which
-names an expression can read, and devices that agree on every attribute and capacity under
-those names (plus driver and ``allowMultipleAllocations``) give the same verdict. An expression
-whose reads cannot be bounded that way is evaluated per device. A CEL error counts as
-"selects" (the allocator evaluates the device itself and reports the error for the pod), so a
-bound never leaves out a device the allocator might pick. The verdicts are handed to the
-allocator (:meth:`DeviceClassifier.seed`): it never evaluates a class selector the sweep has
-answered, and keeps no CEL input for those devices.
+of devices that look the same to them: :func:`driver.cel.reads.referenced_names` says,
+conservatively, which names an expression can read, and devices that agree on every attribute
+and capacity under those names (plus driver and ``allowMultipleAllocations``) give the same
+verdict. An expression whose reads cannot be bounded that way is evaluated per device. A CEL
+error counts as "selects" (the allocator evaluates the device itself and reports the error for
+the pod), so a bound never leaves out a device the allocator might pick. The verdicts are
+handed to the allocator (:meth:`DeviceClassifier.seed`): it never evaluates a class selector
+the sweep has answered, and keeps no CEL input for those devices.
 
 **Request selectors** are per pod. :meth:`DeviceClassifier.verdict` answers for a whole kind:
 True or False when every device of the kind agrees on everything the expression can read (the
@@ -29,7 +29,6 @@ its inputs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
@@ -38,37 +37,10 @@ from driver.api.claims import DeviceClass
 from driver.api.errors import BiaxialError
 from driver.api.model import Device
 from driver.cel.engine import Selector, compile_selector
+from driver.cel.reads import referenced_names, visible_keys
 from driver.structured.snapshot import Candidate, NodeCandidates
 
-_DYNAMIC_ACCESS: Final = re.compile(
-    r"\b(?:all|exists|exists_one|existsOne|map|filter|size|has|transformList|transformMap"
-    r"|transformMapEntry)\s*\(|\bin\b|[?\\@{]"
-)
-_LITERAL_INDEX: Final = re.compile(r"\[\s*(\"[^\"\\]*\"|'[^'\\]*')\s*\]")
-_TOKEN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MISSING: Final = object()
-
-
-def referenced_names(expression: str) -> frozenset[str] | None:
-    """Every name a CEL selector can read from a device, or None when it may read names it
-    does not spell out (comprehensions, ``size``, ``has``, ``in``, computed or optional
-    indexes, escapes). Conservative: a word anywhere in the text, string literals included,
-    counts as referenced."""
-    if _DYNAMIC_ACCESS.search(expression):
-        return None
-    if "[" in _LITERAL_INDEX.sub(" ", expression):
-        return None
-    words = set(_TOKEN.findall(expression))
-    for literal in _LITERAL_INDEX.findall(expression):
-        words.update(literal.strip("\"'").split("/"))
-    return frozenset(words)
-
-
-def visible_keys(names: frozenset[str]) -> frozenset[str]:
-    """The attribute / capacity keys a selector reading only ``names`` can reach: a name in
-    the driver's domain (unqualified key) or in a domain it spells out (``domain/name``)."""
-    domains = [n for n in names if "." in n]
-    return names | {f"{d}/{n}" for d in domains for n in names}
 
 
 class _Reads(NamedTuple):

@@ -453,7 +453,10 @@ class DecisionEngine:
     # ------------------------------------------------------------------ deciding
     def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
         """Decide one pod. ``claims`` are the pod's ResourceClaims (``spec.resourceClaims``
-        order), already created from templates by the caller."""
+        order), already created from templates by the caller. Inside a
+        ``driver.cel.cost.limits(deadline=...)`` block, a deadline that passes while selectors
+        are evaluated raises :class:`~driver.api.errors.DeadlineExceededError` (no decision;
+        what the engine counts is unchanged)."""
         started = time.perf_counter()
         try:
             self.sync()
@@ -671,6 +674,21 @@ class DecisionEngine:
                     self._index.refresh(self.snapshot, node)
             self._stale.clear()
         return False
+
+    def device_classes(self, driver: str, pool: str, device: str) -> frozenset[str] | None:
+        """The DeviceClasses whose selectors select device ``driver/pool/device`` (a CEL error
+        counts as selecting, as for the index); None when no node sees the device. What a
+        scheduler's queueing hints ask: which waiting pods a freed device may help."""
+        self.sync()
+        for name in self._index.nodes_holding((driver, pool)):
+            node = self._nodes.get(name)
+            if node is None:
+                continue
+            for cand in self.snapshot.candidates(node).devices:
+                found = cand.device_id
+                if found.device == device and found.pool == pool and found.driver == driver:
+                    return self._classifier.classes_of(cand)
+        return None
 
     def state(self) -> EngineState:
         """What the engine counts now (see :class:`EngineState`)."""
@@ -962,68 +980,55 @@ class DecisionEngine:
                 # would pop next anyway are handled here, without a heap round trip: each
                 # with a penalty goes back lowered by it (or nowhere, once it cannot win).
                 # The first without one, or past the heap's top, joins the heap unlowered.
-                head_penalty = estimate(node) if estimate is not None else 0.0
-                if head_penalty > 0.0:
-                    lowered_key = key + head_penalty
-                    if best is None or lowered_key <= best_key + _EPSILON:
-                        heapq.heappush(
-                            heap,
-                            _frontier(
-                                (
-                                    lowered_key,
-                                    name,
-                                    serial,
-                                    entries,
-                                    position,
-                                    adding,
-                                    shape,
-                                    head_penalty,
-                                )
-                            ),
-                        )
-                        serial += 1
-                nxt = position + 1
+                head_penalty = 0.0
+                at, at_name, at_key = position, name, key
                 end = len(entries)
                 while True:
+                    ahead = estimate(nodes[at_name]) if estimate is not None else 0.0
+                    if at == position:
+                        head_penalty = ahead
+                    if ahead > 0.0:
+                        lowered_key = at_key + ahead
+                        if best is None or lowered_key <= best_key + _EPSILON:
+                            heapq.heappush(
+                                heap,
+                                _frontier(
+                                    (
+                                        lowered_key,
+                                        at_name,
+                                        serial,
+                                        entries,
+                                        at,
+                                        adding,
+                                        shape,
+                                        ahead,
+                                    )
+                                ),
+                            )
+                            serial += 1
+                    elif at != position:
+                        break  # (pushed unlowered below)
+                    at += 1
                     if excluded is not None:
-                        nxt = _allowed(entries, nxt, excluded)
-                    if nxt >= end:
+                        at = _allowed(entries, at, excluded)
+                    if at >= end:
+                        at = -1
                         break
-                    following = entries[nxt].name
-                    bound = sign * float_score(
-                        shape.total, states[following].used, adding, demand.cores
+                    at_name = entries[at].name
+                    at_key = sign * float_score(
+                        shape.total, states[at_name].used, adding, demand.cores
                     )
-                    if estimate is not None and (not heap or bound <= heap[0][0]):
-                        if best is not None and bound > best_key + _EPSILON:
-                            break  # this list cannot win any more
-                        ahead = estimate(nodes[following])
-                        if ahead > 0.0:
-                            lowered_key = bound + ahead
-                            if best is None or lowered_key <= best_key + _EPSILON:
-                                heapq.heappush(
-                                    heap,
-                                    _frontier(
-                                        (
-                                            lowered_key,
-                                            following,
-                                            serial,
-                                            entries,
-                                            nxt,
-                                            adding,
-                                            shape,
-                                            ahead,
-                                        )
-                                    ),
-                                )
-                                serial += 1
-                            nxt += 1
-                            continue
+                    if estimate is None or (heap and at_key > heap[0][0]):
+                        break  # (pushed unlowered below)
+                    if best is not None and at_key > best_key + _EPSILON:
+                        at = -1
+                        break  # this list cannot win any more
+                if at >= 0:
                     heapq.heappush(
                         heap,
-                        _frontier((bound, following, serial, entries, nxt, adding, shape, None)),
+                        _frontier((at_key, at_name, serial, entries, at, adding, shape, None)),
                     )
                     serial += 1
-                    break
                 if head_penalty > 0.0:
                     continue
             evaluated += 1

@@ -244,9 +244,9 @@ def mig_selectors(memory_mib: int | None, cores: int | None) -> tuple[str, ...]:
     """The request selectors that make a GPU request a MIG partition with at least the
     memory (MiB) and cores (percent of the parent GPU) asked for.
 
-    The seam for dynamic MIG: today the allocator picks among existing partitions; when MIG
-    partitions are created on demand, this is where "the smallest MIG profile that fits a
-    memory request" is chosen (the partitions' names and attributes stay the same).
+    Existing partitions and dynamic-MIG placements alike match; among a request's fitting
+    placements the GPU axis ranks the smallest profile first (``scoring.CounterGeometry``),
+    so dynamic MIG creates the smallest profile that holds the memory.
     """
     out = []
     if memory_mib is not None:

@@ -21,6 +21,17 @@ capacity comes first, preferring under binpack the group whose best ``count`` de
 highest and under spread lowest; the other groups follow. ``first-fit`` returns None: the
 allocator keeps upstream's order.
 
+**Partitionable devices** (dynamic MIG: devices consuming a pool's shared counters). Such a
+device fits only while its counters are left (after other claims and this attempt). An
+exclusive one (a MIG placement) is scored by the utilisation after placement of its counter
+set, the mean over the set's counters of ``(used + taken) / total``: binpack fills the GPU
+already most cut, spread the least cut (an uncut GPU first). Within a GPU, ties go to the
+placement that **keeps the largest profiles placeable**: after the placement, count for every
+size class of the set's devices (largest first: by memory capacity, then cores, then the sum
+over its counters of ``amount / total``, which puts ``1g.10gb+me`` above ``1g.10gb``) how many
+would still fit, and prefer the lexicographically largest counts; then by name.
+``docs/scoring.md`` works an example through.
+
 **Node axis** (one pod, its exact allocation on each feasible node). Dimensions: ``devices``
 (devices in use on the node, a device counting once however many claims share it),
 ``memory`` and, when the pod consumes any, ``cores``; totals are over the node's local
@@ -35,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -44,7 +56,7 @@ from driver.api.model import Capacity, Device
 from driver.api.quantity import NANO, Quantity
 from driver.scheduling.policy import GpuPolicy, NodePolicy
 from driver.structured.allocator import DeviceOrder, OrderContext
-from driver.structured.snapshot import Candidate, CapacitySpec
+from driver.structured.snapshot import Candidate, CapacitySpec, PoolUsage, PoolView
 
 MEMORY: Final = "memory"
 CORES: Final = "cores"
@@ -170,12 +182,15 @@ def _locality(device: Device, key: str) -> object | None:
 
 @dataclass(frozen=True, slots=True)
 class ScoredDevice:
-    """One candidate with its GPU-axis score; ``key`` breaks ties by name."""
+    """One candidate with its GPU-axis score; ``tiebreak`` (smaller first, whatever the policy:
+    for a MIG placement, the smallest profile, then the placement that keeps the largest
+    profiles placeable) and then ``key`` break ties."""
 
     score: float
     fits: bool
     group: tuple[object | None, object | None]
     key: tuple[object, ...]
+    tiebreak: tuple[int, ...] = ()
 
 
 def score_devices(
@@ -217,7 +232,7 @@ def order_indices(scored: Sequence[ScoredDevice], policy: GpuPolicy, count: int)
 
     def device_rank(i: int) -> tuple[object, ...]:
         s = scored[i]
-        return (not s.fits, sign * s.score, s.key)
+        return (not s.fits, sign * s.score, s.tiebreak, s.key)
 
     indices.sort(key=device_rank)
     if count <= 1:
@@ -328,6 +343,226 @@ def best_node(policy: NodePolicy, scored: Sequence[tuple[Fraction, str]]) -> tup
     return min(scored, key=lambda pair: node_rank(policy, pair[0], pair[1]))
 
 
+# --------------------------------------------------------------------------- shared counters
+
+
+CounterVerdict = tuple[bool, float, tuple[int, ...]]
+"""(fits, utilisation of its counter set before placement, tiebreak: its size rank, smallest
+first, then minus how many members of each size class, largest first, would still fit after
+it) of one device that consumes counters."""
+
+_NO_FIT: Final[CounterVerdict] = (False, 0.0, ())
+
+
+@dataclass(frozen=True, slots=True)
+class CounterGeometry:
+    """One counter set and the devices that consume only from it (a dynamic-MIG GPU and its
+    placements), as integer vectors over the set's counters in name order."""
+
+    counters: tuple[str, ...]
+    totals: tuple[int, ...]
+    members: tuple[tuple[int, ...], ...]  # each distinct consumption vector
+    classes: tuple[tuple[tuple[int, ...], ...], ...]  # members by size class, largest first
+    ranks: tuple[int, ...]  # per member: its size class counted from the smallest (0)
+
+    def utilisation(self, free: tuple[int, ...]) -> float:
+        """Mean over the counters of ``used / total`` when ``free`` is what is left."""
+        parts = [(t - f) / t for t, f in zip(self.totals, free, strict=True) if t > 0]
+        return sum(parts) / len(parts) if parts else 0.0
+
+    def placeable(self, free: tuple[int, ...]) -> tuple[int, ...]:
+        """Per size class, largest first: how many members still fit in ``free``."""
+        return tuple(
+            sum(all(v <= f for v, f in zip(vec, free, strict=True)) for vec in members)
+            for members in self.classes
+        )
+
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - geometries are few and live long
+    def verdicts(self, free: tuple[int, ...]) -> Mapping[tuple[int, ...], CounterVerdict]:
+        """Every member's verdict when ``free`` is left (one table per GPU state, shared by
+        every GPU and node of the same model in that state)."""
+        out: dict[tuple[int, ...], CounterVerdict] = {}
+        cut = self.utilisation(free)
+        for vec, rank in zip(self.members, self.ranks, strict=True):
+            after = tuple(f - v for f, v in zip(free, vec, strict=True))
+            if any(a < 0 for a in after):
+                out[vec] = _NO_FIT
+            else:
+                out[vec] = (True, cut, (rank, *(-n for n in self.placeable(after))))
+        return out
+
+
+Size = tuple[int, int, Fraction]
+"""How large a member is: (memory capacity, cores capacity, sum over its counters of
+``amount / total``), compared as a tuple."""
+
+
+@functools.lru_cache(maxsize=256)
+def _geometry(
+    counters: tuple[str, ...],
+    totals: tuple[int, ...],
+    members: tuple[tuple[tuple[int, ...], tuple[int, int]], ...],
+) -> CounterGeometry:
+    """``members``: (consumption vector, (memory, cores) capacity) of each distinct member."""
+
+    def size(vec: tuple[int, ...], capacity: tuple[int, int]) -> Size:
+        share = sum((Fraction(v, t) for v, t in zip(vec, totals, strict=True) if t > 0), Fraction())
+        return (*capacity, share)
+
+    sized = [(size(vec, capacity), vec) for vec, capacity in members]
+    sizes = sorted({s for s, _ in sized}, reverse=True)
+    classes = tuple(tuple(vec for s, vec in sized if s == size_) for size_ in sizes)
+    rank = {size_: len(sizes) - 1 - i for i, size_ in enumerate(sizes)}
+    return CounterGeometry(
+        counters,
+        totals,
+        tuple(vec for _, vec in sized),
+        classes,
+        tuple(rank[s] for s, _ in sized),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCounters:
+    """A pool's counter sets as geometries, and what each consuming device takes: ``vectors``
+    (device -> (set, vector)) for devices taking from exactly one set, ``flat`` (device ->
+    [(set index, counter index, amount)]) for all of them."""
+
+    names: tuple[str, ...]
+    geometries: tuple[CounterGeometry, ...]
+    vectors: Mapping[str, tuple[int, tuple[int, ...]]]
+    flat: Mapping[str, tuple[tuple[int, int, int], ...]]
+
+
+_POOL_COUNTERS: Final[weakref.WeakKeyDictionary[PoolView, PoolCounters]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+#: Pools that publish the same counters (every node of one GPU model and dynamic-MIG setting)
+#: share one :class:`PoolCounters`, found by content: comparing is several times cheaper than
+#: building, and a node's first visit would otherwise pay the build.
+_BY_CONTENT: Final[dict[tuple[object, ...], PoolCounters]] = {}
+_MAX_BY_CONTENT: Final = 256
+
+
+def pool_counters(pool: PoolView) -> PoolCounters:
+    """The counter geometries of a pool (cached per pool view, one per node, for as long as
+    the view lives; shared by pools with the same content)."""
+    cached = _POOL_COUNTERS.get(pool)
+    if cached is None:
+        key = _content(pool)
+        cached = _BY_CONTENT.get(key)
+        if cached is None:
+            cached = _build_pool_counters(pool)
+            if len(_BY_CONTENT) >= _MAX_BY_CONTENT:
+                _BY_CONTENT.clear()
+            _BY_CONTENT[key] = cached
+        _POOL_COUNTERS[pool] = cached
+    return cached
+
+
+def _content(pool: PoolView) -> tuple[object, ...]:
+    """Everything :func:`_build_pool_counters` reads of a pool."""
+    return (
+        tuple((name, tuple(sorted(c.items()))) for name, c in sorted(pool.counter_sets.items())),
+        tuple(pool.device_counters.items()),
+        tuple(
+            (d.name, _capacity_nanos(d, MEMORY), _capacity_nanos(d, CORES))
+            for s in pool.slices
+            for d in s.devices
+            if d.consumes_counters
+        ),
+    )
+
+
+def _capacity_nanos(device: Device, name: str) -> int:
+    capacity = device.capacity.get(name)
+    return capacity.value.nanos if capacity is not None else 0
+
+
+def _build_pool_counters(pool: PoolView) -> PoolCounters:
+    names = tuple(sorted(pool.counter_sets))
+    index = {name: i for i, name in enumerate(names)}
+    order = [tuple(sorted(pool.counter_sets[name])) for name in names]
+    positions = [{c: j for j, c in enumerate(counters)} for counters in order]
+    members: list[dict[tuple[int, ...], tuple[int, int]]] = [{} for _ in names]
+    vectors: dict[str, tuple[int, tuple[int, ...]]] = {}
+    capacity = {
+        d.name: (_capacity_nanos(d, MEMORY), _capacity_nanos(d, CORES))
+        for s in pool.slices
+        for d in s.devices
+        if d.consumes_counters
+    }
+    flat: dict[str, tuple[tuple[int, int, int], ...]] = {}
+    for device, consumes in pool.device_counters.items():
+        entries = tuple(
+            (index[set_name], positions[index[set_name]][counter], nanos)
+            for set_name, counter, nanos in consumes
+            if set_name in index and counter in positions[index[set_name]]
+        )
+        flat[device] = entries
+        sets = {i for i, _, _ in entries}
+        if len(sets) != 1:
+            continue  # a device spanning sets is no member of a single geometry
+        (i,) = sets
+        vec = [0] * len(order[i])
+        for _, j, nanos in entries:
+            vec[j] += nanos
+        vectors[device] = (i, tuple(vec))
+        size = capacity.get(device, (0, 0))
+        members[i][tuple(vec)] = max(members[i].get(tuple(vec), size), size)
+    geometries = tuple(
+        _geometry(
+            order[i],
+            tuple(pool.counter_sets[name][c] for c in order[i]),
+            tuple(sorted(members[i].items())),
+        )
+        for i, name in enumerate(names)
+    )
+    return PoolCounters(names, geometries, vectors, flat)
+
+
+def free_counters(
+    pool: PoolView, usage: PoolUsage, pending: frozenset[str] = frozenset()
+) -> tuple[tuple[int, ...], ...]:
+    """What is left of each counter set of ``pool`` (in :attr:`PoolCounters.names` order): its
+    totals minus what the devices other claims hold (``usage``) and the devices this attempt
+    placed (``pending``) consume. Each device consumes once, however many shares it has
+    (upstream's counter rule); only devices in use are visited."""
+    known = pool_counters(pool)
+    left = [list(g.totals) for g in known.geometries]
+    for device in {*usage.exclusive, *usage.shares, *pending}:
+        for i, j, nanos in known.flat.get(device, ()):
+            left[i][j] -= nanos
+    return tuple(tuple(v) for v in left)
+
+
+class CounterVerdicts:
+    """The verdicts of one pool's counter-consuming devices in one state (what other claims
+    and this attempt hold); each counter set's table is looked up once."""
+
+    __slots__ = ("_free", "_known", "_tables")
+
+    def __init__(self, pool: PoolView, usage: PoolUsage, pending: frozenset[str]) -> None:
+        self._known = pool_counters(pool)
+        self._free = free_counters(pool, usage, pending)
+        self._tables: dict[int, Mapping[tuple[int, ...], CounterVerdict]] = {}
+
+    def of(self, device: str) -> CounterVerdict | None:
+        """The :data:`CounterVerdict` of a device that consumes from exactly one counter set
+        of the pool; None for any other device."""
+        found = self._known.vectors.get(device)
+        if found is None:
+            return None
+        i, vec = found
+        table = self._tables.get(i)
+        if table is None:
+            table = self._known.geometries[i].verdicts(self._free[i])
+            self._tables[i] = table
+        return table[vec]
+
+
 # --------------------------------------------------------------------------- allocator hook
 
 
@@ -365,11 +600,35 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
     wants_cores = requests.get(CORES, 0) > 0
     dims = (MEMORY, CORES) if wants_cores else (MEMORY,)
     out = []
+    counters_by_pool: dict[PoolView, CounterVerdicts] = {}
     for cand in candidates:
         device_id = cand.device_id
         key = (device_id.driver, device_id.pool, natural_key(device_id.device))
         attributes = cand.device.attributes
         group = (attributes.get(PCIE_ROOT), attributes.get(NUMA_NODE))
+        by_counters: CounterVerdict | None = None
+        if cand.consumes:
+            verdicts = counters_by_pool.get(cand.pool)
+            if verdicts is None:
+                usage = ctx.allocated.pool(device_id.driver, device_id.pool)
+                placed = frozenset(
+                    d.device
+                    for d in ctx.pending
+                    if d.driver == device_id.driver and d.pool == device_id.pool
+                )
+                verdicts = CounterVerdicts(cand.pool, usage, placed)
+                counters_by_pool[cand.pool] = verdicts
+            by_counters = verdicts.of(device_id.device)
+            if by_counters is not None and not cand.multi:
+                # Taken, by other claims or this attempt, means its counters are: no fit.
+                fits, score, tiebreak = by_counters
+                if fits and requests:
+                    values = {spec.name: spec.value for spec in cand.capacities}
+                    fits = all(name in values and n <= values[name] for name, n in requests.items())
+                out.append(
+                    ScoredDevice(score=score, fits=fits, group=group, key=key, tiebreak=tiebreak)
+                )
+                continue
         specs = cand.capacities
         if any(name not in {s.name for s in specs} for name in requests):
             out.append(ScoredDevice(score=0.0, fits=False, group=group, key=key))
@@ -400,6 +659,8 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
                     total += requests.get(spec.name, spec.value) / spec.value
                 counted += 1
         score = total / counted if counted else (1.0 if in_use else 0.0)
+        if by_counters is not None and not by_counters[0] and not in_use:
+            fits = False  # its counters are taken (a partition lives on its GPU)
         out.append(ScoredDevice(score=score, fits=fits, group=group, key=key))
     return out
 

@@ -171,6 +171,7 @@ class _Req:
         "cap_requests",
         "capacity_requests",
         "claim_index",
+        "class_verdicts",
         "count",
         "device_class",
         "mode",
@@ -217,6 +218,10 @@ class _Req:
         # Class selectors, a separator no expression can equal, then request selectors.
         self.selector_key = (*device_class.selectors, "", *spec.selectors)
         self.verdicts: list[bool | None] = []
+        # The node's verdicts of the class selectors alone, when the request has selectors of
+        # its own and they are known (seeded by the caller or left by a request without
+        # selectors): a device they answered need not run them again.
+        self.class_verdicts: list[bool | None] | None = None
         self.mode = spec.allocation_mode
         self.count = spec.count
         self.admin = spec.admin_access
@@ -439,14 +444,14 @@ class _Search:
                         "resource.kubernetes.io/admin-access=true"
                     )
                 req = _Req(claim, ci, request, None, classes)
-                req.verdicts = self._verdicts(req.selector_key)
+                self._attach_verdicts(req)
                 self._validate(req, claim)
                 entries.append(_Entry(request, [req]))
                 min_devices += req.count
             else:
                 subs = [_Req(claim, ci, request, s, classes) for s in request.first_available]
                 for sub in subs:
-                    sub.verdicts = self._verdicts(sub.selector_key)
+                    self._attach_verdicts(sub)
                     self._validate(sub, claim)
                 entries.append(_Entry(request, subs))
                 min_devices += min(s.count for s in subs)
@@ -467,6 +472,12 @@ class _Search:
             ]
         )
 
+    def _attach_verdicts(self, req: _Req) -> None:
+        req.verdicts = self._verdicts(req.selector_key)
+        n_class = len(req.device_class.selectors)
+        if len(req.selectors) > n_class:
+            req.class_verdicts = self.nc.verdicts.get(req.selector_key[: n_class + 1])
+
     def _verdicts(self, key: tuple[str, ...]) -> list[bool | None]:
         """The node's cached selector verdicts for one selector set (None = not evaluated)."""
         cache = self.nc.verdicts
@@ -474,6 +485,7 @@ class _Search:
         if verdicts is None:
             if len(cache) >= MAX_CACHED_SELECTOR_SETS:
                 cache.clear()
+                self.nc.selected.clear()
             verdicts = [None] * len(self.nc.devices)
             cache[key] = verdicts
         return verdicts
@@ -525,7 +537,14 @@ class _Search:
     def _evaluate(self, req: _Req, cand: Candidate) -> bool:
         cache = self.match_cache
         device = cand.device
-        for i, (selector, owner) in enumerate(req.selectors):
+        start = 0
+        if req.class_verdicts is not None:
+            known = req.class_verdicts[cand.index]
+            if known is False:
+                return False  # upstream stops at the first false selector: no error after it
+            if known:
+                start = len(req.device_class.selectors)  # they all held on this device
+        for i, (selector, owner) in enumerate(req.selectors[start:], start):
             try:
                 if cache is not None:
                     ok = cache.matches(selector, cand.device_id, cand.match_generation, device)
@@ -695,7 +714,12 @@ class _Search:
     def _candidates_for(self, req: _Req, key: tuple[int, int, int]) -> Sequence[Candidate]:
         if self.order is None:
             return self.nc.devices
-        selectable = [c for c in self.nc.devices if self._selectable(req, c)]
+        selectable = self.nc.selected.get(req.selector_key)
+        if selectable is None:
+            # Every verdict of the set is known afterwards (or a CEL error was raised): the
+            # filtered list is the same for every later request with these selectors.
+            selectable = tuple(c for c in self.nc.devices if self._selectable(req, c))
+            self.nc.selected[req.selector_key] = selectable
         pending: dict[DeviceID, Mapping[str, int]] = {}
         for cand in self.allocating:
             if self.allocating[cand]:

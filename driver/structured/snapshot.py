@@ -248,9 +248,11 @@ class CapacitySpec:
     range_step: int | None = None
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class PoolView:
-    """One visible pool on one node: its slices that target the node, sorted by name."""
+    """One visible pool on one node: its slices that target the node, sorted by name.
+    Weakly referenceable, so derived facts (the scorer's counter geometries) can be cached
+    per view without keeping old snapshots alive."""
 
     driver: DriverName
     name: PoolName
@@ -309,6 +311,8 @@ class NodeCandidates:
     devices: tuple[Candidate, ...]
     # Selector verdicts per selector set (class selectors, "", request selectors), by index.
     verdicts: dict[tuple[str, ...], list[bool | None]] = field(default_factory=dict)
+    # The devices a selector set selects, in order, once every verdict of the set is known.
+    selected: dict[tuple[str, ...], tuple[Candidate, ...]] = field(default_factory=dict)
 
     @property
     def blocked_pools(self) -> tuple[PoolView, ...]:
@@ -754,11 +758,11 @@ class ClusterSnapshot:
         if cached is not None and cached[0] is usage:
             return cached[1]
         available = {k: dict(v) for k, v in pool.counter_sets.items()}
-        for device, consumes in pool.device_counters.items():
-            if usage.allocated(device):
-                for set_name, counter, nanos in consumes:
-                    counters = available.get(set_name)
-                    if counters is not None and counter in counters:
-                        counters[counter] -= nanos
+        # Only the devices in use consume (each once, however many shares it has).
+        for device in {*usage.exclusive, *usage.shares}:
+            for set_name, counter, nanos in pool.device_counters.get(device, ()):
+                counters = available.get(set_name)
+                if counters is not None and counter in counters:
+                    counters[counter] -= nanos
         self._counter_cache[pool.key] = (usage, available)
         return available

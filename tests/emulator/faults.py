@@ -7,6 +7,9 @@
   the next watch that asks for a resourceVersion. Rules match on verb (``get list watch create
   update patch delete``; ``"write"`` means create/update/patch/delete) and resource (plural,
   optionally with ``/subresource``). Thread-safe.
+* A :class:`Hold` keeps the next matching request waiting at the server, before it is served,
+  until the test releases it: a request sent by a client that is gone (killed) by the time it
+  is applied, as a real API server can apply it.
 """
 
 from __future__ import annotations
@@ -64,6 +67,31 @@ class FaultRule:
 
 
 @dataclass(slots=True)
+class Hold:
+    """One held request (see the module docstring): :attr:`arrived` is set when it reaches
+    the server, :meth:`release` lets it be served, :attr:`served` is set once it was
+    (whatever the answer). Released anyway after ``timeout`` seconds."""
+
+    verbs: frozenset[str] | None
+    resource: str | None
+    timeout: float
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+    served: threading.Event = field(default_factory=threading.Event)
+
+    def matches(self, verb: str, resource: str) -> bool:
+        return FaultRule(self.verbs, self.resource, 1).matches(verb, resource)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def wait(self) -> None:
+        """Called by the server: hold the request until released."""
+        self.arrived.set()
+        self.released.wait(self.timeout)
+
+
+@dataclass(slots=True)
 class Faults:
     """The active fault rules. Use the :class:`~tests.emulator.Emulator` methods to add them."""
 
@@ -71,6 +99,7 @@ class Faults:
     _errors: list[FaultRule] = field(default_factory=list)
     _latency: list[FaultRule] = field(default_factory=list)
     _gone: list[FaultRule] = field(default_factory=list)
+    _holds: list[Hold] = field(default_factory=list)
 
     @staticmethod
     def _verbs(verbs: str | frozenset[str] | set[str] | None) -> frozenset[str] | None:
@@ -111,11 +140,41 @@ class Faults:
         with self._lock:
             self._gone.append(FaultRule(frozenset({"watch"}), resource, count))
 
+    def pending(self) -> list[FaultRule]:
+        """Copies of the rules not used up yet (error, latency and 410 rules)."""
+        with self._lock:
+            return [
+                FaultRule(
+                    r.verbs, r.resource, r.remaining, r.status, r.reason, r.message, r.latency
+                )
+                for r in (*self._errors, *self._latency, *self._gone)
+            ]
+
+    def add_hold(
+        self, *, verbs: str | frozenset[str] | set[str] | None, resource: str | None, timeout: float
+    ) -> Hold:
+        hold = Hold(self._verbs(verbs), resource, timeout)
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
+    def hold_for(self, verb: str, resource: str) -> Hold | None:
+        """The hold for this request, taken (each holds one request), if any."""
+        with self._lock:
+            for hold in self._holds:
+                if hold.matches(verb, resource):
+                    self._holds.remove(hold)
+                    return hold
+        return None
+
     def clear(self) -> None:
         with self._lock:
             self._errors.clear()
             self._latency.clear()
             self._gone.clear()
+            for hold in self._holds:
+                hold.release()
+            self._holds.clear()
 
     @staticmethod
     def _take(rules: list[FaultRule], verb: str, resource: str) -> FaultRule | None:

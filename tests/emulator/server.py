@@ -34,7 +34,7 @@ import yaml
 
 from tests.emulator import errors
 from tests.emulator.errors import ApiStatusError
-from tests.emulator.faults import WRITE_VERBS, Faults, RequestRecord
+from tests.emulator.faults import WRITE_VERBS, FaultRule, Faults, Hold, RequestRecord
 from tests.emulator.kinds import (
     ALL_KINDS,
     BY_GROUP_VERSION,
@@ -52,7 +52,7 @@ from tests.emulator.selectors import (
     parse_label_selector,
 )
 from tests.emulator.storage import Obj, Store, Watcher
-from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaValidators
+from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaValidators, stored_expressions
 
 _VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _DEFAULT_WATCH_TIMEOUT: Final = 1800.0
@@ -467,6 +467,18 @@ class _Handler(BaseHTTPRequestHandler):
             }.get(method, "")
         if not req.verb:
             raise errors.method_not_allowed()
+        hold = emulator.faults.hold_for(req.verb, req.resource)
+        if hold is None:
+            self._serve(req, body, emulator)
+            return
+        hold.wait()
+        try:
+            self._serve(req, body, emulator)
+        finally:
+            hold.served.set()
+
+    def _serve(self, req: _Request, body: bytes, emulator: Emulator) -> None:
+        """Serve a request past its holds: latency, injected errors, then the request."""
         delay = emulator.faults.latency_for(req.verb, req.resource)
         if delay:
             time.sleep(delay)
@@ -830,7 +842,8 @@ class Emulator:
     Hooks (no HTTP): :meth:`create`, :meth:`get`, :meth:`list`, :meth:`update_status`,
     :meth:`patch`, :meth:`delete`, :meth:`wait_until`, :meth:`wait_for`; request log in
     :attr:`requests`; faults via :meth:`fail_next`, :meth:`fail_next_write`,
-    :meth:`add_latency`, :meth:`expire_next_watch`, :meth:`drop_watches`, :meth:`compact`.
+    :meth:`add_latency`, :meth:`hold_next`, :meth:`expire_next_watch`, :meth:`drop_watches`,
+    :meth:`compact`.
     """
 
     def __init__(
@@ -1008,6 +1021,21 @@ class Emulator:
         """Delay matching requests by ``seconds`` (every one, or the next ``count``)."""
         self.faults.add_latency(seconds, verbs=verbs, resource=resource, count=count or 10**12)
 
+    def pending_faults(self) -> list[FaultRule]:
+        """The fault rules not used up yet (what was injected but did not fire)."""
+        return self.faults.pending()
+
+    def hold_next(
+        self,
+        *,
+        verbs: str | set[str] | None = None,
+        resource: str | None = None,
+        timeout: float = 60.0,
+    ) -> Hold:
+        """Keep the next matching request waiting, before it is served, until the returned
+        :class:`~tests.emulator.faults.Hold` is released (or ``timeout`` passes)."""
+        return self.faults.add_hold(verbs=verbs, resource=resource, timeout=timeout)
+
     def expire_next_watch(self, *, resource: str | None = None, count: int = 1) -> None:
         """The next watch that asks for a resourceVersion gets an ERROR 410 Expired event."""
         self.faults.add_gone(resource=resource, count=count)
@@ -1064,6 +1092,12 @@ class Emulator:
 
     def seed(self, objects: Iterable[Obj]) -> list[Obj]:
         return [self.create(obj) for obj in objects]
+
+    def create_stored(self, obj: Obj) -> Obj:
+        """Create ``obj`` as if an older API server had stored it: its CEL selectors are not
+        checked again (see :func:`tests.emulator.validation.stored_expressions`)."""
+        with stored_expressions():
+            return self.create(obj)
 
     def get(self, kind: str | Kind, name: str, namespace: str | None = None) -> Obj | None:
         k = lookup(kind)

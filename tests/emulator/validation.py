@@ -14,17 +14,22 @@ schemas miss, on raw JSON.
   per attribute, unique device names within a slice, references between requests,
   constraints and config, claim status rules.
 
-Functions are pure; validators are safe to share between threads.
+Functions are pure; validators are safe to share between threads. :func:`stored_expressions`
+validates the writes made inside it (in the calling thread) as the API server validates CEL
+expressions it has *stored* before: not again (an older server, an older estimator, no cost
+limit yet, wrote them; the current one keeps serving them).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import itertools
 import json
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
@@ -827,10 +832,31 @@ def _selectors(errs: _Errors, path: str, selectors: Any) -> None:
 _TOO_COMPLEX = "too complex, exceeds cost limit"
 
 
+_STORED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "emulator_stored_expressions", default=False
+)
+
+
+@contextlib.contextmanager
+def stored_expressions() -> Iterator[None]:
+    """Writes in this block carry CEL expressions the API server stored earlier: they are not
+    checked again (pkg/apis/resource/validation ``validateCELExpression``: "If a CEL
+    expression is stored, it must have been valid at the time it was stored"). How a selector
+    that today's cost estimate refuses still reaches a scheduler: a DeviceClass or a claim
+    written by an older API server."""
+    token = _STORED.set(True)
+    try:
+        yield
+    finally:
+        _STORED.reset(token)
+
+
 def _cel_problem(expression: str) -> str | None:
     """Why the API server would refuse a DRA CEL selector (syntax, types, result type,
     length, upstream's compile-time rules, the estimated cost), via the project's CEL
     environment (``driver.cel.engine``: upstream's declarations and cost estimate)."""
+    if _STORED.get():
+        return None
     from driver.api.errors import CELCompileError
     from driver.cel.engine import COST_LIMIT, compile_selector
 

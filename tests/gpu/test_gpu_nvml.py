@@ -13,7 +13,9 @@ import time
 import pytest
 
 from driver.discovery.backend import GpuBackend, open_backend
+from driver.discovery.devices import DeviceTable
 from driver.discovery.gpus import GpuInfo
+from driver.discovery.mig import DynamicMigPolicy, unusable_reason
 from driver.discovery.real import ARCHITECTURES, BRANDS, NvmlBackend
 from driver.discovery.slices import build_slices, normalize_version
 from tests.validate_manifests import validate_object
@@ -72,6 +74,27 @@ def test_mig_partitions_are_consistent(gpus: tuple[GpuInfo, ...]) -> None:
         for a_start, a_size in placements:
             for b_start, b_size in placements - {(a_start, a_size)}:
                 assert a_start + a_size <= b_start or b_start + b_size <= a_start
+
+
+def test_mig_profile_tables_are_consistent_and_publishable(gpus: tuple[GpuInfo, ...]) -> None:
+    """Read-only: the profile table NVML reports (MIG creation is tested with the fake backend
+    only; nothing here changes a GPU)."""
+    for gpu in gpus:
+        if not gpu.mig_capable:
+            assert gpu.mig_profiles == ()
+            continue
+        for profile in gpu.mig_profiles:
+            assert profile.profile_id is not None
+            assert profile.placements
+            assert 0 < profile.memory_bytes <= gpu.memory_bytes
+            assert 0 < profile.multiprocessors <= gpu.multiprocessors
+            assert profile.compute_slices > 0
+        if gpu.mig_enabled and unusable_reason(gpu) is None:
+            # What dynamic MIG would publish for it validates like everything else.
+            table = DeviceTable.from_gpus([gpu], DynamicMigPolicy(gpus=frozenset({gpu.uuid})))
+            for resource_slice in build_slices(table, node_name="gpu-node", node_uid="uid"):
+                for version in ("1.34", "1.37"):
+                    assert validate_object(resource_slice.to_api(), version) == []
 
 
 def test_discovery_is_stable(gpus: tuple[GpuInfo, ...]) -> None:

@@ -204,15 +204,18 @@ def seed_cluster(
     nodes: Mapping[str, str] | None = None,
     *,
     classes: bool = True,
+    slices: bool = True,
     labels: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
-    """Nodes with published slices (``{node: fake profile}``, ``labels`` per node) and the
-    DeviceClasses."""
+    """Nodes with published slices (``{node: fake profile}``, ``labels`` per node; no slices
+    when a plugin will publish them) and the DeviceClasses."""
     nodes = nodes or {"gpu-t4": "t4x4", "gpu-a10g": "a10gx4"}
     for name, profile in nodes.items():
         node = emulator.create(node_object(name, labels=(labels or {}).get(name)))
         if not (emulator.get("nodes", name) or {}).get("status"):
             emulator.update_status("nodes", name, node_object(name)["status"])
+        if not slices:
+            continue
         with open_backend(profile, node_name=name) as backend:
             gpus = backend.discover()
         for resource_slice in build_slices(
@@ -325,8 +328,10 @@ def device_capacity(emulator: Emulator) -> dict[tuple[str, str, str], dict[str, 
 def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[str]:
     """Every violation of the controller's invariants, as text (empty when all hold)."""
     problems: list[str] = []
-    claims = _claims_by_key(emulator)
-    capacity = device_capacity(emulator)
+    with emulator.store.lock:  # claims and pods as of one moment (writers wait meanwhile)
+        claims = _claims_by_key(emulator)
+        capacity = device_capacity(emulator)
+        pods = emulator.list("pods")
     exclusive: dict[tuple[str, str, str], str] = {}
     shared: dict[tuple[str, str, str], dict[str, int]] = {}
     for key, c in claims.items():
@@ -350,7 +355,7 @@ def check_invariants(emulator: Emulator, *, scheduler: str = "biaxial") -> list[
             limit = capacity.get(dev, {}).get(name, 0)
             if amount > limit:
                 problems.append(f"{dev}: {amount} of {name} allocated, capacity {limit}")
-    for p in emulator.list("pods"):
+    for p in pods:
         if p["spec"].get("schedulerName") != scheduler or not p["spec"].get("nodeName"):
             continue
         if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

@@ -19,10 +19,12 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -91,6 +93,28 @@ def allocated_claim(
         "ResourceClaim", name, {"allocation": {"devices": devices}}, namespace="default"
     )
     return ("default", created["metadata"]["uid"], name)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A fresh directory directly under /tmp, removed afterwards: a plugin's unix sockets live
+    below it, and socket paths are limited to 107 bytes (pytest's tmp_path is too deep)."""
+    path = Path(tempfile.mkdtemp(dir="/tmp", prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def node_cluster(root: Path, node: str) -> Iterator[tuple[Emulator, Path]]:
+    """A running API emulator with Node ``node``, and a kubeconfig for it under ``root``."""
+    emulator = Emulator().start()
+    emulator.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    try:
+        yield emulator, emulator.write_kubeconfig(root / "kubeconfig")
+    finally:
+        emulator.stop()
 
 
 def free_port() -> int:

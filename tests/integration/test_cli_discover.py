@@ -221,3 +221,28 @@ def test_console_script_without_gpu_or_with_bad_profile(tmp_path: Path) -> None:
     assert one_line_error(bad.stderr).startswith(
         "biaxial discover: error: unknown fake GPU profile"
     )
+
+
+def test_a_dynamic_mig_profile_publishes_counters_and_placements(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = discover(capsys, "--fake", "a100-80gbx8-dynmig", "--node", "dyn", "-o", "json")
+    assert (code, err) == (0, "")
+    items = json.loads(out)["items"]
+    assert [len(i["spec"].get("devices", ())) for i in items] == [64, 64, 64, 16, 0]
+    assert [len(i["spec"].get("sharedCounters", ())) for i in items] == [0, 0, 0, 0, 8]
+    for item in items:
+        for version in ("1.34", "1.37"):
+            assert validate_object(item, version) == []
+
+
+def test_dynamic_mig_needs_mig_mode_and_a_bad_setting_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The A100 profile's GPUs are not in MIG mode: the setting changes nothing.
+    code, out, _ = discover(capsys, "--fake", "a100-80gbx8", "--node", "n", "--dynamic-mig", "all")
+    assert code == 0
+    assert "consumesCounters" not in out
+    code, out, err = discover(capsys, "--fake", "t4x4", "--node", "n", "--dynamic-mig", ",")
+    assert (code, out) == (2, "")
+    assert "--dynamic-mig ','" in one_line_error(err)

@@ -22,6 +22,7 @@ from tests.integration.controller_env import (
     fast_settings,
     leftovers,
     pod,
+    pod_claim_keys,
     seed_cluster,
     volume_problems,
 )
@@ -164,6 +165,57 @@ def test_pods_deleted_while_the_controller_is_down_are_released_on_start(
             lambda: not leftovers(emulator), timeout=30, message=str(leftovers(emulator))
         )
         assert second.engine_consistent()
+    finally:
+        second.stop()
+    assert second.error is None
+
+
+def test_a_killed_controllers_binding_landing_after_the_repair_is_refused(
+    emulator: Emulator, claim_controller: ResourceClaimController
+) -> None:
+    """Upstream's rule: a pod is bound only once its claims are allocated and reserved for it,
+    and an allocation is never removed while a bound pod reserves it (kube-scheduler's
+    DynamicResources plugin writes both in PreBind, before the binding; the resourceclaim
+    controller drops a reservation only once its pod is gone or done).
+
+    A killed controller's binding can still be in flight: a real API server applies a request
+    whose client died. Here the first controller's binding of p reaches the server and is
+    held there; the controller is killed; the second releases the claim that attempt left and
+    places p on the other node (the first one is cordoned); only then is the held binding
+    served. It must be refused (its resourceVersion precondition; the repair wrote to the pod
+    first), and the invariants hold in every state the cluster passes through."""
+    seed_cluster(emulator)
+    seen: list[str] = []
+    emulator.observe_writes(lambda _agent, _verb, _res: seen.extend(check_invariants(emulator)))
+    late = emulator.hold_next(verbs="create", resource="pods/binding")
+    first = ControllerThread(emulator).start()
+    try:
+        emulator.create(claim_template("half", memory="7500Mi"))
+        emulator.create(pod("p", template="half"))
+        assert late.arrived.wait(20), "the first controller never sent its binding"
+    finally:
+        first.kill()
+    (key,) = pod_claim_keys(emulator.get("pods", "p") or {})
+
+    def allocated_on() -> list[str]:
+        claim = emulator.get("resourceclaims", key.split("/")[1]) or {}
+        selector = ((claim.get("status") or {}).get("allocation") or {}).get("nodeSelector")
+        terms = (selector or {}).get("nodeSelectorTerms") or []
+        return [v for t in terms for f in t.get("matchFields") or [] for v in f["values"]]
+
+    (node,) = allocated_on()  # the attempt's allocation, reserved for p, p unbound
+    emulator.patch("nodes", node, {"spec": {"unschedulable": True}})
+    second = ControllerThread(emulator, fast_settings(identity="second")).start()
+    try:
+        emulator.wait_until(lambda: node not in allocated_on(), timeout=20)  # released
+        late.release()
+        assert late.served.wait(20)
+        emulator.wait_until(lambda: bound_pods(emulator, ["p"]), timeout=20)
+        assert bound_pods(emulator, ["p"]) != {"p": node}
+        assert check_invariants(emulator) == []
+        assert seen == []
+        assert second.engine_consistent()
+        _teardown(emulator)
     finally:
         second.stop()
     assert second.error is None

@@ -50,6 +50,7 @@ EXAMPLE_DIRS = (
     ROOT / "examples" / "requesting-gpus",
     ROOT / "examples" / "migration",
     ROOT / "examples" / "rules",
+    ROOT / "examples" / "dynamic-mig",
 )
 VERSIONS = ("1.34", "1.37")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)

@@ -435,3 +435,22 @@ def test_selector_cost_is_checked_at_admission(expression: str, refused: bool) -
         assert "spec.selectors[0].cel.expression" in _semantic_fields(DEVICE_CLASS, device_class)
     else:
         semantic_check(DEVICE_CLASS, device_class)
+
+
+def test_a_stored_selector_is_not_checked_again() -> None:
+    # pkg/apis/resource/validation validateCELExpression: with opts.stored the expression is
+    # not compiled or costed again. How a selector today's estimate refuses (written by an
+    # older API server) still reaches a scheduler.
+    from tests.emulator.validation import stored_expressions
+
+    bomb = "['a'].map(s, [s, s].join('')).map(s, [s, s].join('')).size() > 0"
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "old"},
+        "spec": {"selectors": [{"cel": {"expression": bomb}}]},
+    }
+    assert "spec.selectors[0].cel.expression" in _semantic_fields(DEVICE_CLASS, device_class)
+    with stored_expressions():
+        semantic_check(DEVICE_CLASS, device_class)
+    assert "spec.selectors[0].cel.expression" in _semantic_fields(DEVICE_CLASS, device_class)

@@ -89,6 +89,12 @@ A100_MIG = GpuInfo(
             multiprocessors=14,
             parent_uuid="GPU-a100-4",
             parent_minor=4,
+            gi_id=start + 1,
+            ci_id=0,
+            caps=(
+                f"/dev/nvidia-caps/nvidia-cap{start * 2 + 1}",
+                f"/dev/nvidia-caps/nvidia-cap{start * 2 + 2}",
+            ),
         )
         for start in (0, 1)
     ),
@@ -470,7 +476,12 @@ def test_full_gpu_and_its_mig_partitions(node: Node) -> None:
     assert "unknown device 'gpu-4'" in out[whole.uid].error
     spec = node.spec(mig1)
     assert env(spec)["NVIDIA_VISIBLE_DEVICES"] == "MIG-a100-1"
-    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia4"}]
+    # The parent's node and the partition's GPU and compute instance capability nodes.
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia4"},
+        {"path": "/dev/nvidia-caps/nvidia-cap3"},
+        {"path": "/dev/nvidia-caps/nvidia-cap4"},
+    ]
     mps_on_mig = node.api.add("mpsmig", [result("gpu-4-mig-1g5gb-0")], config=[gpu_config("mps")])
     run(preparer.unprepare([mig0]))
     assert (

@@ -504,6 +504,12 @@ def gpu_info(
             multiprocessors=14,
             parent_uuid=f"GPU-{minor}",
             parent_minor=minor,
+            gi_id=start + 1,
+            ci_id=0,
+            caps=(
+                f"/dev/nvidia-caps/nvidia-cap{minor * 100 + 2 * start + 10}",
+                f"/dev/nvidia-caps/nvidia-cap{minor * 100 + 2 * start + 11}",
+            ),
         )
         for start in mig_starts or ()
     )

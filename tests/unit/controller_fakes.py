@@ -251,11 +251,17 @@ class FakeApi:
         else:
             del self.objects[self._key(res, namespace, name)]
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, *, resource_version: str = ""
+    ) -> None:
         from controller.api import PODS
 
         lost = self._enter("bind", PODS, name, "binding")
         current = self._get(PODS, name, namespace)
+        if (uid and current["metadata"].get("uid") not in (None, uid)) or (
+            resource_version and current["metadata"].get("resourceVersion") != resource_version
+        ):
+            raise ConflictError("precondition failed", status=409, reason="Conflict")
         if current["spec"].get("nodeName"):
             raise ConflictError("already bound", status=409, reason="Conflict")
         current["spec"]["nodeName"] = node

@@ -3,6 +3,7 @@ atomic spec file writes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -80,8 +81,20 @@ def test_device_nodes_per_device_and_control_nodes_spec_wide() -> None:
         {"path": "/dev/nvidia-uvm-tools"},
     ]
     assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia2"}]
-    # A MIG partition uses its parent's device node.
-    assert spec["devices"][1]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia0"}]
+    # A MIG partition uses its parent's device node and its GPU and compute instances'
+    # capability nodes, without which the container cannot open it.
+    assert spec["devices"][1]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia0"},
+        {"path": "/dev/nvidia-caps/nvidia-cap10"},
+        {"path": "/dev/nvidia-caps/nvidia-cap11"},
+    ]
+
+
+def test_a_mig_device_without_known_capability_nodes_is_refused() -> None:
+    assert MIG.mig is not None
+    blind = dataclasses.replace(MIG, mig=dataclasses.replace(MIG.mig, caps=()))
+    with pytest.raises(PrepareError, match=r"/dev/nvidia-caps nodes are unknown"):
+        build_claim_spec(DRIVER, UID, [alloc(blind)], PATHS)
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,14 @@ compile cache, message shape, and MatchCache behaviour."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from driver.api.errors import CELCompileError, CELEvaluationError
+from driver.api.errors import CELCompileError, CELEvaluationError, DeadlineExceededError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import Device, Version
 from driver.cel import engine as cel
@@ -294,7 +295,36 @@ def test_match_cache_discard_forgets_a_device() -> None:
     cache.discard(_id("never-seen"))
     assert len(cache) == 1
     assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
-    assert cache.misses == 3
+    # gpu-1 and the re-added gpu-0 look the same to the selector: they share its verdict.
+    assert (cache.hits, cache.misses) == (2, 1)
+    assert len(cache) == 2
+
+
+def test_match_cache_shares_a_verdict_between_devices_that_look_alike() -> None:
+    cache = cel.MatchCache()
+    selector = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
+    twin = dataclasses.replace(T4, name="gpu-1", attributes={**T4.attributes, "uuid": "GPU-o"})
+    assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(selector, _id("gpu-1"), 1, twin) is True  # uuid is not read
+    assert (cache.hits, cache.misses) == (1, 1)
+    other = dataclasses.replace(T4, name="gpu-2", attributes={**T4.attributes, "type": "mig"})
+    assert cache.matches(selector, _id("gpu-2"), 1, other) is False
+    assert cache.misses == 2
+    # A selector that may read anything (a comprehension) is evaluated per device.
+    wide = cel.compile_selector(f'device.attributes["{DRIVER}"].exists(k, k == "uuid")')
+    assert cache.matches(wide, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(wide, _id("gpu-1"), 1, twin) is True
+    assert cache.misses == 4
+    # Two domain maps compared whole read every name in them: evaluated per device too.
+    whole = cel.compile_selector(f'device.attributes["{DRIVER}"] == device.attributes["{DRIVER}"]')
+    assert cache.matches(whole, _id("gpu-0"), 1, T4) is True
+    assert cache.matches(whole, _id("gpu-1"), 1, twin) is True
+    assert cache.misses == 6
+    # Errors name their device: never shared.
+    broken = cel.compile_selector(f'device.attributes["{DRIVER}"].nosuch == 1')
+    for name, device in (("gpu-0", T4), ("gpu-1", twin)):
+        with pytest.raises(CELEvaluationError, match=f"'{name}'"):
+            cache.matches(broken, _id(name), 1, device)
 
 
 # --------------------------------------------------------------------------- semver precedence
@@ -374,8 +404,61 @@ def test_a_deadline_cancels_a_metered_evaluation() -> None:
     from driver.cel import cost
 
     selector = cel.compile_selector(CHEAP_BUT_UNBOUNDED)
-    with cost.limits(deadline=0.0), pytest.raises(CELEvaluationError, match="deadline exceeded"):
+    assert selector.metered
+    with (
+        cost.limits(deadline=0.0),
+        pytest.raises(DeadlineExceededError, match="evaluation deadline exceeded"),
+    ):
         selector.matches(T4, DRIVER)
+
+
+def test_a_deadline_stops_an_unmetered_evaluation_before_it_starts() -> None:
+    # An expression within the cost limit is not metered, but a decision made of many of them
+    # must still stop at its deadline (kube-scheduler's DRA filter timeout).
+    from driver.cel import cost
+
+    selector = cel.compile_selector(f'device.driver == "{DRIVER}"')
+    assert not selector.metered
+    with cost.limits(deadline=0.0), pytest.raises(DeadlineExceededError, match=DRIVER):
+        selector.matches(T4, DRIVER)
+    assert selector.matches(T4, DRIVER) is True  # outside the block: no deadline
+
+
+LONG_BUT_ADMITTED = (
+    f'lists.range(9999).exists(i, device.attributes["{DRIVER}"].productName'
+    f".matches('.*Z.*[0-9]$'))"
+)
+
+
+def test_a_long_selector_is_stopped_by_a_deadline_that_passes_while_it_runs() -> None:
+    # Within the cost limit (the API server admits it), but slow: a decision's deadline must
+    # not wait for the evaluation to finish.
+    import time
+
+    from driver.cel import cost
+
+    selector = cel.compile_selector(LONG_BUT_ADMITTED)
+    assert selector.max_cost <= cel.COST_LIMIT
+    assert not selector.metered  # no actual-cost limit to enforce
+    assert selector.matches(T4, DRIVER) is False  # all 9,999 iterations: no "Z" in "Tesla T4"
+    with (
+        cost.limits(deadline=time.monotonic() + 0.02),
+        pytest.raises(DeadlineExceededError),
+    ):
+        selector.matches(T4, DRIVER)
+
+
+def test_a_deadline_is_not_an_evaluation_error_and_is_never_cached() -> None:
+    from driver.cel import cost
+
+    assert not issubclass(DeadlineExceededError, CELEvaluationError)
+    cache = cel.MatchCache()
+    selector = cel.compile_selector(f'device.driver == "{DRIVER}"')
+    device_id = DeviceID(DriverName(DRIVER), PoolName("node-a"), DeviceName(T4.name))
+    with cost.limits(deadline=0.0), pytest.raises(DeadlineExceededError):
+        cache.matches(selector, device_id, 1, T4)
+    assert len(cache) == 0
+    assert cache.matches(selector, device_id, 1, T4) is True
 
 
 def test_a_cancelled_evaluation_is_not_hidden_by_or() -> None:

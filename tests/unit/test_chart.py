@@ -114,6 +114,22 @@ def test_default_render_has_the_expected_objects() -> None:
             ("Deployment", "biaxial-controller"),
             ("DeviceClass", "gpu.biaxial.dev"),
             ("DeviceClass", "mig.biaxial.dev"),
+            *(
+                ("DeviceClass", f"mig-{profile}.biaxial.dev")
+                for profile in (
+                    "1g.5gb",
+                    "1g.10gb",
+                    "1g.20gb",
+                    "2g.10gb",
+                    "2g.20gb",
+                    "3g.20gb",
+                    "3g.40gb",
+                    "4g.20gb",
+                    "4g.40gb",
+                    "7g.40gb",
+                    "7g.80gb",
+                )
+            ),
             ("Role", "biaxial-controller-leader-election"),
             ("Role", "biaxial-kubelet-plugin-events"),
             ("RoleBinding", "biaxial-controller-leader-election"),
@@ -131,6 +147,13 @@ def test_default_render_has_the_expected_objects() -> None:
             obj["kind"].startswith("ValidatingAdmissionPolicy")
         ):
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+
+
+def test_mig_profile_classes_can_be_left_out() -> None:
+    classes = [
+        o for o in render({"deviceClasses": {"migProfiles": []}}) if o["kind"] == "DeviceClass"
+    ]
+    assert sorted(o["metadata"]["name"] for o in classes) == ["gpu.biaxial.dev", "mig.biaxial.dev"]
 
 
 def test_helm_lint_strict_finds_nothing_above_info() -> None:
@@ -171,7 +194,15 @@ def test_service_monitor_option() -> None:
 # --------------------------------------------------------------------------- device classes
 
 
-@pytest.mark.parametrize("name", ["gpu.biaxial.dev", "mig.biaxial.dev"])
+# Every repository class but the product class (an example to copy, not installed).
+INSTALLED_CLASSES = [
+    p.name.removesuffix(".yaml")
+    for p in sorted((ROOT / "deviceclasses").glob("*.yaml"))
+    if not p.name.startswith("a100-80gb.")
+]
+
+
+@pytest.mark.parametrize("name", INSTALLED_CLASSES)
 def test_device_classes_equal_the_repository_files(name: str) -> None:
     repo = yaml.safe_load((ROOT / "deviceclasses" / f"{name}.yaml").read_text(encoding="utf-8"))
     rendered = one(render(), "DeviceClass", name)
@@ -195,14 +226,34 @@ def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
 def test_class_sharing_strategy_is_a_gpu_config_the_plugin_accepts(strategy: str) -> None:
     from driver.api.config import parse_gpu_config
 
-    gpu = one(
-        render({"deviceClasses": {"sharingStrategy": strategy}}), "DeviceClass", "gpu.biaxial.dev"
-    )
+    values = {"deviceClasses": {"sharingStrategy": strategy, "allowedSharingStrategies": []}}
+    gpu = one(render(values), "DeviceClass", "gpu.biaxial.dev")
     (entry,) = gpu["spec"]["config"]
     assert entry["opaque"]["driver"] == "gpu.biaxial.dev"
-    assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.strategy == strategy
-    assert "config" not in one(render(), "DeviceClass", "gpu.biaxial.dev")["spec"]
+    parsed = parse_gpu_config(entry["opaque"]["parameters"]).sharing
+    assert (parsed.strategy, parsed.allowed) == (strategy, None)
+    none = {"deviceClasses": {"sharingStrategy": "", "allowedSharingStrategies": []}}
+    assert "config" not in one(render(none), "DeviceClass", "gpu.biaxial.dev")["spec"]
     assert "config" not in one(render(), "DeviceClass", "mig.biaxial.dev")["spec"]
+
+
+def test_the_shipped_class_enforces_shares_and_no_claim_can_switch_that_off() -> None:
+    # Issue 15: with HAMi-core installed by default, a share is limited unless the
+    # administrator says otherwise; a tenant's GpuConfig may pick mps, never none.
+    from driver.api.config import parse_gpu_config
+
+    gpu = one(render(), "DeviceClass", "gpu.biaxial.dev")
+    (entry,) = gpu["spec"]["config"]
+    parsed = parse_gpu_config(entry["opaque"]["parameters"]).sharing
+    assert parsed.strategy == "hami-core"
+    assert parsed.allowed == ("hami-core", "mps")
+    allowing = {"deviceClasses": {"allowedSharingStrategies": ["hami-core", "mps", "none"]}}
+    (entry,) = one(render(allowing), "DeviceClass", "gpu.biaxial.dev")["spec"]["config"]
+    assert parse_gpu_config(entry["opaque"]["parameters"]).sharing.allowed == (
+        "hami-core",
+        "mps",
+        "none",
+    )
 
 
 def test_class_sharing_policy_is_a_gpu_config_the_plugin_accepts() -> None:
@@ -234,12 +285,19 @@ def test_class_sharing_policy_is_a_gpu_config_the_plugin_accepts() -> None:
         (
             {"sharingStrategy": "none", "allowedSharingStrategies": ["hami-core"]},
             (
-                "allowedSharingStrategies needs deviceClasses.sharingStrategy set to one of "
-                'them, got "none"'
+                'deviceClasses.sharingStrategy "none" is not in '
+                "deviceClasses.allowedSharingStrategies [hami-core]: add it there"
             ),
         ),
         (
-            {"allowedSharingStrategies": ["hami-core"]},
+            {"sharingStrategy": "none"},  # the shipped policy does not allow none
+            (
+                'deviceClasses.sharingStrategy "none" is not in '
+                "deviceClasses.allowedSharingStrategies [hami-core mps]: add it there"
+            ),
+        ),
+        (
+            {"sharingStrategy": "", "allowedSharingStrategies": ["hami-core"]},
             "allowedSharingStrategies needs deviceClasses.sharingStrategy",
         ),
         (
@@ -435,12 +493,21 @@ def test_plugin_gets_only_the_capabilities_its_options_need() -> None:
     assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
     both = container(render({"kubeletPlugin": {"hostIPC": True, "migDevices": True}}), "DaemonSet")
     assert both["securityContext"]["capabilities"]["add"] == ["SETUID", "SETGID", "SYS_ADMIN"]
-    for c in (mps, mig, both):
+    dynamic = container(render({"kubeletPlugin": {"dynamicMig": "all"}}), "DaemonSet")
+    assert dynamic["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    env = {e["name"]: e.get("value") for e in dynamic["env"]}
+    # MIG monitor to list the instances, MIG config to create and destroy them
+    assert (env["NVIDIA_MIG_MONITOR_DEVICES"], env["NVIDIA_MIG_CONFIG_DEVICES"]) == ("all", "all")
+    assert "--dynamic-mig=all" in dynamic["args"]
+    for c in (mps, mig, both, dynamic):
         assert c["securityContext"]["privileged"] is False
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
-    assert "NVIDIA_MIG_MONITOR_DEVICES" not in {
-        e["name"] for e in container(render(), "DaemonSet")["env"]
+    default = container(render(), "DaemonSet")
+    assert not {"NVIDIA_MIG_MONITOR_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES"} & {
+        e["name"] for e in default["env"]
     }
+    assert not any(a.startswith("--dynamic-mig") for a in default["args"])
+    assert "NVIDIA_MIG_CONFIG_DEVICES" not in {e["name"] for e in mig["env"]}
     # the values are not changed by rendering (the capabilities are added to a copy)
     assert container(render(), "DaemonSet")["securityContext"] == PLUGIN_SECURITY_CONTEXT
 

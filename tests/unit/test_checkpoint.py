@@ -3,6 +3,7 @@ corrupt-file policy and the cross-process lock."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def test_roundtrip(tmp_path: Path) -> None:
     store.save(SAMPLE)
     assert store.load() == SAMPLE
     raw = json.loads(store.path.read_bytes())
-    assert raw["version"] == cp.CURRENT_VERSION == 3
+    assert raw["version"] == cp.CURRENT_VERSION == 4
     assert raw["checksum"] == checksum(raw["data"])
 
 
@@ -110,7 +111,7 @@ def test_truncated_file_is_reported_kept_in_place_and_copied_aside_once(tmp_path
     [
         (b"[]", "not a checkpoint"),
         (b'{"version": 1}', "not a checkpoint"),
-        (envelope(4, {}), "unsupported version 4"),
+        (envelope(5, {}), "unsupported version 5"),
         (envelope(0, {}), "unsupported version 0"),
         (json.dumps({"version": "2", "checksum": "", "data": {}}).encode(), "not an integer"),
         (envelope(3, {"claims": {"u1": {"uid": "u1"}}}), "malformed content for version 3"),
@@ -178,7 +179,7 @@ def test_migration_from_v1(tmp_path: Path) -> None:
     assert device.cdi_device_ids == ("k8s.gpu.biaxial.dev/gpu=u9-gpu-1",)
     # Saving writes the current version.
     store.save(migrated)
-    assert json.loads(store.path.read_bytes())["version"] == 3
+    assert json.loads(store.path.read_bytes())["version"] == 4
     assert store.load() == migrated
 
 
@@ -212,6 +213,31 @@ def test_migration_from_v2_keeps_the_shared_per_gpu_daemon(tmp_path: Path) -> No
     no_mount["cdiSpec"] = {}
     with pytest.raises(CheckpointError, match="no MPS pipe mount for GPU GPU-0"):
         decode(envelope(2, {"bootId": None, "claims": {"u3": no_mount}}), tmp_path / "c")
+
+
+def test_migration_from_v3_knows_no_mig_instances(tmp_path: Path) -> None:
+    v3_claim = {k: v for k, v in RECORD.to_json().items() if k != "mig"}
+    store = CheckpointStore(tmp_path)
+    store.path.write_bytes(envelope(3, {"bootId": "boot-7", "claims": {"u1": v3_claim}}))
+    migrated = store.load()
+    assert migrated.boot_id == "boot-7"
+    assert migrated.claims["u1"] == RECORD
+    assert migrated.claims["u1"].mig == ()
+    assert migrated.owned_instances() == frozenset()
+
+
+def test_mig_records_roundtrip_and_name_what_is_owned(tmp_path: Path) -> None:
+    made = cp.MigRecord(device="gpu-0-mig-3g40gb-4", gpu_uuid="GPU-0", profile="3g.40gb", start=4)
+    record = dataclasses.replace(RECORD, mig=(made, dataclasses.replace(made, uuid="MIG-1")))
+    store = CheckpointStore(tmp_path)
+    store.save(cp.Checkpoint(boot_id="b", claims={"u1": record}))
+    loaded = store.load()
+    assert loaded.claims["u1"].mig == record.mig
+    assert loaded.owned_instances() == frozenset({("GPU-0", "3g.40gb", 4)})
+    assert loaded.mig_records(excluding="u1") == ()
+    bad = {**record.to_json(), "mig": [{**made.to_json(), "start": -1}]}
+    with pytest.raises(CheckpointError, match="is not a placement"):
+        decode(envelope(4, {"bootId": "b", "claims": {"u1": bad}}), tmp_path / "c.json")
 
 
 def test_every_old_version_has_a_migration() -> None:

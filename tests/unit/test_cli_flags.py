@@ -62,6 +62,13 @@ CONTROLLER = [
     Case("metrics-port", "BIAXIAL_METRICS_PORT", "0", lambda s: s.metrics_port, 0),
     Case("log-format", "BIAXIAL_LOG_FORMAT", "json", lambda s: s.log_format, "json"),
     Case(
+        "decision-timeout",
+        "BIAXIAL_DECISION_TIMEOUT",
+        "2.5",
+        lambda s: s.decision_timeout_s,
+        2.5,
+    ),
+    Case(
         "max-concurrent-writes",
         "BIAXIAL_MAX_CONCURRENT_WRITES",
         "4",
@@ -117,6 +124,13 @@ PLUGIN = [
         Path("/lib/libvgpu.so"),
     ),
     Case("mps-root", "BIAXIAL_MPS_ROOT", "/m", lambda s: s.mps_root, Path("/m")),
+    Case(
+        "dynamic-mig",
+        "BIAXIAL_DYNAMIC_MIG",
+        "NVIDIA A100-SXM4-80GB",
+        lambda s: s.dynamic_mig.models,
+        {"NVIDIA A100-SXM4-80GB"},
+    ),
     Case(
         "max-shares-per-gpu",
         "BIAXIAL_MAX_SHARES_PER_GPU",
@@ -301,6 +315,14 @@ def test_the_defaults_shown_in_help_are_the_settings_defaults() -> None:
             (
                 "--default-spread-constraints: 'zone:0:DoNotSchedule': maxSkew must be an "
                 "integer >= 1 (from $BIAXIAL_DEFAULT_SPREAD_CONSTRAINTS)"
+            ),
+        ),
+        (
+            ["--decision-timeout", "-1"],
+            {},
+            (
+                "--decision-timeout must be a number of seconds >= 0 (0: none), got -1.0 "
+                "(from the flag; environment twin $BIAXIAL_DECISION_TIMEOUT)"
             ),
         ),
     ],

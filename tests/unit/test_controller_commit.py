@@ -340,3 +340,40 @@ def test_pod_claim_keys_resolves_every_kind_of_reference() -> None:
         },
     }
     assert list(pod_claim_keys(p)) == ["ns/named", "ns/p-b-x", "ns/p-ext"]
+
+
+def test_a_repaired_pod_is_not_bound_on_a_claim_cache_that_lags_behind() -> None:
+    """Upstream's rule: a pod is bound only once its claims are allocated and reserved for it
+    (kube-scheduler's DynamicResources plugin writes allocation and reservation in PreBind,
+    before the binding), and an allocation is never removed while a bound pod reserves it.
+
+    The interleaving this pins (a flake of the killed-between-commit-steps test under load):
+    an interrupted attempt left c0 allocated and reserved for p; before p's next attempt the
+    controller released it (reservation and allocation, then our finalizer); the claim
+    informer has delivered none of those writes yet, so its copy still shows c0 allocated and
+    reserved for p. The overlay must show what was written, and a plan that reuses the
+    allocation (no write needed) must still not bind p on the cache's word."""
+    api, committer, ref = setup("c0")
+    leftover = stored_claim(api, "c0")
+    leftover["metadata"]["finalizers"] = [FIN]
+    leftover["status"] = {"allocation": allocation(), "reservedFor": [ref.consumer()]}
+    leftover = api.seed(RESOURCE_CLAIMS, leftover)
+    informer = committer.overlay._informer
+    informer.store["default/c0"] = copy.deepcopy(leftover)  # the cache, frozen from now on
+
+    async def release() -> None:  # what the repair does (controller.repair.Repairer.repair)
+        assert await committer.unreserve("default/c0", ref.uid, deallocate=True) is not None
+        await committer.remove_finalizer("default/c0")
+
+    asyncio.run(release())
+    shown = committer.overlay.get("default/c0")
+    assert shown is not None
+    assert not (shown.get("status") or {}).get("allocation")
+    assert not shown["metadata"].get("finalizers")
+
+    # A decision made on the stale copy reuses the allocation: nothing to write, then bind.
+    committer.overlay.forget("default/c0")  # even with nothing assumed over the stale copy
+    plan = Plan(pod=ref, node="n1", claims=(ClaimPlan("default/c0", None),))
+    with pytest.raises(CommitAbortedError, match="deallocated meanwhile"):
+        asyncio.run(committer.commit(plan))
+    assert not api.stored(PODS, "p")["spec"].get("nodeName")  # type: ignore[index]

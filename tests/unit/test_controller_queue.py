@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from controller.queue import Outcome, SchedulingQueue
+from controller.queue import ANY, ClusterEvent, EventKind, Hint, Outcome, SchedulingQueue
 
 
 class Clock:
@@ -150,6 +150,127 @@ def test_pop_waits_for_an_add_and_for_a_backoff() -> None:
     assert asyncio.run(scenario()) == ["a", "a"]
 
 
+GPU = "gpu.biaxial.dev"
+A100 = "a100-80gb.gpu.biaxial.dev"
+EVENTS = [
+    ClusterEvent(EventKind.CLUSTER),
+    ClusterEvent(EventKind.CLAIM, claim="ns/mine"),
+    ClusterEvent(EventKind.CLAIM, claim="ns/other"),
+    ClusterEvent(EventKind.DEVICES_FREED, classes=frozenset({GPU})),
+    ClusterEvent(EventKind.DEVICES_FREED, classes=frozenset({GPU, A100})),
+    ClusterEvent(EventKind.DEVICES_FREED, classes=None),
+    ClusterEvent(EventKind.POD_GONE),
+    ClusterEvent(EventKind.POD_ADDED),
+]
+HINTS = [
+    ANY,
+    Hint(
+        claims=frozenset({"ns/mine"}),
+        device_classes=frozenset({A100}),
+        pod_gone=False,
+        pod_added=False,
+    ),
+    Hint(claims=frozenset(), device_classes=frozenset(), pod_gone=False, pod_added=False),
+    Hint(
+        cluster=False,
+        claims=frozenset({"ns/mine"}),
+        device_classes=frozenset(),
+        pod_gone=False,
+        pod_added=False,
+    ),
+    Hint(claims=frozenset(), device_classes=frozenset(), pod_gone=True, pod_added=True),
+]
+
+
+# What each hint lets through, in EVENTS order. kube-scheduler's DynamicResources plugin queues
+# a pod on a claim deallocation, on a change of one of its own claims and on slice, class and
+# node changes; NodeResourcesFit, InterPodAffinity, PodTopologySpread and NodePorts on a pod
+# deletion; InterPodAffinity and PodTopologySpread on an assigned pod's add or label update.
+# biaxial narrows a freed device down to the classes that select it.
+@pytest.mark.parametrize(
+    ("hint", "wakes"),
+    [
+        (HINTS[0], [True, True, True, True, True, True, True, True]),
+        # asks for an A100 class: a freed T4 (selected only by the gpu class) cannot help
+        (HINTS[1], [True, True, False, False, True, True, False, False]),
+        # an invalid pod: only a node, slice or class change (or its own update) may fix it
+        (HINTS[2], [True, False, False, False, False, False, False, False]),
+        # waiting for its claim to be created
+        (HINTS[3], [False, True, False, False, False, False, False, False]),
+        # kept out by its required pod affinity: a pod placed or leaving may help
+        (HINTS[4], [True, False, False, False, False, False, True, True]),
+    ],
+)
+def test_a_parked_pod_leaves_only_on_a_change_its_hint_names(hint: Hint, wakes: list[bool]) -> None:
+    for event, expected in zip(EVENTS, wakes, strict=True):
+        clock = Clock()
+        q = make(clock)
+        q.add("a")
+        assert q.pop_nowait() == "a"
+        q.done("a", Outcome.UNSCHEDULABLE, hint)
+        assert q.hint("a") == hint
+        clock.now += 5
+        assert q.move(event) == int(expected), event
+        assert (q.pop_nowait() == "a") is expected, event
+
+
+def test_a_matching_change_during_the_attempt_is_not_lost_a_foreign_one_is_ignored() -> None:
+    clock = Clock()
+    q = make(clock)
+    hint_a = HINTS[1]
+    hint_b = Hint(claims=frozenset({"ns/b"}), device_classes=frozenset({A100}), pod_gone=False)
+    for key in ("a", "b"):
+        q.add(key)
+    assert q.pop_nowait() == "a"
+    assert q.pop_nowait() == "b"
+    q.move(ClusterEvent(EventKind.DEVICES_FREED, classes=frozenset({GPU})))  # helps neither
+    q.done("a", Outcome.UNSCHEDULABLE, hint_a)
+    q.move(ClusterEvent(EventKind.CLAIM, claim="ns/b"))  # while "b" is still being tried
+    q.done("b", Outcome.UNSCHEDULABLE, hint_b)
+    assert q.depths == {"active": 0, "backoff": 1, "unschedulable": 1}
+    assert q.hint("a") == hint_a
+    clock.now += 1.0
+    assert q.pop_nowait() == "b"
+
+
+def test_a_flood_of_parked_pods_is_not_woken_by_changes_that_cannot_help() -> None:
+    clock = Clock()
+    q = make(clock)
+    flood = [f"f{i}" for i in range(1000)]
+    for key in flood:
+        q.add(key)
+    for key in flood:
+        assert q.pop_nowait() == key
+        q.done(key, Outcome.UNSCHEDULABLE, HINTS[1])
+    for _ in range(50):
+        assert q.move(ClusterEvent(EventKind.DEVICES_FREED, classes=frozenset({GPU}))) == 0
+        assert q.move(ClusterEvent(EventKind.POD_GONE)) == 0
+    q.add("ordinary")
+    assert q.pop_nowait() == "ordinary"
+    assert q.depths["unschedulable"] == 1000
+
+
+def test_a_waiting_pod_was_not_tried_so_it_skips_the_backoff_when_woken() -> None:
+    # kube-scheduler's PreEnqueue: a pod whose claim does not exist yet is not attempted.
+    clock = Clock()
+    q = make(clock)
+    q.add("a")
+    assert q.pop_nowait() == "a"
+    q.done("a", Outcome.WAITING, HINTS[3])
+    assert q.attempts("a") == 0
+    assert q.move(ClusterEvent(EventKind.CLAIM, claim="ns/other")) == 0
+    assert q.move(ClusterEvent(EventKind.CLAIM, claim="ns/mine")) == 1
+    assert q.pop_nowait() == "a"  # at once, no backoff
+
+
+def test_higher_priority_first_then_arrival_order() -> None:
+    priorities = {"low1": 0, "high": 100, "low2": 0, "mid": 10}
+    q = SchedulingQueue(clock=Clock(), priority=priorities.__getitem__)
+    for key in priorities:
+        q.add(key)
+    assert [q.pop_nowait() for _ in range(5)] == ["high", "mid", "low1", "low2", None]
+
+
 def test_random_operations_keep_the_queue_invariants() -> None:
     """Random adds, pops, outcomes, moves, forgets and clock steps: a key is never handed out
     twice at once nor before its backoff, sits in one set at most, and once the clock is past
@@ -179,14 +300,16 @@ def test_random_operations_keep_the_queue_invariants() -> None:
             done = rng.choice(sorted(processing))
             processing.discard(done)
             outcome = rng.choice([Outcome.SCHEDULED, Outcome.UNSCHEDULABLE, Outcome.ERROR])
-            q.done(done, outcome)
+            q.done(done, outcome, rng.choice(HINTS))
             if outcome is Outcome.SCHEDULED:
                 pending.discard(done)
                 not_before.pop(done, None)
             else:
                 not_before[done] = clock.now + q.backoff_s(q.attempts(done))
-        elif op < 0.8:
+        elif op < 0.77:
             q.move_all()
+        elif op < 0.8:
+            q.move(rng.choice(EVENTS))
         elif op < 0.85:
             q.forget(key)
             if key not in processing:
@@ -194,7 +317,7 @@ def test_random_operations_keep_the_queue_invariants() -> None:
                 not_before.pop(key, None)
         else:
             clock.now += rng.choice([0.1, 0.5, 1.0, 3.0])
-        sets = [set(q._active), q._backoff, q._unschedulable]
+        sets = [set(q._active), q._backoff, set(q._parked)]
         assert sum(len(s) for s in sets) == len(set().union(*sets)), "a key in two sets"
     for key in list(processing):
         q.done(key, Outcome.SCHEDULED)

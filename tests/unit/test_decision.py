@@ -14,12 +14,14 @@ import pytest
 
 from biaxial.simulate.manifests import load_objects
 from driver.api.claims import AllocationResult, DeviceClass
+from driver.api.errors import DeadlineExceededError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import ResourceSlice
 from driver.cel.engine import compile_selector
+from driver.cel.reads import referenced_names
 from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
-from driver.scheduling.classification import DeviceClassifier, referenced_names
+from driver.scheduling.classification import DeviceClassifier
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
@@ -295,6 +297,23 @@ def test_cel_runtime_error_is_an_error_not_a_mismatch() -> None:
     )
     decision = place(eng, claim_pod("p"), (bad.model(),))
     assert isinstance(decision, PodError), decision
+
+
+def test_a_passed_deadline_ends_the_decision_and_caches_nothing() -> None:
+    # kube-scheduler's DRA filter timeout (DynamicResourcesArgs.filterTimeout): the decision is
+    # abandoned, not answered with a verdict on the pod's input. Nothing that absorbs CEL
+    # errors (classification, the allocator, the match cache) may keep the cancellation.
+    from driver.cel import cost
+
+    eng = engine([gpu_node("a", 2), gpu_node("b", 2)])
+    selector = 'device.attributes["gpu.biaxial.dev"].index >= 0'
+    picky = claim("c", uid="u").request("r", selectors=[selector])
+    before = eng.state()
+    with cost.limits(deadline=0.0), pytest.raises(DeadlineExceededError, match="deadline"):
+        eng.decide(claim_pod("p"), (picky.model(),))
+    assert eng.state() == before
+    decision = place(eng, claim_pod("p"), (picky.model(),))
+    assert isinstance(decision, Placement), decision
 
 
 def test_cpu_and_pod_fit() -> None:

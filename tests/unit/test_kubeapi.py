@@ -178,6 +178,43 @@ def test_token_bucket_allows_a_burst_then_holds_to_qps() -> None:
     assert total >= 0.08  # two more tokens at 20 per second
 
 
+def test_background_callers_yield_every_token_to_the_others() -> None:
+    """A thousand queued reports must not delay a placement's writes: a foreground caller
+    waits for at most the one token a background caller was already waiting for."""
+
+    async def scenario() -> tuple[list[str], float]:
+        bucket = TokenBucket(qps=100, burst=1)
+        order: list[str] = []
+
+        async def take(name: str, background: bool) -> None:
+            await bucket.acquire(background=background)
+            order.append(name)
+
+        reports = [asyncio.create_task(take(f"r{i}", True)) for i in range(20)]
+        await asyncio.sleep(0.025)  # the burst token and about two more went to reports
+        start = time.monotonic()
+        await asyncio.gather(take("w0", False), take("w1", False), take("w2", False))
+        waited = time.monotonic() - start
+        await asyncio.gather(*reports)
+        return order, waited
+
+    order, waited = asyncio.run(scenario())
+    writes = [order.index(w) for w in ("w0", "w1", "w2")]
+    assert writes == sorted(writes)
+    assert writes[-1] - writes[0] == 2, f"reports got tokens between the writes: {order}"
+    assert writes[0] <= 5, order
+    assert waited < 0.1  # three tokens at 100 per second, plus at most one report's
+
+
+def test_requests_inside_background_are_marked_for_the_bucket() -> None:
+    from kubeapi.client import _BACKGROUND, background
+
+    assert _BACKGROUND.get() is False
+    with background():
+        assert _BACKGROUND.get() is True
+    assert _BACKGROUND.get() is False
+
+
 def test_an_unreadable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
     bad = tmp_path / "kubeconfig"
     bad.write_text("not: [a kubeconfig")

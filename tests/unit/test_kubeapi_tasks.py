@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from kubeapi.tasks import TaskGuard
+from kubeapi.tasks import TaskGuard, wait_at_most
 
 LOGGER = "biaxial.kubeapi.tasks"
 
@@ -184,3 +185,49 @@ def test_a_service_whose_helper_task_fails_is_reported_by_the_helper_error() -> 
     guard = asyncio.run(scenario())
     assert failures == ["crashed: KeyError: 'claim'"]
     assert guard.reason == "task deallocator: crashed: KeyError: 'claim'"
+
+
+# --------------------------------------------------------------------------- wait_at_most
+
+
+def _loop_until_cancelled(wait: Callable[[asyncio.Event], Awaitable[object]]) -> bool:
+    """A service loop around a bounded wait; the event fires in the same loop step as the
+    cancellation (as a shutdown racing a wake-up does). Whether the loop stopped."""
+
+    async def scenario() -> bool:
+        event = asyncio.Event()
+
+        async def service() -> None:
+            while True:
+                await wait(event)
+                event.clear()
+
+        task = asyncio.create_task(service())
+        await asyncio.sleep(0)  # the service waits now
+        event.set()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=1.0)
+        if not done:
+            task.cancel()  # once more, to end the demonstration
+            await asyncio.gather(task, return_exceptions=True)
+        return bool(done) and task.cancelled()
+
+    return asyncio.run(scenario())
+
+
+def test_a_bounded_wait_never_loses_the_cancellation_of_its_caller() -> None:
+    # asyncio.wait_for on Python 3.11 returns the inner result when the inner task finished
+    # in the same step as the caller's cancellation (CPython gh-86296): the service loop
+    # above then never stops. wait_at_most runs under asyncio.timeout in the caller's task.
+    assert _loop_until_cancelled(lambda event: wait_at_most(event.wait(), 10.0))
+
+
+def test_a_bounded_wait_says_whether_it_finished_or_timed_out() -> None:
+    async def scenario() -> tuple[bool, bool]:
+        event = asyncio.Event()
+        event.set()
+        finished = await wait_at_most(event.wait(), 1.0)
+        timed_out = await wait_at_most(asyncio.Event().wait(), 0.01)
+        return finished, timed_out
+
+    assert asyncio.run(scenario()) == (True, False)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from driver.api.errors import DiscoveryError
+from driver.api.errors import DiscoveryError, MigError
 from driver.discovery.backend import GpuBackend, HealthEvent, next_health_event, open_backend
 from driver.discovery.fake import FakeBackend, builtin_profiles, load_profile, parse_profile
 
@@ -20,7 +20,15 @@ MIB = 1024 * 1024
 UUID_RE = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 MIG_UUID_RE = re.compile(r"MIG-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
-BUILTINS = ("a100-40gbx8", "a100-80gbx8", "a10gx4", "h100-80gbx8", "t4x4")
+BUILTINS = (
+    "a100-40gbx8",
+    "a100-80gbx8",
+    "a100-80gbx8-dynmig",
+    "a10gx4",
+    "h100-80gbx8",
+    "h100-80gbx8-dynmig",
+    "t4x4",
+)
 
 MINIMAL_MODEL = {
     "productName": "Test GPU",
@@ -52,7 +60,7 @@ def profile(**overrides: object) -> dict[str, object]:
 # --------------------------------------------------------------------------- built-in profiles
 
 
-def test_builtin_profiles_are_the_documented_five() -> None:
+def test_builtin_profiles_are_the_documented_seven() -> None:
     assert builtin_profiles() == BUILTINS
 
 
@@ -105,7 +113,9 @@ def test_a10gx4_matches_the_reference_node() -> None:
     [
         ("a100-40gbx8", "NVIDIA A100-SXM4-40GB", 40960, 108),
         ("a100-80gbx8", "NVIDIA A100-SXM4-80GB", 81920, 108),
+        ("a100-80gbx8-dynmig", "NVIDIA A100-SXM4-80GB", 81920, 108),
         ("h100-80gbx8", "NVIDIA H100 80GB HBM3", 81559, 132),
+        ("h100-80gbx8-dynmig", "NVIDIA H100 80GB HBM3", 81559, 132),
     ],
 )
 def test_eight_gpu_profiles_have_two_numa_nodes_and_two_pcie_roots(
@@ -346,6 +356,159 @@ def test_closed_backend_refuses_work() -> None:
         backend.discover()
     with pytest.raises(DiscoveryError, match="closed"):
         backend.wait_health_event(0)
+
+
+# --------------------------------------------------------------------------- dynamic MIG
+
+
+WHOLE_TABLE = [
+    *MIG_TABLE,
+    {"name": "7g.40gb", "memoryMiB": 1000, "multiprocessors": 9, "size": 8, "placements": [0]},
+    {
+        "name": "1g.5gb+me",
+        "memoryMiB": 128,
+        "multiprocessors": 1,
+        "size": 1,
+        "placements": [0, 1, 2],
+        "jpegs": 1,
+    },
+]
+
+
+@pytest.mark.parametrize("name", ["a100-80gbx8-dynmig", "h100-80gbx8-dynmig"])
+def test_dynamic_profiles_declare_every_gpu_in_mig_mode_without_partitions(name: str) -> None:
+    backend = FakeBackend.from_profile(name, node_name="n")
+    gpus = backend.discover()
+    assert backend.dynamic_mig == frozenset(g.uuid for g in gpus)
+    assert all(g.mig_enabled and not g.mig_devices for g in gpus)
+    names = [p.name for p in gpus[0].mig_profiles]
+    assert "1g.10gb+me" in names
+    assert "7g.80gb" in names
+    assert next(p for p in gpus[0].mig_profiles if p.name == "4g.40gb").compute_slices == 4
+
+
+def test_static_profiles_declare_nothing_dynamic() -> None:
+    assert FakeBackend.from_profile("h100-80gbx8").dynamic_mig == frozenset()
+
+
+def test_a_profile_default_mig_and_per_gpu_override() -> None:
+    raw = profile(
+        migProfiles=WHOLE_TABLE,
+        mig={"enabled": True, "dynamic": True},
+        gpus=[{}, {"mig": {"enabled": True, "devices": [{"profile": "3g.20gb", "start": 4}]}}],
+    )
+    parsed = parse_profile(raw, name="mixed", node_name="n")
+    first, second = parsed.gpus
+    assert parsed.dynamic_mig == frozenset({first.uuid})
+    assert second.mig_devices[0].gi_id == 1
+    assert second.mig_devices[0].caps  # fake /dev/nvidia-caps nodes for the container
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (profile(gpus=[{"mig": {"dynamic": True}}]), "dynamic MIG needs mig.enabled: true"),
+        (
+            profile(migProfiles=[MIG_TABLE[0]], gpus=[{"mig": {"enabled": True, "dynamic": True}}]),
+            "no profile covering the whole GPU",
+        ),
+        (
+            profile(migProfiles=[{**MIG_TABLE[0], "name": "odd"}]),
+            r"computeSlices is required: the name 'odd' does not say it",
+        ),
+        (profile(mig={"enabled": True, "devices": []}), r"unknown field\(s\) devices"),
+    ],
+)
+def test_bad_dynamic_declarations_are_named(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(DiscoveryError, match=message):
+        parse_profile(raw, name="synthetic")
+
+
+def dynamic_backend(tmp_path: Path | None = None) -> FakeBackend:
+    raw = profile(
+        migProfiles=[
+            {**row, "jpegs": 1} if row["name"] == "7g.40gb" else row for row in WHOLE_TABLE
+        ],
+        mig={"enabled": True, "dynamic": True},
+        count=1,
+    )
+    state = tmp_path / "mig.json" if tmp_path is not None else None
+    return FakeBackend(parse_profile(raw, name="dyn", node_name="n"), state_file=state)
+
+
+def test_create_and_destroy_instances_as_nvml_does() -> None:
+    backend = dynamic_backend()
+    gpu = backend.discover()[0].uuid
+    first = backend.create_mig(gpu, "1g.5gb", 2)
+    assert MIG_UUID_RE.fullmatch(first.uuid)
+    assert (first.gi_id, first.ci_id, first.size) == (1, 0, 1)
+    assert first.caps
+    assert all(c.startswith("/dev/nvidia-caps/nvidia-cap") for c in first.caps)
+    assert backend.discover()[0].mig_devices == (first,)
+    with pytest.raises(MigError, match=r"placement 0\+4 of 3g.20gb is taken by instance"):
+        backend.create_mig(gpu, "3g.20gb", 0)
+    with pytest.raises(MigError, match="cannot start at 3"):
+        backend.create_mig(gpu, "3g.20gb", 3)
+    with pytest.raises(MigError, match=r"no MIG profile '9g.9gb'"):
+        backend.create_mig(gpu, "9g.9gb", 0)
+    assert backend.destroy_mig(gpu, first.uuid) is True
+    assert backend.destroy_mig(gpu, first.uuid) is False
+    again = backend.create_mig(gpu, "1g.5gb", 2)
+    assert again.uuid != first.uuid  # a re-created instance gets a new UUID, as in NVML
+
+
+def test_media_engines_limit_instances_like_the_hardware() -> None:
+    backend = dynamic_backend()
+    gpu = backend.discover()[0].uuid
+    backend.create_mig(gpu, "1g.5gb+me", 0)
+    with pytest.raises(MigError, match=r"not enough jpeg-engines left for 1g.5gb\+me"):
+        backend.create_mig(gpu, "1g.5gb+me", 1)
+
+
+def test_mig_mode_is_required_and_never_changed() -> None:
+    backend = FakeBackend(parse_profile(profile(count=1), name="off", node_name="n"))
+    gpu = backend.discover()[0]
+    with pytest.raises(MigError, match="MIG mode is disabled"):
+        backend.create_mig(gpu.uuid, "1g.5gb", 0)
+    assert not backend.discover()[0].mig_enabled
+
+
+def test_injected_failures_come_in_order_and_only_for_their_operation() -> None:
+    backend = dynamic_backend()
+    gpu = backend.discover()[0].uuid
+    backend.fail_next("destroy", "device busy")
+    backend.fail_next("create", "out of resources")
+    with pytest.raises(MigError, match=r"NVML failed to create 1g.5gb at 0 .*: out of resources"):
+        backend.create_mig(gpu, "1g.5gb", 0)
+    made = backend.create_mig(gpu, "1g.5gb", 0)
+    with pytest.raises(MigError, match="device busy"):
+        backend.destroy_mig(gpu, made.uuid)
+    assert backend.destroy_mig(gpu, made.uuid) is True
+
+
+def test_instances_outlive_the_backend_through_its_state_file(tmp_path: Path) -> None:
+    first = dynamic_backend(tmp_path)
+    gpu = first.discover()[0].uuid
+    made = first.create_mig(gpu, "3g.20gb", 4)
+    seen: list[str] = []
+    first.after_create = lambda info: seen.append(info.uuid)
+    other = first.create_mig(gpu, "1g.5gb", 0)
+    assert seen == [other.uuid]
+    restarted = dynamic_backend(tmp_path)  # a new process, same NVML state
+    assert restarted.discover()[0].mig_devices == (other, made)
+    assert restarted.create_mig(gpu, "1g.5gb", 1).uuid not in {made.uuid, other.uuid}
+    restarted.reset_instances()  # a reboot
+    assert dynamic_backend(tmp_path).discover()[0].mig_devices == ()
+    (tmp_path / "mig.json").write_text("{")
+    with pytest.raises(DiscoveryError, match=r"fake MIG state .* unreadable"):
+        dynamic_backend(tmp_path)
+
+
+def test_events_name_created_instances_too() -> None:
+    backend = dynamic_backend()
+    gpu = backend.discover()[0].uuid
+    made = backend.create_mig(gpu, "1g.5gb", 0)
+    assert backend.inject_xid(made.uuid, 31).uuid == made.uuid
 
 
 @pytest.mark.parametrize("profile", builtin_profiles())

@@ -4,6 +4,7 @@ the SM-count fallback, health events, and its errors. (Real hardware: ``tests/gp
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import types
 from dataclasses import dataclass, field
@@ -12,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from driver.api.errors import DiscoveryError
+from driver.api.errors import DiscoveryError, MigError
 from driver.discovery.backend import HealthEvent
 from driver.discovery.real import (
     NvmlBackend,
     cores_per_sm,
+    mig_caps,
     mig_memory_gb,
     normalize_pci_bus_id,
     pci_topology,
@@ -65,6 +67,45 @@ class Mig:
     sms: int
     gi_slices: int
     ci_slices: int
+    ci_id: int = 0
+
+
+@dataclass(frozen=True)
+class Row:
+    """One GPU instance profile as NVML describes it (A100-40GB numbers)."""
+
+    name: bytes
+    slices: int
+    size: int
+    memory_mib: int
+    sms: int
+    placements: tuple[int, ...]
+    decoders: int = 0
+    jpegs: int = 0
+    ofas: int = 0
+
+
+A100_40GB_ROWS = {
+    0: Row(b"MIG 1g.5gb", 1, 1, 4864, 14, (0, 1, 2, 3, 4, 5, 6)),
+    7: Row(b"MIG 1g.5gb+me", 1, 1, 4864, 14, (0, 1, 2, 3, 4, 5, 6), 1, 1, 1),
+    9: Row(b"MIG 3g.20gb", 3, 4, 20096, 42, (0, 4), 2),
+    19: Row(b"MIG 7g.40gb", 7, 8, 40448, 98, (0,), 5, 1, 1),
+}
+
+
+class Placement(ctypes.Structure):
+    _fields_ = (("start", ctypes.c_uint), ("size", ctypes.c_uint))
+
+
+@dataclass
+class GpuInstance:
+    """A GPU instance handle of the stand-in (before and after its compute instance)."""
+
+    gpu: Gpu
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
 
 
 @dataclass
@@ -92,8 +133,11 @@ class FakePynvml(types.ModuleType):
     NVMLError_NotFound = NotFound
     NVMLError_Timeout = Timeout
     NVMLError_GpuIsLost = GpuIsLost
-    NVML_GPU_INSTANCE_PROFILE_COUNT = 0x12
+    NVML_GPU_INSTANCE_PROFILE_COUNT = 0x14
+    NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0
     nvmlEventTypeXidCriticalError = 0x8  # noqa: N815 - pynvml spells it so
+    c_nvmlGpuInstancePlacement_t = Placement  # noqa: N815 - pynvml spells it so
 
     def __init__(self, gpus: list[Gpu], *, init_error: NVMLError | None = None) -> None:
         super().__init__("pynvml")
@@ -101,7 +145,9 @@ class FakePynvml(types.ModuleType):
         self.init_error = init_error
         self.calls: list[str] = []
         self.events: list[Any] = []
-        self.profile_names = {0: b"MIG 1g.5gb", 9: b"MIG 3g.20gb"}
+        self.profile_names = {i: row.name for i, row in A100_40GB_ROWS.items()}
+        self.next_uuid = 0
+        self.fail_compute_instance = False
 
     # system
     def nvmlInit(self) -> None:
@@ -174,9 +220,88 @@ class FakePynvml(types.ModuleType):
         return [handle.mig_mode, handle.mig_mode]
 
     def nvmlDeviceGetGpuInstanceProfileInfo(self, handle: Gpu, profile: int) -> Any:
-        if profile not in self.profile_names:
+        if profile not in self.profile_names or handle.mig_mode is None:
             raise NotSupported()
-        return types.SimpleNamespace(id=profile, name=self.profile_names[profile])
+        row = A100_40GB_ROWS[profile]
+        return types.SimpleNamespace(
+            id=profile,
+            name=self.profile_names[profile],
+            sliceCount=row.slices,
+            memorySizeMB=row.memory_mib,
+            multiprocessorCount=row.sms,
+            decoderCount=row.decoders,
+            encoderCount=0,
+            jpegCount=row.jpegs,
+            ofaCount=row.ofas,
+        )
+
+    def nvmlDeviceGetGpuInstancePossiblePlacements(
+        self, handle: Gpu, profile_id: int, array: Any, count: Any
+    ) -> None:
+        row = A100_40GB_ROWS[profile_id]
+        for i, start in enumerate(row.placements):
+            array[i].start = start
+            array[i].size = row.size
+        count._obj.value = len(row.placements)
+
+    def nvmlDeviceCreateGpuInstanceWithPlacement(
+        self, handle: Gpu, profile_id: int, placement: Placement
+    ) -> GpuInstance:
+        self.calls.append(f"create gi {profile_id}@{placement.start}")
+        for mig in handle.migs:
+            if (
+                mig is not None
+                and mig.start < placement.start + placement.size
+                and (placement.start < mig.start + mig.size)
+            ):
+                raise NVMLError(25)  # NVML_ERROR_INSUFFICIENT_RESOURCES
+        used = {m.gi_id for m in handle.migs if m is not None}
+        gi_id = next(i for i in range(1, 15) if i not in used)
+        return GpuInstance(handle, gi_id, profile_id, placement.start, placement.size)
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, gi: GpuInstance | Mig, profile: int, engine: int
+    ) -> Any:
+        slices = {0: 1, 2: 2, 3: 3, 4: 4, 6: 7}
+        if profile not in slices:
+            raise NotSupported()
+        return types.SimpleNamespace(id=profile, sliceCount=slices[profile])
+
+    def nvmlGpuInstanceCreateComputeInstance(self, gi: GpuInstance, ci_profile: int) -> Any:
+        self.calls.append(f"create ci {ci_profile}")
+        if self.fail_compute_instance:
+            raise NVMLError(25)
+        row = A100_40GB_ROWS[gi.profile_id]
+        self.next_uuid += 1
+        gi.gpu.migs.append(
+            Mig(
+                f"MIG-new-{self.next_uuid}",
+                gi_id=gi.gi_id,
+                profile_id=gi.profile_id,
+                start=gi.start,
+                size=gi.size,
+                memory_mib=row.memory_mib,
+                sms=row.sms,
+                gi_slices=row.slices,
+                ci_slices=row.slices,
+            )
+        )
+        return gi
+
+    def nvmlGpuInstanceDestroy(self, gi: GpuInstance | Mig) -> None:
+        self.calls.append(f"destroy gi {gi.gi_id}")
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, gi: Mig, ci_id: int) -> Mig:
+        return gi
+
+    def nvmlComputeInstanceDestroy(self, ci: Mig) -> None:
+        self.calls.append(f"destroy ci {ci.uuid}")
+        for gpu in self.gpus:
+            if ci in gpu.migs:
+                gpu.migs.remove(ci)
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Mig) -> int:
+        return handle.ci_id
 
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: Gpu) -> int:
         return len(handle.migs)
@@ -193,9 +318,11 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetGpuInstanceById(self, handle: Gpu, gi_id: int) -> Mig:
         return next(m for m in handle.migs if m is not None and m.gi_id == gi_id)
 
-    def nvmlGpuInstanceGetInfo(self, gi: Mig) -> Any:
+    def nvmlGpuInstanceGetInfo(self, gi: Mig | GpuInstance) -> Any:
         return types.SimpleNamespace(
-            profileId=gi.profile_id, placement=types.SimpleNamespace(start=gi.start, size=gi.size)
+            id=gi.gi_id,
+            profileId=gi.profile_id,
+            placement=types.SimpleNamespace(start=gi.start, size=gi.size),
         )
 
     # events
@@ -507,3 +634,99 @@ def test_cores_per_sm_table() -> None:
     assert cores_per_sm(9, 0) == 128
     assert cores_per_sm(6, 1) == 128
     assert cores_per_sm(2, 0) is None
+
+
+# --------------------------------------------------------------------------- MIG profiles and
+# instances (the stand-in models NVML; real hardware never runs create/destroy in tests)
+
+
+def test_profile_table_lists_placements_and_media_engines(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    install(monkeypatch, FakePynvml([a100_with_mig(), t4()]))
+    with NvmlBackend(sysfs=sysfs) as backend:
+        t4_gpu, a100 = backend.discover()
+    assert t4_gpu.mig_profiles == ()
+    rows = {p.name: p for p in a100.mig_profiles}
+    assert sorted(rows) == ["1g.5gb", "1g.5gb+me", "3g.20gb", "7g.40gb"]
+    assert rows["1g.5gb"].placements == (0, 1, 2, 3, 4, 5, 6)
+    assert (rows["3g.20gb"].size, rows["3g.20gb"].compute_slices) == (4, 3)
+    assert (rows["1g.5gb+me"].decoders, rows["1g.5gb+me"].jpegs, rows["1g.5gb+me"].ofas) == (
+        1,
+        1,
+        1,
+    )
+    assert rows["7g.40gb"].profile_id == 19
+    assert rows["7g.40gb"].memory_bytes == 40448 * MIB
+
+
+def test_mig_devices_carry_instance_ids_and_their_caps_nodes(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path, tmp_path: Path
+) -> None:
+    proc = tmp_path / "proc"
+    gi = proc / "driver" / "nvidia" / "capabilities" / "gpu1" / "mig" / "gi7"
+    (gi / "ci0").mkdir(parents=True)
+    (gi / "access").write_text("DeviceFileMinor: 66\nDeviceFileMode: 292\n", encoding="ascii")
+    (gi / "ci0" / "access").write_text("DeviceFileMinor: 67\nDeviceFileMode: 292\n")
+    install(monkeypatch, FakePynvml([a100_with_mig()]))
+    with NvmlBackend(sysfs=sysfs, proc=proc) as backend:
+        (gpu,) = backend.discover()
+    first, second = gpu.mig_devices
+    assert (first.gi_id, first.ci_id) == (7, 0)
+    assert first.caps == ("/dev/nvidia-caps/nvidia-cap66", "/dev/nvidia-caps/nvidia-cap67")
+    assert second.caps == ()  # procfs says nothing about gi2: no nodes rather than guessed ones
+
+
+def test_mig_caps_needs_both_access_files(tmp_path: Path) -> None:
+    base = tmp_path / "driver" / "nvidia" / "capabilities" / "gpu0" / "mig" / "gi1"
+    base.mkdir(parents=True)
+    (base / "access").write_text("DeviceFileMinor: 12\n", encoding="ascii")
+    assert mig_caps(tmp_path, 0, 1, 0) == ()
+    (base / "ci0").mkdir()
+    (base / "ci0" / "access").write_text("garbage\n", encoding="ascii")
+    assert mig_caps(tmp_path, 0, 1, 0) == ()
+    (base / "ci0" / "access").write_text("DeviceFileMinor: 13\n", encoding="ascii")
+    assert mig_caps(tmp_path, 0, 1, 0) == (
+        "/dev/nvidia-caps/nvidia-cap12",
+        "/dev/nvidia-caps/nvidia-cap13",
+    )
+
+
+def test_create_places_a_gpu_and_a_compute_instance_and_destroy_removes_them(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    gpu = a100_with_mig()
+    fake = install(monkeypatch, FakePynvml([gpu]))
+    with NvmlBackend(sysfs=sysfs) as backend:
+        created = backend.create_mig("GPU-a100", "1g.5gb", 2)
+        assert (created.profile, created.start, created.size) == ("1g.5gb", 2, 1)
+        assert created.uuid == "MIG-new-1"
+        assert created.gi_id == 1  # the lowest free ID: 2 and 7 are taken
+        assert "create gi 0@2" in fake.calls
+        assert "create ci 0" in fake.calls  # the compute instance spanning 1 slice
+        assert any(m.uuid == "MIG-new-1" for m in backend.discover()[0].mig_devices)
+        assert backend.destroy_mig("GPU-a100", "MIG-new-1") is True
+        assert fake.calls[-2:] == ["destroy ci MIG-new-1", "destroy gi 1"]
+        assert backend.destroy_mig("GPU-a100", "MIG-new-1") is False
+        assert all(m.uuid != "MIG-new-1" for m in backend.discover()[0].mig_devices)
+
+
+def test_create_refuses_what_nvml_refuses_and_undoes_a_half_made_instance(
+    monkeypatch: pytest.MonkeyPatch, sysfs: Path
+) -> None:
+    gpu = a100_with_mig()
+    fake = install(monkeypatch, FakePynvml([gpu]))
+    with NvmlBackend(sysfs=sysfs) as backend:
+        with pytest.raises(MigError, match="not a possible placement"):
+            backend.create_mig("GPU-a100", "3g.20gb", 2)
+        with pytest.raises(MigError, match="no such profile"):
+            backend.create_mig("GPU-a100", "9g.1tb", 0)
+        with pytest.raises(MigError, match=r"create MIG 3g.20gb at 4 .*NVML: NVML error 25"):
+            backend.create_mig("GPU-a100", "3g.20gb", 4)  # MIG-b holds 4-7
+        with pytest.raises(MigError, match="GPU GPU-nope is not on this node"):
+            backend.create_mig("GPU-nope", "1g.5gb", 0)
+        fake.fail_compute_instance = True
+        with pytest.raises(MigError, match="compute instance"):
+            backend.create_mig("GPU-a100", "1g.5gb", 3)
+        assert fake.calls[-1] == "destroy gi 1"  # the GPU instance went again
+    assert [m.uuid for m in gpu.migs if m is not None] == ["MIG-b", "MIG-a"]

@@ -152,3 +152,17 @@ def test_a_missing_hami_core_library_is_dropped_at_start_with_a_warning(
     assert f"HAMi-core library {library} (HAMi-core v2.9.0 (commit 5091a2f))" in caplog.text
     none = Settings(node_name="n1", hami_core_library_path=None).prepare_settings()
     assert with_installed_hami_core(none) is none
+
+
+def test_dynamic_mig_is_off_unless_asked_and_takes_all_or_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("BIAXIAL_DYNAMIC_MIG", raising=False)
+    assert kubelet_plugin.settings_from_args(parse(["--node-name", "n1"])).dynamic_mig.off
+    every = kubelet_plugin.settings_from_args(parse(["--node-name", "n1", "--dynamic-mig", "all"]))
+    assert every.dynamic_mig.everywhere
+    monkeypatch.setenv("BIAXIAL_DYNAMIC_MIG", "NVIDIA A100-SXM4-80GB,NVIDIA H100 80GB HBM3")
+    models = kubelet_plugin.settings_from_args(parse(["--node-name", "n1"])).dynamic_mig.models
+    assert models == {"NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"}
+    with pytest.raises(ConfigError, match="--dynamic-mig: 'a,,b' is not off, all"):
+        kubelet_plugin.settings_from_args(parse(["--node-name", "n1", "--dynamic-mig", "a,,b"]))

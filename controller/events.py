@@ -153,21 +153,7 @@ class Recorder:
         """Write one Event about ``pod`` now, outside the lane (preemption's ``Preempting`` and
         ``Preempted``, and ``BindingConditionsPending``: rare, and none may replace another
         waiting for the same pod). Failures are logged."""
-        body = event_body(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": pod.namespace,
-                "name": pod.name,
-                "uid": pod.uid,
-            },
-            namespace=pod.namespace,
-            event_type=etype,
-            reason=reason,
-            message=message,
-            component=self.component,
-            instance=self.instance,
-        )
+        body = self._body(_Report(pod, etype, reason, message, condition_reason=None))
         try:
             self.written += 1
             await self.api.create(EVENTS, body, pod.namespace)

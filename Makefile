@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv check test demo bench bench-rules bench-cel bench-emulator bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -80,6 +80,10 @@ bench-emulator: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build *.egg-info
+
+## bench-preemption: a full 500-node x 8-GPU cluster and a stream of high-priority pods
+bench-preemption: $(STAMP)
+	$(BIN)/python -m bench.preemption
 
 ## bench-rules: pods carrying a rule between pods (anti-affinity, affinity, spreading) at 500
 ## and 5000 nodes, as kube-scheduler's scheduler_perf workloads of the same names

@@ -38,13 +38,13 @@ import gc
 import json
 import pstats
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.report import percentile, run_child, table_lines
 from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
@@ -62,11 +62,6 @@ DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
     "dynamic-mig": ((500,), 2000),
 }
 SCENARIOS = tuple(DEFAULTS)
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 KINDS = ("nodes", "slices", "classes", "claims", "pods")
@@ -159,8 +154,8 @@ def measure(folder: Path) -> dict[str, Any]:
         "pods": len(pod_inputs),
         "placed": placed,
         "podsPerSecond": len(pod_inputs) / total,
-        "p50Ms": 1000 * _percentile(durations, 0.50),
-        "p99Ms": 1000 * _percentile(durations, 0.99),
+        "p50Ms": 1000 * percentile(durations, 0.50),
+        "p99Ms": 1000 * percentile(durations, 0.99),
         "meanMs": 1000 * total / len(pod_inputs),
         "cpuMsPerPod": 1000 * total_cpu / len(pod_inputs),
         "coldStartSeconds": cold,
@@ -175,14 +170,7 @@ def measure(folder: Path) -> dict[str, Any]:
 def _child(name: str, nodes: int, pods: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
         write_scenario(Path(tmp), name, nodes, pods, seed)
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.decisions", "--child", tmp],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+        return run_child("bench.decisions", tmp)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -220,10 +208,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         ]
         for r in rows
     ]
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(headers)]
-    lines.append(" | ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
-    lines.append("-+-".join("-" * w for w in widths))
-    lines.extend(" | ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body)
+    lines.extend(table_lines(headers, body))
     if len(rows) >= 2:
         small = next((r for r in rows if r["nodes"] == 500), rows[0])
         large = rows[-1]

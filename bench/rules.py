@@ -39,14 +39,14 @@ import gc
 import json
 import pstats
 import random
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.decisions import _peak_rss_mb, _percentile
+from bench.decisions import _peak_rss_mb
+from bench.report import percentile, run_child, table_lines
 from bench.scenarios import generate
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
@@ -194,8 +194,8 @@ def measure(folder: Path) -> dict[str, Any]:
         "pods": len(measured),
         "placed": placed,
         "podsPerSecond": len(measured) / total,
-        "p50Ms": 1000 * _percentile(durations, 0.50),
-        "p99Ms": 1000 * _percentile(durations, 0.99),
+        "p50Ms": 1000 * percentile(durations, 0.50),
+        "p99Ms": 1000 * percentile(durations, 0.99),
         "cpuMsPerPod": 1000 * total_cpu / len(measured),
         "nodesEvaluated": engine.stats.nodes_evaluated,
         "allocatorCalls": engine.stats.allocator_calls,
@@ -206,14 +206,7 @@ def measure(folder: Path) -> dict[str, Any]:
 def _child(workload: str, nodes: int, seed: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="biaxial-bench-rules-") as tmp:
         write_scenario(Path(tmp), workload, nodes, seed)
-        out = subprocess.run(
-            [sys.executable, "-m", "bench.rules", "--child", tmp],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+        return run_child("bench.rules", tmp)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -253,11 +246,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{r['peakRssMb']:.0f}",
             ]
         )
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(headers)]
-    lines = [" | ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
-    lines.append("-+-".join("-" * w for w in widths))
-    lines.extend(" | ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body)
-    return "\n".join(lines)
+    return "\n".join(table_lines(headers, body))
 
 
 def main(argv: list[str] | None = None) -> int:

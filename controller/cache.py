@@ -18,12 +18,12 @@ assumes them, so a device is never handed out twice while their writes are in fl
 
 :class:`ClusterCache` bundles the informers the controller needs and fans their changes out to
 subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator, the volume
-binder): nodes, pods, DeviceClasses, ResourceSlices and ResourceClaims; Namespaces (their
-labels, for pod affinity terms' ``namespaceSelector``); what the volume rules read
-(PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, CSIDrivers,
-CSIStorageCapacities, VolumeAttachments); and, when default topology spreading is on, the
-objects whose selectors kube-scheduler's default spreading reads (Services,
-ReplicationControllers, ReplicaSets, StatefulSets).
+binder): nodes, pods, DeviceClasses, ResourceSlices and ResourceClaims; what the volume rules
+read (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, CSIDrivers,
+CSIStorageCapacities, VolumeAttachments); PodDisruptionBudgets (for preemption); Namespaces
+(their labels, for pod affinity terms' ``namespaceSelector``); and, when default topology
+spreading is on, the objects whose selectors kube-scheduler's default spreading reads
+(Services, ReplicationControllers, ReplicaSets, StatefulSets).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from controller.api import (
     JSON,
     NAMESPACES,
     NODES,
+    POD_DISRUPTION_BUDGETS,
     PODS,
     REPLICA_SETS,
     REPLICATION_CONTROLLERS,
@@ -58,6 +59,7 @@ from driver.api.claims import DeviceClass
 from driver.api.errors import ApiError, BiaxialError, GoneError
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
+from driver.scheduling.preemption import DisruptionBudget
 from kubeapi.retry import Backoff
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -442,6 +444,13 @@ class ClusterCache:
             if owners
             else ()
         )
+        # PodDisruptionBudgets, which preemption reads (as small records).
+        self.budgets: Informer[DisruptionBudget] = Informer(
+            api,
+            POD_DISRUPTION_BUDGETS,
+            transform=DisruptionBudget.from_api,
+            watch_timeout_s=timeout,
+        )
         #: kind -> informer, for every kind of driver.scheduling.volumes.VOLUME_KINDS (raw JSON:
         #: the volume binder writes them, the engine parses them)
         self.volumes: dict[str, Informer[JSON]] = {
@@ -460,6 +469,7 @@ class ClusterCache:
             self.claims,
             self.namespaces,
             *self.owners,
+            self.budgets,
             *self.volumes.values(),
             self.pods,
         )

@@ -13,11 +13,16 @@ writes it in this order:
    shape, with our finalizer), its status written as in 2, and linked from
    ``pod.status.extendedResourceClaimStatus``;
 4. **volumes** (a pod with claims to bind or provision; :mod:`controller.volumes`): each PV
-   chosen for a claim gets its ``claimRef``, each claim to provision the selected node; then,
-   without holding a write slot (at most ``max_concurrent_writes`` placements write at once, and
-   a slow provisioner must not hold up other pods), the wait until the PV controller and the
-   provisioner have bound every one of those claims;
-5. **binding**: ``POST pods/P/binding`` with P's UID and the resourceVersion the placement
+   chosen for a claim gets its ``claimRef``, each claim to provision the selected node;
+5. **the pre-bind wait** (:mod:`controller.prebind`), without holding a write slot (at most
+   ``max_concurrent_writes`` placements write at once, and a slow provisioner or device
+   attachment must not hold up other pods), in upstream's PreBind order: until the PV
+   controller and the provisioner have bound every claim of 4, then (KEP-5007) until the
+   ``bindingConditions`` of every allocated device that carries them are met in the claims'
+   ``status.devices`` (:mod:`controller.binding`); a failure (provisioning failed, a
+   binding failure condition, a timeout) aborts the commit (rolled back below, the pod
+   requeued);
+6. **binding**: ``POST pods/P/binding`` with P's UID and the resourceVersion the placement
    was decided on (as our own bridge link left it) as preconditions: a pod changed since,
    above all one whose leftover claims another attempt released (:mod:`controller.repair`
    writes to the pod before it releases anything), is not bound (409: the attempt is rolled
@@ -37,7 +42,9 @@ What a crash leaves behind, and who repairs it:
   claims whatever happens to the pod, as upstream leaves them, and its next attempt follows
   them: a claim bound to a PV goes where the PV is, a claim with a selected node only to that
   node (the provisioner removes it when it cannot provision there);
-* after 5: the pod is bound and every one of its claims is allocated and reserved for it.
+* during 5: as after 4 (the wait is not resumed after a restart: the pod is tried again from
+  the start, so a device whose conditions were never met is released);
+* after 6: the pod is bound and every one of its claims is allocated and reserved for it.
 
 While a placement is being written, its claims (and the pod's bridge claim) are locked
 against the deallocator (:attr:`Committer.locked`, :attr:`Committer.pods_in_flight`).
@@ -73,10 +80,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from controller.api import JSON, PODS, RESOURCE_CLAIMS, Api, meta, object_key
+from controller.binding import BindingWaiter, has_binding_conditions
 from controller.cache import ClaimOverlay
 from driver.api.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
 from driver.scheduling.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
 from driver.scheduling.volumes import VolumeBindings
+from kubeapi.events import now_rfc3339
 from kubeapi.retry import Attempts, Backoff, Retry
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -87,8 +96,8 @@ MAX_RESERVED_FOR: Final = 256
 
 #: Called after every write with the step name (``finalizer``, ``allocation``,
 #: ``bridge-create``, ``bridge-allocation``, ``bridge-link``, ``volume-binding``,
-#: ``selected-node``, ``volumes-bound`` (after the wait, before the binding), ``binding``);
-#: tests raise from it to simulate a crash between two writes.
+#: ``selected-node``, ``volumes-bound`` and ``binding-conditions`` (after each wait, before
+#: the binding), ``binding``); tests raise from it to simulate a crash between two writes.
 StepHook = Callable[[str, str], Awaitable[None]]
 
 #: What :meth:`VolumeSteps.write` wrote: ``(kind, key) -> resourceVersion``.
@@ -207,8 +216,13 @@ class Committer:
         on_conflict: Callable[[str], None] | None = None,
         write_slots: asyncio.Semaphore | None = None,
         volumes: VolumeSteps | None = None,
+        binding: BindingWaiter | None = None,
+        on_waiting: Callable[[Plan], Awaitable[None]] | None = None,
     ) -> None:
         self.api = api
+        # The binding-conditions waiter (None: devices' binding conditions not waited for).
+        self.binding = binding
+        self._on_waiting = on_waiting  # e.g. the pod's BindingConditionsPending event
         self.overlay = overlay
         self.finalizer = finalizer
         self.volumes = volumes
@@ -306,6 +320,9 @@ class Committer:
             new_status = body.setdefault("status", {})
             if allocation is not None:
                 new_status["allocation"] = copy.deepcopy(allocation)
+                if self.binding is not None and has_binding_conditions(allocation):
+                    # When the wait began: upstream's bindingTimeout counts from here.
+                    new_status["allocation"]["allocationTimestamp"] = now_rfc3339()
             new_status["reservedFor"] = [*reserved, pod.consumer()]
             async with attempt:
                 return await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
@@ -403,7 +420,8 @@ class Committer:
                     exc,
                     extra={"pod": plan.pod.key, "node": plan.node},
                 )
-                await self.rollback(plan, progress)
+                async with self._slot():
+                    await self.rollback(plan, progress)
             raise
         finally:
             self._unlock(keys)
@@ -423,14 +441,43 @@ class Committer:
     async def _commit(self, plan: Plan, progress: _Progress) -> None:
         async with self._slot():
             written = await self._write_claims(plan, progress)
+        # Step 5, no write slot held meanwhile.
         if plan.volumes is not None:
             if self.volumes is None:
                 raise CommitAbortedError(f"pod {plan.pod.key}: no volume binder to bind volumes")
-            await self.volumes.wait(plan, written)  # no write slot held meanwhile
+            await self.volumes.wait(plan, written)
             await self._on_step("volumes-bound", plan.pod.key)
+        if self.binding is not None:
+            await self._wait_for_binding_conditions(plan, progress)
         async with self._slot():
             await self._bind(plan, progress.pod_version)
         await self._on_step("binding", plan.pod.key)
+
+    async def _wait_for_binding_conditions(self, plan: Plan, progress: _Progress) -> None:
+        """Step 5's wait for the devices' binding conditions."""
+        assert self.binding is not None
+        keys = [c.key for c in plan.claims]
+        if progress.bridge is not None:
+            keys.append(object_key(progress.bridge))
+        waiting = [
+            k
+            for k in keys
+            if has_binding_conditions(
+                ((self.overlay.get(k) or {}).get("status") or {}).get("allocation")
+            )
+        ]
+        if not waiting:
+            return
+        if self._on_waiting is not None:
+            await self._on_waiting(plan)
+        waited = await self.binding.wait(waiting)
+        log.info(
+            "pod %s: binding conditions met after %.1f s",
+            plan.pod.key,
+            waited,
+            extra={"pod": plan.pod.key, "node": plan.node},
+        )
+        await self._on_step("binding-conditions", plan.pod.key)
 
     async def _write_claims(self, plan: Plan, progress: _Progress) -> Written:
         """Steps 1 to 4's writes; returns what the volume writes left to wait for."""
@@ -554,7 +601,10 @@ class Committer:
             else:
                 new_status.pop("reservedFor", None)
             if drop:
+                # The devices' status belongs to the allocation (the API server refuses
+                # entries for devices not allocated), as upstream's deallocation clears it.
                 new_status.pop("allocation", None)
+                new_status.pop("devices", None)
             return new_status
 
         return await self._rewrite_status(key, "unreserve", edit)
@@ -565,7 +615,9 @@ class Committer:
         def edit(status: JSON) -> JSON | None:
             if status.get("reservedFor") or status.get("allocation") is None:
                 return None
-            return {k: copy.deepcopy(v) for k, v in status.items() if k != "allocation"}
+            return {
+                k: copy.deepcopy(v) for k, v in status.items() if k not in ("allocation", "devices")
+            }
 
         return await self._rewrite_status(key, "deallocate", edit)
 
@@ -629,7 +681,7 @@ class Committer:
             return {
                 k: copy.deepcopy(v)
                 for k, v in status.items()
-                if k not in ("reservedFor", "allocation")
+                if k not in ("reservedFor", "allocation", "devices")
             }
 
         return await self._rewrite_status(key, "deallocate", edit)

@@ -149,6 +149,17 @@ class Recorder:
             )
         )
 
+    async def event(self, pod: PodRef, etype: str, reason: str, message: str) -> None:
+        """Write one Event about ``pod`` now, outside the lane (preemption's ``Preempting`` and
+        ``Preempted``, and ``BindingConditionsPending``: rare, and none may replace another
+        waiting for the same pod). Failures are logged."""
+        body = self._body(_Report(pod, etype, reason, message, condition_reason=None))
+        try:
+            self.written += 1
+            await self.api.create(EVENTS, body, pod.namespace)
+        except ApiError as exc:
+            log.warning("pod %s: could not record event %s: %s", pod.key, reason, exc)
+
     def forget(self, pod_uid: str) -> None:
         """The pod is placed or gone: nothing more is written about its failures."""
         self._pending.pop(pod_uid, None)

@@ -11,14 +11,17 @@ this controller decided a placement                    ``assume(placement, pod)`
 its writes failed (rolled back)                        ``forget(pod uid)``
 a claim's written state changed: an informer event,    ``observe_allocation(key, allocation)``,
 a write of ours returning, a rollback, a deletion      with the owning pod for a bridge claim
-a pod was bound, relabelled, resized, began            ``observe_pod(uid, node, volumes,
-terminating, finished or deleted (any scheduler's)     raw=pod)``
+a pod was bound, relabelled, resized, began            ``observe_pod(uid, node, raw=pod,
+terminating, finished or deleted (any scheduler's)     volumes=...)``
 a node, ResourceSlice or DeviceClass changed           ``observe_node`` / ``_slice`` / ``_class``
+a PVC, PV, StorageClass, CSINode, CSIDriver,           ``observe_volume(kind, key, object)``
+CSIStorageCapacity or VolumeAttachment changed
+a pending pod's ``status.nominatedNodeName`` changed   ``observe_nomination(uid, node, pod)``
+(any scheduler's), or this controller preempted       (``nominate(preemption, pod)``)
+a bound pod's ``status.startTime`` changed             ``observe_start(uid, pod)``
 a Namespace's labels changed                           ``observe_namespace(name, labels)``
 a Service, ReplicationController, ReplicaSet or        ``observe_owner(kind, namespace, name,
 StatefulSet appeared, changed or went                  selector)``
-a PVC, PV, StorageClass, CSINode, CSIDriver,           ``observe_volume(kind, key, object)``
-CSIStorageCapacity or VolumeAttachment changed
 =====================================================  ==========================================
 
 Claims are read with :meth:`~controller.cache.ClaimOverlay.latest_written`: the informer's
@@ -55,7 +58,7 @@ from driver.api.claims import AllocationResult, ResourceClaim
 from driver.api.errors import BiaxialError
 from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
-from driver.scheduling.outcome import Placement
+from driver.scheduling.outcome import Placement, Preemption
 from driver.scheduling.policy import PolicyDefaults
 from driver.scheduling.topologyspread import DefaultSpreading
 from driver.scheduling.volumes import VOLUME_KINDS, PodVolumes
@@ -100,6 +103,22 @@ class _Flight:
 
 #: The kinds whose ``spec.selector`` default topology spreading reads.
 OWNER_KINDS: Final = frozenset({"Service", "ReplicationController", "ReplicaSet", "StatefulSet"})
+
+
+def _nominated(pod: Mapping[str, Any]) -> str | None:
+    return (pod.get("status") or {}).get("nominatedNodeName") or None
+
+
+def _start(pod: Mapping[str, Any]) -> Any:
+    return (pod.get("status") or {}).get("startTime")
+
+
+def _reserved_uids(claim: JSON | None) -> tuple[str, ...]:
+    """The UIDs in a claim's ``status.reservedFor``."""
+    if claim is None:
+        return ()
+    reserved = (claim.get("status") or {}).get("reservedFor") or ()
+    return tuple(str(r.get("uid")) for r in reserved if r.get("uid"))
 
 
 def _bridge_owner(claim: JSON | None) -> str | None:
@@ -181,6 +200,17 @@ class EngineFeed:
         if self._engine is not None:
             self._engine.forget(uid)
 
+    def nominate(self, preemption: Preemption, pod: JSON) -> None:
+        """This controller preempted for ``pod``: hold what it planned on the node."""
+        self.generation += 1
+        self.engine().nominate(preemption, pod)
+
+    def clear_nomination(self, uid: str, pod: JSON) -> None:
+        """The nomination of pod ``uid`` failed (its writes did not land)."""
+        self.generation += 1
+        if self._engine is not None:
+            self._engine.observe_nomination(uid, None, pod)
+
     def assumed(self, uid: str) -> bool:
         """Whether pod ``uid`` was placed by this controller and its binding not seen yet."""
         return uid in self._flights
@@ -211,8 +241,8 @@ class EngineFeed:
             for owner in owners.store.values():
                 self._observe_owner(engine, owner, owner.selector)
         for kind, volumes in cache.volumes.items():
-            for key, volume in volumes.store.items():
-                observe_volume_object(engine, kind, key, volume)
+            for key, raw_volume in volumes.store.items():
+                observe_volume_object(engine, kind, key, raw_volume)
         for key, device_class in cache.classes.store.items():
             engine.observe_class(key, device_class)
         for key, resource_slice in cache.slices.store.items():
@@ -223,9 +253,15 @@ class EngineFeed:
             engine.assume(flight.placement, flight.pod)
         claims = cache.overlay.written()
         for key, raw in claims.items():
-            engine.observe_allocation(key, self._allocation(key, raw), bridge_of=_bridge_owner(raw))
+            engine.observe_allocation(
+                key,
+                self._allocation(key, raw),
+                bridge_of=_bridge_owner(raw),
+                reserved_for=_reserved_uids(raw),
+            )
         for raw in cache.pods.store.values():
             self._observe_pod(engine, None, raw)
+            self._observe_nomination(engine, None, raw)
         engine.sync()
         log.info(
             "decision engine built from the caches: %d nodes, %d claims, %d placement(s) in "
@@ -255,7 +291,9 @@ class EngineFeed:
             self.parsed.forget(key)
         if self._engine is not None:
             allocation = self._allocation(key, raw)
-            self._engine.observe_allocation(key, allocation, bridge_of=_bridge_owner(raw))
+            self._engine.observe_allocation(
+                key, allocation, bridge_of=_bridge_owner(raw), reserved_for=_reserved_uids(raw)
+            )
 
     def _on_event(self, kind: str, _etype: str, old: Any, new: Any) -> None:
         if kind == "ResourceClaim":
@@ -315,6 +353,34 @@ class EngineFeed:
             self.generation += 1
             if self._engine is not None:
                 self._observe_pod(self._engine, None, new)
+        elif (
+            self._engine is not None
+            and old is not None
+            and pod_node(new)
+            and _start(old) != _start(new)
+        ):
+            self._engine.observe_start(uid, new)
+        if self._engine is not None and self._observe_nomination(self._engine, old, new):
+            self.generation += 1  # a nomination holds against other pods
+
+    @staticmethod
+    def _observe_nomination(engine: DecisionEngine, old: JSON | None, new: JSON) -> bool:
+        """A pending pod's ``status.nominatedNodeName`` (any scheduler's), when it changed;
+        whether the engine was told."""
+        if pod_node(new):
+            return False  # bound: observe_pod dropped any nomination
+        node = _nominated(new)
+        if old is not None and _nominated(old) == node:
+            return False
+        if node is None and old is None:
+            return False
+        uid = str(meta(new).get("uid") or "")
+        try:
+            engine.observe_nomination(uid, node, new)
+        except BiaxialError as exc:
+            name = f"{meta(new).get('namespace')}/{meta(new).get('name')}"
+            log.warning("Pod %s is malformed, its nomination is not held: %s", name, exc)
+        return True
 
     @staticmethod
     def _observe_pod(engine: DecisionEngine, old: JSON | None, new: JSON) -> None:

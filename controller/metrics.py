@@ -53,6 +53,9 @@ class Metrics:
     leader: Gauge = field(init=False)
     engine_rebuild_seconds: Histogram = field(init=False)
     api_requests: Counter = field(init=False)
+    preemption_attempts: Counter = field(init=False)
+    preemption_victims: Histogram = field(init=False)
+    nomination_age_seconds: Histogram = field(init=False)
 
     def __post_init__(self) -> None:
         reg = self.registry
@@ -99,6 +102,28 @@ class Metrics:
             _PREFIX + "engine_rebuild_seconds",
             "Time to build the decision engine or rebuild its index",
             buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self._add_preemption_metrics()
+
+    def _add_preemption_metrics(self) -> None:
+        reg = self.registry
+        self.preemption_attempts = Counter(
+            _PREFIX + "preemption_attempts",
+            "Preemption dry runs for pods that fit nowhere, by result",
+            ["result"],
+            registry=reg,
+        )
+        self.preemption_victims = Histogram(
+            _PREFIX + "preemption_victims",
+            "Victims evicted per preemption",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=reg,
+        )
+        self.nomination_age_seconds = Histogram(
+            _PREFIX + "nomination_age_seconds",
+            "Time from a nomination to the pod's placement (or the nomination's end)",
+            buckets=(0.1, 0.5, 1, 5, 10, 30, 60, 300, 600),
             registry=reg,
         )
 

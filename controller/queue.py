@@ -2,9 +2,11 @@
 
 Modelled on kube-scheduler's queue:
 
-* ``active``: pods ready to be tried, each at most once, in order of a sort key: the pod's
-  ``priority`` (a function given to the queue, higher first; none given: all equal) and then
-  the order in which pods became ready (FIFO);
+* ``active``: pods ready to be tried, each at most once, in kube-scheduler's default
+  ``PrioritySort`` order: the highest ``spec.priority`` first (given with :meth:`add`, else
+  read from a function given to the queue; neither: all equal) and, among equal priorities,
+  the one that became ready first (PrioritySort's ``Less``: priority, then the time the pod
+  entered the active queue);
 * ``backoff``: pods that failed, waiting ``initial * 2**(attempts-1)`` seconds (capped);
 * ``unschedulable``: pods that did not fit, *parked* with a :class:`Hint` that says which
   cluster changes may help them (kube-scheduler's queueing hints). A change is reported as a
@@ -101,6 +103,7 @@ class _Entry:
     attempts: int = 0
     ready_at: float = 0.0
     parked_at: float = 0.0
+    priority: int | None = None  # spec.priority as given to add (None: ask the function)
 
 
 class SchedulingQueue:
@@ -175,14 +178,20 @@ class SchedulingQueue:
 
     # ------------------------------------------------------------------ producers
 
-    def add(self, key: str) -> None:
-        """A new or changed pod: try it (respecting a running backoff)."""
+    def add(self, key: str, priority: int | None = None) -> None:
+        """A new or changed pod: try it (respecting a running backoff). ``priority`` is its
+        ``spec.priority`` (the API server's admission resolved it from its class)."""
+        entry = self._entries.get(key)
+        if entry is not None and priority is not None and entry.priority != priority:
+            entry.priority = priority
+            if key in self._active:
+                self._to_active(key)  # its older heap item is now stale
         if key in self._processing:
             self._dirty.add(key)
             return
         if key in self._active or key in self._backoff:
             return
-        entry = self._entries.setdefault(key, _Entry())
+        entry = self._entries.setdefault(key, _Entry(priority=priority))
         self._parked.pop(key, None)
         if entry.ready_at > self._clock():
             self._to_backoff(key, entry)
@@ -193,7 +202,11 @@ class SchedulingQueue:
     def _to_active(self, key: str) -> None:
         serial = next(self._serial)
         self._active[key] = serial
-        order = -self._priority(key) if self._priority is not None else 0
+        entry = self._entries.get(key)
+        if entry is not None and entry.priority is not None:
+            order = -entry.priority
+        else:
+            order = -self._priority(key) if self._priority is not None else 0
         heapq.heappush(self._active_heap, (order, serial, key))
 
     def _to_backoff(self, key: str, entry: _Entry) -> None:

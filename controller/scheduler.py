@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controller.api import JSON, Api, meta, object_key, pod_is_finished, pod_node
+from controller.binding import BindingFailedError, BindingTimeoutError, BindingWaiter
 from controller.cache import ClusterCache
 from controller.commit import (
     BridgePlan,
@@ -63,6 +64,15 @@ from controller.equivalence import UnschedulableMemo, pod_signature
 from controller.events import REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Recorder
 from controller.feed import EngineFeed
 from controller.metrics import Metrics
+from controller.preempt import (
+    NOT_ELIGIBLE_RELEASING,
+    NOT_ELIGIBLE_TERMINATING,
+    Evictor,
+    live_pod_uids,
+    nominated_node,
+    releasing_claims,
+    terminating_victims,
+)
 from controller.queue import ClusterEvent, EventKind, Hint, Outcome, SchedulingQueue
 from controller.repair import Repairer
 from controller.settings import Settings
@@ -70,6 +80,7 @@ from controller.volumes import VolumeBinder, VolumeBindingError
 from driver.api.claims import ResourceClaim
 from driver.api.errors import ApiError, BiaxialError, DeadlineExceededError
 from driver.cel import cost
+from driver.scheduling.decision import NOT_HELPFUL_TAIL, DecisionEngine
 from driver.scheduling.outcome import (
     REASON_CLAIM_NODE,
     REASON_CLAIMS,
@@ -77,11 +88,14 @@ from driver.scheduling.outcome import (
     REASON_GPU_CORES,
     REASON_GPU_MEMORY,
     REASON_NO_GPUS,
+    NoPreemption,
     Placement,
     PodError,
+    Preemption,
     Unschedulable,
 )
 from driver.scheduling.podaffinity import REASON_AFFINITY
+from driver.scheduling.preemption import pod_priority
 from driver.scheduling.topologyspread import REASON_SPREAD
 from kubeapi.tasks import TaskGuard
 
@@ -195,6 +209,15 @@ def _relevant_pod_change(old: Mapping[str, Any] | None, new: Mapping[str, Any]) 
     )
 
 
+def _priority(pod: Mapping[str, Any]) -> int:
+    """The pod's ``spec.priority`` for the queue (a malformed one orders as 0; the decision
+    reports it on the pod)."""
+    try:
+        return pod_priority(pod)
+    except BiaxialError:
+        return 0
+
+
 @dataclass(frozen=True, slots=True)
 class Resolved:
     """A pod's claims, by key, in ``spec.resourceClaims`` order."""
@@ -245,6 +268,8 @@ class Scheduler:
             on_conflict=on_conflict,
         )
         self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
+        self.binding = BindingWaiter(cache.overlay.get, timeout_s=settings.binding_timeout_s)
+        cache.overlay.add_listener(self.binding.changed)
         self.committer = Committer(
             api,
             cache.overlay,
@@ -253,6 +278,8 @@ class Scheduler:
             on_conflict=on_conflict,
             write_slots=self._writes,
             volumes=self.volumes,
+            binding=self.binding,
+            on_waiting=self._binding_pending,
         )
         self._jobs = TaskGuard()  # placement writes and reports in flight
         self.recorder = Recorder(
@@ -262,6 +289,10 @@ class Scheduler:
             spawn=self._spawn,
         )
         self.memo = UnschedulableMemo()
+        self.evictor = Evictor(
+            api, self.recorder, scheduler_name=settings.scheduler_name, on_step=on_step
+        )
+        self._nominated_at: dict[str, float] = {}  # pod uid -> when this controller nominated it
         # The loop's handler first: it asks the feed about a pod before the feed forgets it.
         cache.subscribe(self._on_event)
         self.feed = EngineFeed(
@@ -309,7 +340,7 @@ class Scheduler:
         uid = str(meta(obj).get("uid") or "")
         if new is not None and self._needs_scheduling(new):
             if not self.feed.assumed(uid) and _relevant_pod_change(old, new):
-                self.queue.add(key)
+                self.queue.add(key, _priority(new))
             return
         self.queue.forget(key)
         if new is None or pod_is_finished(new):
@@ -361,7 +392,7 @@ class Scheduler:
         """Schedule pods until cancelled."""
         for pod in list(self.cache.pods.store.values()):
             if self._needs_scheduling(pod):
-                self.queue.add(object_key(pod))
+                self.queue.add(object_key(pod), _priority(pod))
         while True:
             self.metrics.set_queue_depths(self.queue.depths)
             key = await self.queue.pop()
@@ -502,6 +533,17 @@ class Scheduler:
             for reason in decision.reasons:
                 self.metrics.unschedulable.labels(reason=reason).inc()
             log.info("pod %s: unschedulable: %s", key, decision.message, extra={"pod": key})
+            found = self._preemption(self.feed.engine(), pod, claims)
+            if isinstance(found, PodError):
+                self._report_invalid(key, ref, pod, found.message, frozenset(resolved.keys))
+                return
+            if isinstance(found, Preemption):
+                # Held from now on against pods of equal or lower priority; the writes run
+                # beside the loop and hand the pod back to the queue when done.
+                self.feed.nominate(found, pod)
+                self._nominated_at[ref.uid] = time.monotonic()
+                self._spawn(self._preempt(key, ref, pod, found, decision.message))
+                return
             hint = Hint(
                 claims=frozenset(resolved.keys),
                 device_classes=wanted_classes(pod, claims),
@@ -509,9 +551,15 @@ class Scheduler:
                 pod_added=any(reason in POD_ADDED_REASONS for reason in decision.reasons),
             )
             self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
-            self.recorder.unschedulable(ref, decision.message, shown=_shown(pod))
+            message = decision.message
+            if not found.message.endswith(NOT_HELPFUL_TAIL):
+                message = f"{message} {found.message}"  # (why it may not preempt)
+            self.recorder.unschedulable(ref, message, shown=_shown(pod))
             return
         self.metrics.decisions.labels(result="scheduled").inc()
+        nominated = self._nominated_at.pop(ref.uid, None)
+        if nominated is not None:
+            self.metrics.nomination_age_seconds.observe(time.monotonic() - nominated)
         # The placement counts from now on (assumed in the engine); its claims show as
         # pending in the overlay for the commit and for other pods sharing them.
         self.feed.assume(decision, pod)
@@ -520,6 +568,73 @@ class Scheduler:
         self.recorder.forget(ref.uid)
         plan = self._plan(ref, decision, resolved.keys, pod_version)
         self._spawn(self._commit(key, plan))
+
+    def _preemption(
+        self, engine: DecisionEngine, pod: JSON, claims: list[ResourceClaim]
+    ) -> Preemption | NoPreemption | PodError:
+        """Whether evicting lower-priority pods would let ``pod`` fit, and which."""
+        ref = PodRef.of(pod)
+        if terminating_victims(pod, self.cache.pods.store.values()):
+            self.metrics.preemption_attempts.labels(result="waiting").inc()
+            return NoPreemption(pod=ref.key, message=NOT_ELIGIBLE_TERMINATING)
+        if self._releasing_on_nominated(pod):
+            self.metrics.preemption_attempts.labels(result="waiting").inc()
+            return NoPreemption(pod=ref.key, message=NOT_ELIGIBLE_RELEASING)
+        budgets = list(self.cache.budgets.store.values())
+        found = engine.preempt(pod, claims, budgets)
+        result = {Preemption: "preempting", NoPreemption: "not-helpful", PodError: "invalid"}
+        self.metrics.preemption_attempts.labels(result=result[type(found)]).inc()
+        return found
+
+    def _releasing_on_nominated(self, pod: JSON) -> bool:
+        """Whether claims on the pod's nominated node are still allocated for pods that are
+        gone (:func:`controller.preempt.releasing_claims`); the claims' release wakes it."""
+        name = nominated_node(pod)
+        node = self.cache.nodes.get(name) if name else None
+        if node is None:
+            return False
+        live = live_pod_uids(self.cache.pods.store.values())
+        found = releasing_claims(
+            node, self.cache.overlay.written().values(), live, self.settings.finalizer
+        )
+        if found:
+            log.info(
+                "pod %s: waiting for %s to be released on its nominated node %s",
+                object_key(pod),
+                ", ".join(found),
+                name,
+                extra={"pod": object_key(pod), "node": name},
+            )
+        return bool(found)
+
+    async def _preempt(
+        self, key: str, ref: PodRef, pod: JSON, preemption: Preemption, message: str
+    ) -> None:
+        outcome = Outcome.UNSCHEDULABLE
+        try:
+            current: dict[str, JSON] = {}
+            for victim in preemption.victims:
+                raw = self.cache.pods.get(f"{victim.namespace}/{victim.name}")
+                if raw is not None and meta(raw).get("uid") == victim.uid:
+                    current[victim.uid] = raw
+            async with self._writes:
+                await self.evictor.preempt(ref, preemption, current)
+            self.metrics.preemption_victims.observe(len(preemption.victims))
+            self.recorder.unschedulable(ref, message, shown=_shown(pod))
+        except ApiError as exc:
+            log.warning(
+                "pod %s: preemption on %s not carried out: %s",
+                key,
+                preemption.node,
+                exc,
+                extra={"pod": key, "node": preemption.node},
+            )
+            self._nominated_at.pop(ref.uid, None)
+            self.feed.clear_nomination(ref.uid, pod)
+            await self.evictor.clear(ref)
+            outcome = Outcome.ERROR
+        finally:
+            self.queue.done(key, outcome)
 
     def _decide(
         self,
@@ -628,14 +743,29 @@ class Scheduler:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._jobs.spawn(coro)
 
+    async def _binding_pending(self, plan: Plan) -> None:
+        await self.recorder.event(
+            plan.pod,
+            "Normal",
+            "BindingConditionsPending",
+            f"waiting for binding conditions for device on node {plan.node}",
+        )
+
     async def _commit(self, key: str, plan: Plan) -> None:
         outcome = Outcome.ERROR
         try:
+            # The committer takes a write slot per step (not while it waits before the
+            # binding), so at most max_concurrent_writes placements write at once.
             started = time.perf_counter()
             await self.committer.commit(plan)
             self.metrics.commit_seconds.observe(time.perf_counter() - started)
             outcome = Outcome.SCHEDULED
             self.recorder.scheduled(plan.pod, plan.node)
+        except (BindingFailedError, BindingTimeoutError) as exc:
+            # Rolled back by the committer; told on the pod, tried again after its backoff.
+            log.warning("pod %s: %s", key, exc, extra={"pod": key, "node": plan.node})
+            self.feed.forget(plan.pod.uid)
+            self.recorder.unschedulable(plan.pod, str(exc))
         except (CommitAbortedError, ApiError) as exc:
             log.warning(
                 "pod %s: placement on %s not written: %s",

@@ -60,6 +60,7 @@ class Settings:
     metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics/health endpoint is meant to be scraped
     metrics_port: int = 8080  # 0 disables the HTTP endpoint
     max_concurrent_writes: int = 16
+    binding_timeout_s: float = 600.0  # kube-scheduler's DynamicResourcesArgs.bindingTimeout
     #: How long a placement waits for its claims to be bound (static PVs by the PV controller,
     #: new volumes by the provisioner) before it is rolled back and the pod retried.
     volume_bind_timeout_s: float = 120.0
@@ -113,6 +114,11 @@ class Settings:
         if self.max_concurrent_writes < 1:
             raise ConfigError(
                 f"--max-concurrent-writes must be >= 1, got {self.max_concurrent_writes}"
+            )
+        if self.binding_timeout_s < 1:
+            raise ConfigError(
+                f"--binding-timeout must be >= 1 second (as kube-scheduler's bindingTimeout), "
+                f"got {self.binding_timeout_s:g}"
             )
         if not 0 < self.backoff_initial_s <= self.backoff_max_s:
             raise ConfigError(

@@ -38,6 +38,7 @@ from typing import Any
 from controller.api import JSON, PERSISTENT_VOLUME_CLAIMS, PERSISTENT_VOLUMES, Api, meta
 from controller.cache import ClusterCache, rv_int
 from controller.commit import RETRY, CommitAbortedError, Plan
+from controller.prebind import wait_until_ready
 from driver.api.errors import BiaxialError, NotFoundError
 from driver.scheduling.volumes import (
     ANN_BIND_COMPLETED,
@@ -46,7 +47,6 @@ from driver.scheduling.volumes import (
     PersistentVolume,
     volume_node_affinity_matches,
 )
-from kubeapi.tasks import wait_at_most
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -205,29 +205,25 @@ class VolumeBinder:
 
     # ------------------------------------------------------------------ waiting
     async def wait(self, plan: Plan, written: Written) -> None:
-        """Until every claim of ``plan.volumes`` is bound (see the module docstring)."""
+        """Until every claim of ``plan.volumes`` is bound (see the module docstring;
+        :func:`controller.prebind.wait_until_ready`)."""
         if plan.volumes is None:
             return
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
         changed = asyncio.Event()
         self._waiters.add(changed)
         try:
-            while True:
-                changed.clear()
-                pending = self._pending(plan, written)
-                if not pending:
-                    log.info("pod %s: all its claims are bound", plan.pod.key)
-                    return
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise VolumeBindingError(
-                        f"context deadline exceeded (claims not bound after "
-                        f"{self.timeout_s:g}s: {', '.join(pending)})"
-                    )
-                await wait_at_most(changed.wait(), remaining)
+            await wait_until_ready(
+                lambda: self._pending(plan, written),
+                changed,
+                timeout_s=self.timeout_s,
+                timed_out=lambda pending: VolumeBindingError(
+                    f"context deadline exceeded (claims not bound after "
+                    f"{self.timeout_s:g}s: {', '.join(pending)})"
+                ),
+            )
         finally:
             self._waiters.discard(changed)
+        log.info("pod %s: all its claims are bound", plan.pod.key)
 
     def _pending(self, plan: Plan, written: Written) -> list[str]:
         """The claims not bound yet (``checkBindings``); raises VolumeBindingError when

@@ -55,6 +55,9 @@ REPLICATION_CONTROLLERS: Final = Resource(
 )
 REPLICA_SETS: Final = Resource("apps", "v1", "replicasets", "ReplicaSet", namespaced=True)
 STATEFUL_SETS: Final = Resource("apps", "v1", "statefulsets", "StatefulSet", namespaced=True)
+POD_DISRUPTION_BUDGETS: Final = Resource(
+    "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True
+)
 PERSISTENT_VOLUME_CLAIMS: Final = Resource(
     "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", namespaced=True
 )

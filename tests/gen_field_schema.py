@@ -12,7 +12,7 @@ quantity or int-or-string: string or number), ``"*"`` (any value: raw extensions
 objects), ``"#<definition>"``, ``{"o": {field: node}}`` (an object with exactly these
 fields), ``{"m": node}`` (a map), ``{"a": node}`` (a list), ``{"e": [values]}`` (a string
 enum). Only definitions reachable from :data:`ROOTS` are kept. The scheduler issues add the
-priority and disruption kinds here when the simulator learns them.
+kinds here that the simulator learns.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ ROOTS: Final[dict[str, str]] = {
     "apps/v1/StatefulSet": "io.k8s.api.apps.v1.StatefulSet",
     "apps/v1/DaemonSet": "io.k8s.api.apps.v1.DaemonSet",
     "batch/v1/Job": "io.k8s.api.batch.v1.Job",
+    "scheduling.k8s.io/v1/PriorityClass": "io.k8s.api.scheduling.v1.PriorityClass",
+    "policy/v1/PodDisruptionBudget": "io.k8s.api.policy.v1.PodDisruptionBudget",
     "v1/PersistentVolumeClaim": "io.k8s.api.core.v1.PersistentVolumeClaim",
     "v1/PersistentVolume": "io.k8s.api.core.v1.PersistentVolume",
     **{

@@ -107,6 +107,13 @@ FLAGS = Flags(
         default="16",
     ),
     Flag(
+        "binding-timeout",
+        "seconds to wait for devices' binding conditions before a placement is rolled back",
+        field="binding_timeout_s",
+        kind=NUMBER,
+        default="600",
+    ),
+    Flag(
         "volume-bind-timeout",
         "seconds a placement waits for its volumes to be bound or provisioned",
         field="volume_bind_timeout_s",

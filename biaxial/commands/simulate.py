@@ -13,7 +13,8 @@ Output: ``-o table`` (default) prints the placements with the policies each pod 
 unschedulable and skipped pods with their reasons, notes, per-node and per-GPU use (MIG
 partitions under their GPU; with dynamic MIG, the partitions biaxial would create and each
 GPU's free memory slices), whole GPUs left free, fragmentation and timing; ``-o json`` /
-``-o yaml`` print ``{placements, unschedulable, skipped, notes, summary, objects}``.
+``-o yaml`` print ``{placements, unschedulable, skipped, preemptions, notes, summary,
+objects}``.
 ``--plot FILE`` draws the cluster (:mod:`biaxial.simulate.plot`).
 
 Exit codes: 0 when the simulation ran (pods placed or reported), 1 with
@@ -224,6 +225,14 @@ def render_table(result: SimulationResult) -> str:
             lines.extend(
                 _table([title, "REASON"], [[f.pod, " ".join(f.reason.split())] for f in entries])
             )
+    if result.preemptions:
+        lines.append("")
+        lines.extend(
+            _table(
+                ["WOULD PREEMPT FOR", "NODE", "VICTIMS"],
+                [[p.pod, p.node, ",".join(p.victims)] for p in result.preemptions],
+            )
+        )
     if result.notes:
         lines.append("")
         lines.extend(f"note: {n}" for n in result.notes)

@@ -6,8 +6,8 @@ simulator learns more of the cluster.
   v1, converted by :mod:`biaxial.simulate.convert`);
 * :data:`SKIPPED`: kinds that do not affect where a pod can run (ConfigMaps, RBAC,
   ...): left out with one summary note;
-* :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (priority,
-  disruption budgets, ...): an error, because placements computed without them could be
+* :data:`NOT_YET`: kinds that affect scheduling but are not modelled yet (quota, ...): an
+  error, because placements computed without them could be
   wrong. The scheduler rules that honour them move their kinds to :data:`READ`.
 
 Any other kind is an error too. :func:`classify` gives an object's :class:`KindSpec` or raises
@@ -33,6 +33,8 @@ Role = Literal[
     "pod",
     "workload",
     "service",
+    "priorityclass",
+    "budget",
     "volume",
     "skip",
 ]
@@ -62,6 +64,10 @@ READ: Final[Mapping[str, KindSpec]] = {
     "StatefulSet": KindSpec("workload", "apps/v1", namespaced=True),
     "DaemonSet": KindSpec("workload", "apps/v1", namespaced=True),
     "Job": KindSpec("workload", "batch/v1", namespaced=True),
+    # spec.priority for pods without one, as the Priority admission plugin resolves it
+    "PriorityClass": KindSpec("priorityclass", "scheduling.k8s.io/v1", namespaced=False),
+    # which victims a preemption report avoids
+    "PodDisruptionBudget": KindSpec("budget", "policy/v1", namespaced=True),
     # What kube-scheduler's volume rules read (driver.scheduling.volumes).
     "PersistentVolumeClaim": KindSpec("volume", "v1", namespaced=True),
     "PersistentVolume": KindSpec("volume", "v1", namespaced=False),
@@ -113,11 +119,6 @@ SKIPPED: Final[Mapping[str, KindSpec]] = {
 
 #: kind -> (why it is refused for now, whether it is namespaced)
 NOT_YET: Final[Mapping[str, tuple[str, bool]]] = {
-    "PriorityClass": ("pod priority and preemption are not modelled yet", False),
-    "PodDisruptionBudget": (
-        "preemption (which disruption budgets limit) is not modelled yet",
-        True,
-    ),
     "ResourceQuota": ("quota admission is not modelled yet", True),
     "LimitRange": ("LimitRange defaults for pod requests are not applied yet", True),
     "RuntimeClass": ("RuntimeClass pod overhead is not applied yet", False),

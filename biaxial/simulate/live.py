@@ -1,17 +1,18 @@
 """``biaxial simulate --kubeconfig``: the live cluster's state, read once, read-only.
 
 :func:`read_cluster` lists Namespaces, Nodes, ResourceSlices, DeviceClasses, ResourceClaims,
-ResourceClaimTemplates, Services, ReplicaSets, StatefulSets, the kinds the volume rules read
-(PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes, CSIDrivers,
-CSIStorageCapacities, VolumeAttachments) and Pods from the API server the kubeconfig names (GET
-requests only,
+ResourceClaimTemplates, Services, ReplicaSets, StatefulSets, PodDisruptionBudgets, the kinds
+the volume rules read (PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes,
+CSIDrivers, CSIStorageCapacities, VolumeAttachments) and Pods from the API server the
+kubeconfig names (GET requests only,
 following ``continue``; nothing is ever written) and returns them as the objects a
 ``kubectl get -A -o yaml`` dump holds, so the simulator reads them exactly as it reads a dump:
 bound pods are running, allocated claims are state, Services, ReplicaSets and StatefulSets give
 default topology spreading its selectors (a ReplicaSet or StatefulSet whose pods are not all
 there yet gets its missing ones, as its controller would create them), and the pending pods that
 name the scheduler are placed (oldest first, as they would queue), together with any manifests
-given.
+given. (PriorityClasses are not read: the API server's admission has already written each
+pod's ``spec.priority``.)
 
 Errors: a kubeconfig that cannot be loaded is a
 :class:`~driver.api.errors.ConfigError`; an API server that cannot be reached or refuses a
@@ -30,6 +31,7 @@ from kubeapi.resources import (
     DEVICE_CLASSES,
     NAMESPACES,
     NODES,
+    POD_DISRUPTION_BUDGETS,
     PODS,
     REPLICA_SETS,
     RESOURCE_CLAIMS,
@@ -55,6 +57,7 @@ READ: Final = (
     SERVICES,
     REPLICA_SETS,
     STATEFUL_SETS,
+    POD_DISRUPTION_BUDGETS,
     *VOLUME_RESOURCES,
     PODS,
 )

@@ -12,8 +12,8 @@ Input is a list of Kubernetes objects (already parsed and checked, see
   "true"`` is set, as the API server admits it; kept for the affinity rules'
   ``namespaceSelector``), Services (their selectors, for default topology spreading), and Pods
   bound to a node (``spec.nodeName``: running; they count on the node as the controller counts
-  every bound pod -- requests, host ports, labels and affinity terms, volumes -- whatever their
-  scheduler);
+  every bound pod -- requests, host ports, volumes, labels and affinity terms -- whatever
+  their scheduler);
 * the volumes: PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes (also from
   the inventory's ``attachLimits``), CSIDrivers, CSIStorageCapacities and VolumeAttachments,
   read by kube-scheduler's volume rules (:mod:`driver.scheduling.volumes`: missing and
@@ -25,8 +25,13 @@ Input is a list of Kubernetes objects (already parsed and checked, see
 Pods are treated as the controller treats them: a pod is placed only when it names this
 scheduler (``spec.schedulerName``, ``biaxial`` by default), has no scheduling gates and is not
 being deleted; other pending pods are reported as *skipped* with the reason; finished pods
-count for nothing. Pods are placed in input order with
-:class:`~driver.scheduling.decision.DecisionEngine`. The simulator plays the resourceclaim
+count for nothing. Pods are placed highest ``spec.priority`` first, then in input order (as
+kube-scheduler's PrioritySort), with :class:`~driver.scheduling.decision.DecisionEngine`; a
+pod's priority is resolved from the PriorityClasses given as the API server's admission would
+(:mod:`biaxial.simulate.priority`). A pending pod that fits nowhere is also run through the
+engine's preemption dry run: ``preemptions`` lists the running pods (``spec.nodeName`` in the
+input) it would preempt and where, honouring the PodDisruptionBudgets given; nothing is evicted
+or nominated, so the pods after it see the cluster unchanged. The simulator plays the resourceclaim
 controller for templates (a pod's claim is ``<pod>-<claim>-<5 characters>``, annotated
 ``resource.kubernetes.io/pod-claim-name``, unless the pod's status already names it) and the
 API server for bridge claims (``<pod>-extended-resources-<5 characters>``). UIDs are UUIDv5 of
@@ -85,6 +90,7 @@ from biaxial.simulate.cluster import (
     slice_from_object,
 )
 from biaxial.simulate.kinds import classify, object_label
+from biaxial.simulate.priority import PriorityClasses, budget_from_api
 from biaxial.simulate.workloads import (
     deployment_replicaset,
     expand,
@@ -102,8 +108,9 @@ from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
 from driver.discovery.mig import MEMORY_SLICE_PREFIX
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.outcome import Placement, PodError, Unschedulable
+from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
+from driver.scheduling.preemption import DisruptionBudget, pod_priority
 from driver.scheduling.topologyspread import DefaultSpreading
 from driver.scheduling.volumes import (
     ANN_BIND_COMPLETED,
@@ -134,6 +141,17 @@ class PodPlacement:
 class PodFailure:
     pod: str
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodPreemption:
+    """A pending pod that fits nowhere would fit on ``node`` once ``victims`` (running pods,
+    most important first) were preempted; nothing is performed."""
+
+    pod: str
+    node: str
+    victims: tuple[str, ...]
+    violations: int  # victims a PodDisruptionBudget protects
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +217,7 @@ class SimulationResult:
     placements: list[PodPlacement] = field(default_factory=list)
     unschedulable: list[PodFailure] = field(default_factory=list)
     skipped: list[PodFailure] = field(default_factory=list)
+    preemptions: list[PodPreemption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     gpus: list[GpuUsage] = field(default_factory=list)
     node_names: list[str] = field(default_factory=list)
@@ -301,6 +320,15 @@ class SimulationResult:
             ],
             "unschedulable": [{"pod": f.pod, "reason": f.reason} for f in self.unschedulable],
             "skipped": [{"pod": f.pod, "reason": f.reason} for f in self.skipped],
+            "preemptions": [
+                {
+                    "pod": p.pod,
+                    "node": p.node,
+                    "victims": list(p.victims),
+                    "budgetViolations": p.violations,
+                }
+                for p in self.preemptions
+            ],
             "notes": list(self.notes),
             "summary": summary,
             "objects": copy.deepcopy(self.objects),
@@ -408,6 +436,8 @@ class _Input:
     claims: list[Mapping[str, Any]] = field(default_factory=list)
     templates: dict[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     services: list[Mapping[str, Any]] = field(default_factory=list)
+    priority_classes: list[Mapping[str, Any]] = field(default_factory=list)
+    budgets: list[Mapping[str, Any]] = field(default_factory=list)
     work: list[Mapping[str, Any]] = field(default_factory=list)  # pods and workloads, in order
     volumes: list[Mapping[str, Any]] = field(default_factory=list)  # the volume rules' kinds
     skipped: Counter[str] = field(default_factory=Counter)
@@ -437,6 +467,7 @@ class _Run:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.touched: list[tuple[str, str]] = []
         self.placed_pods: list[JSON] = []
+        self.budgets: list[DisruptionBudget] = []
         #: (kind, namespace/name or name) -> object, for every kind the volume rules read
         self.volumes: dict[tuple[str, str], JSON] = {}
         self.touched_volumes: list[tuple[str, str]] = []
@@ -478,6 +509,10 @@ class _Run:
                 found.templates[ns_name(obj)] = obj
             elif spec.role == "service":
                 found.services.append(obj)
+            elif spec.role == "priorityclass":
+                found.priority_classes.append(obj)
+            elif spec.role == "budget":
+                found.budgets.append(obj)
             elif spec.role == "volume":
                 found.volumes.append(obj)
             else:  # pod, workload
@@ -643,7 +678,10 @@ class _Run:
         running: list[JSON] = []
         pending: list[JSON] = []
         finished = 0
+        priorities = PriorityClasses(found.priority_classes)
         for pod in self._pods(found, nodes):
+            pod = priorities.admit(pod)  # noqa: PLW2901 - the admitted pod replaces it
+            pod_priority(pod, f"Pod {'/'.join(ns_name(pod))}")
             verdict = self._triage(pod, node_names)
             if verdict == "finished":
                 finished += 1
@@ -653,18 +691,29 @@ class _Run:
                 pending.append(pod)
         if finished:
             self.result.notes.append(f"{finished} finished pod(s) (Succeeded or Failed) ignored")
+        # As kube-scheduler's PrioritySort: higher spec.priority first, then input order.
+        pending.sort(key=lambda p: -pod_priority(p))
+        self.budgets = [budget_from_api(b, running) for b in found.budgets]
         from driver.structured.snapshot import ClusterSnapshot  # noqa: PLC0415 - keeps import cheap
 
-        snapshot = ClusterSnapshot.build(slices, classes.values(), existing)
+        snapshot = ClusterSnapshot.build(slices, classes.values(), [])
         engine = DecisionEngine(snapshot, nodes, defaults=self.defaults, spreading=self.spreading)
+        for claim in existing:
+            # With the pods that reserve it: preemption frees a claim's devices only when
+            # every one of them is a victim.
+            engine.observe_allocation(
+                f"{claim.namespace}/{claim.name}",
+                claim.allocation,
+                reserved_for=[r.uid for r in claim.reserved_for if r.uid],
+            )
         for name, labels in found.namespaces.items():
             engine.observe_namespace(name, labels)
         self._owners(engine, found)
         for (kind, key), obj in self.volumes.items():
             engine.observe_volume(kind, key, obj)
         for pod in running:
-            # Every running pod counts: its requests, host ports, labels and affinity terms for
-            # the rules between pods, and its volumes, whichever scheduler placed it.
+            # Every running pod counts: its requests, host ports, volumes, and labels and
+            # affinity terms for the rules between pods, whichever scheduler placed it.
             namespace, name = ns_name(pod)
             try:
                 volumes = PodVolumes.from_pod(pod)
@@ -814,6 +863,8 @@ class _Run:
         self.result.decision_seconds += elapsed
         if isinstance(decision, (Unschedulable, PodError)):
             self.result.unschedulable.append(PodFailure(pod=pod_key, reason=decision.message))
+            if isinstance(decision, Unschedulable):
+                self._preemption(engine, pod, pod_key, models)
             return
         engine.assume(decision, pod)
         self._record(pod, decision, entries, created)
@@ -889,6 +940,22 @@ class _Run:
                 ANN_SELECTED_NODE: placement.node,
             }
             self.touched_volumes.append(key)
+
+    def _preemption(
+        self, engine: DecisionEngine, pod: JSON, pod_key: str, models: list[ResourceClaim]
+    ) -> None:
+        """Report which running pods ``pod`` would preempt (the engine's dry run); nothing is
+        evicted or nominated, so the pods after it see the cluster unchanged."""
+        found = engine.preempt(pod, models, self.budgets)
+        if isinstance(found, Preemption):
+            self.result.preemptions.append(
+                PodPreemption(
+                    pod=pod_key,
+                    node=found.node,
+                    victims=tuple(f"{v.namespace}/{v.name}" for v in found.victims),
+                    violations=found.violations,
+                )
+            )
 
     def _record(
         self,

@@ -358,6 +358,10 @@ class CapacityIndex:
         self.views: dict[frozenset[DeviceKind], IndexView] = {}
         self.deviceless: set[str] = set()
         self._pool_nodes: dict[PoolKey, set[str]] = {}
+        # An open what-if (:meth:`look`): node, snapshot, state and views before it.
+        self._looking: (
+            tuple[str, ClusterSnapshot, NodeState | None, set[frozenset[DeviceKind]]] | None
+        ) = None
         self._node_devices: dict[
             str, tuple[NodeCandidates, tuple[NodeShape, list[Candidate]] | None]
         ] = {}
@@ -540,3 +544,44 @@ class CapacityIndex:
         self.snapshot = snapshot
         self._unfile(node.name)
         self._file(node)
+
+    def look(self, snapshot: ClusterSnapshot, node: Node) -> None:
+        """For a what-if on ``node``: adopt ``snapshot`` and re-read that node's state, leaving
+        the views built before the what-if as they were (a what-if reads states and shapes,
+        never the filed lists; views built meanwhile are kept exact). Calls may repeat for
+        the same node; :meth:`unlook` puts back what was."""
+        if self._looking is None:
+            self._looking = (node.name, self.snapshot, self.states.get(node.name), set(self.views))
+        name, _, original, kept = self._looking
+        if name != node.name:
+            raise ValueError(f"a what-if on node {name} is open; not on {node.name}")
+        self.snapshot = snapshot
+        if original is None:
+            return  # no devices: its state does not depend on the snapshot's allocations
+        previous = self.states[name]
+        state = self._state(node)
+        if state is None:  # (the devices do not depend on allocations: never here)
+            raise ValueError(f"node {name} lost its devices in a what-if")
+        self.states[name] = state
+        self._refile(kept, previous, state)
+
+    def unlook(self) -> None:
+        """End the what-if :meth:`look` opened (nothing when none is open)."""
+        if self._looking is None:
+            return
+        name, snapshot, original, kept = self._looking
+        self._looking = None
+        self.snapshot = snapshot
+        if original is not None:
+            current = self.states[name]
+            self.states[name] = original
+            self._refile(kept, current, original)
+
+    def _refile(self, kept: set[frozenset[DeviceKind]], old: NodeState, new: NodeState) -> None:
+        """File ``new`` instead of ``old`` in the views not in ``kept``."""
+        if old is new:
+            return
+        for kinds, view in self.views.items():
+            if kinds not in kept:
+                view.unfile(old)
+                view.file(new)

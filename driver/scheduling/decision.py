@@ -76,8 +76,10 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from fractions import Fraction
 from functools import partial
 from typing import Any, Final, NamedTuple, TypeVar
@@ -132,13 +134,26 @@ from driver.scheduling.outcome import (
     REASON_NO_GPUS,
     ClaimAllocation,
     Decision,
+    NoPreemption,
     Placement,
     PodError,
+    Preemption,
     PreFilterRejectedError,
     Unschedulable,
 )
 from driver.scheduling.podindex import ScheduledPod
 from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
+from driver.scheduling.preemption import (
+    NOT_STARTED,
+    DisruptionBudget,
+    NodeVictims,
+    PodOnNode,
+    candidate_count,
+    candidate_offset,
+    may_preempt,
+    pick_one,
+    select_victims,
+)
 from driver.scheduling.rules import PodRules, RuleEnvironment, pod_rules
 from driver.scheduling.scoring import (
     NodeAmounts,
@@ -165,6 +180,10 @@ log = logging.getLogger(f"biaxial.{__name__}")
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
 _ZERO: Final = Fraction(0)
+_NO_USAGE: Final = NodeUsage()
+NOT_HELPFUL_TAIL: Final = "Preemption is not helpful for scheduling."
+NOT_HELPFUL: Final = "preemption: 0/{nodes} nodes are available: " + NOT_HELPFUL_TAIL
+NEVER: Final = "preemption: not eligible due to preemptionPolicy=Never."
 
 
 # --------------------------------------------------------------------------- per-pod context
@@ -316,6 +335,32 @@ class DecisionStats:
     rebuild_seconds: float = 0.0
     updates: int = 0  # node and node-local slice changes applied node by node
     landed: int = 0  # observations recognised as an assumed placement's (nothing moved)
+    preemptions: int = 0  # preemption dry runs
+    preemption_seconds: float = 0.0
+    victim_checks: int = 0  # "does it fit with these pods gone?" questions asked
+
+
+@dataclass(frozen=True, slots=True)
+class _Nomination:
+    """A pod nominated to a node (``status.nominatedNodeName``): what it holds there against
+    pods of equal or lower priority until it is placed: its requests and ports, and the
+    devices this engine planned for it when it preempted (``results``; none for a foreign
+    nomination, whose devices only upstream's own rules know)."""
+
+    node: str
+    pod: ScheduledPod
+    results: tuple[AllocationResult, ...] = ()
+
+
+def _start_time(pod: Mapping[str, Any]) -> float:
+    """``status.startTime`` in seconds (:data:`NOT_STARTED` when absent or unreadable)."""
+    text = (pod.get("status") or {}).get("startTime")
+    if not text:
+        return NOT_STARTED
+    try:
+        return datetime.fromisoformat(str(text)).timestamp()
+    except ValueError:
+        return NOT_STARTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,6 +408,13 @@ class DecisionEngine:
         self._classes = dict(snapshot.classes)
         self._tracker = ClusterTracker(pods_on_nodes)
         self._rules = RuleEnvironment(self._tracker.pods, spreading, OwnerSelectors())
+        # What preemption reads besides the pods: start times, who reserves each allocated
+        # claim, and the nominations that hold resources on their nodes.
+        self._started: dict[str, float] = {}
+        self._reservers: dict[str, frozenset[str]] = {}
+        self._claims_of: dict[str, set[str]] = {}
+        self._nominations: dict[str, _Nomination] = {}
+        self._nominated: dict[str, set[str]] = {}  # node -> nominated pod UIDs
         # The pod of the last decision and what the pod index would keep of it (assume reads
         # it instead of parsing the pod again).
         self._decided: tuple[Mapping[str, Any] | None, ScheduledPod] = (None, ScheduledPod(""))
@@ -434,6 +486,7 @@ class DecisionEngine:
         pod counts on its node (requests, host ports, labels for the rules between pods),
         until the cluster shows them (then nothing moves) or :meth:`forget` drops them."""
         uid = pod_uid(pod)
+        self._set_nomination(uid, None)  # placed: it holds what it was given instead
         decided, scheduled = self._decided
         if decided is not pod or scheduled.uid != uid:  # not the pod just decided: parse it
             scheduled = ScheduledPod.from_pod(pod, uid)
@@ -456,12 +509,35 @@ class DecisionEngine:
 
     # ------------------------------------------------------------------ the cluster
     def observe_allocation(
-        self, claim: str, allocation: AllocationResult | None, *, bridge_of: str | None = None
+        self,
+        claim: str,
+        allocation: AllocationResult | None,
+        *,
+        bridge_of: str | None = None,
+        reserved_for: Iterable[str] = (),
     ) -> None:
         """The cluster shows claim ``claim`` (``namespace/name``) with ``allocation`` (None:
         unallocated, or gone). ``bridge_of``: the UID of the pod whose KEP-5004 bridge claim
-        it is (so an assumed bridge allocation is recognised when its claim appears)."""
+        it is (so an assumed bridge allocation is recognised when its claim appears).
+        ``reserved_for``: the UIDs in its ``status.reservedFor`` (preemption frees a claim's
+        devices only when every pod reserving it is a victim)."""
         self._apply(self._tracker.observe_allocation(claim, allocation, bridge_of=bridge_of))
+        users = frozenset(reserved_for) if allocation is not None else frozenset()
+        old = self._reservers.get(claim, frozenset())
+        if users == old:
+            return
+        for uid in old - users:
+            held = self._claims_of.get(uid)
+            if held is not None:
+                held.discard(claim)
+                if not held:
+                    del self._claims_of[uid]
+        for uid in users - old:
+            self._claims_of.setdefault(uid, set()).add(claim)
+        if users:
+            self._reservers[claim] = users
+        else:
+            self._reservers.pop(claim, None)
 
     def observe_pod(
         self,
@@ -482,8 +558,13 @@ class DecisionEngine:
                 scheduled = ScheduledPod.from_pod(raw, pod)
                 if requests is not None:
                     scheduled = replace(scheduled, requests=dict(requests))
+                self._started[pod] = _start_time(raw)
             else:
                 scheduled = ScheduledPod(uid=pod, requests=dict(requests or {}))
+            self._set_nomination(pod, None)  # bound: a nomination no longer holds
+        else:
+            self._started.pop(pod, None)
+            self._set_nomination(pod, None)
         self._apply(self._tracker.observe_pod(pod, node, scheduled))
         self._volumes.observe_pod(pod, node, volumes)
 
@@ -493,6 +574,52 @@ class DecisionEngine:
         ``namespace/name`` or name) appeared, changed or (None) went. Raises
         :class:`~driver.api.errors.ManifestError` for a malformed one (nothing changes)."""
         self._volumes.observe(kind, key, raw)
+
+    def observe_start(self, pod: str, raw: Mapping[str, Any]) -> None:
+        """A bound pod's ``status.startTime`` (preemption prefers victims that started
+        later)."""
+        if self._tracker.counts(pod):
+            self._started[pod] = _start_time(raw)
+
+    # ------------------------------------------------------------------ nominations
+    def nominate(self, preemption: Preemption, pod: Mapping[str, Any]) -> None:
+        """Hold what ``preemption`` planned on its node for ``pod`` (its requests, ports and
+        planned devices) against pods of equal or lower priority, until the pod is placed,
+        bound, gone, or its nomination changes (:meth:`observe_nomination`)."""
+        uid = pod_uid(pod)
+        scheduled = ScheduledPod.from_pod(pod, uid)
+        results = preemption.placement.all_results
+        self._set_nomination(uid, _Nomination(preemption.node, scheduled, results))
+
+    def observe_nomination(self, pod: str, node: str | None, raw: Mapping[str, Any]) -> None:
+        """The cluster shows pending pod ``pod`` (UID) with ``status.nominatedNodeName``
+        ``node`` (None: none): any scheduler's nomination holds the pod's requests and ports
+        there against pods of equal or lower priority (the devices of a nomination this engine
+        made stay held too). ManifestError when the pod does not parse (nothing changes)."""
+        if not node:
+            self._set_nomination(pod, None)
+            return
+        current = self._nominations.get(pod)
+        if current is not None and current.node == node:
+            return  # (ours, with its planned devices, or already known)
+        self._set_nomination(pod, _Nomination(node, ScheduledPod.from_pod(raw, pod)))
+
+    def nomination(self, pod: str) -> str | None:
+        """The node pod ``pod`` (UID) is nominated to, as this engine counts it."""
+        found = self._nominations.get(pod)
+        return found.node if found is not None else None
+
+    def _set_nomination(self, pod: str, nomination: _Nomination | None) -> None:
+        old = self._nominations.pop(pod, None)
+        if old is not None:
+            on = self._nominated.get(old.node)
+            if on is not None:
+                on.discard(pod)
+                if not on:
+                    del self._nominated[old.node]
+        if nomination is not None:
+            self._nominations[pod] = nomination
+            self._nominated.setdefault(nomination.node, set()).add(pod)
 
     def observe_namespace(self, name: str, labels: Mapping[str, str] | None) -> None:
         """A namespace's labels (None: it went), for affinity terms' ``namespaceSelector``."""
@@ -1021,7 +1148,24 @@ class DecisionEngine:
     ) -> _NodeOutcome | str:
         """The node's exact outcome for the pod, or the reason it does not fit.
         ``prechecked``: the index precheck passed; ``ruled``: the pod's rules passed;
-        ``penalty``: the soft rules' penalty, when known."""
+        ``penalty``: the soft rules' penalty, when known. On a node where pods of equal or
+        higher priority are nominated, their holds count first (upstream's
+        ``RunFilterPluginsWithNominatedPods``)."""
+        holds = self._holds(ctx, node.name)
+        if holds:
+            with self._what_if(ctx, node, added=holds):
+                return self._evaluate_now(ctx, node, prechecked=False, ruled=False, penalty=None)
+        return self._evaluate_now(ctx, node, prechecked=prechecked, ruled=ruled, penalty=penalty)
+
+    def _evaluate_now(
+        self,
+        ctx: _PodContext,
+        node: Node,
+        *,
+        prechecked: bool,
+        ruled: bool,
+        penalty: Fraction | None,
+    ) -> _NodeOutcome | str:
         outcome = self._outcome(ctx, node, prechecked=prechecked, ruled=ruled)
         if not isinstance(outcome, str) and ctx.rules is not None:
             rules = ctx.rules
@@ -1091,6 +1235,10 @@ class DecisionEngine:
         ):
             return REASON_NO_GPUS  # (an invalid pool is the allocator's to report, as upstream)
         bounds = ctx.shape_bounds.get(state.shape.ident) if state is not None else None
+        if bounds is None and state is not None and ctx.demand is not None and ctx.kinds:
+            view = self._index.view(frozenset())  # the bounds' level is not read here
+            bounds = self._shape_bounds(state.shape, view.shape(state.shape), ctx.demand, ctx.kinds)
+            ctx.shape_bounds[state.shape.ident] = bounds
         if not prechecked and state is not None and bounds is not None and ctx.demand is not None:
             short = precheck(state, ctx.demand, bounds)
             if short is not None:
@@ -1153,3 +1301,304 @@ class DecisionEngine:
             if outcome.volumes is not None and not outcome.volumes.empty
             else None,
         )
+
+    # ------------------------------------------------------------------ preemption
+    def preempt(
+        self,
+        pod: Mapping[str, Any],
+        claims: Sequence[ResourceClaim] = (),
+        budgets: Sequence[DisruptionBudget] = (),
+    ) -> Preemption | NoPreemption | PodError:
+        """For a pod that fits nowhere: where would it fit by evicting lower-priority pods,
+        and which (:mod:`driver.scheduling.preemption`: candidates sampled from a stable
+        offset, the minimal victims per node, upstream's choice among candidates, then the
+        pod's own rank there). Pods this engine placed and has not seen bound yet are never
+        victims. Nothing changes: the caller evicts and calls :meth:`nominate`."""
+        started = time.perf_counter()
+        try:
+            self.sync()
+            return self._preempt(pod, claims, budgets)
+        finally:
+            self.stats.preemptions += 1
+            self.stats.preemption_seconds += time.perf_counter() - started
+
+    def _preempt(
+        self,
+        pod: Mapping[str, Any],
+        claims: Sequence[ResourceClaim],
+        budgets: Sequence[DisruptionBudget],
+    ) -> Preemption | NoPreemption | PodError:
+        meta = pod.get("metadata") or {}
+        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+        try:
+            ctx = self._context(pod, claims)
+        except PreFilterRejectedError:
+            # Every node is UnschedulableAndUnresolvable: removing pods cannot help.
+            return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=len(self._nodes)))
+        except BiaxialError as exc:
+            return PodError(pod=name, message=str(exc))
+        if not may_preempt(pod):
+            return NoPreemption(pod=name, message=NEVER)
+        self._bound(ctx)
+        priority = ctx.scheduled.priority
+        names = list(self._nodes)
+        total = len(names)
+        offset = candidate_offset(ctx.scheduled.uid, total)
+        wanted = candidate_count(total)
+        fine: list[NodeVictims] = []
+        violating: list[NodeVictims] = []
+        try:
+            for i in range(total):
+                node = self._nodes[names[(offset + i) % total]]
+                pods = self._potential_victims(node.name, priority)
+                if not pods or not self._might_help(ctx, node):
+                    continue
+                with self._what_if(ctx, node, added=self._holds(ctx, node.name)) as what_if:
+                    found = select_victims(
+                        node.name, priority, pods, budgets, partial(self._fits, ctx, node, what_if)
+                    )
+                if found is not None:
+                    (violating if found.violations else fine).append(found)
+                    if fine and len(fine) + len(violating) >= wanted:
+                        break
+            candidates = fine + violating
+            ranks: dict[str, Rank | None] = {}
+
+            def tie(node: str) -> tuple[int, Rank | None]:
+                if node not in ranks:
+                    best = self._best_without(ctx, node, by_node[node])
+                    ranks[node] = best.rank if best is not None else None
+                found = ranks[node]
+                return (0, found) if found is not None else (1, None)
+
+            by_node = {c.node: c for c in candidates}
+            chosen = pick_one(candidates, tie)
+            if chosen is None:
+                return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=total))
+            best = self._best_without(ctx, chosen.node, chosen)
+        except BiaxialError as exc:
+            return PodError(pod=name, message=str(exc))
+        if best is None:  # (fits said yes: only a bug gets here)
+            return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=total))
+        placement = self._placement(ctx, best, 1)
+        log.info(
+            "pod %s: preempting %d pod(s) on node %s (%d candidate(s))",
+            name,
+            len(chosen.victims),
+            chosen.node,
+            len(candidates),
+        )
+        return Preemption(
+            pod=name,
+            node=chosen.node,
+            victims=chosen.victims,
+            violations=chosen.violations,
+            placement=placement,
+            candidates=len(candidates),
+        )
+
+    def _bound(self, ctx: _PodContext) -> None:
+        """Give ``ctx`` its demand and usable kinds, so that fit checks run the index's
+        precheck (per node shape, computed on first use) before the allocator."""
+        if ctx.legacy.per_node_memory or (ctx.legacy.resources & self._advertised):
+            return
+        claims = list(ctx.to_allocate)
+        if ctx.legacy.requests:
+            probe = self._bridge(ctx, frozenset(ctx.legacy.resources), None)
+            if probe is not None:
+                claims.append(probe.claim)
+        demand = pod_demand(claims)
+        if demand.prunable and demand.requests and not ctx.allocated_claims:
+            ctx.demand = demand
+            ctx.kinds = self._usable(demand)
+
+    def _potential_victims(self, node: str, priority: int) -> list[PodOnNode]:
+        """Pods seen on ``node`` with a priority below ``priority``."""
+        started = self._started
+        return [
+            PodOnNode(
+                uid=p.uid,
+                namespace=p.namespace,
+                name=p.name,
+                priority=p.priority,
+                start=started.get(p.uid, NOT_STARTED),
+                labels=p.labels,
+            )
+            for p in self._tracker.observed_on(node)
+            if p.priority < priority
+        ]
+
+    def _might_help(self, ctx: _PodContext, node: Node) -> bool:
+        """Whether removing pods could make the node fit: the node filter passes on an empty
+        node (taints, node affinity, ``unschedulable``, allocatable too small are
+        upstream's UnschedulableAndUnresolvable)."""
+        resources = ctx.legacy_resources
+        exempt = ctx.exempt
+        if resources & self._advertised:
+            exempt = filter_exempt(dra_resources_on_node(resources, node.allocatable), resources)
+        reason = filter_node(
+            ctx.facts,
+            node,
+            _NO_USAGE,
+            dra_resources=exempt,
+            allocatable=self._allocatable[node.name],
+            ports=None,
+        )
+        return reason is None
+
+    def _fits(
+        self, ctx: _PodContext, node: Node, what_if: _WhatIf, removed: frozenset[str]
+    ) -> bool:
+        """Whether the pod fits on ``node`` with the pods ``removed`` gone (and the holds of
+        the what-if there)."""
+        self.stats.victim_checks += 1
+        what_if.remove(removed)
+        return not isinstance(self._outcome(ctx, node, prechecked=False, ruled=False), str)
+
+    def _best_without(self, ctx: _PodContext, node: str, victims: NodeVictims) -> _Best | None:
+        """The pod's exact outcome on ``node`` once ``victims`` are gone (its rank breaks
+        ties between candidates; its allocation is what a nomination holds)."""
+        found = self._nodes[node]
+        removed = frozenset(v.uid for v in victims.victims)
+        with self._what_if(ctx, found, removed=removed, added=self._holds(ctx, node)):
+            outcome = self._evaluate_now(ctx, found, prechecked=False, ruled=False, penalty=None)
+        if isinstance(outcome, str):
+            return None
+        return _Best(
+            rank(ctx.policies.node, outcome.score, outcome.penalty, outcome.tie, node),
+            outcome,
+            found,
+        )
+
+    def _holds(self, ctx: _PodContext, node: str) -> tuple[_Nomination, ...]:
+        """Nominations on ``node`` that hold against the pod: other pods of equal or higher
+        priority."""
+        uids = self._nominated.get(node)
+        if not uids:
+            return ()
+        me = ctx.scheduled
+        found = []
+        for uid in sorted(uids):
+            nomination = self._nominations[uid]
+            if uid != me.uid and nomination.pod.priority >= me.priority:
+                found.append(nomination)
+        return tuple(found)
+
+    @contextmanager
+    def _what_if(
+        self,
+        ctx: _PodContext,
+        node: Node,
+        *,
+        removed: frozenset[str] = frozenset(),
+        added: Sequence[_Nomination] = (),
+    ) -> Iterator[_WhatIf]:
+        """The engine as if the pods ``removed`` were gone from ``node`` (with the devices of
+        every claim no remaining pod reserves) and the nominations ``added`` were placed
+        there; everything is put back on exit. The pod's rules are recomputed for it. The
+        :class:`_WhatIf` yielded moves to another set of removed pods in place (a victim
+        search changes one pod at a time)."""
+        what_if = _WhatIf(self, ctx, node, added)
+        try:
+            what_if.remove(removed)
+            yield what_if
+        finally:
+            what_if.close()
+
+    def _freed(self, removed: frozenset[str]) -> list[AllocationResult]:
+        """The allocations of claims whose every reserving pod is in ``removed``."""
+        claims: set[str] = set()
+        for uid in removed:
+            claims.update(self._claims_of.get(uid, ()))
+        freed = []
+        for claim in sorted(claims):
+            if self._reservers.get(claim, frozenset()) <= removed:
+                allocation = self._tracker.held(claim)
+                if allocation is not None:
+                    freed.append(allocation)
+        return freed
+
+
+class _WhatIf:
+    """An open what-if on one node (see :meth:`DecisionEngine._what_if`): :meth:`remove` takes
+    the given pods off the node (putting back those taken before and not given now), with
+    the devices their claims free; :meth:`close` restores the engine. Only the difference
+    between two calls touches the tracker, and the capacity index re-reads only the node's
+    state, so a victim search pays for each fit check the pod it changes, not all of them."""
+
+    def __init__(
+        self,
+        engine: DecisionEngine,
+        ctx: _PodContext,
+        node: Node,
+        added: Sequence[_Nomination],
+    ) -> None:
+        self._engine = engine
+        self._ctx = ctx
+        self._node = node
+        self._rules = ctx.rules
+        self._base = engine.snapshot
+        self._held = [r for nomination in added for r in nomination.results]
+        self._lifted: dict[str, tuple[str, ScheduledPod, bool]] = {}
+        self._dropped: list[str] = []
+        self._ever_lifted = False
+        self._freed: list[AllocationResult] | None = None
+        self._looked = False
+        tracker = engine._tracker
+        for nomination in added:
+            if not tracker.counts(nomination.pod.uid):
+                tracker.drop_in(nomination.pod.uid, node.name, nomination.pod, True)
+                self._dropped.append(nomination.pod.uid)
+
+    def remove(self, removed: frozenset[str]) -> None:
+        engine = self._engine
+        tracker = engine._tracker
+        changed = self._freed is None and bool(self._dropped)
+        for uid in sorted(set(self._lifted) - removed):
+            on, pod, assumed = self._lifted.pop(uid)
+            tracker.drop_in(uid, on, pod, assumed)
+            changed = True
+        for uid in sorted(removed - set(self._lifted)):
+            entry = tracker.lift(uid)
+            if entry is not None:
+                self._lifted[uid] = entry
+                self._ever_lifted = changed = True
+        freed = engine._freed(removed)
+        if freed != self._freed:
+            self._freed = freed
+            snapshot = self._base
+            if freed:
+                snapshot = snapshot.without_allocations(freed)
+            if self._held:
+                snapshot = snapshot.with_allocations(self._held)
+            if snapshot is not self._base or self._looked:
+                engine.snapshot = snapshot
+                engine._index.look(snapshot, self._node)
+                self._looked = True
+        if changed:
+            ctx = self._ctx
+            # Rules read the index's counts in place; a pod taken out and put back may be
+            # filed anew, so the rules are computed again rather than restored.
+            ctx.rules = (
+                pod_rules(engine._rules, ctx.pod, ctx.scheduled, ctx.facts)
+                if self._lifted or self._dropped or self._ever_lifted
+                else self._rules
+            )
+
+    def close(self) -> None:
+        engine = self._engine
+        tracker = engine._tracker
+        ctx = self._ctx
+        try:
+            for uid in self._dropped:
+                tracker.lift(uid)
+            for uid, (on, pod, assumed) in self._lifted.items():
+                tracker.drop_in(uid, on, pod, assumed)
+            ctx.rules = (
+                pod_rules(engine._rules, ctx.pod, ctx.scheduled, ctx.facts)
+                if self._ever_lifted
+                else self._rules
+            )
+        finally:
+            engine.snapshot = self._base
+            engine._index.unlook()

@@ -1,5 +1,7 @@
 """What a decision says: the pod fits (:class:`Placement`), fits nowhere (:class:`Unschedulable`,
-with kube-scheduler's per-node reasons) or is itself invalid (:class:`PodError`).
+with kube-scheduler's per-node reasons) or is itself invalid (:class:`PodError`); and what a
+preemption dry run says: the victims to evict (:class:`Preemption`) or why none
+(:class:`NoPreemption`).
 
 Outcomes are immutable values; nothing here computes. The ``REASON_*`` strings are the
 per-node reasons the engine and its index precheck give for the device dimension, worded as
@@ -20,6 +22,7 @@ from driver.api.errors import BiaxialError
 from driver.api.ids import NodeName
 from driver.scheduling.bridge import BridgeClaim
 from driver.scheduling.policy import PodPolicies
+from driver.scheduling.preemption import PodOnNode
 
 if TYPE_CHECKING:  # volumes imports this module (PreFilterRejectedError)
     from driver.scheduling.volumes import VolumeBindings
@@ -82,6 +85,31 @@ class Unschedulable:
 @dataclass(frozen=True, slots=True)
 class PodError:
     """The pod's own input is invalid (unknown class, bad CEL, unknown policy, ...)."""
+
+    pod: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """The pod fits nowhere as the cluster is, but fits on ``node`` once ``victims`` (lower
+    priority, most important first) are gone: ``violations`` of them are protected by a
+    PodDisruptionBudget; ``placement`` is where it would then go on that node (what a
+    nomination holds for it); ``candidates``: the nodes where preemption would help that the
+    dry run examined."""
+
+    pod: str
+    node: str
+    victims: tuple[PodOnNode, ...]
+    violations: int
+    placement: Placement
+    candidates: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoPreemption:
+    """Preemption would not help (or is not allowed): ``message`` says why, as upstream's
+    ``preemption: ...`` suffix of ``FailedScheduling``."""
 
     pod: str
     message: str

@@ -49,6 +49,7 @@ from driver.scheduling.podaffinity import (
     PodMatcher,
     pod_affinity,
 )
+from driver.scheduling.preemption import pod_priority
 
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 MAX_COUNTERS: Final = 4096
@@ -74,6 +75,7 @@ class ScheduledPod:
     ports: tuple[HostPort, ...] = ()
     affinity: PodAffinity = NO_AFFINITY
     terminating: bool = False
+    priority: int = 0  # spec.priority (what preemption compares)
 
     @classmethod
     def from_pod(
@@ -99,6 +101,7 @@ class ScheduledPod:
             ports=host_ports(pod, where) if ports is None else ports,
             affinity=pod_affinity(pod, where),
             terminating=bool(meta.get("deletionTimestamp")),
+            priority=pod_priority(pod, where),
         )
 
 

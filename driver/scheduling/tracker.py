@@ -115,6 +115,36 @@ class ClusterTracker:
         """Whether a placement of ``pod`` still holds something the cluster has not shown."""
         return pod in self._in_flight
 
+    def held(self, claim: str) -> AllocationResult | None:
+        """The allocation the cluster shows for ``claim`` (None: none)."""
+        return self._held.get(claim)
+
+    def observed_on(self, node: str) -> list[ScheduledPod]:
+        """The pods seen on ``node`` (not those this engine placed and has not seen yet)."""
+        pods = self._pods
+        return [
+            pods[uid].pod for uid in sorted(self._node_pods.get(node, ())) if not pods[uid].assumed
+        ]
+
+    def counts(self, pod: str) -> bool:
+        """Whether ``pod`` counts on some node."""
+        return pod in self._pods
+
+    # ------------------------------------------------------------------ what-if
+    def lift(self, pod: str) -> tuple[str, ScheduledPod, bool] | None:
+        """Take ``pod`` off its node for a what-if; :meth:`drop_in` puts it back. Returns
+        (node, pod, assumed), or None when it counts nowhere."""
+        entry = self._pods.get(pod)
+        if entry is None:
+            return None
+        self._set_pod(pod, None)
+        return entry.node, entry.pod, entry.assumed
+
+    def drop_in(self, pod: str, node: str, scheduled: ScheduledPod, assumed: bool) -> None:
+        """Count ``pod`` on ``node`` as ``scheduled`` (undoes :meth:`lift`, or places a pod
+        for a what-if, ``assumed`` then True; lift it again afterwards)."""
+        self._set_pod(pod, _PodEntry(node, scheduled, assumed))
+
     # ------------------------------------------------------------------ updates
     def assume(
         self,

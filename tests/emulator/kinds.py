@@ -241,6 +241,18 @@ STATEFUL_SET: Final = Kind(
     status_subresource=True,
     tracks_generation=True,
 )
+POD_DISRUPTION_BUDGET: Final = Kind(
+    "policy",
+    "v1",
+    "poddisruptionbudgets",
+    "poddisruptionbudget",
+    "PodDisruptionBudget",
+    namespaced=True,
+    field_labels=_NS_NAME,
+    short_names=("pdb",),
+    status_subresource=True,
+    tracks_generation=True,
+)
 
 PERSISTENT_VOLUME_CLAIM: Final = Kind(
     "",
@@ -321,6 +333,7 @@ ALL_KINDS: Final[tuple[Kind, ...]] = (
     REPLICATION_CONTROLLER,
     REPLICA_SET,
     STATEFUL_SET,
+    POD_DISRUPTION_BUDGET,
     PERSISTENT_VOLUME_CLAIM,
     PERSISTENT_VOLUME,
     STORAGE_CLASS,

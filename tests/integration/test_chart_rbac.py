@@ -156,14 +156,14 @@ def test_the_authorizer_model_refuses_what_is_not_granted() -> None:
     objs = [r.obj for r in render_objects()]
     record = RequestRecord(
         method="DELETE",
-        path="/api/v1/namespaces/default/pods/p",
+        path="/api/v1/nodes/n",
         query={},
         content_type="",
         verb="delete",
-        resource="pods",
+        resource="nodes",
         status=200,
     )
-    assert denied(objs, "biaxial-controller", [record]) == ["delete core/pods p in default"]
+    assert denied(objs, "biaxial-controller", [record]) == ["delete core/nodes n"]
     lease = RequestRecord(
         method="PUT",
         path="/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/x",

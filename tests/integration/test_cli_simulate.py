@@ -66,6 +66,7 @@ def test_json_output_shape_and_objects_are_valid(capsys: pytest.CaptureFixture[s
         "placements",
         "unschedulable",
         "skipped",
+        "preemptions",
         "notes",
         "summary",
         "objects",

@@ -365,7 +365,8 @@ def test_controller_rbac_is_the_reference_list() -> None:
     objs = render()
     ctl = rules(objs, "ClusterRole", "biaxial-controller")
     res = "resource.k8s.io"
-    assert grants(ctl, "pods") == {"get", "list", "watch"}
+    assert grants(ctl, "pods") == {"get", "list", "watch", "delete"}  # preemption evicts
+    assert grants(ctl, "poddisruptionbudgets", "policy") == {"list", "watch"}
     assert grants(ctl, "pods/binding") == {"create"}
     assert grants(ctl, "pods/status") == {"patch", "update"}
     assert grants(ctl, "nodes") == {"list", "watch"}

@@ -75,6 +75,7 @@ CONTROLLER = [
         lambda s: s.max_concurrent_writes,
         4,
     ),
+    Case("binding-timeout", "BIAXIAL_BINDING_TIMEOUT", "30", lambda s: s.binding_timeout_s, 30.0),
     Case(
         "volume-bind-timeout",
         "BIAXIAL_VOLUME_BIND_TIMEOUT",

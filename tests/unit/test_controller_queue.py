@@ -331,3 +331,42 @@ def test_random_operations_keep_the_queue_invariants() -> None:
         q.done(got, Outcome.SCHEDULED)
     assert drained == queued
     assert len(q) == 0
+
+
+def test_higher_priority_first_then_arrival() -> None:
+    """kube-scheduler's PrioritySort (pkg/scheduler/framework/plugins/queuesort): ``Less``
+    orders by ``spec.priority``, higher first, then by the time the pod entered the queue."""
+    q = make(Clock())
+    q.add("low-early", priority=0)
+    q.add("high-late", priority=1_000_000)
+    q.add("mid", priority=10)
+    q.add("low-late", priority=0)
+    q.add("negative", priority=-5)
+    order = [q.pop_nowait() for _ in range(6)]
+    assert order == ["high-late", "mid", "low-early", "low-late", "negative", None]
+
+
+def test_priority_order_holds_after_backoff_and_parking() -> None:
+    """Backoff is unchanged by priority: a high-priority pod in backoff waits its time, and a
+    lower one that is ready meanwhile is tried; once both are ready, priority decides again."""
+    clock = Clock()
+    q = make(clock)
+    q.add("high", priority=100)
+    assert q.pop_nowait() == "high"
+    q.done("high", Outcome.ERROR)  # backoff 1 s
+    q.add("low", priority=1)
+    assert q.pop_nowait() == "low", "a ready lower-priority pod waits for no backoff"
+    q.done("low", Outcome.UNSCHEDULABLE)
+    clock.now += 5
+    q.move_all()
+    assert [q.pop_nowait(), q.pop_nowait(), q.pop_nowait()] == ["high", "low", None]
+
+
+def test_forgotten_and_re_added_pods_leave_no_stale_order() -> None:
+    q = make(Clock())
+    q.add("a", priority=5)
+    q.add("b", priority=1)
+    q.forget("a")
+    q.add("c", priority=3)
+    q.add("a", priority=0)
+    assert [q.pop_nowait() for _ in range(4)] == ["c", "b", "a", None]

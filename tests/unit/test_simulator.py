@@ -234,10 +234,10 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
             "ResourceClaim default/rc, request 'r': exactly one of exactly or firstAvailable",
         ),
         (
-            {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "b"}},
+            {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "q"}},
             (
-                "PodDisruptionBudget default/b: PodDisruptionBudget affects scheduling and "
-                "preemption (which disruption budgets limit) is not modelled yet"
+                "ResourceQuota default/q: ResourceQuota affects scheduling and quota admission "
+                "is not modelled yet"
             ),
         ),
         (

@@ -37,20 +37,18 @@ import cProfile
 import gc
 import json
 import pstats
-import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.report import percentile, run_child, table_lines
+from bench.report import peak_rss_mb, place_stream, run_child, table_lines
 from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.outcome import Placement
 from driver.structured.snapshot import ClusterSnapshot
 
 #: scenario -> (sizes, pods per size)
@@ -92,15 +90,6 @@ def _listed(folder: Path, kind: str) -> Any:
         return json.load(handle)
 
 
-def _peak_rss_mb() -> float:
-    """This process's peak RSS (VmHWM: unlike ru_maxrss, not inherited across exec from the
-    parent that generated the scenario)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def measure(folder: Path) -> dict[str, Any]:
     """One size, in this process, from a stored scenario."""
     # A long-running scheduler keeps its startup objects forever: collect nothing while
@@ -134,36 +123,18 @@ def measure(folder: Path) -> dict[str, Any]:
     pod_inputs = [
         (pod, [ResourceClaim.from_api(c) for c in pod_claims]) for pod, pod_claims in scenario_pods
     ]
-    durations: list[float] = []
-    placed = 0
-    loop_started = time.perf_counter()
-    loop_cpu = time.process_time()
-    for pod, pod_claims in pod_inputs:
-        t0 = time.perf_counter()
-        decision = engine.decide(pod, pod_claims)
-        if isinstance(decision, Placement):
-            engine.assume(decision, pod)
-            placed += 1
-        durations.append(time.perf_counter() - t0)
-    total = time.perf_counter() - loop_started
-    total_cpu = time.process_time() - loop_cpu
+    stream = place_stream(engine, pod_inputs)
     return {
         "nodes": len(node_models),
         "gpus": devices,
         "preheld": preheld,
-        "pods": len(pod_inputs),
-        "placed": placed,
-        "podsPerSecond": len(pod_inputs) / total,
-        "p50Ms": 1000 * percentile(durations, 0.50),
-        "p99Ms": 1000 * percentile(durations, 0.99),
-        "meanMs": 1000 * total / len(pod_inputs),
-        "cpuMsPerPod": 1000 * total_cpu / len(pod_inputs),
+        **stream,
         "coldStartSeconds": cold,
         "coldStartCpuSeconds": cold_cpu,
         "coldStartPhases": phases,
         "nodesEvaluated": engine.stats.nodes_evaluated,
         "allocatorCalls": engine.stats.allocator_calls,
-        "peakRssMb": _peak_rss_mb(),
+        "peakRssMb": peak_rss_mb(),
     }
 
 

@@ -41,12 +41,10 @@ import pstats
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench.decisions import _peak_rss_mb
-from bench.report import percentile, run_child, table_lines
+from bench.report import peak_rss_mb, place_stream, run_child, table_lines
 from bench.scenarios import generate
 from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
@@ -175,31 +173,14 @@ def measure(folder: Path) -> dict[str, Any]:
             init_placed += 1
     engine.stats.nodes_evaluated = engine.stats.allocator_calls = 0
     measured = _listed(folder, "measured")
-    durations: list[float] = []
-    placed = 0
-    started = time.perf_counter()
-    cpu_started = time.process_time()
-    for pod in measured:
-        t0 = time.perf_counter()
-        decision = engine.decide(pod, ())
-        if isinstance(decision, Placement):
-            engine.assume(decision, pod)
-            placed += 1
-        durations.append(time.perf_counter() - t0)
-    total = time.perf_counter() - started
-    total_cpu = time.process_time() - cpu_started
+    stream = place_stream(engine, [(pod, ()) for pod in measured])
     return {
         "nodes": len(nodes),
         "init": init_placed,
-        "pods": len(measured),
-        "placed": placed,
-        "podsPerSecond": len(measured) / total,
-        "p50Ms": 1000 * percentile(durations, 0.50),
-        "p99Ms": 1000 * percentile(durations, 0.99),
-        "cpuMsPerPod": 1000 * total_cpu / len(measured),
+        **stream,
         "nodesEvaluated": engine.stats.nodes_evaluated,
         "allocatorCalls": engine.stats.allocator_calls,
-        "peakRssMb": _peak_rss_mb(),
+        "peakRssMb": peak_rss_mb(),
     }
 
 

@@ -14,6 +14,11 @@ Cheap, and never in the way of placements:
   waiting, and a pod that is placed or gone drops its own) and written by a few workers whose
   requests are background requests (:func:`kubeapi.client.background`): they yield every
   token of the client's rate limit to the writes that place pods;
+* **one pod's writes in the order they were reported**: a worker never takes a pod whose
+  previous report is still being written (two patches of one pod in flight at once may land
+  in either order, and an older message would then stay on the pod: a parked pod is not
+  tried, so not reported, again), and a placement's binding waits for the pod's write in
+  flight (:meth:`Recorder.settled`) so that no failure report lands on a bound pod;
 * **the condition only when it changes**: not when the pod already shows the same reason and
   message (as its cached object says, or as this process last wrote it);
 * **events counted as client-go's event recorder counts them**: an event equal to one recorded
@@ -28,6 +33,7 @@ pod UID and forgotten with the pod (the event LRU is bounded instead).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -108,6 +114,7 @@ class Recorder:
         self._workers = 0
         self._clock = clock
         self._pending: dict[str, _Report] = {}  # pod uid -> report, oldest first
+        self._writing: dict[str, asyncio.Event] = {}  # pod uid -> set when its write is done
         self._shown: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) it shows
         self._events: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
         self._budgets: OrderedDict[str, _Budget] = OrderedDict()
@@ -160,6 +167,13 @@ class Recorder:
         except ApiError as exc:
             log.warning("pod %s: could not record event %s: %s", pod.key, reason, exc)
 
+    async def settled(self, pod_uid: str) -> None:
+        """Return once no report about the pod is being written (what :meth:`forget` dropped
+        is never written; one already sent must land before the pod is bound)."""
+        writing = self._writing.get(pod_uid)
+        if writing is not None:
+            await writing.wait()
+
     def forget(self, pod_uid: str) -> None:
         """The pod is placed or gone: nothing more is written about its failures."""
         self._pending.pop(pod_uid, None)
@@ -180,11 +194,20 @@ class Recorder:
     async def _work(self) -> None:
         try:
             with background():
-                while self._pending:
-                    uid = next(iter(self._pending))
-                    await self._write(self._pending.pop(uid))
+                while (uid := self._next_unwritten()) is not None:
+                    done = self._writing[uid] = asyncio.Event()
+                    try:
+                        await self._write(self._pending.pop(uid))
+                    finally:
+                        del self._writing[uid]
+                        done.set()
         finally:
             self._workers -= 1
+
+    def _next_unwritten(self) -> str | None:
+        """The pod whose report waits longest and that has no write in flight (the worker
+        writing one takes its next report when it is done)."""
+        return next((uid for uid in self._pending if uid not in self._writing), None)
 
     async def _write(self, report: _Report) -> None:
         pod = report.pod

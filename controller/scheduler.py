@@ -757,6 +757,9 @@ class Scheduler:
             # The committer takes a write slot per step (not while it waits before the
             # binding), so at most max_concurrent_writes placements write at once.
             started = time.perf_counter()
+            # A failure report sent just before the pod was decided lands first (or the
+            # conditional binding sees it: a 409, retried), never on the bound pod.
+            await self.recorder.settled(plan.pod.uid)
             await self.committer.commit(plan)
             self.metrics.commit_seconds.observe(time.perf_counter() - started)
             outcome = Outcome.SCHEDULED

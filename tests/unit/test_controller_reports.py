@@ -172,6 +172,90 @@ def test_an_event_gone_from_the_server_is_recorded_afresh() -> None:
     ]
 
 
+class SlowPodWrites(FakeApi):
+    """Each pod status patch waits its turn: ``release()`` lets the oldest waiting one land.
+    What a busy API server may do to two requests in flight: answer the later one first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: list[asyncio.Event] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def patch(self, res: Any, name: str, body: Any, **kwargs: Any) -> Any:
+        if res is not PODS:
+            return await super().patch(res, name, body, **kwargs)
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await gate.wait()
+            return await super().patch(res, name, body, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+    async def land_newest_first(self) -> None:
+        """Let every patch in flight land, the newest first, until none is left."""
+        while True:
+            for _ in range(10):
+                await asyncio.sleep(0)
+            waiting = [g for g in self.gates if not g.is_set()]
+            if not waiting:
+                return
+            waiting[-1].set()
+
+
+def test_one_pods_reports_are_written_one_after_the_other_so_the_newest_stays_shown() -> None:
+    # A pod reported as waiting for its claim, then (the claim arrived) refused for a CEL
+    # runtime error, is parked and not reported again: had the two patches been in flight at
+    # once and the older answered last, the pod would show the older message for good.
+    api = SlowPodWrites()
+    seed_pod(api)
+
+    async def scenario() -> Recorder:
+        rec = Recorder(api, component="biaxial", instance="test", spawn=asyncio.ensure_future)
+        rec.unschedulable(POD, 'pod uses resourceclaim "c", which does not exist')
+        await asyncio.sleep(0)  # its write is in flight
+        rec.unschedulable(POD, "claim default/c: selector #0: CEL runtime error")
+        await api.land_newest_first()
+        return rec
+
+    rec = asyncio.run(scenario())
+    assert api.most_in_flight == 1
+    (condition,) = api.stored(PODS, "p")["status"]["conditions"]  # type: ignore[index]
+    assert condition["message"] == "claim default/c: selector #0: CEL runtime error"
+    assert [e["message"] for e in events(api)][-1] == condition["message"]
+    assert rec.pending == 0
+
+
+def test_a_placed_pods_binding_waits_for_its_failure_report_in_flight() -> None:
+    api = SlowPodWrites()
+    seed_pod(api)
+    order: list[str] = []
+
+    async def scenario() -> None:
+        rec = Recorder(api, component="biaxial", instance="test", spawn=asyncio.ensure_future)
+        rec.unschedulable(POD, "0/2 nodes are available: 2 Insufficient cpu.")
+        await asyncio.sleep(0)  # its write is in flight
+        rec.forget(POD.uid)  # decided: placed (what waited is dropped, not what is in flight)
+
+        async def bind() -> None:
+            await rec.settled(POD.uid)
+            order.append("bind")
+
+        binding = asyncio.ensure_future(bind())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        order.append("report lands")
+        await api.land_newest_first()
+        await binding
+        await rec.settled("uid-of-a-pod-never-reported")  # returns at once
+
+    asyncio.run(scenario())
+    assert order == ["report lands", "bind"]
+
+
 # --------------------------------------------------------------------------- equivalence
 
 

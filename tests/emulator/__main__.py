@@ -5,11 +5,17 @@ prints ``listening on http://127.0.0.1:PORT`` (flushed, so a parent can wait for
 and serves until SIGTERM or SIGINT, then ends open watches and exits 0 (with
 ``--request-counts FILE``, after writing how many requests it served, by user agent, verb and
 resource, as JSON: ``{"biaxial-controller": {"patch persistentvolumeclaims": 3, ...}}``).
+
+What it stores lives long and holds no reference cycles (JSON objects), so the main loop
+freezes it out of the cyclic collector's way every second (``gc.freeze``; refcounting still
+frees what is replaced or deleted): otherwise a full collection over 5,000 nodes' objects
+stalls a request for ~0.3 s, where a real API server's collector runs beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import signal
 import sys
@@ -99,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.kubeconfig:
             emulator.write_kubeconfig(args.kubeconfig, namespace=args.namespace)
         print(f"listening on {emulator.url}", flush=True)
+        ticks = 0
         while not stop.wait(0.2):
-            pass
+            ticks += 1
+            if ticks % 5 == 0:
+                gc.freeze()
     finally:
         if controller is not None:
             controller.stop()

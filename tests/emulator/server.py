@@ -38,6 +38,7 @@ from tests.emulator.faults import WRITE_VERBS, FaultRule, Faults, Hold, RequestR
 from tests.emulator.kinds import (
     ALL_KINDS,
     BY_GROUP_VERSION,
+    EVENT_V1,
     NAMESPACE,
     POD,
     RESOURCE_SLICE,
@@ -57,6 +58,7 @@ from tests.emulator.validation import DEFAULT_SCHEMA_VERSION, SchemaValidators, 
 _VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 _DEFAULT_WATCH_TIMEOUT: Final = 1800.0
 _JSON: Final = "application/json"
+_COMPACT: Final = (",", ":")
 
 
 def _group_versions() -> dict[str, list[str]]:
@@ -283,7 +285,11 @@ class _Handler(BaseHTTPRequestHandler):
         req: _Request | None = None,
         warnings: list[str] | None = None,
     ) -> None:
-        data = json.dumps(payload, separators=(",", ":")).encode()
+        data = (
+            payload
+            if isinstance(payload, bytes)
+            else json.dumps(payload, separators=_COMPACT).encode()
+        )
         self._record(req, code)
         self.send_response(code)
         for warning in warnings or ():
@@ -563,17 +569,12 @@ class _Handler(BaseHTTPRequestHandler):
                 resource_version=q.get("resourceVersion"),
                 resource_version_match=q.get("resourceVersionMatch") or None,
             )
-            self._send(
-                200,
-                _list_body(
-                    kind,
-                    result.items,
-                    result.resource_version,
-                    result.continue_token,
-                    result.remaining,
-                ),
-                req,
+            head = _list_body(
+                kind, (), result.resource_version, result.continue_token, result.remaining
             )
+            # events.k8s.io/v1 shows each stored Event as a new object: nothing to keep.
+            stored = kind is not EVENT_V1
+            self._send(200, emulator.encoded.list_bytes(head, result.items, keep=stored), req)
             return
         warnings: list[str] = []
         validation = q.get("fieldValidation") or emulator.field_validation
@@ -587,6 +588,8 @@ class _Handler(BaseHTTPRequestHandler):
                 warnings=warnings,
             )
             self._send(201, obj, req, warnings)
+            if not dry_run:
+                emulator.encoded.item(obj)  # after answering: lists then join cached bytes
             return
         assert req.name is not None
         if req.verb == "get":
@@ -818,6 +821,40 @@ def _int_param(query: dict[str, str], name: str) -> int | None:
         raise errors.bad_request(f'{name}: Invalid value: "{value}": must be an integer') from None
 
 
+class EncodedObjects:
+    """Each stored object's JSON as a list item, encoded once (the API server's watch cache
+    keeps objects' serializations too): a list of 5,000 ResourceSlices is then joined from
+    cached bytes instead of encoded afresh on every page. Stored objects are never changed in
+    place (a write stores a new object), so an object's identity is its cache key; the entry
+    holds the object, so the identity cannot be reused meanwhile. Bounded: cleared when full."""
+
+    LIMIT: Final = 100_000
+
+    def __init__(self) -> None:
+        self._items: dict[int, tuple[Obj, bytes]] = {}
+
+    def item(self, obj: Obj, *, keep: bool = True) -> bytes:
+        found = self._items.get(id(obj))
+        if found is not None and found[0] is obj:
+            return found[1]
+        data = json.dumps(
+            {k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}}, separators=_COMPACT
+        ).encode()
+        if not keep:
+            return data
+        if len(self._items) >= self.LIMIT:
+            self._items.clear()
+        self._items[id(obj)] = (obj, data)
+        return data
+
+    def list_bytes(self, head: dict[str, Any], items: Iterable[Obj], *, keep: bool) -> bytes:
+        """``head`` (a list body with no items) with ``items`` in it, as JSON; ``keep``: the
+        items are stored objects (their encodings are kept)."""
+        encoded = json.dumps(head, separators=_COMPACT).encode()
+        assert encoded.endswith(b'"items":[]}'), encoded
+        return encoded[:-2] + b",".join(self.item(o, keep=keep) for o in items) + b"]}"
+
+
 def _list_body(
     kind: Kind, items: Iterable[Obj], rv: int, token: str | None, remaining: int | None
 ) -> dict[str, Any]:
@@ -877,6 +914,7 @@ class Emulator:
         #: lock right before the write is applied (see :meth:`observe_writes`)
         self.write_observers: list[Callable[[str, str, str], None]] = []
         self.internal_errors: list[BaseException] = []
+        self.encoded = EncodedObjects()
         self._requested_port = port
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None

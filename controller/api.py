@@ -3,10 +3,11 @@ controller is written against (so unit tests can substitute a recording fake), a
 :class:`KubeApi`, the real one.
 
 :class:`KubeApi` is :class:`kubeapi.Client` (raw JSON, token bucket, error mapping, paginated
-list, chunked watch; see :mod:`kubeapi.client` for the contracts) plus the one call only the
-scheduler makes, :meth:`KubeApi.bind`. The shared names (:class:`Resource`, the resource table,
-:class:`WatchEvent`, :class:`ListResult`, :func:`meta`, ...) are re-exported from
-:mod:`kubeapi` so the controller imports them from one place.
+list handed over page by page, chunked watch; see :mod:`kubeapi.client` for the contracts) plus
+the one call only the scheduler makes, :meth:`KubeApi.bind`. The shared names
+(:class:`Resource`, the resource table, :class:`WatchEvent`, :class:`ListResult`,
+:func:`meta`, ...) are re-exported from :mod:`kubeapi` so the controller imports them from one
+place.
 
 :class:`GuardedApi` wraps another :class:`Api` and calls a hook before every call (and every
 watch event): the leader's write fence (:class:`controller.leader.FencedApi`) and the tests'
@@ -102,13 +103,15 @@ class Api(Protocol):
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON: ...
 
-    async def list(
+    def pages(
         self,
         res: Resource,
         *,
         field_selector: str | None = None,
         label_selector: str | None = None,
-    ) -> ListResult: ...
+    ) -> AsyncIterator[ListResult]:
+        """A list page by page (each page carries the list's resourceVersion)."""
+        ...
 
     def watch(
         self,
@@ -195,13 +198,15 @@ class GuardedApi:
         self.guard("GET", res.path(namespace, name))
         return await self.inner.get(res, name, namespace)
 
-    async def list(
+    async def pages(
         self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
-    ) -> ListResult:
+    ) -> AsyncIterator[ListResult]:
         self.guard("GET", res.path())
-        return await self.inner.list(
+        async for page in self.inner.pages(
             res, field_selector=field_selector, label_selector=label_selector
-        )
+        ):
+            self.guard("GET", res.path())  # each page is a request of its own
+            yield page
 
     async def watch(
         self,

@@ -1,7 +1,8 @@
 """List+watch caches of raw JSON, and the claim overlay that makes in-flight decisions visible.
 
 :class:`Informer` keeps one resource in memory: it lists, then watches from the list's
-resourceVersion; when a watch ends it resumes from the last resourceVersion it saw (bookmarks
+resourceVersion (the list is read page by page as it arrives, the next page requested before the
+current one is parsed); when a watch ends it resumes from the last resourceVersion it saw (bookmarks
 included); on 410 Gone it relists and reports the difference (objects that vanished during the
 gap are reported as deletions); on any other API error it backs off and resumes. Objects are
 stored as the raw JSON the API server sent and are never mutated; a changed object replaces
@@ -130,6 +131,10 @@ class Selecting:
 
 
 ADDED: Final = "ADDED"
+#: A relist reads a page this many objects at a time, yielding to the loop in between: the
+#: client has asked for the next page already (:meth:`kubeapi.Client.pages`), so the API
+#: server prepares it while this one is parsed, and the loop stays responsive.
+YIELD_EVERY: Final = 64
 MODIFIED: Final = "MODIFIED"
 DELETED: Final = "DELETED"
 
@@ -209,23 +214,27 @@ class Informer(Generic[_Stored]):
 
     async def relist(self) -> None:
         """List everything and replace the store, reporting what changed."""
-        result = await self.api.list(self.resource, field_selector=self.field_selector)
-        self.stats.lists += 1
         old_store, old_versions = self.store, self._versions
         fresh: dict[str, _Stored] = {}
         versions: dict[str, str] = {}
         changed: list[str] = []
-        for obj in result.items:
-            key = object_key(obj)
-            rv = str(meta(obj).get("resourceVersion") or "")
-            versions[key] = rv
-            if key in old_store and old_versions.get(key) == rv:
-                fresh[key] = old_store[key]  # unchanged: keep what is stored
-            else:
-                fresh[key] = self._transform(obj)
-                changed.append(key)
+        resource_version = ""
+        async for page in self.api.pages(self.resource, field_selector=self.field_selector):
+            resource_version = page.resource_version
+            for n, obj in enumerate(page.items, 1):
+                key = object_key(obj)
+                rv = str(meta(obj).get("resourceVersion") or "")
+                versions[key] = rv
+                if key in old_store and old_versions.get(key) == rv:
+                    fresh[key] = old_store[key]  # unchanged: keep what is stored
+                else:
+                    fresh[key] = self._transform(obj)
+                    changed.append(key)
+                if n % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # the next page's request goes out meanwhile
+        self.stats.lists += 1
         self.store, self._versions = fresh, versions
-        self.resource_version = result.resource_version
+        self.resource_version = resource_version
         for key, gone in old_store.items():
             if key not in fresh:
                 self._notify(DELETED, gone, None)

@@ -19,7 +19,9 @@ Contracts:
   (POST, PUT, PATCH, DELETE) after the token bucket, immediately before the request is sent;
   what it raises is raised to the caller and nothing is sent (the controller's leader fence,
   :mod:`controller.leader`);
-* :meth:`Client.list` follows ``continue`` to the last page;
+* :meth:`Client.pages` hands a list over page by page (following ``continue``), asking for the
+  next page before it hands over the current one, so that the server prepares it while the
+  caller reads; :meth:`Client.list` gathers them;
 * :meth:`Client.watch` yields :class:`WatchEvent` until the server ends the stream; an
   ``ERROR`` event becomes the matching ``ApiError`` (a 410 becomes ``GoneError``: relist);
 * a rotating service-account token file is re-read every :data:`TOKEN_REFRESH_S` seconds.
@@ -60,6 +62,12 @@ _PATCH_TYPES: Final[Mapping[str, str]] = {
 }
 
 
+def _retrieved(task: asyncio.Future[JSON]) -> None:
+    """Consume the outcome of a request nobody waits for any more (no "never retrieved")."""
+    if not task.cancelled():
+        task.exception()
+
+
 @dataclass(frozen=True, slots=True)
 class WatchEvent:
     """One watch event: ``ADDED`` | ``MODIFIED`` | ``DELETED`` | ``BOOKMARK`` and the object."""
@@ -70,6 +78,8 @@ class WatchEvent:
 
 @dataclass(frozen=True, slots=True)
 class ListResult:
+    """A list, or one page of it (every page carries the list's resourceVersion)."""
+
     items: list[JSON]
     resource_version: str
 
@@ -267,6 +277,41 @@ class Client:
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
         return await self.request("GET", res.path(namespace, name))
 
+    async def pages(
+        self,
+        res: Resource,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        page_size: int = 500,
+    ) -> AsyncGenerator[ListResult, None]:
+        """Every matching object, one page at a time (following ``continue``). The next page
+        is requested before this one is handed over: a caller that yields to the loop while it
+        reads a page (a few ``await asyncio.sleep(0)``) lets the request go out, and the server
+        prepares that page meanwhile."""
+        params = _selectors({"limit": str(page_size)}, field_selector, label_selector)
+        path = res.path()
+        fetching: asyncio.Future[JSON] | None = asyncio.ensure_future(
+            self.request("GET", path, params=dict(params))
+        )
+        try:
+            while fetching is not None:
+                page = await fetching
+                fetching = None
+                lmeta = page.get("metadata") or {}
+                cont = lmeta.get("continue")
+                if cont:
+                    params["continue"] = str(cont)
+                    fetching = asyncio.ensure_future(self.request("GET", path, params=dict(params)))
+                items = page.get("items") or []
+                yield ListResult(
+                    items=items, resource_version=str(lmeta.get("resourceVersion", ""))
+                )
+        finally:
+            if fetching is not None:  # the caller stopped early: drop the page asked for
+                fetching.cancel()
+                fetching.add_done_callback(_retrieved)
+
     async def list(
         self,
         res: Resource,
@@ -277,16 +322,13 @@ class Client:
     ) -> ListResult:
         """Every matching object (following ``continue``) and the list's resourceVersion."""
         items: list[JSON] = []
-        params = _selectors({"limit": str(page_size)}, field_selector, label_selector)
-        while True:
-            page = await self.request("GET", res.path(), params=params)
-            items.extend(page.get("items") or [])
-            lmeta = page.get("metadata") or {}
-            cont = lmeta.get("continue")
-            if not cont:
-                rv = str(lmeta.get("resourceVersion", ""))
-                return ListResult(items=items, resource_version=rv)
-            params["continue"] = str(cont)
+        resource_version = ""
+        async for page in self.pages(
+            res, field_selector=field_selector, label_selector=label_selector, page_size=page_size
+        ):
+            items.extend(page.items)
+            resource_version = page.resource_version
+        return ListResult(items=items, resource_version=resource_version)
 
     async def watch(
         self,

@@ -135,16 +135,18 @@ class FakeApi:
         self._enter("get", res, name)
         return copy.deepcopy(self._get(res, name, namespace))
 
-    async def list(
+    async def pages(
         self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
-    ) -> ListResult:
+    ) -> AsyncIterator[ListResult]:
+        """The next of :attr:`lists` if any, else what is stored; in one page."""
         self._enter("list", res, "")
         if self.lists:
-            return self.lists.pop(0)
+            yield self.lists.pop(0)
+            return
         items = [
             copy.deepcopy(o) for (p, _, _), o in sorted(self.objects.items()) if p == res.plural
         ]
-        return ListResult(items=items, resource_version=str(self.last_rv))
+        yield ListResult(items=items, resource_version=str(self.last_rv))
 
     async def watch(
         self,

@@ -277,7 +277,7 @@ def test_the_fence_is_closed_until_the_lease_is_held_and_reads_always_pass() -> 
         with pytest.raises(NotLeaderError):
             await writer.bind("default", "p", "uid", "node-1")
         assert (await writer.get(PODS, "p", "default"))["metadata"]["name"] == "p"
-        assert len((await writer.list(PODS)).items) == 1
+        assert [len(page.items) async for page in writer.pages(PODS)] == [1]
         await a.acquire()
         await writer.patch(PODS, "p", {"metadata": {"labels": {"x": "y"}}}, namespace="default")
         await a.release()

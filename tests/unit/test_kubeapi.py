@@ -127,6 +127,41 @@ def test_list_follows_continue_and_watch_splits_events() -> None:
     asyncio.run(with_server(handler, scenario, Client))
 
 
+def test_pages_asks_for_the_next_page_before_the_caller_has_read_this_one() -> None:
+    # The server prepares page k+1 while the caller parses page k (the informer's relist
+    # yields to the loop while it reads a page); a caller that stops early leaves no request
+    # behind it waiting to be read.
+    asked: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        page = int(request.query.get("continue") or 0)
+        asked.append(f"page {page}")
+        more = {"continue": str(page + 1)} if page < 2 else {}
+        return web.json_response(
+            {
+                "items": [{"metadata": {"name": f"n{page}"}}],
+                "metadata": {"resourceVersion": "7", **more},
+            }
+        )
+
+    async def scenario(client: Client) -> None:
+        read: list[str] = []
+        async for page in client.pages(NODES, page_size=1):
+            for _ in range(20):  # reading the page, yielding to the loop as the relist does
+                await asyncio.sleep(0.001)
+            asked.append(f"read {page.items[0]['metadata']['name']}")
+            read.append(page.resource_version)
+        assert read == ["7", "7", "7"]
+        assert asked == ["page 0", "page 1", "read n0", "page 2", "read n1", "read n2"]
+        asked.clear()
+        async for _page in client.pages(NODES, page_size=1):
+            break  # stopped after the first page: the second, asked for, is dropped
+        await asyncio.sleep(0.05)
+        assert asked[0] == "page 0"
+
+    asyncio.run(with_server(handler, scenario, Client))
+
+
 def test_delete_sends_preconditions_only_when_given() -> None:
     bodies: list[bytes] = []
 

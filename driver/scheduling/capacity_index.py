@@ -351,10 +351,11 @@ class CapacityIndex:
         self.by_ident: list[NodeShape] = []
         self.kinds: dict[DeviceKind, KindFacts] = {}
         self.generation = 0  # bumped when what is known of the kinds changes
-        # How many devices of each kind the filed nodes have (kinds with none are absent),
-        # and a counter bumped whenever that changes.
-        self.kind_counts: Counter[DeviceKind] = Counter()
+        # How many filed nodes have each shape (by ident; shapes with none are absent), and a
+        # counter bumped whenever that changes (:attr:`kind_counts` follows from them).
+        self._shape_counts: Counter[int] = Counter()
         self.census = 0
+        self._kind_counts: tuple[int, Counter[DeviceKind]] = (0, Counter())
         self.views: dict[frozenset[DeviceKind], IndexView] = {}
         self.deviceless: set[str] = set()
         self._pool_nodes: dict[PoolKey, set[str]] = {}
@@ -422,12 +423,24 @@ class CapacityIndex:
         return found
 
     def _count(self, shape: NodeShape, sign: int) -> None:
-        counts = self.kind_counts
-        for kind in shape.key:
-            counts[kind] += sign
-            if not counts[kind]:
-                del counts[kind]
+        counts = self._shape_counts
+        counts[shape.ident] += sign
+        if not counts[shape.ident]:
+            del counts[shape.ident]
         self.census += 1
+
+    @property
+    def kind_counts(self) -> Counter[DeviceKind]:
+        """How many devices of each kind the filed nodes have (kinds with none are absent);
+        summed over the shapes when :attr:`census` moved."""
+        census, counts = self._kind_counts
+        if census != self.census:
+            counts = Counter()
+            for ident, nodes in self._shape_counts.items():
+                for kind in self.by_ident[ident].key:
+                    counts[kind] += nodes
+            self._kind_counts = (self.census, counts)
+        return counts
 
     def _state(self, node: Node) -> NodeState | None:
         found = self._devices(node)

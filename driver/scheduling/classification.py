@@ -29,8 +29,9 @@ its inputs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Final, NamedTuple
 
 from driver.api.claims import DeviceClass
@@ -41,6 +42,14 @@ from driver.cel.reads import referenced_names, visible_keys
 from driver.structured.snapshot import Candidate, NodeCandidates
 
 _MISSING: Final = object()
+
+
+def _NOTHING(_: object) -> tuple[()]:  # noqa: N802 - stands in for an itemgetter of no keys
+    return ()
+
+
+#: Distinct node layouts whose seeded verdict lists are kept (:meth:`DeviceClassifier.seed`).
+_SEED_LAYOUTS: Final = 4096
 
 
 class _Reads(NamedTuple):
@@ -101,12 +110,29 @@ class KindFacts:
     device: Device
     driver: str
     varying: set[str] = field(default_factory=set)
+    # The representative's values of the keys not known to vary, and how to read them from
+    # another device's attributes (one C-level call): most devices add nothing new.
+    _fixed: tuple[Callable[[Mapping[str, object]], object], object] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def add(self, device: Device) -> bool:
         """Note another device of the kind; True when the set of varying keys grew."""
         mine, theirs = self.device.attributes, device.attributes
         if theirs is mine:
             return False
+        if self._fixed is None:
+            keys = [key for key in mine if key not in self.varying]
+            getter: Callable[[Mapping[str, object]], object] = (
+                itemgetter(*keys) if keys else _NOTHING
+            )
+            self._fixed = (getter, getter(mine))
+        read, values = self._fixed
+        try:
+            if len(theirs) == len(mine) and read(theirs) == values and theirs.keys() == mine.keys():
+                return False  # differs at most in keys known to vary
+        except KeyError:
+            pass
         try:
             differ = {key for key, _ in mine.items() ^ theirs.items()}
         except TypeError:  # an unhashable value: compare key by key
@@ -116,7 +142,9 @@ class KindFacts:
                 if mine.get(key, _MISSING) != theirs.get(key, _MISSING)
             }
         new = differ - self.varying
-        self.varying |= new
+        if new:
+            self.varying |= new
+            self._fixed = None
         return bool(new)
 
 
@@ -162,6 +190,7 @@ class DeviceClassifier:
         self._signatures: dict[tuple[object, ...], Classification] = {}
         self._classifications: dict[tuple[bool | None, ...], Classification] = {}
         self._verdicts: dict[tuple[str, object, int], bool | None] = {}
+        self._seeds: dict[tuple[object, ...], list[tuple[tuple[str, ...], list[bool | None]]]] = {}
 
     def _intern(self, expression: str) -> _Reads | None:
         """One :class:`_Reads` per distinct key set, so a device's looks are computed once
@@ -203,17 +232,32 @@ class DeviceClassifier:
         """Hand the allocator the class verdicts already known for a node's devices (by
         candidate index), so it never evaluates class selectors there: the per-node verdict
         lists it keeps per selector set (class selectors only, no request selectors) are
-        filled in, errors left for it to meet."""
-        for position, rule in enumerate(self._rules):
-            key = (*rule.expressions, "")
-            if key in candidates.verdicts or rule.selectors is None:
-                continue
-            known: list[bool | None] = [None] * len(candidates.devices)
-            for index, classification in verdicts.items():
-                verdict = classification.verdicts[position]
-                if verdict is not None:
-                    known[index] = verdict and candidates.devices[index].node_match
-            candidates.verdicts[key] = known
+        filled in, errors left for it to meet. Nodes laid out alike (the same classification
+        at each index) get copies of one set of lists, built once."""
+        devices = candidates.devices
+        layout = (
+            len(devices),
+            tuple([(i, c, devices[i].node_match) for i, c in verdicts.items()]),
+        )
+        lists = self._seeds.get(layout)
+        if lists is None:
+            lists = []
+            for position, rule in enumerate(self._rules):
+                if rule.selectors is None:
+                    continue
+                known: list[bool | None] = [None] * len(devices)
+                for index, classification in verdicts.items():
+                    verdict = classification.verdicts[position]
+                    if verdict is not None:
+                        known[index] = verdict and devices[index].node_match
+                lists.append(((*rule.expressions, ""), known))
+            if len(self._seeds) >= _SEED_LAYOUTS:
+                self._seeds.clear()
+            self._seeds[layout] = lists
+        cache = candidates.verdicts
+        for key, known in lists:
+            if key not in cache:
+                cache[key] = known.copy()  # the allocator fills in what it evaluates
 
     def _selects(
         self, rule: _ClassRule, cand: Candidate, memo: dict[_Reads, tuple[object, ...] | None]

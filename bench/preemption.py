@@ -12,6 +12,8 @@ The timed part per pod is what the scheduling loop spends before it can act: ``d
 ``preempt`` (the victim search included). One table per size: pods/s, p50/p99 of that time,
 victims per pod, candidate nodes examined and fit checks per pod, with the target p99 <=
 100 ms, and the CPU time per pod beside the wall time (the machine may be shared).
+The last column is a digest of every choice (each pod's node and victims): an optimisation of
+the victim search must leave it unchanged for the same ``--nodes``/``--pods``/``--seed``.
 ``--nodes`` and ``--pods`` pick; ``--profile`` profiles in-process.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import hashlib
 import json
 import pstats
 import sys
@@ -101,6 +104,7 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     cpu = 0.0
     victims = 0
     placed = 0
+    choices = hashlib.sha256()
     engine.stats.preemptions = engine.stats.victim_checks = 0
     started = time.perf_counter()
     for i in range(pods):
@@ -115,6 +119,7 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
             message = f"{high['metadata']['name']}: {found}"
             raise RuntimeError(message)  # noqa: TRY004 - a benchmark whose premise failed
         victims += len(found.victims)
+        choices.update(f"{found.pod} {found.node} {[v.uid for v in found.victims]}\n".encode())
         engine.nominate(found, high)
         for victim in found.victims:
             engine.observe_pod(victim.uid, None)
@@ -137,6 +142,7 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         "cpuMsPerPod": 1000 * cpu / pods,
         "victims": victims,
         "fitChecks": engine.stats.victim_checks,
+        "digest": choices.hexdigest()[:12],
     }
 
 
@@ -153,6 +159,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "target",
         "victims/pod",
         "fit checks/pod",
+        "choices digest",
     ]
     body = []
     for r in rows:
@@ -170,6 +177,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"p99 <= {P99_TARGET_MS:.0f} " + ("ok" if ok else "MISSED"),
                 f"{r['victims'] / r['pods']:.1f}",
                 f"{r['fitChecks'] / r['pods']:.1f}",
+                r["digest"],
             ]
         )
     return "\n".join(table_lines(headers, body))

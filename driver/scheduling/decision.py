@@ -1324,8 +1324,11 @@ class DecisionEngine:
         """For a pod that fits nowhere: where would it fit by evicting lower-priority pods,
         and which (:mod:`driver.scheduling.preemption`: candidates sampled from a stable
         offset, the minimal victims per node, upstream's choice among candidates, then the
-        pod's own rank there). Pods this engine placed and has not seen bound yet are never
-        victims. Nothing changes: the caller evicts and calls :meth:`nominate`."""
+        pod's own rank there). Candidates whose victim searches would read exactly the same
+        things share one search (:meth:`_equivalence`, :meth:`_victim_search_key`): the same
+        answer as searching each, at the cost of one search per set of alike nodes. Pods
+        this engine placed and has not seen bound yet are never victims. Nothing changes:
+        the caller evicts and calls :meth:`nominate`."""
         started = time.perf_counter()
         try:
             self.sync()

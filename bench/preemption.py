@@ -12,6 +12,10 @@ The timed part per pod is what the scheduling loop spends before it can act: ``d
 ``preempt`` (the victim search included). One table per size: pods/s, p50/p99 of that time,
 victims per pod, candidate nodes examined and fit checks per pod, with the target p99 <=
 100 ms, and the CPU time per pod beside the wall time (the machine may be shared).
+The last column is a digest of every choice (each pod's node and victims): an optimisation of
+the victim search must leave it unchanged for the same ``--nodes``/``--pods``/``--seed``, and
+``--plain`` runs every victim search in full (no verdict shared between equivalent nodes) to
+show that it does.
 ``--nodes`` and ``--pods`` pick; ``--profile`` profiles in-process.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import hashlib
 import json
 import pstats
 import sys
@@ -78,12 +83,14 @@ def _land(engine: DecisionEngine, placement: Placement, pod: JSON) -> None:
     engine.observe_pod(uid, placement.node, raw=bound)
 
 
-def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
+def measure(nodes: int, pods: int, seed: int, *, plain: bool = False) -> dict[str, Any]:
     scenario = generate(nodes, 0, seed=seed, max_fill=0.0)
     node_models = [Node.from_api(n) for n in scenario.nodes]
     slices = [ResourceSlice.from_api(s) for s in scenario.slices]
     classes = [DeviceClass.from_api(c) for c in scenario.classes]
-    engine = DecisionEngine(ClusterSnapshot.build(slices, classes, ()), node_models)
+    engine = DecisionEngine(
+        ClusterSnapshot.build(slices, classes, ()), node_models, reuse_verdicts=not plain
+    )
     fill_started = time.perf_counter()
     for i in range(nodes * GPUS_PER_NODE):
         seconds = i % 60
@@ -101,7 +108,8 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
     cpu = 0.0
     victims = 0
     placed = 0
-    engine.stats.preemptions = engine.stats.victim_checks = 0
+    choices = hashlib.sha256()
+    engine.stats.preemptions = engine.stats.victim_checks = engine.stats.verdicts_reused = 0
     started = time.perf_counter()
     for i in range(pods):
         gpus = GPUS_PER_NODE if i % 2 else 1
@@ -115,6 +123,7 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
             message = f"{high['metadata']['name']}: {found}"
             raise RuntimeError(message)  # noqa: TRY004 - a benchmark whose premise failed
         victims += len(found.victims)
+        choices.update(f"{found.pod} {found.node} {[v.uid for v in found.victims]}\n".encode())
         engine.nominate(found, high)
         for victim in found.victims:
             engine.observe_pod(victim.uid, None)
@@ -137,6 +146,8 @@ def measure(nodes: int, pods: int, seed: int) -> dict[str, Any]:
         "cpuMsPerPod": 1000 * cpu / pods,
         "victims": victims,
         "fitChecks": engine.stats.victim_checks,
+        "reused": engine.stats.verdicts_reused,
+        "digest": choices.hexdigest()[:12],
     }
 
 
@@ -153,6 +164,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "target",
         "victims/pod",
         "fit checks/pod",
+        "verdicts reused/pod",
+        "choices digest",
     ]
     body = []
     for r in rows:
@@ -170,6 +183,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"p99 <= {P99_TARGET_MS:.0f} " + ("ok" if ok else "MISSED"),
                 f"{r['victims'] / r['pods']:.1f}",
                 f"{r['fitChecks'] / r['pods']:.1f}",
+                f"{r['reused'] / r['pods']:.1f}",
+                r["digest"],
             ]
         )
     return "\n".join(table_lines(headers, body))
@@ -183,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=200, help="high-priority pods (default 200)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--profile", action="store_true", help="cProfile one size in-process")
+    parser.add_argument(
+        "--plain", action="store_true", help="every victim search in full (the reference)"
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args(argv)
     sizes = args.nodes or [500]
@@ -191,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
-            rows.append(measure(nodes, args.pods, args.seed))
+            rows.append(measure(nodes, args.pods, args.seed, plain=args.plain))
             profiler.disable()
             pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
         else:
-            rows.append(measure(nodes, args.pods, args.seed))
+            rows.append(measure(nodes, args.pods, args.seed, plain=args.plain))
         print(f"  {nodes} nodes done", file=sys.stderr)
     print(table(rows))
     if args.json:

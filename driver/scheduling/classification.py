@@ -228,6 +228,13 @@ class DeviceClassifier:
     def class_names(self) -> tuple[str, ...]:
         return tuple(rule.name for rule in self._rules)
 
+    def answered(self, classes: Set[str]) -> bool:
+        """Whether each of ``classes`` said True or False on every device classified so far
+        (no CEL error, no selector that failed to compile): then devices of one kind are
+        selected alike by them, and the allocator meets no error of theirs."""
+        positions = [i for i, name in enumerate(self.class_names) if name in classes]
+        return not any(verdicts[i] is None for verdicts in self._classifications for i in positions)
+
     def seed(self, candidates: NodeCandidates, verdicts: Mapping[int, Classification]) -> None:
         """Hand the allocator the class verdicts already known for a node's devices (by
         candidate index), so it never evaluates class selectors there: the per-node verdict

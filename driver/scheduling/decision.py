@@ -76,7 +76,7 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -148,14 +148,21 @@ from driver.scheduling.preemption import (
     DisruptionBudget,
     NodeVictims,
     PodOnNode,
+    Verdict,
+    budget_violations,
     candidate_count,
     candidate_offset,
     may_preempt,
     pick_one,
+    potential_victims,
     select_victims,
+    verdict_of,
+    victims_by,
 )
 from driver.scheduling.rules import PodRules, RuleEnvironment, pod_rules
 from driver.scheduling.scoring import (
+    NUMA_NODE,
+    PCIE_ROOT,
     NodeAmounts,
     Rank,
     gpu_order,
@@ -338,6 +345,7 @@ class DecisionStats:
     preemptions: int = 0  # preemption dry runs
     preemption_seconds: float = 0.0
     victim_checks: int = 0  # "does it fit with these pods gone?" questions asked
+    verdicts_reused: int = 0  # victim searches answered by an equivalent node's search
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,7 +390,9 @@ class DecisionEngine:
     docstring). ``snapshot`` and ``nodes`` are the cluster to start from; allocations already
     in the snapshot and ``pods_on_nodes`` count for good (they are never observed again; pods
     the rules between pods should see are told with :meth:`observe_pod`). ``spreading``: the
-    default topology spread constraints (kube-scheduler's System defaults unless given)."""
+    default topology spread constraints (kube-scheduler's System defaults unless given).
+    ``reuse_verdicts=False`` runs every victim search of :meth:`preempt` in full (the reference
+    the shared verdicts are compared with; ``exhaustive=True`` implies it)."""
 
     def __init__(
         self,
@@ -395,6 +405,7 @@ class DecisionEngine:
         budget: int = DEFAULT_SEARCH_BUDGET,
         driver_name: str = DEFAULT_DRIVER_NAME,
         spreading: DefaultSpreading | None = None,
+        reuse_verdicts: bool = True,
     ) -> None:
         self.driver_name = driver_name  # whose opaque config (GpuConfig) the engine checks
         self.defaults = defaults or PolicyDefaults()
@@ -403,6 +414,7 @@ class DecisionEngine:
         self.snapshot = snapshot
         self._nodes: dict[str, Node] = {n.name: n for n in nodes}
         self._exhaustive_asked = exhaustive
+        self._reuse_verdicts = reuse_verdicts
         self._baseline = snapshot.allocated
         self._slices = {s.name or f"#{i}": s for i, s in enumerate(snapshot.slices)}
         self._classes = dict(snapshot.classes)
@@ -1312,8 +1324,11 @@ class DecisionEngine:
         """For a pod that fits nowhere: where would it fit by evicting lower-priority pods,
         and which (:mod:`driver.scheduling.preemption`: candidates sampled from a stable
         offset, the minimal victims per node, upstream's choice among candidates, then the
-        pod's own rank there). Pods this engine placed and has not seen bound yet are never
-        victims. Nothing changes: the caller evicts and calls :meth:`nominate`."""
+        pod's own rank there). Candidates whose victim searches would read exactly the same
+        things share one search (:meth:`_equivalence`, :meth:`_victim_search_key`): the same
+        answer as searching each, at the cost of one search per set of alike nodes. Pods
+        this engine placed and has not seen bound yet are never victims. Nothing changes:
+        the caller evicts and calls :meth:`nominate`."""
         started = time.perf_counter()
         try:
             self.sync()
@@ -1347,16 +1362,35 @@ class DecisionEngine:
         wanted = candidate_count(total)
         fine: list[NodeVictims] = []
         violating: list[NodeVictims] = []
+        equivalence = self._equivalence(ctx)
+        verdicts: dict[Hashable, Verdict | None] = {}
         try:
             for i in range(total):
                 node = self._nodes[names[(offset + i) % total]]
-                pods = self._potential_victims(node.name, priority)
-                if not pods or not self._might_help(ctx, node):
+                lower = self._lower(node.name, priority)
+                if not lower or not self._might_help(ctx, node):
                     continue
-                with self._what_if(ctx, node, added=self._holds(ctx, node.name)) as what_if:
-                    found = select_victims(
-                        node.name, priority, pods, budgets, partial(self._fits, ctx, node, what_if)
-                    )
+                pods = self._potential_victims(lower, priority)
+                holds = self._holds(ctx, node.name)
+                key = (
+                    self._victim_search_key(equivalence, node, lower, pods, budgets)
+                    if equivalence is not None and not holds
+                    else None
+                )
+                if key is not None and key in verdicts:
+                    self.stats.verdicts_reused += 1
+                    found = victims_by(node.name, pods, verdicts[key])
+                else:
+                    with self._what_if(ctx, node, added=holds) as what_if:
+                        found = select_victims(
+                            node.name,
+                            priority,
+                            pods,
+                            budgets,
+                            partial(self._fits, ctx, node, what_if),
+                        )
+                    if key is not None:
+                        verdicts[key] = verdict_of(found, pods)
                 if found is not None:
                     (violating if found.violations else fine).append(found)
                     if fine and len(fine) + len(violating) >= wanted:
@@ -1412,21 +1446,165 @@ class DecisionEngine:
             ctx.demand = demand
             ctx.kinds = self._usable(demand)
 
-    def _potential_victims(self, node: str, priority: int) -> list[PodOnNode]:
-        """Pods seen on ``node`` with a priority below ``priority``."""
+    def _lower(self, node: str, priority: int) -> dict[str, ScheduledPod]:
+        """Pods seen on ``node`` with a priority below ``priority``, by UID."""
+        return {p.uid: p for p in self._tracker.observed_on(node) if p.priority < priority}
+
+    def _potential_victims(
+        self, lower: Mapping[str, ScheduledPod], priority: int
+    ) -> list[PodOnNode]:
+        """The victim search's view of the pods ``lower``, most important first."""
         started = self._started
-        return [
-            PodOnNode(
-                uid=p.uid,
-                namespace=p.namespace,
-                name=p.name,
-                priority=p.priority,
-                start=started.get(p.uid, NOT_STARTED),
-                labels=p.labels,
+        return potential_victims(
+            priority,
+            [
+                PodOnNode(
+                    uid=p.uid,
+                    namespace=p.namespace,
+                    name=p.name,
+                    priority=p.priority,
+                    start=started.get(p.uid, NOT_STARTED),
+                    labels=p.labels,
+                )
+                for p in lower.values()
+            ],
+        )
+
+    def _equivalence(self, ctx: _PodContext) -> tuple[str, ...] | None:
+        """Whether this pod's victim searches may share verdicts between nodes, and if so the
+        device attributes (by name, any domain) its searches read; None when they may not.
+
+        A fit check reads, per node: the node filter (its static parts are the same for every
+        removal, and passed; what changes is the pods' requests against allocatable), the
+        volume rules, the rules between pods, the allocator on the node's devices with their
+        use (what the victims' claims free included) and the GPU order. The verdicts are
+        shared only where everything but the last two reads the same on every node: no host
+        ports, no volume the volume rules look at, no rule between pods that filters (removing
+        pods can only drop filters: a placed pod's anti-affinity), the same claims on every
+        node (no per-node bridge variant, no allocated claim) whose device classes and
+        selectors answer for whole device kinds (:mod:`driver.scheduling.classification`), and
+        node-local slices only. The key (:meth:`_victim_search_key`) then holds the rest; the
+        attribute keys returned are those the GPU order and the claims' constraints look up."""
+        if not self._reuse_verdicts or self._no_pruning:
+            return None
+        if ctx.demand is None or ctx.allocated_claims or ctx.volumes is not None:
+            return None  # (_bound leaves demand None for per-node bridge variants)
+        if ctx.facts.host_ports or (ctx.rules is not None and ctx.rules.filters):
+            return None
+        if not all(alt.certain for alternatives in ctx.kinds for alt in alternatives):
+            return None
+        if not self._classifier.answered(ctx.demand.classes):
+            return None  # (a kind counts a class error as "selects": not one answer per kind)
+        claims = list(ctx.to_allocate)
+        if ctx.legacy.requests:
+            probe = self._bridge(ctx, frozenset(ctx.legacy.resources), None)
+            if probe is not None:
+                claims.append(probe.claim)
+        read = {NUMA_NODE, PCIE_ROOT}  # the GPU order's groups
+        for claim in claims:
+            for constraint in claim.constraints:
+                read.update(
+                    a for a in (constraint.match_attribute, constraint.distinct_attribute) if a
+                )
+        # The keys those names are looked up under: as written, and without their domain
+        # (the allocator's lookup in the device's own driver domain).
+        keys = read | {name.partition("/")[2] for name in read}
+        return tuple(sorted(key for key in keys if key))
+
+    def _victim_search_key(
+        self,
+        attributes: tuple[str, ...],
+        node: Node,
+        lower: Mapping[str, ScheduledPod],
+        potential: Sequence[PodOnNode],
+        budgets: Sequence[DisruptionBudget],
+    ) -> Hashable | None:
+        """Everything the victim search on ``node`` reads once :meth:`_equivalence` holds,
+        with the node's own names left out: two nodes with equal keys get the same verdict
+        (told by positions in ``potential``). None when the node cannot be keyed (devices
+        that taints, shared counters or binding conditions may set apart, several pools,
+        pools the allocator skips): its search runs in full.
+
+        The key: the node's allocatable and what its pods request; per device in the
+        allocator's order its name, kind, use by other claims and the ``attributes`` read;
+        per potential victim (most important first) its priority, requests, and whether a
+        budget protects it; per claim a potential victim reserves, what it holds on the node
+        and which potential victims reserve it (and whether any other pod does)."""
+        state = self._index.states.get(node.name)
+        if state is None or any(kind.special for kind in state.shape.kinds):
+            return None
+        candidates = self.snapshot.candidates(node)
+        devices = candidates.devices
+        if candidates.blocked_pools or len(devices) != len(state.devices):
+            return None  # (every device node-local and on this node: the index's ones)
+        pool = devices[0].device_id.pool
+        driver = devices[0].device_id.driver
+        usage = self.snapshot.allocated.pool(driver, pool)
+        exclusive, shares, capacity = usage.exclusive, usage.shares, usage.capacity
+        device_key = []
+        for cand in devices:
+            device_id = cand.device_id
+            if device_id.pool != pool or device_id.driver != driver:
+                return None
+            name = device_id.device
+            attrs = cand.device.attributes
+            consumed = capacity.get(name)
+            device_key.append(
+                (
+                    name,
+                    name in exclusive,
+                    shares.get(name, 0),
+                    tuple(sorted(consumed.items())) if consumed else (),
+                    tuple([attrs.get(key) for key in attributes]),
+                )
             )
-            for p in self._tracker.observed_on(node)
-            if p.priority < priority
-        ]
+        at = {p.uid: i for i, p in enumerate(potential)}
+        protected: set[str] = set()
+        if budgets:
+            violating, _ = budget_violations(potential, budgets)
+            protected = {p.uid for p in violating}
+        victim_key = tuple(
+            (p.priority, p.uid in protected, tuple(sorted(lower[p.uid].requests.items())))
+            for p in potential
+        )
+        claims: set[str] = set()
+        for p in potential:
+            claims.update(self._claims_of.get(p.uid, ()))
+        claim_key = []
+        for claim in claims:
+            allocation = self._tracker.held(claim)
+            if allocation is None:
+                continue
+            held = sorted(
+                (
+                    r.device,
+                    r.share_id is None,
+                    tuple(sorted((k, q.nanos) for k, q in r.consumed_capacity.items()))
+                    if r.consumed_capacity
+                    else (),
+                )
+                for r in allocation.results
+                if r.pool == pool and r.driver == driver and not r.admin_access
+            )
+            reservers = self._reservers.get(claim, frozenset())
+            claim_key.append(
+                (
+                    tuple(held),
+                    tuple(sorted(at[r] for r in reservers if r in at)),
+                    any(r not in at for r in reservers),
+                )
+            )
+        claim_key.sort()
+        pods_usage = self._tracker.usage(node.name)
+        return (
+            tuple(sorted(self._allocatable[node.name].items())),
+            tuple(sorted(pods_usage.requested.items())),
+            pods_usage.pods,
+            state.shape.key,
+            tuple(device_key),
+            victim_key,
+            tuple(claim_key),
+        )
 
     def _might_help(self, ctx: _PodContext, node: Node) -> bool:
         """Whether removing pods could make the node fit: the node filter passes on an empty

@@ -18,6 +18,10 @@ kube-scheduler's ``DefaultPreemption`` (``pkg/scheduler/framework/preemption`` a
   ``fits`` answers "does the pod fit on the node with these pods removed?" and is where the
   engine counts what victims free: their cpu, memory and ports, their place in the rules
   between pods, and the devices of claims that no remaining pod reserves;
+* :class:`Verdict`: one node's answer told by positions in its potential victims (most
+  important first), so that the engine can give the same answer to a node whose victim search
+  would read exactly the same things (:func:`verdict_of` and :func:`victims_by`; which nodes
+  those are is the engine's to say);
 * :func:`budget_violations`: which potential victims a PodDisruptionBudget protects, counted
   as upstream's ``filterPodsWithPDBViolation`` (each matching budget's
   ``status.disruptionsAllowed`` is decremented per pod in order; a pod already in its
@@ -174,6 +178,12 @@ def budget_violations(
     return violating, fine
 
 
+def potential_victims(priority: int, pods: Sequence[PodOnNode]) -> list[PodOnNode]:
+    """The pods that a pod of ``priority`` may evict: strictly lower priority, most important
+    first (the order the reprieve loop of :func:`select_victims` follows)."""
+    return sorted((p for p in pods if p.priority < priority), key=importance)
+
+
 def select_victims(
     node: str,
     priority: int,
@@ -185,7 +195,7 @@ def select_victims(
     None when no lower-priority pod is there, the pod does not fit even without all of them,
     or it fits with none removed. ``fits(removed)``: whether the pod fits with the pods whose
     UIDs are ``removed`` gone."""
-    potential = sorted((p for p in pods if p.priority < priority), key=importance)
+    potential = potential_victims(priority, pods)
     if not potential:
         return None
     removed = {p.uid for p in potential}
@@ -206,6 +216,34 @@ def select_victims(
         return None  # it fits without preemption (upstream: not a candidate)
     victims.sort(key=importance)
     return NodeVictims(node, tuple(victims), violations)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """:func:`select_victims`' answer on one node as positions in its potential victims
+    (:func:`potential_victims`' order): the victims' positions, most important first, and how
+    many of them violate a budget."""
+
+    positions: tuple[int, ...]
+    violations: int
+
+
+def verdict_of(found: NodeVictims | None, potential: Sequence[PodOnNode]) -> Verdict | None:
+    """``found`` (an answer for the node whose potential victims are ``potential``) by
+    positions; None stays None."""
+    if found is None:
+        return None
+    at = {p.uid: i for i, p in enumerate(potential)}
+    return Verdict(tuple(at[v.uid] for v in found.victims), found.violations)
+
+
+def victims_by(
+    node: str, potential: Sequence[PodOnNode], verdict: Verdict | None
+) -> NodeVictims | None:
+    """The answer on ``node`` (potential victims ``potential``) that ``verdict`` tells."""
+    if verdict is None:
+        return None
+    return NodeVictims(node, tuple(potential[i] for i in verdict.positions), verdict.violations)
 
 
 def _earliest_top_start(candidate: NodeVictims) -> float:

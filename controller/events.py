@@ -19,6 +19,12 @@ Cheap, and never in the way of placements:
   in either order, and an older message would then stay on the pod: a parked pod is not
   tried, so not reported, again), and a placement's binding waits for the pod's write in
   flight (:meth:`Recorder.settled`) so that no failure report lands on a bound pod;
+* **a report does not cost the placement after it a retry**: the condition is written on the
+  condition that the pod is still at the resourceVersion the report was based on (the
+  cache's), and what it moved the pod to is remembered (:meth:`Recorder.advanced`): a binding
+  decided on the older version may then carry the newer one, since nothing but this condition
+  changed in between. (When the pod changed meanwhile, the condition is written without the
+  precondition and nothing is remembered: the binding sees the change, a 409, a retry.)
 * **the condition only when it changes**: not when the pod already shows the same reason and
   message (as its cached object says, or as this process last wrote it);
 * **events counted as client-go's event recorder counts them**: an event equal to one recorded
@@ -41,9 +47,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
 
-from controller.api import EVENTS, JSON, PODS, Api
+from controller.api import EVENTS, JSON, PODS, Api, meta
 from controller.commit import PodRef
-from driver.api.errors import ApiError, NotFoundError
+from driver.api.errors import ApiError, ConflictError, NotFoundError
 from kubeapi import background
 from kubeapi.events import MAX_MESSAGE, event_body, now_rfc3339
 
@@ -74,6 +80,7 @@ class _Report:
     message: str
     condition_reason: str | None  # None: no condition (a Scheduled event)
     times: int = 1  # attempts it stands for (coalesced reports add up in the event count)
+    version: str = ""  # the pod's resourceVersion the report was based on ("": unknown)
 
 
 @dataclass(slots=True)
@@ -115,6 +122,8 @@ class Recorder:
         self._clock = clock
         self._pending: dict[str, _Report] = {}  # pod uid -> report, oldest first
         self._writing: dict[str, asyncio.Event] = {}  # pod uid -> set when its write is done
+        # pod uid -> {resourceVersion: the one our condition write alone moved it to}
+        self._advanced: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._shown: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) it shows
         self._events: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
         self._budgets: OrderedDict[str, _Budget] = OrderedDict()
@@ -129,10 +138,11 @@ class Recorder:
         *,
         shown: tuple[str, str] | None = None,
         reason: str = REASON_UNSCHEDULABLE,
+        version: str = "",
     ) -> None:
         """Report that ``pod`` cannot be scheduled now, and why. ``shown`` is the
         ``(reason, message)`` of the ``PodScheduled=False`` condition the pod already carries
-        (from the cache), if any."""
+        (from the cache), if any; ``version`` the pod's resourceVersion there."""
         if shown is not None and pod.uid not in self._shown:
             self._shown[pod.uid] = shown
         waiting = self._pending.get(pod.uid)
@@ -140,7 +150,14 @@ class Recorder:
             waiting.times += 1
             return
         self._submit(
-            _Report(pod, "Warning", EVENT_FAILED_SCHEDULING, message, condition_reason=reason)
+            _Report(
+                pod,
+                "Warning",
+                EVENT_FAILED_SCHEDULING,
+                message,
+                condition_reason=reason,
+                version=version,
+            )
         )
 
     def scheduled(self, pod: PodRef, node: str) -> None:
@@ -173,6 +190,14 @@ class Recorder:
         writing = self._writing.get(pod_uid)
         if writing is not None:
             await writing.wait()
+
+    def advanced(self, pod_uid: str, version: str) -> str:
+        """The pod's resourceVersion after the condition writes of ours that followed
+        ``version`` with nothing else in between (``version`` itself when there were none)."""
+        chain = self._advanced.pop(pod_uid, {})
+        while version in chain:
+            version = chain.pop(version)
+        return version
 
     def forget(self, pod_uid: str) -> None:
         """The pod is placed or gone: nothing more is written about its failures."""
@@ -214,12 +239,12 @@ class Recorder:
         if report.condition_reason is not None:
             state = (report.condition_reason, report.message)
             if self._shown.get(pod.uid) != state:
-                if not await self._condition(pod, *state):
+                if not await self._condition(pod, *state, report.version):
                     return
                 self._shown[pod.uid] = state
         await self._event(report)
 
-    async def _condition(self, pod: PodRef, reason: str, message: str) -> bool:
+    async def _condition(self, pod: PodRef, reason: str, message: str, version: str) -> bool:
         condition: JSON = {
             "type": "PodScheduled",
             "status": "False",
@@ -227,16 +252,22 @@ class Recorder:
             "message": message,
             "lastTransitionTime": now_rfc3339(),
         }
+        body: JSON = {"status": {"conditions": [condition]}}
+        if version:
+            body["metadata"] = {"resourceVersion": version}
         try:
             self.written += 1
-            await self.api.patch(
-                PODS,
-                pod.name,
-                {"status": {"conditions": [condition]}},
-                namespace=pod.namespace,
-                subresource="status",
-                patch_type="strategic",
-            )
+            try:
+                written = await self._patch_status(pod, body)
+            except ConflictError:
+                if not version:
+                    raise
+                del body["metadata"]  # changed meanwhile: say it all the same
+                self.written += 1
+                await self._patch_status(pod, body)
+            else:
+                if version:
+                    self._remember(pod.uid, version, str(meta(written).get("resourceVersion")))
         except NotFoundError:
             self.forget(pod.uid)
             return False
@@ -245,6 +276,24 @@ class Recorder:
             log.warning("pod %s: could not set PodScheduled=False: %s", pod.key, exc)
             return False
         return True
+
+    async def _patch_status(self, pod: PodRef, body: JSON) -> JSON:
+        return await self.api.patch(
+            PODS,
+            pod.name,
+            body,
+            namespace=pod.namespace,
+            subresource="status",
+            patch_type="strategic",
+        )
+
+    def _remember(self, pod_uid: str, before: str, after: str) -> None:
+        if not after:
+            return
+        self._advanced.setdefault(pod_uid, {})[before] = after
+        self._advanced.move_to_end(pod_uid)
+        while len(self._advanced) > EVENT_CACHE_SIZE:
+            self._advanced.popitem(last=False)
 
     async def _event(self, report: _Report) -> None:
         pod = report.pod

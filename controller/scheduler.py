@@ -42,6 +42,7 @@ failures are logged and the pod is retried.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Coroutine, Mapping, Sequence
@@ -155,6 +156,11 @@ def _shown(pod: Mapping[str, Any]) -> tuple[str, str] | None:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return str(condition.get("reason") or ""), str(condition.get("message") or "")
     return None
+
+
+def _version(pod: Mapping[str, Any]) -> str:
+    """The pod's resourceVersion as the cache shows it (a report's precondition)."""
+    return str((pod.get("metadata") or {}).get("resourceVersion") or "")
 
 
 def _extended_resources(pod: Mapping[str, Any]) -> bool:
@@ -500,7 +506,9 @@ class Scheduler:
             )
             self.queue.done(key, Outcome.WAITING, hint)
             if resolved.report:
-                self.recorder.unschedulable(ref, resolved.message, shown=_shown(pod))
+                self.recorder.unschedulable(
+                    ref, resolved.message, shown=_shown(pod), version=_version(pod)
+                )
             else:
                 log.debug("pod %s: %s", key, resolved.message)
             return
@@ -554,7 +562,7 @@ class Scheduler:
             message = decision.message
             if not found.message.endswith(NOT_HELPFUL_TAIL):
                 message = f"{message} {found.message}"  # (why it may not preempt)
-            self.recorder.unschedulable(ref, message, shown=_shown(pod))
+            self.recorder.unschedulable(ref, message, shown=_shown(pod), version=_version(pod))
             return
         self.metrics.decisions.labels(result="scheduled").inc()
         nominated = self._nominated_at.pop(ref.uid, None)
@@ -620,7 +628,7 @@ class Scheduler:
             async with self._writes:
                 await self.evictor.preempt(ref, preemption, current)
             self.metrics.preemption_victims.observe(len(preemption.victims))
-            self.recorder.unschedulable(ref, message, shown=_shown(pod))
+            self.recorder.unschedulable(ref, message, shown=_shown(pod), version=_version(pod))
         except ApiError as exc:
             log.warning(
                 "pod %s: preemption on %s not carried out: %s",
@@ -683,7 +691,9 @@ class Scheduler:
         )
         log.warning("pod %s: %s", key, message, extra={"pod": key})
         self.queue.done(key, Outcome.ERROR)
-        self.recorder.unschedulable(ref, message, shown=_shown(pod), reason=REASON_SCHEDULER_ERROR)
+        self.recorder.unschedulable(
+            ref, message, shown=_shown(pod), reason=REASON_SCHEDULER_ERROR, version=_version(pod)
+        )
 
     def _report_invalid(
         self,
@@ -700,7 +710,9 @@ class Scheduler:
         log.info("pod %s: invalid: %s", key, message, extra={"pod": key})
         hint = Hint(claims=claims, device_classes=frozenset(), pod_gone=False, pod_added=False)
         self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
-        self.recorder.unschedulable(ref, message, shown=_shown(pod), reason=REASON_UNSCHEDULABLE)
+        self.recorder.unschedulable(
+            ref, message, shown=_shown(pod), reason=REASON_UNSCHEDULABLE, version=_version(pod)
+        )
 
     def _plan(
         self, ref: PodRef, decision: Placement, keys: tuple[str, ...], pod_version: str
@@ -757,9 +769,12 @@ class Scheduler:
             # The committer takes a write slot per step (not while it waits before the
             # binding), so at most max_concurrent_writes placements write at once.
             started = time.perf_counter()
-            # A failure report sent just before the pod was decided lands first (or the
-            # conditional binding sees it: a 409, retried), never on the bound pod.
+            # A failure report sent just before the pod was decided lands first, never on the
+            # bound pod; the binding then carries the version that report moved the pod to.
             await self.recorder.settled(plan.pod.uid)
+            version = self.recorder.advanced(plan.pod.uid, plan.pod_version)
+            if version != plan.pod_version:
+                plan = dataclasses.replace(plan, pod_version=version)
             await self.committer.commit(plan)
             self.metrics.commit_seconds.observe(time.perf_counter() - started)
             outcome = Outcome.SCHEDULED

@@ -256,6 +256,35 @@ def test_a_placed_pods_binding_waits_for_its_failure_report_in_flight() -> None:
     assert order == ["report lands", "bind"]
 
 
+def test_a_binding_decided_before_a_report_landed_carries_the_version_it_moved_the_pod_to() -> None:
+    # The report is written on the condition that the pod is at the version the cache showed;
+    # the pod then changed only by it, so the binding (conditional on the version the decision
+    # saw, against a crashed attempt's repair) may carry the newer one: no 409, no retry.
+    api, lane = FakeApi(), Lane()
+    seed_pod(api)
+    rec = recorder(api, lane)
+    seen = api.stored(PODS, "p")["metadata"]["resourceVersion"]  # type: ignore[index]
+    rec.unschedulable(POD, 'pod uses resourceclaim "c", which does not exist', version=seen)
+    asyncio.run(lane.run())
+    now = api.stored(PODS, "p")["metadata"]["resourceVersion"]  # type: ignore[index]
+    assert now != seen
+    assert rec.advanced(POD.uid, seen) == now
+    assert rec.advanced(POD.uid, seen) == seen  # told once, to the one binding
+
+
+def test_a_report_on_a_pod_that_changed_meanwhile_is_written_and_advances_nothing() -> None:
+    api, lane = FakeApi(), Lane()
+    seed_pod(api)
+    rec = recorder(api, lane)
+    seen = api.stored(PODS, "p")["metadata"]["resourceVersion"]  # type: ignore[index]
+    asyncio.run(api.patch(PODS, "p", {"metadata": {"labels": {"a": "b"}}}, namespace="default"))
+    rec.unschedulable(POD, "0/2 nodes are available: 2 Insufficient cpu.", version=seen)
+    asyncio.run(lane.run())
+    (condition,) = api.stored(PODS, "p")["status"]["conditions"]  # type: ignore[index]
+    assert condition["message"] == "0/2 nodes are available: 2 Insufficient cpu."
+    assert rec.advanced(POD.uid, seen) == seen  # someone else changed it: the binding must see
+
+
 # --------------------------------------------------------------------------- equivalence
 
 

@@ -30,6 +30,19 @@ def test_bind_sets_node_name_and_pod_scheduled(api: Api) -> None:
     assert scheduled[0]["status"] == "True"
 
 
+def test_bind_clears_the_nominated_node_name(api: Api) -> None:
+    # KEP-5278: the API server clears status.nominatedNodeName when a pod is bound (feature
+    # gate ClearingNominatedNodeNameAfterBinding, beta and on by default since 1.35), whoever
+    # nominated it (a scheduler's preemption, a cluster autoscaler).
+    api.ok(api.post(api.pods(), pod("p")), 201)
+    api.ok(api.patch(api.pods("p") + "/status", {"status": {"nominatedNodeName": "node-b"}}))
+    assert api.ok(api.get(api.pods("p")))["status"]["nominatedNodeName"] == "node-b"
+    assert api.post(api.pods("p") + "/binding", _binding("p", "node-a")).status == 201
+    bound = api.ok(api.get(api.pods("p")))
+    assert bound["spec"]["nodeName"] == "node-a"
+    assert "nominatedNodeName" not in bound["status"]
+
+
 def test_bind_missing_pod_is_404(api: Api) -> None:
     response = api.post(api.pods("ghost") + "/binding", _binding("ghost", "node-a"))
     assert response.status == 404

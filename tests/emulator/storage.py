@@ -966,7 +966,9 @@ class Store:
 
     # ------------------------------------------------------------------ pods
     def bind(self, namespace: str, name: str, binding: Any) -> None:
-        """``pods/binding``: set ``spec.nodeName`` and ``PodScheduled=True`` (404/409 rules)."""
+        """``pods/binding``: set ``spec.nodeName`` and ``PodScheduled=True`` and clear
+        ``status.nominatedNodeName`` (KEP-5278: the API server does so since 1.35, feature gate
+        ``ClearingNominatedNodeNameAfterBinding``, beta and on by default) (404/409 rules)."""
         if not isinstance(binding, dict):
             raise errors.bad_request("the body of the request must be a Binding object")
         meta = binding.get("metadata") or {}
@@ -1040,6 +1042,7 @@ class Store:
                 }
             )
             status["conditions"] = conditions
+            status.pop("nominatedNodeName", None)
             new = self._validate(POD, new)
             new["metadata"]["resourceVersion"] = self._next_rv()
             self._bucket(POD)[self._key(POD, namespace, name)] = new

@@ -110,6 +110,7 @@ def test_the_issue_scenario_one_victim_nomination_and_binding(
     assert "urgent" not in bound_pods(cluster), "bound only once the victim is gone"
     cluster.finish_pod_deletions()
     cluster.wait_until(lambda: bound_pods(cluster).get("urgent") == NODE, timeout=20)
+    assert "nominatedNodeName" not in status(cluster, "urgent"), "the binding clears it"
     assert sorted(bound_pods(cluster, low)) == sorted(set(low) - {victim})
     assert check_invariants(cluster) == []
 

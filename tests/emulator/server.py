@@ -556,7 +556,8 @@ class _Handler(BaseHTTPRequestHandler):
                     fields=fields,
                     options=_json(body, allow_empty=True),
                 )
-                self._send(200, _list_body(kind, deleted, store.rv, None, None), req)
+                head = _list_body(kind, store.rv, None, None)
+                self._send(200, emulator.encoded.list_bytes(head, deleted, keep=False), req)
                 return
             limit = _int_param(q, "limit")
             result = store.list(
@@ -570,7 +571,7 @@ class _Handler(BaseHTTPRequestHandler):
                 resource_version_match=q.get("resourceVersionMatch") or None,
             )
             head = _list_body(
-                kind, (), result.resource_version, result.continue_token, result.remaining
+                kind, result.resource_version, result.continue_token, result.remaining
             )
             # events.k8s.io/v1 shows each stored Event as a new object: nothing to keep.
             stored = kind is not EVENT_V1
@@ -855,9 +856,8 @@ class EncodedObjects:
         return encoded[:-2] + b",".join(self.item(o, keep=keep) for o in items) + b"]}"
 
 
-def _list_body(
-    kind: Kind, items: Iterable[Obj], rv: int, token: str | None, remaining: int | None
-) -> dict[str, Any]:
+def _list_body(kind: Kind, rv: int, token: str | None, remaining: int | None) -> dict[str, Any]:
+    """A list answer without its items (:meth:`EncodedObjects.list_bytes` adds them)."""
     meta: dict[str, Any] = {"resourceVersion": str(rv)}
     if token:
         meta["continue"] = token
@@ -867,9 +867,7 @@ def _list_body(
         "kind": f"{kind.kind}List",
         "apiVersion": kind.api_version,
         "metadata": meta,
-        "items": [
-            {k: v for k, v in item.items() if k not in {"kind", "apiVersion"}} for item in items
-        ],
+        "items": [],
     }
 
 

@@ -33,21 +33,27 @@ cProfile and prints the top functions.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
 import json
-import pstats
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import peak_rss_mb, place_stream, run_child, table_lines
+from bench.report import (
+    listed,
+    measured_apart,
+    parse_cluster,
+    peak_rss_mb,
+    place_stream,
+    profiled,
+    store_lists,
+    stored,
+    table_lines,
+)
 from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
-from driver.api.claims import DeviceClass, ResourceClaim
-from driver.api.model import ResourceSlice
-from driver.api.nodes import Node
+from driver.api.claims import ResourceClaim
 from driver.scheduling.decision import DecisionEngine
 from driver.structured.snapshot import ClusterSnapshot
 
@@ -60,9 +66,6 @@ DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
     "dynamic-mig": ((500,), 2000),
 }
 SCENARIOS = tuple(DEFAULTS)
-
-
-KINDS = ("nodes", "slices", "classes", "claims", "pods")
 
 
 def build(name: str, nodes: int, pods: int, seed: int) -> Scenario:
@@ -81,13 +84,7 @@ def write_scenario(folder: Path, name: str, nodes: int, pods: int, seed: int) ->
         "claims": scenario.claims,
         "pods": [[pod, claims] for pod, claims in scenario.pods],
     }
-    for kind in KINDS:
-        (folder / f"{kind}.json").write_text(json.dumps(lists[kind]), encoding="utf-8")
-
-
-def _listed(folder: Path, kind: str) -> Any:
-    with (folder / f"{kind}.json").open(encoding="utf-8") as handle:
-        return json.load(handle)
+    store_lists(folder, lists)
 
 
 def measure(folder: Path) -> dict[str, Any]:
@@ -100,10 +97,7 @@ def measure(folder: Path) -> dict[str, Any]:
     started = time.perf_counter()
     cpu_started = time.process_time()
     phases: dict[str, float] = {}
-    node_models = [Node.from_api(n) for n in _listed(folder, "nodes")]
-    slices = [ResourceSlice.from_api(s) for s in _listed(folder, "slices")]
-    classes = [DeviceClass.from_api(c) for c in _listed(folder, "classes")]
-    claims = [ResourceClaim.from_api(c) for c in _listed(folder, "claims")]
+    node_models, slices, classes, claims = parse_cluster(folder)
     phases["list+parse"] = time.perf_counter() - started
     snapshot = ClusterSnapshot.build(slices, classes, claims)
     for node in node_models:
@@ -118,7 +112,7 @@ def measure(folder: Path) -> dict[str, Any]:
     del slices, claims
     gc.freeze()
     gc.enable()
-    scenario_pods = _listed(folder, "pods")
+    scenario_pods = listed(folder, "pods")
 
     pod_inputs = [
         (pod, [ResourceClaim.from_api(c) for c in pod_claims]) for pod, pod_claims in scenario_pods
@@ -138,10 +132,8 @@ def measure(folder: Path) -> dict[str, Any]:
     }
 
 
-def _child(name: str, nodes: int, pods: int, seed: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
-        write_scenario(Path(tmp), name, nodes, pods, seed)
-        return run_child("bench.decisions", tmp)
+def _writer(name: str, nodes: int, pods: int, seed: int) -> Callable[[Path], None]:
+    return lambda folder: write_scenario(folder, name, nodes, pods, seed)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -213,22 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = args.scenario or list(SCENARIOS)
     if args.profile:
         sizes, pods = DEFAULTS[scenarios[0]]
-        with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
-            write_scenario(
-                Path(tmp), scenarios[0], (args.nodes or sizes)[0], args.pods or pods, args.seed
-            )
-            profiler = cProfile.Profile()
-            profiler.enable()
-            result = measure(Path(tmp))
-            profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(35)
+        write = _writer(scenarios[0], (args.nodes or sizes)[0], args.pods or pods, args.seed)
+        with stored(write) as folder:
+            result = profiled(lambda: measure(folder), 35)
         print(table([result]))
         return 0
     for name in scenarios:
         sizes, pods = DEFAULTS[name]
         rows = []
         for nodes in args.nodes or sizes:
-            rows.append(_child(name, nodes, args.pods or pods, args.seed))
+            write = _writer(name, nodes, args.pods or pods, args.seed)
+            rows.append(measured_apart("bench.decisions", write))
             print(f"  {name}: {nodes} nodes done", file=sys.stderr)
         print(f"\n== {name}")
         print(table(rows))

@@ -22,16 +22,15 @@ show that it does.
 from __future__ import annotations
 
 import argparse
-import cProfile
+import functools
 import gc
 import hashlib
 import json
-import pstats
 import sys
 import time
 from typing import Any
 
-from bench.report import percentile, table_lines
+from bench.report import percentile, profiled, table_lines
 from bench.scenarios import generate
 from driver.api.claims import DeviceClass
 from driver.api.model import ResourceSlice
@@ -206,14 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = args.nodes or [500]
     rows = []
     for nodes in sizes:
-        if args.profile:
-            profiler = cProfile.Profile()
-            profiler.enable()
-            rows.append(measure(nodes, args.pods, args.seed, plain=args.plain))
-            profiler.disable()
-            pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
-        else:
-            rows.append(measure(nodes, args.pods, args.seed, plain=args.plain))
+        run = functools.partial(measure, nodes, args.pods, args.seed, plain=args.plain)
+        rows.append(profiled(run, 30) if args.profile else run())
         print(f"  {nodes} nodes done", file=sys.stderr)
     print(table(rows))
     if args.json:

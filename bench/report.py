@@ -1,21 +1,54 @@
-"""What the benchmarks share: the timed placement loop, percentiles of its timings, peak
-memory, a right-aligned table, and a measurement run in a fresh interpreter (so peak memory
-is the measurement's own)."""
+"""What the benchmarks share: a scenario stored as one JSON list per kind (as a controller
+lists them) and parsed back into the core's models, the timed placement loop, percentiles of
+its timings, peak memory, a right-aligned table, and a measurement run in a fresh interpreter
+(so peak memory is the measurement's own)."""
 
 from __future__ import annotations
 
+import contextlib
+import cProfile
 import json
+import pstats
 import resource
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from driver.api.claims import ResourceClaim
+from driver.api.claims import DeviceClass, ResourceClaim
+from driver.api.model import ResourceSlice
+from driver.api.nodes import Node
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement
+
+_T = TypeVar("_T")
+
+
+def store_lists(folder: Path, lists: Mapping[str, Any]) -> None:
+    """Write each list to ``folder/<kind>.json``."""
+    for kind, items in lists.items():
+        (folder / f"{kind}.json").write_text(json.dumps(items), encoding="utf-8")
+
+
+def listed(folder: Path, kind: str) -> Any:
+    """The list :func:`store_lists` wrote for ``kind``."""
+    with (folder / f"{kind}.json").open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def parse_cluster(
+    folder: Path,
+) -> tuple[list[Node], list[ResourceSlice], list[DeviceClass], list[ResourceClaim]]:
+    """The stored nodes, slices, classes and claims as the core's models."""
+    return (
+        [Node.from_api(n) for n in listed(folder, "nodes")],
+        [ResourceSlice.from_api(s) for s in listed(folder, "slices")],
+        [DeviceClass.from_api(c) for c in listed(folder, "classes")],
+        [ResourceClaim.from_api(c) for c in listed(folder, "claims")],
+    )
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -31,6 +64,31 @@ def table_lines(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[s
     lines.append("-+-".join("-" * w for w in widths))
     lines.extend(" | ".join(c.rjust(w) for c, w in zip(b, widths, strict=True)) for b in body)
     return lines
+
+
+@contextlib.contextmanager
+def stored(write: Callable[[Path], None]) -> Iterator[Path]:
+    """A fresh folder with what ``write`` put there (removed afterwards)."""
+    with tempfile.TemporaryDirectory(prefix="biaxial-bench-") as tmp:
+        write(Path(tmp))
+        yield Path(tmp)
+
+
+def measured_apart(module: str, write: Callable[[Path], None]) -> dict[str, Any]:
+    """``write`` a scenario into a fresh folder and measure it with :func:`run_child`."""
+    with stored(write) as folder:
+        return run_child(module, str(folder))
+
+
+def profiled(run: Callable[[], _T], lines: int) -> _T:
+    """``run()`` under cProfile in this process; prints the ``lines`` costliest calls by
+    cumulative time and returns what it returned."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    result = run()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(lines)
+    return result
 
 
 def run_child(module: str, directory: str) -> dict[str, Any]:

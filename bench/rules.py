@@ -34,21 +34,26 @@ load inflates far less (compare runs by it when the machine is busy). ``--worklo
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
 import json
-import pstats
 import random
 import sys
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.report import peak_rss_mb, place_stream, run_child, table_lines
+from bench.report import (
+    listed,
+    measured_apart,
+    parse_cluster,
+    peak_rss_mb,
+    place_stream,
+    profiled,
+    store_lists,
+    stored,
+    table_lines,
+)
 from bench.scenarios import generate
-from driver.api.claims import DeviceClass, ResourceClaim
-from driver.api.model import ResourceSlice
-from driver.api.nodes import Node
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement
 from driver.structured.snapshot import ClusterSnapshot
@@ -143,36 +148,27 @@ def write_scenario(folder: Path, workload: str, nodes: int, seed: int) -> None:
         "init": workload_pods(workload, init, measured=False),
         "measured": workload_pods(workload, measured, measured=True),
     }
-    for kind, items in lists.items():
-        (folder / f"{kind}.json").write_text(json.dumps(items), encoding="utf-8")
-
-
-def _listed(folder: Path, kind: str) -> Any:
-    with (folder / f"{kind}.json").open(encoding="utf-8") as handle:
-        return json.load(handle)
+    store_lists(folder, lists)
 
 
 def measure(folder: Path) -> dict[str, Any]:
     """One workload at one size, in this process."""
     gc.collect()
     gc.disable()
-    nodes = [Node.from_api(n) for n in _listed(folder, "nodes")]
-    slices = [ResourceSlice.from_api(s) for s in _listed(folder, "slices")]
-    classes = [DeviceClass.from_api(c) for c in _listed(folder, "classes")]
-    claims = [ResourceClaim.from_api(c) for c in _listed(folder, "claims")]
+    nodes, slices, classes, claims = parse_cluster(folder)
     snapshot = ClusterSnapshot.build(slices, classes, claims)
     engine = DecisionEngine(snapshot, nodes)
     del slices, claims
     gc.freeze()
     gc.enable()
     init_placed = 0
-    for pod in _listed(folder, "init"):
+    for pod in listed(folder, "init"):
         decision = engine.decide(pod, ())
         if isinstance(decision, Placement):
             engine.assume(decision, pod)
             init_placed += 1
     engine.stats.nodes_evaluated = engine.stats.allocator_calls = 0
-    measured = _listed(folder, "measured")
+    measured = listed(folder, "measured")
     stream = place_stream(engine, [(pod, ()) for pod in measured])
     return {
         "nodes": len(nodes),
@@ -184,10 +180,8 @@ def measure(folder: Path) -> dict[str, Any]:
     }
 
 
-def _child(workload: str, nodes: int, seed: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="biaxial-bench-rules-") as tmp:
-        write_scenario(Path(tmp), workload, nodes, seed)
-        return run_child("bench.rules", tmp)
+def _writer(workload: str, nodes: int, seed: int) -> Callable[[Path], None]:
+    return lambda folder: write_scenario(folder, workload, nodes, seed)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -246,19 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     workloads = args.workload or list(WORKLOADS)
     sizes = args.nodes or sorted(SIZES)
     if args.profile:
-        with tempfile.TemporaryDirectory(prefix="biaxial-bench-rules-") as tmp:
-            write_scenario(Path(tmp), workloads[0], sizes[0], args.seed)
-            profiler = cProfile.Profile()
-            profiler.enable()
-            result = measure(Path(tmp))
-            profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(40)
+        with stored(_writer(workloads[0], sizes[0], args.seed)) as folder:
+            result = profiled(lambda: measure(folder), 40)
         print(table([result]))
         return 0
     for workload in workloads:
         rows = []
         for nodes in sizes:
-            rows.append(_child(workload, nodes, args.seed))
+            rows.append(measured_apart("bench.rules", _writer(workload, nodes, args.seed)))
             print(f"  {workload}: {nodes} nodes done", file=sys.stderr)
         print(f"\n== {workload}")
         print(table(rows))

@@ -20,6 +20,9 @@
 # This Dockerfile has not been built in this repository's CI (there is no container engine
 # there); tests/unit/test_chart.py checks its structure and the chart that uses it.
 
+# Base images by tag for a development build; a release pins each by digest, read from the
+# registry at release time (docs/operations.md, "Building a release image"), e.g.
+#   --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<digest>
 ARG PYTHON_IMAGE=python:3.11-slim
 # The CUDA devel image of HAMi v2.9.0's own build stage (docker/Dockerfile, NVIDIA_IMAGE).
 ARG CUDA_DEVEL_IMAGE=nvidia/cuda:12.9.1-cudnn-devel-ubuntu20.04
@@ -60,15 +63,19 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY requirements/runtime.lock requirements/
 COPY biaxial/ biaxial/
 COPY driver/ driver/
 COPY kubeapi/ kubeapi/
 COPY kubeletplugin/ kubeletplugin/
 COPY controller/ controller/
 COPY deviceclasses/ deviceclasses/
+# The dependencies exactly as locked (every file's hash checked), then the project's own
+# wheel on top without resolving anything again.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/biaxial \
- && /opt/biaxial/bin/pip install /wheels/biaxial-*.whl \
+ && /opt/biaxial/bin/pip install --require-hashes -r requirements/runtime.lock \
+ && /opt/biaxial/bin/pip install --no-deps /wheels/biaxial-*.whl \
  && /opt/biaxial/bin/biaxial --help >/dev/null
 
 FROM ${PYTHON_IMAGE}

@@ -4,20 +4,34 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv lock lock-check check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
-$(STAMP): pyproject.toml
+LOCK   := requirements/dev.lock
+
+# The environment comes from the lock (exact versions, every file's hash checked); the
+# project itself is then installed editable on top without resolving anything again.
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-## check: ruff, mypy --strict, import-linter layering contracts, generated code freshness, manifests
-check: lint typecheck imports proto-check fields-check manifests
+## lock: re-resolve requirements/dev.lock and runtime.lock from pyproject.toml's ranges (uv,
+## pinned in tests/check_lock.py), then `make venv` installs exactly that
+lock: $(STAMP)
+	$(BIN)/python -m tests.check_lock --update
+	rm -f $(STAMP)
+
+## lock-check: the locks agree with pyproject.toml (every range honoured, every pin hashed)
+lock-check: $(STAMP)
+	$(BIN)/python -m tests.check_lock
+
+## check: the lock, ruff, mypy --strict, import-linter layering contracts, generated code freshness, manifests
+check: lock-check lint typecheck imports proto-check fields-check manifests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -628,6 +628,11 @@ def test_dockerfile_copies_every_package_and_runs_unprivileged() -> None:
     assert stages == ["hami-core-build", "hami-core-none", "hami-core", "build"]
     assert len([line for line in lines if line.startswith("FROM ")]) == 5  # + the final stage
     assert 'ENTRYPOINT ["biaxial"]' in lines
+    # the image installs the locked runtime dependencies with their hashes, nothing resolved anew
+    assert "requirements/runtime.lock" in copied
+    text = "\n".join(lines)
+    assert "pip install --require-hashes -r requirements/runtime.lock" in text
+    assert "pip install --no-deps /wheels/biaxial-*.whl" in text
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users, "no USER: the image would run as root"
     uid = users[-1].split(":")[0]

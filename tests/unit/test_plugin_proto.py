@@ -72,3 +72,19 @@ def test_health_service(pb: object, package: str) -> None:
         "message": 5,
     }
     assert (pb.UNKNOWN, pb.HEALTHY, pb.UNHEALTHY) == (0, 1, 2)  # type: ignore[attr-defined]
+
+
+def test_generated_code_comes_from_the_locked_generator() -> None:
+    """A fresh machine installs requirements/dev.lock, so the checked-in code must be what that
+    lock's grpcio-tools writes (a newer patch release changes the version line it stamps)."""
+    from tests.check_lock import LOCKS, read_lock
+
+    lock = next(path for path in LOCKS if path.name == "dev.lock")
+    pinned = {pin.name: str(pin.version) for pin in read_lock(lock)}
+    stamped = {
+        line.split("=", 1)[1].strip().strip("'\"")
+        for path in generate.GEN_DIR.glob("*_grpc.py")
+        for line in path.read_text().splitlines()
+        if line.startswith("GRPC_GENERATED_VERSION")
+    }
+    assert stamped == {pinned["grpcio-tools"]}

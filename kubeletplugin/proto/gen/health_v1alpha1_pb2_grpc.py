@@ -5,7 +5,7 @@ import warnings
 
 from . import health_v1alpha1_pb2 as health__v1alpha1__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

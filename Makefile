@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lock lock-check check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv lock lock-check control-plane check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -67,6 +67,12 @@ fields: $(STAMP)
 
 fields-check: $(STAMP)
 	$(BIN)/python -m tests.gen_field_schema --check
+
+## control-plane: build (or reuse, cached per version) etcd, kube-apiserver,
+## kube-controller-manager, kube-scheduler and kwok from upstream's source through the Go module
+## proxy; prints where they are. BIAXIAL_K8S_RELEASE=1.34 picks the oldest supported release
+control-plane: $(STAMP)
+	$(BIN)/python -m tests.cluster.build
 
 ## test: the whole suite (unit, integration, contract); tests marked gpu run only where a GPU exists
 test: $(STAMP)

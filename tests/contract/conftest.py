@@ -3,6 +3,8 @@
 The ``api`` fixture is parametrised over two targets:
 
 * ``emulator``: a fresh in-process emulator (always runs);
+* ``apiserver``: upstream's real control plane built by ``make control-plane`` (marker
+  ``apiserver``; one per session, see ``tests/cluster/``);
 * ``cluster``: the cluster ``KUBECONFIG`` points at, only when ``BIAXIAL_CONTRACT_REAL=1`` is
   also set; otherwise skipped with that reason (never silently passed).
 
@@ -257,12 +259,17 @@ def _real_cluster_client() -> Any:
     return client.ApiClient(configuration)
 
 
-@pytest.fixture(params=["emulator", "cluster"])
+@pytest.fixture(
+    params=["emulator", pytest.param("apiserver", marks=pytest.mark.apiserver), "cluster"]
+)
 def api(request: pytest.FixtureRequest) -> Iterator[Api]:
     from kubernetes import client
 
     emulator: Emulator | None = None
-    if request.param == "cluster":
+    if request.param == "apiserver":
+        plane = request.getfixturevalue("control_plane")
+        api_client = client.ApiClient(plane.client_configuration())
+    elif request.param == "cluster":
         if not os.environ.get("KUBECONFIG") or os.environ.get(REAL_ENV) != "1":
             pytest.skip(f"real-cluster contract run needs KUBECONFIG and {REAL_ENV}=1")
         api_client = _real_cluster_client()

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from driver.api.claims import ResourceClaim
-from driver.api.config import SharingStrategy, resolve_configs
+from driver.api.config import SharingStrategy, node_policy_error, resolve_configs
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError, MigError, PrepareError
 from driver.discovery.devices import DeviceTable, NodeDevice
 from driver.discovery.gpus import GpuInfo, MigInfo
@@ -146,6 +146,9 @@ class PrepareSettings:
     # "none" (nothing to limit). "hami-core" refuses rather than run a share unlimited when the
     # library is not configured; set "none" to allow unlimited time-slicing by default.
     default_sharing_strategy: SharingStrategy = "hami-core"
+    # The node's sharing policy: the strategies a share of a GPU may use here, whatever its
+    # class or claim says (``--share-strategies``). Without "none", no share runs unlimited.
+    share_strategies: tuple[SharingStrategy, ...] = ("hami-core", "mps")
     # The node's share cap (published as each shareable GPU's ``shares`` capacity); None: none.
     max_shares_per_gpu: int | None = None
     lock_timeout_s: float = 60.0
@@ -301,6 +304,10 @@ def plan_claim(
         if share_id:
             if not target.shareable:
                 raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
+            if not target.dynamic and strategy not in settings.share_strategies:
+                allowed = settings.share_strategies
+                refusal = node_policy_error(strategy, settings.node_name, allowed)
+                raise ConfigError(f"{where}: {refusal}")
             memory_q = result.consumed(CAPACITY_MEMORY)
             cores_q = result.consumed(CAPACITY_CORES)
             # A share that names no memory reserves the whole GPU's (the published default).

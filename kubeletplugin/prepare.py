@@ -155,6 +155,9 @@ class PrepareSettings:
 
 
 ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+#: At most this many claim GETs in flight at once, across Prepare calls (a call naming hundreds
+#: of claims must not open hundreds of requests to the API server at once).
+MAX_CLAIM_READS: Final = 8
 #: Told the checkpoint's state after every read: ``None`` readable, else the error's text.
 #: Called from the worker thread that read it, only when the state changed.
 CheckpointObserver = Callable[[str | None], None]
@@ -637,6 +640,7 @@ class Preparer:
         self._mig = mig
         self._on_mig_change = on_mig_change
         self._lock = asyncio.Lock()
+        self._reads = asyncio.Semaphore(MAX_CLAIM_READS)
         self._prepared: tuple[PreparedClaim, ...] = ()
         self._owned: frozenset[tuple[str, str, int]] = frozenset()
 
@@ -713,7 +717,8 @@ class Preparer:
 
     async def _plan(self, ref: ClaimRef, devices: DeviceTable) -> ClaimPlan | str:
         try:
-            claim = await self._get_claim(ref.namespace, ref.name)
+            async with self._reads:
+                claim = await self._get_claim(ref.namespace, ref.name)
         except BiaxialError as exc:
             return f"claim {ref}: cannot read it from the API: {exc}"
         except Exception as exc:  # noqa: BLE001 - the getter is the caller's code; its failure
@@ -815,13 +820,14 @@ class Preparer:
                 continue  # a version-2 daemon still shared with another claim
             try:
                 self._mps.stop(daemon.directory)
-            except PrepareError:
+            except PrepareError as exc:
                 log.warning(
-                    "claim %s/%s: MPS daemon %s did not stop; the next plugin start stops it",
+                    "claim %s/%s: MPS daemon %s not stopped (%s); the next plugin start "
+                    "stops what is left under the MPS root",
                     record.namespace,
                     record.name,
                     daemon.directory,
-                    exc_info=True,
+                    exc,
                 )
         return remaining, ""
 

@@ -30,6 +30,7 @@ from kubeletplugin import cdi
 from kubeletplugin.checkpoint import Checkpoint, CheckpointStore, checksum
 from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
 from kubeletplugin.prepare import (
+    MAX_CLAIM_READS,
     ClaimRef,
     PreparedDevice,
     Preparer,
@@ -615,6 +616,27 @@ def test_share_default_without_hami_library_is_refused_unless_default_is_none(
     )
     assert not run(allowed.prepare([ref]))[ref.uid].error
     assert "LD_PRELOAD" not in env(node.spec(ref))
+
+
+def test_claim_reads_are_bounded(node: Node) -> None:
+    """Measured before (issue 29, item 7): one GET per claim, all at once, however many claims
+    a call names. Now at most MAX_CLAIM_READS are in flight, and every claim is still read."""
+    refs = [node.api.add(f"c{i}", [result(f"gpu-{i % 4}", memory_mib=10)]) for i in range(40)]
+    in_flight, most = 0, 0
+
+    async def get(namespace: str, name: str) -> dict[str, Any] | None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        for _ in range(3):
+            await asyncio.sleep(0)  # a yield (no time passes): let the other reads start
+        in_flight -= 1
+        return await node.api.get(namespace, name)
+
+    preparer = Preparer(node.settings, GPUS, get, boot_id="boot-1")
+    run(preparer.prepare(refs))
+    assert most == MAX_CLAIM_READS
+    assert node.api.gets == len(refs)
 
 
 def test_the_nodes_sharing_policy_holds_whatever_the_class_allows(node: Node) -> None:

@@ -15,7 +15,9 @@ that state until the informer delivers an object at least as new. Pending state 
 scheduling loop and the commit read (a pod sharing a claim sees it allocated); the engine's
 feed (:mod:`controller.feed`) reads only the written state (:meth:`ClaimOverlay.latest_written`,
 :meth:`ClaimOverlay.written`): the engine counts this process's decisions from the moment it
-assumes them, so a device is never handed out twice while their writes are in flight.
+assumes them, so a device is never handed out twice while their writes are in flight. It also
+shows the last written state of a deleted claim a running pod still uses, under a key of its
+own, for as long as :mod:`controller.retention` keeps it.
 
 :class:`ClusterCache` bundles the informers the controller needs and fans their changes out to
 subscribers (the scheduling loop, the engine's feed, the repairer, the deallocator, the volume
@@ -321,6 +323,7 @@ class ClaimOverlay:
         self._informer = informer
         self._pending: dict[str, JSON] = {}
         self._assumed: dict[str, _Assumed] = {}
+        self._retained: dict[str, JSON] = {}  # deleted claims still in use (controller.retention)
         self._expiry_s = expiry_s
         self._listeners: list[Callable[[str], None]] = []
         self.version = 0
@@ -358,6 +361,16 @@ class ClaimOverlay:
         if changed:
             self.touch(key)
 
+    def retain(self, key: str, obj: JSON) -> None:
+        """Keep showing the written state ``obj`` of a deleted claim under ``key`` (a key no
+        claim has: :func:`controller.retention.retained_key`) until :meth:`release`."""
+        self._retained[key] = obj
+        self.touch(key)
+
+    def release(self, key: str) -> None:
+        if self._retained.pop(key, None) is not None:
+            self.touch(key)
+
     def observe(self, key: str, obj: JSON | None) -> None:
         """Called on informer events: drop assumptions the informer has caught up with."""
         assumed = self._assumed.get(key)
@@ -378,7 +391,7 @@ class ClaimOverlay:
 
     def latest_written(self, key: str) -> JSON | None:
         """Like :meth:`get` but ignoring pending (unwritten) state: the base for a write."""
-        base = self._informer.get(key)
+        base = self._informer.get(key) or self._retained.get(key)
         assumed = self._assumed.get(key)
         if assumed is not None and rv_int(base) < assumed.rv:
             return assumed.obj
@@ -386,13 +399,14 @@ class ClaimOverlay:
 
     def written(self) -> dict[str, JSON]:
         """Every claim as :meth:`latest_written` shows it (no pending state), keyed
-        ``namespace/name``."""
+        ``namespace/name``, and the retained state of deleted claims still in use."""
         now = time.monotonic()
         expired = [k for k, a in self._assumed.items() if now - a.since > self._expiry_s]
         for key in expired:  # a write whose watch event never came: trust the informer again
             del self._assumed[key]
             self.touch(key)
         claims = dict(self._informer.store)
+        claims.update(self._retained)
         for key, assumed in self._assumed.items():
             if rv_int(claims.get(key)) < assumed.rv:
                 claims[key] = assumed.obj

@@ -16,19 +16,20 @@ One decision at a time, as kube-scheduler's scheduling cycle; writes run concurr
    passes it is abandoned, reported as ``SchedulerError`` and retried with backoff). A pod equal
    to one found unschedulable while nothing changed gets that answer without a decision
    (:mod:`controller.equivalence`);
-4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`; the
-   binding is conditional on the pod's resourceVersion the decision was made on) or
-   **report** (:class:`~controller.events.Recorder`: ``PodScheduled=False`` + an Event, in a
-   background lane), then park the pod in the queue with a :class:`~controller.queue.Hint`
-   until a change that may help it, as kube-scheduler's queueing hints decide: one of its
-   claims created or changed; devices freed that a class it asks for selects (a claim
-   deallocated); a pod leaving a node, when more than devices kept it out; a pod placed or
-   relabelled on a node, when its pod affinity or topology spread kept it out; a node, slice,
-   class, namespace or volume object changed. Invalid input waits for the pod, its claims, or
-   a node, slice, class or volume object to change; everything is retried at its flush time
-   regardless. A commit that fails because its volumes could not be bound (provisioning
-   failed, the wait timed out) is reported on the pod the same way (reason
-   ``SchedulerError``, as kube-scheduler reports a failed PreBind) and retried with backoff.
+4. **commit** (:mod:`controller.commit`; volumes through :mod:`controller.volumes`; the binding is
+   conditional on the pod's resourceVersion the decision was made on) or **report**
+   (:class:`~controller.events.Recorder`: ``PodScheduled=False`` + an Event, in a background lane),
+   then park the pod in the queue with a :class:`~controller.queue.Hint` until a change that may
+   help it, as kube-scheduler's queueing hints decide: one of its claims created or changed;
+   devices freed that a class it asks for selects (a claim deallocated, or what a deleted claim
+   kept for its running pod released: :mod:`controller.retention`); a pod leaving a node, when more
+   than devices kept it out; a pod placed or relabelled on a node, when its pod affinity or
+   topology spread kept it out; a node, slice, class, namespace or volume object changed. Invalid
+   input waits for the pod, its claims, or a node, slice, class or volume object to change;
+   everything is retried at its flush time regardless. A commit that fails because its volumes
+   could not be bound (provisioning failed, the wait timed out) is reported on the pod the same way
+   (reason ``SchedulerError``, as kube-scheduler reports a failed PreBind) and retried with
+   backoff.
 
 A placement counts from the moment it is decided (the feed *assumes* it in the engine), so
 decisions made while earlier writes are in flight never hand out the same device twice; a
@@ -76,6 +77,7 @@ from controller.preempt import (
 )
 from controller.queue import ClusterEvent, EventKind, Hint, Outcome, SchedulingQueue
 from controller.repair import Repairer
+from controller.retention import EVENT_CLAIM_DELETED_IN_USE, Retention
 from controller.settings import Settings
 from controller.volumes import VolumeBinder, VolumeBindingError
 from driver.api.claims import ResourceClaim
@@ -310,6 +312,13 @@ class Scheduler:
             spreading=settings.spreading,
         )
         self.repairer = Repairer(api, cache, self.committer, metrics, finalizer=settings.finalizer)
+        self.retention = Retention(
+            cache,
+            on_release=self._retained_released,
+            on_retain=lambda pod, message: self._spawn(
+                self.recorder.event(pod, "Warning", EVENT_CLAIM_DELETED_IN_USE, message)
+            ),
+        )
 
     # ------------------------------------------------------------------ events
 
@@ -335,6 +344,9 @@ class Scheduler:
             self._on_pod(old, new)
         elif kind == "ResourceClaim":
             self._on_claim(old, new)
+
+    def _retained_released(self) -> None:
+        self.queue.move(ClusterEvent(EventKind.DEVICES_FREED))  # which classes: not known
 
     def _cluster_changed(self) -> None:
         self.queue.move(ClusterEvent(EventKind.CLUSTER))

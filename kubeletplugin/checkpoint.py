@@ -382,13 +382,24 @@ MIGRATIONS: Final[Mapping[int, Callable[[Mapping[str, Any]], JSON]]] = {
 
 
 def decode(content: bytes, path: Path) -> Checkpoint:
-    """Parse, verify and migrate file content; :class:`CheckpointError` on any problem."""
+    """Parse, verify and migrate file content; :class:`CheckpointError` on any problem (a file
+    nested deeper than Python's parser or encoder recurses included: never a crash)."""
+    try:
+        return _decode(content, path)
+    except RecursionError as exc:
+        raise CheckpointError(
+            f"checkpoint {path}: nested too deeply to read; not a checkpoint this plugin wrote"
+        ) from exc
+
+
+def _decode(content: bytes, path: Path) -> Checkpoint:
     try:
         envelope = json.loads(content)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(
             f"checkpoint {path}: not valid JSON ({exc}); truncated or damaged file"
         ) from exc
+
     if not isinstance(envelope, dict) or not {"version", "checksum", "data"} <= set(envelope):
         raise CheckpointError(
             f"checkpoint {path}: not a checkpoint (expected version, checksum and data)"

@@ -26,6 +26,8 @@ Contract:
   :class:`~driver.api.errors.PrepareError` with the binary's output and the tail of the
   daemon's log.
 * The binary path is a setting so tests run a fake control program.
+* Nothing outside the root is touched: a daemon directory that is not strictly below it
+  (a checkpoint can name any path) is refused before anything is run, created or removed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -43,13 +44,13 @@ from pathlib import Path
 from typing import Final
 
 from driver.api.errors import PrepareError
+from driver.api.ids import UID_PATTERN
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 MIB: Final = 1024 * 1024
 FULL_CORES: Final = 100
 LOG_TAIL_LINES: Final = 5
-_UID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 
 
 def daemon_dir(root: Path, claim_uid: str, device: str) -> Path:
@@ -156,6 +157,24 @@ class MpsManager:
             return ""
         return " | ".join(lines[-LOG_TAIL_LINES:])
 
+    def owns(self, directory: Path) -> bool:
+        """Whether ``directory`` is strictly below the root, with no ``..``: the only places
+        this manager creates, stops or removes anything (a checkpoint naming another path,
+        checksum or not, is never acted on)."""
+        return (
+            directory.is_absolute()
+            and ".." not in directory.parts
+            and directory != self.root
+            and directory.is_relative_to(self.root)
+        )
+
+    def _check_owned(self, directory: Path) -> None:
+        if not self.owns(directory):
+            raise PrepareError(
+                f"MPS daemon directory {str(directory)[:200]!r} is outside the MPS root "
+                f"{self.root} (--mps-root); left untouched"
+            )
+
     def is_running(self, directory: Path) -> bool:
         """True when the daemon of ``directory`` answers on its pipe directory."""
         if not pipe_dir(directory).is_dir():
@@ -164,6 +183,7 @@ class MpsManager:
 
     def ensure_running(self, daemon: MpsDaemon) -> None:
         """Start the daemon unless it already answers, then (re)apply its limits."""
+        self._check_owned(daemon.directory)
         if not self.is_running(daemon.directory):
             daemon.pipe.mkdir(parents=True, exist_ok=True)
             daemon.logs.mkdir(parents=True, exist_ok=True)
@@ -193,7 +213,9 @@ class MpsManager:
 
     def stop(self, directory: Path) -> None:
         """Ask the daemon of ``directory`` to quit, wait until it no longer answers, and
-        remove the directory (its pipes and logs)."""
+        remove the directory (its pipes and logs). A directory outside the root is refused
+        (:class:`PrepareError`) before anything is run or removed."""
+        self._check_owned(directory)
         if self.is_running(directory):
             proc = self._run(directory, None, [], "quit\n")
             deadline = time.monotonic() + self._settings.stop_timeout_s
@@ -248,7 +270,7 @@ class MpsManager:
     def stop_claim(self, claim_uid: str) -> None:
         """Stop every daemon of one claim (``<root>/<claim UID>/*``), with no checkpoint to
         say which: what Unprepare can still do when the checkpoint is unreadable."""
-        if not _UID.fullmatch(claim_uid):
+        if not UID_PATTERN.fullmatch(claim_uid):
             return  # not a UID: nothing of ours can be named by it
         base = self.root / claim_uid
         if not base.is_dir():

@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from driver.api.claims import ResourceClaim
-from driver.api.config import SharingStrategy, resolve_configs
+from driver.api.config import SharingStrategy, node_policy_error, resolve_configs
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError, MigError, PrepareError
 from driver.discovery.devices import DeviceTable, NodeDevice
 from driver.discovery.gpus import GpuInfo, MigInfo
@@ -146,12 +146,18 @@ class PrepareSettings:
     # "none" (nothing to limit). "hami-core" refuses rather than run a share unlimited when the
     # library is not configured; set "none" to allow unlimited time-slicing by default.
     default_sharing_strategy: SharingStrategy = "hami-core"
+    # The node's sharing policy: the strategies a share of a GPU may use here, whatever its
+    # class or claim says (``--share-strategies``). Without "none", no share runs unlimited.
+    share_strategies: tuple[SharingStrategy, ...] = ("hami-core", "mps")
     # The node's share cap (published as each shareable GPU's ``shares`` capacity); None: none.
     max_shares_per_gpu: int | None = None
     lock_timeout_s: float = 60.0
 
 
 ClaimGetter = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+#: At most this many claim GETs in flight at once, across Prepare calls (a call naming hundreds
+#: of claims must not open hundreds of requests to the API server at once).
+MAX_CLAIM_READS: Final = 8
 #: Told the checkpoint's state after every read: ``None`` readable, else the error's text.
 #: Called from the worker thread that read it, only when the state changed.
 CheckpointObserver = Callable[[str | None], None]
@@ -301,6 +307,10 @@ def plan_claim(
         if share_id:
             if not target.shareable:
                 raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
+            if not target.dynamic and strategy not in settings.share_strategies:
+                allowed = settings.share_strategies
+                refusal = node_policy_error(strategy, settings.node_name, allowed)
+                raise ConfigError(f"{where}: {refusal}")
             memory_q = result.consumed(CAPACITY_MEMORY)
             cores_q = result.consumed(CAPACITY_CORES)
             # A share that names no memory reserves the whole GPU's (the published default).
@@ -630,6 +640,7 @@ class Preparer:
         self._mig = mig
         self._on_mig_change = on_mig_change
         self._lock = asyncio.Lock()
+        self._reads = asyncio.Semaphore(MAX_CLAIM_READS)
         self._prepared: tuple[PreparedClaim, ...] = ()
         self._owned: frozenset[tuple[str, str, int]] = frozenset()
 
@@ -706,7 +717,8 @@ class Preparer:
 
     async def _plan(self, ref: ClaimRef, devices: DeviceTable) -> ClaimPlan | str:
         try:
-            claim = await self._get_claim(ref.namespace, ref.name)
+            async with self._reads:
+                claim = await self._get_claim(ref.namespace, ref.name)
         except BiaxialError as exc:
             return f"claim {ref}: cannot read it from the API: {exc}"
         except Exception as exc:  # noqa: BLE001 - the getter is the caller's code; its failure
@@ -808,13 +820,14 @@ class Preparer:
                 continue  # a version-2 daemon still shared with another claim
             try:
                 self._mps.stop(daemon.directory)
-            except PrepareError:
+            except PrepareError as exc:
                 log.warning(
-                    "claim %s/%s: MPS daemon %s did not stop; the next plugin start stops it",
+                    "claim %s/%s: MPS daemon %s not stopped (%s); the next plugin start "
+                    "stops what is left under the MPS root",
                     record.namespace,
                     record.name,
                     daemon.directory,
-                    exc_info=True,
+                    exc,
                 )
         return remaining, ""
 

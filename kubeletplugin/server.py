@@ -30,6 +30,7 @@ import grpc
 from grpc import aio
 
 from driver.api.errors import BiaxialError, ConfigError
+from driver.api.ids import UID_PATTERN
 from kubeletplugin.health import HealthBroadcaster
 from kubeletplugin.metrics import Metrics
 from kubeletplugin.prepare import ClaimRef, PrepareResult
@@ -52,14 +53,21 @@ HEALTH_SERVICES: Final[dict[str, ModuleType]] = {
 }
 
 
+#: The mode of the plugin's sockets: the kubelet (root, as the plugin) alone may connect,
+#: whatever the process's umask (which decides a new socket's mode).
+SOCKET_MODE: Final = 0o600
+
+
 def unix_server(path: Path) -> aio.Server:
-    """A ``grpc.aio`` server bound to the unix socket ``path`` (stale socket removed first).
-    A socket that cannot be created is a :class:`~driver.api.errors.ConfigError` naming it."""
+    """A ``grpc.aio`` server bound to the unix socket ``path`` (stale socket removed first),
+    with mode :data:`SOCKET_MODE`. A socket that cannot be created is a
+    :class:`~driver.api.errors.ConfigError` naming it."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.unlink(missing_ok=True)
         server = aio.server()
-        server.add_insecure_port(f"unix://{path}")
+        server.add_insecure_port(f"unix://{path}")  # binds: the socket exists from here
+        path.chmod(SOCKET_MODE)
     except (OSError, RuntimeError) as exc:
         raise ConfigError(f"cannot listen on unix socket {path}: {exc}") from exc
     return server
@@ -96,6 +104,22 @@ class DraService:
                 grpc.StatusCode.INVALID_ARGUMENT, f"claims without a UID: {', '.join(missing)}"
             )
 
+    @staticmethod
+    def _split(refs: Sequence[ClaimRef]) -> tuple[list[ClaimRef], dict[str, str]]:
+        """The claims whose UID can name a file (a UID, never a path), and a per-claim
+        invalid-argument error for each of the others: nothing is done for those."""
+        good: list[ClaimRef] = []
+        bad: dict[str, str] = {}
+        for ref in refs:
+            if UID_PATTERN.fullmatch(ref.uid):
+                good.append(ref)
+            else:
+                bad[ref.uid] = (
+                    f"invalid argument: claim {ref.namespace[:63]}/{ref.name[:253]}: UID "
+                    f"{ref.uid[:64]!r} is not a Kubernetes UID"
+                )
+        return good, bad
+
     def _count(self, operation: str, errors: Sequence[str]) -> None:
         failed = sum(1 for e in errors if e)
         if failed:
@@ -115,8 +139,9 @@ class DraService:
         refs = _claim_refs(request.claims)
         await self._check(refs, context)
         started = time.monotonic()
+        good, _ = self._split(refs)
         try:
-            return refs, await call(refs)
+            return refs, await call(good)
         except BiaxialError as exc:
             log.exception("Node%sResources failed as a whole", operation.capitalize())
             await context.abort(grpc.StatusCode.INTERNAL, f"{operation} failed: {exc}")
@@ -130,10 +155,13 @@ class DraService:
         response = pb.NodePrepareResourcesResponse()
         errors = []
         has_share_id = "share_id" in pb.Device.DESCRIPTOR.fields_by_name
+        invalid = self._split(refs)[1]
         for ref in refs:
             result = results.get(ref.uid) or PrepareResult(
                 error=f"claim {ref}: the Preparer returned no result (internal error)"
             )
+            if ref.uid in invalid:
+                result = PrepareResult(error=invalid[ref.uid])
             entry = response.claims[ref.uid]
             errors.append(result.error)
             if result.error:
@@ -158,8 +186,11 @@ class DraService:
         refs, results = await self._call("unprepare", self._preparer.unprepare, request, context)
         response = pb.NodeUnprepareResourcesResponse()
         errors = []
+        invalid = self._split(refs)[1]
         for ref in refs:
-            error = results.get(ref.uid, f"claim {ref}: no result (internal error)")
+            error = invalid.get(ref.uid) or results.get(
+                ref.uid, f"claim {ref}: no result (internal error)"
+            )
             errors.append(error)
             entry = response.claims[ref.uid]
             if error:

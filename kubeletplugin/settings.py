@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from driver.api.config import SharingStrategy, parse_strategies
 from driver.api.errors import ConfigError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.discovery.fake import builtin_profiles
@@ -75,6 +76,9 @@ class Settings:
     # GPUs partitioned on demand (off by default); GPUs a fake profile declares are added.
     dynamic_mig: DynamicMigPolicy = field(default_factory=DynamicMigPolicy)
     max_shares_per_gpu: int = 0  # 0: no cap
+    # The node's sharing policy: strategies a GPU share may use here (no "none": no share runs
+    # without limits).
+    share_strategies: tuple[SharingStrategy, ...] = ("hami-core", "mps")
     health_check_timeout_s: int = 30
     health_resend_s: float = 10.0
     xid_quiet_s: float = 300.0
@@ -122,6 +126,7 @@ class Settings:
             hami_core_library_path=self.hami_core_library_path,
             mps_root=self.mps_root,
             max_shares_per_gpu=self.max_shares,
+            share_strategies=self.share_strategies,
         )
 
     @property
@@ -171,6 +176,7 @@ class Settings:
                 f"--max-shares-per-gpu must be 0 (no cap) or positive, got "
                 f"{self.max_shares_per_gpu}"
             )
+        parse_strategies(list(self.share_strategies), "--share-strategies")
         if self.release_grace_s < 0:
             raise ConfigError(
                 f"--release-grace-seconds must be 0 or positive, got {self.release_grace_s}"

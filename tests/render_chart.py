@@ -42,9 +42,9 @@ VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
     # Clusters without GPUs (kind, CI): 4 fake T4s on every node labelled
     # biaxial.dev/fake-gpus=true; nvidia.com/gpumem and gpucores advertised on the Node so the
     # kubelet admits HAMi-style pods (docs/requesting-gpus.md); shares time-sliced (strategy
-    # none, the only one the class allows: nothing could enforce another) and no HAMi-core
-    # library installed: there is no CUDA to intercept, and the kind script builds the image
-    # without it (HAMI_CORE=none).
+    # none, the only one the class and the nodes allow: nothing could enforce another) and no
+    # HAMi-core library installed: there is no CUDA to intercept, and the kind script builds
+    # the image without it (HAMI_CORE=none).
     "biaxial-fake-gpus.yaml": {
         "kubeletPlugin": {
             "fakeGpus": "t4x4",
@@ -52,6 +52,7 @@ VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
             "tolerations": None,
             "advertiseLegacyResources": True,
             "hamiCoreLibrary": "",
+            "shareStrategies": ["none"],
         },
         "deviceClasses": {"sharingStrategy": "none", "allowedSharingStrategies": ["none"]},
     },

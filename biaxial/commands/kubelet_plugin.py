@@ -41,6 +41,20 @@ def _dynamic_mig(text: str) -> Any:
 #: ``off``, ``all``, or GPU product names (comma-separated, none empty).
 DYNAMIC_MIG = Kind("off, all, or a comma-separated list of GPU product names", _dynamic_mig)
 
+
+def _strategies(text: str) -> Any:
+    from driver.api.config import parse_strategies  # noqa: PLC0415
+    from driver.api.errors import ConfigError  # noqa: PLC0415
+
+    try:
+        return parse_strategies([s.strip() for s in text.split(",")], "--share-strategies")
+    except ConfigError as exc:
+        raise ValueError(text) from exc
+
+
+#: Sharing strategies, comma-separated, each once.
+STRATEGIES = Kind("a comma-separated list of hami-core, mps, none (each once)", _strategies)
+
 FLAGS = Flags(
     Flag(
         "kubeconfig",
@@ -166,6 +180,15 @@ FLAGS = Flags(
         kind=INTEGER,
         default="0",
         metavar="N",
+    ),
+    Flag(
+        "share-strategies",
+        "the sharing strategies a GPU share may use on this node, whatever its class says "
+        "(comma-separated: hami-core, mps, none); add none to let shares run without limits",
+        field="share_strategies",
+        kind=STRATEGIES,
+        default="hami-core,mps",
+        metavar="LIST",
     ),
     Flag(
         "health-resend-seconds",

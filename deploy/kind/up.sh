@@ -133,6 +133,7 @@ main() {
       --set kubeletPlugin.tolerations=null \
       --set kubeletPlugin.advertiseLegacyResources=true \
       --set kubeletPlugin.hamiCoreLibrary= \
+      --set 'kubeletPlugin.shareStrategies={none}' \
       --set deviceClasses.sharingStrategy=none \
       --set 'deviceClasses.allowedSharingStrategies={none}'
   else

@@ -107,14 +107,19 @@ def _strategy(raw: object, where: str) -> SharingStrategy:
     raise ConfigError(f'{where}: unknown value "{raw}", expected one of {_expected(STRATEGIES)}')
 
 
-def _allowed(raw: object) -> tuple[SharingStrategy, ...]:
-    where = "sharing.allowedStrategies"
+def _allowed(raw: object, where: str = "sharing.allowedStrategies") -> tuple[SharingStrategy, ...]:
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where}: expected a non-empty list of strategies")
     allowed = tuple(_strategy(item, f"{where}[{i}]") for i, item in enumerate(raw))
     if len(set(allowed)) != len(allowed):
         raise ConfigError(f"{where}: lists a strategy twice")
     return tuple(s for s in STRATEGIES if s in allowed)
+
+
+def parse_strategies(raw: object, where: str) -> tuple[SharingStrategy, ...]:
+    """A non-empty list of distinct strategies (as ``allowedStrategies``), in canonical order;
+    :class:`ConfigError` naming ``where`` otherwise."""
+    return _allowed(raw, where)
 
 
 def parse_gpu_config(raw: object) -> GpuConfig:
@@ -193,6 +198,17 @@ def policy_error(
     return (
         f'sharing.strategy: "{strategy}" is not allowed for request {request!r} by the '
         f"DeviceClass's sharing policy (sharing.allowedStrategies: {_expected(allowed)})"
+    )
+
+
+def node_policy_error(
+    strategy: SharingStrategy, node: str, allowed: Sequence[SharingStrategy]
+) -> str:
+    """The refusal of a share's strategy outside the node's sharing policy (the kubelet
+    plugin's ``--share-strategies``), whatever the class allows."""
+    return (
+        f'sharing.strategy "{strategy}" is not allowed for a GPU share on node {node} by the '
+        f"node's sharing policy (--share-strategies: {_expected(allowed)})"
     )
 
 

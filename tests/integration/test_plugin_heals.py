@@ -198,7 +198,10 @@ def test_an_unreadable_checkpoint_fails_readiness_not_liveness_and_heals(
                 lambda: held[1] not in CheckpointStore(proc.state_dir).load().claims,
                 what="the held claim released",
             )
-            (released,) = node_events(emulator, "StaleClaimReleased")
+            # The Event is written after the release: wait for it (CI: it was read too early).
+            (released,) = wait(
+                lambda: node_events(emulator, "StaleClaimReleased"), what="the release event"
+            )
             assert "the claim is reserved for no pod" in released["message"]
     finally:
         assert proc.stop() == 0, proc.log()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -96,6 +97,9 @@ def test_registration_info_names_both_versions_and_the_dra_socket(
     assert info.name == DRIVER
     assert info.endpoint == str(plugin.plugin_dir / DRIVER / "dra.sock")
     assert Path(info.endpoint).is_socket()
+    # Set explicitly (issue 29, item 7): under the usual umask 022 they were 0755, under 0 0777.
+    for socket in (Path(info.endpoint), plugin.registration_socket):
+        assert stat.S_IMODE(socket.stat().st_mode) == 0o600, socket
     assert list(info.supported_versions) == [
         "v1.DRAPlugin",
         "v1beta1.DRAPlugin",
@@ -170,6 +174,25 @@ def test_a_claim_without_uid_fails_the_whole_call(kubelet: FakeKubelet) -> None:
     with pytest.raises(grpc.RpcError) as info:
         kubelet.dra("v1").prepare([("default", "", "nameless")])
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_uid_that_is_not_a_uid_is_a_per_claim_error(
+    cluster: tuple[Emulator, Path], kubelet: FakeKubelet
+) -> None:
+    """Measured before (issue 29, item 7): Unprepare with UID ``a/b`` answered gRPC UNKNOWN
+    (a ValueError from the file name built of it), failing its neighbours too. Now that claim
+    alone gets an invalid-argument error, nothing is done for it, and the others go on."""
+    emulator, _ = cluster
+    good = allocated_claim(emulator, "neighbour", [result("gpu-3")])
+    dra = kubelet.dra("v1")
+    for bad in ("a/b", "../../etc", "x" * 65):
+        ref = ("default", bad, "bad")
+        expected = f"invalid argument: claim default/bad: UID {bad[:64]!r} is not a Kubernetes UID"
+        assert dra.unprepare([ref, good]) == {bad: expected, good[1]: ""}
+        out = dra.prepare([ref, good])
+        assert out[bad].error == expected
+        assert out[good[1]].error == ""
+    assert dra.unprepare([good]) == {good[1]: ""}
 
 
 # --------------------------------------------------------------------------- slices

@@ -30,6 +30,7 @@ from kubeletplugin import cdi
 from kubeletplugin.checkpoint import Checkpoint, CheckpointStore, checksum
 from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
 from kubeletplugin.prepare import (
+    MAX_CLAIM_READS,
     ClaimRef,
     PreparedDevice,
     Preparer,
@@ -608,9 +609,60 @@ def test_share_default_without_hami_library_is_refused_unless_default_is_none(
     ref = node.api.add("a", [result("gpu-0", memory_mib=10)])
     refused = node.preparer(hami_core_library_path=None)
     assert "no host path for libvgpu.so" in run(refused.prepare([ref]))[ref.uid].error
-    allowed = node.preparer(hami_core_library_path=None, default_sharing_strategy="none")
+    allowed = node.preparer(
+        hami_core_library_path=None,
+        default_sharing_strategy="none",
+        share_strategies=("hami-core", "mps", "none"),
+    )
     assert not run(allowed.prepare([ref]))[ref.uid].error
     assert "LD_PRELOAD" not in env(node.spec(ref))
+
+
+def test_claim_reads_are_bounded(node: Node) -> None:
+    """Measured before (issue 29, item 7): one GET per claim, all at once, however many claims
+    a call names. Now at most MAX_CLAIM_READS are in flight, and every claim is still read."""
+    refs = [node.api.add(f"c{i}", [result(f"gpu-{i % 4}", memory_mib=10)]) for i in range(40)]
+    in_flight, most = 0, 0
+
+    async def get(namespace: str, name: str) -> dict[str, Any] | None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        for _ in range(3):
+            await asyncio.sleep(0)  # a yield (no time passes): let the other reads start
+        in_flight -= 1
+        return await node.api.get(namespace, name)
+
+    preparer = Preparer(node.settings, GPUS, get, boot_id="boot-1")
+    run(preparer.prepare(refs))
+    assert most == MAX_CLAIM_READS
+    assert node.api.gets == len(refs)
+
+
+def test_the_nodes_sharing_policy_holds_whatever_the_class_allows(node: Node) -> None:
+    """Measured before (issue 29, item 5): a share under a class with no policy, or one that
+    allows ``none``, ran without limits. The node refuses any strategy outside
+    ``--share-strategies`` for a share (default: hami-core, mps), nothing written; a whole
+    GPU is not a share and is prepared."""
+    lax = {**gpu_config("none"), "source": "FromClass"}
+    lax["opaque"]["parameters"]["sharing"]["allowedStrategies"] = ["hami-core", "none"]
+    share = node.api.add("share", [result("gpu-0", memory_mib=1024)], config=[lax])
+    unconfigured = node.api.add(
+        "plain", [result("gpu-1", memory_mib=1024)], config=[gpu_config("none")]
+    )
+    whole = node.api.add("whole", [result("gpu-2")], config=[lax])
+    out = run(node.preparer().prepare([share, unconfigured, whole]))
+    for ref, device in ((share, "gpu-0"), (unconfigured, "gpu-1")):
+        assert out[ref.uid].error == (
+            f"claim default/{ref.name} ({ref.uid}) request 'gpu' device '{device}': "
+            'sharing.strategy "none" is not allowed for a GPU share on node gpu-t4 by the '
+            """node's sharing policy (--share-strategies: "hami-core", "mps")"""
+        )
+        assert not node.spec_exists(ref)
+    assert out[whole.uid].error == ""
+    assert sorted(CheckpointStore(node.settings.state_dir).load().claims) == [whole.uid]
+    time_slicing = node.preparer(share_strategies=("hami-core", "mps", "none"))
+    assert run(time_slicing.prepare([share]))[share.uid].error == ""
 
 
 def test_class_config_applies_and_claim_config_overrides(node: Node) -> None:
@@ -620,7 +672,7 @@ def test_class_config_applies_and_claim_config_overrides(node: Node) -> None:
         [result("gpu-0", "x", memory_mib=100), result("gpu-1", "y", memory_mib=100)],
         config=[class_cfg, gpu_config("hami-core", ["y"])],
     )
-    run(node.preparer().prepare([ref]))
+    run(node.preparer(share_strategies=("hami-core", "none")).prepare([ref]))
     spec = node.spec(ref)
     assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in env(spec, 0)
     assert env(spec, 1)["CUDA_DEVICE_MEMORY_LIMIT_0"] == "100m"
@@ -1020,7 +1072,10 @@ def test_accepted_plans_never_double_book_or_exceed_capacity(
     allocs: list[tuple[str, int | None, int]], release: list[int]
 ) -> None:
     prep_settings = PrepareSettings(
-        node_name=NODE, state_dir=Path("/nonexistent"), default_sharing_strategy="none"
+        node_name=NODE,
+        state_dir=Path("/nonexistent"),
+        default_sharing_strategy="none",
+        share_strategies=("none",),
     )
     targets = DeviceTable.from_gpus(GPUS)
     checkpoint = Checkpoint()

@@ -319,6 +319,27 @@ def test_the_share_cap_reaches_the_plugin() -> None:
     assert "--max-shares-per-gpu=0" in container(objs, "DaemonSet")["args"]
 
 
+def test_the_nodes_sharing_policy_reaches_the_plugin() -> None:
+    """No share runs without limits unless the values say so (issue 29, item 5)."""
+    assert "--share-strategies=hami-core,mps" in container(render(), "DaemonSet")["args"]
+    objs = render({"kubeletPlugin": {"shareStrategies": ["hami-core", "none"]}})
+    assert "--share-strategies=hami-core,none" in container(objs, "DaemonSet")["args"]
+
+
+@pytest.mark.parametrize(
+    ("strategies", "message"),
+    [
+        ([], "kubeletPlugin.shareStrategies: list at least one of hami-core, mps, none"),
+        (["mps", "timeslicing"], 'shareStrategies: unknown value "timeslicing"'),
+    ],
+)
+def test_a_bad_node_sharing_policy_fails_the_render(strategies: list[str], message: str) -> None:
+    from tests.render_chart import RenderError
+
+    with pytest.raises(RenderError, match=re.escape(message)):
+        render_objects({"kubeletPlugin": {"shareStrategies": strategies}})
+
+
 def test_unknown_class_sharing_strategy_fails_the_render() -> None:
     from tests.render_chart import RenderError
 

@@ -146,6 +146,16 @@ def test_bad_content(tmp_path: Path, content: bytes, message: str) -> None:
         decode(content, tmp_path / "checkpoint.json")
 
 
+@pytest.mark.parametrize("depth", [5_000, 100_000])
+def test_a_deeply_nested_file_is_a_checkpoint_error_not_a_crash(tmp_path: Path, depth: int) -> None:
+    """Measured before (issue 29, item 7): RecursionError escaped and the plugin exited; a
+    checkpoint error makes it not-ready with the reason instead, as a corrupt file does."""
+    data = f'{{"claims": {{"u1": {"[" * depth}{"]" * depth}}}}}'
+    content = f'{{"version": 4, "checksum": "0", "data": {data}}}'.encode()
+    with pytest.raises(CheckpointError, match="nested too deeply to read"):
+        decode(content, tmp_path / "checkpoint.json")
+
+
 def test_migration_from_v1(tmp_path: Path) -> None:
     v1_data = {
         "preparedClaims": {

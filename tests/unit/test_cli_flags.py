@@ -139,6 +139,13 @@ PLUGIN = [
         8,
     ),
     Case(
+        "share-strategies",
+        "BIAXIAL_SHARE_STRATEGIES",
+        "none, hami-core",
+        lambda s: s.share_strategies,
+        ("hami-core", "none"),
+    ),
+    Case(
         "health-resend-seconds",
         "BIAXIAL_HEALTH_RESEND_SECONDS",
         "5",
@@ -353,6 +360,12 @@ def test_plugin_bad_values_name_the_flag_and_where_the_value_came_from(
     with pytest.raises(ConfigError) as info:
         settings(plugin_cmd)
     assert str(info.value) == "--node-name is required (or set NODE_NAME / BIAXIAL_NODE_NAME)"
+    with pytest.raises(ConfigError) as info:
+        settings(plugin_cmd, "--node-name", "n", "--share-strategies", "mps,timeslice")
+    assert str(info.value) == (
+        "--share-strategies: 'mps,timeslice' is not a comma-separated list of hami-core, mps, "
+        "none (each once) (from the flag; environment twin $BIAXIAL_SHARE_STRATEGIES)"
+    )
     with pytest.raises(ConfigError) as info:
         settings(plugin_cmd, "--node-name", "Bad_Node")
     assert str(info.value) == (

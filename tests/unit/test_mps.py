@@ -152,3 +152,19 @@ def test_missing_binary(tmp_path: Path) -> None:
     d.pipe.mkdir(parents=True)
     with pytest.raises(PrepareError, match="not found"):
         manager.ensure_running(d)
+
+
+def test_nothing_outside_the_root_is_touched(manager: MpsManager, tmp_path: Path) -> None:
+    """Measured before (issue 29, item 7): a checkpoint with a valid checksum naming an MPS
+    directory outside --mps-root got that directory removed at Unprepare."""
+    outside = tmp_path / "precious"
+    (outside / "pipe").mkdir(parents=True)
+    (outside / "data").write_text("keep me")
+    for directory in (outside, manager.root, manager.root / "uid-a" / ".." / ".." / "precious"):
+        with pytest.raises(PrepareError, match="is outside the MPS root"):
+            manager.stop(directory)
+        stray = MpsDaemon(directory=directory, gpu_uuid="GPU-a", memory_bytes=None, cores=0)
+        with pytest.raises(PrepareError, match="is outside the MPS root"):
+            manager.ensure_running(stray)
+    assert (outside / "data").read_text() == "keep me"
+    assert (outside / "pipe").is_dir()

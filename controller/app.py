@@ -168,14 +168,14 @@ class Controller:
         reason = self.guard.reason
         self.board.publish(
             "/healthz",
-            Probe(False, f"unhealthy: {reason}", 500) if reason else Probe(True),
+            Probe(False, f"unhealthy: {reason}\n", 500) if reason else Probe(True, "ok\n"),
         )
         if not self.ready:
             what = "caches not synced" if not self.cache.synced else "decision engine not built"
-            self.board.publish("/readyz", Probe(False, what))
+            self.board.publish("/readyz", Probe(False, f"{what}\n"))
         else:
             role = "leader" if self.leading.is_set() else "standby"
-            self.board.publish("/readyz", Probe(True, f"ok ({role})"))
+            self.board.publish("/readyz", Probe(True, f"ok ({role})\n"))
         self.metrics.set_queue_depths(self.scheduler.queue.depths)
         self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)
 

@@ -76,10 +76,11 @@ def is_loopback(address: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """One probe's answer: 200 with ``detail`` when ``ok``, 503 (or 500) with it otherwise."""
+    """One probe's answer: 200 with ``detail`` (the body, as is) when ``ok``, 503 (or 500)
+    with it otherwise."""
 
     ok: bool
-    detail: str = "ok"
+    detail: str = "ok\n"
     status_when_failing: int = 503
 
 
@@ -255,7 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
             if probe is None:
                 self._answer(404, "not served here\n")
             else:
-                self._answer(200 if probe.ok else probe.status_when_failing, probe.detail + "\n")
+                self._answer(200 if probe.ok else probe.status_when_failing, probe.detail)
             return
         if path != METRICS_PATH or server.render is None:
             self._answer(404, "404 page not found\n")

@@ -13,6 +13,7 @@ import dataclasses
 import shutil
 import ssl
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +25,9 @@ from controller.settings import Settings
 from driver.api.errors import ConfigError
 from kubeapi.endpoint import Endpoint
 from kubeapi.serving import Board, DelegatedAuth, EndpointServer, Probe, tls_context
+from kubeletplugin.metrics import HealthState, serve
+from kubeletplugin.metrics import Metrics as PluginMetrics
+from kubeletplugin.settings import Settings as PluginSettings
 from tests.emulator import Emulator
 from tests.integration.controller_env import ControllerThread, fast_settings
 from tests.integration.fake_kubelet import free_port, http_get, wait
@@ -151,7 +155,7 @@ def test_the_server_answers_from_its_own_threads_what_the_board_holds() -> None:
         base = f"http://127.0.0.1:{server.port}"
         assert http_get(base + "/readyz")[0] == 404  # nothing published
         board.publish("/healthz", Probe(True))
-        board.publish("/readyz", Probe(False, "caches not synced"))
+        board.publish("/readyz", Probe(False, "caches not synced\n"))
         assert http_get(base + "/healthz") == (200, "ok\n")
         assert http_get(base + "/livez") == (200, "ok\n")  # /healthz's answer
         assert http_get(base + "/readyz") == (503, "caches not synced\n")
@@ -233,3 +237,33 @@ def test_controller_metrics_with_delegated_auth(
     finally:
         running.stop()
     assert running.error is None
+
+
+# --------------------------------------------------------------------------- the kubelet plugin
+
+
+def test_plugin_endpoints_follow_its_health_states_from_their_own_threads() -> None:
+    assert PluginSettings(node_name="n").metrics_address == "127.0.0.1"
+    metrics, live, ready = PluginMetrics(), HealthState(), HealthState()
+    metrics_port, health_port = free_port(), free_port()
+    endpoints = serve(metrics, live, "127.0.0.1", metrics_port, ready, health_port=health_port)
+    probes, scrape = f"http://127.0.0.1:{health_port}", f"http://127.0.0.1:{metrics_port}"
+    try:
+        assert http_get(probes + "/readyz") == (200, "ok")
+        ready.set_problem("checkpoint", "unreadable")  # published as it changes
+        assert http_get(probes + "/readyz") == (503, "checkpoint: unreadable")
+        assert http_get(probes + "/healthz") == (200, "ok")  # liveness unaffected
+        live.set_problem("registration", "refused")
+        assert http_get(scrape + "/healthz") == (503, "registration: refused")
+        ready.clear("checkpoint")
+        live.clear("registration")
+        assert http_get(probes + "/readyz") == (200, "ok")
+        assert http_get(probes + "/metrics")[0] == 404  # the probes' port: probes only
+        status, body = http_get(scrape + "/metrics")
+        assert status == 200
+        assert "biaxial_plugin_published_devices" in body
+        threads = {n for s in endpoints.servers for n in s.handler_threads}
+        assert threads
+        assert threading.current_thread().name not in threads
+    finally:
+        endpoints.close()

@@ -122,9 +122,17 @@ PLUGIN = [
     Case(
         "metrics-address",
         "BIAXIAL_METRICS_ADDRESS",
-        "127.0.0.1",
+        "0.0.0.0",
         lambda s: s.metrics_address,
-        "127.0.0.1",
+        "0.0.0.0",
+    ),
+    Case("health-port", "BIAXIAL_HEALTH_PORT", "9402", lambda s: s.health_port, 9402),
+    Case(
+        "health-address",
+        "BIAXIAL_HEALTH_ADDRESS",
+        "10.0.0.2",
+        lambda s: s.health_address,
+        "10.0.0.2",
     ),
     Case(
         "remove-slices-on-exit",

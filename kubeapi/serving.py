@@ -12,7 +12,8 @@ serving with ``--authentication-kubeconfig`` / ``--authorization-kubeconfig``).
   scheduler CPU time only, never a turn of its loop. The probes (``/healthz``, ``/livez``,
   ``/readyz``) are always allowed, as kube-scheduler's ``--authorization-always-allow-paths``
   (the kubelet's probes carry no credentials); ``/metrics`` is rendered by the caller's
-  ``render`` function from registries that are themselves thread-safe.
+  ``render`` function from registries that are themselves thread-safe, at most once per
+  :data:`RENDER_TTL_S` (a flood of scrapes shares one rendering).
 * :class:`DelegatedAuth`: ``/metrics`` only for a caller whose bearer token the API server
   authenticates (a ``TokenReview``) and who may ``get`` the non-resource URL ``/metrics`` (a
   ``SubjectAccessReview``): no token is 401, a token the API server does not accept is 401, a
@@ -57,6 +58,8 @@ METRICS_PATH: Final = "/metrics"
 #: kube-apiserver's webhook authentication and authorization cache TTLs.
 VERDICT_TTL_S: Final = 10.0
 REVIEW_TIMEOUT_S: Final = 5.0
+#: how long one rendering of /metrics answers scrapes (far below any scrape interval)
+RENDER_TTL_S: Final = 1.0
 _MAX_CACHED: Final = 1024
 _TEXT: Final = "text/plain; charset=utf-8"
 
@@ -226,6 +229,18 @@ class _Server(ThreadingHTTPServer):
         self.auth = auth
         self.tls = tls
         self.handler_threads: set[str] = set()  # names of the threads that served (tests)
+        self._body_lock = threading.Lock()
+        self._body: tuple[float, bytes] | None = None
+
+    def metrics_body(self) -> bytes:
+        """The rendered metrics, at most :data:`RENDER_TTL_S` old: a flood of scrapes costs
+        one rendering per interval, not one per request."""
+        assert self.render is not None
+        with self._body_lock:
+            now = time.monotonic()
+            if self._body is None or self._body[0] <= now:
+                self._body = (now + RENDER_TTL_S, self.render())
+            return self._body[1]
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = super().get_request()
@@ -266,7 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
             if verdict.status != 200:
                 self._answer(verdict.status, verdict.reason + "\n")
                 return
-        self._answer(200, server.render(), "text/plain; version=0.0.4; charset=utf-8")
+        self._answer(200, server.metrics_body(), "text/plain; version=0.0.4; charset=utf-8")
 
     def _answer(self, status: int, body: str | bytes, content_type: str = _TEXT) -> None:
         data = body.encode() if isinstance(body, str) else body

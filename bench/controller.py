@@ -26,6 +26,12 @@ and this driver. The driver
    the controller sent per bound pod, by verb and resource (``--volumes none`` and ``wffc``
    compared: what a pod's volume costs).
 
+With ``--scrape-flood N``, N threads of this driver fetch the controller's ``/metrics`` back
+to back for the whole pod phase (a misconfigured or hostile scraper); the table then also says
+how many scrapes were served. Binding latency p90 with and without a flood shows what the
+endpoints cost the scheduler (they are served off its event loop: docs/operations.md, "Health
+and metrics"); the comparison is a benchmark, never a timed test.
+
 ``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
 """
 
@@ -39,7 +45,9 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +251,7 @@ def run(
     *,
     scenario_name: str = "uniform",
     volumes: bool = False,
+    scrape_flood: int = 0,
 ) -> dict[str, Any]:
     if scenario_name == "uniform":
         scenario = generate(nodes, pods)
@@ -290,9 +299,10 @@ def run(
                 }
                 driver_cpu = time.process_time()
                 phase_started = time.monotonic()
-                wall, latencies, bound = asyncio.run(
-                    _run_async(url, scenario, 1800, "drive", volumes)
-                )
+                with _ScrapeFlood(port, scrape_flood) as flood:
+                    wall, latencies, bound = asyncio.run(
+                        _run_async(url, scenario, 1800, "drive", volumes)
+                    )
                 phase = time.monotonic() - phase_started
                 shares = {
                     "emulator": (_cpu_seconds(emulator.pid) - cpu["e"]) / phase,
@@ -322,7 +332,10 @@ def run(
         "seconds": wall,
         "pods_per_s": bound / wall if wall > 0 else 0.0,
         "p50_ms": 1000 * statistics.median(latencies) if latencies else 0.0,
+        "p90_ms": 1000 * latencies[int(0.90 * (len(latencies) - 1))] if latencies else 0.0,
         "p99_ms": 1000 * latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0,
+        "scrape_flood": scrape_flood,
+        "scrapes": flood.served,
         "qps": qps,
         "burst": burst,
         "writes": writes,
@@ -344,6 +357,35 @@ def run(
     }
 
 
+class _ScrapeFlood:
+    """``threads`` threads fetching ``/metrics`` back to back until the block ends."""
+
+    def __init__(self, port: int, threads: int) -> None:
+        self._url = f"http://127.0.0.1:{port}/metrics"
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._scrape, daemon=True) for _ in range(threads)]
+        self._lock = threading.Lock()
+        self.served = 0
+
+    def _scrape(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(self._url, timeout=5) as resp:  # noqa: S310
+                    resp.read()
+                with self._lock:
+                    self.served += 1
+
+    def __enter__(self) -> _ScrapeFlood:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.controller", description=__doc__)
     parser.add_argument("--scenario", choices=("uniform", "mixed"), default="uniform")
@@ -358,6 +400,13 @@ def main(argv: list[str] | None = None) -> int:
         default="none",
         help="wffc: every pod mounts its own WaitForFirstConsumer PersistentVolumeClaim",
     )
+    parser.add_argument(
+        "--scrape-flood",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N threads fetch /metrics back to back during the pod phase",
+    )
     args = parser.parse_args(argv)
     row = run(
         args.nodes,
@@ -367,20 +416,23 @@ def main(argv: list[str] | None = None) -> int:
         args.max_concurrent_writes,
         scenario_name=args.scenario,
         volumes=args.volumes == "wffc",
+        scrape_flood=args.scrape_flood,
     )
     cpu = row["cpu"]
     print(
-        "| scenario | volumes | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p99 ms "
+        "| scenario | volumes | nodes | GPUs | pods | bound | seconds | pods/s | p50 ms | p90 ms "
+        "| p99 ms | scrape threads | scrapes "
         "| qps | burst | writes | ready s | ready CPU s | RSS ready MB | RSS end MB | rebuilds "
         "| decision ms | requests/pod | API writes/pod | CPU emulator | CPU controller "
         "| CPU driver |"
     )
-    print("|---|---" + "|---:" * 22 + "|")
+    print("|---|---" + "|---:" * 25 + "|")
     print(
         f"| {row['scenario']} | {row['volumes']} | {row['nodes']} | {row['gpus']} | {row['pods']} "
         f"| {row['bound']} "
         f"| {row['seconds']:.2f} | {row['pods_per_s']:.1f} | {row['p50_ms']:.0f} "
-        f"| {row['p99_ms']:.0f} | {row['qps']:.0f} | {row['burst']} | {row['writes']} "
+        f"| {row['p90_ms']:.0f} | {row['p99_ms']:.0f} | {row['scrape_flood']} | {row['scrapes']} "
+        f"| {row['qps']:.0f} | {row['burst']} | {row['writes']} "
         f"| {row['ready_s']:.1f} | {row['ready_cpu_s']:.1f} | {row['ready_rss_mb']:.0f} "
         f"| {row['end_rss_mb']:.0f} "
         f"| {row['rebuilds']} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} "

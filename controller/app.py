@@ -15,8 +15,14 @@ HTTP endpoint together:
   off while the caches load and the engine is built (everything loaded lives as long as the
   process; collections over it were half the start-up time at 5000 nodes), then what was
   loaded is frozen out of its way (``gc.freeze``) and it runs again;
-* ``/healthz`` answers 200 while no background task has crashed, ``/readyz`` once the caches
-  are synced and the engine is built, ``/metrics`` the Prometheus text format;
+* the endpoints are served off the loop (:mod:`kubeapi.serving`): ``/healthz`` (and
+  ``/livez``) answer 200 while no background task has crashed, ``/readyz`` once the caches
+  are synced and the engine is built, ``/metrics`` the Prometheus text format. The loop
+  publishes the probes' answers when they change and the sampled gauges every
+  :data:`PUBLISH_INTERVAL_S`; a request reads only what was published. ``/metrics`` listens on
+  ``--metrics-bind-address`` (loopback by default) and, with ``--metrics-auth=delegated``,
+  over HTTPS for callers the API server authenticates and authorizes; the probes also have a
+  listener of their own (``--health-port``) for the kubelet;
 * one :class:`kubeapi.tasks.TaskGuard` starts every background task; a task that crashes (or
   returns, since they are meant to run forever) is logged with its traceback and stops the
   process;
@@ -37,8 +43,6 @@ import logging
 import signal
 import time
 
-from aiohttp import web
-
 from controller.api import Api, Endpoint, KubeApi
 from controller.cache import ClusterCache
 from controller.commit import StepHook
@@ -47,12 +51,17 @@ from controller.leader import FencedApi, LeaderElector, WriteFence
 from controller.metrics import Metrics
 from controller.scheduler import Scheduler
 from controller.settings import FIELD_MANAGER, Settings
+from driver.api.errors import ConfigError
+from kubeapi.serving import Board, DelegatedAuth, EndpointServer, Probe, tls_context
 from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+#: how often the loop hands the probes' answers and the sampled gauges (queue depths, claims
+#: in flight) to the endpoint threads; changes of health and readiness are handed at once
+PUBLISH_INTERVAL_S = 1.0
 
 
 class Controller:
@@ -67,6 +76,7 @@ class Controller:
         metrics: Metrics | None = None,
         lease_api: Api | None = None,
         fence: WriteFence | None = None,
+        review_endpoint: Endpoint | None = None,
     ) -> None:
         self.settings = settings
         self.api = api
@@ -92,11 +102,13 @@ class Controller:
             if settings.leader_elect
             else None
         )
-        self.guard = TaskGuard()
+        self.guard = TaskGuard(on_failure=lambda _name, _reason: self._publish())
         self.stopping = asyncio.Event()
         self.leading = asyncio.Event()
+        self.review_endpoint = review_endpoint
+        self.board = Board()
+        self.endpoints: list[EndpointServer] = []
         self.http_port: int | None = None
-        self._runner: web.AppRunner | None = None
         self._scheduler_task: asyncio.Task[None] | None = None
         self._warm = False  # the decision engine is built
 
@@ -107,39 +119,70 @@ class Controller:
     def stop(self) -> None:
         self.stopping.set()
 
-    # ------------------------------------------------------------------ HTTP
+    # ------------------------------------------------------------------ endpoints
 
-    async def _start_http(self) -> None:
-        if self.settings.metrics_port == 0:
-            return
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, self.settings.metrics_host, self.settings.metrics_port)
-        await site.start()
-        self._runner = runner
-        self.http_port = self.settings.metrics_port
-        log.info("serving /healthz, /readyz, /metrics on port %d", self.http_port)
+    def _start_endpoints(self) -> None:
+        """The metrics and probe listeners, each in a thread of its own (kubeapi.serving)."""
+        s = self.settings
+        self._publish()
+        if s.metrics_port:
+            auth = tls = None
+            if s.metrics_auth == "delegated":
+                if self.review_endpoint is None:
+                    raise ConfigError("--metrics-auth=delegated needs the API server's endpoint")
+                auth = DelegatedAuth(self.review_endpoint)
+                tls = tls_context(s.tls_cert_file or "", s.tls_private_key_file or "")
+            server = EndpointServer(
+                s.metrics_bind_address,
+                s.metrics_port,
+                self.board,
+                render=self.metrics.render,
+                auth=auth,
+                tls=tls,
+                name="metrics",
+            )
+            self.endpoints.append(server.start())
+            self.http_port = server.port
+            log.info(
+                "serving /metrics (%s) and the probes on %s:%d",
+                "HTTPS, delegated authorization" if auth else "plain HTTP",
+                s.metrics_bind_address,
+                server.port,
+            )
+        if s.health_port:
+            server = EndpointServer(
+                s.health_bind_address,
+                s.health_port,
+                self.board,
+                name="health",
+                flag="--health-port",
+            )
+            self.endpoints.append(server.start())
+            log.info(
+                "serving /healthz, /livez, /readyz on %s:%d", s.health_bind_address, server.port
+            )
 
-    async def _healthz(self, _request: web.Request) -> web.Response:
-        if self.guard.tripped.is_set():
-            return web.Response(status=500, text=f"unhealthy: {self.guard.reason}\n")
-        return web.Response(text="ok\n")
-
-    async def _readyz(self, _request: web.Request) -> web.Response:
+    def _publish(self) -> None:
+        """Hand the probe answers and the sampled gauges to the endpoint threads (the loop's
+        state is only ever read here, on the loop)."""
+        reason = self.guard.reason
+        self.board.publish(
+            "/healthz",
+            Probe(False, f"unhealthy: {reason}\n", 500) if reason else Probe(True, "ok\n"),
+        )
         if not self.ready:
             what = "caches not synced" if not self.cache.synced else "decision engine not built"
-            return web.Response(status=503, text=f"{what}\n")
-        role = "leader" if self.leading.is_set() else "standby"
-        return web.Response(text=f"ok ({role})\n")
-
-    async def _metrics(self, _request: web.Request) -> web.Response:
+            self.board.publish("/readyz", Probe(False, f"{what}\n"))
+        else:
+            role = "leader" if self.leading.is_set() else "standby"
+            self.board.publish("/readyz", Probe(True, f"ok ({role})\n"))
         self.metrics.set_queue_depths(self.scheduler.queue.depths)
         self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)
-        return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
+
+    async def _publish_loop(self) -> None:
+        while True:
+            self._publish()
+            await asyncio.sleep(PUBLISH_INTERVAL_S)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,18 +191,21 @@ class Controller:
         code = EXIT_OK
         gc.disable()  # until the engine is built: see the module docstring
         try:
-            await self._start_http()
+            self._start_endpoints()
+            self.guard.start("endpoints", self._publish_loop())
             for informer in self.cache.informers:
                 self.guard.start(f"informer-{informer.resource.plural}", informer.run())
             if not await self.guard.until(self.stopping, self.cache.wait_synced()):
                 return self._exit_code()
             log.info("caches synced")
             self._warm_up()
+            self._publish()
             if self.elector is not None and not await self.guard.until(
                 self.stopping, self.elector.acquire()
             ):
                 return self._exit_code()
             self.leading.set()
+            self._publish()
             self._scheduler_task = self.guard.start("scheduler", self.scheduler.run())
             self.guard.start("deallocator", self.deallocator.run())
             if self.elector is not None:
@@ -201,9 +247,9 @@ class Controller:
         await self.guard.stop(self.settings.shutdown_grace_s)
         if self.elector is not None:
             await self.elector.release()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        for server in reversed(self.endpoints):
+            await asyncio.to_thread(server.close)
+        self.endpoints.clear()
         self.leading.clear()
 
 
@@ -230,7 +276,14 @@ async def run(settings: Settings, *, install_signals: bool = True) -> int:
             on_request=metrics.api_requests.inc,
         ) as lease_api,
     ):
-        controller = Controller(settings, api, metrics=metrics, lease_api=lease_api, fence=fence)
+        controller = Controller(
+            settings,
+            api,
+            metrics=metrics,
+            lease_api=lease_api,
+            fence=fence,
+            review_endpoint=endpoint,
+        )
         loop = asyncio.get_running_loop()
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):

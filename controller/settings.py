@@ -13,12 +13,13 @@ import re
 import socket
 import uuid
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 
 from controller.logs import LOG_FORMATS, LogFormat
 from driver.api.errors import ConfigError
 from driver.scheduling.policy import PolicyDefaults
 from driver.scheduling.topologyspread import DefaultSpreading
+from kubeapi.serving import is_loopback
 
 DEFAULT_SCHEDULER_NAME: Final = "biaxial"
 DEFAULT_DRIVER_NAME: Final = "gpu.biaxial.dev"
@@ -32,6 +33,10 @@ LEADER_JITTER_FACTOR: Final = 1.2
 _DNS_SUBDOMAIN: Final = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 )
+#: ``none``: /metrics as plain HTTP, on a loopback address only; ``delegated``: HTTPS, and
+#: only for callers the API server authenticates and authorizes (kube-scheduler's way)
+MetricsAuth = Literal["none", "delegated"]
+METRICS_AUTH: Final[tuple[MetricsAuth, ...]] = ("none", "delegated")
 _DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -57,8 +62,15 @@ class Settings:
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
     identity: str = field(default_factory=_default_identity)
-    metrics_host: str = "0.0.0.0"  # noqa: S104 - a metrics/health endpoint is meant to be scraped
-    metrics_port: int = 8080  # 0 disables the HTTP endpoint
+    #: /metrics (and the probes) listen here; a non-loopback address needs delegated auth
+    metrics_bind_address: str = "127.0.0.1"
+    metrics_port: int = 8080  # 0 disables the metrics listener
+    metrics_auth: MetricsAuth = "none"
+    tls_cert_file: str | None = None  # the serving certificate of /metrics with delegated auth
+    tls_private_key_file: str | None = None
+    #: the probes alone (/healthz, /livez, /readyz), for the kubelet: 0 disables the listener
+    health_bind_address: str = "0.0.0.0"  # noqa: S104 - the kubelet probes the pod's IP
+    health_port: int = 0
     max_concurrent_writes: int = 16
     binding_timeout_s: float = 600.0  # kube-scheduler's DynamicResourcesArgs.bindingTimeout
     #: How long a placement waits for its claims to be bound (static PVs by the PV controller,
@@ -109,8 +121,7 @@ class Settings:
                 f"leader election needs renew deadline > {LEADER_JITTER_FACTOR} x retry period "
                 f"(as client-go), got {self.renew_deadline_s} and {self.retry_period_s} s"
             )
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"--metrics-port must be in 0..65535, got {self.metrics_port}")
+        self._validate_endpoints()
         if self.max_concurrent_writes < 1:
             raise ConfigError(
                 f"--max-concurrent-writes must be >= 1, got {self.max_concurrent_writes}"
@@ -145,3 +156,33 @@ class Settings:
         if not self.identity:
             raise ConfigError("--identity must not be empty")
         return self
+
+    def _validate_endpoints(self) -> None:
+        for flag, port in (
+            ("--metrics-port", self.metrics_port),
+            ("--health-port", self.health_port),
+        ):
+            if not 0 <= port <= 65535:
+                raise ConfigError(f"{flag} must be in 0..65535, got {port}")
+        if self.metrics_port and self.metrics_port == self.health_port:
+            raise ConfigError(f"--health-port and --metrics-port are both {self.metrics_port}")
+        if self.metrics_auth not in METRICS_AUTH:
+            raise ConfigError(
+                f"--metrics-auth: {self.metrics_auth!r} is not one of {', '.join(METRICS_AUTH)}"
+            )
+        if self.metrics_auth == "delegated":
+            for flag, path in (
+                ("--tls-cert-file", self.tls_cert_file),
+                ("--tls-private-key-file", self.tls_private_key_file),
+            ):
+                if not path or not os.path.isfile(path):  # noqa: PTH113
+                    raise ConfigError(
+                        f"{flag}: --metrics-auth=delegated serves /metrics over HTTPS and needs "
+                        f"a serving certificate and key (got {path or 'none'})"
+                    )
+        elif self.metrics_port and not is_loopback(self.metrics_bind_address):
+            raise ConfigError(
+                f"--metrics-bind-address {self.metrics_bind_address} is not a loopback address: "
+                "/metrics beyond the pod needs --metrics-auth=delegated (HTTPS, TokenReview and "
+                "SubjectAccessReview against the API server)"
+            )

@@ -47,8 +47,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from aiohttp import web
-
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError
 from driver.discovery.backend import GpuBackend, next_health_event, open_backend
 from driver.discovery.devices import DeviceTable, OwnedInstance
@@ -70,7 +68,7 @@ from kubeletplugin.events import (
     NodeEvents,
 )
 from kubeletplugin.health import HealthBroadcaster, HealthTracker
-from kubeletplugin.metrics import HealthState, Metrics, serve
+from kubeletplugin.metrics import Endpoints, HealthState, Metrics, serve
 from kubeletplugin.noderesources import node_status_patch
 from kubeletplugin.prepare import Preparer
 from kubeletplugin.publisher import Publisher
@@ -131,6 +129,7 @@ class Plugin:
 
     async def on_change(self, publisher: Publisher) -> None:
         publisher.set_inventory(self.devices, self.tracker.taints())
+        self.metrics.unhealthy_devices.set(len(self.tracker.unhealthy()))
         self.state_changed.set()
         await self.broadcaster.notify()
 
@@ -393,7 +392,7 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
     metrics = plugin.metrics
     metrics.published_devices.set_function(lambda: publisher.published_devices)
     metrics.pool_generation.set_function(lambda: publisher.generation)
-    metrics.unhealthy_devices.set_function(lambda: len(plugin.tracker.unhealthy()))
+    metrics.unhealthy_devices.set(len(plugin.tracker.unhealthy()))  # (and on every change)
 
     dra_server = unix_server(settings.dra_socket)
     dra_server.add_generic_rpc_handlers(
@@ -409,17 +408,18 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
     )
     await dra_server.start()
     log.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
-    runner: web.AppRunner | None = None
     guard = task_guard(metrics, plugin.health_state)
+    endpoints: Endpoints | None = None
     try:
-        if settings.metrics_port:
-            runner = await serve(
-                metrics,
-                plugin.health_state,
-                settings.metrics_address,
-                settings.metrics_port,
-                ready=plugin.ready_state,
-            )
+        endpoints = serve(
+            metrics,
+            plugin.health_state,
+            settings.metrics_address,
+            settings.metrics_port,
+            ready=plugin.ready_state,
+            health_host=settings.health_address,
+            health_port=settings.health_port,
+        )
         guard.start("events", events.run())
         guard.start("publisher", publisher.run())
         guard.start("health", plugin.health_loop(publisher))
@@ -456,8 +456,8 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
         await plugin.broadcaster.close()
         await dra_server.stop(settings.grace_s)
         settings.dra_socket.unlink(missing_ok=True)
-        if runner is not None:
-            await runner.cleanup()
+        if endpoints is not None:
+            await asyncio.to_thread(endpoints.close)
     if settings.remove_slices_on_exit and code == EXIT_OK:
         try:
             await publisher.remove_all()

@@ -10,19 +10,24 @@ tests can build several). Two :class:`HealthState` sets of reasons:
   never fails liveness. ``/readyz`` also fails while liveness does.
 
 Each endpoint answers 200 ``ok`` when it has no reasons and 503 with them otherwise.
-:func:`serve` runs the endpoints on an ``aiohttp`` server inside the process's event loop;
-port 0 disables it; a port that cannot be bound is a :class:`~driver.api.errors.ConfigError`.
+:func:`serve` runs the endpoints off the event loop (:mod:`kubeapi.serving`: a thread per
+listener; the states publish their answers when they change); ``/metrics`` listens on
+``--metrics-address`` (127.0.0.1 by default: the node's metrics stay in the pod unless the
+administrator says otherwise), the probes alone also on ``--health-port`` for the kubelet.
+Port 0 disables a listener; a port that cannot be bound is a
+:class:`~driver.api.errors.ConfigError`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from driver.api.errors import ConfigError
+from kubeapi.serving import Board, EndpointServer, Probe
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -30,23 +35,41 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 
 
 class HealthState:
-    """Named reasons for being unhealthy; empty means healthy."""
+    """Named reasons for being unhealthy; empty means healthy. Thread-safe; ``on_change`` (the
+    endpoints' publisher) is called after every change."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._problems: dict[str, str] = {}
+        self.on_change: Callable[[], None] | None = None
 
     def set_problem(self, key: str, message: str) -> None:
-        self._problems[key] = message
+        with self._lock:
+            self._problems[key] = message
+        self._changed()
 
     def clear(self, key: str) -> None:
-        self._problems.pop(key, None)
+        with self._lock:
+            removed = self._problems.pop(key, None) is not None
+        if removed:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     @property
     def healthy(self) -> bool:
-        return not self._problems
+        with self._lock:
+            return not self._problems
+
+    def snapshot(self) -> list[str]:
+        """The reasons, ``key: message``, sorted."""
+        with self._lock:
+            return [f"{k}: {v}" for k, v in sorted(self._problems.items())]
 
     def describe(self) -> str:
-        return "; ".join(f"{k}: {v}" for k, v in sorted(self._problems.items())) or "ok"
+        return "; ".join(self.snapshot()) or "ok"
 
 
 class Metrics:
@@ -127,36 +150,58 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-async def serve(
-    metrics: Metrics, health: HealthState, host: str, port: int, ready: HealthState | None = None
-) -> web.AppRunner:
-    """Start ``/metrics``, ``/healthz`` and ``/readyz`` on ``host:port``; the caller cleans the
-    runner up. ``ready``: the readiness reasons (``/readyz`` reports liveness's too)."""
+class Endpoints:
+    """The plugin's listeners (kubeapi.serving), each in a thread of its own: ``/metrics``
+    with the probes on ``metrics_address:metrics_port``, the probes alone on
+    ``health_address:health_port`` (either port 0: that listener is off)."""
+
+    def __init__(self, servers: list[EndpointServer]) -> None:
+        self.servers = servers
+
+    def close(self) -> None:
+        for server in reversed(self.servers):
+            server.close()
+
+
+def serve(
+    metrics: Metrics,
+    health: HealthState,
+    host: str,
+    port: int,
+    ready: HealthState | None = None,
+    *,
+    health_host: str = "0.0.0.0",  # noqa: S104 - the kubelet probes the pod's IP
+    health_port: int = 0,
+) -> Endpoints:
+    """Start the listeners; the caller closes them. ``ready``: the readiness reasons
+    (``/readyz`` reports liveness's too). The probes' answers are published to the listeners'
+    board whenever either state changes; a request reads only that."""
     readiness = ready if ready is not None else HealthState()
+    board = Board()
 
-    async def metrics_handler(_: web.Request) -> web.Response:
-        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def publish() -> None:
+        live = health.snapshot()
+        board.publish("/healthz", Probe(not live, "; ".join(live) or "ok"))  # (no newline)
+        reasons = [r for r in (health.describe(), readiness.describe()) if r != "ok"]
+        board.publish("/readyz", Probe(not reasons, "; ".join(reasons) or "ok"))
 
-    async def healthz_handler(_: web.Request) -> web.Response:
-        return web.Response(text=health.describe(), status=200 if health.healthy else 503)
-
-    async def readyz_handler(_: web.Request) -> web.Response:
-        if health.healthy and readiness.healthy:
-            return web.Response(text="ok", status=200)
-        reasons = [h.describe() for h in (health, readiness) if not h.healthy]
-        return web.Response(text="; ".join(reasons), status=503)
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics_handler)
-    app.router.add_get("/healthz", healthz_handler)
-    app.router.add_get("/readyz", readyz_handler)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    health.on_change = readiness.on_change = publish
+    publish()
+    servers: list[EndpointServer] = []
     try:
-        await site.start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise ConfigError(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc}") from exc
-    log.info("metrics, /healthz and /readyz on %s:%d", host, port)
-    return runner
+        if port:
+            servers.append(
+                EndpointServer(host, port, board, render=metrics.render, name="metrics").start()
+            )
+            log.info("metrics, /healthz and /readyz on %s:%d", host, port)
+        if health_port:
+            servers.append(
+                EndpointServer(
+                    health_host, health_port, board, name="health", flag="--health-port"
+                ).start()
+            )
+            log.info("/healthz and /readyz on %s:%d", health_host, health_port)
+    except ConfigError:
+        Endpoints(servers).close()
+        raise
+    return Endpoints(servers)

@@ -68,7 +68,9 @@ class Settings:
     state_dir: Path = Path("/var/lib/biaxial")
     pod_uid: str = ""
     metrics_port: int = 0
-    metrics_address: str = "0.0.0.0"  # noqa: S104 - a DaemonSet pod's metrics endpoint
+    metrics_address: str = "127.0.0.1"  # /metrics stays in the pod unless told otherwise
+    health_port: int = 0  # the probes alone, for the kubelet (0 = off)
+    health_address: str = "0.0.0.0"  # noqa: S104 - the kubelet probes the pod's IP
     remove_slices_on_exit: bool = False
     advertise_legacy_resources: bool = False
     hami_core_library_path: Path | None = DEFAULT_HAMI_CORE_LIBRARY
@@ -151,6 +153,10 @@ class Settings:
             raise ConfigError(f"--pod-uid {self.pod_uid!r} is not a UID")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(f"--metrics-port {self.metrics_port} is not 0 (off) or a port")
+        if not 0 <= self.health_port <= 65535:
+            raise ConfigError(f"--health-port {self.health_port} is not 0 (off) or a port")
+        if self.health_port and self.health_port == self.metrics_port:
+            raise ConfigError(f"--health-port and --metrics-port are both {self.health_port}")
         if (
             self.fake_gpus is not None
             and self.fake_gpus not in builtin_profiles()

@@ -85,10 +85,50 @@ FLAGS = Flags(
     Flag("identity", "leader election identity (default: host name + random)", field="identity"),
     Flag(
         "metrics-port",
-        "port of /healthz /readyz /metrics; 0 = off",
+        "port of /metrics (and the probes /healthz /livez /readyz); 0 = off",
         field="metrics_port",
         kind=INTEGER,
         default="8080",
+    ),
+    Flag(
+        "metrics-bind-address",
+        "address of /metrics; one beyond loopback needs --metrics-auth=delegated",
+        field="metrics_bind_address",
+        default="127.0.0.1",
+        metavar="ADDR",
+    ),
+    Flag(
+        "metrics-auth",
+        "none (plain HTTP, loopback only) | delegated (HTTPS; TokenReview and "
+        "SubjectAccessReview for get on /metrics, as kube-scheduler)",
+        field="metrics_auth",
+        default="none",
+    ),
+    Flag(
+        "tls-cert-file",
+        "serving certificate (PEM) of /metrics with --metrics-auth=delegated",
+        field="tls_cert_file",
+        metavar="FILE",
+    ),
+    Flag(
+        "tls-private-key-file",
+        "its private key (PEM)",
+        field="tls_private_key_file",
+        metavar="FILE",
+    ),
+    Flag(
+        "health-port",
+        "port of the probes alone (/healthz /livez /readyz, no credentials); 0 = off",
+        field="health_port",
+        kind=INTEGER,
+        default="0",
+    ),
+    Flag(
+        "health-bind-address",
+        "address of the probes",
+        field="health_bind_address",
+        default="0.0.0.0",  # noqa: S104 - the kubelet probes the pod's IP
+        metavar="ADDR",
     ),
     Flag("log-format", "log line format: text | json", field="log_format", default="text"),
     Flag(

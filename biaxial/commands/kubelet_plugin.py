@@ -129,9 +129,24 @@ FLAGS = Flags(
     ),
     Flag(
         "metrics-address",
-        "address for /metrics, /healthz and /readyz",
+        "address for /metrics, /healthz and /readyz (0.0.0.0: anyone who reaches the pod "
+        "reads the node's metrics)",
         field="metrics_address",
-        default="0.0.0.0",  # noqa: S104 - a DaemonSet pod's metrics endpoint
+        default="127.0.0.1",
+        metavar="ADDR",
+    ),
+    Flag(
+        "health-port",
+        "port for /healthz and /readyz alone, for the kubelet's probes (0 = off)",
+        field="health_port",
+        kind=INTEGER,
+        default="0",
+    ),
+    Flag(
+        "health-address",
+        "address for the probes",
+        field="health_address",
+        default="0.0.0.0",  # noqa: S104 - the kubelet probes the pod's IP
         metavar="ADDR",
     ),
     Flag(

@@ -46,6 +46,7 @@ from tests.emulator.kinds import (
     lookup,
 )
 from tests.emulator.patch import APPLY_PATCH
+from tests.emulator.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviews
 from tests.emulator.selectors import (
     FieldSelector,
     LabelSelector,
@@ -330,7 +331,7 @@ class _Handler(BaseHTTPRequestHandler):
             parts = urlsplit(self.path)
             query = dict(parse_qsl(parts.query, keep_blank_values=True))
             segments = [s for s in parts.path.split("/") if s]
-            if not self._discovery(segments, emulator):
+            if not self._discovery(segments, emulator) and not self._review(segments, body):
                 req = self._route(segments, query)
                 self._resource(req, body, emulator)
         except ApiStatusError as exc:
@@ -411,6 +412,24 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, _resource_list(segments[1], segments[2]))
         else:
             return False
+        return True
+
+    # ------------------------------------------------------------------ reviews
+    def _review(self, segments: list[str], body: bytes) -> bool:
+        """TokenReview and SubjectAccessReview (``tests.emulator.reviews``): POST only."""
+        where = tuple(segments[1:])
+        if segments[:1] != ["apis"] or where not in {TOKEN_REVIEWS, ACCESS_REVIEWS}:
+            return False
+        if self.command != "POST":
+            raise errors.method_not_allowed()
+        request = _json(self._normalize_body(body))
+        if not isinstance(request, dict):
+            raise errors.bad_request("the request body is not an object")
+        reviews = self.server.emulator.reviews
+        if where == TOKEN_REVIEWS:
+            self._send(201, reviews.token_review(request))
+        else:
+            self._send(201, reviews.access_review(request))
         return True
 
     # ------------------------------------------------------------------ routing
@@ -907,6 +926,8 @@ class Emulator:
         #: used when a request names no ``fieldValidation``; a real server's default is "Warn"
         self.field_validation = field_validation
         self.faults = Faults()
+        #: what TokenReview and SubjectAccessReview answer from (tests register tokens, grants)
+        self.reviews = Reviews()
         self.requests: list[RequestRecord] = []
         #: ``fn(user_agent, verb, resource)`` for every write request, called under the store
         #: lock right before the write is applied (see :meth:`observe_writes`)

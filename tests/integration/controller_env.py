@@ -125,7 +125,9 @@ class ControllerThread:
             user_agent=f"biaxial-controller ({self.settings.identity})",
         ) as real:
             self.api = KillableApi(real)
-            self.controller = Controller(self.settings, self.api, on_step=self._on_step)
+            self.controller = Controller(
+                self.settings, self.api, on_step=self._on_step, review_endpoint=endpoint
+            )
             self._started.set()
             self.exit_code = await self.controller.run()
 

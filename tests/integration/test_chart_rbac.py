@@ -231,6 +231,7 @@ def test_kubelet_plugin_needs_nothing_the_chart_does_not_grant(
             "fakeGpus": "t4x4",
             "advertiseLegacyResources": True,
             "metricsPort": port,
+            "healthPort": _free_port(),
             "hostPaths": {
                 "registry": str(dirs["reg"]),
                 "plugins": str(dirs["plugins"]),
@@ -343,6 +344,7 @@ def test_controller_needs_nothing_the_chart_does_not_grant(
             {
                 "controller": {
                     "metricsPort": port,
+                    "healthPort": _free_port(),
                     "leaderElection": {"leaseDuration": 3, "renewDeadline": 2, "retryPeriod": 0.5},
                 }
             }

@@ -134,8 +134,6 @@ def test_default_render_has_the_expected_objects() -> None:
             ("Role", "biaxial-kubelet-plugin-events"),
             ("RoleBinding", "biaxial-controller-leader-election"),
             ("RoleBinding", "biaxial-kubelet-plugin-events"),
-            ("Service", "biaxial-controller-metrics"),
-            ("Service", "biaxial-kubelet-plugin-metrics"),
             ("ServiceAccount", "biaxial-controller"),
             ("ServiceAccount", "biaxial-kubelet-plugin"),
             ("ValidatingAdmissionPolicy", "biaxial-resourceslices"),
@@ -176,11 +174,25 @@ def test_plain_manifests_are_fresh_and_start_with_the_namespace(filename: str) -
     assert (first["kind"], first["metadata"]["name"]) == ("Namespace", NAMESPACE)
 
 
+SECURE_METRICS: dict[str, Any] = {
+    "controller": {"metricsAuth": {"enabled": True, "tlsSecretName": "biaxial-serving"}},
+    "kubeletPlugin": {"metricsAddress": "0.0.0.0"},
+}
+
+
 def test_service_monitor_option() -> None:
     assert not [o for o in render() if o["kind"] == "ServiceMonitor"]
-    objs = render({"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "p"}}}})
+    # /metrics on loopback (the default): nothing outside the pod could scrape a Service
+    monitored = {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "p"}}}}
+    assert not [o for o in render(monitored) if o["kind"] in {"Service", "ServiceMonitor"}]
+    objs = render({**monitored, **SECURE_METRICS})
     monitors = [o for o in objs if o["kind"] == "ServiceMonitor"]
     assert len(monitors) == 2
+    secure = one(objs, "ServiceMonitor", "biaxial-controller")["spec"]["endpoints"][0]
+    assert secure["scheme"] == "https"
+    assert secure["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    plain = one(objs, "ServiceMonitor", "biaxial-kubelet-plugin")["spec"]["endpoints"][0]
+    assert "scheme" not in plain
     services = [o for o in objs if o["kind"] == "Service"]
     for monitor in monitors:
         assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
@@ -478,11 +490,13 @@ def test_plugin_daemonset_host_paths_env_and_probes() -> None:
     assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert not any(a.startswith("--fake-gpus") for a in c["args"])
-    (port,) = c["ports"]
-    assert f"--metrics-port={port['containerPort']}" in c["args"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert f"--metrics-port={ports['metrics']}" in c["args"]
+    assert "--metrics-address=127.0.0.1" in c["args"]  # the node's metrics stay in the pod
+    assert f"--health-port={ports['health']}" in c["args"]
     # A restart does not mend an unreadable checkpoint: it fails readiness, never liveness.
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port["name"]}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port["name"]}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert c["securityContext"] == PLUGIN_SECURITY_CONTEXT
     assert "hostPID" not in pod
@@ -555,10 +569,12 @@ def test_controller_deployment() -> None:
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert "--leader-elect" in c["args"]
     assert f"--lease-namespace={NAMESPACE}" in c["args"]
-    (port,) = c["ports"]
-    assert f"--metrics-port={port['containerPort']}" in c["args"]
-    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert f"--metrics-port={ports['metrics']}" in c["args"]
+    assert f"--health-port={ports['health']}" in c["args"]
+    assert not [a for a in c["args"] if a.startswith(("--metrics-bind-address", "--metrics-auth"))]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     env = {e["name"]: e for e in c["env"]}
     assert env["BIAXIAL_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     off = render({"controller": {"leaderElection": {"enabled": False}}})
@@ -568,6 +584,45 @@ def test_controller_deployment() -> None:
         for o in off
         if o["kind"] in {"Role", "RoleBinding"} and "controller" in o["metadata"]["name"]
     ]
+
+
+def test_delegated_metrics_auth_gets_its_certificate_and_exactly_the_rbac_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert not [o for o in render() if "auth-delegator" in o["metadata"]["name"]]
+    from tests.render_chart import RenderError
+
+    with pytest.raises(RenderError, match=re.escape("controller.metricsAuth.tlsSecretName")):
+        render_objects({"controller": {"metricsAuth": {"enabled": True}}})
+    objs = render(SECURE_METRICS)
+    for obj in objs:
+        for version in VERSIONS:
+            assert validate_object(obj, version) == [], (obj["kind"], obj["metadata"]["name"])
+    binding = one(objs, "ClusterRoleBinding", "biaxial-controller-auth-delegator")
+    assert binding["roleRef"]["name"] == "system:auth-delegator"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "biaxial-controller", "namespace": NAMESPACE}
+    ]
+    reader = rules(objs, "ClusterRole", "biaxial-metrics-reader")
+    assert reader == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    c = container(objs, "Deployment")
+    pod = one(objs, "Deployment")["spec"]["template"]["spec"]
+    secret = {v["name"]: v for v in pod["volumes"]}["serving-cert"]["secret"]
+    assert secret == {"secretName": "biaxial-serving"}
+    mount = {m["name"]: m for m in c["volumeMounts"]}["serving-cert"]
+    assert mount["readOnly"] is True
+    # the binaries accept what the chart passes, once the Secret's files are there
+    cert = tmp_path / "tls.crt"
+    cert.write_text("x")
+    args = [
+        a.replace(mount["mountPath"], str(tmp_path)) if a.startswith("--tls-") else a
+        for a in c["args"]
+    ]
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("BIAXIAL_IDENTITY", "biaxial-controller-abc")
+    (tmp_path / "tls.key").write_text("x")
+    ctl = controller_cmd.settings_from_args(build_parser().parse_args(args))
+    assert (ctl.metrics_auth, ctl.metrics_bind_address) == ("delegated", "0.0.0.0")
 
 
 def test_the_plugin_may_create_events_in_its_namespace_and_nothing_else_there() -> None:

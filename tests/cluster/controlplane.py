@@ -302,14 +302,9 @@ class ControlPlane:
         )
         try:
             with urllib.request.urlopen(req, context=self.ssl_context(), timeout=30) as resp:
-                raw = resp.read()
-                return resp.status, json.loads(raw) if raw else None
+                return resp.status, _parsed(resp.read())
         except urllib.error.HTTPError as err:
-            raw = err.read()
-            try:
-                return err.code, json.loads(raw) if raw else None
-            except ValueError:
-                return err.code, raw.decode(errors="replace")
+            return err.code, _parsed(err.read())
 
     def apply(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Server-side apply each object as the administrator (a rerun changes nothing)."""
@@ -337,10 +332,20 @@ class ControlPlane:
             return err.code, err.read().decode(errors="replace")
 
     def service_account_token(
-        self, namespace: str, name: str, *, seconds: int = 3600, create: bool = True
+        self,
+        namespace: str,
+        name: str,
+        *,
+        seconds: int = 3600,
+        create: bool = True,
+        bound_pod: Mapping[str, Any] | None = None,
     ) -> str:
         """A real token for ServiceAccount ``namespace/name`` (created when missing), minted by
-        the API server's TokenRequest API and signed with the run's service-account key."""
+        the API server's TokenRequest API and signed with the run's service-account key.
+
+        With ``bound_pod`` (a stored Pod of that account) the token is bound to the pod, and
+        the API server adds the pod's node to the user's extra fields
+        (``authentication.kubernetes.io/node-name``), as for a pod's projected token."""
         if create:
             self._ensure(f"/api/v1/namespaces/{namespace}", "Namespace", namespace, None)
             self._ensure(
@@ -349,13 +354,18 @@ class ControlPlane:
                 name,
                 namespace,
             )
+        bound: dict[str, Any] = {}
+        if bound_pod is not None:
+            meta = bound_pod["metadata"]
+            ref = {"kind": "Pod", "apiVersion": "v1", "name": meta["name"], "uid": meta["uid"]}
+            bound = {"boundObjectRef": ref}
         status, body = self.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
-                "spec": {"expirationSeconds": seconds},
+                "spec": {"expirationSeconds": seconds, **bound},
             },
         )
         if status != 201:
@@ -639,27 +649,35 @@ class ControlPlane:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _parsed(raw: bytes) -> Any:
+    """A body as JSON, or as text where it is not JSON (``/readyz`` answers ``ok``)."""
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
 def object_path(obj: Mapping[str, Any]) -> str:
-    """The REST path of an object (built-in kinds of the groups the tests apply)."""
+    """The REST path of a built-in object (English plurals, as every built-in kind has)."""
     api_version = str(obj["apiVersion"])
     kind = str(obj["kind"])
     meta = obj["metadata"]
-    plural = _PLURALS.get(kind) or kind.lower() + "s"
+    lower = kind.lower()
+    plural = (
+        lower + "es"
+        if lower.endswith("s")
+        else lower[:-1] + "ies"
+        if lower.endswith("y")
+        else lower + "s"
+    )
     base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
     if kind in _CLUSTER_SCOPED:
         return f"{base}/{plural}/{meta['name']}"
     return f"{base}/namespaces/{meta.get('namespace', 'default')}/{plural}/{meta['name']}"
 
 
-_PLURALS: Final = {
-    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
-    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
-    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
-    "PriorityClass": "priorityclasses",
-    "StorageClass": "storageclasses",
-    "ResourceClaimTemplate": "resourceclaimtemplates",
-}
 _CLUSTER_SCOPED: Final = {
     "Namespace",
     "Node",

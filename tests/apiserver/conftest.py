@@ -12,7 +12,6 @@ them: nothing else grants them anything.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,10 +136,10 @@ def ensure_node(plane: ControlPlane, name: str, **labels: str) -> JSON:
 
 
 @pytest.fixture(scope="session")
-def chart_install(control_plane: ControlPlane) -> Iterator[ChartInstall]:
+def chart_install(control_plane: ControlPlane) -> ChartInstall:
     objects = [r.obj for r in render_objects() if r.kind not in WORKLOADS]
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     control_plane.apply([namespace, *objects])
     install = ChartInstall(control_plane, objects)
     install.wait_for_policies()
-    yield install
+    return install

@@ -480,8 +480,9 @@ class GpuInventory:
 
 
 def check_against_cluster(hints: PodHints, inventory: GpuInventory) -> None:
-    """Refuse hints no GPU of the cluster can satisfy, naming the annotation: UUIDs no GPU
-    has, a ``use-gputype`` list that matches no GPU, ``mig`` without MIG partitions."""
+    """Refuse hints no GPU of the cluster can satisfy, naming the annotation: a ``use-gpuuuid``
+    UUID no GPU has, a ``use-gputype`` list that matches no GPU, ``mig`` without MIG
+    partitions. Deny-lists (``nouse-*``) never refuse: naming an absent GPU excludes nothing."""
     keys = hints.keys or {}
     if hints.mode == "mig" and not inventory.has_mig:
         key = VGPU_MODE if VGPU_MODE in keys else VOLCANO_VGPU_MODE
@@ -489,18 +490,16 @@ def check_against_cluster(hints: PodHints, inventory: GpuInventory) -> None:
             f"annotation {key}: mig, but no GPU in the cluster has MIG partitions (biaxial "
             "allocates existing partitions; ask for a share with nvidia.com/gpumem instead)"
         )
+    # Only an allow-list can name what is not there: a deny-list of an absent GPU excludes
+    # nothing, and HAMi and Volcano place such a pod (their CheckUUID skips unknown UUIDs).
     known = inventory.mig_parents if hints.mode == "mig" else inventory.uuids
-    for uuids, names in (
-        (hints.use_uuids, (USE_GPUUUID, VOLCANO_USE_GPUUUID)),
-        (hints.avoid_uuids, (NOUSE_GPUUUID, VOLCANO_NOUSE_GPUUUID)),
-    ):
-        missing = [u for u in uuids if u not in known]
-        if missing:
-            key = next(n for n in names if n in keys)
-            what = "GPU with MIG partitions" if hints.mode == "mig" else "GPU"
-            raise ManifestError(
-                f"annotation {key}: no {what} in the cluster has UUID {', '.join(missing)}"
-            )
+    missing = [u for u in hints.use_uuids if u not in known]
+    if missing:
+        key = next(n for n in (USE_GPUUUID, VOLCANO_USE_GPUUUID) if n in keys)
+        what = "GPU with MIG partitions" if hints.mode == "mig" else "GPU"
+        raise ManifestError(
+            f"annotation {key}: no {what} in the cluster has UUID {', '.join(missing)}"
+        )
     if hints.use_types and not any(
         type_matches(p, hints.use_types) for p in inventory.product_names
     ):

@@ -98,6 +98,7 @@ from biaxial.simulate.workloads import (
     generated_suffix,
     ns_name,
     owned_by,
+    requested_pods,
     stable_uid,
     statefulset_claims,
 )
@@ -117,9 +118,24 @@ from driver.scheduling.volumes import (
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
     PodVolumes,
+    StorageClass,
+    default_storage_class,
+    with_default_class,
 )
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
+#: The one recipe for a dump of a cluster (docs/simulator.md and docs/migration.md show it).
+DUMP_COMMAND: Final = (
+    "kubectl get "
+    + ",".join(
+        (
+            "nodes,resourceslices,deviceclasses,resourceclaims,resourceclaimtemplates,pods",
+            "namespaces,services,replicasets,statefulsets,poddisruptionbudgets,priorityclasses",
+            "pvc,pv,storageclasses,csinodes,csidrivers,csistoragecapacities,volumeattachments",
+        )
+    )
+    + " -A -o yaml"
+)
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
 DEFAULT_SCHEDULER: Final = "biaxial"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -471,6 +487,7 @@ class _Run:
         #: (kind, namespace/name or name) -> object, for every kind the volume rules read
         self.volumes: dict[tuple[str, str], JSON] = {}
         self.touched_volumes: list[tuple[str, str]] = []
+        self.default_storage_class: StorageClass | None = None
         self._uuids: dict[tuple[str, str, str], str] = {}
 
     # ------------------------------------------------------------------ input
@@ -554,6 +571,10 @@ class _Run:
                 "kind: Cluster) or the cluster's Node objects"
             )
         slices.extend(slice_from_object(raw) for raw in found.slices)
+        # What the DefaultStorageClass admission plugin gives claims without a class.
+        self.default_storage_class = default_storage_class(
+            StorageClass.from_api(raw) for raw in found.volumes if raw.get("kind") == "StorageClass"
+        )
         for raw in csi_nodes:
             self._add_volume_object(raw)
         for raw in found.volumes:
@@ -569,8 +590,15 @@ class _Run:
         return (kind, f"{namespace}/{name}" if classify(raw).namespaced else name)
 
     def _add_volume_object(self, raw: Mapping[str, Any]) -> JSON:
-        """Keep a volume kind's object (a copy, with a UID) for the engine."""
+        """Keep a volume kind's object (a copy, with a UID) for the engine. A claim without a
+        class and not yet bound gets the default StorageClass, as admission gives it to a new
+        claim and the PV controller to an older unbound one (retroactive assignment)."""
         key = self._volume_key(raw)
+        spec = raw.get("spec")
+        if key[0] == "PersistentVolumeClaim" and not (
+            isinstance(spec, Mapping) and spec.get("volumeName")
+        ):
+            raw = with_default_class(raw, self.default_storage_class)
         if classify(raw).namespaced:
             obj = _with_uid(raw)
         else:
@@ -619,6 +647,7 @@ class _Run:
         for pod in given:
             check_pod_object(pod)
         replica_sets = [o for o in found.work if o.get("kind") == "ReplicaSet"]
+        room = pod_slots(nodes)
         out: list[JSON] = []
         for obj in found.work:
             kind = obj.get("kind")
@@ -639,6 +668,15 @@ class _Run:
                 if any(owned_by(p, o) for o in owners)
                 and (p.get("status") or {}).get("phase") not in FINISHED_PHASES
             ]
+            wanted = requested_pods(obj) - len(existing)
+            if len(out) + wanted > room:
+                # Each pod takes one of a node's allocatable pods: more than the cluster has
+                # could never all run, and making them all costs memory and time for nothing.
+                raise ManifestError(
+                    f"{object_label(obj)}: {requested_pods(obj):,} pods are more than the "
+                    f"{len(nodes)} node(s) can run ({room:,} allocatable pods in all, "
+                    f"{len(out):,} taken by the pods before it); lower its replicas"
+                )
             for pod in expand(obj, nodes, existing):
                 check_pod_object(pod)
                 out.append(_with_uid(pod))
@@ -691,6 +729,7 @@ class _Run:
                 pending.append(pod)
         if finished:
             self.result.notes.append(f"{finished} finished pod(s) (Succeeded or Failed) ignored")
+        self._check_running_claims(running)
         # As kube-scheduler's PrioritySort: higher spec.priority first, then input order.
         pending.sort(key=lambda p: -pod_priority(p))
         self.budgets = [budget_from_api(b, running) for b in found.budgets]
@@ -738,6 +777,41 @@ class _Run:
             *self.placed_pods,
         ]
         return self.result
+
+    def _check_running_claims(self, running: Sequence[JSON]) -> None:
+        """Refuse a dump whose running pods use claims it does not hold (``kubectl get`` without
+        ``resourceclaims``): their devices would look free and be given again."""
+        missing: list[str] = []
+        for pod in running:
+            namespace, _ = ns_name(pod)
+            status = pod.get("status") or {}
+            named = [
+                entry.get("resourceClaimName")
+                for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
+                if isinstance(entry, Mapping)
+            ]
+            named += [
+                entry.get("resourceClaimName")
+                for entry in status.get("resourceClaimStatuses") or ()
+                if isinstance(entry, Mapping)
+            ]
+            extended = status.get("extendedResourceClaimStatus")
+            if isinstance(extended, Mapping):
+                named.append(extended.get("resourceClaimName"))
+            missing += [
+                f"{namespace}/{claim}"
+                for claim in named
+                if isinstance(claim, str) and claim and (namespace, claim) not in self.claims
+            ]
+        if missing:
+            listed = list(dict.fromkeys(missing))
+            more = f" and {len(listed) - 3} more" if len(listed) > 3 else ""
+            raise ManifestError(
+                f"running pods use ResourceClaims the input does not hold "
+                f"({', '.join(listed[:3])}{more}), so their GPUs would look free; add them: "
+                "kubectl get resourceclaims -A -o yaml (docs/simulator.md gives the whole "
+                "dump command)"
+            )
 
     def _owners(self, engine: DecisionEngine, found: _Input) -> None:
         """The selectors default topology spreading reads: Services, and the ReplicaSets and
@@ -1223,6 +1297,19 @@ class _DynamicMig:
             free_slices=sum(1 for c in slots if left[c] > 0),
             largest_placeable=str(largest.attributes.get("profile", "")) if largest else "",
         )
+
+
+#: kubelet's default --max-pods, for a Node object that gives no allocatable pods
+DEFAULT_MAX_PODS: Final = 110
+
+
+def pod_slots(nodes: Sequence[Node]) -> int:
+    """How many pods the nodes can run at most: their allocatable ``pods`` added up."""
+    total = 0
+    for node in nodes:
+        pods = node.allocatable.get("pods")
+        total += pods.value() if pods is not None else DEFAULT_MAX_PODS
+    return total
 
 
 def _capacity(device: Device, name: str) -> int:

@@ -382,6 +382,20 @@ def _pinned_node(pod: Mapping[str, Any]) -> str:
     return ""
 
 
+def requested_pods(workload: Mapping[str, Any]) -> int:
+    """How many pods the workload asks for at most (``replicas``, a Job's ``parallelism``; 0
+    for a DaemonSet, bounded by the nodes), read before any is made; 0 for a value the
+    expansion refuses with its own message."""
+    spec = workload.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        return 0
+    key = {"Deployment": "replicas", "ReplicaSet": "replicas", "StatefulSet": "replicas"}.get(
+        str(workload.get("kind")), "parallelism" if workload.get("kind") == "Job" else ""
+    )
+    value = spec.get(key, 1) if key else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
 def expand(
     workload: Mapping[str, Any], nodes: Sequence[Node], existing: Sequence[Mapping[str, Any]]
 ) -> list[JSON]:

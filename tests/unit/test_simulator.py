@@ -413,3 +413,71 @@ def test_project_deviceclasses_are_found_from_the_checkout() -> None:
     found = project_deviceclasses_dir()
     assert found == Path(__file__).resolve().parents[2] / "deviceclasses"
     assert (found / "gpu.biaxial.dev.yaml").is_file()
+
+
+def test_a_dump_without_the_claims_of_running_pods_is_refused() -> None:
+    # `kubectl get nodes,resourceslices,deviceclasses,pods -A -o yaml` leaves the claims out:
+    # a running pod's GPU would look free and be given again. Before, it was, silently.
+    running = pod(
+        "trainer",
+        nodeName="gpu-t4",
+        resourceClaims=[{"name": "gpu", "resourceClaimName": "trainer-gpu"}],
+    )
+    running["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}
+    bridged = legacy("legacy", {"nvidia.com/gpu": 1})
+    bridged["spec"]["nodeName"] = "gpu-a10g"
+    bridged["status"] = {
+        "phase": "Running",
+        "extendedResourceClaimStatus": {
+            "resourceClaimName": "legacy-extended-resources-x7k2p",
+            "requestMappings": [],
+        },
+    }
+    with pytest.raises(ManifestError) as info:
+        run(running, bridged, legacy("new", {"nvidia.com/gpu": 1}))
+    assert str(info.value) == (
+        "running pods use ResourceClaims the input does not hold (default/trainer-gpu, "
+        "default/legacy-extended-resources-x7k2p), so their GPUs would look free; add them: "
+        "kubectl get resourceclaims -A -o yaml (docs/simulator.md gives the whole dump command)"
+    )
+
+
+def test_the_docs_give_one_dump_recipe_and_it_holds_every_kind_read() -> None:
+    from biaxial.simulate.kinds import READ
+    from biaxial.simulate.simulator import DUMP_COMMAND
+
+    for doc in ("simulator.md", "migration.md"):
+        text = (ROOT / "docs" / doc).read_text()
+        recipes = re.findall(r"^kubectl get nodes[^\n]*", text, re.MULTILINE)
+        assert recipes, doc
+        assert all(r.startswith(DUMP_COMMAND) for r in recipes), doc
+    listed = DUMP_COMMAND.split()[2].split(",")
+    # every kind a dump can carry (not the inventory, not the workloads users write)
+    assert len(listed) == len(READ) - len({"Cluster", "Deployment", "DaemonSet", "Job"})
+
+
+def test_replicas_no_cluster_in_the_input_could_run_are_refused_at_once() -> None:
+    # replicas: 1000000000 reached 5.5 GB and printed nothing in 120 s: every pod was made
+    # before the first was placed. The reference cluster's two nodes run 220 pods at most.
+    huge = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "huge", "namespace": "default"},
+        "spec": {
+            "replicas": 1_000_000_000,
+            "selector": {"matchLabels": {"app": "huge"}},
+            "template": {
+                "metadata": {"labels": {"app": "huge"}},
+                "spec": {"schedulerName": "biaxial", "containers": [{"name": "c", "image": "x"}]},
+            },
+        },
+    }
+    with pytest.raises(ManifestError) as info:
+        run(legacy("first", {"nvidia.com/gpu": 1}), huge)
+    assert str(info.value) == (
+        "Deployment default/huge: 1,000,000,000 pods are more than the 2 node(s) can run "
+        "(220 allocatable pods in all, 1 taken by the pods before it); lower its replicas"
+    )
+    fits = copy.deepcopy(huge)
+    fits["spec"]["replicas"] = 219
+    assert len(run(legacy("first", {"nvidia.com/gpu": 1}), fits).placements) == 220

@@ -242,7 +242,23 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
         ),
         (
             {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
-            "Widget w: unsupported kind example.com/v1 Widget",
+            "Widget w: unsupported kind example.com/v1 Widget (docs/simulator.md lists the "
+            "kinds read)",
+        ),
+        (
+            # a typo gets its near miss in one short line (before: a 963-character list)
+            {"apiVersion": "v1", "kind": "Pdo", "metadata": {"name": "x"}},
+            "Pdo x: unsupported kind v1 Pdo (did you mean Pod?)",
+        ),
+        (
+            {
+                "apiVersion": "batch.volcano.sh/v1alpha1",
+                "kind": "Job",
+                "metadata": {"name": "vj"},
+                "spec": {"tasks": []},
+            },
+            "Job default/vj: batch.volcano.sh/v1alpha1 Job is not read; give each task's "
+            "template as a Deployment or Pods (schedulerName: biaxial)",
         ),
     ],
 )
@@ -250,6 +266,7 @@ def test_bad_input_for_the_run_is_an_error(bad: dict[str, Any], message: str) ->
     with pytest.raises(ManifestError) as info:
         run(bad, legacy("p", {"nvidia.com/gpu": 1}))
     assert str(info.value).startswith(message), str(info.value)
+    assert len(str(info.value)) < 200
 
 
 def test_duplicate_objects_are_an_error_named_by_scope() -> None:
@@ -481,3 +498,19 @@ def test_replicas_no_cluster_in_the_input_could_run_are_refused_at_once() -> Non
     fits = copy.deepcopy(huge)
     fits["spec"]["replicas"] = 219
     assert len(run(legacy("first", {"nvidia.com/gpu": 1}), fits).placements) == 220
+
+
+def test_gang_scheduling_side_objects_are_skipped_with_a_note() -> None:
+    # KAI's and Volcano's Queue and PodGroup stopped the whole run (a 963-character line).
+    queue = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": "q"}}
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pg", "namespace": "default"},
+        "spec": {"minMember": 2},
+    }
+    result = run(queue, group, legacy("p", {"nvidia.com/gpu": 1}))
+    assert set(by_pod(result)) == {"p"}
+    assert result.notes == [
+        "skipped 2 object(s) that do not affect scheduling: PodGroup (1), Queue (1)"
+    ]

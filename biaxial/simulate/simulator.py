@@ -103,6 +103,7 @@ from biaxial.simulate.workloads import (
     statefulset_claims,
 )
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
+from driver.cel.formats import is_dns1123_label, is_dns1123_subdomain
 from driver.api.errors import BiaxialError, ManifestError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import JSON, Device, ResourceSlice
@@ -388,9 +389,15 @@ def check_pod_object(pod: Mapping[str, Any]) -> None:
     duplicate container names, a ``spec.resourceClaims`` entry without exactly one source, a
     container's ``resources.claims`` naming a claim the pod does not list."""
     namespace, name = ns_name(pod)
-    where = f"Pod {namespace}/{name}"
+    where = f"Pod {_short(namespace)}/{_short(name)}"
     if not name:
         raise ManifestError("Pod without metadata.name")
+    # The API server's ValidatePodName and ValidateNamespaceName (apimachinery's
+    # IsDNS1123Subdomain / IsDNS1123Label).
+    if is_dns1123_subdomain(name):
+        raise ManifestError(f"{where}: metadata.name: {DNS_NAME_RULE}")
+    if is_dns1123_label(namespace):
+        raise ManifestError(f"{where}: metadata.namespace: {DNS_LABEL_RULE}")
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or []
     if not containers:
@@ -426,6 +433,21 @@ def check_pod_object(pod: Mapping[str, Any]) -> None:
                         f"{cwhere}.resources.claims[{j}].name: {name_ref!r} is not in "
                         f"spec.resourceClaims (the pod lists: {listed})"
                     )
+
+
+DNS_NAME_RULE: Final = (
+    "not a valid name: lowercase letters, digits, '-' and '.', starting and ending with a "
+    "letter or digit, at most 253 (RFC 1123)"
+)
+DNS_LABEL_RULE: Final = (
+    "not a valid namespace: lowercase letters, digits and '-', starting and ending with a "
+    "letter or digit, at most 63 (RFC 1123)"
+)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """A short prefix of user input, for an error line."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _claim_key(obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -514,3 +514,53 @@ def test_gang_scheduling_side_objects_are_skipped_with_a_note() -> None:
     assert result.notes == [
         "skipped 2 object(s) that do not affect scheduling: PodGroup (1), Queue (1)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        (
+            {"name": "gpu-pöd-测试"},
+            "Pod default/gpu-pöd-测试: metadata.name: not a valid name: lowercase letters, "
+            "digits, '-' and '.', starting and ending with a letter or digit, at most 253 "
+            "(RFC 1123)",
+        ),
+        (
+            {"name": "p", "namespace": "Team_A"},
+            "Pod Team_A/p: metadata.namespace: not a valid namespace: lowercase letters, "
+            "digits and '-', starting and ending with a letter or digit, at most 63 (RFC 1123)",
+        ),
+    ],
+)
+def test_names_the_api_server_refuses_are_refused(metadata: dict[str, str], message: str) -> None:
+    # ValidatePodName (IsDNS1123Subdomain) and ValidateNamespaceName (IsDNS1123Label): the API
+    # server refuses these pods; before, the simulator placed them.
+    bad = legacy("x", {"nvidia.com/gpu": 1})
+    bad["metadata"] = metadata
+    with pytest.raises(ManifestError) as info:
+        run(bad)
+    assert str(info.value) == message
+
+
+def test_a_deployment_whose_selector_misses_its_template_is_refused() -> None:
+    # ValidateDeploymentSpec: "`selector` does not match template `labels`"; before, it was
+    # expanded and its pods placed.
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "api"}},
+                "spec": {"schedulerName": "biaxial", "containers": [{"name": "c", "image": "x"}]},
+            },
+        },
+    }
+    with pytest.raises(ManifestError) as info:
+        run(deployment)
+    assert str(info.value) == (
+        "Deployment default/web: spec.selector does not match spec.template.metadata.labels; "
+        "make the template carry the labels the selector asks for"
+    )

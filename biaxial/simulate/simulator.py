@@ -103,11 +103,11 @@ from biaxial.simulate.workloads import (
     statefulset_claims,
 )
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
-from driver.cel.formats import is_dns1123_label, is_dns1123_subdomain
 from driver.api.errors import BiaxialError, ManifestError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
+from driver.cel.formats import is_dns1123_label, is_dns1123_subdomain
 from driver.discovery.mig import MEMORY_SLICE_PREFIX
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedulable

@@ -242,8 +242,10 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
         ),
         (
             {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}},
-            "Widget w: unsupported kind example.com/v1 Widget (docs/simulator.md lists the "
-            "kinds read)",
+            (
+                "Widget w: unsupported kind example.com/v1 Widget (docs/simulator.md lists the "
+                "kinds read)"
+            ),
         ),
         (
             # a typo gets its near miss in one short line (before: a 963-character list)
@@ -257,8 +259,10 @@ def test_every_bad_input_is_reported_and_the_rest_is_placed() -> None:
                 "metadata": {"name": "vj"},
                 "spec": {"tasks": []},
             },
-            "Job default/vj: batch.volcano.sh/v1alpha1 Job is not read; give each task's "
-            "template as a Deployment or Pods (schedulerName: biaxial)",
+            (
+                "Job default/vj: batch.volcano.sh/v1alpha1 Job is not read; give each task's "
+                "template as a Deployment or Pods (schedulerName: biaxial)"
+            ),
         ),
     ],
 )
@@ -521,14 +525,18 @@ def test_gang_scheduling_side_objects_are_skipped_with_a_note() -> None:
     [
         (
             {"name": "gpu-pöd-测试"},
-            "Pod default/gpu-pöd-测试: metadata.name: not a valid name: lowercase letters, "
-            "digits, '-' and '.', starting and ending with a letter or digit, at most 253 "
-            "(RFC 1123)",
+            (
+                "Pod default/gpu-pöd-测试: metadata.name: not a valid name: lowercase letters, "
+                "digits, '-' and '.', starting and ending with a letter or digit, at most 253 "
+                "(RFC 1123)"
+            ),
         ),
         (
             {"name": "p", "namespace": "Team_A"},
-            "Pod Team_A/p: metadata.namespace: not a valid namespace: lowercase letters, "
-            "digits and '-', starting and ending with a letter or digit, at most 63 (RFC 1123)",
+            (
+                "Pod Team_A/p: metadata.namespace: not a valid namespace: lowercase letters, "
+                "digits and '-', starting and ending with a letter or digit, at most 63 (RFC 1123)"
+            ),
         ),
     ],
 )

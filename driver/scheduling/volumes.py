@@ -1098,14 +1098,18 @@ class ClusterVolumes:
         attached: dict[str, str] = {}
         for uid in self._node_pods.get(node.name, ()):
             self._attachable(self._pods[uid].volumes, csi_node, attached)
+        counts: dict[str, int] = {}
+        for unique, driver in attached.items():
+            new.pop(unique, None)  # a volume the node's pods use is counted once
+            counts[driver] = counts.get(driver, 0) + 1
+        # VolumeAttachments add the volumes no pod there uses; as upstream counts them, one the
+        # pending pod uses still counts as new too ("should count VolumeAttachments towards
+        # volume limit when no pods exist", csi_test.go).
         for name in self._node_attachments.get(node.name, ()):
             found = self._attached_by(self._attachments[name])
             if found is not None and found[1] not in attached:
                 attached[found[1]] = found[0]
-        counts: dict[str, int] = {}
-        for unique, driver in attached.items():
-            new.pop(unique, None)
-            counts[driver] = counts.get(driver, 0) + 1
+                counts[found[0]] = counts.get(found[0], 0) + 1
         adding: dict[str, int] = {}
         for driver in new.values():
             adding[driver] = adding.get(driver, 0) + 1

@@ -572,3 +572,14 @@ def test_a_deployment_whose_selector_misses_its_template_is_refused() -> None:
         "Deployment default/web: spec.selector does not match spec.template.metadata.labels; "
         "make the template carry the labels the selector asks for"
     )
+
+
+def test_the_docs_list_every_built_in_profile_and_the_example_drivers_model() -> None:
+    from driver.discovery.fake import builtin_profiles
+
+    fields = (ROOT / "docs" / "simulator.md").read_text().split("| `gpus` |")[1].split("\n")[0]
+    assert [p for p in builtin_profiles() if f"`{p}`" not in fields] == []
+    example_driver = (ROOT / "docs" / "migration.md").read_text().split(
+        "## From the DRA example driver"
+    )[1]
+    assert "`model` is biaxial's `productName`" in " ".join(example_driver.split())

@@ -579,7 +579,7 @@ def test_the_docs_list_every_built_in_profile_and_the_example_drivers_model() ->
 
     fields = (ROOT / "docs" / "simulator.md").read_text().split("| `gpus` |")[1].split("\n")[0]
     assert [p for p in builtin_profiles() if f"`{p}`" not in fields] == []
-    example_driver = (ROOT / "docs" / "migration.md").read_text().split(
-        "## From the DRA example driver"
-    )[1]
+    example_driver = (
+        (ROOT / "docs" / "migration.md").read_text().split("## From the DRA example driver")[1]
+    )
     assert "`model` is biaxial's `productName`" in " ".join(example_driver.split())

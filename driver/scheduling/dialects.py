@@ -153,6 +153,25 @@ BOOKKEEPING: Final = frozenset(
         "pod-group-name",
     }
 )
+#: The resource names of the dialects (driver.scheduling.bridge reads them from
+#: ``resources.limits``; Volcano's deprecated gpu-share names are refused there): written as
+#: annotations, they are misplaced, not typos of an annotation.
+RESOURCE_NAMES: Final = frozenset(
+    {
+        "nvidia.com/gpu",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores",
+        "volcano.sh/vgpu-number",
+        "volcano.sh/vgpu-memory",
+        "volcano.sh/vgpu-memory-percentage",
+        "volcano.sh/vgpu-cores",
+        "volcano.sh/gpu-memory",
+        "volcano.sh/gpu-number",
+    }
+)
+_MIG_RESOURCE: Final = re.compile(r"nvidia\.com/mig-[0-9]+g\.[0-9]+gb")
+_QUOTED_VALUE: Final = 20
 _NEAR_MISS_DOMAINS: Final = ("nvidia.com/", "hami.io/", "volcano.sh/", BIAXIAL_PREFIX)
 _NEAR_MISS_CUTOFF: Final = 0.85
 _BOOL_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -288,8 +307,15 @@ def near_miss(key: str, known: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def _check_unknown(key: str) -> None:
-    """Refuse an unknown ``biaxial.dev/`` key and a near miss of any vocabulary key."""
+def _check_unknown(key: str, value: str) -> None:
+    """Refuse an unknown ``biaxial.dev/`` key, a resource name written as an annotation and a
+    near miss of any vocabulary key."""
+    if key in RESOURCE_NAMES or _MIG_RESOURCE.fullmatch(key):
+        shown = value if len(value) <= _QUOTED_VALUE else value[:_QUOTED_VALUE] + "..."
+        raise ManifestError(
+            f"annotation {key}: a resource, not an annotation; write "
+            f"{key}: {json.dumps(shown)} under the container's resources.limits"
+        )
     vocabulary = HONOURED | REFUSED.keys()
     if key.startswith(BIAXIAL_PREFIX):
         guess = near_miss(key, vocabulary)
@@ -397,7 +423,7 @@ def pod_hints(pod: Mapping[str, Any]) -> PodHints:
         if key in REFUSED:
             raise ManifestError(f"annotation {key}: {REFUSED[key]}")
         if key not in HONOURED:
-            _check_unknown(key)
+            _check_unknown(key, value)
     modes = {
         k: _mode(k, annotations[k]) for k in (VGPU_MODE, VOLCANO_VGPU_MODE) if k in annotations
     }

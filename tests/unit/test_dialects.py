@@ -668,3 +668,32 @@ def test_hamis_own_gpu_policies_are_named_as_unsupported() -> None:
         "binpack, spread; HAMi's mutex, numa, topology-aware GPU policies (and lists of them) "
         "are not supported)"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("nvidia.com/gpumem", "3000", '"3000"'),
+        ("volcano.sh/vgpu-memory", "3000", '"3000"'),
+        ("nvidia.com/gpucores", "50", '"50"'),
+        ("nvidia.com/mig-3g.20gb", "1", '"1"'),
+        ("volcano.sh/gpu-number", "1" * 30, '"' + "1" * 20 + '..."'),
+    ],
+)
+def test_a_resource_written_as_an_annotation_is_sent_to_resources_limits(
+    key: str, value: str, shown: str
+) -> None:
+    # Before: "annotation nvidia.com/gpumem: not a key biaxial knows; did you mean
+    # nvidia.com/vgpu-mode?" (volcano.sh/vgpu-memory: "... did you mean volcano.sh/vgpu-mode?").
+    reason = refused(run(UUID_POD.format(key=key, value=value)))["pinned"]
+    assert reason == (
+        f"annotation {key}: a resource, not an annotation; write {key}: {shown} under the "
+        "container's resources.limits"
+    )
+
+
+def test_every_bridge_resource_is_known_as_a_resource_name() -> None:
+    from driver.scheduling.bridge import LEGACY_RESOURCES
+    from driver.scheduling.dialects import RESOURCE_NAMES
+
+    assert LEGACY_RESOURCES <= RESOURCE_NAMES

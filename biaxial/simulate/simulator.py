@@ -1389,6 +1389,17 @@ def simulate(
     ).run()
 
 
+def project_deviceclasses() -> list[JSON]:
+    """The project's DeviceClasses (:func:`project_deviceclasses_dir`), which ``biaxial
+    simulate`` and ``biaxial allocate`` load before their input's own (the input's win by
+    name)."""
+    from biaxial.simulate.manifests import load_objects  # noqa: PLC0415 - only for the CLI
+
+    directory = project_deviceclasses_dir()
+    paths = [str(p) for p in sorted(directory.iterdir()) if p.suffix in (".yaml", ".yml")]
+    return [o for o in load_objects(paths) if o.get("kind") == "DeviceClass"]
+
+
 def project_deviceclasses_dir() -> Path:
     """The project's ``deviceclasses/`` (loaded by default by ``biaxial simulate``): the
     source tree's when running from a checkout, else the copy a wheel installs under

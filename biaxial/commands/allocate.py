@@ -2,8 +2,10 @@
 
 The files hold Kubernetes objects (YAML or JSON; single, multi-document or ``List``): exactly
 one Node (or ``--node NAME`` to pick one of several), DeviceClasses, ResourceSlices and
-ResourceClaims. Claims without ``status.allocation`` are allocated together, in file order;
-claims with one are cluster state (their devices are in use). ``--gpu-policy`` orders the GPUs
+ResourceClaims. The project's DeviceClasses are loaded first, as ``biaxial simulate`` loads
+them (the input's win by name; ``--no-default-classes`` leaves them out). Claims without
+``status.allocation`` are allocated together, in file order; claims with one are cluster state
+(their devices are in use). ``--gpu-policy`` orders the GPUs
 (``binpack`` by default; ``first-fit`` is upstream's order).
 
 Output is one JSON object::
@@ -43,10 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="binpack",
         help="GPU order on the node (default binpack; first-fit = upstream order)",
     )
+    parser.add_argument(
+        "--no-default-classes",
+        action="store_true",
+        help="do not load the project's deviceclasses/ first",
+    )
 
 
 def verdict(
-    objects: list[dict[str, Any]], *, node_name: str | None, gpu_policy: str
+    objects: list[dict[str, Any]],
+    *,
+    node_name: str | None,
+    gpu_policy: str,
+    default_classes: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The allocate verdict for already-loaded objects (raises ManifestError for bad input)."""
     from driver.api.claims import DeviceClass, ResourceClaim  # noqa: PLC0415
@@ -60,7 +71,7 @@ def verdict(
 
     policy = parse_gpu_policy(gpu_policy, "--gpu-policy")
     nodes: list[Node] = []
-    classes: list[DeviceClass] = []
+    classes = {c.name: c for c in map(DeviceClass.from_api, default_classes or ())}
     slices: list[ResourceSlice] = []
     claims: list[ResourceClaim] = []
     for obj in objects:
@@ -68,7 +79,8 @@ def verdict(
         if kind == "Node":
             nodes.append(Node.from_api(obj))
         elif kind == "DeviceClass":
-            classes.append(DeviceClass.from_api(obj))
+            device_class = DeviceClass.from_api(obj)
+            classes[device_class.name] = device_class
         elif kind == "ResourceSlice":
             slices.append(ResourceSlice.from_api(obj))
         elif kind == "ResourceClaim":
@@ -97,7 +109,7 @@ def verdict(
         out.update(outcome="allocated", message="no unallocated claims in the input")
         return out
     try:
-        snapshot = ClusterSnapshot.build(slices, classes, allocated)
+        snapshot = ClusterSnapshot.build(slices, list(classes.values()), allocated)
         results = allocate(snapshot, pending, node, order=gpu_order(policy))
     except NodeAllocationError as exc:
         # Upstream's ErrFailedAllocationOnNode: this node is unschedulable with that message.
@@ -123,8 +135,14 @@ def verdict(
 
 def run(args: argparse.Namespace) -> int:
     from biaxial.simulate.manifests import load_objects  # noqa: PLC0415
+    from biaxial.simulate.simulator import project_deviceclasses  # noqa: PLC0415
 
-    result = verdict(load_objects(args.files), node_name=args.node, gpu_policy=args.gpu_policy)
+    result = verdict(
+        load_objects(args.files),
+        node_name=args.node,
+        gpu_policy=args.gpu_policy,
+        default_classes=None if args.no_default_classes else project_deviceclasses(),
+    )
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

@@ -11,8 +11,8 @@ Results follow file order, then device order within each slice. Each device is e
 its slice's ``spec.driver`` as the driver name (the domain of unqualified attributes).
 
 Exit codes: 0 when the expression compiled (whatever the per-device results), 1 on a compile
-error (the JSON is still printed, with empty results), 2 on unreadable or malformed input (one
-line on stderr, nothing on stdout).
+error (the JSON is still printed, with empty results), 2 on unreadable or malformed input or
+input without any ResourceSlice (one line on stderr, nothing on stdout).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ EPILOG = """\
 exit codes:
   0  the expression compiled (whatever each device's result)
   1  the expression does not compile (the JSON report is still printed)
-  2  bad input: an unreadable or invalid file (one line on stderr, nothing on stdout)
+  2  bad input: an unreadable or invalid file, or no ResourceSlice in the files (one line on
+     stderr, nothing on stdout)
 """
 
 
@@ -58,12 +59,22 @@ def run(args: argparse.Namespace) -> int:
     from driver.cel.engine import compile_selector  # noqa: PLC0415 - keep `biaxial --help` fast
 
     slices: list[ResourceSlice] = []
+    inventory = False
     for path in args.files:
-        for obj in objects_of_kind(load_objects([path]), "ResourceSlice", API_GROUP):
+        objects = load_objects([path])
+        inventory = inventory or any(o.get("kind") == "Cluster" for o in objects)
+        for obj in objects_of_kind(objects, "ResourceSlice", API_GROUP):
             try:
                 slices.append(ResourceSlice.from_api(obj))
             except ManifestError as exc:
                 raise ManifestError(f"{path}: {exc}") from exc
+    if not slices:
+        what = " (a Cluster inventory holds GPU profiles, not slices)" if inventory else ""
+        raise ManifestError(
+            f"no ResourceSlice was read from {', '.join(args.files)}{what}; "
+            "'biaxial discover --fake PROFILE' prints the slices a node with that profile "
+            "publishes, 'kubectl get resourceslices -o yaml' a cluster's"
+        )
     report: dict[str, Any] = {"expression": args.expression, "compileError": None, "results": []}
     try:
         selector = compile_selector(args.expression)

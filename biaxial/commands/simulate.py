@@ -94,14 +94,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def expand_paths(paths: list[str]) -> list[str]:
-    """Files as given; directories become their manifest files in name order."""
+    """Files as given; directories become their manifest files in name order (a directory
+    without any is refused: nothing would be read)."""
+    from driver.api.errors import ManifestError  # noqa: PLC0415
+
     out: list[str] = []
     for raw in paths:
         path = Path(raw)
         if raw != "-" and path.is_dir():
-            out.extend(
+            found = [
                 str(p) for p in sorted(path.iterdir()) if p.is_file() and p.suffix in _SUFFIXES
-            )
+            ]
+            if not found:
+                raise ManifestError(
+                    f"{raw}: a directory without {', '.join(_SUFFIXES)} files; nothing was read "
+                    "from it"
+                )
+            out.extend(found)
         else:
             out.append(raw)
     return out
@@ -110,8 +119,8 @@ def expand_paths(paths: list[str]) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import yaml  # noqa: PLC0415 - heavy imports inside run keep `biaxial --help` fast
 
-    from biaxial.simulate.manifests import load_documents, load_objects  # noqa: PLC0415
-    from biaxial.simulate.simulator import project_deviceclasses_dir, simulate  # noqa: PLC0415
+    from biaxial.simulate.manifests import load_documents  # noqa: PLC0415
+    from biaxial.simulate.simulator import project_deviceclasses, simulate  # noqa: PLC0415
     from driver.api.errors import ManifestError  # noqa: PLC0415
     from driver.scheduling.policy import PolicyDefaults  # noqa: PLC0415
 
@@ -144,12 +153,7 @@ def run(args: argparse.Namespace) -> int:
         base_dirs = [*(None for _ in live), *base_dirs]
     default_classes: list[dict[str, Any]] = []
     if not args.no_default_classes and not args.kubeconfig:
-        classes_dir = project_deviceclasses_dir()
-        default_classes = [
-            o
-            for o in load_objects(expand_paths([str(classes_dir)]))
-            if o.get("kind") == "DeviceClass"
-        ]
+        default_classes = project_deviceclasses()
     result = simulate(
         objects,
         default_classes=default_classes,

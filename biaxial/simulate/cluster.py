@@ -143,6 +143,14 @@ def _profile(raw: Any, where: str, base: Path | None) -> str | None:
     path = Path(raw)
     if base is not None and not path.is_absolute():
         path = base / path
+    if not path.exists() and "/" not in raw and not raw.endswith((".yaml", ".yml", ".json")):
+        # a profile name, misspelt (names are lower case): the near miss and the list
+        near = difflib.get_close_matches(raw.lower(), builtin_profiles(), n=1, cutoff=0.6)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise ManifestError(
+            f"{where}: no built-in profile {raw[:40]!r} and no such file{hint} (built-in: "
+            f"{', '.join(builtin_profiles())})"
+        )
     return str(path)
 
 

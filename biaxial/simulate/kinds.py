@@ -16,6 +16,7 @@ Any other kind is an error too. :func:`classify` gives an object's :class:`KindS
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -94,6 +95,9 @@ _NAMESPACED_SKIPPED: Final = (
     "ControllerRevision",
     "PodTemplate",
     "CronJob",
+    # gang scheduling's side objects (KAI, Volcano, scheduler-plugins): each pod is placed
+    # on its own
+    "PodGroup",
 )
 _CLUSTER_SKIPPED: Final = (
     "ClusterRole",
@@ -111,6 +115,7 @@ _CLUSTER_SKIPPED: Final = (
     "FlowSchema",
     "PriorityLevelConfiguration",
     "ComponentStatus",
+    "Queue",  # KAI's and Volcano's queues: quota between teams, not placement
 )
 SKIPPED: Final[Mapping[str, KindSpec]] = {
     **{kind: KindSpec("skip", "", namespaced=True) for kind in _NAMESPACED_SKIPPED},
@@ -123,6 +128,14 @@ NOT_YET: Final[Mapping[str, tuple[str, bool]]] = {
     "LimitRange": ("LimitRange defaults for pod requests are not applied yet", True),
     "RuntimeClass": ("RuntimeClass pod overhead is not applied yet", False),
     "DeviceTaintRule": ("DeviceTaintRules (taints on devices) are not applied yet", False),
+}
+
+
+#: group -> kind -> what to give instead, for kinds other projects name like a read one
+OTHER_GROUPS: Final[Mapping[str, Mapping[str, str]]] = {
+    "batch.volcano.sh": {
+        "Job": "give each task's template as a Deployment or Pods (schedulerName: biaxial)"
+    },
 }
 
 
@@ -149,7 +162,7 @@ def classify(obj: Mapping[str, Any]) -> KindSpec:
     kind = str(obj.get("kind"))
     api_version = str(obj.get("apiVersion"))
     spec = READ.get(kind)
-    if spec is not None:
+    if spec is not None and kind not in OTHER_GROUPS.get(api_version.partition("/")[0], ()):
         if api_version != spec.api_version:
             raise ManifestError(
                 f"{object_label(obj)}: apiVersion {api_version} is not read (use "
@@ -164,7 +177,11 @@ def classify(obj: Mapping[str, Any]) -> KindSpec:
             f"{object_label(obj)}: {kind} affects scheduling and {NOT_YET[kind][0]}; leave "
             "it out to simulate without it"
         )
-    raise ManifestError(
-        f"{object_label(obj)}: unsupported kind {api_version} {kind} (simulate reads "
-        f"{', '.join(sorted(READ))}; it skips {', '.join(sorted(SKIPPED))})"
-    )
+    if kind in OTHER_GROUPS.get(api_version.partition("/")[0], ()):
+        raise ManifestError(
+            f"{object_label(obj)}: {api_version} {kind} is not read; "
+            f"{OTHER_GROUPS[api_version.partition('/')[0]][kind]}"
+        )
+    near = difflib.get_close_matches(kind, [*READ, *SKIPPED, *NOT_YET], n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]}?" if near else "docs/simulator.md lists the kinds read"
+    raise ManifestError(f"{object_label(obj)}: unsupported kind {api_version} {kind} ({hint})")

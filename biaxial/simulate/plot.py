@@ -3,8 +3,9 @@ only when asked for; PNG, SVG or PDF by the file's suffix).
 
 Up to :data:`MAX_PANELS` nodes: one panel per node, two bars per GPU — its memory and its
 cores, each as a share of the GPU, stacked by pod (one colour per pod, the legend names them,
-a label sits inside every segment it fits in, measured on the laid-out figure). A GPU in MIG
-mode is one outlined bar with its partitions drawn inside it, each filled by the pod that
+a label sits inside every segment it fits in, measured on the laid-out figure); a GPU a pod
+holds whole is full on both bars (:func:`core_shares`), though its claim reserves no cores. A
+GPU in MIG mode is one outlined bar with its partitions drawn inside it, each filled by the pod that
 holds it or left empty, and labelled with its profile; on a dynamic-MIG GPU the partitions
 biaxial would create sit at their memory slices (faint lines mark the slices). Beyond that,
 one heat map: a row per node, a cell per GPU coloured by its memory use, MIG GPUs marked, so
@@ -81,7 +82,7 @@ def _draw_gpu(ax: Any, x: float, gpu: GpuUsage, colour: dict[str, Any], labels: 
         return
     for offset, total, shares in (
         (-width / 2, gpu.memory, [(p, m) for p, m in gpu.pods]),
-        (width / 2, gpu.cores, _core_shares(gpu)),
+        (width / 2, gpu.cores, core_shares(gpu)),
     ):
         ax.bar(x + offset, 1.0, width=width, color=_FREE, edgecolor=_EDGE)
         bottom = 0.0
@@ -103,9 +104,14 @@ def _draw_gpu(ax: Any, x: float, gpu: GpuUsage, colour: dict[str, Any], labels: 
             bottom += height
 
 
-def _core_shares(gpu: GpuUsage) -> list[tuple[str, int]]:
-    """Cores per pod: the GPU's used cores split in proportion to each pod's memory (the
-    per-pod cores are not kept in the summary, only the total)."""
+def core_shares(gpu: GpuUsage) -> list[tuple[str, int]]:
+    """Cores per pod, as the cores bar draws them. A pod holding all the GPU's memory holds
+    the GPU whole, and so all its cores, though its claim reserves none (cores default to 0):
+    an empty bar would read as idle. Otherwise the GPU's used cores split in proportion to
+    each pod's memory (the per-pod cores are not kept in the summary, only the total)."""
+    whole = [p for p, m in gpu.pods if gpu.memory and m >= gpu.memory]
+    if whole:
+        return [(p, gpu.cores // len(whole)) for p in whole]
     total = sum(m for _, m in gpu.pods)
     if not gpu.cores_used or not total:
         return []

@@ -8,6 +8,10 @@ path and, for an unknown field, the known field it most resembles::
 
     spec.containers[0].resources.limit: unknown field; did you mean limits?
 
+A field an older API version had in that place says where it lives now: a flat v1beta1 request
+in a v1 claim (``deviceClassName`` belongs under ``exactly``) and a pod's pre-1.31
+``resourceClaims[].source``.
+
 Kinds the schema does not cover are not checked here (the caller decides what to do with
 them). ``null`` is accepted for every field, as the API server accepts it, but not as a list
 item. Pure; nothing is mutated.
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Callable, Mapping
 from functools import cache
 from importlib import resources
@@ -31,6 +36,38 @@ _SCALARS: Final[Mapping[str, tuple[str, tuple[type, ...]]]] = {
     "b": ("a boolean", (bool,)),
     "q": ("a quantity (string or number)", (str, int, float)),
 }
+
+
+_EXACT_FIELDS: Final = (
+    "deviceClassName|selectors|allocationMode|count|adminAccess|tolerations|capacity"
+)
+#: Fields users write in an older API's place: path pattern -> what to say instead of
+#: "unknown field" (the API version of the object is given as ``{version}``).
+_MOVED: Final = (
+    (
+        re.compile(rf"devices\.requests\[\d+\]\.({_EXACT_FIELDS})"),
+        (
+            "unknown field: in {version} a request's {field} goes under exactly: "
+            "(requests[].exactly.{field}); directly on the request is the v1beta1 shape"
+        ),
+    ),
+    (
+        re.compile(r"resourceClaims\[\d+\]\.(source)"),
+        (
+            "unknown field: source is the shape before Kubernetes 1.31; write "
+            "resourceClaimName: <claim> or resourceClaimTemplateName: <template> on the entry "
+            "itself"
+        ),
+    ),
+)
+
+
+def _moved(path: str, version: str) -> str | None:
+    for pattern, message in _MOVED:
+        found = pattern.search(path)
+        if found is not None and found.end() == len(path):
+            return message.format(version=version, field=found.group(1))
+    return None
 
 
 @cache
@@ -217,4 +254,5 @@ def check_object(obj: Mapping[str, Any]) -> None:
         check(obj)
     except _Invalid as exc:
         path = "".join(reversed(exc.path)).removeprefix(".")
-        raise ManifestError(f"{path or 'object'}: {exc.message}") from None
+        message = _moved(path, str(obj.get("apiVersion"))) or exc.message
+        raise ManifestError(f"{path or 'object'}: {message}") from None

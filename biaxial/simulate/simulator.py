@@ -98,6 +98,7 @@ from biaxial.simulate.workloads import (
     generated_suffix,
     ns_name,
     owned_by,
+    requested_pods,
     stable_uid,
     statefulset_claims,
 )
@@ -106,6 +107,7 @@ from driver.api.errors import BiaxialError, ManifestError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
+from driver.cel.formats import is_dns1123_label, is_dns1123_subdomain
 from driver.discovery.mig import MEMORY_SLICE_PREFIX
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedulable
@@ -117,9 +119,24 @@ from driver.scheduling.volumes import (
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
     PodVolumes,
+    StorageClass,
+    default_storage_class,
+    with_default_class,
 )
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
+#: The one recipe for a dump of a cluster (docs/simulator.md and docs/migration.md show it).
+DUMP_COMMAND: Final = (
+    "kubectl get "
+    + ",".join(
+        (
+            "nodes,resourceslices,deviceclasses,resourceclaims,resourceclaimtemplates,pods",
+            "namespaces,services,replicasets,statefulsets,poddisruptionbudgets,priorityclasses",
+            "pvc,pv,storageclasses,csinodes,csidrivers,csistoragecapacities,volumeattachments",
+        )
+    )
+    + " -A -o yaml"
+)
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
 DEFAULT_SCHEDULER: Final = "biaxial"
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -372,9 +389,15 @@ def check_pod_object(pod: Mapping[str, Any]) -> None:
     duplicate container names, a ``spec.resourceClaims`` entry without exactly one source, a
     container's ``resources.claims`` naming a claim the pod does not list."""
     namespace, name = ns_name(pod)
-    where = f"Pod {namespace}/{name}"
+    where = f"Pod {_short(namespace)}/{_short(name)}"
     if not name:
         raise ManifestError("Pod without metadata.name")
+    # The API server's ValidatePodName and ValidateNamespaceName (apimachinery's
+    # IsDNS1123Subdomain / IsDNS1123Label).
+    if is_dns1123_subdomain(name):
+        raise ManifestError(f"{where}: metadata.name: {DNS_NAME_RULE}")
+    if is_dns1123_label(namespace):
+        raise ManifestError(f"{where}: metadata.namespace: {DNS_LABEL_RULE}")
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or []
     if not containers:
@@ -410,6 +433,21 @@ def check_pod_object(pod: Mapping[str, Any]) -> None:
                         f"{cwhere}.resources.claims[{j}].name: {name_ref!r} is not in "
                         f"spec.resourceClaims (the pod lists: {listed})"
                     )
+
+
+DNS_NAME_RULE: Final = (
+    "not a valid name: lowercase letters, digits, '-' and '.', starting and ending with a "
+    "letter or digit, at most 253 (RFC 1123)"
+)
+DNS_LABEL_RULE: Final = (
+    "not a valid namespace: lowercase letters, digits and '-', starting and ending with a "
+    "letter or digit, at most 63 (RFC 1123)"
+)
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """A short prefix of user input, for an error line."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _claim_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -471,6 +509,7 @@ class _Run:
         #: (kind, namespace/name or name) -> object, for every kind the volume rules read
         self.volumes: dict[tuple[str, str], JSON] = {}
         self.touched_volumes: list[tuple[str, str]] = []
+        self.default_storage_class: StorageClass | None = None
         self._uuids: dict[tuple[str, str, str], str] = {}
 
     # ------------------------------------------------------------------ input
@@ -554,6 +593,10 @@ class _Run:
                 "kind: Cluster) or the cluster's Node objects"
             )
         slices.extend(slice_from_object(raw) for raw in found.slices)
+        # What the DefaultStorageClass admission plugin gives claims without a class.
+        self.default_storage_class = default_storage_class(
+            StorageClass.from_api(raw) for raw in found.volumes if raw.get("kind") == "StorageClass"
+        )
         for raw in csi_nodes:
             self._add_volume_object(raw)
         for raw in found.volumes:
@@ -569,8 +612,15 @@ class _Run:
         return (kind, f"{namespace}/{name}" if classify(raw).namespaced else name)
 
     def _add_volume_object(self, raw: Mapping[str, Any]) -> JSON:
-        """Keep a volume kind's object (a copy, with a UID) for the engine."""
+        """Keep a volume kind's object (a copy, with a UID) for the engine. A claim without a
+        class and not yet bound gets the default StorageClass, as admission gives it to a new
+        claim and the PV controller to an older unbound one (retroactive assignment)."""
         key = self._volume_key(raw)
+        spec = raw.get("spec")
+        if key[0] == "PersistentVolumeClaim" and not (
+            isinstance(spec, Mapping) and spec.get("volumeName")
+        ):
+            raw = with_default_class(raw, self.default_storage_class)
         if classify(raw).namespaced:
             obj = _with_uid(raw)
         else:
@@ -619,6 +669,7 @@ class _Run:
         for pod in given:
             check_pod_object(pod)
         replica_sets = [o for o in found.work if o.get("kind") == "ReplicaSet"]
+        room = pod_slots(nodes)
         out: list[JSON] = []
         for obj in found.work:
             kind = obj.get("kind")
@@ -639,6 +690,15 @@ class _Run:
                 if any(owned_by(p, o) for o in owners)
                 and (p.get("status") or {}).get("phase") not in FINISHED_PHASES
             ]
+            wanted = requested_pods(obj) - len(existing)
+            if len(out) + wanted > room:
+                # Each pod takes one of a node's allocatable pods: more than the cluster has
+                # could never all run, and making them all costs memory and time for nothing.
+                raise ManifestError(
+                    f"{object_label(obj)}: {requested_pods(obj):,} pods are more than the "
+                    f"{len(nodes)} node(s) can run ({room:,} allocatable pods in all, "
+                    f"{len(out):,} taken by the pods before it); lower its replicas"
+                )
             for pod in expand(obj, nodes, existing):
                 check_pod_object(pod)
                 out.append(_with_uid(pod))
@@ -691,6 +751,7 @@ class _Run:
                 pending.append(pod)
         if finished:
             self.result.notes.append(f"{finished} finished pod(s) (Succeeded or Failed) ignored")
+        self._check_running_claims(running)
         # As kube-scheduler's PrioritySort: higher spec.priority first, then input order.
         pending.sort(key=lambda p: -pod_priority(p))
         self.budgets = [budget_from_api(b, running) for b in found.budgets]
@@ -738,6 +799,41 @@ class _Run:
             *self.placed_pods,
         ]
         return self.result
+
+    def _check_running_claims(self, running: Sequence[JSON]) -> None:
+        """Refuse a dump whose running pods use claims it does not hold (``kubectl get`` without
+        ``resourceclaims``): their devices would look free and be given again."""
+        missing: list[str] = []
+        for pod in running:
+            namespace, _ = ns_name(pod)
+            status = pod.get("status") or {}
+            named = [
+                entry.get("resourceClaimName")
+                for entry in (pod.get("spec") or {}).get("resourceClaims") or ()
+                if isinstance(entry, Mapping)
+            ]
+            named += [
+                entry.get("resourceClaimName")
+                for entry in status.get("resourceClaimStatuses") or ()
+                if isinstance(entry, Mapping)
+            ]
+            extended = status.get("extendedResourceClaimStatus")
+            if isinstance(extended, Mapping):
+                named.append(extended.get("resourceClaimName"))
+            missing += [
+                f"{namespace}/{claim}"
+                for claim in named
+                if isinstance(claim, str) and claim and (namespace, claim) not in self.claims
+            ]
+        if missing:
+            listed = list(dict.fromkeys(missing))
+            more = f" and {len(listed) - 3} more" if len(listed) > 3 else ""
+            raise ManifestError(
+                f"running pods use ResourceClaims the input does not hold "
+                f"({', '.join(listed[:3])}{more}), so their GPUs would look free; add them: "
+                "kubectl get resourceclaims -A -o yaml (docs/simulator.md gives the whole "
+                "dump command)"
+            )
 
     def _owners(self, engine: DecisionEngine, found: _Input) -> None:
         """The selectors default topology spreading reads: Services, and the ReplicaSets and
@@ -1225,6 +1321,19 @@ class _DynamicMig:
         )
 
 
+#: kubelet's default --max-pods, for a Node object that gives no allocatable pods
+DEFAULT_MAX_PODS: Final = 110
+
+
+def pod_slots(nodes: Sequence[Node]) -> int:
+    """How many pods the nodes can run at most: their allocatable ``pods`` added up."""
+    total = 0
+    for node in nodes:
+        pods = node.allocatable.get("pods")
+        total += pods.value() if pods is not None else DEFAULT_MAX_PODS
+    return total
+
+
 def _capacity(device: Device, name: str) -> int:
     return device.capacity[name].value.value() if name in device.capacity else 0
 
@@ -1278,6 +1387,17 @@ def simulate(
         base_dirs,
         spreading=spreading,
     ).run()
+
+
+def project_deviceclasses() -> list[JSON]:
+    """The project's DeviceClasses (:func:`project_deviceclasses_dir`), which ``biaxial
+    simulate`` and ``biaxial allocate`` load before their input's own (the input's win by
+    name)."""
+    from biaxial.simulate.manifests import load_objects  # noqa: PLC0415 - only for the CLI
+
+    directory = project_deviceclasses_dir()
+    paths = [str(p) for p in sorted(directory.iterdir()) if p.suffix in (".yaml", ".yml")]
+    return [o for o in load_objects(paths) if o.get("kind") == "DeviceClass"]
 
 
 def project_deviceclasses_dir() -> Path:

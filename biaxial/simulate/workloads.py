@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from driver.api.errors import BiaxialError, ManifestError
+from driver.api.labels import label_selector_matches
 from driver.api.nodes import Node, node_selector_matches
 from driver.scheduling.nodefit import PodSchedulingFacts, PodToleration, untolerated_taint
 
@@ -382,17 +383,57 @@ def _pinned_node(pod: Mapping[str, Any]) -> str:
     return ""
 
 
+def requested_pods(workload: Mapping[str, Any]) -> int:
+    """How many pods the workload asks for at most (``replicas``, a Job's ``parallelism``; 0
+    for a DaemonSet, bounded by the nodes), read before any is made; 0 for a value the
+    expansion refuses with its own message."""
+    spec = workload.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        return 0
+    key = {"Deployment": "replicas", "ReplicaSet": "replicas", "StatefulSet": "replicas"}.get(
+        str(workload.get("kind")), "parallelism" if workload.get("kind") == "Job" else ""
+    )
+    value = spec.get(key, 1) if key else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _check_selector(workload: Mapping[str, Any]) -> None:
+    """The API server's rule for apps/v1 workloads (ValidateDeploymentSpec and its twins): the
+    ``spec.selector`` given selects the template's labels. (A workload without a selector is
+    read as selecting its template, as the short examples people write assume.)"""
+    namespace, name = ns_name(workload)
+    where = f"{workload.get('kind')} {namespace}/{name}"
+    spec = workload.get("spec") or {}
+    selector = spec.get("selector") if isinstance(spec, Mapping) else None
+    if not isinstance(selector, Mapping) or not (
+        selector.get("matchLabels") or selector.get("matchExpressions")
+    ):
+        return
+    meta, _ = _template(workload, where)
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, Mapping) or not label_selector_matches(
+        selector, {str(k): str(v) for k, v in labels.items()}, f"{where}: spec.selector"
+    ):
+        raise ManifestError(
+            f"{where}: spec.selector does not match spec.template.metadata.labels; make the "
+            "template carry the labels the selector asks for"
+        )
+
+
 def expand(
     workload: Mapping[str, Any], nodes: Sequence[Node], existing: Sequence[Mapping[str, Any]]
 ) -> list[JSON]:
     """The missing pods of any workload kind (see the module table)."""
     kind = workload.get("kind")
-    if kind in ("Deployment", "ReplicaSet"):
-        return expand_deployment(workload, existing)
-    if kind == "StatefulSet":
-        return expand_statefulset(workload, existing)
     if kind == "Job":
         return expand_job(workload, existing)
-    if kind == "DaemonSet":
-        return expand_daemonset(workload, nodes, existing)
-    raise ManifestError(f"{kind}: not a workload kind")
+    if kind in ("Deployment", "ReplicaSet"):
+        pods = expand_deployment(workload, existing)
+    elif kind == "StatefulSet":
+        pods = expand_statefulset(workload, existing)
+    elif kind == "DaemonSet":
+        pods = expand_daemonset(workload, nodes, existing)
+    else:
+        raise ManifestError(f"{kind}: not a workload kind")
+    _check_selector(workload)  # after the spec's own checks, which name their fields
+    return pods

@@ -8,7 +8,11 @@ controller, ``unschedulable`` in ``biaxial simulate``) instead of a misleading "
 * dialect hints no GPU of the cluster can satisfy
   (:func:`driver.scheduling.dialects.check_against_cluster`);
 * a request's DeviceClass that does not exist, with the class the user probably meant (another
-  driver's class name such as ``gpu.nvidia.com``, or a near miss);
+  driver's class name such as ``gpu.nvidia.com``, or a near miss), or, for a passthrough class
+  (``vfio``), that biaxial does not offer passthrough;
+* Volcano's deprecated GPU-share resources (``volcano.sh/gpu-memory``, ``gpu-number``) where no
+  node's device plugin serves them, with the ``vgpu-*`` resources to write instead
+  (:func:`check_deprecated`);
 * ``capacity.requests``: a negative amount (upstream's allocator refuses it too), a capacity
   name no device of the class has (``GPU devices have no capacity 'compute' (they have
   cores, memory)``), and an amount below the smallest share every such device allows (a
@@ -18,6 +22,10 @@ controller, ``unschedulable`` in ``biaxial simulate``) instead of a misleading "
 * another DRA driver's vocabulary where that driver publishes no device in the cluster: an
   opaque config entry for it (which no driver would read), a request selector naming its
   attribute domain (which fails on every device), with biaxial's equivalent named.
+
+Once no node fits a pod and some node "cannot allocate all claims", :func:`unserved` adds the
+request whose DeviceClass selects no device in the cluster at all (``nvidia.com/mig-3g.20gb``
+where no GPU has that partition), so the message names the request, class and missing device.
 
 Cluster facts (the GPU inventory, the drivers that publish devices, the capacities each class
 can reach) come from the decision engine, which keeps them with its capacity index (device
@@ -29,22 +37,29 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from driver.api.claims import DeviceClass, ExactRequest, ResourceClaim, SubRequest
+from driver.api.claims import (
+    DeviceClass,
+    DeviceRequest,
+    ExactRequest,
+    ResourceClaim,
+    SubRequest,
+)
 from driver.api.errors import BiaxialError, ManifestError
 from driver.api.model import Device, ResourceSlice
 from driver.api.quantity import Quantity
 from driver.cel.engine import Selector, compile_selector
-from driver.scheduling.bridge import PodLegacyResources
+from driver.scheduling.bridge import ExtendedResourceMap, PodLegacyResources
 from driver.scheduling.capacity_index import DeviceKind
 from driver.scheduling.classification import KindFacts
 from driver.scheduling.dialects import GpuInventory, check_against_cluster
 from driver.structured.snapshot import CapacitySpec
 
 MIB: Final = 1024 * 1024
+_PASSTHROUGH: Final = re.compile(r"vfio|passthrough", re.IGNORECASE)
 #: Other DRA drivers users migrate from: driver name -> (who, biaxial's equivalent words).
 FOREIGN_DRIVERS: Final[Mapping[str, tuple[str, str]]] = {
     "gpu.nvidia.com": (
@@ -64,6 +79,16 @@ FOREIGN_DRIVERS: Final[Mapping[str, tuple[str, str]]] = {
         ),
     ),
 }
+#: Volcano's GPU-share resources, deprecated since Volcano 1.9 for its vGPU resources: where
+#: no node advertises them (Volcano's old device plugin), what to write instead.
+DEPRECATED_VOLCANO: Final[Mapping[str, tuple[str, str]]] = {
+    "volcano.sh/gpu-memory": (
+        "MiB of one shared GPU",
+        "volcano.sh/vgpu-number: 1 with volcano.sh/vgpu-memory: <MiB>",
+    ),
+    "volcano.sh/gpu-number": ("whole GPUs", "volcano.sh/vgpu-number: <GPUs>"),
+}
+_MIG_RESOURCE: Final = re.compile(r"nvidia\.com/mig-(.+)")
 #: Other drivers' DeviceClass names: (their driver, biaxial's class for the same devices).
 FOREIGN_CLASSES: Final[Mapping[str, tuple[str, str]]] = {
     "gpu.nvidia.com": ("gpu.nvidia.com", "gpu.biaxial.dev"),
@@ -237,6 +262,12 @@ def _selected(selectors: Sequence[Selector], s: ResourceSlice, device: Device) -
 
 
 def _class_hint(name: str, classes: Iterable[str]) -> str:
+    if _PASSTHROUGH.search(name):
+        return (
+            f"; {name} asks for GPU passthrough (vfio-pci, whole GPUs handed to virtual "
+            "machines), which biaxial does not offer: its devices are GPUs and MIG partitions "
+            "for containers"
+        )
     if name in FOREIGN_CLASSES:
         driver, ours = FOREIGN_CLASSES[name]
         return f" ({name} is {FOREIGN_DRIVERS[driver][0]}'s class; biaxial's is {ours})"
@@ -280,6 +311,20 @@ def _check_capacity(
                 f"{where}: capacity.requests[{name!r}]: {amount} is below the smallest share "
                 f"the devices allow ({low}){hint}"
             )
+
+
+def _selects_none(request: DeviceRequest, facts: ClusterFacts) -> str | None:
+    """What to say of a request none of whose DeviceClasses selects a device in the cluster
+    (an exact count only: allocation mode All is satisfied by no device at all)."""
+    choices = [alt for _, alt in request.choices()]
+    if any(alt.allocation_mode != "ExactCount" for alt in choices):
+        return None
+    names = sorted({alt.device_class_name for alt in choices})
+    if any(n not in facts.classes or facts.classes[n] is not None for n in names):
+        return None
+    if len(names) == 1:
+        return f"the selectors of DeviceClass {names[0]!r} match no device in the cluster"
+    return f"the selectors of its DeviceClasses ({', '.join(names)}) match no device in the cluster"
 
 
 _QUOTED: Final = re.compile(r"""["']([a-z0-9.-]+\.[a-z]+)["']""")
@@ -327,13 +372,63 @@ def check_claim(
         )
 
 
+def check_deprecated(
+    legacy: PodLegacyResources, requests: Mapping[str, int], advertised: Collection[str]
+) -> None:
+    """Refuse Volcano's deprecated GPU-share resources where no node advertises them (in
+    ``advertised``: some node's device plugin serves them, and NodeResourcesFit decides)."""
+    for name, (meaning, instead) in DEPRECATED_VOLCANO.items():
+        if requests.get(name, 0) > 0 and name not in advertised:
+            raise ManifestError(
+                f"pod {legacy.pod_name}: {name} ({meaning}) is Volcano's GPU-share resource, "
+                f"deprecated since Volcano 1.9 and served by no node here; write {instead}"
+            )
+
+
+def unserved(
+    claims: Sequence[ResourceClaim],
+    legacy: PodLegacyResources,
+    resource_map: ExtendedResourceMap,
+    facts: ClusterFacts,
+    advertised: Collection[str],
+) -> str | None:
+    """Why no node can allocate the pod's claims, when the reason is that a request's
+    DeviceClass selects no device in the whole cluster (a claim's request, or a bridge
+    request whose resource no node's device plugin serves either: ``nvidia.com/mig-3g.20gb``
+    where no GPU has such a partition); None otherwise. Asked only once no node fits, to add
+    to the "cannot allocate all claims" count the request, class and missing device."""
+    for claim in claims:
+        if claim.allocation is not None:
+            continue
+        for request in claim.requests:
+            found = _selects_none(request, facts)
+            if found is not None:
+                return f"claim {claim.key}: request {request.name!r}: {found}"
+    for legacy_request in legacy.requests:
+        name = legacy_request.device_class or resource_map.class_for(legacy_request.resource)
+        if name is None or name not in facts.classes or facts.classes[name] is not None:
+            continue
+        if legacy_request.resource in advertised:
+            continue
+        mig = _MIG_RESOURCE.fullmatch(legacy_request.resource)
+        what = f"no node has a MIG {mig.group(1)} partition; " if mig else ""
+        return (
+            f"pod {legacy.pod_name} container {legacy_request.container_name}: "
+            f"{legacy_request.resource}: "
+            f"{legacy_request.count}: {what}the selectors of DeviceClass {name!r} match no "
+            "device in the cluster"
+        )
+    return None
+
+
 def check_pod_input(
     claims: Sequence[ResourceClaim],
     legacy: PodLegacyResources,
     classes: Mapping[str, DeviceClass],
     facts: ClusterFacts,
 ) -> None:
-    """Every check of this module for one pod (see the module docstring)."""
+    """Every check of this module for one pod (see the module docstring) but
+    :func:`check_deprecated`, which needs the nodes' allocatable, and :func:`unserved`."""
     check_against_cluster(legacy.hints, facts.gpus)
     for claim in claims:
         check_claim(claim, classes, facts)

@@ -118,7 +118,13 @@ from driver.scheduling.capacity_index import (
     Variant,
     ViewShape,
 )
-from driver.scheduling.checks import ClusterFacts, check_pod_input, cluster_facts
+from driver.scheduling.checks import (
+    ClusterFacts,
+    check_deprecated,
+    check_pod_input,
+    cluster_facts,
+    unserved,
+)
 from driver.scheduling.classification import DeviceClassifier
 from driver.scheduling.nodefit import (
     NodeUsage,
@@ -820,6 +826,7 @@ class DecisionEngine:
             pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
         )
         check_pod_input(claims, legacy, self.snapshot.classes, self._cluster_facts())
+        check_deprecated(legacy, facts.requests, self._advertised)
         for claim in claims:
             for request in claim.requests:
                 alternatives = (
@@ -876,11 +883,21 @@ class DecisionEngine:
         except BiaxialError as exc:
             return PodError(pod=name, message=str(exc))
         try:
-            if self._no_pruning:
-                return self._exhaustive(ctx)
-            return self._pruned(ctx)
+            decision = self._exhaustive(ctx) if self._no_pruning else self._pruned(ctx)
         except BiaxialError as exc:
             return PodError(pod=name, message=str(exc))
+        if isinstance(decision, Unschedulable) and REASON_CLAIMS in decision.reasons:
+            why = unserved(
+                ctx.to_allocate,
+                ctx.legacy,
+                self._resource_map,
+                self._cluster_facts(),
+                self._advertised,
+            )
+            if why is not None:
+                message = f"{decision.message} {why}"
+                return Unschedulable(pod=name, message=message, reasons=decision.reasons)
+        return decision
 
     # ------------------------------------------------------------------ search
     def _exhaustive(self, ctx: _PodContext) -> Decision:

@@ -153,6 +153,25 @@ BOOKKEEPING: Final = frozenset(
         "pod-group-name",
     }
 )
+#: The resource names of the dialects (driver.scheduling.bridge reads them from
+#: ``resources.limits``; Volcano's deprecated gpu-share names are refused there): written as
+#: annotations, they are misplaced, not typos of an annotation.
+RESOURCE_NAMES: Final = frozenset(
+    {
+        "nvidia.com/gpu",
+        "nvidia.com/gpumem",
+        "nvidia.com/gpumem-percentage",
+        "nvidia.com/gpucores",
+        "volcano.sh/vgpu-number",
+        "volcano.sh/vgpu-memory",
+        "volcano.sh/vgpu-memory-percentage",
+        "volcano.sh/vgpu-cores",
+        "volcano.sh/gpu-memory",
+        "volcano.sh/gpu-number",
+    }
+)
+_MIG_RESOURCE: Final = re.compile(r"nvidia\.com/mig-[0-9]+g\.[0-9]+gb")
+_QUOTED_VALUE: Final = 20
 _NEAR_MISS_DOMAINS: Final = ("nvidia.com/", "hami.io/", "volcano.sh/", BIAXIAL_PREFIX)
 _NEAR_MISS_CUTOFF: Final = 0.85
 _BOOL_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
@@ -288,8 +307,15 @@ def near_miss(key: str, known: Iterable[str]) -> str | None:
     return found[0] if found else None
 
 
-def _check_unknown(key: str) -> None:
-    """Refuse an unknown ``biaxial.dev/`` key and a near miss of any vocabulary key."""
+def _check_unknown(key: str, value: str) -> None:
+    """Refuse an unknown ``biaxial.dev/`` key, a resource name written as an annotation and a
+    near miss of any vocabulary key."""
+    if key in RESOURCE_NAMES or _MIG_RESOURCE.fullmatch(key):
+        shown = value if len(value) <= _QUOTED_VALUE else value[:_QUOTED_VALUE] + "..."
+        raise ManifestError(
+            f"annotation {key}: a resource, not an annotation; write "
+            f"{key}: {json.dumps(shown)} under the container's resources.limits"
+        )
     vocabulary = HONOURED | REFUSED.keys()
     if key.startswith(BIAXIAL_PREFIX):
         guess = near_miss(key, vocabulary)
@@ -397,7 +423,7 @@ def pod_hints(pod: Mapping[str, Any]) -> PodHints:
         if key in REFUSED:
             raise ManifestError(f"annotation {key}: {REFUSED[key]}")
         if key not in HONOURED:
-            _check_unknown(key)
+            _check_unknown(key, value)
     modes = {
         k: _mode(k, annotations[k]) for k in (VGPU_MODE, VOLCANO_VGPU_MODE) if k in annotations
     }
@@ -480,8 +506,9 @@ class GpuInventory:
 
 
 def check_against_cluster(hints: PodHints, inventory: GpuInventory) -> None:
-    """Refuse hints no GPU of the cluster can satisfy, naming the annotation: UUIDs no GPU
-    has, a ``use-gputype`` list that matches no GPU, ``mig`` without MIG partitions."""
+    """Refuse hints no GPU of the cluster can satisfy, naming the annotation: a ``use-gpuuuid``
+    UUID no GPU has, a ``use-gputype`` list that matches no GPU, ``mig`` without MIG
+    partitions. Deny-lists (``nouse-*``) never refuse: naming an absent GPU excludes nothing."""
     keys = hints.keys or {}
     if hints.mode == "mig" and not inventory.has_mig:
         key = VGPU_MODE if VGPU_MODE in keys else VOLCANO_VGPU_MODE
@@ -489,18 +516,16 @@ def check_against_cluster(hints: PodHints, inventory: GpuInventory) -> None:
             f"annotation {key}: mig, but no GPU in the cluster has MIG partitions (biaxial "
             "allocates existing partitions; ask for a share with nvidia.com/gpumem instead)"
         )
+    # Only an allow-list can name what is not there: a deny-list of an absent GPU excludes
+    # nothing, and HAMi and Volcano place such a pod (their CheckUUID skips unknown UUIDs).
     known = inventory.mig_parents if hints.mode == "mig" else inventory.uuids
-    for uuids, names in (
-        (hints.use_uuids, (USE_GPUUUID, VOLCANO_USE_GPUUUID)),
-        (hints.avoid_uuids, (NOUSE_GPUUUID, VOLCANO_NOUSE_GPUUUID)),
-    ):
-        missing = [u for u in uuids if u not in known]
-        if missing:
-            key = next(n for n in names if n in keys)
-            what = "GPU with MIG partitions" if hints.mode == "mig" else "GPU"
-            raise ManifestError(
-                f"annotation {key}: no {what} in the cluster has UUID {', '.join(missing)}"
-            )
+    missing = [u for u in hints.use_uuids if u not in known]
+    if missing:
+        key = next(n for n in (USE_GPUUUID, VOLCANO_USE_GPUUUID) if n in keys)
+        what = "GPU with MIG partitions" if hints.mode == "mig" else "GPU"
+        raise ManifestError(
+            f"annotation {key}: no {what} in the cluster has UUID {', '.join(missing)}"
+        )
     if hints.use_types and not any(
         type_matches(p, hints.use_types) for p in inventory.product_names
     ):

@@ -64,6 +64,7 @@ first. Nothing mutates its inputs; models are frozen.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,6 +86,7 @@ ANN_BOUND_BY_CONTROLLER: Final = "pv.kubernetes.io/bound-by-controller"
 ANN_STORAGE_PROVISIONER: Final = "volume.kubernetes.io/storage-provisioner"
 ANN_BETA_STORAGE_CLASS: Final = "volume.beta.kubernetes.io/storage-class"
 ANN_DEFAULT_CLASS: Final = "storageclass.kubernetes.io/is-default-class"
+ANN_BETA_DEFAULT_CLASS: Final = "storageclass.beta.kubernetes.io/is-default-class"
 ANN_MIGRATED_PLUGINS: Final = "storage.alpha.kubernetes.io/migrated-plugins"
 NO_PROVISIONER: Final = "kubernetes.io/no-provisioner"
 WAIT_FOR_FIRST_CONSUMER: Final = "WaitForFirstConsumer"
@@ -244,13 +246,41 @@ class StorageClass:
             provisioner=str(raw.get("provisioner") or ""),
             binding_mode=str(mode) if mode is not None else None,
             allowed_topologies=tuple(terms),
-            default=(meta.get("annotations") or {}).get(ANN_DEFAULT_CLASS) == "true",
+            # IsDefaultAnnotation: the GA annotation or its beta twin
+            default="true"
+            in (
+                (meta.get("annotations") or {}).get(ANN_DEFAULT_CLASS),
+                (meta.get("annotations") or {}).get(ANN_BETA_DEFAULT_CLASS),
+            ),
             created=str(meta.get("creationTimestamp") or ""),
         )
 
     @property
     def delays_binding(self) -> bool:
         return self.binding_mode == WAIT_FOR_FIRST_CONSUMER
+
+
+def default_storage_class(classes: Iterable[StorageClass]) -> StorageClass | None:
+    """``GetDefaultClass``: of the classes marked default, the newest (creationTimestamp), and
+    of equally new ones the first by name; None when none is marked."""
+    defaults = sorted((c for c in classes if c.default), key=lambda c: c.name)
+    # max() keeps the first of equal keys: the lowest name among the newest
+    return max(defaults, key=lambda c: c.created, default=None)
+
+
+def with_default_class(claim: Mapping[str, Any], default: StorageClass | None) -> dict[str, Any]:
+    """The PersistentVolumeClaim as the DefaultStorageClass admission plugin admits it on
+    create: a claim with no class at all (``spec.storageClassName`` absent and no beta
+    annotation; ``""`` is a class, "none") gets the default class's name. A copy; the input
+    is not changed."""
+    out = copy.deepcopy(dict(claim))
+    annotations = _meta(out).get("annotations") or {}
+    spec = out.get("spec")
+    if default is None or ANN_BETA_STORAGE_CLASS in annotations or not isinstance(spec, dict):
+        return out
+    if spec.get("storageClassName") is None:
+        spec["storageClassName"] = default.name
+    return out
 
 
 def claim_class_of(raw: Mapping[str, Any]) -> str:
@@ -846,14 +876,6 @@ class ClusterVolumes:
     def storage_class(self, name: str) -> StorageClass | None:
         return self._classes.get(name)
 
-    def default_class(self) -> StorageClass | None:
-        """The default StorageClass (the newest, then by name, when several are marked), as
-        the DefaultStorageClass admission plugin picks it."""
-        defaults = [c for c in self._classes.values() if c.default]
-        if not defaults:
-            return None
-        return max(defaults, key=lambda c: (c.created, c.name))
-
     def claim_in_use(self, key: str) -> bool:
         """Whether a pod on a node (or a placement in flight) uses the claim ``key``."""
         return bool(self._claim_users.get(key))
@@ -1076,14 +1098,18 @@ class ClusterVolumes:
         attached: dict[str, str] = {}
         for uid in self._node_pods.get(node.name, ()):
             self._attachable(self._pods[uid].volumes, csi_node, attached)
+        counts: dict[str, int] = {}
+        for unique, driver in attached.items():
+            new.pop(unique, None)  # a volume the node's pods use is counted once
+            counts[driver] = counts.get(driver, 0) + 1
+        # VolumeAttachments add the volumes no pod there uses; as upstream counts them, one the
+        # pending pod uses still counts as new too ("should count VolumeAttachments towards
+        # volume limit when no pods exist", csi_test.go).
         for name in self._node_attachments.get(node.name, ()):
             found = self._attached_by(self._attachments[name])
             if found is not None and found[1] not in attached:
                 attached[found[1]] = found[0]
-        counts: dict[str, int] = {}
-        for unique, driver in attached.items():
-            new.pop(unique, None)
-            counts[driver] = counts.get(driver, 0) + 1
+                counts[found[0]] = counts.get(found[0], 0) + 1
         adding: dict[str, int] = {}
         for driver in new.values():
             adding[driver] = adding.get(driver, 0) + 1

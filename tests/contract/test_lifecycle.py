@@ -237,3 +237,44 @@ def test_times_are_stored_in_canonical_form(api: Api) -> None:
         },
     )
     assert bad.status == 400
+
+
+def test_a_new_claim_without_a_class_gets_the_default_storage_class(api: Api) -> None:
+    # The DefaultStorageClass admission plugin (plugin/pkg/admission/storage/storageclass/
+    # setdefault) fills spec.storageClassName on create when the claim has none, with the
+    # newest class marked default (GetDefaultClass); "" is left alone (no class, on purpose).
+    name = api.name("default")
+    api.ok(
+        api.post(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {
+                    "name": name,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+                },
+                "provisioner": "example.com/csi",
+                "volumeBindingMode": "WaitForFirstConsumer",
+            },
+        ),
+        201,
+    )
+
+    def claim_of(claim_name: str, **spec: object) -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim_name},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+                **spec,
+            },
+        }
+
+    claims = f"{api.ns_path}/persistentvolumeclaims"
+    defaulted = api.ok(api.post(claims, claim_of("plain")), 201)
+    assert defaulted["spec"]["storageClassName"] == name
+    empty = api.ok(api.post(claims, claim_of("none", storageClassName="")), 201)
+    assert empty["spec"]["storageClassName"] == ""

@@ -34,11 +34,21 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from driver.scheduling.volumes import StorageClass, default_storage_class, with_default_class
 from tests.emulator import errors
 from tests.emulator.defaults import apply_update_defaults, prepare_for_create
 from tests.emulator.errors import ApiStatusError, FieldError
 from tests.emulator.events import to_core, to_v1, v1_errors
-from tests.emulator.kinds import ALL_KINDS, EVENT, EVENT_V1, NAMESPACE, POD, Kind
+from tests.emulator.kinds import (
+    ALL_KINDS,
+    EVENT,
+    EVENT_V1,
+    NAMESPACE,
+    PERSISTENT_VOLUME_CLAIM,
+    POD,
+    STORAGE_CLASS,
+    Kind,
+)
 from tests.emulator.patch import (
     JSON_PATCH,
     MERGE_PATCH,
@@ -180,6 +190,12 @@ class Store:
             self.create(NAMESPACE, None, {"metadata": {"name": name}})
 
     # ------------------------------------------------------------------ helpers
+    def _default_storage_class(self, claim: Obj) -> Obj:
+        """The DefaultStorageClass admission plugin: a new claim without a class gets the
+        default StorageClass stored now (the newest marked one)."""
+        stored = (StorageClass.from_api(c) for c in self._bucket(STORAGE_CLASS).values())
+        return with_default_class(claim, default_storage_class(stored))
+
     def _bucket(self, kind: Kind) -> dict[ObjKey, Obj]:
         return self._objects.setdefault(kind.key, {})
 
@@ -479,6 +495,8 @@ class Store:
                         f"content in namespace {namespace} because it is being terminated",
                     )
             obj = prepare_for_create(kind, obj)
+            if kind is PERSISTENT_VOLUME_CLAIM:
+                obj = self._default_storage_class(obj)
             meta = obj["metadata"]
             for server_field in (
                 "deletionTimestamp",

@@ -206,3 +206,18 @@ def test_malformed_input_is_one_line_exit_2(
     assert len(result.stderr.strip().splitlines()) == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_shipped_classes_are_loaded_as_simulate_loads_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: without a DeviceClass file the verdict was "error": "could not retrieve device
+    # class gpu.biaxial.dev".
+    claims = write(
+        tmp_path, "claims.yaml", claim("a", uid="ua").request("gpu", cls="gpu.biaxial.dev").json()
+    )
+    code, result = allocate(capsys, cluster(tmp_path), claims)
+    assert (code, result["outcome"]) == (0, "allocated")
+    code, result = allocate(capsys, cluster(tmp_path), claims, "--no-default-classes")
+    assert (code, result["outcome"]) == (0, "error")
+    assert "could not retrieve device class gpu.biaxial.dev" in result["message"]

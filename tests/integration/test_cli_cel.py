@@ -16,6 +16,7 @@ from biaxial.cli import main
 from biaxial.simulate.manifests import load_objects, objects_of_kind
 from driver.api.errors import ManifestError
 
+ROOT = Path(__file__).resolve().parents[2]
 DRIVER = "gpu.biaxial.dev"
 GPU = f'device.driver == "{DRIVER}" && device.attributes["{DRIVER}"].type == "gpu"'
 
@@ -165,11 +166,23 @@ def test_missing_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_path: Path
     assert err == f"biaxial cel: error: {tmp_path / 'nope.yaml'}: no such file\n"
 
 
-def test_no_slices_gives_empty_results(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_no_slices_is_one_line_naming_where_slices_come_from(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: exit 0 and {"results": []}, which reads as "no device matches".
     path = tmp_path / "cm.yaml"
     path.write_text(yaml.safe_dump(CONFIGMAP), encoding="utf-8")
-    code, report, _ = run(capsys, "-e", "true", str(path))
-    assert (code, report["results"]) == (0, [])
+    code, report, err = run(capsys, "-e", "true", str(path))
+    assert (code, report) == (2, None)
+    assert err == (
+        f"biaxial cel: error: no ResourceSlice was read from {path}; 'biaxial discover --fake "
+        "PROFILE' prints the slices a node with that profile publishes, 'kubectl get "
+        "resourceslices -o yaml' a cluster's\n"
+    )
+    inventory = str(ROOT / "examples" / "reference-cluster.yaml")
+    code, report, err = run(capsys, "-e", "true", inventory)
+    assert (code, report) == (2, None)
+    assert f"from {inventory} (a Cluster inventory holds GPU profiles, not slices); " in err
 
 
 def test_load_objects_flattens_lists_and_skips_empty_documents(files: dict[str, Path]) -> None:

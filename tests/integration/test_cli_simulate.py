@@ -150,6 +150,19 @@ def test_directories_are_read_in_name_order(
     assert [p["devices"][0]["device"] for p in placements] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
 
 
+def test_a_directory_without_manifests_is_said_to_give_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: beside an inventory, an empty directory was skipped without a word (placed 0/0).
+    (tmp_path / "notes.txt").write_text("not a manifest", encoding="utf-8")
+    code, out, err = simulate(capsys, INVENTORY, str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err == (
+        f"biaxial simulate: error: {tmp_path}: a directory without .yaml, .yml, .json files; "
+        "nothing was read from it\n"
+    )
+
+
 def test_plot_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "b.png"
     code, _, _ = simulate(

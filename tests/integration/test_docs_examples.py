@@ -260,3 +260,17 @@ def test_quickstart_simulate_commands_run(where: str, args: list[str], tmp_path:
     if "--plot" in args:
         plotted = tmp_path / args[args.index("--plot") + 1]
         assert plotted.stat().st_size > 0, where
+
+
+def test_quickstart_explains_each_pod_its_directory_run_leaves_unplaced() -> None:
+    # Before: "simulate examples/requesting-gpus/" left 5 of 15 pods unschedulable, trainer
+    # among them, without a word (requesting-gpus.md shows trainer placed when run alone).
+    quickstart = ROOT / "docs" / "quickstart.md"
+    runs = [r for r in DOCUMENTED if r.where.startswith("docs/quickstart.md:")]
+    directory = [r for r in runs if any((ROOT / a).is_dir() for a in r.args)]
+    assert directory, "quickstart.md documents the run of a directory"
+    text = quickstart.read_text(encoding="utf-8")
+    for run in directory:
+        unplaced = {re.sub(r"-[0-9]+$", "", pod) for pod, node, _ in run.rows if node == "—"}
+        assert unplaced
+        assert [pod for pod in sorted(unplaced) if f"`{pod}`" not in text] == []

@@ -179,3 +179,108 @@ def test_a_selector_in_another_drivers_domain_is_refused() -> None:
         in reason
     )
     assert "with the same attribute names" in reason
+
+
+def legacy_pod(limits: dict[str, Any], name: str = "test-pod") -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "schedulerName": "biaxial",
+                "containers": [
+                    {"name": "ctr0", "image": "ubuntu:22.04", "resources": {"limits": limits}}
+                ],
+            },
+        }
+    )
+
+
+def test_a_mig_profile_no_node_has_is_named_with_the_request() -> None:
+    # Before: "0/2 nodes are available: 2 cannot allocate all claims." and nothing else.
+    # The h100-80gbx8 node has MIG partitions, none of them 3g.20gb (an A100 40GB profile).
+    reason = reasons(legacy_pod({"nvidia.com/mig-3g.20gb": 1}))["test-pod"]
+    assert reason == (
+        "0/2 nodes are available: 2 cannot allocate all claims. pod default/test-pod container "
+        "ctr0: nvidia.com/mig-3g.20gb: 1: no node has a MIG 3g.20gb partition; the selectors of "
+        "DeviceClass 'mig-3g.20gb.biaxial.dev' match no device in the cluster"
+    )
+    assert reasons(legacy_pod({"nvidia.com/mig-3g.40gb": 1}))["test-pod"] == "placed"
+
+
+def test_a_class_whose_selectors_match_no_device_says_so() -> None:
+    # Before: "0/2 nodes are available: 2 cannot allocate all claims."
+    a100 = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": "a100.example.com"},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": 'device.driver == "gpu.biaxial.dev" && '
+                        'device.attributes["gpu.biaxial.dev"].productName.startsWith("NVIDIA A100")'
+                    }
+                }
+            ]
+        },
+    }
+    pod = claim_pod(exactly(deviceClassName="a100.example.com"))
+    reason = reasons(yaml.safe_dump(a100) + "---\n" + pod)["test-pod"]
+    claim = reason.split("claim ")[1].split(":")[0]
+    assert reason == (
+        f"0/2 nodes are available: 2 cannot allocate all claims. claim {claim}: request 'gpu': "
+        "the selectors of DeviceClass 'a100.example.com' match no device in the cluster"
+    )
+    # A firstAvailable request is served by any alternative that matches.
+    either = {
+        "requests": [
+            {
+                "name": "gpu",
+                "firstAvailable": [
+                    {"name": "a100", "deviceClassName": "a100.example.com"},
+                    {"name": "any", "deviceClassName": "gpu.biaxial.dev"},
+                ],
+            }
+        ]
+    }
+    assert reasons(yaml.safe_dump(a100) + "---\n" + claim_pod(either))["test-pod"] == "placed"
+
+
+def test_a_passthrough_class_is_said_to_be_unsupported() -> None:
+    # Before: "... DeviceClass 'vfio.gpu.nvidia.com' does not exist".
+    reason = reasons(claim_pod(exactly(deviceClassName="vfio.gpu.nvidia.com")))["test-pod"]
+    assert reason.endswith(
+        "DeviceClass 'vfio.gpu.nvidia.com' does not exist; vfio.gpu.nvidia.com asks for GPU "
+        "passthrough (vfio-pci, whole GPUs handed to virtual machines), which biaxial does not "
+        "offer: its devices are GPUs and MIG partitions for containers"
+    )
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        (
+            {"volcano.sh/gpu-memory": 3000},
+            (
+                "pod default/test-pod: volcano.sh/gpu-memory (MiB of one shared GPU) is Volcano's "
+                "GPU-share resource, deprecated since Volcano 1.9 and served by no node here; "
+                "write volcano.sh/vgpu-number: 1 with volcano.sh/vgpu-memory: <MiB>"
+            ),
+        ),
+        (
+            {"volcano.sh/gpu-number": 1},
+            (
+                "pod default/test-pod: volcano.sh/gpu-number (whole GPUs) is Volcano's GPU-share "
+                "resource, deprecated since Volcano 1.9 and served by no node here; write "
+                "volcano.sh/vgpu-number: <GPUs>"
+            ),
+        ),
+    ],
+)
+def test_volcanos_deprecated_gpu_share_resources_point_to_vgpu(
+    limits: dict[str, Any], message: str
+) -> None:
+    # Before: "0/2 nodes are available: 2 Insufficient volcano.sh/gpu-memory." (gpu-number alike)
+    assert reasons(legacy_pod(limits))["test-pod"] == message

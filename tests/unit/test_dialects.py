@@ -181,12 +181,29 @@ def test_nouse_gpuuuid_excludes_the_gpu() -> None:
     assert placed(result)["pinned"] == ("gpu-a10g", ["gpu-1"])
 
 
-@pytest.mark.parametrize("key", ["nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"])
-def test_uuids_no_gpu_has_are_refused(key: str) -> None:
+@pytest.mark.parametrize("key", ["nvidia.com/use-gpuuuid", "volcano.sh/vgpu-use-gpuuuid"])
+def test_an_allow_list_of_uuids_no_gpu_has_is_refused(key: str) -> None:
     result = run(UUID_POD.format(key=key, value="GPU-03f69c50-207a-2038-9b45-23cac89cb67d"))
     assert refused(result)["pinned"] == (
         f"annotation {key}: no GPU in the cluster has UUID GPU-03f69c50-207a-2038-9b45-23cac89cb67d"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("nvidia.com/nouse-gpuuuid", "GPU-03f69c50-207a-2038-9b45-23cac89cb67d"),
+        ("volcano.sh/vgpu-nouse-gpuuuid", "GPU-03f69c50-207a-2038-9b45-23cac89cb67d"),
+        ("nvidia.com/nouse-gputype", "V100"),
+    ],
+)
+def test_a_deny_list_of_absent_gpus_excludes_nothing(key: str, value: str) -> None:
+    # HAMi's and Volcano's device checks (CheckUUID, CheckType) only drop the devices a
+    # deny-list names; naming a GPU that is not there leaves every GPU usable, and the pod is
+    # placed. Before, biaxial refused it: "no GPU in the cluster has UUID ...".
+    result = run(UUID_POD.format(key=key, value=value))
+    assert "pinned" in placed(result)
+    assert not refused(result)
 
 
 H100_ONLY = [
@@ -651,3 +668,32 @@ def test_hamis_own_gpu_policies_are_named_as_unsupported() -> None:
         "binpack, spread; HAMi's mutex, numa, topology-aware GPU policies (and lists of them) "
         "are not supported)"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        ("nvidia.com/gpumem", "3000", '"3000"'),
+        ("volcano.sh/vgpu-memory", "3000", '"3000"'),
+        ("nvidia.com/gpucores", "50", '"50"'),
+        ("nvidia.com/mig-3g.20gb", "1", '"1"'),
+        ("volcano.sh/gpu-number", "1" * 30, '"' + "1" * 20 + '..."'),
+    ],
+)
+def test_a_resource_written_as_an_annotation_is_sent_to_resources_limits(
+    key: str, value: str, shown: str
+) -> None:
+    # Before: "annotation nvidia.com/gpumem: not a key biaxial knows; did you mean
+    # nvidia.com/vgpu-mode?" (volcano.sh/vgpu-memory: "... did you mean volcano.sh/vgpu-mode?").
+    reason = refused(run(UUID_POD.format(key=key, value=value)))["pinned"]
+    assert reason == (
+        f"annotation {key}: a resource, not an annotation; write {key}: {shown} under the "
+        "container's resources.limits"
+    )
+
+
+def test_every_bridge_resource_is_known_as_a_resource_name() -> None:
+    from driver.scheduling.bridge import LEGACY_RESOURCES
+    from driver.scheduling.dialects import RESOURCE_NAMES
+
+    assert LEGACY_RESOURCES <= RESOURCE_NAMES

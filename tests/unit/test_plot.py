@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from biaxial.simulate.manifests import load_objects
-from biaxial.simulate.plot import MAX_PANELS, plot, render
+from biaxial.simulate.plot import MAX_PANELS, core_shares, plot, render
 from biaxial.simulate.simulator import SimulationResult, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,3 +163,21 @@ def test_plot_writes_the_format_of_the_suffix(tmp_path: Path, suffix: str) -> No
         ".svg": b"<?xml" in head or b"<svg" in head,
         ".pdf": head.startswith(b"%PDF"),
     }[suffix]
+
+
+def test_a_whole_gpu_is_drawn_full_on_every_axis() -> None:
+    # Before: a whole GPU (all its memory, no cores reserved) had an empty cores bar, which
+    # reads as idle: core_shares gave [] for legacy-two-gpus' and allreduce's GPUs.
+    gpus = {(g.node, g.device): g for g in requesting().gpus}
+    for key, pod in (
+        (("gpu-t4", "gpu-2"), "default/legacy-two-gpus"),
+        (("gpu-h100", "gpu-0"), "default/allreduce-0"),
+    ):
+        gpu = gpus[key]
+        assert gpu.pods == ((pod, gpu.memory),)
+        assert core_shares(gpu) == [(pod, gpu.cores)]
+    # A shared GPU keeps each pod's share: two embedders of 25 cores each.
+    assert core_shares(gpus[("gpu-t4", "gpu-0")]) == [
+        ("default/embedder-0", 25),
+        ("default/embedder-1", 25),
+    ]

@@ -436,3 +436,19 @@ def test_profile_paths_are_relative_to_the_inventory_file(tmp_path: Path) -> Non
     )
     with pytest.raises(ManifestError, match="is not a text"):
         build_inventory(load_objects([str(inventory)])[0], inventory.parent)
+
+
+def test_a_misspelt_profile_name_gets_its_near_miss_and_the_list() -> None:
+    # Before: "cannot read fake GPU profile '<dir>/T4x4': No such file or directory".
+    inventory = {
+        "apiVersion": "biaxial.dev/v1alpha1",
+        "kind": "Cluster",
+        "nodes": [{"name": "n1", "gpus": "T4x4"}],
+    }
+    with pytest.raises(ManifestError) as info:
+        build_inventory(inventory, Path("/nonexistent"))
+    assert str(info.value) == (
+        "Cluster inventory: nodes[0] (n1).gpus: no built-in profile 'T4x4' and no such file; "
+        "did you mean t4x4? (built-in: a100-40gbx8, a100-80gbx8, a100-80gbx8-dynmig, a10gx4, "
+        "h100-80gbx8, h100-80gbx8-dynmig, t4x4)"
+    )

@@ -67,6 +67,37 @@ def written(result: SimulationResult, kind: str) -> dict[str, JSON]:
     return {o["metadata"]["name"]: o for o in out if o["kind"] == kind}
 
 
+STATEFULSET: JSON = {
+    "apiVersion": "apps/v1",
+    "kind": "StatefulSet",
+    "metadata": {"name": "db", "namespace": "default"},
+    "spec": {
+        "replicas": 2,
+        "selector": {"matchLabels": {"app": "db"}},
+        "template": {
+            "metadata": {"labels": {"app": "db"}},
+            "spec": {
+                "schedulerName": "biaxial",
+                "containers": [
+                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+                ],
+                "volumes": [{"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
+            },
+        },
+        "volumeClaimTemplates": [
+            {
+                "metadata": {"name": "data"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "zonal",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        ],
+    },
+}
+
+
 def test_a_missing_claim_keeps_the_pod_pending_with_upstreams_message() -> None:
     # volumerestrictions PreFilter: `persistentvolumeclaim "data" not found` rules out every
     # node (UnschedulableAndUnresolvable); before, the pod was placed anyway.
@@ -87,6 +118,45 @@ def test_an_unbound_immediate_claim_keeps_the_pod_pending() -> None:
     assert refused(result) == {
         "p": "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims."
     }
+
+
+def with_created(obj: JSON, timestamp: str) -> JSON:
+    out = copy.deepcopy(obj)
+    out["metadata"]["creationTimestamp"] = timestamp
+    return out
+
+
+def test_a_claim_without_a_class_gets_the_newest_default_class() -> None:
+    # The DefaultStorageClass admission plugin (plugin/pkg/admission/storage/storageclass/
+    # setdefault) fills spec.storageClassName of a claim that has none, with GetDefaultClass
+    # (pkg/volume/util/storageclass.go): the newest class marked default, the lowest name
+    # among equally new ones. Before, the claim kept no class: "pod has unbound immediate
+    # PersistentVolumeClaims" although the default class waits for the first consumer.
+    no_class = created(pvc("data", cls=None))
+    old = with_created(storage_class("old", mode="Immediate", default=True), "2024-01-01T00:00:00Z")
+    new = with_created(
+        storage_class("new", allowed={ZONE: ["b"]}, default=True), "2025-01-01T00:00:00Z"
+    )
+    result = run(old, new, no_class, gpu_pod("p", ("data",)))
+    assert placed(result) == {"p": "gpu-b"}
+    assert written(result, "PersistentVolumeClaim")["data"]["spec"]["storageClassName"] == "new"
+    # Equally new: the lowest name. The beta annotation counts as a mark too.
+    beta = with_created(storage_class("a-beta", allowed={ZONE: ["a"]}), "2025-01-01T00:00:00Z")
+    beta["metadata"]["annotations"] = {"storageclass.beta.kubernetes.io/is-default-class": "true"}
+    tie = run(old, new, beta, no_class, gpu_pod("p", ("data",)))
+    assert placed(tie) == {"p": "gpu-a"}
+    # "" is a class (none): admission leaves it, and so does the simulator.
+    empty = created(pvc("data", cls=""))
+    assert refused(run(new, empty, gpu_pod("p", ("data",))))["p"].endswith(
+        "pod has unbound immediate PersistentVolumeClaims."
+    )
+
+
+def test_statefulset_claims_without_a_class_get_the_default_class() -> None:
+    statefulset = copy.deepcopy(STATEFULSET)
+    del statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"]
+    result = run(storage_class("zonal", allowed={ZONE: ["b"]}, default=True), statefulset)
+    assert placed(result) == {"db-0": "gpu-b", "db-1": "gpu-b"}
 
 
 def test_a_bound_local_pv_takes_the_pod_to_its_node() -> None:
@@ -241,35 +311,7 @@ def test_statefulset_volume_claim_templates_become_claims_per_pod() -> None:
     # The StatefulSet controller (getPersistentVolumeClaims / updateStorage): claim
     # <template>-<set>-<ordinal> per pod, the pod's volume of the template's name mounting it;
     # an existing claim is used as it is (here bound to a local PV on gpu-b).
-    statefulset: JSON = {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": "default"},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app": "db"}},
-            "template": {
-                "metadata": {"labels": {"app": "db"}},
-                "spec": {
-                    "schedulerName": "biaxial",
-                    "containers": [
-                        {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
-                    ],
-                    "volumes": [{"name": "data", "emptyDir": {}}, {"name": "tmp", "emptyDir": {}}],
-                },
-            },
-            "volumeClaimTemplates": [
-                {
-                    "metadata": {"name": "data"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "storageClassName": "zonal",
-                        "resources": {"requests": {"storage": "1Gi"}},
-                    },
-                }
-            ],
-        },
-    }
+    statefulset = copy.deepcopy(STATEFULSET)
     result = run(
         storage_class("zonal", allowed={ZONE: ["a"]}),
         storage_class("local", provisioner="kubernetes.io/no-provisioner"),

@@ -333,3 +333,45 @@ def test_every_kind_the_simulator_reads_is_checked_strictly() -> None:
         if kind != "Cluster" and not known(spec.api_version, kind)
     ]
     assert unchecked == [], "add them to tests/gen_field_schema.py ROOTS and run make fields"
+
+
+@pytest.mark.parametrize("version", ["resource.k8s.io/v1", "resource.k8s.io/v1beta2"])
+def test_a_flat_v1beta1_request_in_v1_is_sent_under_exactly(tmp_path: Path, version: str) -> None:
+    # Before: "spec.devices.requests[0].deviceClassName: unknown field".
+    claim = f"""
+apiVersion: {version}
+kind: ResourceClaim
+metadata:
+  name: c
+spec:
+  devices:
+    requests:
+      - name: gpu
+        deviceClassName: gpu.biaxial.dev
+"""
+    path = write(tmp_path, claim)
+    with pytest.raises(ManifestError) as info:
+        load_objects([path])
+    assert str(info.value) == (
+        f"{path} document 1 (ResourceClaim c): spec.devices.requests[0].deviceClassName: "
+        f"unknown field: in {version} a request's deviceClassName goes under exactly: "
+        "(requests[].exactly.deviceClassName); directly on the request is the v1beta1 shape"
+    )
+
+
+def test_the_pre_1_31_claim_source_shows_the_current_shape(tmp_path: Path) -> None:
+    # Before: "spec.resourceClaims[0].source: unknown field".
+    pod = POD.replace(
+        "spec:\n",
+        "spec:\n  resourceClaims:\n    - name: gpu\n      source:\n"
+        "        resourceClaimTemplateName: gpu\n",
+        1,
+    )
+    path = write(tmp_path, pod)
+    with pytest.raises(ManifestError) as info:
+        load_objects([path])
+    assert str(info.value) == (
+        f"{path} document 1 (Pod p): spec.resourceClaims[0].source: unknown field: source is "
+        "the shape before Kubernetes 1.31; write resourceClaimName: <claim> or "
+        "resourceClaimTemplateName: <template> on the entry itself"
+    )

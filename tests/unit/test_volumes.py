@@ -545,6 +545,37 @@ def test_attach_limit_counts_unbound_claims_and_volume_attachments() -> None:
     assert isinstance(decide(eng, volume_pod("p", ["new1"])), Placement)
 
 
+def test_volume_attachments_count_even_for_the_pending_pods_own_volume() -> None:
+    # kube-scheduler's csi_test.go, "should count VolumeAttachments towards volume limit when
+    # no pods exist": two VolumeAttachments on the node (its limit 2), one of them for the
+    # pending pod's own volume; CSILimits.Filter counts both and the new volume too:
+    # Unschedulable. Before, the attached volume of the pod itself was left out and it fit.
+    def attachment(name: str, volume: str) -> dict[str, object]:
+        return {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "VolumeAttachment",
+            "metadata": {"name": name},
+            "spec": {
+                "attacher": CSI_DRIVER,
+                "nodeName": "a",
+                "source": {"persistentVolumeName": volume},
+            },
+        }
+
+    objects = [
+        *STANDARD,
+        csi_node("a", {CSI_DRIVER: 2}),
+        pvc("d0", volume="pv-0", bound=True),
+        pv("pv-0"),
+        pv("pv-1"),
+    ]
+    eng = engine([node("a")], objects)
+    eng.observe_volume("VolumeAttachment", "va-0", attachment("va-0", "pv-0"))
+    assert isinstance(decide(eng, volume_pod("p", ["d0"])), Placement)  # one attached: 1 + 1
+    eng.observe_volume("VolumeAttachment", "va-1", attachment("va-1", "pv-1"))
+    assert reasons(decide(eng, volume_pod("p", ["d0"]))) == {REASON_MAX_VOLUMES: 1}
+
+
 def test_attach_limits_for_in_tree_volumes_and_node_allocatable() -> None:
     # In-tree volumes count under their CSI driver where the CSINode lists the plugin as
     # migrated (isCSIMigrationOn); a Node's attachable-volumes-csi-<driver> is a limit too.

@@ -137,6 +137,18 @@ ADDED: Final = "ADDED"
 YIELD_EVERY: Final = 64
 MODIFIED: Final = "MODIFIED"
 DELETED: Final = "DELETED"
+#: How much of an object or error a log line quotes.
+_QUOTE: Final = 200
+
+
+def _prefix(value: object) -> str:
+    """The start of ``value``'s text, for a log line (objects may be megabytes, or nested
+    too deep for ``repr``)."""
+    try:
+        text = str(value)
+    except RecursionError:
+        text = f"<{type(value).__name__} nested too deep to show>"
+    return text if len(text) <= _QUOTE else text[:_QUOTE] + "..."
 
 
 def rv_int(obj: Mapping[str, Any] | None) -> int:
@@ -159,6 +171,7 @@ class InformerStats:
     watches: int = 0
     relists_on_gone: int = 0
     errors: int = 0
+    malformed: int = 0  # objects left out because they could not be read
 
 
 class Informer(Generic[_Stored]):
@@ -222,13 +235,17 @@ class Informer(Generic[_Stored]):
         async for page in self.api.pages(self.resource, field_selector=self.field_selector):
             resource_version = page.resource_version
             for n, obj in enumerate(page.items, 1):
-                key = object_key(obj)
-                rv = str(meta(obj).get("resourceVersion") or "")
-                versions[key] = rv
+                identity = self._identity(obj)
+                if identity is None:
+                    continue
+                key, rv = identity
                 if key in old_store and old_versions.get(key) == rv:
                     fresh[key] = old_store[key]  # unchanged: keep what is stored
-                else:
-                    fresh[key] = self._transform(obj)
+                    versions[key] = rv
+                    continue
+                admitted = self._admit(key, obj)
+                if admitted is not None:
+                    fresh[key], versions[key] = admitted[0], rv
                     changed.append(key)
                 if n % YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # the next page's request goes out meanwhile
@@ -249,25 +266,52 @@ class Informer(Generic[_Stored]):
         )
 
     def apply(self, etype: str, obj: JSON) -> None:
-        """Apply one watch event to the store."""
-        rv = meta(obj).get("resourceVersion")
+        """Apply one watch event to the store. An object that cannot be stored (see
+        :meth:`_admit`) counts as gone: readers never see a stale or half-read version."""
+        identity = self._identity(obj)
+        if identity is None:
+            return
+        key, rv = identity
         if rv:
-            self.resource_version = str(rv)
+            self.resource_version = rv
         if etype == "BOOKMARK":
             return
-        key = object_key(obj)
         old = self.store.get(key)
         known = key in self.store
-        if etype == DELETED:
+        admitted = None if etype == DELETED else self._admit(key, obj)
+        if admitted is None:
             if known:
                 del self.store[key]
                 del self._versions[key]
                 self._notify(DELETED, old, None)
             return
-        stored = self._transform(obj)
-        self.store[key] = stored
-        self._versions[key] = str(rv or "")
-        self._notify(MODIFIED if known else ADDED, old, stored)
+        self.store[key] = admitted[0]
+        self._versions[key] = rv
+        self._notify(MODIFIED if known else ADDED, old, admitted[0])
+
+    def _identity(self, obj: JSON) -> tuple[str, str] | None:
+        """``(key, resourceVersion)`` of an object; None, with a warning, when its metadata is
+        not an object of strings (it is left out)."""
+        m = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(m, dict):
+            name, namespace, rv = m.get("name"), m.get("namespace"), m.get("resourceVersion")
+            strings = isinstance(namespace, str | None) and isinstance(rv, str | None)
+            if isinstance(name, str) and strings:
+                return object_key(obj), rv or ""
+        self.stats.malformed += 1
+        log.warning("%s without a readable name, skipped: %s", self.kind, _prefix(obj))
+        return None
+
+    def _admit(self, key: str, obj: JSON) -> tuple[_Stored] | None:
+        """What the store keeps of ``obj`` (in a 1-tuple); None, with a warning, when the transform
+        fails on it (any exception: a mistyped or too deeply nested object is that object's
+        error, never the informer's)."""
+        try:
+            return (self._transform(obj),)
+        except Exception as exc:  # noqa: BLE001 - any failure is this object's, logged here
+            self.stats.malformed += 1
+            log.warning("%s %s cannot be read, left out: %s", self.kind, key, _prefix(exc))
+            return None
 
     async def run(self) -> None:
         """List, then watch forever (until cancelled); see the module docstring."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
-import copy
 import datetime as dt
 import json
 import random
@@ -34,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from kubeapi import codec
 from tests.emulator import errors
 from tests.emulator.defaults import apply_update_defaults, prepare_for_create
 from tests.emulator.errors import ApiStatusError, FieldError
@@ -219,7 +219,7 @@ class Store:
         unknown = [i.path for i in self.validators.issues(kind, obj) if i.kind == "unknown"]
         if not unknown:
             return obj
-        pruned = copy.deepcopy(obj)
+        pruned = codec.copy(obj)
         for path in unknown:
             parent: Any = pruned
             for part in path[:-1]:
@@ -506,7 +506,7 @@ class Store:
 
     @staticmethod
     def _check_type(kind: Kind, body: Obj) -> Obj:
-        obj = copy.deepcopy(body)
+        obj = codec.copy(body)
         api_version = obj.get("apiVersion") or kind.api_version
         kind_name = obj.get("kind") or kind.kind
         if api_version != kind.api_version or kind_name != kind.kind:
@@ -779,7 +779,7 @@ class Store:
     @staticmethod
     def _immutable(kind: Kind, old: Obj, new: Obj) -> None:
         name = str(_meta(old).get("name"))
-        if kind.spec_immutable and new.get("spec") != old.get("spec"):
+        if kind.spec_immutable and not codec.equal(new.get("spec"), old.get("spec")):
             raise errors.invalid(
                 kind,
                 name,
@@ -1025,7 +1025,7 @@ class Store:
                     f'pod {name} is already assigned to node "{current}"',
                     resource="pods/binding",
                 )
-            new = copy.deepcopy(old)
+            new = codec.copy(old)
             new["spec"]["nodeName"] = node
             if meta.get("annotations"):
                 new["metadata"].setdefault("annotations", {}).update(meta["annotations"])
@@ -1098,8 +1098,8 @@ _POD_MUTABLE_CONTAINER: Final = ("image",)
 def _check_pod_update(kind: Kind, old: Obj, new: Obj) -> None:
     """Pod spec updates may only change images, activeDeadlineSeconds, add tolerations and
     remove scheduling gates (the same set the API server allows)."""
-    old_spec = copy.deepcopy(old.get("spec") or {})
-    new_spec = copy.deepcopy(new.get("spec") or {})
+    old_spec = codec.copy(old.get("spec") or {})
+    new_spec = codec.copy(new.get("spec") or {})
     for spec in (old_spec, new_spec):
         for group in ("containers", "initContainers", "ephemeralContainers"):
             for container in spec.get(group) or []:

@@ -268,14 +268,17 @@ class Informer(Generic[_Stored]):
     def apply(self, etype: str, obj: JSON) -> None:
         """Apply one watch event to the store. An object that cannot be stored (see
         :meth:`_admit`) counts as gone: readers never see a stale or half-read version."""
+        if etype == "BOOKMARK":
+            rv = meta(obj).get("resourceVersion") if isinstance(obj.get("metadata"), dict) else ""
+            if rv and isinstance(rv, str):
+                self.resource_version = rv
+            return
         identity = self._identity(obj)
         if identity is None:
             return
         key, rv = identity
         if rv:
             self.resource_version = rv
-        if etype == "BOOKMARK":
-            return
         old = self.store.get(key)
         known = key in self.store
         admitted = None if etype == DELETED else self._admit(key, obj)
@@ -419,6 +422,15 @@ class ClaimOverlay:
         if assumed is not None and rv_int(base) < assumed.rv:
             return assumed.obj
         return base
+
+    def allocating(self, key: str) -> bool:
+        """Whether an allocation this controller decided for ``key`` is being written: the
+        claim shows allocated only through pending state."""
+        pending = self._pending.get(key)
+        if pending is None:
+            return False
+        written = self.latest_written(key)
+        return written is None or not (written.get("status") or {}).get("allocation")
 
     def latest_written(self, key: str) -> JSON | None:
         """Like :meth:`get` but ignoring pending (unwritten) state: the base for a write."""

@@ -1,0 +1,156 @@
+"""The controller's edges under hostile or unlucky input (issue 29): pods sharing one claim in a
+burst, a bug hit while deciding, a write the API server refuses for good, a huge annotation.
+
+Shared claims in a burst. A claim is created, then several pods that reference it in one
+burst. The first placement allocates the claim; while that allocation is in flight the others
+wait for it and are retried when the claim changes, as upstream's DynamicResources PreFilter
+does (``resource claim <namespace>/<name> is in the process of being allocated``, and a requeue
+on the claim's update); then all land on the claim's device. Before, one pod stayed Pending
+with no condition: a reservation-only commit cleared the allocating pod's pending state, a
+third placement allocated the claim again, the engine refused to assume it, and the pod was
+dropped.
+
+A bug hit while deciding for a pod never strands it silently: the pod gets
+``PodScheduled=False`` with reason ``SchedulerError`` (kube-scheduler's for a failed attempt)
+and a ``FailedScheduling`` event, and it is retried.
+
+A write the API server refuses permanently (422 Invalid, 400, 403...) cannot succeed by being
+sent again: the pod gets ``SchedulerError`` and an event naming the refusal, and it is parked
+until the pod or one of its claims changes, instead of being retried every backoff period for
+ever. A 200 KB annotation value is quoted by its first characters and its length, never
+whole: every condition and event write would otherwise carry it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from driver.api.errors import QUOTE_LIMIT
+from tests.emulator import Emulator
+from tests.integration.controller_env import (
+    ControllerThread,
+    bound_pods,
+    check_invariants,
+    checked_controller,
+    pod,
+    pod_condition,
+    pod_events,
+    resource_claim,
+    seed_cluster,
+)
+
+
+@pytest.fixture
+def controller(emulator: Emulator) -> Iterator[ControllerThread]:
+    seed_cluster(emulator)
+    with checked_controller(emulator) as running:
+        yield running
+
+
+@pytest.mark.parametrize("pods", [2, 3, 10])
+def test_a_burst_of_pods_sharing_one_claim_is_all_bound(
+    emulator: Emulator, controller: ControllerThread, pods: int
+) -> None:
+    for round_ in range(3):
+        claim = f"shared-{round_}"
+        emulator.create(resource_claim(claim))
+        names = [f"{claim}-p{i}" for i in range(pods)]
+        for name in names:
+            emulator.create(pod(name, claim=claim))
+        emulator.wait_until(
+            lambda names=names: len(bound_pods(emulator, names)) == pods,  # type: ignore[misc]
+            timeout=30,
+            message=f"round {round_}: bound {sorted(bound_pods(emulator, names))}",
+        )
+        stored = emulator.get("resourceclaims", claim, "default")
+        assert stored is not None
+        reserved = {r["name"] for r in stored["status"]["reservedFor"]}
+        assert reserved == set(names)
+        assert len(set(bound_pods(emulator, names).values())) == 1  # one device, one node
+    assert check_invariants(emulator) == []
+
+
+def test_an_internal_error_is_reported_on_the_pod_and_retried(
+    emulator: Emulator, controller: ControllerThread
+) -> None:
+    assert controller.controller is not None
+    scheduler = controller.controller.scheduler
+    decide = scheduler._decide
+    failures: list[str] = []
+
+    def failing_once(key: str, *args: Any, **kwargs: Any) -> Any:
+        if not failures:
+            failures.append(key)
+            raise RuntimeError("a bug")
+        return decide(key, *args, **kwargs)
+
+    controller.on_loop(lambda: setattr(scheduler, "_decide", failing_once))
+    emulator.create(resource_claim("c"))
+    emulator.create(pod("p", claim="c"))
+    emulator.wait_until(lambda: bound_pods(emulator, ["p"]), timeout=30)
+    assert failures == ["default/p"]
+    reported = [m for reason, m in pod_events(emulator, "p") if reason == "FailedScheduling"]
+    assert reported == ["internal error while scheduling (RuntimeError); retried with backoff"]
+    assert check_invariants(emulator) == []
+
+
+def _claim_writes(emulator: Emulator) -> int:
+    return len(emulator.requests_for(method="PUT", resource="resourceclaims"))
+
+
+def test_a_write_refused_for_good_is_reported_and_not_hammered(
+    emulator: Emulator, controller: ControllerThread
+) -> None:
+    assert controller.controller is not None
+    queue = controller.controller.scheduler.queue
+    emulator.create(resource_claim("c"))
+    emulator.fail_next(
+        422,
+        verbs="update",
+        resource="resourceclaims",
+        reason="Invalid",
+        message='ResourceClaim.resource.k8s.io "c" is invalid: status: Invalid value',
+    )
+    emulator.create(pod("p", claim="c"))
+
+    def reported() -> bool:
+        condition = pod_condition(emulator, "p") or {}
+        events = [text for reason, text in pod_events(emulator, "p") if "422 Invalid" in text]
+        return condition.get("reason") == "SchedulerError" and bool(events)
+
+    emulator.wait_until(reported, timeout=20, message=f"condition: {pod_condition(emulator, 'p')}")
+    message = (pod_condition(emulator, "p") or {})["message"]
+    assert message.startswith("the API server refused this pod's placement (422 Invalid)")
+    # Parked, not in backoff: nothing is sent again until the pod or its claim changes.
+    emulator.wait_until(
+        lambda: controller.on_loop(lambda: queue.depths["unschedulable"]) == 1, timeout=10
+    )
+    writes = _claim_writes(emulator)
+    assert not bound_pods(emulator, ["p"])
+    assert _claim_writes(emulator) == writes
+    # A change to the claim is what may mend it: the pod is tried again and placed.
+    emulator.patch(
+        "resourceclaims", "c", {"metadata": {"labels": {"fixed": "yes"}}}, namespace="default"
+    )
+    emulator.wait_until(lambda: bound_pods(emulator, ["p"]), timeout=20)
+    assert check_invariants(emulator) == []
+
+
+def test_a_huge_annotation_is_quoted_by_a_short_prefix(
+    emulator: Emulator, controller: ControllerThread
+) -> None:
+    huge = "x" * 200_000
+    emulator.create(pod("p", annotations={"biaxial.dev/node-policy": huge}))
+    emulator.wait_until(
+        lambda: pod_condition(emulator, "p") is not None,
+        timeout=20,
+    )
+    message = (pod_condition(emulator, "p") or {})["message"]
+    assert "unknown policy" in message
+    assert "(200000 characters)" in message
+    assert len(message) < 2 * QUOTE_LIMIT + 200
+    for _reason, text in pod_events(emulator, "p"):
+        assert len(text) < 2 * QUOTE_LIMIT + 200

@@ -255,3 +255,27 @@ def test_deeply_nested_opaque_parameters_are_accepted_and_served_back(
     assert codec.dumps(served) == codec.dumps(parameters)
     listed = api.ok(api.get(api.claims()))["items"]
     assert [c["metadata"]["name"] for c in listed] == ["deep"]
+
+
+def _admin_claim(name: str) -> dict[str, Any]:
+    body = claim(name)
+    body["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    return body
+
+
+def test_admin_access_needs_the_namespace_label(api: Api) -> None:
+    # Upstream's AuthorizedForAdmin (pkg/registry/resource), run on create by the ResourceClaim
+    # and ResourceClaimTemplate strategies: adminAccess needs the namespace label
+    # resource.kubernetes.io/admin-access="true" (DRAAdminNamespaceLabelKey), else Forbidden.
+    refused = api.post(api.claims(), _admin_claim("admin"))
+    assert refused.status == 422, refused
+    assert refused.reason == "Invalid"
+    assert _causes(refused.body) == {"spec.devices.requests[0].exactly.adminAccess"}
+    assert (
+        "admin access to devices requires the `resource.kubernetes.io/admin-access: true` label "
+        "on the containing namespace"
+    ) in refused.body["message"]
+    assert api.get(api.claims("admin")).status == 404
+    label = {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}}
+    api.ok(api.patch(api.ns_path, label))
+    api.ok(api.post(api.claims(), _admin_claim("admin")))

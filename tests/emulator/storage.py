@@ -73,6 +73,19 @@ def _meta(obj: Obj) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is an object, else empty (for reading fields validation checked)."""
+    return value if isinstance(value, dict) else {}
+
+
+#: The namespace label upstream's DRAAdminNamespaceLabelKey names, and its refusal.
+ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
+ADMIN_ACCESS_DENIED: Final = (
+    "admin access to devices requires the `resource.kubernetes.io/admin-access: true` label "
+    "on the containing namespace"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """One committed change: ``type`` ADDED/MODIFIED/DELETED, new state, previous state."""
@@ -239,6 +252,35 @@ class Store:
         if problems:
             raise errors.invalid(EVENT_V1, str(_meta(event).get("name") or ""), problems)
         return to_core(event)
+
+    def _check_admin_access(self, kind: Kind, namespace: str | None, name: str, obj: Obj) -> None:
+        """Upstream's ``AuthorizedForAdmin`` (pkg/registry/resource, run by the ResourceClaim
+        and ResourceClaimTemplate strategies on create): a request with ``adminAccess: true``
+        needs the label ``resource.kubernetes.io/admin-access: "true"`` on the namespace, else
+        422 with a Forbidden cause per such request."""
+        if kind.kind == "ResourceClaim":
+            prefix, spec = "spec", _object(obj.get("spec"))
+        elif kind.kind == "ResourceClaimTemplate":
+            prefix, spec = "spec.spec", _object(_object(obj.get("spec")).get("spec"))
+        else:
+            return
+        requests = _object(spec.get("devices")).get("requests") or []
+        paths = [
+            f"{prefix}.devices.requests[{i}].exactly.adminAccess"
+            for i, request in enumerate(requests)
+            if isinstance(request, dict) and _object(request.get("exactly")).get("adminAccess")
+        ]
+        if not paths:
+            return
+        ns_obj = self._bucket(NAMESPACE).get(("", namespace or ""))
+        labels = _object(_meta(ns_obj).get("labels")) if ns_obj is not None else {}
+        if labels.get(ADMIN_ACCESS_LABEL) == "true":
+            return
+        raise errors.invalid(
+            kind,
+            name,
+            [FieldError(p, "Forbidden", ADMIN_ACCESS_DENIED, show_value=False) for p in paths],
+        )
 
     def _validate(self, kind: Kind, obj: Obj) -> Obj:
         """Validate a write; returns it with times in canonical form (what gets stored)."""
@@ -494,6 +536,7 @@ class Store:
             else:
                 meta.pop("generation", None)
             obj = self._validate(kind, obj)
+            self._check_admin_access(kind, namespace, name, obj)
             key = self._key(kind, namespace, name)
             if key in self._bucket(kind):
                 raise errors.already_exists(kind, name)

@@ -151,6 +151,47 @@ def _prefix(value: object) -> str:
     return text if len(text) <= _QUOTE else text[:_QUOTE] + "..."
 
 
+_STRING_MAPS: Final = ("labels", "annotations")
+_STRINGS: Final = ("name", "namespace", "resourceVersion", "uid", "deletionTimestamp")
+
+
+def envelope_problem(obj: object) -> str | None:
+    """What is wrong with the parts of ``obj`` every reader relies on (None: nothing): an
+    object; ``metadata`` an object with a string name; names, versions and timestamps strings;
+    labels and annotations string maps; owner references objects; finalizers strings; ``spec``
+    and ``status`` objects. The API server's schemas guarantee all of it; an object without it
+    is left out by the informers, so no reader meets it."""
+    if not isinstance(obj, dict):
+        return f"not an object ({type(obj).__name__})"
+    m = obj.get("metadata")
+    if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m["name"]:
+        return "metadata.name missing or not a string"
+    for field in _STRINGS:
+        if not isinstance(m.get(field), str | None):
+            return f"metadata.{field} is not a string"
+    for field in _STRING_MAPS:
+        values = m.get(field)
+        if values is not None and not (
+            isinstance(values, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
+        ):
+            return f"metadata.{field} is not a map of strings"
+    owners = m.get("ownerReferences")
+    if owners is not None and not (
+        isinstance(owners, list) and all(isinstance(o, dict) for o in owners)
+    ):
+        return "metadata.ownerReferences is not a list of objects"
+    finalizers = m.get("finalizers")
+    if finalizers is not None and not (
+        isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)
+    ):
+        return "metadata.finalizers is not a list of strings"
+    for part in ("spec", "status"):
+        if not isinstance(obj.get(part), dict | None):
+            return f"{part} is not an object"
+    return None
+
+
 def rv_int(obj: Mapping[str, Any] | None) -> int:
     """An object's resourceVersion as an integer (-1 when missing or not numeric).
 
@@ -293,16 +334,17 @@ class Informer(Generic[_Stored]):
         self._notify(MODIFIED if known else ADDED, old, admitted[0])
 
     def _identity(self, obj: JSON) -> tuple[str, str] | None:
-        """``(key, resourceVersion)`` of an object; None, with a warning, when its metadata is
-        not an object of strings (it is left out)."""
-        m = obj.get("metadata") if isinstance(obj, dict) else None
-        if isinstance(m, dict):
-            name, namespace, rv = m.get("name"), m.get("namespace"), m.get("resourceVersion")
-            strings = isinstance(namespace, str | None) and isinstance(rv, str | None)
-            if isinstance(name, str) and strings:
-                return object_key(obj), rv or ""
+        """``(key, resourceVersion)`` of an object; None, with a warning, when its envelope is
+        not what every API object has (see :func:`envelope_problem`): it is left out."""
+        problem = envelope_problem(obj)
+        if problem is None:
+            m = obj["metadata"]
+            return object_key(obj), m.get("resourceVersion") or ""
         self.stats.malformed += 1
-        log.warning("%s without a readable name, skipped: %s", self.kind, _prefix(obj))
+        name = (
+            obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+        )
+        log.warning("%s %s left out: %s", self.kind, _prefix(name), problem)
         return None
 
     def _admit(self, key: str, obj: JSON) -> tuple[_Stored] | None:

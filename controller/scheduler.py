@@ -731,9 +731,14 @@ class Scheduler:
         silently)."""
         self.queue.done(key, Outcome.ERROR)
         self.metrics.decisions.labels(result="error").inc()
+        self.feed.reset()
         pod = self.cache.pods.get(key)
-        if pod is not None:
-            ref = PodRef.of(pod)
+        try:
+            ref = PodRef.of(pod) if pod is not None else None
+        except Exception:  # noqa: BLE001 - a pod too malformed to name cannot be told either
+            log.warning("pod %s: malformed, not reported", key, extra={"pod": key})
+            ref = None
+        if pod is not None and ref is not None:
             if ref.uid not in self.committer.pods_in_flight:
                 self.feed.forget(ref.uid)  # a placement that will not be written
             self.recorder.unschedulable(
@@ -743,7 +748,6 @@ class Scheduler:
                 reason=REASON_SCHEDULER_ERROR,
                 version=_version(pod),
             )
-        self.feed.reset()
 
     def _report_invalid(
         self,

@@ -1129,6 +1129,12 @@ class Emulator:
         with stored_expressions():
             return self.create(obj)
 
+    def inject(self, obj: Obj) -> Obj:
+        """Store ``obj`` unvalidated (kind from ``obj['kind']``; see ``Store.inject``)."""
+        kind = self._kind_of(obj)
+        namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+        return self.store.inject(kind, namespace if kind.namespaced else None, obj)
+
     def get(self, kind: str | Kind, name: str, namespace: str | None = None) -> Obj | None:
         k = lookup(kind)
         found = self.store.try_get(k, (namespace or "default") if k.namespaced else None, name)

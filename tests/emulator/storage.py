@@ -253,6 +253,25 @@ class Store:
             raise errors.invalid(EVENT_V1, str(_meta(event).get("name") or ""), problems)
         return to_core(event)
 
+    def inject(self, kind: Kind, namespace: str | None, obj: Obj) -> Obj:
+        """Store ``obj`` as it is, without validation or defaulting (only name, namespace,
+        uid and resourceVersion are set), and tell watchers: a fault hook for readers'
+        robustness (what another API server version, a conversion or a bug might serve)."""
+        with self.lock:
+            meta = _meta(obj)
+            obj = {**obj, "metadata": {**meta, "uid": str(uuid.uuid4())}}
+            if not kind.namespaced:
+                obj["metadata"].pop("namespace", None)
+                namespace = None
+            else:
+                obj["metadata"]["namespace"] = namespace
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            key = self._key(kind, namespace, str(meta["name"]))
+            old = self._bucket(kind).get(key)
+            self._bucket(kind)[key] = obj
+            self._emit(kind, "ADDED" if old is None else "MODIFIED", obj, old)
+            return obj
+
     def _check_admin_access(self, kind: Kind, namespace: str | None, name: str, obj: Obj) -> None:
         """Upstream's ``AuthorizedForAdmin`` (pkg/registry/resource, run by the ResourceClaim
         and ResourceClaimTemplate strategies on create): a request with ``adminAccess: true``

@@ -23,14 +23,19 @@ whole: every condition and event write would otherwise carry it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from driver.api.claims import MAX_PARAMETER_DEPTH
 from driver.api.errors import QUOTE_LIMIT
 from tests.emulator import Emulator
 from tests.integration.controller_env import (
+    JSON,
     ControllerThread,
     bound_pods,
     check_invariants,
@@ -154,3 +159,140 @@ def test_a_huge_annotation_is_quoted_by_a_short_prefix(
     assert len(message) < 2 * QUOTE_LIMIT + 200
     for _reason, text in pod_events(emulator, "p"):
         assert len(text) < 2 * QUOTE_LIMIT + 200
+
+
+# --------------------------------------------------------------------------- hostile objects
+
+#: Every kind the controller watches: (apiVersion, kind, namespaced).
+WATCHED: Final = (
+    ("v1", "Node", False),
+    ("v1", "Pod", True),
+    ("resource.k8s.io/v1", "DeviceClass", False),
+    ("resource.k8s.io/v1", "ResourceSlice", False),
+    ("resource.k8s.io/v1", "ResourceClaim", True),
+    ("v1", "Namespace", False),
+    ("v1", "Service", True),
+    ("v1", "ReplicationController", True),
+    ("apps/v1", "ReplicaSet", True),
+    ("apps/v1", "StatefulSet", True),
+    ("policy/v1", "PodDisruptionBudget", True),
+    ("v1", "PersistentVolumeClaim", True),
+    ("v1", "PersistentVolume", False),
+    ("storage.k8s.io/v1", "StorageClass", False),
+    ("storage.k8s.io/v1", "CSINode", False),
+    ("storage.k8s.io/v1", "CSIDriver", False),
+    ("storage.k8s.io/v1", "CSIStorageCapacity", True),
+    ("storage.k8s.io/v1", "VolumeAttachment", False),
+)
+
+
+def _deep(levels: int) -> Any:
+    value: Any = {}
+    for n in range(levels):
+        value = {"a": value} if n % 2 else [value]
+    return value
+
+
+#: How a hostile value is built from a size: deep (as the API server accepts in opaque
+#: fields, and deeper), wide (an object or a list of many members), or given as it is.
+SHAPES: Final[dict[str, Callable[[Any], Any]]] = {
+    "deep": _deep,
+    "wide-object": lambda n: {f"k{i}": str(i) for i in range(n)},
+    "wide-list": lambda n: list(range(n)),
+    "mistyped": lambda value: value,
+}
+_json: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=12,
+)
+#: (shape, argument): built by the test, so that a failing example prints small.
+_recipes: st.SearchStrategy[tuple[str, Any]] = st.one_of(
+    st.tuples(st.just("deep"), st.integers(1_000, 6_000)),
+    st.tuples(st.sampled_from(["wide-object", "wide-list"]), st.integers(1_000, 20_000)),
+    st.tuples(st.just("mistyped"), _json),
+)
+#: Where the value goes: the envelope every reader relies on (a mistyped one no API server
+#: serves; the informers leave such an object out), and fields readers must pass over however
+#: deep or wide (an unknown spec field, annotations, a claim's or class's opaque parameters).
+_fields: st.SearchStrategy[tuple[str, ...]] = st.sampled_from(
+    [
+        ("spec",),
+        ("status",),
+        ("metadata", "labels"),
+        ("metadata", "annotations"),
+        ("metadata", "ownerReferences"),
+        ("metadata", "finalizers"),
+        ("metadata", "deletionTimestamp"),
+        ("spec", "extra"),
+        ("status", "extra"),
+        ("spec", "devices", "config"),
+        ("spec", "config"),
+    ]
+)
+_serial = itertools.count()
+
+
+def hostile_object(kind: tuple[str, str, bool], field: tuple[str, ...], value: Any) -> JSON:
+    api_version, kind_name, _namespaced = kind
+    obj: JSON = {
+        "apiVersion": api_version,
+        "kind": kind_name,
+        "metadata": {"name": f"hostile-{next(_serial)}"},
+        "spec": {"schedulerName": "biaxial"} if kind_name == "Pod" else {},
+    }
+    if field[-1] == "config":  # opaque parameters, as a claim or class carries them
+        value = [{"opaque": {"driver": "other.example.com", "parameters": {"p": value}}}]
+    parent = obj
+    for part in field[:-1]:
+        parent = parent.setdefault(part, {})
+    parent[field[-1]] = value
+    return obj
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(kind=st.sampled_from(WATCHED), field=_fields, recipe=_recipes)
+def test_hostile_objects_of_every_watched_kind_never_stop_scheduling(
+    emulator: Emulator,
+    controller: ControllerThread,
+    kind: tuple[str, str, bool],
+    field: tuple[str, ...],
+    recipe: tuple[str, Any],
+) -> None:
+    """Deep, wide and mistyped objects of every watched kind, served through the informers
+    (stored unvalidated: some no API server would accept, the harder case): each is that
+    object's problem alone; the controller stays up and places the next pod."""
+    shape, argument = recipe
+    hostile = emulator.inject(hostile_object(kind, field, SHAPES[shape](argument)))
+    name = f"after-{hostile['metadata']['name']}"
+    emulator.create(pod(name))
+    emulator.wait_until(lambda: bound_pods(emulator, [name]), timeout=30, message=name)
+    assert controller.alive
+
+
+def test_a_claim_nested_deeper_than_biaxial_reads_is_that_pods_error(
+    emulator: Emulator, controller: ControllerThread
+) -> None:
+    """A claim the API server accepts, its opaque parameters nested 5,000 deep (10 KiB):
+    before, the controller's informer died on it (RecursionError), and the standby with it."""
+    levels = 5_000
+    parameters: Any = []
+    for _ in range(levels - 1):
+        parameters = [parameters]
+    claim = resource_claim("deep")
+    claim["spec"]["devices"]["config"] = [
+        {"opaque": {"driver": "other.example.com", "parameters": {"p": parameters}}}
+    ]
+    emulator.create(claim)
+    emulator.create(pod("uses-deep", claim="deep"))
+    emulator.create(pod("next", claim=None, legacy_gpus=1))
+    emulator.wait_until(lambda: bound_pods(emulator, ["next"]), timeout=30)
+    emulator.wait_until(lambda: pod_condition(emulator, "uses-deep") is not None, timeout=30)
+    message = (pod_condition(emulator, "uses-deep") or {})["message"]
+    assert f"nest deeper than {MAX_PARAMETER_DEPTH} levels" in message
+    assert controller.alive
+    assert check_invariants(emulator) == []

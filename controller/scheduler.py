@@ -172,11 +172,18 @@ def refused_for_good(exc: BaseException) -> TypeGuard[ApiError]:
     return isinstance(exc, ApiError) and exc.status in _REFUSED_FOR_GOOD
 
 
+#: A pod whose placement was refused for good waits for its own change (or the flush).
+REFUSED_HINT: Final = Hint(
+    cluster=False, claims=frozenset(), device_classes=frozenset(), pod_gone=False, pod_added=False
+)
+
+
 def refusal_message(exc: ApiError) -> str:
     """What a pod's condition says about a write the API server refused for good."""
     return (
         f"the API server refused this pod's placement ({exc.status} {exc.reason or 'error'}); "
-        f"not retried until the pod or its claims change: {clip(str(exc), MESSAGE_QUOTE)}"
+        "retried when the pod changes or at the periodic retry of unschedulable pods: "
+        f"{clip(str(exc), MESSAGE_QUOTE)}"
     )
 
 
@@ -853,15 +860,11 @@ class Scheduler:
                 self.recorder.unschedulable(plan.pod, str(exc), reason=REASON_SCHEDULER_ERROR)
             elif refused_for_good(exc):
                 # The same write would be refused again: say so on the pod and park it until
-                # the pod or one of its claims changes (or the periodic flush), instead of
-                # retrying it every backoff period for ever.
+                # the pod changes (or the periodic flush of parked pods), instead of retrying
+                # it every backoff period for ever. Not on its claims' changes: the rollback
+                # writes them itself, and would wake it at once.
                 outcome = Outcome.UNSCHEDULABLE
-                hint = Hint(
-                    claims=frozenset(c.key for c in plan.claims),
-                    device_classes=frozenset(),
-                    pod_gone=False,
-                    pod_added=False,
-                )
+                hint = REFUSED_HINT
                 self.metrics.unschedulable.labels(reason="write-refused").inc()
                 self.recorder.unschedulable(
                     plan.pod, refusal_message(exc), reason=REASON_SCHEDULER_ERROR

@@ -16,9 +16,10 @@ and a ``FailedScheduling`` event, and it is retried.
 
 A write the API server refuses permanently (422 Invalid, 400, 403...) cannot succeed by being
 sent again: the pod gets ``SchedulerError`` and an event naming the refusal, and it is parked
-until the pod or one of its claims changes, instead of being retried every backoff period for
-ever. A 200 KB annotation value is quoted by its first characters and its length, never
-whole: every condition and event write would otherwise carry it.
+until the pod changes (or the periodic retry of parked pods), instead of being retried every
+backoff period for ever (its own rollback's claim write must not wake it). A 200 KB
+annotation value is quoted by its first characters and its length, never whole: every
+condition and event write would otherwise carry it.
 """
 
 from __future__ import annotations
@@ -136,10 +137,9 @@ def test_a_write_refused_for_good_is_reported_and_not_hammered(
     writes = _claim_writes(emulator)
     assert not bound_pods(emulator, ["p"])
     assert _claim_writes(emulator) == writes
-    # A change to the claim is what may mend it: the pod is tried again and placed.
-    emulator.patch(
-        "resourceclaims", "c", {"metadata": {"labels": {"fixed": "yes"}}}, namespace="default"
-    )
+    # Its own rollback wrote the claim (the finalizer removed): that did not wake it. A
+    # change to the pod does: it is tried again and placed.
+    emulator.patch("pods", "p", {"metadata": {"labels": {"fixed": "yes"}}}, namespace="default")
     emulator.wait_until(lambda: bound_pods(emulator, ["p"]), timeout=20)
     assert check_invariants(emulator) == []
 

@@ -242,8 +242,24 @@ def cases(run: Run) -> Iterator[tuple[str, Callable[[], Outcome]]]:
             "deadline",
         ),
     ]
+    refused_on_pod += [
+        (
+            "claim nested 5,000 deep (accepted by the API)",
+            _deep_claim("deep", 5_000),
+            pod("deep", claim="deep"),
+            "nest deeper than 64 levels",
+        ),
+        (
+            "200 KB annotation value",
+            None,
+            pod("huge-note", legacy_gpus=1, annotations={"biaxial.dev/gpu-policy": "x" * 200_000}),
+            "(200000 characters)",
+        ),
+    ]
     for name, claim, p, needle in refused_on_pod:
         yield name, functools.partial(pod_case, run, name, claim, p, needle)
+    yield "commit refused for good (422)", functools.partial(_refused_commit, run)
+    yield "10 pods on one claim in one burst", functools.partial(_shared_burst, run, 10)
     yield "CEL growth bomb (stored class)", functools.partial(_stored_bomb, run)
     yield "corrupt checkpoint", functools.partial(_corrupt_checkpoint, run)
 
@@ -261,6 +277,72 @@ def _legacy_pod(name: str, *, gpumem: str) -> JSON:
 def _with_config(claim: JSON, strategy: str) -> JSON:
     claim["spec"]["devices"]["config"] = [{"requests": ["gpu"], **gpu_config(strategy)}]
     return claim
+
+
+def _deep_claim(name: str, levels: int) -> JSON:
+    """A claim whose opaque parameters nest ``levels`` deep (``[[...]]``: 2 bytes a level,
+    within the API's 10 KiB): the API server accepts it; before, it stopped the controller."""
+    nested: Any = []
+    for _ in range(levels - 1):
+        nested = [nested]
+    claim = resource_claim(name)
+    claim["spec"]["devices"]["config"] = [
+        {"opaque": {"driver": "other.example.com", "parameters": {"p": nested}}}
+    ]
+    return claim
+
+
+def _refused_commit(run: Run) -> Outcome:
+    """The API server refuses the claim's status write for good (422): the pod says so and is
+    parked (not retried every backoff period); the claim is left as it was."""
+    name = "refused-write"
+    run.emulator.fail_next(
+        422,
+        verbs="update",
+        resource="resourceclaims",
+        reason="Invalid",
+        message=f'ResourceClaim.resource.k8s.io "{name}" is invalid: status: Invalid value',
+    )
+    outcome = pod_case(
+        run,
+        "commit refused for good (422)",
+        resource_claim(name, memory="1Gi"),
+        pod(name, claim=name),
+        "refused this pod's placement (422 Invalid)",
+    )
+    writes = len(run.emulator.requests_for(method="PUT", resource="resourceclaims"))
+    run.ordinary_pod()  # time passes with other work: the refused pod is not sent again
+    again = len(run.emulator.requests_for(method="PUT", resource="resourceclaims")) - writes - 1
+    outcome.notes.append(f"status writes for the refused pod after its report: {again}")
+    outcome.unchanged = outcome.unchanged and again == 0
+    return outcome
+
+
+def _shared_burst(run: Run, count: int) -> Outcome:
+    """A claim, then ``count`` pods that share it, created in one burst: all bound, on the
+    claim's one device, all reserved (before, one pod stayed Pending with no condition)."""
+    claim = f"shared-{count}"
+    run.emulator.create(resource_claim(claim, memory="1Gi"))
+    names = [f"{claim}-p{i}" for i in range(count)]
+    started = time.monotonic()
+    for name in names:
+        run.emulator.create(pod(name, claim=claim))
+
+    def placed() -> set[str] | None:
+        nodes = {
+            (run.emulator.get("pods", n, "default") or {}).get("spec", {}).get("nodeName")
+            for n in names
+        }
+        return None if None in nodes else nodes
+
+    nodes = wait(placed, 60, f"{count} pods on {claim} bound")
+    seconds = time.monotonic() - started
+    stored = run.emulator.get("resourceclaims", claim, "default") or {}
+    reserved = {r["name"] for r in (stored.get("status") or {}).get("reservedFor") or ()}
+    unchanged = reserved == set(names) and len(nodes) == 1
+    message = f"{count}/{count} bound on one node, all reserved on the one allocation"
+    return Outcome(f"{count} pods on one claim in one burst", "all bound", seconds, message,
+                   unchanged=unchanged)  # fmt: skip
 
 
 def _stored_bomb(run: Run) -> Outcome:

@@ -139,6 +139,59 @@ ADDED: Final = "ADDED"
 YIELD_EVERY: Final = 64
 MODIFIED: Final = "MODIFIED"
 DELETED: Final = "DELETED"
+#: How much of an object or error a log line quotes.
+_QUOTE: Final = 200
+
+
+def _prefix(value: object) -> str:
+    """The start of ``value``'s text, for a log line (objects may be megabytes, or nested
+    too deep for ``repr``)."""
+    try:
+        text = str(value)
+    except RecursionError:
+        text = f"<{type(value).__name__} nested too deep to show>"
+    return text if len(text) <= _QUOTE else text[:_QUOTE] + "..."
+
+
+_STRING_MAPS: Final = ("labels", "annotations")
+_STRINGS: Final = ("name", "namespace", "resourceVersion", "uid", "deletionTimestamp")
+
+
+def envelope_problem(obj: object) -> str | None:
+    """What is wrong with the parts of ``obj`` every reader relies on (None: nothing): an
+    object; ``metadata`` an object with a string name; names, versions and timestamps strings;
+    labels and annotations string maps; owner references objects; finalizers strings; ``spec``
+    and ``status`` objects. The API server's schemas guarantee all of it; an object without it
+    is left out by the informers, so no reader meets it."""
+    if not isinstance(obj, dict):
+        return f"not an object ({type(obj).__name__})"
+    m = obj.get("metadata")
+    if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m["name"]:
+        return "metadata.name missing or not a string"
+    for field in _STRINGS:
+        if not isinstance(m.get(field), str | None):
+            return f"metadata.{field} is not a string"
+    for field in _STRING_MAPS:
+        values = m.get(field)
+        if values is not None and not (
+            isinstance(values, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
+        ):
+            return f"metadata.{field} is not a map of strings"
+    owners = m.get("ownerReferences")
+    if owners is not None and not (
+        isinstance(owners, list) and all(isinstance(o, dict) for o in owners)
+    ):
+        return "metadata.ownerReferences is not a list of objects"
+    finalizers = m.get("finalizers")
+    if finalizers is not None and not (
+        isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)
+    ):
+        return "metadata.finalizers is not a list of strings"
+    for part in ("spec", "status"):
+        if not isinstance(obj.get(part), dict | None):
+            return f"{part} is not an object"
+    return None
 
 
 def rv_int(obj: Mapping[str, Any] | None) -> int:
@@ -161,6 +214,7 @@ class InformerStats:
     watches: int = 0
     relists_on_gone: int = 0
     errors: int = 0
+    malformed: int = 0  # objects left out because they could not be read
 
 
 class Informer(Generic[_Stored]):
@@ -224,13 +278,17 @@ class Informer(Generic[_Stored]):
         async for page in self.api.pages(self.resource, field_selector=self.field_selector):
             resource_version = page.resource_version
             for n, obj in enumerate(page.items, 1):
-                key = object_key(obj)
-                rv = str(meta(obj).get("resourceVersion") or "")
-                versions[key] = rv
+                identity = self._identity(obj)
+                if identity is None:
+                    continue
+                key, rv = identity
                 if key in old_store and old_versions.get(key) == rv:
                     fresh[key] = old_store[key]  # unchanged: keep what is stored
-                else:
-                    fresh[key] = self._transform(obj)
+                    versions[key] = rv
+                    continue
+                admitted = self._admit(key, obj)
+                if admitted is not None:
+                    fresh[key], versions[key] = admitted[0], rv
                     changed.append(key)
                 if n % YIELD_EVERY == 0:
                     await asyncio.sleep(0)  # the next page's request goes out meanwhile
@@ -251,25 +309,56 @@ class Informer(Generic[_Stored]):
         )
 
     def apply(self, etype: str, obj: JSON) -> None:
-        """Apply one watch event to the store."""
-        rv = meta(obj).get("resourceVersion")
-        if rv:
-            self.resource_version = str(rv)
+        """Apply one watch event to the store. An object that cannot be stored (see
+        :meth:`_admit`) counts as gone: readers never see a stale or half-read version."""
         if etype == "BOOKMARK":
+            rv = meta(obj).get("resourceVersion") if isinstance(obj.get("metadata"), dict) else ""
+            if rv and isinstance(rv, str):
+                self.resource_version = rv
             return
-        key = object_key(obj)
+        identity = self._identity(obj)
+        if identity is None:
+            return
+        key, rv = identity
+        if rv:
+            self.resource_version = rv
         old = self.store.get(key)
         known = key in self.store
-        if etype == DELETED:
+        admitted = None if etype == DELETED else self._admit(key, obj)
+        if admitted is None:
             if known:
                 del self.store[key]
                 del self._versions[key]
                 self._notify(DELETED, old, None)
             return
-        stored = self._transform(obj)
-        self.store[key] = stored
-        self._versions[key] = str(rv or "")
-        self._notify(MODIFIED if known else ADDED, old, stored)
+        self.store[key] = admitted[0]
+        self._versions[key] = rv
+        self._notify(MODIFIED if known else ADDED, old, admitted[0])
+
+    def _identity(self, obj: JSON) -> tuple[str, str] | None:
+        """``(key, resourceVersion)`` of an object; None, with a warning, when its envelope is
+        not what every API object has (see :func:`envelope_problem`): it is left out."""
+        problem = envelope_problem(obj)
+        if problem is None:
+            m = obj["metadata"]
+            return object_key(obj), m.get("resourceVersion") or ""
+        self.stats.malformed += 1
+        name = (
+            obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+        )
+        log.warning("%s %s left out: %s", self.kind, _prefix(name), problem)
+        return None
+
+    def _admit(self, key: str, obj: JSON) -> tuple[_Stored] | None:
+        """What the store keeps of ``obj`` (in a 1-tuple); None, with a warning, when the transform
+        fails on it (any exception: a mistyped or too deeply nested object is that object's
+        error, never the informer's)."""
+        try:
+            return (self._transform(obj),)
+        except Exception as exc:  # noqa: BLE001 - any failure is this object's, logged here
+            self.stats.malformed += 1
+            log.warning("%s %s cannot be read, left out: %s", self.kind, key, _prefix(exc))
+            return None
 
     async def run(self) -> None:
         """List, then watch forever (until cancelled); see the module docstring."""
@@ -388,6 +477,15 @@ class ClaimOverlay:
         if assumed is not None and rv_int(base) < assumed.rv:
             return assumed.obj
         return base
+
+    def allocating(self, key: str) -> bool:
+        """Whether an allocation this controller decided for ``key`` is being written: the
+        claim shows allocated only through pending state."""
+        pending = self._pending.get(key)
+        if pending is None:
+            return False
+        written = self.latest_written(key)
+        return written is None or not (written.get("status") or {}).get("allocation")
 
     def latest_written(self, key: str) -> JSON | None:
         """Like :meth:`get` but ignoring pending (unwritten) state: the base for a write."""

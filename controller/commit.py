@@ -426,8 +426,9 @@ class Committer:
         finally:
             self._unlock(keys)
             self.pods_in_flight.discard(plan.pod.uid)
-            for key in keys:
-                self.overlay.clear_pending(key)
+            for claim_plan in plan.claims:  # only what this plan showed as pending
+                if claim_plan.allocation is not None:
+                    self.overlay.clear_pending(claim_plan.key)
         log.info(
             "pod %s: bound to %s with %d claim(s)%s in %.1f ms",
             plan.pod.key,

@@ -49,13 +49,16 @@ from typing import Any, Final
 
 from controller.api import EVENTS, JSON, PODS, Api, meta
 from controller.commit import PodRef
-from driver.api.errors import ApiError, ConflictError, NotFoundError
+from driver.api.errors import ApiError, ConflictError, NotFoundError, clip
 from kubeapi import background
 from kubeapi.events import MAX_MESSAGE, event_body, now_rfc3339
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_UNSCHEDULABLE: Final = "Unschedulable"
+#: The longest message a condition or event carries (events.k8s.io's ``note`` limit, 1 KiB):
+#: a message that quotes user input at length is cut there, whatever produced it.
+MESSAGE_LIMIT: Final = 1024
 REASON_SCHEDULER_ERROR: Final = "SchedulerError"  # kube-scheduler's, for a failed attempt
 EVENT_FAILED_SCHEDULING: Final = "FailedScheduling"
 EVENT_SCHEDULED: Final = "Scheduled"
@@ -145,6 +148,7 @@ class Recorder:
         (from the cache), if any; ``version`` the pod's resourceVersion there."""
         if shown is not None and pod.uid not in self._shown:
             self._shown[pod.uid] = shown
+        message = clip(message, MESSAGE_LIMIT)
         waiting = self._pending.get(pod.uid)
         if waiting is not None and waiting.message == message:
             waiting.times += 1
@@ -177,7 +181,9 @@ class Recorder:
         """Write one Event about ``pod`` now, outside the lane (preemption's ``Preempting`` and
         ``Preempted``, and ``BindingConditionsPending``: rare, and none may replace another
         waiting for the same pod). Failures are logged."""
-        body = self._body(_Report(pod, etype, reason, message, condition_reason=None))
+        body = self._body(
+            _Report(pod, etype, reason, clip(message, MESSAGE_LIMIT), condition_reason=None)
+        )
         try:
             self.written += 1
             await self.api.create(EVENTS, body, pod.namespace)

@@ -190,8 +190,10 @@ class EngineFeed:
     def assume(self, placement: Placement, pod: JSON) -> None:
         """This controller decided ``placement`` for ``pod``: it counts from now on."""
         self.generation += 1
-        self._flights[pod_uid(pod)] = _Flight(placement, pod)
+        # The engine first: a placement it refuses leaves no flight behind (a flight that
+        # never lands would make the pod look placed, and every rebuild refuse it again).
         self.engine().assume(placement, pod)
+        self._flights[pod_uid(pod)] = _Flight(placement, pod)
 
     def forget(self, uid: str) -> None:
         """The placement of pod ``uid`` was not written (what was written is rolled back)."""

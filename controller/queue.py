@@ -319,6 +319,10 @@ class SchedulingQueue:
         self._dirty.discard(key)
         if outcome in (Outcome.SCHEDULED, Outcome.FORGET):
             self._entries.pop(key, None)
+            if dirty and outcome is Outcome.FORGET:
+                # It changed while being looked at and nothing was done: the look may have
+                # come before the change (the deallocator's claim whose pod finished meanwhile)
+                self.add(key)
             return
         now = self._clock()
         entry = self._entries.setdefault(key, _Entry())

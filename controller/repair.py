@@ -66,7 +66,8 @@ class Repairer:
 
     def _on_event(self, kind: str, _etype: str, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old
-        assert obj is not None
+        if obj is None:  # a malformed node, slice or class (stored as None): nothing here
+            return
         if kind == "Pod":
             if new is None or pod_is_finished(new):
                 self._bridges.pop(str(meta(obj).get("uid") or ""), None)

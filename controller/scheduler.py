@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from controller.api import JSON, Api, meta, object_key, pod_is_finished, pod_node
 from controller.binding import BindingFailedError, BindingTimeoutError, BindingWaiter
@@ -75,13 +75,14 @@ from controller.preempt import (
     releasing_claims,
     terminating_victims,
 )
+from controller.queue import ANY as ANY_CHANGE
 from controller.queue import ClusterEvent, EventKind, Hint, Outcome, SchedulingQueue
 from controller.repair import Repairer
 from controller.retention import EVENT_CLAIM_DELETED_IN_USE, Retention
 from controller.settings import Settings
 from controller.volumes import VolumeBinder, VolumeBindingError
 from driver.api.claims import ResourceClaim
-from driver.api.errors import ApiError, BiaxialError, DeadlineExceededError
+from driver.api.errors import ApiError, BiaxialError, DeadlineExceededError, clip
 from driver.cel import cost
 from driver.scheduling.decision import NOT_HELPFUL_TAIL, DecisionEngine
 from driver.scheduling.outcome import (
@@ -158,6 +159,34 @@ def _shown(pod: Mapping[str, Any]) -> tuple[str, str] | None:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             return str(condition.get("reason") or ""), str(condition.get("message") or "")
     return None
+
+
+#: Statuses that refuse a request for what it is (400 BadRequest, 403 Forbidden, 405, 413
+#: RequestEntityTooLarge, 415, 422 Invalid): trying the same write again cannot succeed.
+_REFUSED_FOR_GOOD: Final = frozenset({400, 403, 405, 413, 415, 422})
+#: How much of the API server's message a pod's condition quotes (it may echo user input).
+MESSAGE_QUOTE: Final = 256
+
+
+def refused_for_good(exc: BaseException) -> TypeGuard[ApiError]:
+    """Whether ``exc`` is the API server refusing a write permanently (not a conflict, a
+    missing object or a server error, which a later attempt may get past)."""
+    return isinstance(exc, ApiError) and exc.status in _REFUSED_FOR_GOOD
+
+
+#: A pod whose placement was refused for good waits for its own change (or the flush).
+REFUSED_HINT: Final = Hint(
+    cluster=False, claims=frozenset(), device_classes=frozenset(), pod_gone=False, pod_added=False
+)
+
+
+def refusal_message(exc: ApiError) -> str:
+    """What a pod's condition says about a write the API server refused for good."""
+    return (
+        f"the API server refused this pod's placement ({exc.status} {exc.reason or 'error'}); "
+        "retried when the pod changes or at the periodic retry of unschedulable pods: "
+        f"{clip(str(exc), MESSAGE_QUOTE)}"
+    )
 
 
 def _version(pod: Mapping[str, Any]) -> str:
@@ -420,11 +449,9 @@ class Scheduler:
                 log.warning("pod %s: API error while scheduling: %s", key, exc, extra={"pod": key})
                 self.queue.done(key, Outcome.ERROR)
                 self.metrics.decisions.labels(result="error").inc()
-            except Exception:  # one pod hitting a bug must not stop the others (logged)
+            except Exception as exc:  # one pod hitting a bug must not stop the others
                 log.exception("pod %s: unexpected error while scheduling", key, extra={"pod": key})
-                self.queue.done(key, Outcome.ERROR)
-                self.metrics.decisions.labels(result="error").inc()
-                self.feed.reset()  # whatever was left half done is rebuilt from the caches
+                self._report_internal_error(key, exc)
             # Let the writes of the placements just decided (and the informers) run before
             # the next decision: a burst of pods must not hold every write back until the
             # whole burst is decided (kube-scheduler's binding cycles run beside it too).
@@ -492,6 +519,16 @@ class Scheduler:
                 return Waiting(
                     f'resourceclaim "{meta(claim).get("name")}" is being deleted',
                     report=True,
+                    claims=frozenset({key}),
+                )
+            if self.cache.overlay.allocating(key):
+                # Another pod's placement allocates this claim and its write has not landed:
+                # wait for it and try again on the claim's update (upstream's PreFilter
+                # answers the same). Deciding now would build on an allocation that may yet
+                # be rolled back. Not reported: it lasts one write.
+                return Waiting(
+                    f"resource claim {key} is in the process of being allocated",
+                    report=False,
                     claims=frozenset({key}),
                 )
             keys.append(key)
@@ -707,6 +744,30 @@ class Scheduler:
             ref, message, shown=_shown(pod), reason=REASON_SCHEDULER_ERROR, version=_version(pod)
         )
 
+    def _report_internal_error(self, key: str, exc: Exception) -> None:
+        """A bug hit while deciding for pod ``key``: whatever was left half done is rebuilt
+        from the caches, the pod is retried with backoff, and it says so (never stranded
+        silently)."""
+        self.queue.done(key, Outcome.ERROR)
+        self.metrics.decisions.labels(result="error").inc()
+        self.feed.reset()
+        pod = self.cache.pods.get(key)
+        try:
+            ref = PodRef.of(pod) if pod is not None else None
+        except Exception:  # noqa: BLE001 - a pod too malformed to name cannot be told either
+            log.warning("pod %s: malformed, not reported", key, extra={"pod": key})
+            ref = None
+        if pod is not None and ref is not None:
+            if ref.uid not in self.committer.pods_in_flight:
+                self.feed.forget(ref.uid)  # a placement that will not be written
+            self.recorder.unschedulable(
+                ref,
+                f"internal error while scheduling ({type(exc).__name__}); retried with backoff",
+                shown=_shown(pod),
+                reason=REASON_SCHEDULER_ERROR,
+                version=_version(pod),
+            )
+
     def _report_invalid(
         self,
         key: str,
@@ -777,6 +838,7 @@ class Scheduler:
 
     async def _commit(self, key: str, plan: Plan) -> None:
         outcome = Outcome.ERROR
+        hint = ANY_CHANGE
         try:
             # The committer takes a write slot per step (not while it waits before the
             # binding), so at most max_concurrent_writes placements write at once.
@@ -808,8 +870,19 @@ class Scheduler:
             if isinstance(exc, VolumeBindingError):
                 self.metrics.unschedulable.labels(reason="volume-binding").inc()
                 self.recorder.unschedulable(plan.pod, str(exc), reason=REASON_SCHEDULER_ERROR)
+            elif refused_for_good(exc):
+                # The same write would be refused again: say so on the pod and park it until
+                # the pod changes (or the periodic flush of parked pods), instead of retrying
+                # it every backoff period for ever. Not on its claims' changes: the rollback
+                # writes them itself, and would wake it at once.
+                outcome = Outcome.UNSCHEDULABLE
+                hint = REFUSED_HINT
+                self.metrics.unschedulable.labels(reason="write-refused").inc()
+                self.recorder.unschedulable(
+                    plan.pod, refusal_message(exc), reason=REASON_SCHEDULER_ERROR
+                )
         finally:
-            self.queue.done(key, outcome)
+            self.queue.done(key, outcome, hint)
             self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)
 
     # ------------------------------------------------------------------ introspection

@@ -9,6 +9,8 @@ processes run it with:
   the in-cluster service account), resolved with the official loader;
 * :mod:`kubeapi.resources`: :class:`Resource` (group, version, plural, scope: its URL path)
   and the resources biaxial touches;
+* :mod:`kubeapi.codec`: JSON text to data and back at any nesting depth the API server
+  accepts (an iterative fallback where ``json`` recurses too deep);
 * :mod:`kubeapi.client`: :class:`Client`, the request core (token bucket, rotating token,
   error mapping), list with pagination, chunked watch, create/replace/patch/delete;
   :func:`~kubeapi.client.background` marks requests that yield to all others at the bucket;

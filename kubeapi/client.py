@@ -24,6 +24,8 @@ Contracts:
   caller reads; :meth:`Client.list` gathers them;
 * :meth:`Client.watch` yields :class:`WatchEvent` until the server ends the stream; an
   ``ERROR`` event becomes the matching ``ApiError`` (a 410 becomes ``GoneError``: relist);
+* answers and watch events decode at any nesting depth the API server accepts
+  (:mod:`kubeapi.codec`): no object can make a read fail;
 * a rotating service-account token file is re-read every :data:`TOKEN_REFRESH_S` seconds.
 """
 
@@ -32,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import time
 import urllib.parse
@@ -43,6 +44,7 @@ from typing import Any, ClassVar, Final, Literal, Self
 import aiohttp
 
 from driver.api.errors import ApiError, ServerError, api_error_for_status
+from kubeapi import codec
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import JSON, Resource, meta
 
@@ -250,7 +252,7 @@ class Client:
         """One request; the decoded JSON object (``{}`` for an empty answer), or the mapped
         :class:`~driver.api.errors.ApiError`."""
         await self._start(method, path)
-        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        data = None if body is None else codec.dumps(body)
         headers = self._auth()
         if data is not None:
             headers["Content-Type"] = content_type
@@ -265,7 +267,7 @@ class Client:
         if status >= 300:
             raise _error_from_body(method, path, status, raw)
         try:
-            decoded = json.loads(raw) if raw else {}
+            decoded = codec.loads(raw) if raw else {}
         except ValueError as exc:
             raise ServerError(f"{method} {path}: answer is not JSON", status=0) from exc
         if not isinstance(decoded, dict):
@@ -435,7 +437,7 @@ def _error_from_body(method: str, path: str, status: int, raw: bytes) -> ApiErro
     message = raw.decode(errors="replace")[:500]
     reason = ""
     try:
-        body = json.loads(raw)
+        body = codec.loads(raw)
     except ValueError:
         body = None
     if isinstance(body, dict):
@@ -446,11 +448,13 @@ def _error_from_body(method: str, path: str, status: int, raw: bytes) -> ApiErro
 
 def _watch_event(path: str, line: bytes) -> WatchEvent:
     try:
-        event = json.loads(line)
+        event = codec.loads(line)
     except ValueError as exc:
         raise ServerError(f"WATCH {path}: malformed event", status=0) from exc
+    obj = event.get("object") if isinstance(event, dict) else None
+    if not isinstance(obj, dict):
+        raise ServerError(f"WATCH {path}: malformed event (no object)", status=0)
     etype = str(event.get("type", ""))
-    obj: JSON = event.get("object") or {}
     if etype == "ERROR":
         code = int(obj.get("code") or 500)
         raise api_error_for_status(

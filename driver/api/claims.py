@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 from driver.api.errors import ManifestError, QuantityError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
-from driver.api.model import JSON, DeviceTaint, json_copy
+from driver.api.model import JSON, DeviceTaint, json_copy, json_depth
 from driver.api.quantity import Quantity
 
 AllocationMode = Literal["ExactCount", "All"]
@@ -68,6 +68,11 @@ def _selectors(raw: Any, where: str) -> tuple[str, ...]:
 
 # --------------------------------------------------------------------------- config
 
+#: How deep opaque parameters may nest for biaxial to read and pass them on (the API server
+#: accepts up to 10,000 levels within its 10 KiB limit; a real configuration needs a handful).
+#: Deeper ones are that claim's or class's error, reported to the pods that use it.
+MAX_PARAMETER_DEPTH: Final = 64
+
 
 @dataclass(frozen=True, slots=True)
 class OpaqueConfig:
@@ -89,6 +94,11 @@ class OpaqueConfig:
             parameters = {}
         if not isinstance(parameters, Mapping):
             raise ManifestError(f"{where}: opaque parameters must be an object")
+        if json_depth(parameters, MAX_PARAMETER_DEPTH) > MAX_PARAMETER_DEPTH:
+            raise ManifestError(
+                f"{where}: opaque parameters nest deeper than {MAX_PARAMETER_DEPTH} levels; "
+                "biaxial passes parameters on up to that depth"
+            )
         return cls(driver=driver, parameters=json_copy(parameters))
 
     def to_api(self) -> JSON:

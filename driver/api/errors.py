@@ -36,6 +36,11 @@ HTTP status codes are mapped to ``ApiError`` subclasses in exactly one place:
 
 from __future__ import annotations
 
+from typing import Final
+
+#: How much of a value from user input (an annotation, a name) an error message quotes.
+QUOTE_LIMIT: Final = 64
+
 
 class BiaxialError(Exception):
     """Base class of every error biaxial raises on purpose."""
@@ -150,3 +155,14 @@ def api_error_for_status(status: int, message: str, reason: str = "") -> ApiErro
     else:
         cls = ApiError
     return cls(message, status=status, reason=reason)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters marked as cut with the full length: what a
+    message may carry of user input (a 200 KB annotation must not travel into every write)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def quoted(value: str, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a message, at most ``limit`` characters of it (see :func:`clip`)."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"

@@ -73,6 +73,26 @@ def json_copy(value: Any) -> Any:
     return value
 
 
+def json_depth(value: Any, limit: int) -> int:
+    """How deep ``value`` nests (a scalar is 0, ``{}`` and ``[]`` are 1), counted level by
+    level without recursion; the count stops at ``limit + 1`` (anything deeper than ``limit``)."""
+    deepest = 0
+    level: list[Any] = [value]
+    while level and deepest <= limit:
+        below: list[Any] = []
+        containers = False
+        for item in level:
+            if isinstance(item, Mapping):
+                below.extend(item.values())
+                containers = True
+            elif isinstance(item, (list, tuple)):
+                below.extend(item)
+                containers = True
+        deepest += containers
+        level = below
+    return deepest
+
+
 # --------------------------------------------------------------------------- values
 
 

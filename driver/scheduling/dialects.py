@@ -70,7 +70,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final, Literal
 
-from driver.api.errors import ManifestError
+from driver.api.errors import ManifestError, quoted
 
 SharingMode = Literal["hami-core", "mps", "mig"]
 
@@ -290,7 +290,9 @@ def _mode(key: str, value: str) -> SharingMode:
     for mode in MODES:
         if text == mode:
             return mode
-    raise ManifestError(f"annotation {key}: unknown mode {value!r} (allowed: {', '.join(MODES)})")
+    raise ManifestError(
+        f"annotation {key}: unknown mode {quoted(value)} (allowed: {', '.join(MODES)})"
+    )
 
 
 def _bool(key: str, value: str) -> bool:
@@ -298,7 +300,7 @@ def _bool(key: str, value: str) -> bool:
         return True
     if value in _BOOL_FALSE:
         return False
-    raise ManifestError(f"annotation {key}: {value!r} is not a boolean (true or false)")
+    raise ManifestError(f"annotation {key}: {quoted(value)} is not a boolean (true or false)")
 
 
 def near_miss(key: str, known: Iterable[str]) -> str | None:
@@ -358,8 +360,8 @@ def _kai(annotations: Mapping[str, str], containers: Sequence[str]) -> KaiShare 
         value = Fraction(text) if _DECIMAL.fullmatch(text) else None
         if value is None or not 0 < value < 1:
             raise ManifestError(
-                f"annotation {KAI_FRACTION}: {fraction_raw!r} must be a number greater than 0 "
-                "and smaller than 1 (the share of one GPU's memory); use nvidia.com/gpu for "
+                f"annotation {KAI_FRACTION}: {quoted(fraction_raw)} must be a number greater "
+                "than 0 and smaller than 1 (the share of one GPU's memory); use nvidia.com/gpu for "
                 "whole GPUs"
             )
         fraction = value
@@ -367,7 +369,7 @@ def _kai(annotations: Mapping[str, str], containers: Sequence[str]) -> KaiShare 
         text = memory_raw.strip()
         if not _UNSIGNED.fullmatch(text) or int(text) == 0:
             raise ManifestError(
-                f"annotation {KAI_MEMORY}: {memory_raw!r} must be a positive whole number "
+                f"annotation {KAI_MEMORY}: {quoted(memory_raw)} must be a positive whole number "
                 "of MiB (e.g. 2000)"
             )
         memory = int(text)
@@ -377,7 +379,8 @@ def _kai(annotations: Mapping[str, str], containers: Sequence[str]) -> KaiShare 
         text = devices_raw.strip()
         if not _UNSIGNED.fullmatch(text) or int(text) == 0:
             raise ManifestError(
-                f"annotation {KAI_NUM_DEVICES}: {devices_raw!r} must be a positive whole number"
+                f"annotation {KAI_NUM_DEVICES}: {quoted(devices_raw)} must be a positive "
+                "whole number"
             )
         devices = int(text)
     target = annotations.get(KAI_CONTAINER)
@@ -387,7 +390,7 @@ def _kai(annotations: Mapping[str, str], containers: Sequence[str]) -> KaiShare 
         target = containers[0]
     elif target not in containers:
         raise ManifestError(
-            f"annotation {KAI_CONTAINER}: no container named {target!r} "
+            f"annotation {KAI_CONTAINER}: no container named {quoted(target)} "
             f"(containers: {', '.join(containers) or 'none'})"
         )
     return KaiShare(
@@ -430,7 +433,7 @@ def pod_hints(pod: Mapping[str, Any]) -> PodHints:
     if len(set(modes.values())) > 1:
         raise ManifestError(
             f"annotations {VGPU_MODE} and {VOLCANO_VGPU_MODE} disagree "
-            f"({modes[VGPU_MODE]!r} and {modes[VOLCANO_VGPU_MODE]!r}); give one"
+            f"({quoted(modes[VGPU_MODE])} and {quoted(modes[VOLCANO_VGPU_MODE])}); give one"
         )
     mode = next(iter(modes.values()), None)
     mps = annotations.get(KAI_MPS)
@@ -445,7 +448,8 @@ def pod_hints(pod: Mapping[str, Any]) -> PodHints:
             )
         if mode not in (None, "mps"):
             raise ManifestError(
-                f"annotation {KAI_MPS}: 'true' asks for MPS, but the pod's vgpu-mode is {mode!r}"
+                f"annotation {KAI_MPS}: 'true' asks for MPS, but the pod's vgpu-mode is "
+                f"{quoted(mode)}"
             )
         mode = "mps"
     if kai is not None and mode == "mig":

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from driver.api.errors import PolicyError
+from driver.api.errors import PolicyError, quoted
 
 NodePolicy = Literal["binpack", "spread"]
 GpuPolicy = Literal["binpack", "spread", "first-fit"]
@@ -70,7 +70,9 @@ def parse_node_policy(value: str, where: str) -> NodePolicy:
         return "binpack"
     if value == "spread":
         return "spread"
-    raise PolicyError(f"{where}: unknown policy {value!r} (allowed: {', '.join(NODE_POLICIES)})")
+    raise PolicyError(
+        f"{where}: unknown policy {quoted(value)} (allowed: {', '.join(NODE_POLICIES)})"
+    )
 
 
 def parse_gpu_policy(value: str, where: str) -> GpuPolicy:
@@ -79,7 +81,9 @@ def parse_gpu_policy(value: str, where: str) -> GpuPolicy:
         return "first-fit"
     if value in ANNOTATION_POLICIES:
         return parse_node_policy(value, where)
-    raise PolicyError(f"{where}: unknown policy {value!r} (allowed: {', '.join(GPU_POLICIES)})")
+    raise PolicyError(
+        f"{where}: unknown policy {quoted(value)} (allowed: {', '.join(GPU_POLICIES)})"
+    )
 
 
 def _annotation(annotations: Mapping[str, str], own: str, hami: str) -> tuple[str, str] | None:
@@ -113,7 +117,7 @@ def policies_for_pod(annotations: Mapping[str, str], defaults: PolicyDefaults) -
                     "lists of them) are not supported"
                 )
             raise PolicyError(
-                f"annotation {key}: unknown policy {value!r} "
+                f"annotation {key}: unknown policy {quoted(value)} "
                 f"(allowed: {', '.join(ANNOTATION_POLICIES)}{hint})"
             )
         gpu = parse_gpu_policy(value.strip(), f"annotation {key}")

@@ -17,7 +17,6 @@ the watch history, fast bookmarks) ask for it through ``api.emulator`` and skip 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import threading
@@ -29,6 +28,7 @@ from urllib.parse import urlencode
 
 import pytest
 
+from kubeapi import codec
 from tests.emulator import Emulator
 
 REAL_ENV = "BIAXIAL_CONTRACT_REAL"
@@ -47,7 +47,7 @@ class Response:
         return str((self.body or {}).get("reason", ""))
 
     def __repr__(self) -> str:
-        return f"Response({self.status}, {json.dumps(self.body)[:500]})"
+        return f"Response({self.status}, {codec.dumps(self.body)[:500]!r})"
 
 
 class WatchStream:
@@ -68,7 +68,7 @@ class WatchStream:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
-                        self.events.put(json.loads(line))
+                        self.events.put(codec.loads(line))
         except Exception:  # noqa: BLE001 - an aborted stream ends like a closed one
             pass
         finally:
@@ -145,7 +145,7 @@ class Api:
         query: dict[str, Any] | None = None,
     ) -> Response:
         url = self.base + path + (("?" + urlencode(query)) if query else "")
-        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+        data = body if isinstance(body, bytes) or body is None else codec.dumps(body)
         if method == "POST" and isinstance(body, dict):
             self._remember_cluster_scoped(path, body)
         resp = self.client.rest_client.pool_manager.request(
@@ -158,7 +158,7 @@ class Api:
         )
         raw = resp.data
         try:
-            parsed = json.loads(raw) if raw else None
+            parsed = codec.loads(raw) if raw else None
         except ValueError:
             parsed = raw.decode(errors="replace")
         return Response(resp.status, parsed, {k.lower(): v for k, v in resp.headers.items()})

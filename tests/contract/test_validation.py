@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.contract.conftest import Api, pod, resource_slice
+from kubeapi import codec
+from tests.contract.conftest import Api, claim, pod, resource_slice
 
 
 def _causes(body: dict[str, Any]) -> set[str]:
@@ -224,3 +225,57 @@ def test_cel_selectors_must_compile(api: Api) -> None:
     response = api.post(api.claims(), claim_body)
     assert response.status == 422
     assert "spec.devices.requests[0].exactly.selectors[0].cel.expression" in _causes(response.body)
+
+
+def _nested(levels: int) -> Any:
+    """``[[...[]...]]``: ``levels`` arrays, one inside the next, built without recursion."""
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("levels", [1_000, 5_000])
+def test_deeply_nested_opaque_parameters_are_accepted_and_served_back(
+    api: Api, levels: int
+) -> None:
+    # The API server keeps opaque parameters as raw JSON (runtime.RawExtension); what bounds
+    # them is the 10 KiB limit (resource/validation: "must have at most 10240 bytes") and the
+    # JSON decoder's nesting limit of 10,000 (k8s.io/apimachinery's json.Unmarshal, via
+    # sigs.k8s.io/json). 5,000 arrays are 10,000 bytes: within both.
+    body = claim("deep")
+    parameters = {"nested": _nested(levels)}
+    body["spec"]["devices"]["config"] = [
+        {"opaque": {"driver": "gpu.contract.example.com", "parameters": parameters}}
+    ]
+    created = api.post(api.claims(), body)
+    assert created.status == 201, created
+    stored = api.ok(api.get(api.claims("deep")))
+    served = stored["spec"]["devices"]["config"][0]["opaque"]["parameters"]
+    assert codec.dumps(served) == codec.dumps(parameters)
+    listed = api.ok(api.get(api.claims()))["items"]
+    assert [c["metadata"]["name"] for c in listed] == ["deep"]
+
+
+def _admin_claim(name: str) -> dict[str, Any]:
+    body = claim(name)
+    body["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"] = True
+    return body
+
+
+def test_admin_access_needs_the_namespace_label(api: Api) -> None:
+    # Upstream's AuthorizedForAdmin (pkg/registry/resource), run on create by the ResourceClaim
+    # and ResourceClaimTemplate strategies: adminAccess needs the namespace label
+    # resource.kubernetes.io/admin-access="true" (DRAAdminNamespaceLabelKey), else Forbidden.
+    refused = api.post(api.claims(), _admin_claim("admin"))
+    assert refused.status == 422, refused
+    assert refused.reason == "Invalid"
+    assert _causes(refused.body) == {"spec.devices.requests[0].exactly.adminAccess"}
+    assert (
+        "admin access to devices requires the `resource.kubernetes.io/admin-access: true` label "
+        "on the containing namespace"
+    ) in refused.body["message"]
+    assert api.get(api.claims("admin")).status == 404
+    label = {"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}}
+    api.ok(api.patch(api.ns_path, label))
+    api.ok(api.post(api.claims(), _admin_claim("admin")))

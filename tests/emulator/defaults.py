@@ -11,9 +11,9 @@ their initial ``status.phase: Pending``, StorageClass ``reclaimPolicy`` and
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from kubeapi import codec
 from tests.emulator.kinds import Kind
 
 
@@ -93,7 +93,7 @@ def _default_containers(containers: Any) -> None:
 
 def prepare_for_create(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
     """Apply defaults and the create-time status rules; returns a new object."""
-    out = copy.deepcopy(obj)
+    out = codec.copy(obj)
     if kind.kind == "Pod":
         spec = out.setdefault("spec", {})
         if isinstance(spec, dict):
@@ -145,26 +145,26 @@ def _default_storage_class(obj: dict[str, Any]) -> None:
 def apply_update_defaults(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
     """Defaults that also apply to updates (so that an unchanged spec compares equal)."""
     if kind.kind == "ResourceClaim":
-        out = copy.deepcopy(obj)
+        out = codec.copy(obj)
         default_claim_spec(out.get("spec"))
         return out
     if kind.kind == "ResourceClaimTemplate":
-        out = copy.deepcopy(obj)
+        out = codec.copy(obj)
         default_claim_spec((out.get("spec") or {}).get("spec"))
         return out
     if kind.kind == "Pod":
-        out = copy.deepcopy(obj)
+        out = codec.copy(obj)
         spec = out.get("spec")
         if isinstance(spec, dict):
             _default_containers(spec.get("containers"))
             _default_containers(spec.get("initContainers"))
         return out
     if kind.kind in ("PersistentVolumeClaim", "PersistentVolume"):
-        out = copy.deepcopy(obj)
+        out = codec.copy(obj)
         _default_volume(kind, out)
         return out
     if kind.kind == "StorageClass":
-        out = copy.deepcopy(obj)
+        out = codec.copy(obj)
         _default_storage_class(out)
         return out
     return obj

@@ -14,12 +14,12 @@ All functions are pure: they return new objects and never mutate their inputs.
 
 from __future__ import annotations
 
-import copy
 import json
 from typing import Any, Final
 
 import jsonpatch
 
+from kubeapi import codec
 from tests.emulator.errors import ApiStatusError, bad_request
 
 JSON_PATCH: Final = "application/json-patch+json"
@@ -91,7 +91,7 @@ def apply_json_patch(obj: dict[str, Any], body: bytes) -> dict[str, Any]:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge recursively, ``null`` deletes, everything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return codec.copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -128,7 +128,7 @@ def _child(path: str, key: str) -> str:
 def _smp_map(original: Any, patch: dict[str, Any], path: str) -> dict[str, Any]:
     directive = patch.get("$patch")
     if directive == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: codec.copy(v) for k, v in patch.items() if k != "$patch"}
     if directive == "delete":
         return {}
     if directive not in {None, "merge"}:
@@ -160,7 +160,7 @@ def _smp_map(original: Any, patch: dict[str, Any], path: str) -> dict[str, Any]:
         elif isinstance(value, list) and _merge_key(child) is not None:
             result[key] = _smp_list(result.get(key), value, child)
         else:
-            result[key] = copy.deepcopy(value)
+            result[key] = codec.copy(value)
     for key, removed in deletions.items():
         current = result.get(key)
         if isinstance(current, list):
@@ -191,12 +191,12 @@ def _smp_list(original: Any, patch: list[Any], path: str) -> list[Any]:
     assert key is not None
     current = list(original) if isinstance(original, list) else []
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
-        return [copy.deepcopy(i) for i in patch if not (isinstance(i, dict) and "$patch" in i)]
+        return [codec.copy(i) for i in patch if not (isinstance(i, dict) and "$patch" in i)]
     if key == "":  # a set of primitives: union, order of first appearance
         seen = {_identity(i, key) for i in current}
         for item in patch:
             if _identity(item, key) not in seen:
-                current.append(copy.deepcopy(item))
+                current.append(codec.copy(item))
                 seen.add(_identity(item, key))
         return current
     index = {_identity(item, key): pos for pos, item in enumerate(current)}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import copy
 import json
 import socket
 import sys
@@ -32,6 +31,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
+from kubeapi import codec
 from tests.emulator import errors
 from tests.emulator.errors import ApiStatusError
 from tests.emulator.faults import WRITE_VERBS, FaultRule, Faults, Hold, RequestRecord
@@ -286,11 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
         req: _Request | None = None,
         warnings: list[str] | None = None,
     ) -> None:
-        data = (
-            payload
-            if isinstance(payload, bytes)
-            else json.dumps(payload, separators=_COMPACT).encode()
-        )
+        data = payload if isinstance(payload, bytes) else codec.dumps(payload)
         self._record(req, code)
         self.send_response(code)
         for warning in warnings or ():
@@ -808,7 +804,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._end_stream()
 
     def _chunk(self, event: dict[str, Any]) -> None:
-        data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+        data = codec.dumps(event) + b"\n"
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
@@ -824,7 +820,7 @@ def _json(body: bytes, *, allow_empty: bool = False) -> Any:
             return {}
         raise errors.bad_request("the body of the request was empty")
     try:
-        return json.loads(body)
+        return codec.loads(body)
     except ValueError as exc:
         raise errors.bad_request(
             f"the body of the request could not be decoded as JSON: {exc}"
@@ -857,9 +853,7 @@ class EncodedObjects:
         found = self._items.get(id(obj))
         if found is not None and found[0] is obj:
             return found[1]
-        data = json.dumps(
-            {k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}}, separators=_COMPACT
-        ).encode()
+        data = codec.dumps({k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}})
         if not keep:
             return data
         if len(self._items) >= self.LIMIT:
@@ -1156,14 +1150,20 @@ class Emulator:
         with stored_expressions():
             return self.create(obj)
 
+    def inject(self, obj: Obj) -> Obj:
+        """Store ``obj`` unvalidated (kind from ``obj['kind']``; see ``Store.inject``)."""
+        kind = self._kind_of(obj)
+        namespace = (obj.get("metadata") or {}).get("namespace") or "default"
+        return self.store.inject(kind, namespace if kind.namespaced else None, obj)
+
     def get(self, kind: str | Kind, name: str, namespace: str | None = None) -> Obj | None:
         k = lookup(kind)
         found = self.store.try_get(k, (namespace or "default") if k.namespaced else None, name)
-        return copy.deepcopy(found) if found is not None else None
+        return codec.copy(found) if found is not None else None
 
     def list(self, kind: str | Kind, namespace: str | None = None) -> list[Obj]:
         """Deep copies of every stored object of ``kind`` (in ``namespace`` if given)."""
-        return copy.deepcopy(self.store.all(lookup(kind), namespace))
+        return codec.copy(self.store.all(lookup(kind), namespace))
 
     def replace(self, obj: Obj, *, subresource: str | None = None) -> Obj:
         kind = self._kind_of(obj)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
-import copy
 import datetime as dt
 import json
 import random
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from driver.scheduling.volumes import StorageClass, default_storage_class, with_default_class
+from kubeapi import codec
 from tests.emulator import errors
 from tests.emulator.defaults import apply_update_defaults, prepare_for_create
 from tests.emulator.errors import ApiStatusError, FieldError
@@ -81,6 +81,19 @@ def now() -> str:
 def _meta(obj: Obj) -> dict[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` when it is an object, else empty (for reading fields validation checked)."""
+    return value if isinstance(value, dict) else {}
+
+
+#: The namespace label upstream's DRAAdminNamespaceLabelKey names, and its refusal.
+ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
+ADMIN_ACCESS_DENIED: Final = (
+    "admin access to devices requires the `resource.kubernetes.io/admin-access: true` label "
+    "on the containing namespace"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +248,7 @@ class Store:
         unknown = [i.path for i in self.validators.issues(kind, obj) if i.kind == "unknown"]
         if not unknown:
             return obj
-        pruned = copy.deepcopy(obj)
+        pruned = codec.copy(obj)
         for path in unknown:
             parent: Any = pruned
             for part in path[:-1]:
@@ -255,6 +268,54 @@ class Store:
         if problems:
             raise errors.invalid(EVENT_V1, str(_meta(event).get("name") or ""), problems)
         return to_core(event)
+
+    def inject(self, kind: Kind, namespace: str | None, obj: Obj) -> Obj:
+        """Store ``obj`` as it is, without validation or defaulting (only name, namespace,
+        uid and resourceVersion are set), and tell watchers: a fault hook for readers'
+        robustness (what another API server version, a conversion or a bug might serve)."""
+        with self.lock:
+            meta = _meta(obj)
+            obj = {**obj, "metadata": {**meta, "uid": str(uuid.uuid4())}}
+            if not kind.namespaced:
+                obj["metadata"].pop("namespace", None)
+                namespace = None
+            else:
+                obj["metadata"]["namespace"] = namespace
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            key = self._key(kind, namespace, str(meta["name"]))
+            old = self._bucket(kind).get(key)
+            self._bucket(kind)[key] = obj
+            self._emit(kind, "ADDED" if old is None else "MODIFIED", obj, old)
+            return obj
+
+    def _check_admin_access(self, kind: Kind, namespace: str | None, name: str, obj: Obj) -> None:
+        """Upstream's ``AuthorizedForAdmin`` (pkg/registry/resource, run by the ResourceClaim
+        and ResourceClaimTemplate strategies on create): a request with ``adminAccess: true``
+        needs the label ``resource.kubernetes.io/admin-access: "true"`` on the namespace, else
+        422 with a Forbidden cause per such request."""
+        if kind.kind == "ResourceClaim":
+            prefix, spec = "spec", _object(obj.get("spec"))
+        elif kind.kind == "ResourceClaimTemplate":
+            prefix, spec = "spec.spec", _object(_object(obj.get("spec")).get("spec"))
+        else:
+            return
+        requests = _object(spec.get("devices")).get("requests") or []
+        paths = [
+            f"{prefix}.devices.requests[{i}].exactly.adminAccess"
+            for i, request in enumerate(requests)
+            if isinstance(request, dict) and _object(request.get("exactly")).get("adminAccess")
+        ]
+        if not paths:
+            return
+        ns_obj = self._bucket(NAMESPACE).get(("", namespace or ""))
+        labels = _object(_meta(ns_obj).get("labels")) if ns_obj is not None else {}
+        if labels.get(ADMIN_ACCESS_LABEL) == "true":
+            return
+        raise errors.invalid(
+            kind,
+            name,
+            [FieldError(p, "Forbidden", ADMIN_ACCESS_DENIED, show_value=False) for p in paths],
+        )
 
     def _validate(self, kind: Kind, obj: Obj) -> Obj:
         """Validate a write; returns it with times in canonical form (what gets stored)."""
@@ -512,6 +573,7 @@ class Store:
             else:
                 meta.pop("generation", None)
             obj = self._validate(kind, obj)
+            self._check_admin_access(kind, namespace, name, obj)
             key = self._key(kind, namespace, name)
             if key in self._bucket(kind):
                 raise errors.already_exists(kind, name)
@@ -524,7 +586,7 @@ class Store:
 
     @staticmethod
     def _check_type(kind: Kind, body: Obj) -> Obj:
-        obj = copy.deepcopy(body)
+        obj = codec.copy(body)
         api_version = obj.get("apiVersion") or kind.api_version
         kind_name = obj.get("kind") or kind.kind
         if api_version != kind.api_version or kind_name != kind.kind:
@@ -797,7 +859,7 @@ class Store:
     @staticmethod
     def _immutable(kind: Kind, old: Obj, new: Obj) -> None:
         name = str(_meta(old).get("name"))
-        if kind.spec_immutable and new.get("spec") != old.get("spec"):
+        if kind.spec_immutable and not codec.equal(new.get("spec"), old.get("spec")):
             raise errors.invalid(
                 kind,
                 name,
@@ -1043,7 +1105,7 @@ class Store:
                     f'pod {name} is already assigned to node "{current}"',
                     resource="pods/binding",
                 )
-            new = copy.deepcopy(old)
+            new = codec.copy(old)
             new["spec"]["nodeName"] = node
             if meta.get("annotations"):
                 new["metadata"].setdefault("annotations", {}).update(meta["annotations"])
@@ -1116,8 +1178,8 @@ _POD_MUTABLE_CONTAINER: Final = ("image",)
 def _check_pod_update(kind: Kind, old: Obj, new: Obj) -> None:
     """Pod spec updates may only change images, activeDeadlineSeconds, add tolerations and
     remove scheduling gates (the same set the API server allows)."""
-    old_spec = copy.deepcopy(old.get("spec") or {})
-    new_spec = copy.deepcopy(new.get("spec") or {})
+    old_spec = codec.copy(old.get("spec") or {})
+    new_spec = codec.copy(new.get("spec") or {})
     for spec in (old_spec, new_spec):
         for group in ("containers", "initContainers", "ephemeralContainers"):
             for container in spec.get(group) or []:

@@ -40,6 +40,7 @@ import referencing.jsonschema
 
 from driver.api.errors import QuantityError
 from driver.api.quantity import Quantity
+from kubeapi import codec
 from tests.emulator.errors import ApiStatusError, FieldError, bad_request, invalid
 from tests.emulator.kinds import Kind
 from tests.emulator.schema import Issue, Normalize, compile_normalizer, compile_schema, issues
@@ -874,7 +875,7 @@ def _opaque(errs: _Errors, path: str, opaque: Any) -> None:
         errs.add(path, "Required value", "")
         return
     errs.dns_subdomain(f"{path}.driver", _map(opaque).get("driver"), max_len=DRIVER_NAME_MAX)
-    if len(json.dumps(_map(opaque).get("parameters"))) > 10 * 1024:
+    if len(codec.dumps(_map(opaque).get("parameters"))) > 10 * 1024:
         errs.add(f"{path}.parameters", "Too long", "must have at most 10240 bytes")
 
 

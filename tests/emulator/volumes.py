@@ -32,7 +32,6 @@ after every change until :meth:`stop`.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import threading
@@ -40,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from driver.api.quantity import Quantity
+from kubeapi import codec
 from tests.emulator.errors import ApiStatusError
 from tests.emulator.kinds import (
     NODE,
@@ -173,7 +173,7 @@ class VolumeController:
                         ],
                         **{k: v for k, v in tmeta.items() if k in ("labels", "annotations")},
                     },
-                    "spec": copy.deepcopy(template.get("spec") or {}),
+                    "spec": codec.copy(template.get("spec") or {}),
                 }
                 if self._write(
                     lambda b=body, ns=namespace: self.store.create(PERSISTENT_VOLUME_CLAIM, ns, b)

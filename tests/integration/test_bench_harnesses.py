@@ -13,7 +13,7 @@ from bench import badinput, chaos
 def test_every_bad_input_is_reported_where_the_user_looks_and_changes_nothing_else() -> None:
     report = badinput.run_all(argparse.Namespace(decision_timeout=1.0, keep=False))
     cases = {c["case"]: c for c in report["cases"]}
-    assert len(cases) == 16
+    assert len(cases) == 20
     for name, case in cases.items():
         assert case["where"] != "NOT SEEN", (name, case["message"])
         assert case["unchanged"], (name, case["notes"])
@@ -24,6 +24,14 @@ def test_every_bad_input_is_reported_where_the_user_looks_and_changes_nothing_el
     assert "1 s deadline" in cases["CEL selector only the deadline stops"]["message"]
     assert "actual cost limit exceeded" in cases["CEL growth bomb (stored class)"]["message"]
     assert "Prepare is refused" in cases["corrupt checkpoint"]["message"]
+    assert (
+        "nest deeper than 64 levels"
+        in cases["claim nested 5,000 deep (accepted by the API)"]["message"]
+    )
+    assert "(200000 characters)" in cases["200 KB annotation value"]["message"]
+    assert len(cases["200 KB annotation value"]["message"]) < 300
+    assert "(422 Invalid)" in cases["commit refused for good (422)"]["message"]
+    assert cases["10 pods on one claim in one burst"]["where"] == "all bound"
     assert report["refused_claims_touched"] == []
     assert report["invariant_violations"] == []
     assert report["controller_alive"]

@@ -177,6 +177,28 @@ def test_the_authorizer_model_refuses_what_is_not_granted() -> None:
     assert denied(objs, "biaxial-controller", [lease]) != []
 
 
+def test_the_controller_role_grants_no_templates_and_only_its_own_lease() -> None:
+    """Measured before: the controller could read every ResourceClaimTemplate (it never does)
+    and get or update any Lease in the release namespace."""
+    objs = [r.obj for r in render_objects()]
+    sa = "biaxial-controller"
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+    templates = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaimtemplates"
+    refused = [
+        _request("GET", templates),
+        _request("GET", f"{templates}/t"),
+        _request("GET", f"{leases}/another-lease"),
+        _request("PUT", f"{leases}/another-lease"),
+    ]
+    assert len(denied(objs, sa, refused)) == len(refused)
+    own = [
+        _request("POST", leases),
+        _request("GET", f"{leases}/biaxial-controller"),
+        _request("PUT", f"{leases}/biaxial-controller"),
+    ]
+    assert denied(objs, sa, own) == []
+
+
 def _request(method: str, path: str, **query: str) -> RequestRecord:
     return RequestRecord(
         method=method, path=path, query=query, content_type="", verb="", resource="", status=200

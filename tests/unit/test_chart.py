@@ -403,8 +403,9 @@ def test_controller_rbac_is_the_reference_list() -> None:
     assert grants(ctl, "pods/binding") == {"create"}
     assert grants(ctl, "pods/status") == {"patch", "update"}
     assert grants(ctl, "nodes") == {"list", "watch"}
-    for resource in ("resourceslices", "deviceclasses", "resourceclaimtemplates"):
+    for resource in ("resourceslices", "deviceclasses"):
         assert grants(ctl, resource, res) == {"get", "list", "watch"}, resource
+    assert grants(ctl, "resourceclaimtemplates", res) == set()  # never read
     assert grants(ctl, "resourceclaims", res) == {
         "get", "list", "watch", "create", "update", "patch", "delete"
     }  # fmt: skip
@@ -415,11 +416,17 @@ def test_controller_rbac_is_the_reference_list() -> None:
     assert grants(ctl, "leases", "coordination.k8s.io") == set()  # namespaced Role only
     lease_role = one(objs, "Role", "biaxial-controller-leader-election")
     assert lease_role["metadata"]["namespace"] == NAMESPACE
-    assert grants(lease_role["rules"], "leases", "coordination.k8s.io") == {
-        "get",
-        "create",
-        "update",
-    }
+    lease_rules = lease_role["rules"]
+    assert grants(lease_rules, "leases", "coordination.k8s.io") == {"get", "create", "update"}
+    named = [r for r in lease_rules if r.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["biaxial-controller"],
+            "verbs": ["get", "update"],
+        }
+    ]  # create cannot be limited by name: it stands alone
 
 
 def test_bindings_name_the_chart_service_accounts() -> None:

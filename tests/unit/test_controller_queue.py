@@ -107,6 +107,20 @@ def test_add_while_processing_requeues_after_done() -> None:
     assert q.pop_nowait() == "a"
 
 
+def test_a_change_during_an_attempt_that_found_nothing_to_do_is_tried_at_once() -> None:
+    # The deallocator's case: it looked at a claim (nothing to release yet, FORGET) while the
+    # pod that held it finished; that pod's event must not be lost until the next resync
+    # (test_finished_pods_release_their_devices timed out so under load).
+    q = make(Clock())
+    q.add("a")
+    assert q.pop_nowait() == "a"
+    q.add("a")
+    q.done("a", Outcome.FORGET)
+    assert q.pop_nowait() == "a"
+    q.done("a", Outcome.FORGET)
+    assert q.pop_nowait() is None
+
+
 def test_add_does_not_skip_a_running_backoff() -> None:
     clock = Clock()
     q = make(clock)

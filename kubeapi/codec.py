@@ -1,0 +1,218 @@
+"""JSON text <-> data for everything the API server accepts, at any nesting depth.
+
+The API server accepts objects nested up to Go's decoder limit (10,000 levels) within its size
+limits: a ResourceClaim's opaque ``parameters`` (10 KiB) alone can nest about 5,000 deep.
+Python's recursive codecs stop far earlier (``json`` raises ``RecursionError`` near 1,000
+levels), and a decode failure on a list page or watch line would take every object of it
+with it. So:
+
+* :func:`loads` decodes with ``json`` (C, the fast path) and falls back, for text nested too
+  deep for it, to an iterative decoder with the same semantics (the last of duplicate keys
+  wins, integers of any size stay integers); it raises ``ValueError`` only for text that is
+  not JSON. (``orjson`` was considered: it refuses nesting past 1,024 too, and it turns
+  integers past 64 bits into floats, which would change opaque parameters a claim carries.)
+* :func:`dumps` encodes compactly, iteratively when the data nests too deep for ``json``;
+* :func:`copy` deep-copies and :func:`equal` compares JSON data, iteratively when it nests
+  too deep for recursion.
+
+Pure: no I/O. Readers of the decoded data that walk it recursively must bound its depth first
+(:func:`driver.api.model.json_depth`); the core does so where it reads free-form fields
+(opaque parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from json.encoder import encode_basestring_ascii
+from typing import Any, Final
+
+#: The standard decoder's string scanner (C): typeshed does not list it.
+_scanstring: Final[Callable[[str, int, bool], tuple[str, int]]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_WHITESPACE: Final = re.compile(r"[ \t\n\r]*")
+_NUMBER: Final = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_CONSTANTS: Final[tuple[tuple[str, Any], ...]] = (
+    ("null", None),
+    ("true", True),
+    ("false", False),
+)
+
+
+def loads(data: bytes | str) -> Any:
+    """The JSON value of ``data`` at any depth; ``ValueError`` when it is not JSON."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        pass
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"not UTF-8: {exc}") from exc
+    else:
+        text = data
+    return _decode(text)
+
+
+def _skip(text: str, i: int) -> int:
+    match = _WHITESPACE.match(text, i)
+    return match.end() if match else i
+
+
+def _key(text: str, i: int) -> tuple[str, int]:
+    """An object key and its colon at ``i``: the key and the index of its value."""
+    if text[i : i + 1] != '"':
+        raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, i)
+    key, i = _scanstring(text, i + 1, True)
+    i = _skip(text, i)
+    if text[i : i + 1] != ":":
+        raise json.JSONDecodeError("Expecting ':' delimiter", text, i)
+    return key, _skip(text, i + 1)
+
+
+def _scalar(text: str, i: int) -> tuple[Any, int]:
+    char = text[i : i + 1]
+    if char == '"':
+        return _scanstring(text, i + 1, True)
+    for word, value in _CONSTANTS:
+        if text.startswith(word, i):
+            return value, i + len(word)
+    match = _NUMBER.match(text, i)
+    if match is None:
+        raise json.JSONDecodeError("Expecting value", text, i)
+    integer, fraction, exponent = match.groups()
+    if fraction or exponent:
+        return float(integer + (fraction or "") + (exponent or "")), match.end()
+    return int(integer), match.end()
+
+
+def _decode(text: str) -> Any:
+    """Iterative JSON decoding: an explicit stack of open containers instead of recursion."""
+    # Each open container with the key its next value goes under (None for arrays).
+    stack: list[tuple[dict[str, Any] | list[Any], list[str | None]]] = []
+    i = _skip(text, 0)
+    while True:
+        char = text[i : i + 1]
+        value: Any
+        if char == "{":
+            i = _skip(text, i + 1)
+            if text[i : i + 1] != "}":
+                key, i = _key(text, i)
+                stack.append(({}, [key]))
+                continue
+            value, i = {}, i + 1
+        elif char == "[":
+            i = _skip(text, i + 1)
+            if text[i : i + 1] != "]":
+                stack.append(([], [None]))
+                continue
+            value, i = [], i + 1
+        else:
+            value, i = _scalar(text, i)
+        while True:  # hand the value to its container; close the containers that end here
+            if not stack:
+                i = _skip(text, i)
+                if i != len(text):
+                    raise json.JSONDecodeError("Extra data", text, i)
+                return value
+            container, slot = stack[-1]
+            if isinstance(container, dict):
+                container[str(slot[0])] = value
+            else:
+                container.append(value)
+            i = _skip(text, i)
+            char = text[i : i + 1]
+            if char == ",":
+                i = _skip(text, i + 1)
+                if isinstance(container, dict):
+                    slot[0], i = _key(text, i)
+                break
+            if char != ("}" if isinstance(container, dict) else "]"):
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, i)
+            stack.pop()
+            value, i = container, i + 1
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON (``separators=(",", ":")``, ASCII) of ``value`` at any depth."""
+    try:
+        return json.dumps(value, separators=(",", ":")).encode()
+    except RecursionError:
+        return _encode(value).encode()
+
+
+def _encode(value: Any) -> str:
+    """Iterative encoding: a stack of the open containers, each with an iterator over its
+    members and how many it has written."""
+    out: list[str] = []
+    stack: list[tuple[str, Iterator[Any], bool, list[int]]] = []
+    item: Any = value
+    while True:
+        if isinstance(item, dict):
+            out.append("{")
+            stack.append(("}", iter(item.items()), True, [0]))
+        elif isinstance(item, (list, tuple)):
+            out.append("[")
+            stack.append(("]", iter(item), False, [0]))
+        else:
+            out.append(json.dumps(item))
+        while stack:  # the next member of the innermost open container, closing finished ones
+            closer, members, is_object, written = stack[-1]
+            member: Any = next(members, _END)
+            if member is _END:
+                out.append(closer)
+                stack.pop()
+                continue
+            if written[0]:
+                out.append(",")
+            written[0] += 1
+            if is_object:
+                name, item = member
+                out.append(encode_basestring_ascii(str(name)) + ":")
+            else:
+                item = member
+            break
+        else:
+            return "".join(out)
+
+
+_END: Final = object()
+
+
+def copy(value: Any) -> Any:
+    """A deep copy of JSON data (dicts, lists, scalars) at any depth."""
+    try:
+        return _copy(value)
+    except RecursionError:
+        return loads(dumps(value))
+
+
+def _copy(value: Any) -> Any:
+    if type(value) is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_copy(v) for v in value]
+    return value
+
+
+def equal(a: Any, b: Any) -> bool:
+    """``a == b`` for JSON data at any depth."""
+    try:
+        return bool(a == b)
+    except RecursionError:
+        pass
+    pairs: list[tuple[Any, Any]] = [(a, b)]
+    while pairs:
+        x, y = pairs.pop()
+        if isinstance(x, dict) and isinstance(y, dict):
+            if x.keys() != y.keys():
+                return False
+            pairs.extend((x[k], y[k]) for k in x)
+        elif isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                return False
+            pairs.extend(zip(x, y, strict=True))
+        elif isinstance(x, (dict, list)) or isinstance(y, (dict, list)) or x != y:
+            return False
+    return True

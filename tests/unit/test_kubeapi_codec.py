@@ -1,0 +1,67 @@
+"""kubeapi.codec: JSON at any depth the API server accepts, with the standard library's
+semantics (its iterative decoder and encoder agree with ``json`` wherever ``json`` works)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from driver.api.model import json_depth
+from kubeapi import codec
+
+_json: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=30,
+)
+
+
+@given(_json)
+def test_the_iterative_codec_agrees_with_json(value: Any) -> None:
+    text = json.dumps(value)
+    assert codec._decode(text) == json.loads(text)
+    assert codec._encode(value) == json.dumps(value, separators=(",", ":"))
+    assert codec.copy(value) == value
+
+
+@pytest.mark.parametrize("levels", [999, 1_000, 10_000])
+def test_any_nesting_the_api_server_accepts_decodes(levels: int) -> None:
+    text = '{"a":' * levels + "[1, 2.5e3, true, null]" + "}" * levels
+    value = codec.loads(text.encode())
+    assert json_depth(value, 20_000) == levels + 1
+    assert codec.loads(codec.dumps(value)) is not None
+    copied = codec.copy(value)
+    assert codec.equal(copied, value)
+    assert codec.dumps(copied) == codec.dumps(value)
+
+
+def test_integers_past_64_bits_stay_integers() -> None:
+    deep = "[" * 2_000 + str(10**30) + "]" * 2_000
+    value = codec.loads(deep)
+    for _ in range(2_000):
+        value = value[0]
+    assert value == 10**30
+
+
+@pytest.mark.parametrize(
+    "text", ["1 2", "[", "[1,]", '{"a"}', '{"a":1,}', "[1] x", "nul", "{1:2}", b"\xff"]
+)
+def test_what_is_not_json_is_a_value_error(text: str | bytes) -> None:
+    deep = text if isinstance(text, bytes) else "[" * 2_000 + text + "]" * 2_000
+    with pytest.raises(ValueError):
+        codec.loads(deep)
+
+
+def test_equal_tells_deep_values_apart() -> None:
+    a = codec.loads("[" * 3_000 + "1" + "]" * 3_000)
+    b = codec.loads("[" * 3_000 + "2" + "]" * 3_000)
+    assert not codec.equal(a, b)
+    assert codec.equal(a, codec.copy(a))

@@ -210,3 +210,21 @@ def chart_rbac(plane: ControlPlane, values: Mapping[str, Any]) -> Iterator[list[
 def _key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
     meta = obj["metadata"]
     return (str(obj["kind"]), str(meta.get("namespace", "")), str(meta["name"]))
+
+
+def listening_tcp_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (its socket inodes in /proc/net/tcp{,6})."""
+    inodes = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        with contextlib.suppress(OSError):
+            target = str(fd.readlink())
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports

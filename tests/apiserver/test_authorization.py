@@ -37,12 +37,15 @@ from tests.apiserver.authz import (
     access_review,
     by_user,
     chart_rbac,
+    listening_tcp_ports,
     refused,
+    replace_arg,
     service_account_user,
     workload,
 )
 from tests.apiserver.conftest import ChartInstall, ensure_node
 from tests.apiserver.seed import Seeded, create, get, on_test_nodes, seeded
+from tests.apiserver.test_chart_install import _slice as node_slice
 from tests.cluster.controlplane import ControlPlane
 from tests.integration.controller_env import DRIVER, claim_template, pod
 from tests.integration.fake_kubelet import FakeKubelet, free_port, scratch_dir, wait
@@ -159,28 +162,14 @@ def did(requests: list[Request], verb: str, resource: str, code: int = 0) -> boo
 # --------------------------------------------------------------------------- the policy
 
 
-def _slice(node: str) -> JSON:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"generateName": f"{node}-"},
-        "spec": {
-            "driver": DRIVER,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "nodeName": node,
-            "devices": [{"name": "gpu-0"}],
-        },
-    }
-
-
 def test_a_plugin_updates_and_deletes_only_its_own_nodes_slices(
     chart_install: ChartInstall,
 ) -> None:
     plane = chart_install.plane
     ensure_node(plane, "authz-other")
     token = chart_install.plugin_token("authz-own")
-    theirs = create(plane, _slice("authz-other"))
-    mine = create(plane, _slice("authz-own"))
+    theirs = create(plane, node_slice("authz-other"))
+    mine = create(plane, node_slice("authz-own"))
     try:
         path = f"{SLICES}/{theirs['metadata']['name']}"
         theirs["spec"]["devices"].append({"name": "gpu-1"})
@@ -401,3 +390,133 @@ def test_controller_needs_nothing_the_chart_does_not_grant(chart_install: ChartI
         ("update", "leases"),
     ]:
         assert did(requests, verb, resource), (verb, resource)
+
+
+# --------------------------------------------------------------------------- a tenant
+
+
+def _role_binding(namespace: str, account: str, cluster_role: str, *, cluster: bool) -> JSON:
+    meta: JSON = {"name": f"{account}-{cluster_role}"}
+    if not cluster:
+        meta["namespace"] = namespace
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding" if cluster else "RoleBinding",
+        "metadata": meta,
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": cluster_role,
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+    }
+
+
+def test_a_tenant_reads_no_claims_through_anything_biaxial_serves(
+    chart_install: ChartInstall,
+) -> None:
+    plane = chart_install.plane
+    node, secret = "authz-tenant", "secret-claim"
+    controller_user = service_account_user(
+        chart_install.namespace, chart_install.controller_account
+    )
+    values: JSON = {
+        "controller": {
+            "metricsPort": free_port(),
+            "healthPort": free_port(),
+            "metricsAuth": {"enabled": True, "tlsSecretName": "biaxial-controller-serving"},
+            "leaderElection": {"leaseDuration": 3, "renewDeadline": 2, "retryPeriod": 0.5},
+        },
+    }
+    with (
+        contextlib.ExitStack() as stack,
+        scratch_dir("bxt") as root,
+        seeded(plane, "authz-tenant") as state,
+    ):
+        values["kubeletPlugin"] = plugin_values(root)["kubeletPlugin"]
+        objs = stack.enter_context(chart_rbac(plane, values))
+        for ns in ("tenant-a", "tenant-b", "monitoring"):
+            state.namespace(ns)
+        tenant = plane.service_account_token("tenant-a", "tenant")
+        # edit's rules (its own and view's): ``edit`` itself is filled in by
+        # kube-controller-manager's clusterrole-aggregation controller, which the test
+        # control plane does not run (without it, edit and view have no rules)
+        for role in ("system:aggregate-to-edit", "system:aggregate-to-view"):
+            state.add(_role_binding("tenant-a", "tenant", role, cluster=False))
+        scraper = plane.service_account_token("monitoring", "prometheus")
+        state.add(_role_binding("monitoring", "prometheus", "biaxial-metrics-reader", cluster=True))
+        # the real authorizer as the baseline: the tenant's own claims (once its informer
+        # has seen the new binding), not another namespace's
+        claims = "/apis/resource.k8s.io/v1/namespaces/{}/resourceclaims"
+        wait(
+            lambda: plane.request("GET", claims.format("tenant-a"), token=tenant)[0] == 200,
+            10,
+            "the tenant's edit rights",
+        )
+        assert plane.request("GET", claims.format("tenant-b"), token=tenant)[0] == 403
+
+        plugin_args, plugin_env, _ = workload(objs, "DaemonSet")
+        args, env, _ = workload(objs, "Deployment")
+        args = replace_arg(args, "--metrics-bind-address", "127.0.0.1")
+        args = replace_arg(args, "--tls-cert-file", str(plane.pki.serving_cert))
+        args = replace_arg(args, "--tls-private-key-file", str(plane.pki.serving_key))
+        plugin_kc = plane.kubeconfig(root / "plugin.kc", token=chart_install.plugin_token(node))
+        controller_kc = plane.kubeconfig(
+            root / "controller.kc", token=chart_install.controller_token()
+        )
+        audit = AuditLog(plane)
+        plugin_log, controller_log = root / "plugin.log", root / "controller.log"
+        plugin_env = {**plugin_env, "NODE_NAME": node, "POD_UID": str(uuid.uuid4())}
+        env = {**env, "BIAXIAL_IDENTITY": "biaxial-controller-tenant"}
+        plugin = stack.enter_context(
+            running([*plugin_args, "--kubeconfig", str(plugin_kc)], plugin_env, plugin_log)
+        )
+        controller = stack.enter_context(
+            running([*args, "--kubeconfig", str(controller_kc)], env, controller_log)
+        )
+        p, c = values["kubeletPlugin"], values["controller"]
+        plugin_metrics = f"http://127.0.0.1:{p['metricsPort']}"
+        controller_metrics = f"https://127.0.0.1:{c['metricsPort']}/metrics"
+        wait(lambda: http(f"{plugin_metrics}/readyz")[0] == 200, 30, "plugin ready")
+        wait(
+            lambda: http(f"http://127.0.0.1:{c['healthPort']}/readyz")[0] == 200,
+            30,
+            "controller ready",
+        )
+        # another namespace's claim, prepared on the plugin's node
+        ref = allocated_claim(plane, "tenant-b", secret, node)
+        (registration,) = (root / "reg").glob("*.sock")
+        with FakeKubelet(registration) as kubelet:
+            kubelet.notify(registered=True)
+            assert kubelet.dra("v1").prepare([ref])[ref[1]].error == ""
+
+            tls = plane.ssl_context()
+            assert http(controller_metrics, tenant, tls)[0] == 403
+            assert http(controller_metrics, None, tls)[0] == 401
+            assert http(controller_metrics, "not-a-token", tls)[0] == 401
+            status, body = http(controller_metrics, scraper, tls)
+            assert status == 200, body
+            assert "biaxial_" in body
+            served = [body]
+            for port in (p["healthPort"], c["healthPort"]):
+                for path in ("/healthz", "/readyz", "/livez", "/metrics"):
+                    status, body = http(f"http://127.0.0.1:{port}{path}", tenant)
+                    assert status in (200, 404), (port, path, status)
+                    assert path != "/metrics" or status == 404, "metrics on the health port"
+                    served.append(body)
+            status, body = http(f"{plugin_metrics}/metrics", tenant)
+            assert status == 200
+            served.append(body)
+            leaks = [b for b in served if secret in b or ref[1] in b or "tenant-b" in b]
+            assert leaks == []
+            # nothing else listens: the plugin's gRPC is on unix sockets in the kubelet's dirs
+            assert listening_tcp_ports(plugin.pid) == {p["metricsPort"], p["healthPort"]}
+            assert listening_tcp_ports(controller.pid) == {c["metricsPort"], c["healthPort"]}
+            assert kubelet.dra("v1").unprepare([ref]) == {ref[1]: ""}
+        terminate(controller, controller_log)
+        terminate(plugin, plugin_log)
+        requests = audit.settle()
+    # the controller's reviews of the scrapers were its own, and allowed (auth-delegator)
+    reviews = [r for r in by_user(requests, controller_user) if "reviews" in r.resource]
+    assert {r.resource for r in reviews} == {"tokenreviews", "subjectaccessreviews"}
+    assert refused(requests, controller_user) == []

@@ -70,7 +70,7 @@ def _running_pod_with_a_gpu(plane: ControlPlane, state: Seeded) -> None:
     )
     runner = pod("runner", claim="runner-gpu", namespace=NS)
     runner["spec"]["nodeName"] = NODE
-    created = create(plane, runner)
+    created = state.add(runner)
     created["status"] = {"phase": "Running"}
     status, body = plane.request("PUT", f"/api/v1/namespaces/{NS}/pods/runner/status", created)
     assert status == 200, body

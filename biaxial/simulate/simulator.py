@@ -863,6 +863,13 @@ class _Run:
             return "finished"
         node = spec.get("nodeName")
         if node:
+            if node not in node_names and meta.get("deletionTimestamp"):
+                # a live cluster's state: the node is gone and the pod, being deleted, waits
+                # for kube-controller-manager's pod garbage collector to remove it
+                self.result.skipped.append(
+                    PodFailure(pod=key, reason=f"being deleted (its node {node} is gone)")
+                )
+                return "skipped"
             if node not in node_names:
                 raise ManifestError(
                     f"Pod {key}: spec.nodeName {node!r} is not a node of the cluster"

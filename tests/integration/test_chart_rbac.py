@@ -1,15 +1,13 @@
-"""The chart's RBAC is sufficient: run both binaries exactly as the chart runs them (its
-rendered arguments and environment) against the API emulator, record every API request they
-make, and check each one against the chart's ClusterRoles and Roles the way the RBAC authorizer
-would. A request the chart does not grant would be a 403 on a real cluster; this catches it
-here, where the emulator itself authorizes everything.
+"""The controller's one path the real API server cannot show: run as the chart runs it (its
+rendered arguments and environment) against the API emulator, with a 409 Conflict injected on
+its first write of a PersistentVolume (so it reads the PV again), record every API request it
+makes, and check each against the chart's ClusterRoles and Roles the way the RBAC authorizer
+would (the emulator itself authorizes everything).
 
-The runs cover each component's main path: the plugin publishes its pool, advertises legacy
-resources, registers with a (fake) kubelet and prepares and unprepares a claim; the controller
-takes the Lease, schedules a legacy pod through a bridge claim and a template pod, a pod whose
-WaitForFirstConsumer claim is provisioned where it goes and one bound to a local PV (with a
-conflict on the PV's first write, so the PV is read again), binds them, and releases the Lease
-on SIGTERM.
+Everything else is proved on the real control plane, where the real authorizer decides
+(``tests/apiserver/test_authorization.py``): both binaries under their ServiceAccounts' real
+tokens on their main paths, with no request refused in the audit log, and what the plugin's
+role must not allow, asked with SubjectAccessReviews. A fault hook is the emulator's alone.
 """
 
 from __future__ import annotations
@@ -24,17 +22,17 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.apiserver.authz import workload
 from tests.emulator import Emulator, ResourceClaimController, VolumeController
 from tests.emulator.faults import RequestRecord
 from tests.integration.controller_env import bound_pods, pod, seed_cluster
-from tests.integration.fake_kubelet import FakeKubelet, wait
+from tests.integration.fake_kubelet import wait
 from tests.render_chart import NAMESPACE, render_objects
 from tests.unit.builders import pv, pvc, storage_class
 
@@ -61,13 +59,6 @@ def _status(url: str) -> int:
 
 def _ok(url: str) -> bool:
     return _status(url) == 200
-
-
-def _workload(objs: list[JSON], kind: str) -> tuple[list[str], dict[str, str], JSON]:
-    (workload,) = [o for o in objs if o["kind"] == kind]
-    (c,) = workload["spec"]["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
-    return list(c["args"]), env, c
 
 
 # --------------------------------------------------------------------------- the authorizer
@@ -205,32 +196,6 @@ def _request(method: str, path: str, **query: str) -> RequestRecord:
     )
 
 
-def test_the_plugin_reads_claims_and_cannot_write_their_status_nor_list_them() -> None:
-    """Measured before: the plugin's ClusterRole could write the status of any claim in any
-    namespace and list/watch every claim. Now it may only get a claim by name."""
-    objs = [r.obj for r in render_objects()]
-    sa = "biaxial-kubelet-plugin"
-    claims = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
-    refused = [
-        _request("PUT", f"{claims}/c/status"),
-        _request("PATCH", f"{claims}/c/status"),
-        _request("PUT", f"{claims}/c/driver"),  # the 1.36 node-scoped subresource
-        _request("PATCH", f"{claims}/c/binding"),
-        _request("GET", claims),  # list in a namespace
-        _request("GET", "/apis/resource.k8s.io/v1/resourceclaims"),  # list everywhere
-        _request("GET", claims, watch="true"),
-        _request("GET", "/apis/resource.k8s.io/v1/resourceclaims", watch="1"),
-        _request("PUT", f"{claims}/c"),
-        _request("PATCH", f"{claims}/c"),
-        _request("DELETE", f"{claims}/c"),
-        _request("POST", claims),
-        _request("GET", "/apis/resource.k8s.io/v1/resourceslices/s"),  # never used
-        _request("PATCH", "/apis/resource.k8s.io/v1/resourceslices/s"),  # never used
-    ]
-    assert len(denied(objs, sa, refused)) == len(refused)
-    assert denied(objs, sa, [_request("GET", f"{claims}/c")]) == []
-
-
 # --------------------------------------------------------------------------- the runs
 
 
@@ -241,104 +206,6 @@ def short_root() -> Iterator[Path]:
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def test_kubelet_plugin_needs_nothing_the_chart_does_not_grant(
-    emulator: Emulator, short_root: Path
-) -> None:
-    port = _free_port()
-    dirs = {k: short_root / k for k in ("reg", "plugins", "cdi", "state", "mps", "lock")}
-    values = {
-        "kubeletPlugin": {
-            "fakeGpus": "t4x4",
-            "advertiseLegacyResources": True,
-            "metricsPort": port,
-            "healthPort": _free_port(),
-            "hostPaths": {
-                "registry": str(dirs["reg"]),
-                "plugins": str(dirs["plugins"]),
-                "cdi": str(dirs["cdi"]),
-                "state": str(dirs["state"]),
-                "mpsRoot": str(dirs["mps"]),
-                "hamiLockDir": str(dirs["lock"]),
-            },
-        }
-    }
-    objs = [r.obj for r in render_objects(values)]
-    args, env, c = _workload(objs, "DaemonSet")
-    for d in dirs.values():
-        d.mkdir()
-    emulator.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    kubeconfig = emulator.write_kubeconfig(short_root / "kubeconfig")
-    pod_uid = str(uuid.uuid4())
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "biaxial", *args, "--kubeconfig", str(kubeconfig)],
-        env={**os.environ, **env, "NODE_NAME": NODE, "POD_UID": pod_uid},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        health = f"http://127.0.0.1:{port}{c['readinessProbe']['httpGet']['path']}"
-        wait(lambda: _status(health) == 200, 20, "plugin /healthz")
-        wait(
-            lambda: [s for s in emulator.list("resourceslices") if s["spec"]["nodeName"] == NODE],
-            20,
-            "published slices",
-        )
-        wait(
-            lambda: (
-                "nvidia.com/gpumem"
-                in ((emulator.get("nodes", NODE) or {}).get("status") or {}).get("capacity", {})
-            ),
-            20,
-            "legacy resources on the Node",
-        )
-        (registration,) = dirs["reg"].glob("*.sock")
-        assert pod_uid in registration.name  # rolling-update socket names from POD_UID
-        created = emulator.create(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": "c1", "namespace": "default"},
-                "spec": {
-                    "devices": {
-                        "requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]
-                    }
-                },
-            }
-        )
-        emulator.update_status(
-            "ResourceClaim",
-            "c1",
-            {
-                "allocation": {
-                    "devices": {
-                        "results": [
-                            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}
-                        ]
-                    }
-                }
-            },
-            namespace="default",
-        )
-        ref = ("default", created["metadata"]["uid"], "c1")
-        with FakeKubelet(registration) as kubelet:
-            kubelet.notify(registered=True)
-            dra = kubelet.dra("v1")
-            prepared = dra.prepare([ref])
-            assert prepared[ref[1]].error == ""
-            assert dra.unprepare([ref]) == {ref[1]: ""}
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, output
-    records = list(emulator.requests)
-    assert any(r.method == "POST" and "resourceslices" in r.path for r in records)
-    assert denied(objs, "biaxial-kubelet-plugin", records) == []
 
 
 def _volume_pod(name: str, claim: str) -> JSON:
@@ -372,7 +239,7 @@ def test_controller_needs_nothing_the_chart_does_not_grant(
             }
         )
     ]
-    args, env, c = _workload(objs, "Deployment")
+    args, env, c = workload(objs, "Deployment")
     emulator.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     seed_cluster(emulator)
     kubeconfig = emulator.write_kubeconfig(short_root / "kubeconfig")

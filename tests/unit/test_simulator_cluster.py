@@ -171,6 +171,17 @@ def test_a_pod_bound_to_an_unknown_node_is_an_error() -> None:
         run(pod("lost", nodeName="gone"))
 
 
+def test_a_pod_being_deleted_from_a_deleted_node_is_skipped() -> None:
+    """Measured on the real API server: a pod bound to a node stays, with its
+    deletionTimestamp, after the Node is deleted, until the pod garbage collector removes it;
+    ``--kubeconfig`` and a dump read it, and the rest of the cluster is still simulated."""
+    leaving = pod("leaving", nodeName="gone")
+    leaving["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    result = run(leaving, pod("mine"))
+    assert set(placed(result)) == {"mine"}
+    assert skipped(result) == {"leaving": "being deleted (its node gone is gone)"}
+
+
 def test_namespace_labels_gate_admin_access_as_the_api_server_does() -> None:
     # k8s.io/api resource/v1: adminAccess needs the namespace label
     # resource.kubernetes.io/admin-access: "true" (the API server's admission checks it).

@@ -144,14 +144,14 @@ class Controller:
     def get(self) -> tuple[int, Any]:
         return self.plane.request("GET", self.path, token=self.token)
 
-    def _write(self, path: str, edit: Callable[[JSON], None]) -> tuple[int, Any]:
+    def write(self, path: str, edit: Callable[[JSON], None]) -> tuple[int, Any]:
         return _update(self.plane, path, edit, token=self.token)
 
     def add_finalizer(self, finalizer: str) -> JSON:
         def edit(claim: JSON) -> None:
             claim["metadata"].setdefault("finalizers", []).append(finalizer)
 
-        return _ok(self._write(self.path, edit), 200)
+        return _ok(self.write(self.path, edit), 200)
 
     def allocate_and_reserve(self, pod: JSON, driver: str = "gpu.biaxial.dev") -> JSON:
         result = {"request": "gpu", "driver": driver, "pool": "gpu-node-1", "device": "gpu-0"}
@@ -163,7 +163,7 @@ class Controller:
                 "reservedFor": [ref],
             }
 
-        return _ok(self._write(f"{self.path}/status", edit), 200)
+        return _ok(self.write(f"{self.path}/status", edit), 200)
 
     def unreserve_and_deallocate(self) -> JSON:
         """As the controller's deallocator does once no pod uses the claim."""
@@ -171,7 +171,7 @@ class Controller:
         def edit(claim: JSON) -> None:
             claim["status"] = {}
 
-        return _ok(self._write(f"{self.path}/status", edit), 200)
+        return _ok(self.write(f"{self.path}/status", edit), 200)
 
     def remove_finalizer(self) -> tuple[int, Any]:
         """As :meth:`controller.commit.Committer.remove_finalizer`: on the version it read."""
@@ -180,7 +180,7 @@ class Controller:
             meta = claim["metadata"]
             meta["finalizers"] = [f for f in meta.get("finalizers", []) if f != FINALIZER]
 
-        return self._write(self.path, edit)
+        return self.write(self.path, edit)
 
 
 def _strip(plane: ControlPlane, path: str, token: str) -> tuple[int, Any]:
@@ -220,6 +220,13 @@ def test_a_tenant_cannot_strip_the_finalizer_of_a_claim_its_running_pod_uses(
     assert "reserved for pod(s) train-pod" in message
     assert f"its finalizer {FINALIZER} keeps its devices in use" in message
     assert "Delete the pods that use the claim" in message
+
+    # a status write cannot drop finalizers (so the policy leaves the status subresource out)
+    def drop_finalizers(claim: JSON) -> None:
+        claim["metadata"]["finalizers"] = []
+
+    written = _ok(controller.write(f"{controller.path}/status", drop_finalizers), 200)
+    assert written["metadata"]["finalizers"] == [FINALIZER]
 
     # an unrelated update of the same claim by the tenant goes through
     def relabel(claim: JSON) -> None:

@@ -17,10 +17,11 @@ are woken (``on_release``). A pod that wants those devices meanwhile is unschedu
 usual message (its claim cannot be allocated), as it would be while the claim existed.
 
 What is retained lives in memory: a controller that restarts while such a pod runs no longer
-knows the deleted claim's allocation. The node is the second line there: the kubelet plugin
-refuses to prepare a device prepared for another claim, and does not release a claim it
-prepared merely because the claim object is gone while the claim was last seen reserved
-(:mod:`kubeletplugin.reconcile`).
+knows the deleted claim's allocation. The durable layer is the chart's claim-protection
+ValidatingAdmissionPolicy: it refuses removing our finalizer from a claim that is still
+allocated, so with it on, a claim this controller allocated cannot be deleted from under a
+running pod and retention is not needed (docs/operations.md, "A claim deleted while its pod
+runs"). The node still refuses to prepare a device prepared for another claim.
 """
 
 from __future__ import annotations

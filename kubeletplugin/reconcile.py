@@ -22,6 +22,13 @@ never evidence: the claim keeps its state and is asked again next time. An unrea
 checkpoint is skipped (the Preparer reports it; the loop reads it again next period, which is
 how a repaired file is noticed).
 
+"No longer exists" is trusted without asking whether the claim's pods still run (which would
+need ``get`` on every pod of the cluster: RBAC cannot narrow a ServiceAccount to its node's
+pods): with the chart's claim-protection policy, a claim holding this driver's devices leaves
+the API only after its allocator deallocated it, which the allocators do only once no pod
+reserves it, and a reservation goes only once its pod is gone or finished. Without the policy
+the grace period is the bound (docs/operations.md, "A claim deleted while its pod runs").
+
 Two overlapping plugin instances may both reconcile: releases go through the checkpoint lock,
 so the second finds nothing left to release.
 """

@@ -3,10 +3,10 @@
 ``chart_install`` applies, once per session, what the rendered Helm chart (default values)
 gives the API server apart from the workloads: the Namespace, both ServiceAccounts, every
 ClusterRole, Role and binding, the ValidatingAdmissionPolicy that pins a plugin to its node's
-pool, and the DeviceClasses. The components then run as local processes under real
-ServiceAccount tokens of those accounts (:meth:`ChartInstall.controller_token`,
-:meth:`ChartInstall.plugin_token`), so the chart's RBAC and policy are all that authorizes
-them: nothing else grants them anything.
+pool, the one that protects allocated claims' finalizers, and the DeviceClasses. The
+components then run as local processes under real ServiceAccount tokens of those accounts
+(:meth:`ChartInstall.controller_token`, :meth:`ChartInstall.plugin_token`), so the chart's
+RBAC and policies are all that authorizes them: nothing else grants them anything.
 """
 
 from __future__ import annotations
@@ -118,6 +118,34 @@ class ChartInstall:
             time.sleep(0.2)
         raise ControlPlaneError("the chart's ResourceSlice policy is not enforced after 30 s")
 
+    def wait_for_claim_policy(self, timeout: float = 30.0) -> None:
+        """The same for the claim-protection policy: a probe claim, allocated with the
+        controller's finalizer, until a dry run that strips the finalizer is refused."""
+        path = f"/apis/resource.k8s.io/v1/namespaces/{self.namespace}/resourceclaims"
+        result = {"request": "gpu", "driver": "gpu.biaxial.dev", "pool": "probe", "device": "gpu-0"}
+        probe: JSON = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "policy-probe", "finalizers": ["gpu.biaxial.dev/allocation"]},
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "c"}}]}
+            },
+        }
+        status, stored = self.plane.request("POST", path, probe)
+        if status == 201:
+            stored["status"] = {"allocation": {"devices": {"results": [result]}}}
+            status, stored = self.plane.request("PUT", f"{path}/policy-probe/status", stored)
+        if status != 200:
+            raise ControlPlaneError(f"the claim-protection probe: {status} {stored}")
+        stored["metadata"]["finalizers"] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, _ = self.plane.request("PUT", f"{path}/policy-probe?dryRun=All", stored)
+            if status == 422:
+                return
+            time.sleep(0.2)
+        raise ControlPlaneError("the chart's claim-protection policy is not enforced after 30 s")
+
 
 def ensure_node(plane: ControlPlane, name: str, **labels: str) -> JSON:
     """A Node object (what a kubelet would register), created when missing."""
@@ -142,4 +170,5 @@ def chart_install(control_plane: ControlPlane) -> ChartInstall:
     control_plane.apply([namespace, *objects])
     install = ChartInstall(control_plane, objects)
     install.wait_for_policies()
+    install.wait_for_claim_policy()
     return install

@@ -45,6 +45,9 @@ def one(objs: list[JSON], kind: str, name: str | None = None) -> JSON:
     return found[0]
 
 
+VAP = "ValidatingAdmissionPolicy"
+
+
 def rules(objs: list[JSON], kind: str, name: str) -> list[JSON]:
     rules_: list[JSON] = one(objs, kind, name)["rules"]
     return rules_
@@ -136,7 +139,9 @@ def test_default_render_has_the_expected_objects() -> None:
             ("RoleBinding", "biaxial-kubelet-plugin-events"),
             ("ServiceAccount", "biaxial-controller"),
             ("ServiceAccount", "biaxial-kubelet-plugin"),
+            ("ValidatingAdmissionPolicy", "biaxial-claim-protection"),
             ("ValidatingAdmissionPolicy", "biaxial-resourceslices"),
+            ("ValidatingAdmissionPolicyBinding", "biaxial-claim-protection"),
             ("ValidatingAdmissionPolicyBinding", "biaxial-resourceslices"),
         ]
     )
@@ -229,9 +234,13 @@ def test_driver_name_and_extended_resource_values_reach_every_place() -> None:
     assert "--driver-name=gpu.example.org" in container(objs, "DaemonSet")["args"]
     assert "--driver-name=gpu.example.org" in container(objs, "Deployment")["args"]
     checks = [
-        v["expression"] for v in one(objs, "ValidatingAdmissionPolicy")["spec"]["validations"]
+        v["expression"] for v in one(objs, VAP, "biaxial-resourceslices")["spec"]["validations"]
     ]
     assert 'variables.objectDriver == "gpu.example.org"' in checks
+    claims = one(objs, VAP, "biaxial-claim-protection")["spec"]
+    assert '"gpu.example.org/allocation"' in claims["matchConditions"][0]["expression"]
+    variables = {v["name"]: v["expression"] for v in claims["variables"]}
+    assert 'r.driver == "gpu.example.org"' in variables["holdsOurDevices"]
 
 
 @pytest.mark.parametrize("strategy", ["hami-core", "mps", "none"])
@@ -445,8 +454,8 @@ def test_bindings_name_the_chart_service_accounts() -> None:
 
 def test_resourceslice_policy_restricts_the_plugin_to_its_node() -> None:
     objs = render()
-    policy = one(objs, "ValidatingAdmissionPolicy")["spec"]
-    binding = one(objs, "ValidatingAdmissionPolicyBinding")["spec"]
+    policy = one(objs, VAP, "biaxial-resourceslices")["spec"]
+    binding = one(objs, f"{VAP}Binding", "biaxial-resourceslices")["spec"]
     assert binding == {"policyName": "biaxial-resourceslices", "validationActions": ["Deny"]}
     assert policy["failurePolicy"] == "Fail"
     (rule,) = policy["matchConstraints"]["resourceRules"]
@@ -469,8 +478,33 @@ def test_resourceslice_policy_restricts_the_plugin_to_its_node() -> None:
     ]
     assert checks[4].startswith('request.operation != "UPDATE" ||')
     assert not [
-        o for o in render({"resourceSlicePolicy": {"enabled": False}}) if "Policy" in o["kind"]
+        o["metadata"]["name"]
+        for o in render({"resourceSlicePolicy": {"enabled": False}})
+        if "Policy" in o["kind"] and "resourceslices" in o["metadata"]["name"]
     ]
+
+
+def test_claim_protection_policy_guards_allocators_finalizers_on_updates_only() -> None:
+    objs = render()
+    policy = one(objs, VAP, "biaxial-claim-protection")["spec"]
+    binding = one(objs, f"{VAP}Binding", "biaxial-claim-protection")["spec"]
+    assert binding == {"policyName": "biaxial-claim-protection", "validationActions": ["Deny"]}
+    assert policy["failurePolicy"] == "Fail"
+    (rule,) = policy["matchConstraints"]["resourceRules"]
+    # finalizers are written through the main resource; a DELETE only marks the claim
+    assert rule["resources"] == ["resourceclaims"]
+    assert rule["operations"] == ["UPDATE"]
+    assert "v1" in rule["apiVersions"]
+    (condition,) = policy["matchConditions"]
+    assert (
+        '["gpu.biaxial.dev/allocation", "resource.kubernetes.io/delete-protection"]'
+        in (condition["expression"])
+    )
+    # no exemption: the controller's own path never removes its finalizer while allocated
+    assert "userInfo" not in str(policy)
+    for enabled, expected in ((True, 2), (False, 0)):
+        objs = render({"claimProtectionPolicy": {"enabled": enabled}})
+        assert len([o for o in objs if "claim-protection" in o["metadata"]["name"]]) == expected
 
 
 # --------------------------------------------------------------------------- workloads
@@ -759,6 +793,8 @@ def _admit(
     node: str | None,
     new: JSON | None = None,
     old: JSON | None = None,
+    *,
+    policy_name: str = "biaxial-resourceslices",
 ) -> str:
     """Evaluate the chart's policy like the API server: 'skip' (no match), 'allow' or the
     first failing validation's message. An expression that errors fails the test (the API
@@ -766,7 +802,7 @@ def _admit(
     from cel_expr_python import cel
     from cel_expr_python.ext import ext_optional, ext_strings
 
-    policy = one(render(), "ValidatingAdmissionPolicy")["spec"]
+    policy = one(render(), VAP, policy_name)["spec"]
     t = cel.Type
     env = cel.NewEnv(
         None,
@@ -851,6 +887,66 @@ def test_resourceslice_policy_decisions(
         assert got == verdict
     else:
         assert verdict in got, got
+
+
+OURS = "gpu.biaxial.dev/allocation"
+BUILTIN = "resource.kubernetes.io/delete-protection"
+TENANT = "system:serviceaccount:team-a:default"
+
+
+def _claim(finalizers: list[str], driver: str | None = None, pods: tuple[str, ...] = ()) -> JSON:
+    """A ResourceClaim as the policy sees it: allocated a device of ``driver`` (None: not
+    allocated), reserved for ``pods``."""
+    claim: JSON = {"metadata": {"namespace": "team-a", "name": "train"}}
+    if finalizers:
+        claim["metadata"]["finalizers"] = finalizers
+    if driver is not None:
+        result = {"request": "gpu", "driver": driver, "pool": "gpu-1", "device": "gpu-0"}
+        claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+        if pods:
+            claim["status"]["reservedFor"] = [
+                {"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in pods
+            ]
+    return claim
+
+
+NOTHING: list[str] = []
+
+
+@pytest.mark.parametrize(
+    ("new", "old", "verdict"),
+    [
+        # stripping the controller's finalizer while the claim runs a pod
+        (_claim(NOTHING), _claim([OURS], "gpu.biaxial.dev", ("p0",)), "reserved for pod(s) p0:"),
+        # ... or while merely allocated (what the controller never does)
+        (_claim(NOTHING), _claim([OURS], "gpu.biaxial.dev"), "is still allocated: its finalizer"),
+        (_claim(NOTHING), _claim([OURS], "other.dev"), f"its finalizer {OURS} keeps"),
+        # many pods: the first three, then a count
+        (
+            _claim(NOTHING),
+            _claim([OURS], "gpu.biaxial.dev", ("a", "b", "c", "d", "e")),
+            "reserved for pod(s) a, b, c and 2 more:",
+        ),
+        # keeping ours while dropping another finalizer is the tenant's business
+        (_claim([OURS]), _claim([OURS, "team-a/x"], "gpu.biaxial.dev", ("p0",)), "skip"),
+        # the controller's own path: deallocated first, then the finalizer goes
+        (_claim(NOTHING), _claim([OURS]), "allow"),
+        # kube-scheduler's finalizer, while it holds this driver's devices only
+        (_claim(NOTHING), _claim([BUILTIN], "gpu.biaxial.dev", ("p0",)), f"finalizer {BUILTIN}"),
+        (_claim(NOTHING), _claim([BUILTIN], "other.dev", ("p0",)), "allow"),
+        (_claim(NOTHING), _claim([BUILTIN]), "allow"),
+        # adding a finalizer, or changing anything else, is not this policy's business
+        (_claim([OURS]), _claim(NOTHING), "skip"),
+        (_claim([OURS]), _claim([OURS], "gpu.biaxial.dev", ("p0",)), "skip"),
+    ],
+)
+def test_claim_protection_policy_decisions(new: JSON, old: JSON, verdict: str) -> None:
+    got = _admit("UPDATE", TENANT, None, new, old, policy_name="biaxial-claim-protection")
+    if verdict in {"allow", "skip"}:
+        assert got == verdict
+    else:
+        assert verdict in got, got
+        assert "Delete the pods that use the claim" in got
 
 
 # --------------------------------------------------------------------------- kind quick start

@@ -3,7 +3,8 @@
 Each entry carries what routing, discovery, field selectors and the write rules need: group,
 version, plural/singular names, scope, subresources, the field-selector table the real API
 server accepts for the kind (anything else is a 400), whether the kind has a ``/status``
-subresource (main writes keep status, status writes keep everything else), whether
+subresource (main writes keep status; status writes keep the spec, and the metadata too
+where the kind's status strategy resets it), whether
 ``metadata.generation`` is tracked, whether PUT may create, and which spec is immutable.
 """
 

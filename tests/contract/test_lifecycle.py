@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.contract.conftest import Api, claim, pod
+from tests.contract.conftest import Api, Response, claim, pod
 
 
 def _eventually(check: object, timeout: float = 60.0) -> None:
@@ -54,7 +54,13 @@ def test_list_at_an_exact_resource_version(api: Api) -> None:
     assert [p["metadata"]["name"] for p in then["items"]] == ["a"]
     assert "labels" not in then["items"][0]["metadata"]
     assert then["metadata"]["resourceVersion"] == rv
-    assert api.get(api.pods(), resourceVersionMatch="Exact").status == 400
+    # ValidateListOptions (apimachinery meta/internalversion/validation) runs before the read:
+    # a match without a resourceVersion is a 422 on ListOptions, not a 400
+    unanchored = api.get(api.pods(), resourceVersionMatch="Exact")
+    assert unanchored.status == 422
+    assert unanchored.reason == "Invalid"
+    assert unanchored.body["details"]["kind"] == "ListOptions"
+    assert "forbidden unless resourceVersion is provided" in unanchored.body["message"]
 
 
 def test_delete_collection_with_a_label_selector(api: Api) -> None:
@@ -199,24 +205,31 @@ def test_events_of_both_apis_are_one_resource(api: Api) -> None:
 
 def test_times_are_stored_in_canonical_form(api: Api) -> None:
     path = f"/apis/coordination.k8s.io/v1/namespaces/{api.namespace}/leases"
-    lease = api.ok(
-        api.post(
+
+    def lease(name: str, renew: str) -> Response:
+        return api.post(
             path,
             {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": "l"},
-                "spec": {"holderIdentity": "a", "renewTime": "2026-11-23T01:00:00.5+01:00"},
+                "metadata": {"name": name},
+                "spec": {"holderIdentity": "a", "renewTime": renew},
             },
-        ),
-        201,
-    )
-    assert lease["spec"]["renewTime"] == "2026-11-23T00:00:00.500000Z"  # MicroTime
+        )
+
+    stored = api.ok(lease("l", "2026-11-23T01:00:00.500000+01:00"), 201)
+    assert stored["spec"]["renewTime"] == "2026-11-23T00:00:00.500000Z"  # MicroTime, in UTC
+    # MicroTime parses with RFC3339Micro ("2006-01-02T15:04:05.000000Z07:00", apimachinery
+    # meta/v1 micro_time.go): exactly six fractional digits, else the body does not decode
+    for short in ("2026-11-23T01:00:00.5+01:00", "2026-11-23T01:00:00+01:00"):
+        refused = lease("short", short)
+        assert refused.status == 400, short
+        assert refused.reason == "BadRequest"
     api.ok(api.post(api.pods(), pod("p")), 201)
-    condition = {
+    condition = {  # Time parses with time.RFC3339: a fraction is accepted and dropped
         "type": "example.com/Probe",
         "status": "True",
-        "lastTransitionTime": "2026-11-23T02:00:00+02:00",
+        "lastTransitionTime": "2026-11-23T02:00:00.75+02:00",
     }
     patched = api.ok(
         api.patch(

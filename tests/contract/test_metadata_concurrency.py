@@ -146,8 +146,11 @@ def test_delete_preconditions(api: Api) -> None:
             "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"},
         },
     )
+    # rest.BeforeDelete checks the preconditions and names the object by its Kind
     assert wrong_uid.status == 409
-    assert "Precondition failed" in wrong_uid.body["message"]
+    assert wrong_uid.reason == "Conflict"
+    assert wrong_uid.body["message"].startswith('Operation cannot be fulfilled on Pod "p": ')
+    assert "the UID in the precondition" in wrong_uid.body["message"]
     api.ok(api.patch(api.pods("p"), {"metadata": {"labels": {"a": "b"}}}))
     wrong_rv = api.delete(
         api.pods("p"),
@@ -158,6 +161,7 @@ def test_delete_preconditions(api: Api) -> None:
         },
     )
     assert wrong_rv.status == 409
+    assert "the ResourceVersion in the precondition" in wrong_rv.body["message"]
     assert api.get(api.pods("p")).status == 200
     deleted = api.delete(
         api.pods("p"),

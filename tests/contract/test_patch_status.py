@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.conftest import Api, claim, pod
+from tests.contract.conftest import Api, claim, needs_emulator, pod
 
 SMP = "application/strategic-merge-patch+json"
 
@@ -30,15 +30,20 @@ def _ref(name: str, uid: str) -> dict[str, str]:
 
 
 def test_strategic_merge_reserved_for_by_uid(api: Api) -> None:
+    # reservations name pods that exist: kube-controller-manager's resourceclaim controller
+    # drops a reservation whose pod is gone (pkg/controller/resourceclaim, syncClaim)
+    first, second = (
+        _ref(name, api.ok(api.post(api.pods(), pod(name)), 201)["metadata"]["uid"])
+        for name in ("a", "b")
+    )
     api.ok(api.post(api.claims(), claim("c")), 201)
     api.ok(api.patch(api.claims("c") + "/status", {"status": {"allocation": _allocation()}}))
-    first = _ref("a", "11111111-1111-1111-1111-111111111111")
-    second = _ref("b", "22222222-2222-2222-2222-222222222222")
     api.ok(api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [first]}}, SMP))
     merged = api.ok(
         api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [second]}}, SMP)
     )
-    assert [r["uid"] for r in merged["status"]["reservedFor"]] == [first["uid"], second["uid"]]
+    # merged by uid; strategicpatch.normalizeElementOrder puts the patch's new entry first
+    assert [r["uid"] for r in merged["status"]["reservedFor"]] == [second["uid"], first["uid"]]
     removed = api.ok(
         api.patch(
             api.claims("c") + "/status",
@@ -128,25 +133,48 @@ def test_main_resource_writes_keep_status(api: Api) -> None:
 
 
 def test_status_writes_keep_spec_and_metadata(api: Api) -> None:
+    """A status write never changes the spec. Metadata depends on the kind's status strategy:
+    podStatusStrategy lets labels, annotations and finalizers through (only owner references
+    and the deletion timestamp stay), the ResourceClaim one calls
+    metav1.ResetObjectMetaForStatus (pkg/registry/*/strategy.go, PrepareForUpdate)."""
     created = api.ok(api.post(api.pods(), pod("p")), 201)
     body = dict(created)
     body["metadata"] = {
         **created["metadata"],
-        "labels": {"sneaky": "yes"},
+        "labels": {"through": "yes"},
         "annotations": {"a": "b"},
-        "finalizers": ["example.com/f"],
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": created["metadata"]["uid"]}
+        ],
     }
     body["spec"] = {**created["spec"], "activeDeadlineSeconds": 5}
     body["status"] = {**created["status"], "phase": "Running"}
     written = api.ok(api.put(api.pods("p") + "/status", body))
     assert written["status"]["phase"] == "Running"
-    assert "labels" not in written["metadata"]
-    assert "annotations" not in written["metadata"]
-    assert "finalizers" not in written["metadata"]
+    assert written["metadata"]["labels"] == {"through": "yes"}
+    assert written["metadata"]["annotations"] == {"a": "b"}
+    assert "ownerReferences" not in written["metadata"]
     assert "activeDeadlineSeconds" not in written["spec"]
     assert int(written["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
     stale = api.put(api.pods("p") + "/status", body)
     assert stale.status == 409
+
+    held = claim("c")
+    held["metadata"]["labels"] = {"kept": "yes"}
+    stored = api.ok(api.post(api.claims(), held), 201)
+    status_body = dict(stored)
+    status_body["metadata"] = {
+        **stored["metadata"],
+        "labels": {"sneaky": "yes"},
+        "annotations": {"a": "b"},
+        "finalizers": ["example.com/f"],
+    }
+    status_body["status"] = {"allocation": _allocation()}
+    allocated = api.ok(api.put(api.claims("c") + "/status", status_body))
+    assert allocated["status"]["allocation"] == _allocation()
+    assert allocated["metadata"]["labels"] == {"kept": "yes"}
+    assert "annotations" not in allocated["metadata"]
+    assert "finalizers" not in allocated["metadata"]
 
 
 def test_claim_status_dropped_on_create_and_spec_immutable(api: Api) -> None:
@@ -193,10 +221,7 @@ def test_claim_status_dropped_on_create_and_spec_immutable(api: Api) -> None:
 
 
 def test_apply_patch_is_unsupported_media_type(api: Api) -> None:
-    if api.emulator is None:
-        import pytest
-
-        pytest.skip("server-side apply works on a real cluster; only the emulator refuses it")
+    needs_emulator(api)
     api.ok(api.post(api.pods(), pod("p")), 201)
     response = api.patch(api.pods("p"), b"{}", "application/apply-patch+yaml")
     assert response.status == 415

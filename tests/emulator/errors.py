@@ -128,6 +128,20 @@ def conflict(kind: Kind, name: str, detail: str, *, resource: str | None = None)
     )
 
 
+def precondition_failed(kind: Kind, name: str, detail: str) -> ApiStatusError:
+    """A failed DeleteOptions precondition: ``rest.BeforeDelete`` names the object by its Kind
+    (``Operation cannot be fulfilled on Pod "p": the UID in the precondition ...``)."""
+    details: dict[str, Any] = {"name": name, "kind": kind.kind}
+    if kind.group:
+        details["group"] = kind.group
+    return ApiStatusError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {kind.qualified_kind} "{name}": {detail}',
+        details,
+    )
+
+
 STALE = (
     "the object has been modified; please apply your changes to the latest version and try again"
 )
@@ -140,6 +154,35 @@ def invalid(kind: Kind, name: str, errors: list[FieldError]) -> ApiStatusError:
     details["causes"] = [e.cause().to_api() for e in errors]
     return ApiStatusError(
         422, "Invalid", f'{kind.qualified_kind} "{name}" is invalid: {summary}', details
+    )
+
+
+def invalid_options(options_kind: str, errors: list[FieldError]) -> ApiStatusError:
+    """Query parameters that fail ``ValidateListOptions`` and the like: 422 Invalid on the
+    ``meta.k8s.io`` options kind (``ListOptions.meta.k8s.io "" is invalid: ...``)."""
+    summary = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
+    return ApiStatusError(
+        422,
+        "Invalid",
+        f'{options_kind}.meta.k8s.io "" is invalid: {summary}',
+        {
+            "group": "meta.k8s.io",
+            "kind": options_kind,
+            "causes": [e.cause().to_api() for e in errors],
+        },
+    )
+
+
+def invalid_patch(patched: str, detail: str) -> ApiStatusError:
+    """A patched object that does not decode (an unknown field under ``Strict``, a wrong type):
+    the patch handler answers ``NewInvalid(GroupKind{}, "", patch: Invalid value)``, a 422,
+    where the same body in a create or update is a 400."""
+    error = FieldError("patch", "Invalid value", detail, patched)
+    return ApiStatusError(
+        422,
+        "Invalid",
+        f' "" is invalid: {error}',
+        {"causes": [error.cause().to_api()]},
     )
 
 

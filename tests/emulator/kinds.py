@@ -3,7 +3,8 @@
 Each entry carries what routing, discovery, field selectors and the write rules need: group,
 version, plural/singular names, scope, subresources, the field-selector table the real API
 server accepts for the kind (anything else is a 400), whether the kind has a ``/status``
-subresource (main writes keep status, status writes keep everything else), whether
+subresource (main writes keep status; status writes keep the spec, and the metadata too
+where the kind's status strategy resets it), whether
 ``metadata.generation`` is tracked, whether PUT may create, and which spec is immutable.
 """
 
@@ -29,6 +30,9 @@ class Kind:
     tracks_generation: bool = False
     create_on_update: bool = False
     spec_immutable: bool = False
+    #: the status strategy calls ``metav1.ResetObjectMetaForStatus`` (labels, annotations,
+    #: finalizers, owner references stay as stored); most kinds let a status write change them
+    status_resets_metadata: bool = False
     name_is_dns_label: bool = False
     name_is_path_segment: bool = False
     #: storage shared with another resource (events.k8s.io Events are core Events)
@@ -167,7 +171,8 @@ RESOURCE_SLICE: Final = Kind(
     "resourceslice",
     "ResourceSlice",
     namespaced=False,
-    field_labels=_NAME | {"spec.nodeName", "spec.driver"},
+    # spec.pool.name since 1.37 (kubernetes/kubernetes#138456)
+    field_labels=_NAME | {"spec.nodeName", "spec.driver", "spec.pool.name"},
     tracks_generation=True,
 )
 RESOURCE_CLAIM: Final = Kind(
@@ -181,6 +186,7 @@ RESOURCE_CLAIM: Final = Kind(
     status_subresource=True,
     tracks_generation=True,
     spec_immutable=True,
+    status_resets_metadata=True,
 )
 RESOURCE_CLAIM_TEMPLATE: Final = Kind(
     "resource.k8s.io",
@@ -316,6 +322,7 @@ VOLUME_ATTACHMENT: Final = Kind(
     namespaced=False,
     field_labels=_NAME,
     status_subresource=True,
+    status_resets_metadata=True,
 )
 
 ALL_KINDS: Final[tuple[Kind, ...]] = (

@@ -192,13 +192,13 @@ def _smp_list(original: Any, patch: list[Any], path: str) -> list[Any]:
     current = list(original) if isinstance(original, list) else []
     if any(isinstance(item, dict) and item.get("$patch") == "replace" for item in patch):
         return [codec.copy(i) for i in patch if not (isinstance(i, dict) and "$patch" in i)]
-    if key == "":  # a set of primitives: union, order of first appearance
+    if key == "":  # a set of primitives: union
         seen = {_identity(i, key) for i in current}
         for item in patch:
             if _identity(item, key) not in seen:
                 current.append(codec.copy(item))
                 seen.add(_identity(item, key))
-        return current
+        return _merged_order(current, patch, original or [], key)
     index = {_identity(item, key): pos for pos, item in enumerate(current)}
     for item in patch:
         if not isinstance(item, dict) or key not in item:
@@ -213,7 +213,32 @@ def _smp_list(original: Any, patch: list[Any], path: str) -> list[Any]:
         else:
             index[ident] = len(current)
             current.append(_smp_map({}, item, f"{path}.0"))
-    return [item for item in current if item is not None]
+    merged = [item for item in current if item is not None]
+    named = [i for i in patch if isinstance(i, dict) and "$patch" not in i]
+    return _merged_order(merged, named, original or [], key)
+
+
+def _merged_order(merged: list[Any], patch: list[Any], original: list[Any], key: str) -> list[Any]:
+    """strategicpatch.normalizeElementOrder: the items the patch names in the patch's order,
+    the others in the stored order, interleaved where both orders know them; so a new item
+    comes before the stored ones it was not ordered against (``[a]`` + ``[b]`` is ``[b, a]``)."""
+    in_patch = {_identity(i, key): n for n, i in enumerate(patch)}
+    stored = {_identity(i, key): n for n, i in enumerate(original)}
+    right = sorted(
+        (i for i in merged if _identity(i, key) in in_patch),
+        key=lambda i: in_patch[_identity(i, key)],
+    )
+    left = sorted(
+        (i for i in merged if _identity(i, key) not in in_patch),
+        key=lambda i: stored.get(_identity(i, key), 0),
+    )
+    out: list[Any] = []
+    while left and right:
+        lpos, rpos = stored.get(_identity(left[0], key)), stored.get(_identity(right[0], key))
+        out.append(
+            left.pop(0) if lpos is not None and rpos is not None and lpos < rpos else right.pop(0)
+        )
+    return out + left + right
 
 
 def _reorder(items: list[Any], order: list[Any], key: str | None) -> list[Any]:

@@ -14,6 +14,7 @@ Pure functions; compiled validators are immutable and safe to share between thre
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -122,18 +123,34 @@ _TIME: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.Time"
 _MICRO_TIME: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
 
 
+# What Go's time.Parse accepts: metav1.Time parses with time.RFC3339 (any fraction, dropped
+# when stored), MicroTime with RFC3339Micro "2006-01-02T15:04:05.000000Z07:00" (exactly six
+# fractional digits: ".5" or none is a 400, as the real server answers).
+_RFC3339: Final = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+_RFC3339_MICRO: Final = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\.(\d{6})(Z|[+-]\d\d:\d\d)")
+
+
+def _parse(layout: re.Pattern[str], value: str) -> dt.datetime | None:
+    match = layout.fullmatch(value)
+    if match is None:
+        return None
+    seconds, fraction, zone = match.groups()
+    micros = (fraction or "").ljust(6, "0")[:6]
+    try:
+        return dt.datetime.fromisoformat(f"{seconds}.{micros}{zone.replace('Z', '+00:00')}")
+    except ValueError:  # month 13, hour 25 ...
+        return None
+
+
 def _format_time(micro: bool) -> Normalize:
     """metav1.Time is stored as RFC 3339 UTC seconds, MicroTime with 6 fractional digits."""
+    layout = _RFC3339_MICRO if micro else _RFC3339
 
     def normalize(value: Any, path: Path, out: list[Issue]) -> Any:
         if not isinstance(value, str):
             return value
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
-            out.append(Issue("time", path, value))
-            return value
-        if parsed.tzinfo is None:
+        parsed = _parse(layout, value)
+        if parsed is None:
             out.append(Issue("time", path, value))
             return value
         utc = parsed.astimezone(dt.UTC)

@@ -60,6 +60,13 @@ _VERBS: Final = ["create", "delete", "deletecollection", "get", "list", "patch",
 _DEFAULT_WATCH_TIMEOUT: Final = 1800.0
 _JSON: Final = "application/json"
 _COMPACT: Final = (",", ":")
+_FIELD_VALIDATION: Final = frozenset({"Ignore", "Strict", "Warn"})
+#: the options kind whose validation (apimachinery meta/v1/validation) checks fieldValidation
+_WRITE_OPTIONS: Final = {
+    "create": "CreateOptions",
+    "update": "UpdateOptions",
+    "patch": "PatchOptions",
+}
 
 
 def _group_versions() -> dict[str, list[str]]:
@@ -290,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._record(req, code)
         self.send_response(code)
         for warning in warnings or ():
-            self.send_header("Warning", f'299 - "{warning}"')
+            self.send_header("Warning", warning_header(warning))
         self.send_header("Content-Type", _JSON)
         self.send_header("Cache-Control", "no-cache, private")
         self.send_header("Content-Length", str(len(data)))
@@ -594,6 +601,18 @@ class _Handler(BaseHTTPRequestHandler):
             return
         warnings: list[str] = []
         validation = q.get("fieldValidation") or emulator.field_validation
+        if validation not in _FIELD_VALIDATION and req.verb in _WRITE_OPTIONS:
+            raise errors.invalid_options(
+                _WRITE_OPTIONS[req.verb],
+                [
+                    errors.FieldError(
+                        "fieldValidation",
+                        "Unsupported value",
+                        'supported values: "", "Ignore", "Strict", "Warn"',
+                        validation,
+                    )
+                ],
+            )
         if req.verb == "create":
             obj = store.create(
                 kind,
@@ -812,6 +831,13 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+
+def warning_header(text: str) -> str:
+    """An RFC 7234 ``Warning`` value as apimachinery's ``NewWarningHeader`` writes it: code
+    299, agent ``-``, the text quoted with ``\\`` and ``"`` escaped."""
+    quoted = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{quoted}"'
 
 
 def _json(body: bytes, *, allow_empty: bool = False) -> Any:

@@ -383,6 +383,7 @@ class Store:
         resource_version: str | None = None,
         resource_version_match: str | None = None,
     ) -> ListResult:
+        _check_list_options(resource_version, resource_version_match, continue_token)
         with self.lock:
             start_after = ""
             if continue_token:
@@ -394,7 +395,7 @@ class Store:
                 if list_rv < self.compacted_rv:
                     raise errors.expired(EXPIRED_CONTINUE)
                 state = self._state_at(kind, list_rv)
-            elif resource_version_match == "Exact" and resource_version not in (None, "", "0"):
+            elif resource_version_match == "Exact":
                 list_rv = _parse_rv(resource_version)
                 if list_rv > self.rv:
                     raise ApiStatusError(
@@ -402,14 +403,6 @@ class Store:
                     )
                 state = self._state_at(kind, list_rv)
             else:
-                if resource_version_match not in (None, "", "NotOlderThan", "Exact"):
-                    raise errors.bad_request(
-                        f"resourceVersionMatch: Unsupported value: {resource_version_match!r}"
-                    )
-                if resource_version_match and resource_version in (None, ""):
-                    raise errors.bad_request(
-                        "resourceVersionMatch is forbidden unless resourceVersion is provided"
-                    )
                 list_rv = self.rv
                 state = self._bucket(kind)
             ordered = sorted(state.items(), key=lambda kv: _etcd_key(kv[0]))
@@ -704,9 +697,9 @@ class Store:
             if kind is EVENT_V1:
                 core = self._event_in(patched, field_validation, warnings)
                 return to_v1(self._update(EVENT, old, core, subresource=None, dry_run=dry_run))
-            patched = self._prune_unknown(
-                kind, self._check_type(kind, patched), field_validation, warnings
-            )
+            patched = self._check_type(kind, patched)
+            self.validators.check_patched(kind, patched, strict=field_validation == "Strict")
+            patched = self._prune_unknown(kind, patched, field_validation, warnings)
             return self._update(kind, old, patched, subresource=subresource, dry_run=dry_run)
 
     def _update(
@@ -726,11 +719,17 @@ class Store:
                 f"meta: {old_meta.get('uid')}",
             )
         if subresource == "status":
-            candidate = dict(old)
+            # the status strategies keep the spec; most let metadata through
+            # (pods/status, nodes/status ...), a few reset it (ResetObjectMetaForStatus)
+            candidate = {**old, "metadata": new_meta}
             if "status" in new:
                 candidate["status"] = new["status"]
             else:
                 candidate.pop("status", None)
+            if kind.status_resets_metadata:
+                candidate["metadata"] = _reset_meta_for_status(new_meta, old_meta)
+            elif kind is POD:  # podStatusStrategy keeps the owner references
+                candidate["metadata"] = _keep(new_meta, old_meta, ("ownerReferences",))
         elif subresource is not None:
             raise errors.not_found(kind, name)
         else:
@@ -740,45 +739,46 @@ class Store:
                     candidate["status"] = old["status"]
                 else:
                     candidate.pop("status", None)
-            meta = dict(_meta(candidate))
-            meta.pop("managedFields", None)
-            meta.pop("selfLink", None)
-            for owned in (
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ):
-                if owned in old_meta:
-                    meta[owned] = old_meta[owned]
-                else:
-                    meta.pop(owned, None)
-            if kind.namespaced:
-                meta["namespace"] = old_meta.get("namespace")
-            candidate["metadata"] = meta
-            if old_meta.get("deletionTimestamp"):
-                added = [
-                    f
-                    for f in meta.get("finalizers") or []
-                    if f not in (old_meta.get("finalizers") or [])
-                ]
-                if added:
-                    raise errors.invalid(
-                        kind,
-                        name,
-                        [
-                            FieldError(
-                                "metadata.finalizers",
-                                "Forbidden",
-                                "no new finalizers can be added if the object is being "
-                                f"deleted, found new finalizers {json.dumps(added)}",
-                            )
-                        ],
-                    )
+        meta = dict(_meta(candidate))
+        meta.pop("managedFields", None)
+        meta.pop("selfLink", None)
+        for owned in (
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
+            if owned in old_meta:
+                meta[owned] = old_meta[owned]
+            else:
+                meta.pop(owned, None)
+        if kind.namespaced:
+            meta["namespace"] = old_meta.get("namespace")
+        candidate["metadata"] = meta
+        if old_meta.get("deletionTimestamp"):
+            added = [
+                f
+                for f in meta.get("finalizers") or []
+                if f not in (old_meta.get("finalizers") or [])
+            ]
+            if added:
+                raise errors.invalid(
+                    kind,
+                    name,
+                    [
+                        FieldError(
+                            "metadata.finalizers",
+                            "Forbidden",
+                            "no new finalizers can be added if the object is being "
+                            f"deleted, found new finalizers {json.dumps(added)}",
+                        )
+                    ],
+                )
+        if subresource is None:
             self._immutable(kind, old, candidate)
-            if kind.tracks_generation and self._spec_part(candidate) != self._spec_part(old):
-                meta["generation"] = int(old_meta.get("generation") or 0) + 1
+        if kind.tracks_generation and self._spec_part(candidate) != self._spec_part(old):
+            meta["generation"] = int(old_meta.get("generation") or 0) + 1
         candidate["metadata"] = {
             **_meta(candidate),
             "resourceVersion": old_meta.get("resourceVersion"),
@@ -922,28 +922,35 @@ class Store:
             old = self._require(kind, namespace, name)
             meta = _meta(old)
             pre = options.get("preconditions") or {}
+            # rest.BeforeDelete checks the preconditions before anything else
             if pre.get("uid") and pre["uid"] != meta.get("uid"):
-                raise errors.conflict(
+                raise errors.precondition_failed(
                     kind,
                     name,
-                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
-                    f"meta: {meta.get('uid')}",
+                    f"the UID in the precondition ({pre['uid']}) does not match the UID in "
+                    f"record ({meta.get('uid')}). The object might have been deleted and then "
+                    "recreated",
                 )
             if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-                raise errors.conflict(
+                raise errors.precondition_failed(
                     kind,
                     name,
-                    "Precondition failed: ResourceVersion in precondition: "
-                    f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                    f"{meta.get('resourceVersion')}",
+                    f"the ResourceVersion in the precondition ({pre['resourceVersion']}) does "
+                    "not match the ResourceVersion in record "
+                    f"({meta.get('resourceVersion')}). The object might have been modified",
                 )
             if dry_run:
                 return old
             grace = options.get("gracePeriodSeconds")
             if kind is POD and self.pod_graceful_deletion:
                 grace_s = self._pod_grace(old, grace)
-                if grace_s > 0:
-                    return self._mark_deleting(kind, old, grace_s)
+                if grace_s > 0 or meta.get("deletionGracePeriodSeconds") != 0:
+                    # the pod strategy is graceful even at 0 s: the store writes the
+                    # deletionTimestamp (a MODIFIED event) and deletes right after
+                    # (generic/registry/store.go, updateForGracefulDeletionAndFinalizers)
+                    old = self._mark_deleting(kind, old, grace_s)
+                    if grace_s > 0:
+                        return old
             if kind is NAMESPACE:
                 return self._delete_namespace(old)
             if meta.get("finalizers"):
@@ -970,6 +977,8 @@ class Store:
             if meta.get("deletionGracePeriodSeconds") == grace:
                 return old
             stamp = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=grace)
+            if not meta.get("deletionTimestamp") and meta.get("generation"):
+                meta["generation"] = int(meta["generation"]) + 1  # rest.BeforeDelete
             meta["deletionTimestamp"] = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
             meta["deletionGracePeriodSeconds"] = grace
         else:
@@ -1305,6 +1314,71 @@ def _parse_rv(value: str | None) -> int:
 def _encode_continue(rv: int, start: str) -> str:
     raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"})
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+_STATUS_RESET: Final = (
+    "labels",
+    "annotations",
+    "finalizers",
+    "ownerReferences",
+    "deletionTimestamp",
+    "generation",
+)
+
+
+def _keep(new_meta: dict[str, Any], old_meta: dict[str, Any], keys: Iterable[str]) -> Obj:
+    """``new_meta`` with ``keys`` as they are in ``old_meta`` (absent there: absent)."""
+    meta = {k: v for k, v in new_meta.items() if k not in keys}
+    meta.update({k: old_meta[k] for k in keys if k in old_meta})
+    return meta
+
+
+def _reset_meta_for_status(new_meta: dict[str, Any], old_meta: dict[str, Any]) -> Obj:
+    """``metav1.ResetObjectMetaForStatus``: what a status write may not change."""
+    return _keep(new_meta, old_meta, _STATUS_RESET)
+
+
+def _check_list_options(rv: str | None, match: str | None, continue_token: str | None) -> None:
+    """``ValidateListOptions`` (apimachinery ``meta/internalversion/validation``): a bad
+    ``resourceVersionMatch`` is a 422 on ``ListOptions``, checked before anything is read."""
+    if not match:
+        return
+    problems: list[FieldError] = []
+    if rv in (None, ""):
+        problems.append(
+            FieldError(
+                "resourceVersionMatch",
+                "Forbidden",
+                "resourceVersionMatch is forbidden unless resourceVersion is provided",
+            )
+        )
+    if continue_token:
+        problems.append(
+            FieldError(
+                "resourceVersionMatch",
+                "Forbidden",
+                "resourceVersionMatch is forbidden when continue is provided",
+            )
+        )
+    if match not in ("Exact", "NotOlderThan"):
+        problems.append(
+            FieldError(
+                "resourceVersionMatch",
+                "Unsupported value",
+                'supported values: "Exact", "NotOlderThan", ""',
+                match,
+            )
+        )
+    if match == "Exact" and rv == "0":
+        problems.append(
+            FieldError(
+                "resourceVersionMatch",
+                "Forbidden",
+                'resourceVersionMatch "exact" is forbidden for resourceVersion "0"',
+            )
+        )
+    if problems:
+        raise errors.invalid_options("ListOptions", problems)
 
 
 def _decode_continue(token: str) -> tuple[int, str]:

@@ -41,7 +41,7 @@ import referencing.jsonschema
 from driver.api.errors import QuantityError
 from driver.api.quantity import Quantity
 from kubeapi import codec
-from tests.emulator.errors import ApiStatusError, FieldError, bad_request, invalid
+from tests.emulator.errors import ApiStatusError, FieldError, bad_request, invalid, invalid_patch
 from tests.emulator.kinds import Kind
 from tests.emulator.schema import Issue, Normalize, compile_normalizer, compile_schema, issues
 
@@ -155,6 +155,21 @@ class SchemaValidators:
         found = self.for_kind(kind)(obj)
         if found:
             raise_for_issues(kind, obj, found)
+
+    def check_patched(self, kind: Kind, obj: Mapping[str, Any], *, strict: bool) -> None:
+        """A patched object must decode: a wrong type, or under ``Strict`` an unknown field, is
+        the patch handler's 422 on the field ``patch`` (apiserver ``handlers/patch.go``), not
+        the 400 a create or update with the same body gets."""
+        found = self.for_kind(kind)(obj)
+        broken = [i for i in found if i.kind in {"type", "time"}]
+        unknown = [i for i in found if i.kind == "unknown"] if strict else []
+        if not broken and not unknown:
+            return
+        patched = json.dumps(obj, separators=(",", ":"))
+        if broken:  # a non-strict decoding error trumps the unknown fields
+            raise invalid_patch(patched, _describe(broken[0]))
+        fields = ", ".join(f'unknown field "{_path(i.path)}"' for i in unknown)
+        raise invalid_patch(patched, f"strict decoding error: {fields}")
 
     def check_raw(self, api_version: str, kind_name: str, file_name: str, obj: Any) -> list[str]:
         """Schema messages for an auxiliary body (Binding): empty when valid."""
@@ -792,7 +807,7 @@ def resource_slice_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
         name = _map(device).get("name")
         if isinstance(name, str):
             if name in seen:
-                errs.add(f"spec.devices[{i}].name", "Duplicate value", "", name)
+                errs.add(f"spec.devices[{i}]", "Duplicate value", "", name)
             seen.add(name)
         _device(errs, f"spec.devices[{i}]", _map(device), per_device)
     errs.too_many("spec.sharedCounters", counters, MAX_COUNTER_SETS)
@@ -802,7 +817,7 @@ def resource_slice_errors(errs: _Errors, obj: Mapping[str, Any]) -> None:
         errs.dns_label(f"spec.sharedCounters[{i}].name", cs_name)
         if isinstance(cs_name, str):
             if cs_name in set_names:
-                errs.add(f"spec.sharedCounters[{i}].name", "Duplicate value", "", cs_name)
+                errs.add(f"spec.sharedCounters[{i}]", "Duplicate value", "", cs_name)
             set_names.add(cs_name)
         values = _map(_map(counter_set).get("counters"))
         errs.too_many(f"spec.sharedCounters[{i}].counters", values, MAX_COUNTERS)
@@ -920,7 +935,7 @@ def claim_spec_errors(errs: _Errors, path: str, spec: Mapping[str, Any]) -> set[
         errs.dns_label(f"{rpath}.name", name)
         if isinstance(name, str):
             if name in names:
-                errs.add(f"{rpath}.name", "Duplicate value", "", name)
+                errs.add(rpath, "Duplicate value", "", name)
             names.add(name)
         exactly, first = req.get("exactly"), req.get("firstAvailable")
         if (exactly is None) == (first is None):
@@ -943,7 +958,7 @@ def claim_spec_errors(errs: _Errors, path: str, spec: Mapping[str, Any]) -> set[
                 errs.dns_label(f"{rpath}.firstAvailable[{j}].name", sname)
                 if isinstance(sname, str):
                     if sname in sub_names:
-                        errs.add(f"{rpath}.firstAvailable[{j}].name", "Duplicate value", "", sname)
+                        errs.add(f"{rpath}.firstAvailable[{j}]", "Duplicate value", "", sname)
                     sub_names.add(sname)
                     names.add(f"{name}/{sname}")
                 _exact(errs, f"{rpath}.firstAvailable[{j}]", _map(sub), sub=True)
@@ -1024,7 +1039,7 @@ def claim_status_errors(errs: _Errors, obj: Mapping[str, Any], names: set[str]) 
         if not uid:
             errs.add(f"status.reservedFor[{i}].uid", "Required value", "")
         elif uid in uids:
-            errs.add(f"status.reservedFor[{i}].uid", "Duplicate value", "", uid)
+            errs.add(f"status.reservedFor[{i}]", "Duplicate value", "", uid)
         uids.add(str(uid))
         if not _map(ref).get("resource"):
             errs.add(f"status.reservedFor[{i}].resource", "Required value", "")

@@ -151,7 +151,9 @@ def test_coordination_and_events_v1(api_client: Any) -> None:
         "default",
         client.EventsV1Event(
             metadata=client.V1ObjectMeta(name="e1"),
-            event_time="2026-11-23T00:00:00.000000Z",
+            # the client sends datetime.isoformat(): whole seconds would lose the six digits
+            # MicroTime needs (the real server answers 400), so the time has microseconds
+            event_time="2026-11-23T00:00:00.123456Z",
             reporting_controller="biaxial.example.com/controller",
             reporting_instance="c-1",
             action="Allocate",
@@ -212,7 +214,8 @@ def test_conflict_and_status_writes(api_client: Any, emulator: Emulator) -> None
             }
         },
     )
-    assert [r.name for r in reserved2.status.reserved_for] == ["p", "q"]
+    # merged by uid; strategicpatch.normalizeElementOrder puts the new entry first
+    assert [r.name for r in reserved2.status.reserved_for] == ["q", "p"]
 
 
 def test_binding_with_preload_content_false(api_client: Any, emulator: Emulator) -> None:
@@ -366,7 +369,9 @@ def test_events_v1_watch_sees_core_events_converted(api_client: Any) -> None:
             message="hello",
             reason="Test",
             type="Normal",
-            event_time="2026-11-23T00:00:00.000000Z",
+            # the client sends datetime.isoformat(): whole seconds would lose the six digits
+            # MicroTime needs (the real server answers 400), so the time has microseconds
+            event_time="2026-11-23T00:00:00.123456Z",
             involved_object=client.V1ObjectReference(kind="Pod", name="p", namespace="default"),
         ),
     )
@@ -378,4 +383,4 @@ def test_events_v1_watch_sees_core_events_converted(api_client: Any) -> None:
     # a core Event without eventTime shows "eventTime": null in events.k8s.io/v1, which the
     # client's EventsV1Event model refuses (as against a real server)
     raw = events.list_namespaced_event("default", _preload_content=False)
-    assert json.loads(raw.data)["items"][0]["eventTime"] == "2026-11-23T00:00:00.000000Z"
+    assert json.loads(raw.data)["items"][0]["eventTime"] == "2026-11-23T00:00:00.123456Z"

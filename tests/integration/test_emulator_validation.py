@@ -184,7 +184,8 @@ def test_claim_semantic_checks_name_the_field() -> None:
     claim["spec"]["devices"]["requests"].append(
         copy.deepcopy(claim["spec"]["devices"]["requests"][0])
     )
-    assert "spec.devices.requests[2].name" in _semantic_fields(RESOURCE_CLAIM, claim)
+    # validateSet names the duplicate item itself since 1.37
+    assert "spec.devices.requests[2]" in _semantic_fields(RESOURCE_CLAIM, claim)
     claim = _claim()
     claim["spec"]["devices"]["constraints"][0]["requests"] = ["nope"]
     assert "spec.devices.constraints[0].requests[0]" in _semantic_fields(RESOURCE_CLAIM, claim)
@@ -265,7 +266,8 @@ def test_class_template_and_pod_semantic_checks() -> None:
                         {
                             "name": "a",
                             "image": "x",
-                            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                            # strategicpatch.normalizeElementOrder: the new entry first
+                            "env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}],
                         }
                     ]
                 }

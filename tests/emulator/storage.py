@@ -292,7 +292,8 @@ class Store:
         """Upstream's ``AuthorizedForAdmin`` (pkg/registry/resource, run by the ResourceClaim
         and ResourceClaimTemplate strategies on create): a request with ``adminAccess: true``
         needs the label ``resource.kubernetes.io/admin-access: "true"`` on the namespace, else
-        422 with a Forbidden cause per such request."""
+        422 with a Forbidden cause per such request, at ``devices.requests[i].adminAccess``
+        (the path upstream builds, without v1's ``exactly``: what v1.37.2 answers)."""
         if kind.kind == "ResourceClaim":
             prefix, spec = "spec", _object(obj.get("spec"))
         elif kind.kind == "ResourceClaimTemplate":
@@ -301,7 +302,7 @@ class Store:
             return
         requests = _object(spec.get("devices")).get("requests") or []
         paths = [
-            f"{prefix}.devices.requests[{i}].exactly.adminAccess"
+            f"{prefix}.devices.requests[{i}].adminAccess"
             for i, request in enumerate(requests)
             if isinstance(request, dict) and _object(request.get("exactly")).get("adminAccess")
         ]

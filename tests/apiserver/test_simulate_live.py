@@ -217,5 +217,6 @@ def test_simulate_reads_the_real_server_live_and_writes_nothing(
     assert sorted(r.uri.split("?")[0] for r in requests) == sorted(res.path() for res in READ)
     assert {r.code for r in requests} == {200}
     _check(offline)
-    assert offline["placements"] == live["placements"]
-    assert offline["unschedulable"] == live["unschedulable"]
+    # the same answers for this test's pods; the session's other tests' objects may come and
+    # go between the two reads (a namespace being deleted), so only ours are compared
+    assert _ours(offline) == _ours(live)

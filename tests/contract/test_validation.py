@@ -141,6 +141,10 @@ def node_selector_with_two_terms(body: dict[str, Any]) -> None:
 def test_dra_semantic_checks_are_422_with_causes(api: Api, mutate: Any, field: str) -> None:
     body = resource_slice(api.name("s"), api.name("node"))
     mutate(body)
+    if mutate is too_many_devices_with_taints and api.minor < 35:
+        # v1.34.4 has no limit on devices with taints (measured): the slice is stored
+        assert api.post(api.slices(), body).status == 201
+        return
     response = api.post(api.slices(), body)
     assert response.status == 422, response
     assert response.reason == "Invalid"

@@ -78,6 +78,7 @@ KCM_CONTROLLERS: Final = (
     "root-ca-certificate-publisher-controller",
 )
 ADMIN_TOKEN_USER: Final = "biaxial-test-admin"
+KWOK_STAGES: Final = Path(__file__).with_name("kwok-stages.yaml")
 _PR_SET_PDEATHSIG: Final = 1
 
 
@@ -618,7 +619,8 @@ class ControlPlane:
         return proc
 
     def start_kwok(self, binary: Path | None = None) -> Process:
-        """kwok managing the nodes annotated ``kwok.x-k8s.io/node: fake``."""
+        """kwok managing the nodes annotated ``kwok.x-k8s.io/node: fake``, with kwok's own
+        "fast" stages (:data:`KWOK_STAGES`): the binary has none of its own."""
         binary = binary or binaries(self.release, ("kwok",))["kwok"]
         port = free_port()
         proc = self._spawn(
@@ -626,6 +628,7 @@ class ControlPlane:
             [
                 str(binary),
                 f"--kubeconfig={self._component_kubeconfig('kwok')}",
+                f"--config={KWOK_STAGES}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--server-address=127.0.0.1:{port}",

@@ -74,6 +74,25 @@ def create(plane: ControlPlane, path: str, body: Mapping[str, Any]) -> JSON:
     return dict(stored)
 
 
+def merge_patch(plane: ControlPlane, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
+    """A JSON merge patch as the administrator: (status, parsed body)."""
+    req = urllib.request.Request(
+        plane.url + path,
+        data=json.dumps(body).encode(),
+        method="PATCH",
+        headers={
+            "Authorization": f"Bearer {plane.admin_token}",
+            "Content-Type": "application/merge-patch+json",
+            "Accept": "application/json",
+        },
+    )
+    try:
+        with urllib.request.urlopen(req, context=plane.ssl_context(), timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
 def items(plane: ControlPlane, path: str) -> list[JSON]:
     status, body = plane.request("GET", path)
     if status != 200:

@@ -75,6 +75,7 @@ KCM_CONTROLLERS: Final = (
     "ephemeral-volume-controller",
     "persistentvolume-binder-controller",
     "serviceaccount-controller",
+    "disruption-controller",
     "root-ca-certificate-publisher-controller",
 )
 ADMIN_TOKEN_USER: Final = "biaxial-test-admin"

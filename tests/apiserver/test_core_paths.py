@@ -581,3 +581,33 @@ def test_deletion_deallocates_and_the_template_claim_is_collected(
     assert not (released.get("status") or {}).get("reservedFor")
     assert FINALIZER not in (released["metadata"].get("finalizers") or [])
     delete(plane, claims_path(NS, "kept"))
+
+
+def test_a_claim_shared_by_two_pods(core: Core, controller: ControllerProcess) -> None:
+    """One standalone claim referenced by two pods: allocated once, reserved for the first,
+    then for both (a status write that keeps the allocation); released when both are gone."""
+    plane = core.plane
+    create(plane, claims_path(NS), resource_claim("together", namespace=NS))
+    uids = []
+    for name in ("first", "second"):
+        uids.append(
+            create(plane, pod_path(NS), pinned(pod(name, claim="together")))["metadata"]["uid"]
+        )
+        running_pod(plane, name)
+    shared = claim(plane, "together")
+    assert sorted(r["uid"] for r in shared["status"]["reservedFor"]) == sorted(uids)
+    delete(plane, pod_path(NS, "first"))
+    wait_for(
+        lambda: (
+            [r["uid"] for r in claim(plane, "together")["status"].get("reservedFor") or []]
+            == uids[1:]
+        ),
+        what="reserved for the second alone",
+    )
+    assert claim(plane, "together")["status"]["allocation"] == shared["status"]["allocation"]
+    delete(plane, pod_path(NS, "second"))
+    wait_for(
+        lambda: not (claim(plane, "together").get("status") or {}).get("allocation"),
+        what="deallocated",
+    )
+    delete(plane, claims_path(NS, "together"))

@@ -4,9 +4,9 @@ chart's arguments (only ports and host directories replaced by the test's own), 
 kubeconfig holding a token of its own ServiceAccount, so the chart's RBAC and ResourceSlice
 policy are all that authorizes them.
 
-Also the small API helpers the real-server tests share: GPU nodes that kwok keeps Ready (and on
-which it runs and gracefully deletes pods, as a kubelet would), bounded polling of API state,
-and the audit log's account of who wrote what.
+Also the small API helpers the real-server tests share: GPU nodes that kwok keeps Ready (and
+on which it runs and gracefully deletes pods, as a kubelet would), API reads and writes as the
+administrator, and the audit log's account of who wrote what.
 """
 
 from __future__ import annotations
@@ -16,45 +16,23 @@ import json
 import signal
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from tests.apiserver.conftest import ChartInstall
 from tests.cluster.controlplane import ControlPlane, ControlPlaneError, free_port
 from tests.integration.controller_env import node_object
-from tests.integration.fake_kubelet import PluginProcess
+from tests.integration.fake_kubelet import PluginProcess, http_get, wait
 from tests.render_chart import render_objects
 
 JSON = dict[str, Any]
-T = TypeVar("T")
 DRIVER: Final = "gpu.biaxial.dev"
 FINALIZER: Final = f"{DRIVER}/allocation"
 KWOK_ANNOTATION: Final = {"kwok.x-k8s.io/node": "fake"}
 RESOURCE: Final = "/apis/resource.k8s.io/v1"
 # Flags naming host directories: the plugin's test harness passes its own under a short root.
 _HOST_DIRS: Final = ("--registry-dir", "--plugin-dir", "--cdi-dir", "--state-dir")
-
-
-# --------------------------------------------------------------------------- polling
-
-
-def wait_for(
-    predicate: Callable[[], T | None], timeout: float = 30.0, *, what: str = "condition"
-) -> T:
-    """Poll ``predicate`` (API reads) until it returns something truthy, which is returned;
-    TimeoutError naming ``what`` and the last value otherwise."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout:.0f} s (last: {value!r})")
-        time.sleep(0.1)
 
 
 def get(plane: ControlPlane, path: str) -> JSON | None:
@@ -76,21 +54,7 @@ def create(plane: ControlPlane, path: str, body: Mapping[str, Any]) -> JSON:
 
 def merge_patch(plane: ControlPlane, path: str, body: Mapping[str, Any]) -> tuple[int, Any]:
     """A JSON merge patch as the administrator: (status, parsed body)."""
-    req = urllib.request.Request(
-        plane.url + path,
-        data=json.dumps(body).encode(),
-        method="PATCH",
-        headers={
-            "Authorization": f"Bearer {plane.admin_token}",
-            "Content-Type": "application/merge-patch+json",
-            "Accept": "application/json",
-        },
-    )
-    try:
-        with urllib.request.urlopen(req, context=plane.ssl_context(), timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
+    return plane.request("PATCH", path, body, content_type="application/merge-patch+json")
 
 
 def items(plane: ControlPlane, path: str) -> list[JSON]:
@@ -201,7 +165,7 @@ class ControllerProcess:
             self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        wait_for(lambda: self._probe("/healthz") == 200 or self._exited(), what="controller up")
+        wait(lambda: self._probe("/healthz") == 200 or self._exited(), what="controller up")
         return self
 
     def _exited(self) -> bool:
@@ -212,18 +176,12 @@ class ControllerProcess:
 
     def _probe(self, path: str) -> int:
         try:
-            url = f"http://127.0.0.1:{self.health_port}{path}"
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return int(resp.status)
-        except urllib.error.HTTPError as err:
-            return int(err.code)
-        except OSError:
+            return http_get(f"http://127.0.0.1:{self.health_port}{path}")[0]
+        except OSError:  # not listening yet
             return 0
 
     def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return str(resp.read().decode())
+        return http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")[1]
 
     def leading(self) -> bool:
         return "biaxial_controller_leader 1.0" in self.metrics()

@@ -40,13 +40,12 @@ from tests.apiserver.components import (
     plugin_process,
     pod_path,
     sa_user,
-    wait_for,
     writers,
 )
 from tests.apiserver.conftest import ChartInstall
 from tests.cluster.controlplane import ControlPlane
 from tests.integration.controller_env import claim_template, pod, resource_claim
-from tests.integration.fake_kubelet import FakeKubelet, PluginProcess, scratch_dir
+from tests.integration.fake_kubelet import FakeKubelet, PluginProcess, scratch_dir, wait
 from tests.unit.builders import pv, pvc, storage_class
 
 JSON = dict[str, Any]
@@ -77,7 +76,7 @@ def core(chart_install: ChartInstall) -> Iterator[Core]:
     with scratch_dir("bxc") as root:
         plugin = plugin_process(chart_install, root, NODE).start()
         try:
-            wait_for(lambda: node_slices(plane), what="the plugin's slices")
+            wait(lambda: node_slices(plane), what="the plugin's slices")
             with FakeKubelet(plugin.registration_socket) as kubelet:
                 kubelet.notify(registered=True)
                 yield Core(chart_install, plugin, kubelet, root)
@@ -105,7 +104,7 @@ def controller(core: Core, request: pytest.FixtureRequest) -> Iterator[Controlle
     """One controller for the test (leading the chart's Lease); afterwards every pod of the
     namespace is deleted and every claim must be released, then it stops cleanly."""
     with running_controller(core, f"ctl-{request.node.name[5:30]}") as running:
-        wait_for(running.leading, what="leadership")
+        wait(running.leading, what="leadership")
         yield running
         clean_up(core.plane)
 
@@ -113,8 +112,8 @@ def controller(core: Core, request: pytest.FixtureRequest) -> Iterator[Controlle
 def clean_up(plane: ControlPlane) -> None:
     for p in items(plane, pod_path(NS)):
         delete(plane, pod_path(NS, p["metadata"]["name"]))
-    wait_for(lambda: not items(plane, pod_path(NS)), what="every pod gone")
-    wait_for(lambda: not allocated(plane), timeout=30, what="every claim released")
+    wait(lambda: not items(plane, pod_path(NS)), what="every pod gone")
+    wait(lambda: not allocated(plane), timeout_s=30, what="every claim released")
 
 
 def allocated(plane: ControlPlane) -> list[str]:
@@ -153,7 +152,7 @@ def running_pod(plane: ControlPlane, name: str, timeout: float = 30.0) -> JSON:
         p = get(plane, pod_path(NS, name)) or {}
         return p if (p.get("status") or {}).get("phase") == "Running" else None
 
-    return wait_for(check, timeout, what=f"pod {name} running")
+    return wait(check, timeout, what=f"pod {name} running")
 
 
 def claim(plane: ControlPlane, name: str) -> JSON:
@@ -178,7 +177,7 @@ def test_whole_gpu_by_template(core: Core, controller: ControllerProcess) -> Non
         claim_template("whole", namespace=NS),
     )
     created = create(plane, pod_path(NS), pinned(pod("whole", template="whole")))
-    name = wait_for(lambda: generated_claim(plane, NS, "whole"), what="the template's claim")
+    name = wait(lambda: generated_claim(plane, NS, "whole"), what="the template's claim")
     stored = running_pod(plane, "whole")
     assert stored["spec"]["nodeName"] == NODE
 
@@ -336,7 +335,7 @@ def test_wait_for_first_consumer_volume_bound_by_the_pv_controller(
     try:
         create(plane, pod_path(NS), body)
         assert running_pod(plane, "reader")["spec"]["nodeName"] == NODE
-        bound = wait_for(
+        bound = wait(
             lambda: (pvc_of(plane, "data").get("status") or {}).get("phase") == "Bound",
             what="the claim bound",
         )
@@ -397,7 +396,7 @@ def test_preemption_spares_the_budget_protected_pods(
         "spec": {"minAvailable": 3, "selector": {"matchLabels": {"app": "db"}}},
     }
     create(plane, f"/apis/policy/v1/namespaces/{NS}/poddisruptionbudgets", budget)
-    wait_for(
+    wait(
         lambda: budget_status(plane).get("currentHealthy") == 3,
         what="the disruption controller's budget status",
     )
@@ -456,7 +455,7 @@ def test_binding_conditions_hold_the_pod_until_the_driver_reports(
     try:
         create(plane, claims_path(NS), resource_claim("attach-gpu", namespace=NS))
         create(plane, pod_path(NS), pinned(pod("attach", claim="attach-gpu"), BC_NODE))
-        waiting = wait_for(
+        waiting = wait(
             lambda: (claim(plane, "attach-gpu").get("status") or {}).get("reservedFor"),
             what="allocated and reserved",
         )
@@ -509,7 +508,7 @@ def test_leader_election_on_a_real_lease(core: Core) -> None:
         running_controller(core, "ctl-first") as first,
         running_controller(core, "ctl-second") as second,
     ):
-        wait_for(lambda: first.leading() or second.leading(), what="a leader")
+        wait(lambda: first.leading() or second.leading(), what="a leader")
         leader, follower = (first, second) if first.leading() else (second, first)
         assert lease_holder(plane) == leader.identity
         assert not follower.leading()
@@ -517,7 +516,7 @@ def test_leader_election_on_a_real_lease(core: Core) -> None:
         running_pod(plane, "before")
         assert leader.stop() == 0
         assert "released the lease" in leader.log()
-        wait_for(follower.leading, timeout=20, what="the follower leading")
+        wait(follower.leading, timeout_s=20, what="the follower leading")
         assert lease_holder(plane) == follower.identity
         lease = get(plane, LEASE)
         assert lease is not None
@@ -566,14 +565,14 @@ def test_deletion_deallocates_and_the_template_claim_is_collected(
     assert all(spec.exists() for spec in specs)
 
     delete(plane, pod_path(NS, "leaving"))
-    wait_for(lambda: get(plane, pod_path(NS, "leaving")) is None, what="the pod gone")
+    wait(lambda: get(plane, pod_path(NS, "leaving")) is None, what="the pod gone")
     assert dra.unprepare(refs) == {r[1]: "" for r in refs}
     assert not any(spec.exists() for spec in specs)
-    wait_for(
+    wait(
         lambda: get(plane, claims_path(NS, generated["metadata"]["name"])) is None,
         what="the template's claim deleted",
     )
-    wait_for(
+    wait(
         lambda: not (claim(plane, "kept").get("status") or {}).get("allocation"),
         what="the standalone claim deallocated",
     )
@@ -597,7 +596,7 @@ def test_a_claim_shared_by_two_pods(core: Core, controller: ControllerProcess) -
     shared = claim(plane, "together")
     assert sorted(r["uid"] for r in shared["status"]["reservedFor"]) == sorted(uids)
     delete(plane, pod_path(NS, "first"))
-    wait_for(
+    wait(
         lambda: (
             [r["uid"] for r in claim(plane, "together")["status"].get("reservedFor") or []]
             == uids[1:]
@@ -606,7 +605,7 @@ def test_a_claim_shared_by_two_pods(core: Core, controller: ControllerProcess) -
     )
     assert claim(plane, "together")["status"]["allocation"] == shared["status"]["allocation"]
     delete(plane, pod_path(NS, "second"))
-    wait_for(
+    wait(
         lambda: not (claim(plane, "together").get("status") or {}).get("allocation"),
         what="deallocated",
     )

@@ -288,9 +288,16 @@ class ControlPlane:
         return ssl.create_default_context(cafile=str(self.pki.ca_cert))
 
     def request(
-        self, method: str, path: str, body: Any = None, *, token: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        content_type: str = "application/json",
     ) -> tuple[int, Any]:
-        """One raw request as ``token`` (the administrator when None): (status, parsed JSON)."""
+        """One raw request as ``token`` (the administrator when None): (status, parsed JSON).
+        ``content_type`` names a patch's kind (``application/merge-patch+json``, ...)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.url + path,
@@ -298,7 +305,7 @@ class ControlPlane:
             method=method,
             headers={
                 "Authorization": f"Bearer {token or self.admin_token}",
-                "Content-Type": "application/json",
+                "Content-Type": content_type,
                 "Accept": "application/json",
             },
         )

@@ -75,9 +75,11 @@ KCM_CONTROLLERS: Final = (
     "ephemeral-volume-controller",
     "persistentvolume-binder-controller",
     "serviceaccount-controller",
+    "disruption-controller",
     "root-ca-certificate-publisher-controller",
 )
 ADMIN_TOKEN_USER: Final = "biaxial-test-admin"
+KWOK_STAGES: Final = Path(__file__).with_name("kwok-stages.yaml")
 _PR_SET_PDEATHSIG: Final = 1
 
 
@@ -286,9 +288,16 @@ class ControlPlane:
         return ssl.create_default_context(cafile=str(self.pki.ca_cert))
 
     def request(
-        self, method: str, path: str, body: Any = None, *, token: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        content_type: str = "application/json",
     ) -> tuple[int, Any]:
-        """One raw request as ``token`` (the administrator when None): (status, parsed JSON)."""
+        """One raw request as ``token`` (the administrator when None): (status, parsed JSON).
+        ``content_type`` names a patch's kind (``application/merge-patch+json``, ...)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.url + path,
@@ -296,7 +305,7 @@ class ControlPlane:
             method=method,
             headers={
                 "Authorization": f"Bearer {token or self.admin_token}",
-                "Content-Type": "application/json",
+                "Content-Type": content_type,
                 "Accept": "application/json",
             },
         )
@@ -618,7 +627,8 @@ class ControlPlane:
         return proc
 
     def start_kwok(self, binary: Path | None = None) -> Process:
-        """kwok managing the nodes annotated ``kwok.x-k8s.io/node: fake``."""
+        """kwok managing the nodes annotated ``kwok.x-k8s.io/node: fake``, with kwok's own
+        "fast" stages (:data:`KWOK_STAGES`): the binary has none of its own."""
         binary = binary or binaries(self.release, ("kwok",))["kwok"]
         port = free_port()
         proc = self._spawn(
@@ -626,6 +636,7 @@ class ControlPlane:
             [
                 str(binary),
                 f"--kubeconfig={self._component_kubeconfig('kwok')}",
+                f"--config={KWOK_STAGES}",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 f"--server-address=127.0.0.1:{port}",

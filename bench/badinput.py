@@ -294,8 +294,13 @@ def _deep_claim(name: str, levels: int) -> JSON:
 
 def _refused_commit(run: Run) -> Outcome:
     """The API server refuses the claim's status write for good (422): the pod says so and is
-    parked (not retried every backoff period); the claim is left as it was."""
+    parked (not retried every backoff period); the claim is left as it was.
+
+    The fault answers the next claim update, whoever sends it: the ordinary pod is created only
+    once the refused pod has reported, so that the write refused is this pod's (created at
+    once, the ordinary pod's write could come first under load and be the one refused)."""
     name = "refused-write"
+    case = "commit refused for good (422)"
     run.emulator.fail_next(
         422,
         verbs="update",
@@ -303,15 +308,15 @@ def _refused_commit(run: Run) -> Outcome:
         reason="Invalid",
         message=f'ResourceClaim.resource.k8s.io "{name}" is invalid: status: Invalid value',
     )
-    outcome = pod_case(
-        run,
-        "commit refused for good (422)",
-        resource_claim(name, memory="1Gi"),
-        pod(name, claim=name),
-        "refused this pod's placement (422 Invalid)",
-    )
+    run.emulator.create(resource_claim(name, memory="1Gi"))
+    run.refused_claims.append(name)
+    started = time.monotonic()
+    run.emulator.create(pod(name, claim=name))
+    timeout = 10 * run.args.decision_timeout + 20
+    message = run.pod_refusal(name, "refused this pod's placement (422 Invalid)", timeout)
+    outcome = Outcome(case, "pod condition + event", time.monotonic() - started, message)
     writes = len(run.emulator.requests_for(method="PUT", resource="resourceclaims"))
-    run.ordinary_pod()  # time passes with other work: the refused pod is not sent again
+    outcome.ordinary_s = run.ordinary_pod()  # time passes with other work: not sent again
     again = len(run.emulator.requests_for(method="PUT", resource="resourceclaims")) - writes - 1
     outcome.notes.append(f"status writes for the refused pod after its report: {again}")
     outcome.unchanged = outcome.unchanged and again == 0

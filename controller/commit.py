@@ -8,7 +8,10 @@ writes it in this order:
    ``resource.kubernetes.io/delete-protection``) on every claim this plan allocates, by a
    merge patch carrying the claim's resourceVersion;
 2. **allocation**: ``status.allocation`` plus P in ``status.reservedFor``, one PUT of
-   ``/status`` per claim with the resourceVersion of the claim we read;
+   ``/status`` per claim with the resourceVersion of the claim we read (a PUT that keeps an
+   allocation re-sends its opaque parameters, which the server compares byte for byte: they
+   are accepted because :mod:`kubeapi.codec` writes them, and writes them again, in Go's
+   form);
 3. **bridge**: for legacy ``nvidia.com/gpu`` pods, the special claim is created (KEP-5004
    shape, with our finalizer), its status written as in 2, and linked from
    ``pod.status.extendedResourceClaimStatus``;

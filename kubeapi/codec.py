@@ -11,7 +11,15 @@ with it. So:
   wins, integers of any size stay integers); it raises ``ValueError`` only for text that is
   not JSON. (``orjson`` was considered: it refuses nesting past 1,024 too, and it turns
   integers past 64 bits into floats, which would change opaque parameters a claim carries.)
-* :func:`dumps` encodes compactly, iteratively when the data nests too deep for ``json``;
+* :func:`dumps` encodes compactly, iteratively when the data nests too deep for ``json``, in
+  the form Go's ``encoding/json`` gives a map (keys sorted, UTF-8, and ``<``, ``>``, ``&``,
+  U+2028, U+2029 escaped as ``\\u003c``, ...): the API server keeps a claim's opaque
+  ``parameters`` as the bytes the writer sent and compares them byte for byte, and a status
+  write whose ``status.allocation`` differs is refused (422 "field cannot be modified once
+  set"). A patch of the status by anyone (an attaching driver reporting ``status.devices``)
+  is applied to the stored object as Go re-encodes it (a strategic merge patch, as
+  kube-scheduler unreserves, from a map: keys sorted), and a PUT of ours re-sends what we
+  decoded: both leave the bytes unchanged only when they are already in this form;
 * :func:`copy` deep-copies and :func:`equal` compares JSON data, iteratively when it nests
   too deep for recursion.
 
@@ -25,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from json.encoder import encode_basestring_ascii
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 #: The standard decoder's string scanner (C): typeshed does not list it.
@@ -134,29 +142,44 @@ def _decode(text: str) -> Any:
             value, i = container, i + 1
 
 
+#: What Go's encoder escapes and ``json`` leaves alone; they occur only in strings.
+_GO_ESCAPES: Final = str.maketrans(
+    {
+        "<": "\\u003c",
+        ">": "\\u003e",
+        "&": "\\u0026",
+        "\u2028": "\\u2028",
+        "\u2029": "\\u2029",
+    }
+)
+
+
 def dumps(value: Any) -> bytes:
-    """Compact JSON (``separators=(",", ":")``, ASCII) of ``value`` at any depth."""
+    """Compact JSON (``separators=(",", ":")``, keys sorted, UTF-8, ``<>&`` and U+2028/9
+    escaped as Go escapes them) of ``value`` at any depth: decoding and encoding it again
+    gives the same bytes, here and in Go."""
     try:
-        return json.dumps(value, separators=(",", ":")).encode()
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
     except RecursionError:
-        return _encode(value).encode()
+        text = _encode(value)
+    return text.translate(_GO_ESCAPES).encode()
 
 
 def _encode(value: Any) -> str:
-    """Iterative encoding: a stack of the open containers, each with an iterator over its
-    members and how many it has written."""
+    """Iterative encoding (keys sorted): a stack of the open containers, each with an
+    iterator over its members and how many it has written."""
     out: list[str] = []
     stack: list[tuple[str, Iterator[Any], bool, list[int]]] = []
     item: Any = value
     while True:
         if isinstance(item, dict):
             out.append("{")
-            stack.append(("}", iter(item.items()), True, [0]))
+            stack.append(("}", iter(sorted(item.items())), True, [0]))
         elif isinstance(item, (list, tuple)):
             out.append("[")
             stack.append(("]", iter(item), False, [0]))
         else:
-            out.append(json.dumps(item))
+            out.append(json.dumps(item, ensure_ascii=False))
         while stack:  # the next member of the innermost open container, closing finished ones
             closer, members, is_object, written = stack[-1]
             member: Any = next(members, _END)
@@ -169,7 +192,7 @@ def _encode(value: Any) -> str:
             written[0] += 1
             if is_object:
                 name, item = member
-                out.append(encode_basestring_ascii(str(name)) + ":")
+                out.append(encode_basestring(str(name)) + ":")
             else:
                 item = member
             break

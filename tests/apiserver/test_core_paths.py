@@ -435,13 +435,11 @@ BC_NODE: Final = "core-bc"
 READY: Final = "Attached"
 
 
-def test_binding_conditions_hold_the_pod_until_the_driver_reports(
-    core: Core, controller: ControllerProcess
-) -> None:
-    """Devices that must be attached first (``bindingConditions``): the claim is allocated
-    and reserved, the pod waits unbound; once the test, as the attaching driver, reports the
-    condition True in the claim's ``status.devices``, the pod is bound."""
-    plane = core.plane
+@contextlib.contextmanager
+def attachable_gpus(plane: ControlPlane) -> Iterator[None]:
+    """Node ``core-bc`` with 4 fake T4s that must be attached first: each device carries
+    ``bindingConditions`` (and a failure condition); the test plays the attaching driver.
+    Pods and claims are released and the slice removed afterwards."""
     node = gpu_node(plane, BC_NODE)
     with open_backend("t4x4", node_name=BC_NODE) as backend:
         gpus = backend.discover()
@@ -454,24 +452,96 @@ def test_binding_conditions_hold_the_pod_until_the_driver_reports(
         dev["bindingFailureConditions"] = ["AttachFailed"]
     stored_slice = create(plane, f"{RESOURCE}/resourceslices", body)
     try:
-        create(plane, claims_path(NS), resource_claim("attach-gpu", namespace=NS))
-        create(plane, pod_path(NS), pinned(pod("attach", claim="attach-gpu"), BC_NODE))
-        waiting = wait(
-            lambda: (claim(plane, "attach-gpu").get("status") or {}).get("reservedFor"),
-            what="allocated and reserved",
-        )
-        assert waiting
-        allocation = claim(plane, "attach-gpu")["status"]["allocation"]
-        (result,) = allocation["devices"]["results"]
-        assert result["bindingConditions"] == [READY], "the real server keeps them"
-        assert result["bindingFailureConditions"] == ["AttachFailed"]
-        assert allocation["allocationTimestamp"]
-        assert not (get(plane, pod_path(NS, "attach")) or {})["spec"].get("nodeName")
-        report_attached(plane, "attach-gpu", result)
-        assert running_pod(plane, "attach")["spec"]["nodeName"] == BC_NODE
+        yield
     finally:
         clean_up(plane)
         delete(plane, f"{RESOURCE}/resourceslices/{stored_slice['metadata']['name']}")
+
+
+def test_binding_conditions_hold_the_pod_until_the_driver_reports(
+    core: Core, controller: ControllerProcess
+) -> None:
+    """Devices that must be attached first (``bindingConditions``): the claim is allocated
+    and reserved, the pod waits unbound; once the test, as the attaching driver, reports the
+    condition True in the claim's ``status.devices``, the pod is bound."""
+    plane = core.plane
+    with attachable_gpus(plane):
+        create(plane, claims_path(NS), resource_claim("attach-gpu", namespace=NS))
+        create(plane, pod_path(NS), pinned(pod("attach", claim="attach-gpu"), BC_NODE))
+        result = reserved_unattached(plane, "attach-gpu")
+        assert not (get(plane, pod_path(NS, "attach")) or {})["spec"].get("nodeName")
+        report_attached(plane, "attach-gpu", result)
+        assert running_pod(plane, "attach")["spec"]["nodeName"] == BC_NODE
+
+
+def test_an_attached_claim_shared_by_two_pods(core: Core, controller: ControllerProcess) -> None:
+    """A claim with ``bindingConditions`` referenced by two pods: the second is reserved on
+    the allocated claim and bound (its conditions already met), one is unreserved when
+    deleted, and the claim is deallocated when both are gone: status writes that keep, or
+    clear, an allocation with opaque config the real server compares byte for byte."""
+    plane = core.plane
+    with attachable_gpus(plane):
+        create(plane, claims_path(NS), resource_claim("attach-shared", namespace=NS))
+        create(plane, pod_path(NS), pinned(pod("attach-1", claim="attach-shared"), BC_NODE))
+        report_attached(plane, "attach-shared", reserved_unattached(plane, "attach-shared"))
+        uids = [running_pod(plane, "attach-1")["metadata"]["uid"]]
+        allocation = claim(plane, "attach-shared")["status"]["allocation"]
+        assert allocation["devices"]["config"], "opaque config from the class"
+        create(plane, pod_path(NS), pinned(pod("attach-2", claim="attach-shared"), BC_NODE))
+        uids.append(running_pod(plane, "attach-2")["metadata"]["uid"])
+        shared = claim(plane, "attach-shared")["status"]
+        assert sorted(r["uid"] for r in shared["reservedFor"]) == sorted(uids)
+        assert shared["allocation"] == allocation
+        delete(plane, pod_path(NS, "attach-1"))
+        wait(
+            lambda: reserved_for(plane, "attach-shared") == uids[1:],
+            what="reserved for the second alone",
+        )
+        assert claim(plane, "attach-shared")["status"]["allocation"] == allocation
+        delete(plane, pod_path(NS, "attach-2"))
+        wait(
+            lambda: not (claim(plane, "attach-shared").get("status") or {}).get("allocation"),
+            what="deallocated",
+        )
+        assert not claim(plane, "attach-shared")["status"].get("devices")
+        delete(plane, claims_path(NS, "attach-shared"))
+
+
+def test_deleting_an_attached_claim(core: Core, controller: ControllerProcess) -> None:
+    """A claim with ``bindingConditions``, attached and in use, deleted: it stays (the
+    controller's finalizer) while its pod runs; once the pod is gone the controller
+    unreserves and deallocates it and removes the finalizer, and the claim is gone."""
+    plane = core.plane
+    with attachable_gpus(plane):
+        create(plane, claims_path(NS), resource_claim("attach-gone", namespace=NS))
+        create(plane, pod_path(NS), pinned(pod("attach-user", claim="attach-gone"), BC_NODE))
+        report_attached(plane, "attach-gone", reserved_unattached(plane, "attach-gone"))
+        running_pod(plane, "attach-user")
+        delete(plane, claims_path(NS, "attach-gone"))
+        held = claim(plane, "attach-gone")
+        assert held["metadata"].get("deletionTimestamp")
+        assert held["status"]["allocation"]
+        delete(plane, pod_path(NS, "attach-user"))
+        wait(lambda: get(plane, claims_path(NS, "attach-gone")) is None, what="the claim gone")
+
+
+def reserved_unattached(plane: ControlPlane, name: str) -> JSON:
+    """Wait until the claim is allocated and reserved; its one result, which the real server
+    keeps with its binding conditions, not yet met."""
+    wait(
+        lambda: (claim(plane, name).get("status") or {}).get("reservedFor"),
+        what="allocated and reserved",
+    )
+    allocation = claim(plane, name)["status"]["allocation"]
+    (result,) = allocation["devices"]["results"]
+    assert result["bindingConditions"] == [READY], "the real server keeps them"
+    assert result["bindingFailureConditions"] == ["AttachFailed"]
+    assert allocation["allocationTimestamp"]
+    return dict(result)
+
+
+def reserved_for(plane: ControlPlane, name: str) -> list[str]:
+    return [r["uid"] for r in claim(plane, name)["status"].get("reservedFor") or []]
 
 
 def report_attached(plane: ControlPlane, name: str, result: JSON) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.contract.conftest import Api, claim, needs_emulator, pod
@@ -226,3 +227,65 @@ def test_apply_patch_is_unsupported_media_type(api: Api) -> None:
     response = api.patch(api.pods("p"), b"{}", "application/apply-patch+yaml")
     assert response.status == 415
     assert response.reason == "UnsupportedMediaType"
+
+
+def _configured(parameters: dict[str, Any]) -> dict[str, Any]:
+    allocation = _allocation()
+    opaque = {"driver": "gpu.contract.example.com", "parameters": parameters}
+    allocation["devices"]["config"] = [{"source": "FromClaim", "opaque": opaque}]
+    return allocation
+
+
+def _allocated(api: Api, name: str, parameters: dict[str, Any]) -> list[dict[str, str]]:
+    """Claim ``name`` allocated with ``parameters`` (as the client encodes them) and reserved
+    for a pod; returns that reservation and a second pod's."""
+    refs = [
+        _ref(n, api.ok(api.post(api.pods(), pod(n)), 201)["metadata"]["uid"])
+        for n in (f"{name}-a", f"{name}-b")
+    ]
+    stored = api.ok(api.post(api.claims(), claim(name)), 201)
+    stored["status"] = {"allocation": _configured(parameters), "reservedFor": refs[:1]}
+    api.ok(api.put(api.claims(name) + "/status", stored))
+    return refs
+
+
+def test_opaque_parameters_survive_status_writes_in_go_form(api: Api) -> None:
+    """The client encodes as Go writes a map (keys sorted, ``<>&`` escaped, UTF-8): the
+    server's byte-for-byte comparison of the allocation's opaque parameters then holds for a
+    PUT of what was read back and for every kind of patch of the status."""
+    parameters = {"zeta": "a&b<c>é", "alpha": [1, 2.5], "kind": "GpuConfig"}
+    first, second = _allocated(api, "go-form", parameters)
+    path = api.claims("go-form") + "/status"
+    read = api.ok(api.get(api.claims("go-form")))
+    read["status"]["reservedFor"].append(second)
+    written = api.ok(api.put(path, read))
+    assert written["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"] == (
+        parameters
+    )
+    api.ok(api.patch(path, {"status": {"reservedFor": [first]}}))
+    api.ok(api.patch(path, {"status": {"reservedFor": [second]}}, SMP))
+    patch = [{"op": "remove", "path": "/status/reservedFor/1"}]
+    api.ok(api.patch(path, patch, "application/json-patch+json"))
+
+
+def test_opaque_parameters_in_other_bytes_freeze_the_status(api: Api) -> None:
+    """Parameters written in other bytes than Go's (spaces, keys unsorted): a PUT of the
+    same values in Go's form, and a patch (the server re-encodes the stored bytes), modify
+    ``status.allocation`` and are refused; only deallocation is still possible."""
+    parameters = {"kind": "GpuConfig", "apiVersion": "v1"}
+    first = _ref("spaced-a", api.ok(api.post(api.pods(), pod("spaced-a")), 201)["metadata"]["uid"])
+    stored = api.ok(api.post(api.claims(), claim("spaced")), 201)
+    stored["status"] = {"allocation": _configured(parameters), "reservedFor": [first]}
+    path = api.claims("spaced") + "/status"
+    api.ok(api.request("PUT", path, json.dumps(stored).encode()))
+    read = api.ok(api.get(api.claims("spaced")))
+    refused = api.put(path, read)
+    assert refused.status == 422, refused
+    assert "status.allocation: Invalid value: null: field cannot be modified once set" in str(
+        refused.body
+    )
+    for content_type in ("application/merge-patch+json", SMP):
+        patched = api.patch(path, {"status": {"reservedFor": [first]}}, content_type)
+        assert patched.status == 422, (content_type, patched)
+    released = api.ok(api.patch(path, {"status": {"reservedFor": None, "allocation": None}}))
+    assert "allocation" not in released["status"]

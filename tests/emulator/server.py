@@ -642,6 +642,7 @@ class _Handler(BaseHTTPRequestHandler):
                     dry_run=dry_run,
                     field_validation=validation,
                     warnings=warnings,
+                    raw_body=body,
                 ),
                 req,
                 warnings,

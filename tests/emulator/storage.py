@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from driver.scheduling.volumes import StorageClass, default_storage_class, with_default_class
 from kubeapi import codec
-from tests.emulator import errors
+from tests.emulator import errors, rawjson
 from tests.emulator.defaults import apply_update_defaults, prepare_for_create
 from tests.emulator.errors import ApiStatusError, FieldError
 from tests.emulator.events import to_core, to_v1, v1_errors
@@ -89,6 +89,8 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 #: The namespace label upstream's DRAAdminNamespaceLabelKey names, and its refusal.
+#: apimachinery's ``validate.UpdatePointer`` (NoModify) on ``status.allocation``.
+MODIFIED_ONCE_SET: Final = "field cannot be modified once set"
 ADMIN_ACCESS_LABEL: Final = "resource.kubernetes.io/admin-access"
 ADMIN_ACCESS_DENIED: Final = (
     "admin access to devices requires the `resource.kubernetes.io/admin-access: true` label "
@@ -197,6 +199,8 @@ class Store:
         self.pod_graceful_deletion = pod_graceful_deletion
         self.require_namespaces = require_namespaces
         self._objects: dict[tuple[str, str], dict[ObjKey, Obj]] = {}
+        #: A claim's opaque parameters as the bytes the server holds (by uid; :mod:`rawjson`).
+        self._claim_bytes: dict[str, rawjson.Raw] = {}
         self._watchers: set[Watcher] = set()
         self._rng = random.Random()
         for name in DEFAULT_NAMESPACES:
@@ -624,7 +628,10 @@ class Store:
         dry_run: bool = False,
         field_validation: str = "Strict",
         warnings: builtins.list[str] | None = None,
+        raw_body: bytes | None = None,
     ) -> Obj:
+        """A PUT of ``body``; ``raw_body`` is what the client sent, whose bytes of a claim's
+        opaque parameters the server keeps."""
         if not isinstance(body, dict):
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
@@ -664,7 +671,10 @@ class Store:
                         warnings=warnings,
                     )
                 raise errors.not_found(kind, name)
-            return self._update(kind, old, obj, subresource=subresource, dry_run=dry_run)
+            sent = None if raw_body is None else rawjson.sent(raw_body)
+            return self._update(
+                kind, old, obj, subresource=subresource, dry_run=dry_run, claim_bytes=sent
+            )
 
     def patch(
         self,
@@ -701,11 +711,25 @@ class Store:
             patched = self._check_type(kind, patched)
             self.validators.check_patched(kind, patched, strict=field_validation == "Strict")
             patched = self._prune_unknown(kind, patched, field_validation, warnings)
-            return self._update(kind, old, patched, subresource=subresource, dry_run=dry_run)
+            held = None  # an allocation the patch sets is held as Go writes it
+            if (old.get("status") or {}).get("allocation") is not None:
+                held = rawjson.reencoded(self._held_bytes(old), content_type)
+            return self._update(
+                kind, old, patched, subresource=subresource, dry_run=dry_run, claim_bytes=held
+            )
 
     def _update(
-        self, kind: Kind, old: Obj, new: Obj, *, subresource: str | None, dry_run: bool
+        self,
+        kind: Kind,
+        old: Obj,
+        new: Obj,
+        *,
+        subresource: str | None,
+        dry_run: bool,
+        claim_bytes: rawjson.Raw | None = None,
     ) -> Obj:
+        """``claim_bytes``: for a claim's status, its opaque parameters' bytes as written (the
+        PUT's, or the patched stored ones; None: as Go writes them)."""
         old_meta = _meta(old)
         new_meta = _meta(new)
         name = str(old_meta.get("name"))
@@ -787,6 +811,9 @@ class Store:
         candidate = self._validate(kind, candidate)
         if kind.kind == "ResourceClaim" and subresource == "status":
             self._claim_status_rules(kind, old, candidate)
+            claim_bytes = self._claim_bytes_rule(kind, old, candidate, claim_bytes)
+            if not dry_run:
+                self._claim_bytes[str(old_meta.get("uid"))] = claim_bytes
         if self._strip_rv(candidate) == self._strip_rv(old):
             return old
         if dry_run:
@@ -807,6 +834,25 @@ class Store:
     @staticmethod
     def _graceful_pending(kind: Kind, obj: Obj) -> bool:
         return kind is POD and bool(_meta(obj).get("deletionGracePeriodSeconds"))
+
+    def _held_bytes(self, claim: Obj) -> rawjson.Raw:
+        return self._claim_bytes.get(str(_meta(claim).get("uid"))) or rawjson.stored_form(claim)
+
+    def _claim_bytes_rule(
+        self, kind: Kind, old: Obj, new: Obj, written: rawjson.Raw | None
+    ) -> rawjson.Raw:
+        """An allocation kept must keep its opaque parameters' bytes (the real server compares
+        them byte for byte); returns the bytes to hold."""
+        written = rawjson.stored_form(new) if written is None else written
+        old_alloc = (old.get("status") or {}).get("allocation")
+        new_alloc = (new.get("status") or {}).get("allocation")
+        if old_alloc is not None and new_alloc is not None and written != self._held_bytes(old):
+            raise errors.invalid(
+                kind,
+                str(_meta(old).get("name")),
+                [FieldError("status.allocation", "Invalid value", MODIFIED_ONCE_SET)],
+            )
+        return written if new_alloc is not None else []
 
     @staticmethod
     def _claim_status_rules(kind: Kind, old: Obj, new: Obj) -> None:

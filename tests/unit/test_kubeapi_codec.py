@@ -28,8 +28,26 @@ _json: st.SearchStrategy[Any] = st.recursive(
 def test_the_iterative_codec_agrees_with_json(value: Any) -> None:
     text = json.dumps(value)
     assert codec._decode(text) == json.loads(text)
-    assert codec._encode(value) == json.dumps(value, separators=(",", ":"))
+    compact = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    assert codec._encode(value) == compact
     assert codec.copy(value) == value
+
+
+@given(_json)
+def test_encoding_is_a_fixed_point(value: Any) -> None:
+    """What was written decodes and encodes to the same bytes: a claim's opaque parameters
+    are compared byte for byte by the API server on every status write."""
+    written = codec.dumps(value)
+    assert codec.dumps(codec.loads(written)) == written
+
+
+def test_encoding_is_what_go_writes_for_a_map() -> None:
+    """Keys sorted, UTF-8, and what Go's encoding/json escapes (HTML characters, U+2028,
+    U+2029) escaped as it does, so that the API server's own re-encoding of stored opaque
+    parameters (a merge or strategic merge patch of the status) leaves them unchanged."""
+    value = {"b": 1.5, "a": ["x&y<z>", "é", "\u2028\u2029", "\b\n\x01"]}
+    expected = '{"a":["x\\u0026y\\u003cz\\u003e","é","\\u2028\\u2029","\\b\\n\\u0001"],"b":1.5}'
+    assert codec.dumps(value) == expected.encode()
 
 
 @pytest.mark.parametrize("levels", [999, 1_000, 10_000])

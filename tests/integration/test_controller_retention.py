@@ -64,8 +64,14 @@ def test_a_deleted_claim_keeps_its_devices_until_its_pod_ends(
     cluster.create(pod("b", claim="b-claim"))
 
     def waiting() -> bool:
+        # the pod may first be reported before its claim reaches the controller's cache ("…
+        # which does not exist"): wait for the report that counts the deleted claim's devices
         condition = pod_condition(cluster, "b") or {}
-        return condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
+        return (
+            condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+            and "insufficient free GPUs" in condition.get("message", "")
+        )
 
     cluster.wait_until(waiting, timeout=20)
     condition = pod_condition(cluster, "b")

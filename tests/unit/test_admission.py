@@ -1,0 +1,67 @@
+"""The admission mutation as a pure function, driven by the table in tests/admission_cases.py
+(the same table drives the chart's policy on the real API server)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from driver.scheduling.admission import AdmissionScope, admit
+from driver.scheduling.labels import LabelSelector
+from tests.admission_cases import (
+    CASES,
+    IN_SCOPE,
+    OUT_OF_SCOPE,
+    SCHEDULERS,
+    VALUES,
+    Case,
+    expected,
+    observed,
+)
+
+SCOPE = AdmissionScope(
+    namespaces=LabelSelector.from_api(VALUES["admission"]["namespaceSelector"], "test"),
+    schedulers=frozenset(SCHEDULERS),
+)
+
+
+def _admitted(case: Case, labels: dict[str, str]) -> dict:
+    before = copy.deepcopy(case.pod)
+    change = admit(case.pod, labels, SCOPE)
+    assert case.pod == before, "admit never mutates its input"
+    return change.apply(case.pod) if change is not None else case.pod
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_in_scope(case: Case) -> None:
+    assert observed(_admitted(case, IN_SCOPE)) == expected(case, in_scope=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_out_of_scope_is_untouched(case: Case) -> None:
+    assert _admitted(case, OUT_OF_SCOPE) == case.pod
+
+
+def test_only_the_listed_schedulers_are_taken() -> None:
+    hami = next(c for c in CASES if c.name == "hami-named")
+    narrow = AdmissionScope(SCOPE.namespaces, frozenset({"default-scheduler"}))
+    assert admit(hami.pod, IN_SCOPE, narrow) is None
+
+
+def test_apply_touches_only_the_scheduler_the_container_and_the_note() -> None:
+    kai = next(c for c in CASES if c.name == "kai-on-biaxial")
+    change = admit(kai.pod, IN_SCOPE, SCOPE)
+    assert change is not None
+    after = change.apply(kai.pod)
+    assert after["metadata"]["annotations"] == {
+        **kai.pod["metadata"]["annotations"],
+        "biaxial.dev/admission": "containers[0] (main) nvidia.com/gpu: 1",
+    }
+    assert after["spec"]["containers"][0]["resources"] == {
+        "limits": {"nvidia.com/gpu": "1"},
+        "requests": {"nvidia.com/gpu": "1"},
+    }
+    after["metadata"]["annotations"] = kai.pod["metadata"]["annotations"]
+    del after["spec"]["containers"][0]["resources"]
+    assert after == kai.pod

@@ -187,6 +187,20 @@ CASES: Final = (
         pod("gpu-in-init", init=[container("warmup", **{GPU: "1"})]),
         After(gpus={"initContainers[0]": "1"}, note="schedulerName: default-scheduler -> biaxial"),
     ),
+    Case(
+        pod(
+            "implicit-class",
+            container("main", **{"deviceclass.resource.kubernetes.io__gpu.biaxial.dev": "1"}),
+        ),
+        After(note="schedulerName: default-scheduler -> biaxial"),
+    ),
+    Case(
+        pod(
+            "other-class",
+            container("main", **{"deviceclass.resource.kubernetes.io__gpu.example.com": "1"}),
+        ),
+        None,
+    ),
     Case(pod("cpu-only", container("main", cpu="1")), None),
     Case(pod("other-scheduler", container("main", **{GPU: "1"}), scheduler="my-scheduler"), None),
     Case(pod("already-biaxial", container("main", **{GPU: "1"}), scheduler="biaxial"), None),

@@ -18,8 +18,9 @@ The rules, in order (the first that holds leaves the pod untouched):
   names the administrator lists (``default-scheduler``, ``hami-scheduler``, ``volcano``,
   ``kai-scheduler``, ...): a pod naming another scheduler is never taken;
 * the pod asks for no GPU: no container or init container names one of
-  :data:`GPU_RESOURCES` (or a name starting with one of :data:`GPU_RESOURCE_PREFIXES`) in its
-  limits or requests, and it carries none of :data:`GPU_ANNOTATIONS`.
+  :data:`GPU_RESOURCES`, a name starting with one of :data:`GPU_RESOURCE_PREFIXES` or the
+  implicit extended resource of one of biaxial's DeviceClasses in its limits or requests, and
+  it carries none of :data:`GPU_ANNOTATIONS`.
 
 Otherwise ``spec.schedulerName`` becomes biaxial's; and when the pod carries ``gpu-fraction``
 or ``gpu-memory``, KAI's target container (``gpu-fraction-container-name`` among the
@@ -51,29 +52,21 @@ from driver.scheduling.bridge import (
     GPU_RESOURCE,
     IMPLICIT_PREFIX,
     LEGACY_RESOURCES,
-    MIG_CLASS,
     VOLCANO_NUMBER_RESOURCE,
 )
 from driver.scheduling.labels import LabelSelector
 
 NOTE: Final = dialects.ADMISSION_NOTE
 DEFAULT_SCHEDULER: Final = "default-scheduler"
-GPU_CLASS: Final = "gpu.biaxial.dev"
-#: Resource names that ask for a GPU: HAMi's and Volcano's vocabularies (nvidia.com/gpu is
-#: also the device plugin's and biaxial's class extended resource) and the implicit extended
-#: resources of biaxial's DeviceClasses.
-GPU_RESOURCES: Final = frozenset(
-    LEGACY_RESOURCES
-    | {
-        GPU_RESOURCE,
-        VOLCANO_NUMBER_RESOURCE,
-        IMPLICIT_PREFIX + GPU_CLASS,
-        IMPLICIT_PREFIX + MIG_CLASS,
-    }
-)
+#: Resource names that ask for a GPU: HAMi's and Volcano's vocabularies (``nvidia.com/gpu`` is
+#: also the device plugin's, and the extended resource of biaxial's gpu class).
+GPU_RESOURCES: Final = frozenset(LEGACY_RESOURCES | {GPU_RESOURCE, VOLCANO_NUMBER_RESOURCE})
 #: Prefixes of resource names that ask for a GPU: the device plugin's MIG resources
-#: (``nvidia.com/mig-1g.10gb``, biaxial's MIG classes' extended resources).
+#: (``nvidia.com/mig-1g.10gb``, also the extended resources of biaxial's MIG classes).
 GPU_RESOURCE_PREFIXES: Final = ("nvidia.com/mig-",)
+#: The implicit extended resource of any of biaxial's DeviceClasses
+#: (``deviceclass.resource.kubernetes.io/gpu.biaxial.dev``) asks for a GPU too.
+CLASS_SUFFIX: Final = ".biaxial.dev"
 #: Annotations that ask for or shape GPUs (KAI's, HAMi's, Volcano's): a pod with one is taken.
 GPU_ANNOTATIONS: Final = frozenset(
     {
@@ -173,6 +166,8 @@ def _asks_for_gpus(spec: Mapping[str, Any], annotations: Mapping[str, Any]) -> b
     for _, _, container in _all_containers(spec):
         for name in _resource_names(container):
             if name in GPU_RESOURCES or name.startswith(GPU_RESOURCE_PREFIXES):
+                return True
+            if name.startswith(IMPLICIT_PREFIX) and name.endswith(CLASS_SUFFIX):
                 return True
     return False
 

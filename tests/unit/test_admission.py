@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
-from driver.scheduling.admission import AdmissionScope, admit
+from driver.scheduling.admission import GPU_ANNOTATIONS, GPU_RESOURCES, AdmissionScope, admit
 from driver.scheduling.labels import LabelSelector
 from tests.admission_cases import (
     CASES,
@@ -19,6 +20,7 @@ from tests.admission_cases import (
     expected,
     observed,
 )
+from tests.render_chart import render_objects
 
 SCOPE = AdmissionScope(
     namespaces=LabelSelector.from_api(VALUES["admission"]["namespaceSelector"], "test"),
@@ -65,3 +67,17 @@ def test_apply_touches_only_the_scheduler_the_container_and_the_note() -> None:
     after["metadata"]["annotations"] = kai.pod["metadata"]["annotations"]
     del after["spec"]["containers"][0]["resources"]
     assert after == kai.pod
+
+
+def test_the_chart_policy_knows_the_same_names() -> None:
+    """The policy's lists of GPU resource names and annotations are the module's (the table
+    holds the rest of the two to each other on the real API server)."""
+    policy = next(r.obj for r in render_objects(VALUES) if r.kind == "MutatingAdmissionPolicy")
+    asks = next(v for v in policy["spec"]["variables"] if v["name"] == "asksForGpus")
+    quoted = set(re.findall(r'"([^"]+)"', asks["expression"]))
+    listed = quoted - {"nvidia.com/mig-", "deviceclass.resource.kubernetes.io/", ".biaxial.dev"}
+    assert listed == GPU_RESOURCES | GPU_ANNOTATIONS
+
+
+def test_the_chart_installs_no_policy_by_default() -> None:
+    assert not [r for r in render_objects() if r.kind.startswith("MutatingAdmission")]

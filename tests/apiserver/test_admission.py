@@ -1,0 +1,121 @@
+"""The chart's admission step (a MutatingAdmissionPolicy) on the real API server, driven by the
+same table as the pure function (tests/admission_cases.py): every case's pod, created unchanged
+in an opted-in namespace, ends up as :func:`driver.scheduling.admission.admit` says; in a
+namespace outside the scope it is stored as written."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.admission_cases import (
+    CASES,
+    IN_SCOPE,
+    OUT_OF_SCOPE,
+    SOURCES,
+    VALUES,
+    Case,
+    container,
+    expected,
+    observed,
+    pod,
+)
+from tests.apiserver.conftest import ChartInstall
+from tests.cluster.controlplane import ControlPlane, ControlPlaneError
+from tests.render_chart import render_objects
+
+JSON = dict
+
+
+@dataclass(frozen=True)
+class Admission:
+    plane: ControlPlane
+    inside: str
+    outside: str
+
+    def create(self, namespace: str, body: JSON, *, dry_run: bool = False) -> JSON:
+        path = f"/api/v1/namespaces/{namespace}/pods" + ("?dryRun=All" if dry_run else "")
+        status, stored = self.plane.request("POST", path, copy.deepcopy(body))
+        assert status == 201, stored
+        return dict(stored)
+
+
+def _namespace(plane: ControlPlane, name: str, labels: dict[str, str]) -> None:
+    plane.apply(
+        [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}]
+    )
+
+
+def _wait_for_policy(plane: ControlPlane, namespace: str, timeout: float = 30.0) -> None:
+    """A new policy is enforced once the server's informer has seen it (a second or two): a
+    dry-run GPU pod until it comes back sent to biaxial."""
+    probe = pod("admission-probe", container("main", **{"nvidia.com__gpu": "1"}))
+    path = f"/api/v1/namespaces/{namespace}/pods?dryRun=All"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, body = plane.request("POST", path, probe)
+        assert status == 201, body
+        if body["spec"].get("schedulerName") == "biaxial":
+            return
+        time.sleep(0.2)
+    raise ControlPlaneError("the chart's admission policy is not enforced after 30 s")
+
+
+@pytest.fixture(scope="module")
+def admission(chart_install: ChartInstall) -> Iterator[Admission]:
+    plane = chart_install.plane
+    objects = [
+        r.obj for r in render_objects(VALUES) if r.kind.startswith("MutatingAdmissionPolicy")
+    ]
+    assert [o["kind"] for o in objects] == [
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+    ]
+    _namespace(plane, "admission-in", IN_SCOPE)
+    _namespace(plane, "admission-out", OUT_OF_SCOPE)
+    plane.apply(objects)
+    _wait_for_policy(plane, "admission-in")
+    yield Admission(plane, "admission-in", "admission-out")
+    for obj in reversed(objects):
+        path = f"/apis/{obj['apiVersion']}/{obj['kind'].lower()}s/{obj['metadata']['name']}"
+        plane.request("DELETE", path.replace("policys", "policies"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_in_an_opted_in_namespace(admission: Admission, case: Case) -> None:
+    stored = admission.create(admission.inside, case.pod)
+    assert observed(stored) == expected(case, in_scope=True)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_outside_the_scope_untouched(admission: Admission, case: Case) -> None:
+    stored = admission.create(admission.outside, case.pod)
+    assert observed(stored) == expected(case, in_scope=False)
+    assert "biaxial.dev/admission" not in (stored["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize("name", SOURCES)
+def test_only_the_scheduler_the_gpu_and_the_note_change(admission: Admission, name: str) -> None:
+    """The four sources' pods: apart from the fields admission owns, the stored pod is the one
+    stored outside the scope."""
+    case = next(c for c in CASES if c.name == name)
+    body = copy.deepcopy(case.pod)
+    body["metadata"]["name"] += "-again"
+    inside = admission.create(admission.inside, body, dry_run=True)
+    outside = admission.create(admission.outside, body, dry_run=True)
+    for stored in (inside, outside):
+        stored["metadata"] = {"annotations": stored["metadata"].get("annotations", {})}
+        stored["spec"].pop("schedulerName")
+        stored.pop("status", None)
+        for c in stored["spec"]["containers"]:
+            resources = c.get("resources", {})
+            for part in ("limits", "requests"):
+                resources.get(part, {}).pop("nvidia.com/gpu", None)
+                if resources.get(part) == {}:
+                    del resources[part]
+    inside["metadata"]["annotations"].pop("biaxial.dev/admission")
+    assert inside == outside

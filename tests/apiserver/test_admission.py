@@ -5,13 +5,19 @@ namespace outside the scope it is stored as written."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from biaxial.cli import main
 from tests.admission_cases import (
     CASES,
     IN_SCOPE,
@@ -25,10 +31,13 @@ from tests.admission_cases import (
     pod,
 )
 from tests.apiserver.conftest import ChartInstall
+from tests.apiserver.seed import on_test_nodes, seeded
 from tests.cluster.controlplane import ControlPlane, ControlPlaneError
 from tests.render_chart import render_objects
 
-JSON = dict
+JSON = dict[str, Any]
+TEST = "admission"
+NODE = "admission-t4"
 
 
 @dataclass(frozen=True)
@@ -119,3 +128,66 @@ def test_only_the_scheduler_the_gpu_and_the_note_change(admission: Admission, na
                     del resources[part]
     inside["metadata"]["annotations"].pop("biaxial.dev/admission")
     assert inside == outside
+
+
+def test_the_admitted_pods_get_their_devices_and_shares(
+    admission: Admission, tmp_path: Path
+) -> None:
+    """The four sources' unchanged pods, as the real server stores them after admission, with a
+    node of four T4s and the chart's DeviceClasses read back from the server: biaxial places
+    each with its devices and its share (simulate runs the controller's decision code)."""
+    plane = admission.plane
+    namespace = "admission-devices"
+    with seeded(plane, TEST) as state:
+        node = state.gpu_node(NODE, "t4x4")
+        state.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": namespace, "labels": IN_SCOPE},
+            }
+        )
+        _wait_for_policy(plane, namespace)
+        stored = []
+        for name in SOURCES:
+            body = copy.deepcopy(next(c for c in CASES if c.name == name).pod)
+            body["metadata"]["namespace"] = namespace
+            stored.append(state.add(on_test_nodes(body, TEST)))
+        _, slices = plane.request(
+            "GET", f"/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName={NODE}"
+        )
+        _, classes = plane.request("GET", "/apis/resource.k8s.io/v1/deviceclasses")
+        objects = [
+            {"apiVersion": "v1", "kind": "Node", **node},
+            *(
+                {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **s}
+                for s in slices["items"]
+            ),
+            *(
+                {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", **c}
+                for c in classes["items"]
+            ),
+            *({"apiVersion": "v1", "kind": "Pod", **p} for p in stored),
+        ]
+    for obj in objects:
+        obj["metadata"].pop("managedFields", None)
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["simulate", str(path), "--no-default-classes", "-o", "json"])
+    assert code == 0
+    result = json.loads(out.getvalue())
+    placed = {
+        p["pod"].split("/")[1]: [
+            (d["device"], (d.get("consumedCapacity") or {}).get("memory", "whole"))
+            for d in p["devices"]
+        ]
+        for p in result["placements"]
+    }
+    assert placed == {
+        "kai-fraction": [("gpu-0", "7680Mi")],  # gpu-fraction 0.5 of a T4's 15360 MiB
+        "hami": [("gpu-0", "4000Mi")],  # nvidia.com/gpumem
+        "volcano": [("gpu-0", "2000Mi")],  # volcano.sh/vgpu-memory
+        "device-plugin": [("gpu-1", "15Gi"), ("gpu-2", "15Gi")],  # two whole GPUs
+    }, result["unschedulable"]

@@ -32,7 +32,7 @@ from tests.admission_cases import (
 )
 from tests.apiserver.conftest import ChartInstall
 from tests.apiserver.seed import on_test_nodes, seeded
-from tests.cluster.controlplane import ControlPlane, ControlPlaneError
+from tests.cluster.controlplane import RUNTIME_CONFIG, ControlPlane, ControlPlaneError
 from tests.render_chart import render_objects
 
 JSON = dict[str, Any]
@@ -77,8 +77,11 @@ def _wait_for_policy(plane: ControlPlane, namespace: str, timeout: float = 30.0)
 @pytest.fixture(scope="module")
 def admission(chart_install: ChartInstall) -> Iterator[Admission]:
     plane = chart_install.plane
+    values = copy.deepcopy(VALUES)
+    if plane.release.minor in RUNTIME_CONFIG:  # 1.34, 1.35: beta, served as asked
+        values["admission"]["apiVersion"] = "admissionregistration.k8s.io/v1beta1"
     objects = [
-        r.obj for r in render_objects(VALUES) if r.kind.startswith("MutatingAdmissionPolicy")
+        r.obj for r in render_objects(values) if r.kind.startswith("MutatingAdmissionPolicy")
     ]
     assert [o["kind"] for o in objects] == [
         "MutatingAdmissionPolicy",

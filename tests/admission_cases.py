@@ -135,6 +135,14 @@ CASES: Final = (
     ),
     Case(
         pod(
+            "kai-huge-count",
+            scheduler="kai-scheduler",
+            annotations={"gpu-fraction": "0.5", "gpu-fraction-num-devices": "9" * 20},
+        ),
+        After(note="schedulerName: kai-scheduler -> biaxial"),
+    ),
+    Case(
+        pod(
             "kai-unknown-container",
             annotations={"gpu-fraction": "0.5", "gpu-fraction-container-name": "nope"},
         ),

@@ -33,8 +33,9 @@ nvidia.com/gpu: 1``.
 What admission cannot see: the class of a ``resourceClaimTemplateName`` or
 ``resourceClaimName`` (a lookup the policy cannot make), so a pod asking for GPUs only through
 claims is not taken; such a pod was written for DRA and names its scheduler itself. A
-malformed KAI annotation (``gpu-fraction-num-devices: two``, a container name the pod does not
-have) gets no container change: the pod goes to biaxial, which refuses it with the reason.
+malformed KAI annotation (``gpu-fraction-num-devices: two`` or of more than 18 digits, a
+container name the pod does not have) gets no container change: the pod goes to biaxial,
+which refuses it with the reason.
 
 Pure: inputs are never mutated; :meth:`Admission.apply` returns a new pod.
 """
@@ -83,7 +84,7 @@ GPU_ANNOTATIONS: Final = frozenset(
         dialects.VOLCANO_VGPU_MODE,
     }
 )
-_WHOLE: Final = re.compile(r"[0-9]+")
+_WHOLE: Final = re.compile(r"[0-9]{1,18}")  # an int64, as the policy's CEL int()
 Field = Literal["containers", "initContainers"]
 _FIELDS: Final[tuple[Field, ...]] = ("containers", "initContainers")
 

@@ -32,7 +32,12 @@ from tests.admission_cases import (
 )
 from tests.apiserver.conftest import ChartInstall
 from tests.apiserver.seed import on_test_nodes, seeded
-from tests.cluster.controlplane import RUNTIME_CONFIG, ControlPlane, ControlPlaneError
+from tests.cluster.controlplane import (
+    RUNTIME_CONFIG,
+    ControlPlane,
+    ControlPlaneError,
+    object_path,
+)
 from tests.render_chart import render_objects
 
 JSON = dict[str, Any]
@@ -47,9 +52,17 @@ class Admission:
     outside: str
 
     def create(self, namespace: str, body: JSON, *, dry_run: bool = False) -> JSON:
-        path = f"/api/v1/namespaces/{namespace}/pods" + ("?dryRun=All" if dry_run else "")
-        status, stored = self.plane.request("POST", path, copy.deepcopy(body))
+        """The pod as the server stores it; then deleted again (unless a dry run), so that no
+        pending GPU pod is left for the session's other tests' schedulers."""
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        status, stored = self.plane.request(
+            "POST", path + ("?dryRun=All" if dry_run else ""), copy.deepcopy(body)
+        )
         assert status == 201, stored
+        if not dry_run:
+            name = stored["metadata"]["name"]
+            status, _ = self.plane.request("DELETE", f"{path}/{name}?gracePeriodSeconds=0")
+            assert status == 200
         return dict(stored)
 
 
@@ -92,9 +105,10 @@ def admission(chart_install: ChartInstall) -> Iterator[Admission]:
     plane.apply(objects)
     _wait_for_policy(plane, "admission-in")
     yield Admission(plane, "admission-in", "admission-out")
+    for namespace in ("admission-in", "admission-out"):
+        plane.request("DELETE", f"/api/v1/namespaces/{namespace}")
     for obj in reversed(objects):
-        path = f"/apis/{obj['apiVersion']}/{obj['kind'].lower()}s/{obj['metadata']['name']}"
-        plane.request("DELETE", path.replace("policys", "policies"))
+        plane.request("DELETE", object_path(obj))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)

@@ -21,6 +21,7 @@ from tests.admission_cases import (
     observed,
 )
 from tests.render_chart import render_objects
+from tests.validate_manifests import validate_object
 
 SCOPE = AdmissionScope(
     namespaces=LabelSelector.from_api(VALUES["admission"]["namespaceSelector"], "test"),
@@ -81,3 +82,15 @@ def test_the_chart_policy_knows_the_same_names() -> None:
 
 def test_the_chart_installs_no_policy_by_default() -> None:
     assert not [r for r in render_objects() if r.kind.startswith("MutatingAdmission")]
+
+
+@pytest.mark.parametrize(
+    ("version", "api_version"),
+    [("1.37", "admissionregistration.k8s.io/v1"), ("1.34", "admissionregistration.k8s.io/v1beta1")],
+)
+def test_the_chart_policy_validates_strictly(version: str, api_version: str) -> None:
+    values = copy.deepcopy(VALUES)
+    values["admission"]["apiVersion"] = api_version
+    rendered = [r.obj for r in render_objects(values) if r.kind.startswith("MutatingAdmission")]
+    assert [o["apiVersion"] for o in rendered] == [api_version, api_version]
+    assert [validate_object(o, version) for o in rendered] == [[], []]

@@ -9,12 +9,18 @@ With ``--kubeconfig`` the cluster is read from a live API server instead, read-o
 pods are placed. The project's ``deviceclasses/`` are loaded first unless
 ``--no-default-classes`` (or ``--kubeconfig``: the cluster's classes count there).
 
-Output: ``-o table`` (default) prints the placements with the policies each pod got, the
-unschedulable and skipped pods with their reasons, notes, per-node and per-GPU use (MIG
-partitions under their GPU; with dynamic MIG, the partitions biaxial would create and each
-GPU's free memory slices), whole GPUs left free, fragmentation and timing; ``-o json`` /
-``-o yaml`` print ``{placements, unschedulable, skipped, preemptions, notes, summary,
-objects}``.
+``--admission`` (or ``--admission-values FILE``, the chart's values) applies the chart's
+admission step to the pods being created (:mod:`biaxial.simulate.admission`) and lists what it
+changed on each, so unchanged HAMi, Volcano, KAI and device-plugin manifests answer as the
+cluster would.
+
+Output: ``-o table`` (default) prints the placements with the policies each pod got, what
+admission changed per pod (with ``--admission``), the unschedulable and skipped pods with
+their reasons, notes, per-node and per-GPU use (MIG partitions under their GPU; with dynamic
+MIG, the partitions biaxial would create and each GPU's free memory slices), whole GPUs left
+free, fragmentation and timing; ``-o json`` /
+``-o yaml`` print ``{placements, unschedulable, skipped, preemptions, notes, admission,
+summary, objects}``.
 ``--plot FILE`` draws the cluster (:mod:`biaxial.simulate.plot`).
 
 Exit codes: 0 when the simulation ran (pods placed or reported), 1 with
@@ -87,6 +93,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="read the cluster from this kubeconfig's API server (read-only what-if)",
     )
     parser.add_argument(
+        "--admission",
+        action="store_true",
+        help="apply the chart's admission step (default values, every namespace) to the pods "
+        "being created, and say what it changed",
+    )
+    parser.add_argument(
+        "--admission-values",
+        metavar="FILE",
+        help="the same, scoped as the chart is with this Helm values file (implies --admission)",
+    )
+    parser.add_argument(
         "--no-default-classes",
         action="store_true",
         help="do not load the project's deviceclasses/ first",
@@ -154,12 +171,22 @@ def run(args: argparse.Namespace) -> int:
     default_classes: list[dict[str, Any]] = []
     if not args.no_default_classes and not args.kubeconfig:
         default_classes = project_deviceclasses()
+    admission = None
+    if args.admission_values:
+        from biaxial.simulate import admission as step  # noqa: PLC0415
+
+        admission = step.from_values(step.load_values(args.admission_values))
+    elif args.admission:
+        from biaxial.simulate import admission as step  # noqa: PLC0415
+
+        admission = step.everywhere()
     result = simulate(
         objects,
         default_classes=default_classes,
         defaults=defaults,
         scheduler_name=args.scheduler_name,
         base_dirs=base_dirs,
+        admission=admission,
     )
     if args.plot:
         from biaxial.simulate.plot import plot  # noqa: PLC0415
@@ -223,6 +250,9 @@ def render_table(result: SimulationResult) -> str:
             ]
         )
     lines.extend(_table(["POD", "NODE", "GPUS", "UUIDS", "MEMORY", "CORES", "POLICIES"], rows))
+    if result.admissions:
+        lines.append("")
+        lines.extend(_table(["ADMISSION CHANGED", "WHAT"], [list(a) for a in result.admissions]))
     for title, entries in (("UNSCHEDULABLE", result.unschedulable), ("SKIPPED", result.skipped)):
         if entries:
             lines.append("")

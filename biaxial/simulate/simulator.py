@@ -83,6 +83,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from biaxial.simulate.admission import namespace_labels
 from biaxial.simulate.cluster import (
     INVENTORY_API_VERSION,
     build_inventory,
@@ -109,6 +110,7 @@ from driver.api.model import JSON, Device, ResourceSlice
 from driver.api.nodes import Node
 from driver.cel.formats import is_dns1123_label, is_dns1123_subdomain
 from driver.discovery.mig import MEMORY_SLICE_PREFIX
+from driver.scheduling.admission import AdmissionScope, admit
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
@@ -236,6 +238,8 @@ class SimulationResult:
     skipped: list[PodFailure] = field(default_factory=list)
     preemptions: list[PodPreemption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: (namespace/name, what the admission step changed), with ``admission`` given
+    admissions: list[tuple[str, str]] = field(default_factory=list)
     gpus: list[GpuUsage] = field(default_factory=list)
     node_names: list[str] = field(default_factory=list)
     objects: list[JSON] = field(default_factory=list)
@@ -347,6 +351,7 @@ class SimulationResult:
                 for p in self.preemptions
             ],
             "notes": list(self.notes),
+            "admission": [{"pod": pod, "changed": note} for pod, note in self.admissions],
             "summary": summary,
             "objects": copy.deepcopy(self.objects),
         }
@@ -493,8 +498,10 @@ class _Run:
         base_dirs: Sequence[Path | None] | None,
         *,
         spreading: DefaultSpreading | None = None,
+        admission: AdmissionScope | None = None,
     ) -> None:
         self.result = SimulationResult(policies=defaults)
+        self.admission = admission
         self.defaults = defaults
         self.spreading = spreading
         self.scheduler_name = scheduler_name
@@ -740,7 +747,8 @@ class _Run:
         finished = 0
         priorities = PriorityClasses(found.priority_classes)
         for pod in self._pods(found, nodes):
-            pod = priorities.admit(pod)  # noqa: PLW2901 - the admitted pod replaces it
+            pod = self._admit(pod, found)  # noqa: PLW2901 - the admitted pod replaces it
+            pod = priorities.admit(pod)  # noqa: PLW2901
             pod_priority(pod, f"Pod {'/'.join(ns_name(pod))}")
             verdict = self._triage(pod, node_names)
             if verdict == "finished":
@@ -852,6 +860,20 @@ class _Run:
                     engine.observe_owner(kind, namespace, name, selector)
             except BiaxialError as exc:
                 raise ManifestError(f"{object_label(obj)}: spec.selector: {exc}") from exc
+
+    def _admit(self, pod: JSON, found: _Input) -> JSON:
+        """The chart's admission step (``admission`` given) on a pod being created: one the
+        input writes or a workload makes, not one a live cluster already has
+        (``creationTimestamp``), which went through admission when it was created."""
+        if self.admission is None or (pod.get("metadata") or {}).get("creationTimestamp"):
+            return pod
+        namespace, name = ns_name(pod)
+        labels = namespace_labels(namespace, found.namespaces)
+        change = admit(pod, labels, self.admission)
+        if change is None:
+            return pod
+        self.result.admissions.append((f"{namespace}/{name}", change.note()))
+        return change.apply(pod)
 
     def _triage(self, pod: JSON, node_names: set[str]) -> str:
         """``running``, ``finished``, ``pending`` (to place), or ``skipped`` (reported)."""
@@ -1380,12 +1402,15 @@ def simulate(
     scheduler_name: str = DEFAULT_SCHEDULER,
     base_dirs: Sequence[Path | None] | None = None,
     spreading: DefaultSpreading | None = None,
+    admission: AdmissionScope | None = None,
 ) -> SimulationResult:
     """Run the simulation (see the module docstring). ``base_dirs`` gives, per object, the
     folder of the file it came from (an inventory's profile paths are relative to it);
     ``spreading``: the default topology spread constraints (kube-scheduler's System defaults
-    unless given, as the controller's). Raises ManifestError for bad input for the run;
-    everything about single pods is reported in the result."""
+    unless given, as the controller's); ``admission``: the chart's admission step's scope, to
+    apply it to the pods being created (:mod:`biaxial.simulate.admission`). Raises
+    ManifestError for bad input for the run; everything about single pods is reported in the
+    result."""
     return _Run(
         objects,
         default_classes,
@@ -1393,6 +1418,7 @@ def simulate(
         scheduler_name,
         base_dirs,
         spreading=spreading,
+        admission=admission,
     ).run()
 
 

@@ -91,6 +91,8 @@ KAI_NUM_DEVICES: Final = "gpu-fraction-num-devices"
 KAI_CONTAINER: Final = "gpu-fraction-container-name"
 KAI_MPS: Final = "mps"
 BIAXIAL_PREFIX: Final = "biaxial.dev/"
+#: What the chart's admission step changed on the pod (:mod:`driver.scheduling.admission`).
+ADMISSION_NOTE: Final = "biaxial.dev/admission"
 BIAXIAL_KEYS: Final = frozenset({"biaxial.dev/node-policy", "biaxial.dev/gpu-policy"})
 HAMI_POLICY_KEYS: Final = frozenset(
     {"hami.io/node-scheduler-policy", "hami.io/gpu-scheduler-policy"}
@@ -134,6 +136,7 @@ REFUSED: Final[Mapping[str, str]] = {
 #: Annotations the other schedulers write on pods for their own bookkeeping: not requests.
 BOOKKEEPING: Final = frozenset(
     {
+        ADMISSION_NOTE,
         "hami.io/vgpu-node",
         "hami.io/vgpu-time",
         "hami.io/bind-phase",
@@ -318,6 +321,8 @@ def _check_unknown(key: str, value: str) -> None:
             f"annotation {key}: a resource, not an annotation; write "
             f"{key}: {json.dumps(shown)} under the container's resources.limits"
         )
+    if key in BOOKKEEPING:
+        return
     vocabulary = HONOURED | REFUSED.keys()
     if key.startswith(BIAXIAL_PREFIX):
         guess = near_miss(key, vocabulary)
@@ -326,8 +331,6 @@ def _check_unknown(key: str, value: str) -> None:
             f"annotation {key}: unknown biaxial.dev annotation{hint} "
             f"(biaxial reads {', '.join(sorted(BIAXIAL_KEYS))})"
         )
-    if key in BOOKKEEPING:
-        return
     if "/" in key and not key.startswith(_NEAR_MISS_DOMAINS):
         return
     guess = near_miss(key, vocabulary)

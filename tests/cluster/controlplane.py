@@ -48,7 +48,8 @@ import yaml
 from tests.cluster.build import Release, binaries
 
 # Feature gates per release minor: DRA's alpha features biaxial uses are switched on where
-# they are alpha; nothing is passed to a release that has the gate on by default or locked (a
+# they are alpha, and MutatingAdmissionPolicy (the chart's admission step) where it is beta and
+# off; nothing is passed to a release that has the gate on by default or locked (a
 # gate a release does not know, or a locked gate set to false, stops the component).
 FEATURE_GATES: Final[Mapping[str, Mapping[str, bool]]] = {
     "1.34": {
@@ -57,6 +58,7 @@ FEATURE_GATES: Final[Mapping[str, Mapping[str, bool]]] = {
         "DRAPartitionableDevices": True,
         "DRADeviceTaints": True,
         "DRADeviceBindingConditions": True,
+        "MutatingAdmissionPolicy": True,
     },
     "1.35": {
         "DRAExtendedResource": True,
@@ -64,9 +66,17 @@ FEATURE_GATES: Final[Mapping[str, Mapping[str, bool]]] = {
         "DRAPartitionableDevices": True,
         "DRADeviceTaints": True,
         "DRADeviceBindingConditions": True,
+        "MutatingAdmissionPolicy": True,
     },
     "1.36": {},
     "1.37": {},
+}
+# API versions a release serves only when asked (--runtime-config): MutatingAdmissionPolicy is
+# beta and off in 1.34 and 1.35 (admissionregistration.k8s.io/v1beta1, with its gate above), GA
+# and served as v1 from 1.36.
+RUNTIME_CONFIG: Final[Mapping[str, tuple[str, ...]]] = {
+    "1.34": ("admissionregistration.k8s.io/v1beta1=true",),
+    "1.35": ("admissionregistration.k8s.io/v1beta1=true",),
 }
 KCM_CONTROLLERS: Final = (
     "resourceclaim-controller",
@@ -534,6 +544,11 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             f"--cert-dir={self.root / 'pki'}",
             *self._gates(),
+            *(
+                [f"--runtime-config={','.join(RUNTIME_CONFIG[self.release.minor])}"]
+                if self.release.minor in RUNTIME_CONFIG
+                else []
+            ),
             *extra,
         ]
         if self.audit:

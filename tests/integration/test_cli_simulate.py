@@ -68,6 +68,7 @@ def test_json_output_shape_and_objects_are_valid(capsys: pytest.CaptureFixture[s
         "skipped",
         "preemptions",
         "notes",
+        "admission",
         "summary",
         "objects",
     }

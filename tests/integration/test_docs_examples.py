@@ -5,9 +5,9 @@ documented ``biaxial simulate`` result is what the simulator prints.
 Conventions the docs follow (and these tests enforce):
 
 * A fenced ``yaml`` block is the complete text of one file under ``examples/``.
-* A fenced ``sh`` block holding exactly one ``biaxial simulate INVENTORY EXAMPLE`` line, followed
-  by a ``| pod | node | GPUs |`` table, documents that run's result: one row per pod, in
-  placement order; GPUs comma-separated in the order the simulator lists them; an
+* A fenced ``sh`` block holding exactly one ``biaxial simulate INVENTORY EXAMPLE [--FLAG]`` line,
+  followed by a ``| pod | node | GPUs |`` table, documents that run's result: one row per pod,
+  in placement order; GPUs comma-separated in the order the simulator lists them; an
   unschedulable or skipped pod has node ``—`` and a fragment of its reason in the third
   column.
 * Every other ``biaxial simulate`` line in a ``sh`` block (quick start) must run successfully.
@@ -204,7 +204,7 @@ def test_docs_document_enough_results() -> None:
 
 @pytest.mark.parametrize("run", DOCUMENTED, ids=lambda r: r.where)
 def test_documented_result_is_what_the_simulator_prints(run: Documented) -> None:
-    result = _simulate_json([str(ROOT / a) for a in run.args])
+    result = _simulate_json([a if a.startswith("-") else str(ROOT / a) for a in run.args])
     actual: list[tuple[str, str, str]] = [
         (
             p["pod"].removeprefix("default/"),

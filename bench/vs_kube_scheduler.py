@@ -15,7 +15,16 @@ Workloads (``--workloads``, comma separated):
   pod with a claim from one ResourceClaimTemplate asking for one device;
 * ``match-attribute``: the same nodes, devices in pairs (attribute ``group``), each pod asking
   for 2 devices with ``matchAttribute`` on the pair; half as many pods, so both fill the same
-  number of devices.
+  number of devices;
+* ``churn``: placement quality under churn. N nodes x 8 A100-80GB from the project's slice
+  builder (every GPU shareable by ``memory``, consumable capacity), a deterministic stream of
+  ``--pods`` arrivals in 5 rounds (3 in 4 a share of 10/20/40 GiB, 1 in 4 a whole GPU); after
+  each round 40 % of the pods alive leave (deleted at once) and the run waits until their
+  claims are gone; then a wave of N/4 8-GPU and 2N 1-GPU training pods. Reported besides the
+  rest: whole GPUs free before the wave (held by no claim, whole or share), training pods
+  placed, pods left pending. kube-scheduler allocates first fit; biaxial with its defaults
+  (node and GPU binpack). Its seconds include the waits between rounds, so its pods/s is not a
+  throughput figure.
 
 Metrics per run: bound pods per second (the count sampled once a second from the watch:
 average over the run, p50/p90/p99 of the per-second samples, as scheduler_perf's throughput
@@ -35,19 +44,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
+import random
 import ssl
 import statistics
 import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from bench.processes import (
+    ROOT,
     child,
     controller_argv,
     cpu_seconds,
@@ -58,6 +70,9 @@ from bench.processes import (
     wait_ready,
 )
 from bench.report import percentile, table_lines
+from biaxial.simulate.manifests import load_objects
+from driver.discovery.backend import open_backend
+from driver.discovery.slices import build_slices
 from kubeapi.client import Client
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import (
@@ -65,6 +80,7 @@ from kubeapi.resources import (
     NAMESPACES,
     NODES,
     PODS,
+    RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     Resource,
 )
@@ -93,7 +109,13 @@ APISERVER_ARGS: Final = (
 )
 CREATE_CONCURRENCY: Final = 32
 STALL_S: Final = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
-WORKLOADS: Final = ("claim-template", "match-attribute")
+WORKLOADS: Final = ("claim-template", "match-attribute", "churn")
+GPU_PROFILE: Final = "a100-80gbx8"
+GPU_CLASS: Final = "gpu.biaxial.dev"
+SHARES_GIB: Final = (10, 20, 40)
+CHURN_ROUNDS: Final = 5
+CHURN_DEPARTURES: Final = 0.4  # of the pods alive, after each round
+CHURN_STALL_S: Final = 5.0
 
 
 # --------------------------------------------------------------------------- inventory
@@ -109,6 +131,7 @@ class Inventory:
     classes: list[JSON]
     templates: list[JSON]
     pods: list[JSON]
+    churn: Churn | None = None
 
 
 def _node(name: str) -> JSON:
@@ -165,18 +188,12 @@ def _pod(name: str, template: str) -> JSON:
 def upstream_shape(workload: str, nodes: int, pods: int) -> Inventory:
     """scheduler_perf's DRA shape; ``match-attribute`` asks for a pair per pod (half the pods)."""
     names = [f"node-{i:05d}" for i in range(nodes)]
-    request: JSON = {"name": "devices", "exactly": {"deviceClassName": CLASS}}
-    spec: JSON = {"requests": [request]}
     if workload == "match-attribute":
-        request["exactly"]["count"] = 2
-        spec["constraints"] = [{"requests": ["devices"], "matchAttribute": f"{DRIVER}/group"}]
+        pair = {"requests": ["devices"], "matchAttribute": f"{DRIVER}/group"}
+        template = _template("claim-template", CLASS, {"count": 2}, [pair])
         pods //= 2
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": "claim-template", "namespace": NAMESPACE},
-        "spec": {"spec": {"devices": spec}},
-    }
+    else:
+        template = _template("claim-template", CLASS, {})
     device_class = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceClass",
@@ -191,6 +208,81 @@ def upstream_shape(workload: str, nodes: int, pods: int) -> Inventory:
         templates=[template],
         pods=[_pod(f"pod-{i:05d}", "claim-template") for i in range(pods)],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Churn:
+    """The churn workload's schedule: rounds of (arrivals, departures), then the wave."""
+
+    rounds: list[tuple[list[JSON], list[str]]]
+    wave: list[JSON]
+    gpus: int
+
+
+def _gpu_pod(name: str, template: str) -> JSON:
+    pod = _pod(name, template)
+    pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100m", "memory": "256Mi"}
+    return pod
+
+
+def churn_shape(nodes: int, pods: int, *, seed: int = 24) -> Inventory:
+    """A shared-GPU cluster (``nodes`` x 8 A100-80GB from the project's slice builder, every
+    GPU shareable by memory), ``pods`` arrivals in ``CHURN_ROUNDS`` rounds (3 in 4 a share of
+    10, 20 or 40 GiB, 1 in 4 a whole GPU), after each round ``CHURN_DEPARTURES`` of the pods
+    alive leave; then the wave: ``nodes // 4`` 8-GPU and ``2 * nodes`` 1-GPU training pods."""
+    rng = random.Random(seed)
+    with open_backend(fake=GPU_PROFILE, node_name="template") as backend:
+        template = backend.discover()
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    slices: list[JSON] = []
+    for name in names:
+        gpus = [dataclasses.replace(g, uuid=f"GPU-{name}-{g.index}") for g in template]
+        slices.extend(built.to_api() for built in build_slices(gpus, node_name=name))
+    templates = [
+        _template(f"share-{gib}", GPU_CLASS, {"capacity": {"requests": {"memory": f"{gib}Gi"}}})
+        for gib in SHARES_GIB
+    ] + [_template("whole-1", GPU_CLASS, {}), _template("train-8", GPU_CLASS, {"count": 8})]
+    rounds: list[tuple[list[JSON], list[str]]] = []
+    alive: list[str] = []
+    per_round = max(1, pods // CHURN_ROUNDS)
+    for r in range(CHURN_ROUNDS):
+        arrivals = []
+        for i in range(per_round):
+            name = f"job-{r}-{i:05d}"
+            shape = f"share-{rng.choice(SHARES_GIB)}" if rng.random() < 0.75 else "whole-1"
+            arrivals.append(_gpu_pod(name, shape))
+        alive += [p["metadata"]["name"] for p in arrivals]
+        leaving = sorted(rng.sample(alive, int(CHURN_DEPARTURES * len(alive))))
+        alive = [n for n in alive if n not in set(leaving)]
+        rounds.append((arrivals, leaving))
+    wave = [_gpu_pod(f"train8-{i:05d}", "train-8") for i in range(nodes // 4)]
+    wave += [_gpu_pod(f"train1-{i:05d}", "whole-1") for i in range(2 * nodes)]
+    return Inventory(
+        workload="churn",
+        nodes=[_node(n) for n in names],
+        slices=slices,
+        classes=load_objects([str(ROOT / "deviceclasses" / "gpu.biaxial.dev.yaml")]),
+        templates=templates,
+        pods=[p for arrivals, _ in rounds for p in arrivals] + wave,
+        churn=Churn(rounds=rounds, wave=wave, gpus=nodes * len(template)),
+    )
+
+
+def _template(
+    name: str, device_class: str, exactly: JSON, constraints: Sequence[JSON] = ()
+) -> JSON:
+    """A ResourceClaimTemplate of one request ``devices`` (``exactly``, of ``device_class``)."""
+    devices: JSON = {
+        "requests": [{"name": "devices", "exactly": {"deviceClassName": device_class, **exactly}}]
+    }
+    if constraints:
+        devices["constraints"] = list(constraints)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"spec": {"devices": devices}},
+    }
 
 
 # --------------------------------------------------------------------------- one run
@@ -232,66 +324,163 @@ class _Watched:
     loads: list[float]  # 1-minute load average, once a second
     started: float
     finished: float
+    extra: dict[str, int] = field(default_factory=dict)  # the churn workload's counts
 
 
-async def _drive(
-    api: _Api, inventory: Inventory, scheduler_name: str, timeout_s: float
-) -> _Watched:
-    """Create the pods in a burst and watch them until every one is bound (or none for
-    ``STALL_S``)."""
-    listed = await api.list(PODS)
-    created: dict[str, float] = {}
-    bound: dict[str, float] = {}
-    total = len(inventory.pods)
-    done = asyncio.Event()
+class _Tracker:
+    """Creates and deletes the run's pods and watches them: when each was created and bound,
+    the bindings per second and the load."""
 
-    async def watch() -> None:
-        async for event in api.watch(
-            PODS, resource_version=listed.resource_version, timeout_s=3600
-        ):
+    def __init__(self, api: _Api, scheduler_name: str) -> None:
+        self.api = api
+        self.scheduler_name = scheduler_name
+        self.created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
+        self.deleted: set[str] = set()
+        self.samples: list[int] = []
+        self.loads: list[float] = []
+        self.started = 0.0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> _Tracker:
+        listed = await self.api.list(PODS)
+        self._tasks = [
+            asyncio.create_task(self._watch(listed.resource_version)),
+            asyncio.create_task(self._sample()),
+        ]
+        self.started = time.monotonic()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _watch(self, resource_version: str) -> None:
+        async for event in self.api.watch(PODS, resource_version=resource_version, timeout_s=3600):
             obj = event.object
             name = (obj.get("metadata") or {}).get("name")
-            if name and (obj.get("spec") or {}).get("nodeName") and name not in bound:
-                bound[name] = time.monotonic()
-                if len(bound) == total:
-                    done.set()
-                    return
+            if not name:
+                continue
+            if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+                self.bound[name] = time.monotonic()
 
-    samples: list[int] = []
-    loads: list[float] = []
-
-    async def sample() -> None:
+    async def _sample(self) -> None:
         last = 0
         while True:
             await asyncio.sleep(1.0)
-            now = len(bound)
-            samples.append(now - last)
-            loads.append(os.getloadavg()[0])
+            now = len(self.bound)
+            self.samples.append(now - last)
+            self.loads.append(os.getloadavg()[0])
             last = now
 
-    watcher = asyncio.create_task(watch())
-    sampler = asyncio.create_task(sample())
-    started = time.monotonic()
+    async def create(self, pods: Sequence[JSON]) -> None:
+        """Create ``pods`` (``CREATE_CONCURRENCY`` at a time) for this run's scheduler."""
 
-    async def create(pod: JSON) -> None:
-        body = {**pod, "spec": {**pod["spec"], "schedulerName": scheduler_name}}
-        created[pod["metadata"]["name"]] = time.monotonic()
-        await api.create(PODS, body)
+        async def one(pod: JSON) -> None:
+            body = {**pod, "spec": {**pod["spec"], "schedulerName": self.scheduler_name}}
+            self.created[pod["metadata"]["name"]] = time.monotonic()
+            await self.api.create(PODS, body)
 
-    await gather_bounded([lambda p=p: create(p) for p in inventory.pods], CREATE_CONCURRENCY)
+        await gather_bounded([lambda p=p: one(p) for p in pods], CREATE_CONCURRENCY)
+
+    async def delete(self, names: Sequence[str]) -> None:
+        """Delete pods at once (no kubelet runs to finish a graceful deletion)."""
+        now: JSON = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+
+        async def one(name: str) -> None:
+            await self.api.request("DELETE", PODS.path(NAMESPACE, name), body=now)
+            self.deleted.add(name)
+
+        await gather_bounded([lambda n=n: one(n) for n in names], CREATE_CONCURRENCY)
+
+    async def settle(self, names: Sequence[str], *, stall_s: float, timeout_s: float) -> None:
+        """Wait until every one of ``names`` is bound, or nothing was bound for ``stall_s``."""
+        deadline = time.monotonic() + timeout_s
+        seen, progressed = len(self.bound), time.monotonic()
+        while any(n not in self.bound for n in names):
+            await asyncio.sleep(0.2)
+            now = time.monotonic()
+            if len(self.bound) != seen:
+                seen, progressed = len(self.bound), now
+            elif now - progressed >= stall_s or now >= deadline:
+                return
+
+    def watched(self, names: Sequence[str] | None = None) -> _Watched:
+        """The figures of ``names`` (every pod when None)."""
+        keep = set(self.created if names is None else names)
+        created = {n: t for n, t in self.created.items() if n in keep}
+        bound = {n: t for n, t in self.bound.items() if n in keep}
+        started = min(created.values(), default=self.started)
+        finished = max(bound.values(), default=started)
+        return _Watched(created, bound, list(self.samples), list(self.loads), started, finished)
+
+
+async def _burst(api: _Api, inventory: Inventory, scheduler_name: str) -> _Watched:
+    """Create the pods in a burst; wait until every one is bound (or none for ``STALL_S``)."""
+    names = [p["metadata"]["name"] for p in inventory.pods]
+    async with _Tracker(api, scheduler_name) as tracker:
+        await tracker.create(inventory.pods)
+        await tracker.settle(names, stall_s=STALL_S, timeout_s=1800)
+        return tracker.watched()
+
+
+async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> _Watched:
+    """Play the rounds (arrivals settle, then the departures leave and their claims are
+    released), count the whole GPUs free, then create the wave and let it settle."""
+    churn = inventory.churn
+    if churn is None:
+        raise ValueError(f"{inventory.workload} has no churn schedule")
+    async with _Tracker(api, scheduler_name) as tracker:
+        for arrivals, departures in churn.rounds:
+            await tracker.create(arrivals)
+            names = [p["metadata"]["name"] for p in arrivals]
+            await tracker.settle(names, stall_s=CHURN_STALL_S, timeout_s=600)
+            await tracker.delete(departures)
+            await _released(api, tracker.deleted)
+        free = churn.gpus - len(await _allocated_gpus(api))
+        wave = [p["metadata"]["name"] for p in churn.wave]
+        await tracker.create(churn.wave)
+        await tracker.settle(wave, stall_s=CHURN_STALL_S, timeout_s=600)
+        watched = tracker.watched()
+        live = set(tracker.created) - tracker.deleted
+        watched.extra = {
+            "whole_gpus_free": free,
+            "training_placed": sum(n in tracker.bound for n in wave),
+            "training_pods": len(wave),
+            "pending": sum(n not in tracker.bound for n in live),
+        }
+        return watched
+
+
+async def _claims(api: _Api) -> list[JSON]:
+    return list((await api.list(RESOURCE_CLAIMS)).items)
+
+
+async def _released(api: _Api, deleted: set[str], timeout_s: float = 120.0) -> None:
+    """Wait until no claim of a deleted pod is left (deallocated and removed)."""
     deadline = time.monotonic() + timeout_s
-    while not done.is_set() and time.monotonic() < deadline:
-        progress = len(bound)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(STALL_S):
-                await done.wait()
-        if len(bound) == progress:
-            break
-    sampler.cancel()
-    watcher.cancel()
-    await asyncio.gather(watcher, sampler, return_exceptions=True)
-    finished = max(bound.values(), default=started)
-    return _Watched(created, bound, samples, loads, started, finished)
+    while time.monotonic() < deadline:
+        owners = {
+            ref.get("name")
+            for claim in await _claims(api)
+            for ref in claim["metadata"].get("ownerReferences") or ()
+        }
+        if not owners & deleted:
+            return
+        await asyncio.sleep(0.2)
+
+
+async def _allocated_gpus(api: _Api) -> set[tuple[str, str]]:
+    """Every (pool, device) some claim holds, whole or a share."""
+    return {
+        (result["pool"], result["device"])
+        for claim in await _claims(api)
+        for result in (
+            ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        ).get("results")
+        or ()
+    }
 
 
 def _kube_scheduler_requests(plane: ControlPlane, port: int) -> float:
@@ -362,7 +551,8 @@ def run_one(inventory: Inventory, which: Scheduler, qps: int, burst: int) -> JSO
 
             async def drive() -> _Watched:
                 async with _Api(endpoint, request_timeout_s=120) as api:
-                    return await _drive(api, inventory, SCHEDULER_NAME[which], 1800)
+                    drive = _burst if inventory.churn is None else _churn
+                    return await drive(api, inventory, SCHEDULER_NAME[which])
 
             watched = asyncio.run(drive())
             cpu = cpu_seconds(running.pid) - cpu0
@@ -419,6 +609,7 @@ def _row(
         "load_avg": statistics.mean(watched.loads) if watched.loads else os.getloadavg()[0],
         "qps": qps,
         "burst": burst,
+        **watched.extra,
     }
 
 
@@ -445,17 +636,32 @@ _ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
 )
 
 
+_CHURN_ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
+    ("whole GPUs free before the wave", lambda r: str(r["whole_gpus_free"])),
+    ("training pods placed", lambda r: f"{r['training_placed']}/{r['training_pods']}"),
+    ("pods left pending", lambda r: str(r["pending"])),
+)
+
+
 def tables(runs: Sequence[JSON]) -> list[str]:
     """One table per workload: a metric per row, a column per (scheduler, client QPS)."""
     out: list[str] = []
     for workload in dict.fromkeys(r["workload"] for r in runs):
         mine = [r for r in runs if r["workload"] == workload]
         first = mine[0]
-        out.append(
-            f"{workload}: {first['nodes']} nodes x {DEVICES_PER_NODE} devices, {first['pods']} pods"
-        )
+        if workload == "churn":
+            out.append(
+                f"churn: {first['nodes']} nodes x 8 A100-80GB (shareable), {first['pods']} pods "
+                f"({first['training_pods']} of them the training wave)"
+            )
+        else:
+            out.append(
+                f"{workload}: {first['nodes']} nodes x {DEVICES_PER_NODE} devices, "
+                f"{first['pods']} pods"
+            )
         headers = ["", *(f"{r['scheduler']} @{r['qps']}/{r['burst']}" for r in mine)]
-        body = [[label, *(fmt(r) for r in mine)] for label, fmt in _ROWS]
+        rows = _ROWS + (_CHURN_ROWS if workload == "churn" else ())
+        body = [[label, *(fmt(r) for r in mine)] for label, fmt in rows]
         out.extend(table_lines(headers, body))
         out.append("")
     return out
@@ -491,7 +697,11 @@ def main(argv: list[str] | None = None) -> int:
     limits = [_qps_pair(q) for q in args.qps.split(",") if q]
     runs: list[JSON] = []
     for workload in workloads:
-        inventory = upstream_shape(workload, args.nodes, args.pods)
+        inventory = (
+            churn_shape(args.nodes, args.pods)
+            if workload == "churn"
+            else upstream_shape(workload, args.nodes, args.pods)
+        )
         for qps, burst in limits:
             for which in SCHEDULERS:
                 print(

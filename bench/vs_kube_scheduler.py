@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import aiohttp
+
 from bench.processes import (
     ROOT,
     child,
@@ -71,6 +73,7 @@ from bench.processes import (
 )
 from bench.report import percentile, table_lines
 from biaxial.simulate.manifests import load_objects
+from driver.api.errors import ApiError
 from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
 from kubeapi.client import Client
@@ -340,12 +343,13 @@ class _Tracker:
         self.samples: list[int] = []
         self.loads: list[float] = []
         self.started = 0.0
+        self.relists = 0  # the watch ended or broke and the pods were listed again
         self._tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> _Tracker:
-        listed = await self.api.list(PODS)
+        resource_version = (await self.api.list(PODS)).resource_version
         self._tasks = [
-            asyncio.create_task(self._watch(listed.resource_version)),
+            asyncio.create_task(self._watch(resource_version)),
             asyncio.create_task(self._sample()),
         ]
         self.started = time.monotonic()
@@ -356,14 +360,29 @@ class _Tracker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def _seen(self, obj: JSON) -> None:
+        name = (obj.get("metadata") or {}).get("name")
+        if name and (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+            self.bound[name] = time.monotonic()
+
     async def _watch(self, resource_version: str) -> None:
-        async for event in self.api.watch(PODS, resource_version=resource_version, timeout_s=3600):
-            obj = event.object
-            name = (obj.get("metadata") or {}).get("name")
-            if not name:
-                continue
-            if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
-                self.bound[name] = time.monotonic()
+        """Follow the pods; where the stream ends or breaks, list again and go on watching."""
+        while True:
+            try:
+                async for event in self.api.watch(
+                    PODS, resource_version=resource_version, timeout_s=300
+                ):
+                    self._seen(event.object)
+                    resource_version = (
+                        (event.object.get("metadata") or {}).get("resourceVersion")
+                    ) or resource_version
+            except (ApiError, aiohttp.ClientError, TimeoutError) as err:
+                print(f"pod watch broke ({err!r}); listing again", file=sys.stderr)
+            self.relists += 1
+            listed = await self.api.list(PODS)
+            for obj in listed.items:
+                self._seen(obj)
+            resource_version = listed.resource_version
 
     async def _sample(self) -> None:
         last = 0
@@ -422,7 +441,9 @@ async def _burst(api: _Api, inventory: Inventory, scheduler_name: str) -> _Watch
     async with _Tracker(api, scheduler_name) as tracker:
         await tracker.create(inventory.pods)
         await tracker.settle(names, stall_s=STALL_S, timeout_s=1800)
-        return tracker.watched()
+        watched = tracker.watched()
+        watched.extra["watch_relists"] = tracker.relists
+        return watched
 
 
 async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> _Watched:
@@ -449,6 +470,7 @@ async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> _Watch
             "training_placed": sum(n in tracker.bound for n in wave),
             "training_pods": len(wave),
             "pending": sum(n not in tracker.bound for n in live),
+            "watch_relists": tracker.relists,
         }
         return watched
 
@@ -633,6 +655,7 @@ _ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
     ("scheduler CPU ms / pod", lambda r: f"{1000 * r['cpu_s_per_pod']:.1f}"),
     ("scheduler peak RSS MB", lambda r: f"{r['rss_mb']:.0f}"),
     ("load average (1 min)", lambda r: f"{r['load_avg']:.2f}"),
+    ("driver's pod watch re-listed", lambda r: str(r["watch_relists"])),
 )
 
 

@@ -695,6 +695,12 @@ def _qps_pair(text: str) -> tuple[int, int]:
     return int(qps), int(burst or qps)
 
 
+def _write_json(path: Path, runs: Sequence[JSON]) -> None:
+    path.write_text(
+        json.dumps({"runs": list(runs), "upstream_scheduler_perf": []}, indent=2) + "\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.vs_kube_scheduler",
@@ -733,11 +739,10 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 runs.append(run_one(inventory, which, qps, burst))
+                print(json.dumps(runs[-1]), file=sys.stderr, flush=True)  # a long run's progress
+                if args.json is not None:
+                    _write_json(args.json, runs)
     print("\n".join(tables(runs)))
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps({"runs": runs, "upstream_scheduler_perf": []}, indent=2) + "\n"
-        )
     return 0
 
 

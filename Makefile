@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lock lock-check control-plane check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv lock lock-check control-plane check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput bench-vs-kube-scheduler proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
 
 all: check test
 
@@ -126,3 +126,9 @@ bench-chaos: $(STAMP)
 ## bench-badinput: each kind of bad input gets its message where the user looks, nothing else
 bench-badinput: $(STAMP)
 	$(BIN)/python -m bench.badinput
+
+## bench-vs-kube-scheduler: kube-scheduler and biaxial on the same real control plane and pods
+## (needs `make control-plane`; NODES, PODS, WORKLOADS, QPS, JSON override the defaults)
+bench-vs-kube-scheduler: $(STAMP)
+	$(BIN)/python -m bench.vs_kube_scheduler $(if $(NODES),--nodes $(NODES)) $(if $(PODS),--pods $(PODS)) \
+		$(if $(WORKLOADS),--workloads $(WORKLOADS)) $(if $(QPS),--qps $(QPS)) $(if $(JSON),--json $(JSON))

@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -54,6 +53,7 @@ from typing import Any
 from bench.processes import (
     child,
     controller_argv,
+    cpu_seconds,
     free_port,
     gather_bounded,
     scrape,
@@ -81,12 +81,6 @@ STORAGE_CLASS = "bench-wffc"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 SEED_CONCURRENCY = 32
 STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
@@ -293,10 +287,8 @@ def run(
             with child(argv) as (_, controller):
                 ready_s = wait_ready(port, timeout=600.0)
                 ready_rss = _rss_mb(controller.pid)
-                ready_cpu = _cpu_seconds(controller.pid)
-                cpu = {
-                    p: _cpu_seconds(proc.pid) for p, proc in (("e", emulator), ("c", controller))
-                }
+                ready_cpu = cpu_seconds(controller.pid)
+                cpu = {p: cpu_seconds(proc.pid) for p, proc in (("e", emulator), ("c", controller))}
                 driver_cpu = time.process_time()
                 phase_started = time.monotonic()
                 with _ScrapeFlood(port, scrape_flood) as flood:
@@ -305,8 +297,8 @@ def run(
                     )
                 phase = time.monotonic() - phase_started
                 shares = {
-                    "emulator": (_cpu_seconds(emulator.pid) - cpu["e"]) / phase,
-                    "controller": (_cpu_seconds(controller.pid) - cpu["c"]) / phase,
+                    "emulator": (cpu_seconds(emulator.pid) - cpu["e"]) / phase,
+                    "controller": (cpu_seconds(controller.pid) - cpu["c"]) / phase,
                     "driver": (time.process_time() - driver_cpu) / phase,
                 }
                 end_rss = _rss_mb(controller.pid)

@@ -6,7 +6,8 @@ cluster seeded straight into an in-process API emulator.
   15 s);
 * :func:`controller_argv` is the real ``biaxial controller`` command line against a
   kubeconfig; :func:`wait_ready` polls its ``/readyz``, :func:`scrape` reads its
-  ``/metrics`` (labelled samples included), :func:`peak_rss_mib` its peak resident memory;
+  ``/metrics`` (labelled samples included); :func:`cpu_seconds` and :func:`peak_rss_mib` are
+  a process's CPU time and peak resident memory;
 * :func:`seed_nodes` puts Nodes with their ResourceSlices (from the real slice builder on a
   fake GPU profile) and the project's DeviceClasses into an in-process emulator, without HTTP.
 
@@ -135,6 +136,12 @@ def scrape(port: int) -> dict[str, float]:
             name, _, value = line.rpartition(" ")
             out[name] = float(value)
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pid: int) -> float:

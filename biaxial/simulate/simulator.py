@@ -74,7 +74,6 @@ covers the slots partitions leave behind; ``summary.mig`` totals them.
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 from collections import Counter
@@ -125,6 +124,7 @@ from driver.scheduling.volumes import (
     default_storage_class,
     with_default_class,
 )
+from kubeapi import codec
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"
 #: The one recipe for a dump of a cluster (docs/simulator.md and docs/migration.md show it).
@@ -353,7 +353,7 @@ class SimulationResult:
             "notes": list(self.notes),
             "admission": [{"pod": pod, "changed": note} for pod, note in self.admissions],
             "summary": summary,
-            "objects": copy.deepcopy(self.objects),
+            "objects": codec.copy(self.objects),
         }
 
 
@@ -631,7 +631,7 @@ class _Run:
         if classify(raw).namespaced:
             obj = _with_uid(raw)
         else:
-            obj = copy.deepcopy(dict(raw))
+            obj = codec.copy(dict(raw))
             obj["metadata"] = {"uid": stable_uid(key[0], "", key[1]), **obj["metadata"]}
         if key[0] == "PersistentVolume" and not (obj.get("status") or {}).get("phase"):
             # A PV as written, before the PV controller's first sync (syncVolume): Available
@@ -962,7 +962,7 @@ class _Run:
                     },
                     "ownerReferences": [_owned_by_pod(pod)],
                 },
-                "spec": copy.deepcopy(tspec.get("spec") or {}),
+                "spec": codec.copy(tspec.get("spec") or {}),
             }
             if not claim["metadata"]["labels"]:
                 del claim["metadata"]["labels"]
@@ -1007,7 +1007,7 @@ class _Run:
                 continue
             template = ephemeral.get("volumeClaimTemplate") or {}
             claim_name = f"{name}-{volume.get('name')}"
-            meta = copy.deepcopy(dict(template.get("metadata") or {}))
+            meta = codec.copy(dict(template.get("metadata") or {}))
             meta.update(
                 name=claim_name,
                 namespace=namespace,
@@ -1017,7 +1017,7 @@ class _Run:
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
                 "metadata": meta,
-                "spec": copy.deepcopy(dict(template.get("spec") or {})),
+                "spec": codec.copy(dict(template.get("spec") or {})),
                 "status": {"phase": "Pending"},
             }
             if self._volume_key(claim) not in self.volumes:
@@ -1111,7 +1111,7 @@ class _Run:
                 devices.extend(
                     self._device_rows(key[1], AllocationResult.from_api(current, key[1]))
                 )
-        out_pod = copy.deepcopy(pod)
+        out_pod = codec.copy(pod)
         out_pod.setdefault("spec", {})["nodeName"] = placement.node
         status = out_pod.setdefault("status", {})
         if entries:
@@ -1121,7 +1121,7 @@ class _Run:
             ]
         if placement.bridge is not None and placement.bridge_allocation is not None:
             claim_name = f"{name}-extended-resources-{generated_suffix(uid + '/extended')}"
-            bridge = copy.deepcopy(placement.bridge.claim)
+            bridge = codec.copy(placement.bridge.claim)
             bridge["metadata"] = {
                 "name": claim_name,
                 **bridge["metadata"],
@@ -1385,7 +1385,7 @@ def _device_order(name: str) -> tuple[int, str]:
 
 
 def _with_uid(obj: Mapping[str, Any]) -> JSON:
-    out = copy.deepcopy(dict(obj))
+    out: JSON = codec.copy(dict(obj))
     meta = dict(out.get("metadata") or {})
     namespace, name = ns_name(out)
     meta["namespace"] = namespace

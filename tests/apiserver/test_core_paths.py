@@ -681,3 +681,47 @@ def test_a_claim_shared_by_two_pods(core: Core, controller: ControllerProcess) -
         what="deallocated",
     )
     delete(plane, claims_path(NS, "together"))
+
+
+def test_a_burst_on_one_claim_and_a_deep_claim_stop_nothing(
+    core: Core, controller: ControllerProcess
+) -> None:
+    """Issue 29 on the real server: ten pods created in one burst on one claim are all bound
+    and reserved on its one allocation (none stranded while the allocation is in flight), and a
+    claim whose opaque parameters nest 1,000 deep — which the real API server accepts (its JSON
+    decoder allows 10,000 levels) — is that pod's error while the controller keeps scheduling."""
+    plane = core.plane
+    create(plane, claims_path(NS), resource_claim("burst", namespace=NS, memory="1Gi"))
+    names = [f"burst-{i}" for i in range(10)]
+    for name in names:
+        create(plane, pod_path(NS), pinned(pod(name, claim="burst")))
+    for name in names:
+        running_pod(plane, name, timeout=60)
+    reserved = {r["name"] for r in claim(plane, "burst")["status"]["reservedFor"]}
+    assert reserved == set(names)
+
+    nested: Any = []
+    for _ in range(999):
+        nested = [nested]
+    deep = resource_claim("deep", namespace=NS)
+    deep["spec"]["devices"]["config"] = [
+        {"opaque": {"driver": "other.example.com", "parameters": {"p": nested}}}
+    ]
+    create(plane, claims_path(NS), deep)
+    create(plane, pod_path(NS), pinned(pod("deep-pod", claim="deep")))
+
+    def reported() -> str | None:
+        stored = get(plane, pod_path(NS, "deep-pod")) or {}
+        for condition in (stored.get("status") or {}).get("conditions") or []:
+            if condition["type"] == "PodScheduled" and "nest deeper" in condition["message"]:
+                return str(condition["message"])
+        return None
+
+    assert "opaque parameters nest deeper than 64 levels" in wait(reported, what="its report")
+    create(plane, claims_path(NS), resource_claim("after", namespace=NS, memory="1Gi"))
+    create(plane, pod_path(NS), pinned(pod("after", claim="after")))
+    running_pod(plane, "after")
+    assert controller.leading()
+    # the session's other tests read the whole cluster (simulate refuses the deep claim)
+    delete(plane, pod_path(NS, "deep-pod"))
+    delete(plane, claims_path(NS, "deep"))

@@ -45,6 +45,7 @@ from typing import Any, Final
 
 import yaml
 
+from kubeapi import codec
 from tests.cluster.build import Release, binaries
 
 # Feature gates per release minor: DRA's alpha features biaxial uses are switched on where
@@ -308,7 +309,7 @@ class ControlPlane:
     ) -> tuple[int, Any]:
         """One raw request as ``token`` (the administrator when None): (status, parsed JSON).
         ``content_type`` names a patch's kind (``application/merge-patch+json``, ...)."""
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else codec.dumps(body)
         req = urllib.request.Request(
             self.url + path,
             data=data,
@@ -333,7 +334,7 @@ class ControlPlane:
                 raise ControlPlaneError(f"applying {obj['kind']} {obj['metadata']['name']}: {body}")
 
     def _apply_one(self, obj: Mapping[str, Any]) -> tuple[int, Any]:
-        data = json.dumps(obj).encode()
+        data = codec.dumps(obj)
         req = urllib.request.Request(
             self.url + object_path(obj) + "?fieldManager=biaxial-test&force=true",
             data=data,
@@ -346,7 +347,7 @@ class ControlPlane:
         )
         try:
             with urllib.request.urlopen(req, context=self.ssl_context(), timeout=30) as resp:
-                return resp.status, json.loads(resp.read() or b"null")
+                return resp.status, codec.loads(resp.read() or b"null")
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode(errors="replace")
 
@@ -680,7 +681,7 @@ def _parsed(raw: bytes) -> Any:
     if not raw:
         return None
     try:
-        return json.loads(raw)
+        return codec.loads(raw)
     except ValueError:
         return raw.decode(errors="replace")
 

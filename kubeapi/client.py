@@ -201,6 +201,10 @@ class Client:
         if self._session is not None:
             await self._session.close()
             self._session = None
+            # A connection the session closed earlier (an unread response, a dropped watch)
+            # finishes closing in a callback of the loop's next turn; give it that turn, so a
+            # caller ending its loop right after (asyncio.run) leaves no socket open.
+            await asyncio.sleep(0)
 
     @property
     def session(self) -> aiohttp.ClientSession:

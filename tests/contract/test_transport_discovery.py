@@ -3,22 +3,21 @@
 
 from __future__ import annotations
 
-import time
-
 from tests.contract.conftest import Api, needs_emulator, pod
 
 
-def test_keep_alive_calls_cost_about_a_millisecond(api: Api) -> None:
+def test_calls_reuse_one_kept_alive_connection(api: Api) -> None:
+    # A server that closes after each response makes every call pay a connect (and, without
+    # TCP_NODELAY, Nagle plus delayed ACK add ~40 ms each). What is timed belongs in bench/;
+    # here the structure: HTTP/1.1 keep-alive, so 50 calls travel on the one connection.
     api.get("/api/v1/namespaces/default")
-    start = time.perf_counter()
+    pool = api.client.rest_client.pool_manager.connection_from_url(api.base)
+    opened = pool.num_connections
     for _ in range(50):
-        assert api.get(f"/api/v1/namespaces/{api.namespace}").status == 200
-    per_call = (time.perf_counter() - start) / 50
-    # Nagle + delayed ACK would make each call ~40 ms; kmock-style servers without
-    # keep-alive pay a connect per call.
-    # a remote cluster adds its network round trip; the emulator must stay near a millisecond
-    limit = 0.02 if api.emulator is not None else 0.5
-    assert per_call < limit, f"{per_call * 1000:.1f} ms per call"
+        response = api.get(f"/api/v1/namespaces/{api.namespace}")
+        assert response.status == 200
+        assert response.headers.get("connection", "").lower() != "close"
+    assert pool.num_connections == opened
 
 
 def test_watch_is_a_chunked_stream(api: Api) -> None:

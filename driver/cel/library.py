@@ -1,7 +1,7 @@
 """Values and functions of the Kubernetes CEL libraries that DRA selectors use: ``quantity`` and
 ``semver``, as plain Python with upstream semantics, independent of any CEL engine.
 
-``driver.cel.engine`` binds these to cel-expr-python; the test-only cel-python adapter binds
+``driver.cel.bindings`` binds these to cel-expr-python; the test-only cel-python adapter binds
 the same functions, so both engines share one implementation of the libraries and differ only
 where the engines themselves differ.
 

@@ -40,7 +40,7 @@ from driver.api.ids import DeviceID, DeviceName, DriverName, NodeName, PoolName
 from driver.api.model import JSON, Capacity, Device, DeviceTaint, ResourceSlice
 from driver.api.nodes import Node, node_selector_matches
 from driver.api.quantity import Format
-from driver.cel.engine import MatchCache
+from driver.cel.matchcache import MatchCache
 
 PoolKey = tuple[str, str]
 """(driver, pool name)."""

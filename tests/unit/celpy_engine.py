@@ -31,7 +31,7 @@ from driver.api.errors import CELCompileError, CELEvaluationError
 from driver.api.model import AttributeValue, Device, Version
 from driver.api.quantity import Quantity
 from driver.cel import engine as dra_cel
-from driver.cel import formats, network
+from driver.cel import estimate, formats, network
 from driver.cel import library as cel_types
 from driver.cel import strings as cel_strings
 
@@ -293,10 +293,10 @@ def _includes(target: Any, value: Any) -> celtypes.BoolType:
     """DRA's includes: membership in a list attribute (at most 48 values), equality with a
     scalar one."""
     if isinstance(target, list):
-        if len(target) > dra_cel.estimate.INCLUDES_BOUND:
+        if len(target) > estimate.INCLUDES_BOUND:
             raise cel_types.CELFunctionError(
                 "'includes' function cannot be applied to lists longer than "
-                f"{dra_cel.estimate.INCLUDES_BOUND} values"
+                f"{estimate.INCLUDES_BOUND} values"
             )
         return celtypes.BoolType(value in target)
     return celtypes.BoolType(target == value)

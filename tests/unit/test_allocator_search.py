@@ -250,7 +250,7 @@ def test_unknown_class_in_later_claim_is_fatal_even_if_first_fits() -> None:
 def test_cel_errors_are_reported_on_every_call_and_cache_is_shared() -> None:
     from driver.api.claims import DeviceClass
     from driver.api.model import ResourceSlice
-    from driver.cel.engine import MatchCache
+    from driver.cel.matchcache import MatchCache
     from driver.structured.snapshot import ClusterSnapshot
 
     cache = MatchCache()

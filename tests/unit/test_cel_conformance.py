@@ -15,6 +15,7 @@ from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import Device, Version
 from driver.cel import engine as cel
 from driver.cel import estimate, syntax
+from driver.cel.matchcache import MatchCache
 from tests.unit import celpy_engine
 from tests.unit.cel_cases import CASES, DRIVER, T4, Case, nesting, strings
 from tests.unit.cel_cases.base import DRA_TESTS
@@ -221,7 +222,7 @@ def _id(device: str = "gpu-0") -> DeviceID:
 
 
 def test_match_cache_caches_results() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     selector = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
     assert cache.matches(selector, _id(), 1, T4) is True
     assert (cache.hits, cache.misses) == (0, 1)
@@ -231,7 +232,7 @@ def test_match_cache_caches_results() -> None:
 
 
 def test_match_cache_keys_on_device_and_selector() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     gpu = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
     mig = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "mig"')
     assert cache.matches(gpu, _id("gpu-0"), 1, T4) is True
@@ -243,7 +244,7 @@ def test_match_cache_keys_on_device_and_selector() -> None:
 
 
 def test_match_cache_new_generation_reevaluates() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     selector = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
     assert cache.matches(selector, _id(), 1, T4) is True
     changed = Device(name="gpu-0", attributes={"type": "mig"})
@@ -255,7 +256,7 @@ def test_match_cache_new_generation_reevaluates() -> None:
 
 
 def test_match_cache_caches_errors() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     selector = cel.compile_selector(f'device.attributes["{DRIVER}"].nosuch == 1')
     for _ in range(2):
         with pytest.raises(CELEvaluationError, match="no such key"):
@@ -264,7 +265,7 @@ def test_match_cache_caches_errors() -> None:
 
 
 def test_match_cache_caches_device_input_errors() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     bad = Device(name="gpu-0", attributes={"driverVersion": Version("1.2")})
     first = cel.compile_selector("device.allowMultipleAllocations == false")
     second = cel.compile_selector('device.driver == "x"')
@@ -277,7 +278,7 @@ def test_match_cache_caches_device_input_errors() -> None:
 
 
 def test_match_cache_shares_input_across_selectors_and_pads_domains() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     first = cel.compile_selector('device.attributes["x.io"].size() == 0')
     second = cel.compile_selector(f'device.attributes["{DRIVER}"].index == 0')
     assert cache.matches(first, _id(), 1, T4) is True
@@ -287,7 +288,7 @@ def test_match_cache_shares_input_across_selectors_and_pads_domains() -> None:
 
 
 def test_match_cache_discard_forgets_a_device() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     selector = cel.compile_selector("device.allowMultipleAllocations")
     assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
     assert cache.matches(selector, _id("gpu-1"), 1, T4) is True
@@ -301,7 +302,7 @@ def test_match_cache_discard_forgets_a_device() -> None:
 
 
 def test_match_cache_shares_a_verdict_between_devices_that_look_alike() -> None:
-    cache = cel.MatchCache()
+    cache = MatchCache()
     selector = cel.compile_selector(f'device.attributes["{DRIVER}"].type == "gpu"')
     twin = dataclasses.replace(T4, name="gpu-1", attributes={**T4.attributes, "uuid": "GPU-o"})
     assert cache.matches(selector, _id("gpu-0"), 1, T4) is True
@@ -452,7 +453,7 @@ def test_a_deadline_is_not_an_evaluation_error_and_is_never_cached() -> None:
     from driver.cel import cost
 
     assert not issubclass(DeadlineExceededError, CELEvaluationError)
-    cache = cel.MatchCache()
+    cache = MatchCache()
     selector = cel.compile_selector(f'device.driver == "{DRIVER}"')
     device_id = DeviceID(DriverName(DRIVER), PoolName("node-a"), DeviceName(T4.name))
     with cost.limits(deadline=0.0), pytest.raises(DeadlineExceededError):

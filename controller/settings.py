@@ -17,12 +17,12 @@ from typing import Final, Literal
 
 from controller.logs import LOG_FORMATS, LogFormat
 from driver.api.errors import ConfigError
+from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.scheduling.policy import PolicyDefaults
 from driver.scheduling.topologyspread import DefaultSpreading
 from kubeapi.serving import is_loopback
 
 DEFAULT_SCHEDULER_NAME: Final = "biaxial"
-DEFAULT_DRIVER_NAME: Final = "gpu.biaxial.dev"
 DEFAULT_LEASE_NAME: Final = "biaxial-controller"
 DEFAULT_LEASE_NAMESPACE: Final = "kube-system"
 FIELD_MANAGER: Final = "biaxial-controller"

@@ -68,6 +68,7 @@ from typing import Any, Final, Protocol
 from driver.api.claims import ResourceClaim
 from driver.api.config import SharingStrategy, node_policy_error, resolve_configs
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError, MigError, PrepareError
+from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.discovery.devices import DeviceTable, NodeDevice
 from driver.discovery.gpus import GpuInfo, MigInfo
 from driver.discovery.mig import MigGeometry, instance_at
@@ -134,7 +135,7 @@ class PreparedClaim:
 class PrepareSettings:
     """Settings of the Prepare core (built from the plugin's flags)."""
 
-    driver_name: str = "gpu.biaxial.dev"
+    driver_name: str = DEFAULT_DRIVER_NAME
     node_name: str
     state_dir: Path
     cdi_dir: Path = Path("/var/run/cdi")

@@ -14,6 +14,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from biaxial.flags import INTEGER, NUMBER, SWITCH, Flag, Flags, daemon_logging
+from driver.api.ids import DEFAULT_DRIVER_NAME
 
 if TYPE_CHECKING:
     from controller.settings import Settings
@@ -50,7 +51,7 @@ FLAGS = Flags(
     Flag(
         "scheduler-name", "spec.schedulerName to serve", field="scheduler_name", default="biaxial"
     ),
-    Flag("driver-name", "DRA driver name", field="driver_name", default="gpu.biaxial.dev"),
+    Flag("driver-name", "DRA driver name", field="driver_name", default=DEFAULT_DRIVER_NAME),
     Flag("leader-elect", "use leader election", field="leader_elect", kind=SWITCH, default="true"),
     Flag(
         "lease-namespace",

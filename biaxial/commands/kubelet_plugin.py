@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from biaxial.flags import INTEGER, NUMBER, PATH, SWITCH, Flag, Flags, Kind, daemon_logging
+from driver.api.ids import DEFAULT_DRIVER_NAME
 
 if TYPE_CHECKING:
     from kubeletplugin.settings import Settings
@@ -82,7 +83,7 @@ FLAGS = Flags(
         "driver-name",
         "DRA driver name",
         field="driver_name",
-        default="gpu.biaxial.dev",
+        default=DEFAULT_DRIVER_NAME,
         metavar="NAME",
     ),
     Flag(

@@ -28,11 +28,10 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, Self, runtime_checkable
+from typing import Protocol, Self, runtime_checkable
 
-from driver.discovery.gpus import GpuInfo, MigInfo
+from driver.discovery.gpus import GpuInfo, HealthEvent, HealthEventKind, MigInfo
 
 __all__ = [
     "GpuBackend",
@@ -41,30 +40,6 @@ __all__ = [
     "next_health_event",
     "open_backend",
 ]
-
-HealthEventKind = Literal["xid", "lost", "recovered"]
-"""``xid``: NVML reported a critical Xid error on the GPU; ``lost``: the GPU fell off the bus or
-stopped answering; ``recovered``: a previously unhealthy GPU is usable again."""
-
-
-@dataclass(frozen=True, slots=True)
-class HealthEvent:
-    """One health change of one physical GPU (or of a MIG partition, by its own UUID)."""
-
-    uuid: str
-    kind: HealthEventKind
-    xid: int | None = None
-    message: str = ""
-
-    def describe(self) -> str:
-        """A one-line human description, for logs and taint values."""
-        if self.kind == "xid":
-            text = f"GPU {self.uuid}: Xid {self.xid}"
-        elif self.kind == "lost":
-            text = f"GPU {self.uuid}: lost"
-        else:
-            text = f"GPU {self.uuid}: recovered"
-        return f"{text} ({self.message})" if self.message else text
 
 
 @runtime_checkable

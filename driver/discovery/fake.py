@@ -49,7 +49,7 @@ UUIDs are derived from (node name, profile name, index[, MIG profile, start]) wi
 they are stable across runs and differ between fake nodes that share a profile.
 
 Health: :meth:`FakeBackend.inject`, :meth:`mark_lost`, :meth:`inject_xid` and
-:meth:`mark_recovered` queue :class:`~driver.discovery.backend.HealthEvent` objects, which
+:meth:`mark_recovered` queue :class:`~driver.discovery.gpus.HealthEvent` objects, which
 :meth:`wait_health_event` returns in order (thread-safe, so a test thread can inject while the
 plugin's event loop waits through ``asyncio.to_thread``). Discovery results do not change when
 a GPU is marked lost: like NVML, the device stays enumerated and the health watcher decides.
@@ -77,8 +77,7 @@ import yaml
 
 from driver.api.errors import DiscoveryError, MigError
 from driver.api.yamltext import MAX_DEPTH, too_deep
-from driver.discovery.backend import HealthEvent
-from driver.discovery.gpus import GpuInfo, MigInfo, MigProfile
+from driver.discovery.gpus import GpuInfo, HealthEvent, MigInfo, MigProfile
 from driver.discovery.mig import ENGINE_COUNTERS, MigGeometry, unusable_reason
 
 MIB: Final = 1024 * 1024

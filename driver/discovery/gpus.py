@@ -1,12 +1,14 @@
 """What discovery reports: one :class:`GpuInfo` per physical GPU, with its existing MIG
 partitions as :class:`MigInfo` children and, for a MIG-capable GPU, its MIG profile table
 (:class:`MigProfile`). Frozen values; every backend (real NVML, the fake profiles) returns
-these, and everything on the node is derived from them.
+these, and everything on the node is derived from them. A :class:`HealthEvent` is one health
+change a backend reports.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +79,28 @@ class GpuInfo:
     mig_enabled: bool = False
     mig_devices: tuple[MigInfo, ...] = ()
     mig_profiles: tuple[MigProfile, ...] = ()  # the profile table (MIG-capable GPUs)
+
+
+HealthEventKind = Literal["xid", "lost", "recovered"]
+"""``xid``: NVML reported a critical Xid error on the GPU; ``lost``: the GPU fell off the bus or
+stopped answering; ``recovered``: a previously unhealthy GPU is usable again."""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEvent:
+    """One health change of one physical GPU (or of a MIG partition, by its own UUID)."""
+
+    uuid: str
+    kind: HealthEventKind
+    xid: int | None = None
+    message: str = ""
+
+    def describe(self) -> str:
+        """A one-line human description, for logs and taint values."""
+        if self.kind == "xid":
+            text = f"GPU {self.uuid}: Xid {self.xid}"
+        elif self.kind == "lost":
+            text = f"GPU {self.uuid}: lost"
+        else:
+            text = f"GPU {self.uuid}: recovered"
+        return f"{text} ({self.message})" if self.message else text

@@ -48,8 +48,7 @@ from types import ModuleType
 from typing import Any, Final, Self
 
 from driver.api.errors import DiscoveryError, MigError
-from driver.discovery.backend import HealthEvent
-from driver.discovery.gpus import GpuInfo, MigInfo, MigProfile
+from driver.discovery.gpus import GpuInfo, HealthEvent, MigInfo, MigProfile
 
 log = logging.getLogger(f"biaxial.{__name__}")
 

@@ -87,7 +87,7 @@ from controller.binding import BindingWaiter, has_binding_conditions
 from controller.cache import ClaimOverlay
 from driver.api.errors import ApiError, BiaxialError, ConflictError, NotFoundError, ServerError
 from driver.scheduling.bridge import EXTENDED_RESOURCE_CLAIM_ANNOTATION
-from driver.scheduling.volumes import VolumeBindings
+from driver.scheduling.storage import VolumeBindings
 from kubeapi.events import now_rfc3339
 from kubeapi.retry import Attempts, Backoff, Retry
 

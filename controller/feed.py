@@ -60,8 +60,8 @@ from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
 from driver.scheduling.outcome import Placement, Preemption
 from driver.scheduling.policy import PolicyDefaults
+from driver.scheduling.storage import VOLUME_KINDS, PodVolumes
 from driver.scheduling.topologyspread import DefaultSpreading
-from driver.scheduling.volumes import VOLUME_KINDS, PodVolumes
 
 log = logging.getLogger(f"biaxial.{__name__}")
 

@@ -40,7 +40,7 @@ from controller.cache import ClusterCache, rv_int
 from controller.commit import RETRY, CommitAbortedError, Plan
 from controller.prebind import wait_until_ready
 from driver.api.errors import BiaxialError, NotFoundError
-from driver.scheduling.volumes import (
+from driver.scheduling.storage import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,

@@ -114,8 +114,7 @@ from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedulable
 from driver.scheduling.policy import PodPolicies, PolicyDefaults
 from driver.scheduling.preemption import DisruptionBudget, pod_priority
-from driver.scheduling.topologyspread import DefaultSpreading
-from driver.scheduling.volumes import (
+from driver.scheduling.storage import (
     ANN_BIND_COMPLETED,
     ANN_BOUND_BY_CONTROLLER,
     ANN_SELECTED_NODE,
@@ -124,6 +123,7 @@ from driver.scheduling.volumes import (
     default_storage_class,
     with_default_class,
 )
+from driver.scheduling.topologyspread import DefaultSpreading
 from kubeapi import codec
 
 POD_CLAIM_NAME_ANNOTATION: Final = "resource.kubernetes.io/pod-claim-name"

@@ -176,15 +176,10 @@ from driver.scheduling.scoring import (
     rank,
     total_score,
 )
+from driver.scheduling.storage import PodVolumes, VolumeBindings
 from driver.scheduling.topologyspread import DefaultSpreading, OwnerSelectors
 from driver.scheduling.tracker import Change, ClusterTracker
-from driver.scheduling.volumes import (
-    ClusterVolumes,
-    PodVolumeContext,
-    PodVolumes,
-    VolumeBindings,
-    VolumeState,
-)
+from driver.scheduling.volumes import ClusterVolumes, PodVolumeContext, VolumeState
 from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
 from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from driver.api.claims import AllocationResult, ResourceClaim
 from driver.api.errors import BiaxialError
@@ -23,9 +23,7 @@ from driver.api.ids import NodeName
 from driver.scheduling.bridge import BridgeClaim
 from driver.scheduling.policy import PodPolicies
 from driver.scheduling.preemption import PodOnNode
-
-if TYPE_CHECKING:  # volumes imports this module (PreFilterRejectedError)
-    from driver.scheduling.volumes import VolumeBindings
+from driver.scheduling.storage import VolumeBindings
 
 REASON_NO_GPUS: Final = "node(s) had no GPUs"
 REASON_GPU_MEMORY: Final = "insufficient GPU memory"

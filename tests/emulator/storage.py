@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from driver.scheduling.volumes import StorageClass, default_storage_class, with_default_class
+from driver.scheduling.storage import StorageClass, default_storage_class, with_default_class
 from kubeapi import codec
 from tests.emulator import errors, rawjson
 from tests.emulator.defaults import apply_update_defaults, prepare_for_create

@@ -15,6 +15,7 @@ import pytest
 from driver.api.labels import label_selector_matches
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
+from driver.scheduling.storage import VOLUME_KINDS, PodVolumes, VolumeBindings, zones_of
 from driver.scheduling.volumes import (
     REASON_BIND_CONFLICT,
     REASON_CSINODE_MISSING,
@@ -25,10 +26,6 @@ from driver.scheduling.volumes import (
     REASON_PV_NOT_EXIST,
     REASON_RWOP_CONFLICT,
     REASON_ZONE_CONFLICT,
-    VOLUME_KINDS,
-    PodVolumes,
-    VolumeBindings,
-    zones_of,
 )
 from tests.unit.builders import (
     CSI_DRIVER,

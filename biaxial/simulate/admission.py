@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from driver.api.errors import ManifestError
+from driver.api.labels import LabelSelector, requirement
 from driver.scheduling.admission import AdmissionScope
-from driver.scheduling.labels import LabelSelector, requirement
 
 RELEASE_NAMESPACE: Final = "biaxial-system"
 NAME_LABEL: Final = "kubernetes.io/metadata.name"

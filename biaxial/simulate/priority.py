@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from driver.api.errors import ManifestError
-from driver.scheduling.labels import LabelSelector
+from driver.api.labels import LabelSelector
 from driver.scheduling.preemption import DisruptionBudget
 
 JSON = dict[str, Any]

@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from driver.api.labels import LabelSelector
 from driver.scheduling import dialects
 from driver.scheduling.bridge import (
     GPU_RESOURCE,
@@ -55,7 +56,6 @@ from driver.scheduling.bridge import (
     LEGACY_RESOURCES,
     VOLCANO_NUMBER_RESOURCE,
 )
-from driver.scheduling.labels import LabelSelector
 
 NOTE: Final = dialects.ADMISSION_NOTE
 DEFAULT_SCHEDULER: Final = "default-scheduler"

@@ -2,7 +2,7 @@
 plugin of that name (``pkg/scheduler/framework/plugins/interpodaffinity``).
 
 **Terms** (:func:`pod_affinity`). A ``podAffinityTerm`` selects pods by label
-(:mod:`driver.scheduling.labels`) in a set of namespaces: the ``namespaces`` listed plus those
+(:mod:`driver.api.labels`) in a set of namespaces: the ``namespaces`` listed plus those
 whose labels match ``namespaceSelector`` (``{}``: every namespace); with neither, the pod's own
 namespace. ``matchLabelKeys`` / ``mismatchLabelKeys`` add ``key In (the pod's value)`` /
 ``key NotIn (the pod's value)`` for each key the pod carries, as the API server merges them
@@ -44,7 +44,7 @@ from fractions import Fraction
 from typing import Any, Final
 
 from driver.api.errors import ManifestError
-from driver.scheduling.labels import NOTHING, LabelSelector, requirement
+from driver.api.labels import NOTHING, LabelSelector, requirement
 
 REASON_AFFINITY: Final = "node(s) didn't match pod affinity rules"
 REASON_ANTI_AFFINITY: Final = "node(s) didn't match pod anti-affinity rules"

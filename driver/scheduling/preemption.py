@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from driver.api.errors import ManifestError
-from driver.scheduling.labels import LabelSelector
+from driver.api.labels import LabelSelector
 
 MIN_CANDIDATE_NODES_PERCENTAGE: Final = 10
 MIN_CANDIDATE_NODES_ABSOLUTE: Final = 100

@@ -46,7 +46,7 @@ from fractions import Fraction
 from typing import Any, Final, Literal
 
 from driver.api.errors import ConfigError, ManifestError
-from driver.scheduling.labels import LabelSelector, Requirement
+from driver.api.labels import LabelSelector, Requirement
 
 REASON_SPREAD: Final = "node(s) didn't match pod topology spread constraints"
 REASON_SPREAD_LABEL: Final = f"{REASON_SPREAD} (missing required label)"

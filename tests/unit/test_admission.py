@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from driver.api.labels import LabelSelector
 from driver.scheduling.admission import GPU_ANNOTATIONS, GPU_RESOURCES, AdmissionScope, admit
-from driver.scheduling.labels import LabelSelector
 from tests.admission_cases import (
     CASES,
     IN_SCOPE,

@@ -1,4 +1,4 @@
-"""Label selectors (driver.scheduling.labels) as apimachinery's LabelSelectorAsSelector reads
+"""Label selectors (driver.api.labels) as apimachinery's LabelSelectorAsSelector reads
 them: null selects nothing, {} everything; matchLabels and matchExpressions ANDed; NotIn and
 DoesNotExist hold for a missing label; operators' value counts are checked."""
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from driver.api.errors import ManifestError
-from driver.scheduling.labels import NOTHING, LabelSelector, Requirement
+from driver.api.labels import NOTHING, LabelSelector, Requirement
 
 CASES: list[tuple[Any, dict[str, str], bool]] = [
     (None, {"a": "1"}, False),

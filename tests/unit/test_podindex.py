@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from driver.scheduling.labels import LabelSelector
+from driver.api.labels import LabelSelector
 from driver.scheduling.podaffinity import PodMatcher
 from driver.scheduling.podindex import MAX_COUNTERS, MatchKey, PodIndex, ScheduledPod
 from tests.unit.pods import HOSTNAME, ZONE, pod

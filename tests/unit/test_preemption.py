@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 import pytest
 
 from driver.api.errors import ManifestError
-from driver.scheduling.labels import LabelSelector
+from driver.api.labels import LabelSelector
 from driver.scheduling.preemption import (
     NOT_STARTED,
     DisruptionBudget,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from driver.api.labels import LabelSelector
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.labels import LabelSelector
 from driver.scheduling.outcome import NoPreemption, Placement, Preemption, Unschedulable
 from driver.scheduling.preemption import DisruptionBudget
 from tests.unit.pods import HOSTNAME

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from driver.api.claims import AllocationResult, DeviceResult
+from driver.api.labels import LabelSelector
 from driver.api.quantity import Quantity
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.labels import LabelSelector
 from driver.scheduling.outcome import Placement, PodError, Preemption, Unschedulable
 from driver.scheduling.preemption import DisruptionBudget, candidate_count
 from tests.unit.builders import (

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from driver.api.errors import ConfigError, ManifestError
-from driver.scheduling.labels import LabelSelector
+from driver.api.labels import LabelSelector
 from driver.scheduling.topologyspread import (
     REASON_SPREAD,
     REASON_SPREAD_LABEL,

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from biaxial.simulate.simulator import GpuUsage, SimulationResult
+    from biaxial.simulate.results import GpuUsage, SimulationResult
 
 NAME = "simulate"
 HELP = "place pods on a simulated cluster (inventory + manifests) with the real scheduler core"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from biaxial.simulate.simulator import GpuUsage, SimulationResult
+from biaxial.simulate.results import GpuUsage, SimulationResult
 from driver.api.errors import BiaxialError, ManifestError
 
 if TYPE_CHECKING:

@@ -22,12 +22,12 @@ So it never outlives a change, and holds at most one entry per distinct pod shap
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from controller.api import meta
 from driver.scheduling.outcome import Unschedulable
+from kubeapi import codec
 
 _OWN_STATUS: Final = frozenset({"conditions", "resourceClaimStatuses"})
 
@@ -63,7 +63,9 @@ def pod_signature(pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any] | N
         {k: v for k, v in status.items() if k not in _OWN_STATUS},
         claim_specs,
     ]
-    return json.dumps(shape, sort_keys=True, separators=(",", ":"), default=str)
+    # At any depth: a pod nested 1,000 levels deep (which the API server stores) is that pod's
+    # problem, reported on it, never a RecursionError in the scheduling loop.
+    return codec.dumps(shape).decode()
 
 
 class UnschedulableMemo:

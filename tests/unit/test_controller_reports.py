@@ -338,6 +338,22 @@ def test_what_a_decision_reads_sets_signatures_apart() -> None:
     assert len(set(different)) == len(different)
 
 
+def test_a_pod_nested_past_the_recursion_limit_still_has_a_signature() -> None:
+    # The API server stores objects nested far deeper than Python's default recursion limit
+    # (found by the hostile-objects test: a Pod with a 1,000-deep field); the signature is
+    # computed at any depth and still sets the pod apart from its shallow twin.
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(1_000):
+        inner["x"] = {}
+        inner = inner["x"]
+    pod = replica("p", "c")
+    pod["metadata"]["annotations"] = {"deep": deep}
+    signature = pod_signature(pod, [gpu_claim("c")])
+    assert signature is not None
+    assert signature != pod_signature(replica("p", "c"), [gpu_claim("c")])
+
+
 def test_pods_that_depend_on_state_outside_the_engine_feed_are_decided_alone() -> None:
     allocated = gpu_claim("c")
     allocated["status"] = {"allocation": {"devices": {"results": []}}}

@@ -30,16 +30,19 @@ serving with ``--authentication-kubeconfig`` / ``--authorization-kubeconfig``).
 
 Contract: :meth:`EndpointServer.start` raises :class:`~driver.api.errors.ConfigError` when the
 address cannot be bound or the certificate cannot be loaded; :meth:`EndpointServer.close`
-stops accepting, ends the thread and returns once it has.
+stops accepting, ends the open connections (kept-alive clients included) and the thread, and
+returns once it has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
 import logging
 import os
+import socket
 import ssl
 import sys
 import threading
@@ -240,6 +243,8 @@ class _Server(ThreadingHTTPServer):
         self.tls = tls
         self.post = post
         self.handler_threads: set[str] = set()  # names of the threads that served (tests)
+        self.connections: set[Any] = set()  # open connections, ended by close()
+        self._connections_lock = threading.Lock()
         self._body_lock = threading.Lock()
         self._body: tuple[float, bytes] | None = None
 
@@ -258,7 +263,24 @@ class _Server(ThreadingHTTPServer):
         if self.tls is not None:
             # The handshake happens in the connection's own thread, on its first read.
             sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        with self._connections_lock:
+            self.connections.add(sock)
         return sock, address
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def end_connections(self) -> None:
+        """End every open connection (a kept-alive client would otherwise still be served
+        by its connection's thread after the listener closed)."""
+        with self._connections_lock:
+            open_now = list(self.connections)
+            self.connections.clear()
+        for sock in open_now:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # (a client that hung up, a failed TLS handshake: that connection's business only)
@@ -432,4 +454,5 @@ class EndpointServer:
             return
         server.shutdown()
         server.server_close()
+        server.end_connections()
         thread.join()

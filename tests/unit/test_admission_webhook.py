@@ -23,7 +23,7 @@ import pytest
 from controller import webhook
 from controller.settings import DEFAULT_ADMISSION_SCHEDULERS
 from driver.scheduling.admission import admit
-from tests.admission_cases import CASES, SCHEDULERS, Case, expected, observed
+from tests.admission_cases import CASES, SCHEDULERS, VALUES, Case, expected, observed
 
 JSON = dict[str, Any]
 SCOPE = webhook.scope(frozenset(SCHEDULERS), "biaxial")
@@ -196,3 +196,17 @@ def test_an_internal_error_is_an_answer_not_a_traceback(monkeypatch: pytest.Monk
     assert out["response"]["status"]["message"] == (
         "biaxial admission webhook: internal error: boom"
     )
+
+
+def test_simulate_scopes_both_mechanisms_alike_and_names_a_bad_one() -> None:
+    """``biaxial simulate --admission-values`` agrees with either mechanism of the chart."""
+    from biaxial.simulate.admission import from_values
+    from driver.api.errors import ManifestError
+
+    webhook_values = copy.deepcopy(VALUES)
+    webhook_values["admission"]["mechanism"] = "webhook"
+    assert from_values(webhook_values) == from_values(VALUES)
+    bad = copy.deepcopy(VALUES)
+    bad["admission"]["mechanism"] = "sidecar"
+    with pytest.raises(ManifestError, match=r"admission\.mechanism 'sidecar' is not one of policy"):
+        from_values(bad)

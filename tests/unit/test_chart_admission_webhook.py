@@ -278,3 +278,11 @@ def test_match_conditions_send_every_pod_admission_changes(case: Case) -> None:
     sent = _sent(case.pod)
     assert sent or not changed
     assert sent == (case.name not in NOT_SENT)
+
+
+def test_the_webhook_needs_no_rbac() -> None:
+    """The webhook reads only the pod in the review: turning it on grants nothing."""
+    kinds = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
+    default = [o for o in render({}) if o["kind"] in kinds]
+    for tls in ({}, {"source": "certManager"}):
+        assert [o for o in render(webhook_values(**tls)) if o["kind"] in kinds] == default

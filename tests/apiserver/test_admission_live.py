@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,9 @@ from tests.render_chart import render_objects
 
 JSON = dict[str, Any]
 NODE = "admission-live-t4"
-MIB = 1024 * 1024
+ROOT = Path(__file__).resolve().parents[2]
+#: one device result: (device, consumed memory, the device's whole memory, consumed cores)
+Given = tuple[str, str, int, str | None]
 
 
 def _webhook_args(values: JSON, port: int, cert: Path, key: Path) -> list[str]:
@@ -81,27 +84,28 @@ def _webhook_args(values: JSON, port: int, cert: Path, key: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def t4_node(plane: ControlPlane) -> Iterator[JSON]:
-    """A Ready node kwok runs pods on, with four fake T4s published as the plugin would."""
+def t4_nodes(plane: ControlPlane, *names: str) -> Iterator[None]:
+    """Ready nodes kwok runs pods on, each with four fake T4s published as the plugin would."""
     ensure_kwok(plane)
-    node = gpu_node(plane, NODE)
-    with open_backend("t4x4", node_name=NODE) as backend:
-        gpus = backend.discover()
-    slices = [
-        create(plane, f"{RESOURCE}/resourceslices", s.to_api())
-        for s in build_slices(
-            gpus, node_name=NODE, driver_name=DRIVER, node_uid=node["metadata"]["uid"]
-        )
-    ]
+    created: list[str] = []
     try:
-        yield node
-    finally:
-        for s in slices:
-            delete(
-                plane,
-                object_path({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **s}),
+        for name in names:
+            node = gpu_node(plane, name)
+            with open_backend("t4x4", node_name=name) as backend:
+                gpus = backend.discover()
+            slices = build_slices(
+                gpus, node_name=name, driver_name=DRIVER, node_uid=node["metadata"]["uid"]
             )
-        delete(plane, f"/api/v1/nodes/{NODE}")
+            created.extend(
+                create(plane, f"{RESOURCE}/resourceslices", s.to_api())["metadata"]["name"]
+                for s in slices
+            )
+        yield
+    finally:
+        for name in created:
+            delete(plane, f"{RESOURCE}/resourceslices/{name}")
+        for name in names:
+            delete(plane, f"/api/v1/nodes/{name}")
 
 
 def _shown(pod: JSON) -> JSON:
@@ -149,27 +153,88 @@ def _bytes(quantity: str) -> int:
     return parse_quantity(quantity).value()
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_unchanged_manifests_end_bound_by_biaxial_with_their_shares(
-    chart_install: ChartInstall, tmp_path: Path, mechanism: str
-) -> None:
-    plane = chart_install.plane
-    label = f"live-{mechanism}"
-    inside, outside = f"admission-live-{mechanism}", f"admission-live-out-{mechanism}"
+@dataclass
+class Live:
+    """The admission step by one mechanism, biaxial's controller running, an opted-in
+    namespace and one outside the scope."""
+
+    install: ChartInstall
+    mechanism: str
+    inside: str
+    outside: str
+    report: list[str] = field(default_factory=list)
+
+    @property
+    def plane(self) -> ControlPlane:
+        return self.install.plane
+
+    def bound_with(self, name: str) -> tuple[JSON, JSON, list[Given]]:
+        """Once ``name`` (in the opted-in namespace) is bound: the pod, its claim and each
+        device result as (device, consumed memory, the device's whole memory, consumed
+        cores)."""
+        plane = self.plane
+        stored = wait(lambda: _bound(plane, self.inside, name), timeout_s=120, what=f"{name} bound")
+        claim, results = _allocation(plane, self.inside, stored)
+        given = []
+        for r in results:
+            assert r["pool"] == stored["spec"]["nodeName"]
+            assert r["driver"] == DRIVER
+            consumed = r.get("consumedCapacity") or {}
+            whole = _device_memory(plane, r["pool"], r["device"])
+            given.append((r["device"], consumed["memory"], whole, consumed.get("cores")))
+        assert (sa_user(self.install, "controller"), "create", "binding") in writers(
+            plane, "pods", name, self.inside
+        )
+        return stored, claim, given
+
+    def record(self, name: str, written: JSON, stored: JSON, bound: JSON, claim: JSON) -> None:
+        results = claim["status"]["allocation"]["devices"]["results"]
+        self.report.append(
+            f"--- {name} ({self.mechanism}): as written\n"
+            f"{yaml.safe_dump(_shown(written), sort_keys=False)}"
+            f"--- {name}: as stored in {self.inside} (after admission)\n"
+            f"{yaml.safe_dump(_shown(stored), sort_keys=False)}"
+            f"--- {name}: bound to {bound['spec']['nodeName']} by biaxial; claim "
+            f"{claim['metadata']['name']} allocation: "
+            f"{[{k: r.get(k) for k in ('device', 'consumedCapacity')} for r in results]}"
+        )
+
+    def untouched(self, name: str, written: JSON, stored: JSON) -> None:
+        """``stored`` (out of scope) is as written, and biaxial never binds it."""
+        assert observed(stored) == observed(written)
+        assert "biaxial.dev/admission" not in (stored["metadata"].get("annotations") or {})
+        controller_user = sa_user(self.install, "controller")
+        assert not [
+            w for w in writers(self.plane, "pods", name, self.outside) if w[0] == controller_user
+        ]
+        assert not (get(self.plane, pod_path(self.outside, name)) or {})["spec"].get("nodeName")
+        self.report.append(
+            f"--- {name}: as stored in {self.outside} (out of scope)\n"
+            f"{yaml.safe_dump(_shown(stored), sort_keys=False)}"
+        )
+
+
+@contextlib.contextmanager
+def live(
+    install: ChartInstall, root: Path, mechanism: str, label: str, *nodes: str
+) -> Iterator[Live]:
+    """The chart's admission step by ``mechanism`` (the webhook served by the controller
+    process, as its Deployment does), the controller running and leading, T4 nodes; every
+    pod, the step and the namespaces removed afterwards and the controller stopped, which
+    must exit 0 without a traceback."""
+    plane = install.plane
+    inside, outside = f"admission-{label}", f"admission-{label}-out"
     values = values_for(mechanism, plane, label)
     objects = rendered_admission(values)
-    controller = ControllerProcess(chart_install, tmp_path, f"ctl-admission-{mechanism}")
+    controller = ControllerProcess(install, root, f"ctl-{label}")
     if mechanism == "webhook":
-        pki = make_pki(tmp_path / "pki")
+        pki = make_pki(root / "pki")
         port = free_port()
         controller.argv += _webhook_args(values, port, pki.serving_cert, pki.serving_key)
         (configuration,) = objects
         objects = [pointed_at(configuration, port, pki)]
-    manifests = {
-        name: copy.deepcopy(next(c for c in CASES if c.name == name).pod) for name in SOURCES
-    }
-    report: list[str] = []
-    with t4_node(plane):
+    state = Live(install, mechanism, inside, outside)
+    with t4_nodes(plane, *nodes):
         controller.start()
         try:
             wait(controller.leading, timeout_s=60, what="leadership")
@@ -177,59 +242,7 @@ def test_unchanged_manifests_end_bound_by_biaxial_with_their_shares(
             _namespace(plane, inside, {OPT_IN_LABEL: label})
             _namespace(plane, outside, OUT_OF_SCOPE)
             _wait_for_admission(plane, inside)
-            stored = {n: create(plane, pod_path(inside), body) for n, body in manifests.items()}
-            bound = {
-                n: wait(lambda n=n: _bound(plane, inside, n), timeout_s=120, what=f"{n} bound")
-                for n in SOURCES
-            }
-            untouched = {n: create(plane, pod_path(outside), body) for n, body in manifests.items()}
-            given: dict[str, list[tuple[str, str, int]]] = {}
-            for name in SOURCES:
-                claim, results = _allocation(plane, inside, bound[name])
-                node = bound[name]["spec"]["nodeName"]
-                given[name] = []
-                for r in results:
-                    assert r["pool"] == node
-                    assert r["driver"] == DRIVER
-                    memory = (r.get("consumedCapacity") or {}).get("memory")
-                    whole = _device_memory(plane, r["pool"], r["device"])
-                    given[name].append((r["device"], memory or "whole", whole))
-                assert (sa_user(chart_install, "controller"), "create", "binding") in writers(
-                    plane, "pods", name, inside
-                )
-                report.append(
-                    f"--- {name} ({mechanism}): as written\n"
-                    f"{yaml.safe_dump(_shown(manifests[name]), sort_keys=False)}"
-                    f"--- {name}: as stored in {inside} (after admission)\n"
-                    f"{yaml.safe_dump(_shown(stored[name]), sort_keys=False)}"
-                    f"--- {name}: bound to {bound[name]['spec']['nodeName']} by biaxial; claim "
-                    f"{claim['metadata']['name']} allocation: "
-                    f"{[{k: r.get(k) for k in ('device', 'consumedCapacity')} for r in results]}\n"
-                    f"--- {name}: as stored in {outside} (out of scope)\n"
-                    f"{yaml.safe_dump(_shown(untouched[name]), sort_keys=False)}"
-                )
-            # the shares: KAI half a T4, HAMi 4000 MiB, Volcano 2000 MiB, two whole GPUs
-            (kai,) = given["kai-fraction"]
-            assert _bytes(kai[1]) == kai[2] // 2
-            assert [m for _, m, _ in given["hami"]] == ["4000Mi"]
-            assert [m for _, m, _ in given["volcano"]] == ["2000Mi"]
-            pair = given["device-plugin"]
-            assert len(pair) == 2
-            assert len({d for d, _, _ in pair}) == 2
-            assert all(_bytes(m) == w for _, m, w in pair)  # the whole memory: not shared
-            for name in SOURCES:
-                assert observed(stored[name]).scheduler == "biaxial"
-                assert observed(untouched[name]) == observed(manifests[name])
-                assert "biaxial.dev/admission" not in (
-                    untouched[name]["metadata"].get("annotations") or {}
-                )
-            # biaxial never binds the out-of-scope pods (they name other schedulers)
-            controller_user = sa_user(chart_install, "controller")
-            for name in SOURCES:
-                assert not [
-                    w for w in writers(plane, "pods", name, outside) if w[0] == controller_user
-                ]
-                assert not (get(plane, pod_path(outside, name)) or {})["spec"].get("nodeName")
+            yield state
         finally:
             for namespace in (inside, outside):
                 for p in items(plane, pod_path(namespace)):
@@ -247,9 +260,108 @@ def test_unchanged_manifests_end_bound_by_biaxial_with_their_shares(
                 plane.request("DELETE", object_path(obj))
             for namespace in (inside, outside):
                 plane.request("DELETE", f"/api/v1/namespaces/{namespace}")
-            print("\n" + "\n".join(report))
+            print("\n" + "\n".join(state.report))
     log = controller.log()
     assert code == 0, log[-5000:]
     assert "Traceback" not in log, log[-5000:]
-    if mechanism == "webhook":
-        assert log.count("admission: ") >= len(SOURCES), log[-5000:]
+    if mechanism == "webhook":  # the controller's own webhook made the changes
+        assert log.count("admission: ") >= 1, log[-5000:]
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_the_tables_four_sources_end_bound_by_biaxial_with_their_shares(
+    chart_install: ChartInstall, tmp_path: Path, mechanism: str
+) -> None:
+    """The table's pods for the four sources (KAI gpu-fraction 0.5; HAMi nvidia.com/gpu +
+    gpumem 4000 and no scheduler name; Volcano vgpu-number 1 + vgpu-memory 2000; the device
+    plugin's nvidia.com/gpu: 2)."""
+    manifests = {
+        name: copy.deepcopy(next(c for c in CASES if c.name == name).pod) for name in SOURCES
+    }
+    with live(chart_install, tmp_path, mechanism, f"live-{mechanism}", NODE) as state:
+        plane = state.plane
+        stored = {n: create(plane, pod_path(state.inside), b) for n, b in manifests.items()}
+        given = {}
+        for name in SOURCES:
+            bound, claim, given[name] = state.bound_with(name)
+            state.record(name, manifests[name], stored[name], bound, claim)
+            assert observed(stored[name]).scheduler == "biaxial"
+        for name, body in manifests.items():
+            state.untouched(name, body, create(plane, pod_path(state.outside), body))
+        # the shares: KAI half a T4, HAMi 4000 MiB, Volcano 2000 MiB, two whole GPUs
+        ((_, kai, kai_whole, _),) = given["kai-fraction"]
+        assert _bytes(kai) == kai_whole // 2
+        assert [g[1] for g in given["hami"]] == ["4000Mi"]
+        assert [g[1] for g in given["volcano"]] == ["2000Mi"]
+        pair = given["device-plugin"]
+        assert len({g[0] for g in pair}) == 2
+        assert all(_bytes(m) == w for _, m, w, _ in pair)  # the whole memory: not shared
+
+
+def _pods_of(path: Path) -> list[JSON]:
+    """The pods a manifest makes: a Pod as written; a Deployment's ``replicas`` pods as its
+    ReplicaSet creates them (the template's metadata and spec; no Deployment controller runs
+    here). The namespace is the test's."""
+    (doc,) = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    if doc["kind"] == "Pod":
+        body = copy.deepcopy(doc)
+        body["metadata"].pop("namespace", None)
+        return [body]
+    assert doc["kind"] == "Deployment", path
+    template = doc["spec"]["template"]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **copy.deepcopy(template["metadata"]),
+                "name": f"{doc['metadata']['name']}-{i}",
+            },
+            "spec": copy.deepcopy(template["spec"]),
+        }
+        for i in range(int(doc["spec"].get("replicas", 1)))
+    ]
+
+
+EXAMPLES = ROOT / "examples" / "migration"
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_the_docs_before_manifests_run_unchanged(
+    chart_install: ChartInstall, tmp_path: Path, mechanism: str
+) -> None:
+    """docs/migration.md's "before" manifests of the four sources, unchanged (only their
+    namespace is the test's): KAI's notebook (gpu-fraction 0.5), HAMi's small-models (4 x
+    gpumem-percentage 25 + gpucores 25), Volcano's vgpu-trainer (2 vGPUs of 8000 MiB and 50 %
+    cores, vgpu-mode hami-core) and the device plugin's inference (2 x nvidia.com/gpu: 1), on
+    two nodes of four T4s."""
+    files = ("kai-before", "hami-before", "volcano-before", "device-plugin-before")
+    manifests = {f: _pods_of(EXAMPLES / f"{f}.yaml") for f in files}
+    label = f"docs-{mechanism}"
+    with live(chart_install, tmp_path, mechanism, label, f"{NODE}-a", f"{NODE}-b") as state:
+        plane = state.plane
+        stored = {
+            p["metadata"]["name"]: (p, create(plane, pod_path(state.inside), p))
+            for pods in manifests.values()
+            for p in pods
+        }
+        given = {}
+        for name, (written, created) in stored.items():
+            bound, claim, given[name] = state.bound_with(name)
+            state.record(name, written, created, bound, claim)
+            assert observed(created).scheduler == "biaxial"
+        for pods in manifests.values():
+            for p in pods:
+                name = p["metadata"]["name"]
+                state.untouched(name, p, create(plane, pod_path(state.outside), p))
+        ((_, kai, whole, _),) = given["notebook"]
+        assert _bytes(kai) == whole // 2  # gpu-fraction 0.5
+        for i in range(4):  # HAMi: a quarter of a GPU's memory and 25 % of its cores each
+            ((_, memory, whole, cores),) = given[f"small-models-{i}"]
+            assert (_bytes(memory), cores) == (whole // 4, "25")
+        trainer = given["vgpu-trainer"]  # Volcano: 2 GPUs, 8000 MiB and 50 % cores of each
+        assert len({g[0] for g in trainer}) == 2
+        assert [(m, c) for _, m, _, c in trainer] == [("8000Mi", "50")] * 2
+        for i in range(2):  # the device plugin's replicas: a whole GPU each
+            ((_, memory, whole, _),) = given[f"inference-{i}"]
+            assert _bytes(memory) == whole

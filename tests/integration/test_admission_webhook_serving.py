@@ -166,7 +166,10 @@ def test_the_controller_serves_the_webhook_when_asked(pki: Pki) -> None:
     with Emulator() as cluster:
         running = ControllerThread(cluster, settings).start()
         try:
+            # (served from the start; the test waits for the caches too, so that the stop
+            # below never interrupts the first lists)
             wait(lambda: running.controller and running.controller.webhook_port, 10, "webhook")
+            wait(lambda: running.controller and running.controller.ready, 30, "ready")
             volcano = next(c for c in CASES if c.name == "volcano").pod
             hami = next(c for c in CASES if c.name == "hami").pod  # default-scheduler: not taken
             for pod, patched in ((volcano, True), (hami, False)):

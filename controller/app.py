@@ -22,7 +22,9 @@ HTTP endpoint together:
   :data:`PUBLISH_INTERVAL_S`; a request reads only what was published. ``/metrics`` listens on
   ``--metrics-bind-address`` (loopback by default) and, with ``--metrics-auth=delegated``,
   over HTTPS for callers the API server authenticates and authorizes; the probes also have a
-  listener of their own (``--health-port``) for the kubelet;
+  listener of their own (``--health-port``) for the kubelet; with ``--admission-webhook-port``
+  every replica (leader or standby) serves the admission webhook (:mod:`controller.webhook`)
+  over HTTPS on a listener of its own, from the start (it needs no cache);
 * one :class:`kubeapi.tasks.TaskGuard` starts every background task; a task that crashes (or
   returns, since they are meant to run forever) is logged with its traceback and stops the
   process;
@@ -43,6 +45,7 @@ import logging
 import signal
 import time
 
+from controller import webhook
 from controller.api import Api, Endpoint, KubeApi
 from controller.cache import ClusterCache
 from controller.commit import StepHook
@@ -52,7 +55,14 @@ from controller.metrics import Metrics
 from controller.scheduler import Scheduler
 from controller.settings import FIELD_MANAGER, Settings
 from driver.api.errors import ConfigError
-from kubeapi.serving import Board, DelegatedAuth, EndpointServer, Probe, tls_context
+from kubeapi.serving import (
+    Board,
+    DelegatedAuth,
+    EndpointServer,
+    Probe,
+    reloading_tls_context,
+    tls_context,
+)
 from kubeapi.tasks import TaskGuard
 
 log = logging.getLogger(f"biaxial.{__name__}")
@@ -109,6 +119,7 @@ class Controller:
         self.board = Board()
         self.endpoints: list[EndpointServer] = []
         self.http_port: int | None = None
+        self.webhook_port: int | None = None
         self._scheduler_task: asyncio.Task[None] | None = None
         self._warm = False  # the decision engine is built
 
@@ -160,6 +171,30 @@ class Controller:
             self.endpoints.append(server.start())
             log.info(
                 "serving /healthz, /livez, /readyz on %s:%d", s.health_bind_address, server.port
+            )
+        if s.admission_webhook_port:
+            scope = webhook.scope(frozenset(s.admission_schedulers), s.scheduler_name)
+            server = EndpointServer(
+                s.admission_webhook_bind_address,
+                s.admission_webhook_port,
+                self.board,
+                tls=reloading_tls_context(
+                    s.admission_tls_cert_file or "",
+                    s.admission_tls_private_key_file or "",
+                    "--admission-tls-cert-file",
+                ),
+                post={webhook.PATH: lambda body: webhook.review(body, scope)},
+                name="admission-webhook",
+                flag="--admission-webhook-port",
+            )
+            self.endpoints.append(server.start())
+            self.webhook_port = server.port
+            log.info(
+                "serving the admission webhook (HTTPS POST %s, taking over %s) on %s:%d",
+                webhook.PATH,
+                ", ".join(s.admission_schedulers),
+                s.admission_webhook_bind_address,
+                server.port,
             )
 
     def _publish(self) -> None:

@@ -37,6 +37,13 @@ _DNS_SUBDOMAIN: Final = re.compile(
 #: only for callers the API server authenticates and authorizes (kube-scheduler's way)
 MetricsAuth = Literal["none", "delegated"]
 METRICS_AUTH: Final[tuple[MetricsAuth, ...]] = ("none", "delegated")
+#: the chart's default admission.schedulers
+DEFAULT_ADMISSION_SCHEDULERS: Final = (
+    "default-scheduler",
+    "hami-scheduler",
+    "volcano",
+    "kai-scheduler",
+)
 _DNS_LABEL: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -71,6 +78,13 @@ class Settings:
     #: the probes alone (/healthz, /livez, /readyz), for the kubelet: 0 disables the listener
     health_bind_address: str = "0.0.0.0"  # noqa: S104 - the kubelet probes the pod's IP
     health_port: int = 0
+    #: the admission webhook (POST /mutate-pods over TLS; controller.webhook): 0 = not served
+    admission_webhook_port: int = 0
+    admission_webhook_bind_address: str = "0.0.0.0"  # noqa: S104 - the Service reaches the pod
+    admission_tls_cert_file: str | None = None
+    admission_tls_private_key_file: str | None = None
+    #: the scheduler names admission takes over (the chart's admission.schedulers)
+    admission_schedulers: tuple[str, ...] = DEFAULT_ADMISSION_SCHEDULERS
     max_concurrent_writes: int = 16
     binding_timeout_s: float = 600.0  # kube-scheduler's DynamicResourcesArgs.bindingTimeout
     #: How long a placement waits for its claims to be bound (static PVs by the PV controller,
@@ -157,6 +171,34 @@ class Settings:
             raise ConfigError("--identity must not be empty")
         return self
 
+    def _validate_webhook(self) -> None:
+        port = self.admission_webhook_port
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"--admission-webhook-port must be in 0..65535, got {port}")
+        if not port:
+            return
+        for flag, other in (
+            ("--metrics-port", self.metrics_port),
+            ("--health-port", self.health_port),
+        ):
+            if port == other:
+                raise ConfigError(f"--admission-webhook-port and {flag} are both {port}")
+        for flag, path in (
+            ("--admission-tls-cert-file", self.admission_tls_cert_file),
+            ("--admission-tls-private-key-file", self.admission_tls_private_key_file),
+        ):
+            if not path or not os.path.isfile(path):  # noqa: PTH113
+                raise ConfigError(
+                    f"{flag}: the admission webhook is served over HTTPS only (the API server "
+                    f"calls webhooks over TLS) and needs a serving certificate and key (got "
+                    f"{path or 'none'})"
+                )
+        if not self.admission_schedulers:
+            raise ConfigError("--admission-schedulers: name at least one scheduler to take over")
+        for name in self.admission_schedulers:
+            if not _DNS_SUBDOMAIN.match(name) or len(name) > 253:
+                raise ConfigError(f"--admission-schedulers: {name!r} is not a scheduler name")
+
     def _validate_endpoints(self) -> None:
         for flag, port in (
             ("--metrics-port", self.metrics_port),
@@ -166,6 +208,7 @@ class Settings:
                 raise ConfigError(f"{flag} must be in 0..65535, got {port}")
         if self.metrics_port and self.metrics_port == self.health_port:
             raise ConfigError(f"--health-port and --metrics-port are both {self.metrics_port}")
+        self._validate_webhook()
         if self.metrics_auth not in METRICS_AUTH:
             raise ConfigError(
                 f"--metrics-auth: {self.metrics_auth!r} is not one of {', '.join(METRICS_AUTH)}"

@@ -14,6 +14,9 @@ serving with ``--authentication-kubeconfig`` / ``--authorization-kubeconfig``).
   (the kubelet's probes carry no credentials); ``/metrics`` is rendered by the caller's
   ``render`` function from registries that are themselves thread-safe, at most once per
   :data:`RENDER_TTL_S` (a flood of scrapes shares one rendering).
+* POST endpoints (``post``: path -> handler), each answered in the connection's thread: the
+  controller's admission webhook (``/mutate-pods``, :mod:`controller.webhook`). A body over
+  :data:`MAX_POST_BODY` is 413 unread, one without ``Content-Length`` 411.
 * :class:`DelegatedAuth`: ``/metrics`` only for a caller whose bearer token the API server
   authenticates (a ``TokenReview``) and who may ``get`` the non-resource URL ``/metrics`` (a
   ``SubjectAccessReview``): no token is 401, a token the API server does not accept is 401, a
@@ -27,15 +30,19 @@ serving with ``--authentication-kubeconfig`` / ``--authorization-kubeconfig``).
 
 Contract: :meth:`EndpointServer.start` raises :class:`~driver.api.errors.ConfigError` when the
 address cannot be bound or the certificate cannot be loaded; :meth:`EndpointServer.close`
-stops accepting, ends the thread and returns once it has.
+stops accepting, ends the open connections (kept-alive clients included) and the thread, and
+returns once it has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import json
 import logging
+import os
+import socket
 import ssl
 import sys
 import threading
@@ -61,6 +68,11 @@ REVIEW_TIMEOUT_S: Final = 5.0
 #: how long one rendering of /metrics answers scrapes (far below any scrape interval)
 RENDER_TTL_S: Final = 1.0
 _MAX_CACHED: Final = 1024
+#: the largest POST body read (the API server's own request limit is 3 MiB)
+MAX_POST_BODY: Final = 3 * 1024 * 1024 + 64 * 1024
+#: a POST endpoint: the request body in; status, body and content type out. It runs in the
+#: connection's thread and must not raise.
+PostHandler = Callable[[bytes], tuple[int, bytes, str]]
 _TEXT: Final = "text/plain; charset=utf-8"
 
 
@@ -215,20 +227,24 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(
+    def __init__(  # noqa: PLR0917 - one private call site
         self,
         address: tuple[str, int],
         board: Board,
         render: Callable[[], bytes] | None,
         auth: DelegatedAuth | None,
         tls: ssl.SSLContext | None,
+        post: Mapping[str, PostHandler],
     ) -> None:
         super().__init__(address, _Handler)
         self.board = board
         self.render = render
         self.auth = auth
         self.tls = tls
+        self.post = post
         self.handler_threads: set[str] = set()  # names of the threads that served (tests)
+        self.connections: set[Any] = set()  # open connections, ended by close()
+        self._connections_lock = threading.Lock()
         self._body_lock = threading.Lock()
         self._body: tuple[float, bytes] | None = None
 
@@ -247,7 +263,24 @@ class _Server(ThreadingHTTPServer):
         if self.tls is not None:
             # The handshake happens in the connection's own thread, on its first read.
             sock = self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        with self._connections_lock:
+            self.connections.add(sock)
         return sock, address
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def end_connections(self) -> None:
+        """End every open connection (a kept-alive client would otherwise still be served
+        by its connection's thread after the listener closed)."""
+        with self._connections_lock:
+            open_now = list(self.connections)
+            self.connections.clear()
+        for sock in open_now:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # (a client that hung up, a failed TLS handshake: that connection's business only)
@@ -283,6 +316,26 @@ class _Handler(BaseHTTPRequestHandler):
                 return
         self._answer(200, server.metrics_body(), "text/plain; version=0.0.4; charset=utf-8")
 
+    def do_POST(self) -> None:
+        server = self.server
+        server.handler_threads.add(threading.current_thread().name)
+        handler = server.post.get(self.path.split("?", 1)[0])
+        if handler is None:
+            self._answer(404, "404 page not found\n")
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or "")
+        except ValueError:
+            self._answer(411, "a POST needs a Content-Length\n")
+            self.close_connection = True
+            return
+        if not 0 <= length <= MAX_POST_BODY:
+            self._answer(413, f"the body must be at most {MAX_POST_BODY} bytes\n")
+            self.close_connection = True
+            return
+        status, body, content_type = handler(self.rfile.read(length))
+        self._answer(status, body, content_type)
+
     def _answer(self, status: int, body: str | bytes, content_type: str = _TEXT) -> None:
         data = body.encode() if isinstance(body, str) else body
         self.send_response(status)
@@ -305,6 +358,46 @@ def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return ctx
 
 
+def reloading_tls_context(cert_file: str, key_file: str, flag: str) -> ssl.SSLContext:
+    """:func:`tls_context` that picks up a renewed certificate (cert-manager, a Secret volume
+    updated in place): each handshake stats both files and, when either changed, serves the
+    new pair from then on (an unreadable new pair is logged and the old one kept).
+    ``ConfigError`` (naming ``flag``) when the first pair cannot be loaded."""
+    try:
+        base = tls_context(cert_file, key_file)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag}: {exc}") from exc
+    lock = threading.Lock()
+    state: dict[str, Any] = {"stamp": _stamp(cert_file, key_file), "context": base}
+
+    def on_hello(sock: ssl.SSLObject | ssl.SSLSocket, _name: str | None, _ctx: Any) -> None:
+        stamp = _stamp(cert_file, key_file)
+        with lock:
+            if stamp != state["stamp"]:
+                state["stamp"] = stamp
+                try:
+                    state["context"] = tls_context(cert_file, key_file)
+                    log.info("%s: reloaded the serving certificate", flag)
+                except ConfigError as exc:
+                    log.warning("%s: keeping the previous certificate: %s", flag, exc)
+            context = state["context"]
+        if context is not base:
+            sock.context = context
+
+    base.sni_callback = on_hello
+    return base
+
+
+def _stamp(*paths: str) -> tuple[int, ...]:
+    out = []
+    for path in paths:
+        try:
+            out.append(os.stat(path).st_mtime_ns)  # noqa: PTH116
+        except OSError:
+            out.append(-1)
+    return tuple(out)
+
+
 class EndpointServer:
     """One listener in a thread of its own (see the module docstring)."""
 
@@ -317,11 +410,12 @@ class EndpointServer:
         render: Callable[[], bytes] | None = None,
         auth: DelegatedAuth | None = None,
         tls: ssl.SSLContext | None = None,
+        post: Mapping[str, PostHandler] | None = None,
         name: str = "endpoints",
         flag: str = "--metrics-port",
     ) -> None:
         self._address = (host, port)
-        self._args = (board, render, auth, tls)
+        self._args = (board, render, auth, tls, dict(post or {}))
         self._name = name
         self._flag = flag
         self._server: _Server | None = None
@@ -360,4 +454,5 @@ class EndpointServer:
             return
         server.shutdown()
         server.server_close()
+        server.end_connections()
         thread.join()

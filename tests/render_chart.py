@@ -56,12 +56,25 @@ VARIANTS: Final[Mapping[str, Mapping[str, Any]]] = {
         },
         "deviceClasses": {"sharingStrategy": "none", "allowedSharingStrategies": ["none"]},
     },
+    # The admission step as the controller's mutating webhook (docs/migration.md), for
+    # clusters without MutatingAdmissionPolicy, with a serving certificate you provide: the
+    # Secret biaxial-admission-webhook-tls (kubectl create secret tls) and its CA patched into
+    # the configuration's caBundle. (The chart can also make the certificate, or have
+    # cert-manager make it: admission.webhook.tls.source; neither fits a static file.)
+    "biaxial-admission-webhook.yaml": {
+        "admission": {
+            "enabled": True,
+            "mechanism": "webhook",
+            "webhook": {"tls": {"source": "secret", "secretName": "biaxial-admission-webhook-tls"}},
+        },
+    },
 }
 
 # Helm's install order (pkg/release/util/kind_sorter.go), trimmed to the kinds we emit.
 _INSTALL_ORDER: Final = (
     "Namespace",
     "ServiceAccount",
+    "Secret",
     "ClusterRole",
     "ClusterRoleBinding",
     "Role",
@@ -72,6 +85,9 @@ _INSTALL_ORDER: Final = (
     "DeviceClass",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "MutatingWebhookConfiguration",
 )
 
 

@@ -131,6 +131,39 @@ FLAGS = Flags(
         default="0.0.0.0",  # noqa: S104 - the kubelet probes the pod's IP
         metavar="ADDR",
     ),
+    Flag(
+        "admission-webhook-port",
+        "port of the admission webhook (POST /mutate-pods, HTTPS; the chart's "
+        "admission.mechanism=webhook); 0 = off",
+        field="admission_webhook_port",
+        kind=INTEGER,
+        default="0",
+    ),
+    Flag(
+        "admission-webhook-bind-address",
+        "address of the admission webhook",
+        field="admission_webhook_bind_address",
+        default="0.0.0.0",  # noqa: S104 - the API server reaches it through the Service
+        metavar="ADDR",
+    ),
+    Flag(
+        "admission-tls-cert-file",
+        "serving certificate (PEM) of the admission webhook; reloaded when the file changes",
+        field="admission_tls_cert_file",
+        metavar="FILE",
+    ),
+    Flag(
+        "admission-tls-private-key-file",
+        "its private key (PEM)",
+        field="admission_tls_private_key_file",
+        metavar="FILE",
+    ),
+    Flag(
+        "admission-schedulers",
+        "scheduler names the admission webhook takes over, comma-separated",
+        metavar="LIST",
+        default="default-scheduler,hami-scheduler,volcano,kai-scheduler",
+    ),
     Flag("log-format", "log line format: text | json", field="log_format", default="text"),
     Flag(
         "decision-timeout",
@@ -186,6 +219,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
             gpu=parse_gpu_policy(given.text("gpu-policy"), "--gpu-policy"),
         )
         fields["spreading"] = DefaultSpreading.parse(given.text("default-spread-constraints"))
+        fields["admission_schedulers"] = tuple(
+            name.strip() for name in given.text("admission-schedulers").split(",") if name.strip()
+        )
         return Settings(**fields).validate()
 
     return given.build(make)

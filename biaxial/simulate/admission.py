@@ -28,6 +28,9 @@ DEFAULT_VALUES: Final[Mapping[str, Any]] = {
     "schedulers": ["default-scheduler", "hami-scheduler", "volcano", "kai-scheduler"],
 }
 DEFAULT_SCHEDULER_NAME: Final = "biaxial"
+#: ``admission.mechanism``: a MutatingAdmissionPolicy or the controller's webhook; the same
+#: change either way, so the scope does not depend on it
+MECHANISMS: Final = ("policy", "webhook")
 
 
 def everywhere() -> AdmissionScope:
@@ -44,6 +47,12 @@ def from_values(values: Mapping[str, Any], namespace: str = RELEASE_NAMESPACE) -
     if not isinstance(raw, Mapping):
         raise ManifestError(f"{where}: admission must be a mapping")
     merged = {**DEFAULT_VALUES, **raw}
+    mechanism = raw.get("mechanism", "policy")
+    if mechanism not in MECHANISMS:
+        raise ManifestError(
+            f"{where}: admission.mechanism {mechanism!r} is not one of {', '.join(MECHANISMS)} "
+            "(the chart refuses it too)"
+        )
     schedulers = merged["schedulers"]
     if not isinstance(schedulers, list) or not all(isinstance(s, str) for s in schedulers):
         raise ManifestError(f"{where}: admission.schedulers must be a list of scheduler names")

@@ -6,7 +6,9 @@ each pod, and for KAI's annotation-only sharing (``gpu-fraction``, ``gpu-memory`
 devices only for an extended resource the container asks for (:mod:`driver.scheduling.bridge`
 refuses such a pod with that advice). The chart's opt-in ``MutatingAdmissionPolicy`` makes
 those two changes as pods are created; :func:`admit` is the same mutation as a pure function,
-which ``biaxial simulate --admission`` applies and the table test in
+which ``biaxial simulate --admission`` applies, the controller's mutating webhook
+(:mod:`controller.webhook`, for clusters without the policy) returns as a JSON Patch
+(:meth:`Admission.json_patch`), and the table test in
 ``tests/unit/test_admission.py`` pins (the same table runs against the policy on the real API
 server in ``tests/apiserver/test_admission.py``).
 
@@ -144,6 +146,51 @@ class Admission:
         meta = out.setdefault("metadata", {})
         meta["annotations"] = {**(meta.get("annotations") or {}), NOTE: self.note()}
         return out
+
+    def json_patch(self, pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The same changes as an RFC 6902 JSON Patch on ``pod`` (what the mutating webhook
+        returns): applied to ``pod`` it gives :meth:`apply`'s result. Only ``add`` operations,
+        each on a path whose parent exists in ``pod`` (``add`` on an existing object member
+        replaces it, RFC 6902 section 4.1)."""
+        ops: list[dict[str, Any]] = []
+        if self.scheduler is not None:
+            ops.append({"op": "add", "path": "/spec/schedulerName", "value": self.scheduler[1]})
+        if self.container is not None:
+            c = self.container
+            at = f"/spec/{c.field}/{c.index}/resources"
+            resources = (pod.get("spec") or {})[c.field][c.index].get("resources")
+            count = str(c.count)
+            if not isinstance(resources, Mapping):
+                value: dict[str, Any] = {
+                    "limits": {GPU_RESOURCE: count},
+                    "requests": {GPU_RESOURCE: count},
+                }
+                ops.append({"op": "add", "path": at, "value": value})
+            else:
+                for part in ("limits", "requests"):
+                    if isinstance(resources.get(part), Mapping):
+                        path = f"{at}/{part}/{_pointer(GPU_RESOURCE)}"
+                        ops.append({"op": "add", "path": path, "value": count})
+                    else:
+                        ops.append(
+                            {"op": "add", "path": f"{at}/{part}", "value": {GPU_RESOURCE: count}}
+                        )
+        annotations = (pod.get("metadata") or {}).get("annotations")
+        if isinstance(annotations, Mapping):
+            path = f"/metadata/annotations/{_pointer(NOTE)}"
+            ops.append({"op": "add", "path": path, "value": self.note()})
+        elif isinstance(pod.get("metadata"), Mapping):
+            ops.append({"op": "add", "path": "/metadata/annotations", "value": {NOTE: self.note()}})
+        else:
+            ops.append(
+                {"op": "add", "path": "/metadata", "value": {"annotations": {NOTE: self.note()}}}
+            )
+        return ops
+
+
+def _pointer(key: str) -> str:
+    """One JSON Pointer reference token (RFC 6901: ``~`` as ``~0``, ``/`` as ``~1``)."""
+    return key.replace("~", "~0").replace("/", "~1")
 
 
 def _all_containers(spec: Mapping[str, Any]) -> Iterable[tuple[Field, int, Mapping[str, Any]]]:

@@ -684,7 +684,7 @@ def test_the_plugin_may_create_events_in_its_namespace_and_nothing_else_there() 
 
 @pytest.mark.parametrize("values", VALUE_SETS.values(), ids=VALUE_SETS.keys())
 def test_rendered_arguments_are_accepted_by_the_binaries(
-    values: Mapping[str, Any], monkeypatch: pytest.MonkeyPatch
+    values: Mapping[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     for name in ("KUBECONFIG", "NODE_NAME", "POD_UID"):
         monkeypatch.delenv(name, raising=False)
@@ -698,7 +698,7 @@ def test_rendered_arguments_are_accepted_by_the_binaries(
         for name, value in env.items():
             if value is not None:
                 monkeypatch.setenv(name, value)
-        args = parser.parse_args(c["args"])
+        args = parser.parse_args([_mounted(a, tmp_path) for a in c["args"]])
         if kind == "DaemonSet":
             assert args.command == "kubelet-plugin"
             monkeypatch.setenv("NODE_NAME", "gpu-node-1")
@@ -711,6 +711,18 @@ def test_rendered_arguments_are_accepted_by_the_binaries(
             monkeypatch.setenv("BIAXIAL_IDENTITY", "biaxial-controller-abc")
             ctl = controller_cmd.settings_from_args(args)
             assert ctl.scheduler_name == "biaxial"
+
+
+def _mounted(arg: str, root: Path) -> str:
+    """A flag naming a file of a mounted Secret (``/etc/biaxial/...``) names a file of that
+    name under ``root`` instead, which exists as the mount's would."""
+    flag, sep, value = arg.partition("=")
+    if not sep or not value.startswith("/etc/biaxial/"):
+        return arg
+    path = root / value.removeprefix("/")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    return f"{flag}={path}"
 
 
 # --------------------------------------------------------------------------- the image it runs

@@ -84,6 +84,42 @@ CONTROLLER = [
         lambda s: s.health_bind_address,
         "10.0.0.1",
     ),
+    # (a port other than 0 needs the certificate files: test_settings' webhook cases)
+    Case(
+        "admission-webhook-port",
+        "BIAXIAL_ADMISSION_WEBHOOK_PORT",
+        "0",
+        lambda s: s.admission_webhook_port,
+        0,
+    ),
+    Case(
+        "admission-webhook-bind-address",
+        "BIAXIAL_ADMISSION_WEBHOOK_BIND_ADDRESS",
+        "10.0.0.3",
+        lambda s: s.admission_webhook_bind_address,
+        "10.0.0.3",
+    ),
+    Case(
+        "admission-tls-cert-file",
+        "BIAXIAL_ADMISSION_TLS_CERT_FILE",
+        "/a.pem",
+        lambda s: s.admission_tls_cert_file,
+        "/a.pem",
+    ),
+    Case(
+        "admission-tls-private-key-file",
+        "BIAXIAL_ADMISSION_TLS_PRIVATE_KEY_FILE",
+        "/ak.pem",
+        lambda s: s.admission_tls_private_key_file,
+        "/ak.pem",
+    ),
+    Case(
+        "admission-schedulers",
+        "BIAXIAL_ADMISSION_SCHEDULERS",
+        "volcano, kai-scheduler",
+        lambda s: s.admission_schedulers,
+        ("volcano", "kai-scheduler"),
+    ),
     Case("log-format", "BIAXIAL_LOG_FORMAT", "json", lambda s: s.log_format, "json"),
     Case(
         "decision-timeout",

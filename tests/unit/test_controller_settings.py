@@ -69,6 +69,15 @@ def test_flags_beat_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
         (["--node-policy", "pack"], "unknown policy 'pack'"),
         (["--kubeconfig", "/no/such/file"], "no such file"),
         (["--log-format", "xml"], "--log-format: 'xml' is not one of text, json"),
+        (["--admission-webhook-port", "-1"], "--admission-webhook-port must be in 0..65535"),
+        (
+            ["--admission-webhook-port", "9443"],
+            "--admission-tls-cert-file: the admission webhook is served over HTTPS only",
+        ),
+        (
+            ["--admission-webhook-port", "8080"],
+            "--admission-webhook-port and --metrics-port are both 8080",
+        ),
     ],
 )
 def test_bad_values_are_clear_errors(argv: list[str], message: str) -> None:
@@ -90,3 +99,24 @@ def test_settings_are_frozen() -> None:
     s = Settings().validate()
     with pytest.raises(AttributeError):
         s.qps = 1.0  # type: ignore[misc]
+
+
+def test_the_webhook_needs_its_certificate_and_real_scheduler_names(tmp_path: Path) -> None:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.touch()
+    key.touch()
+    files = ["--admission-tls-cert-file", str(cert), "--admission-tls-private-key-file", str(key)]
+    s = parse("--admission-webhook-port", "9443", *files)
+    assert s.admission_webhook_port == 9443
+    assert s.admission_schedulers == (
+        "default-scheduler",
+        "hami-scheduler",
+        "volcano",
+        "kai-scheduler",
+    )
+    for given, message in (
+        (" , ", "--admission-schedulers: name at least one scheduler to take over"),
+        ("volcano,Not A Scheduler", "--admission-schedulers: 'Not A Scheduler' is not a"),
+    ):
+        with pytest.raises(InvalidInputError, match=message):
+            parse("--admission-webhook-port", "9443", *files, "--admission-schedulers", given)

@@ -33,8 +33,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
+from driver.api.labels import LabelSelector
 from driver.scheduling.admission import AdmissionScope, admit
-from driver.scheduling.labels import LabelSelector
 
 log = logging.getLogger(f"biaxial.{__name__}")
 

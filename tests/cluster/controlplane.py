@@ -246,6 +246,9 @@ class ControlPlane:
     processes: list[Process] = field(default_factory=list)
     port: int = 0
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    # node name -> static token of its kubelet (user system:node:<name>, group system:nodes,
+    # as the Node authorizer and NodeRestriction expect); set before start()
+    node_tokens: dict[str, str] = field(default_factory=dict)
     _etcd_dir: Path | None = None
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -519,6 +522,10 @@ class ControlPlane:
                     f'{self._tokens["kcm"]},system:kube-controller-manager,uid-kcm,"system:masters"',
                     f'{self._tokens["scheduler"]},system:kube-scheduler,uid-sched,"system:masters"',
                     f'{self._tokens["kwok"]},kwok-controller,uid-kwok,"system:masters"',
+                    *(
+                        f'{token},system:node:{node},uid-node-{node},"system:nodes"'
+                        for node, token in self.node_tokens.items()
+                    ),
                 ]
             )
             + "\n"

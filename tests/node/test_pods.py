@@ -1,0 +1,101 @@
+"""Pods that really run on the real node with their GPUs injected through CDI (issue 23): the
+real kubelet calls the biaxial plugin's NodePrepareResources before the container starts and
+NodeUnprepareResources after it stops (KEP-4381's DRA manager), containerd reads the plugin's
+CDI spec and runc creates the device nodes in the container. Each test reads what the container
+itself saw: its environment, its ``/dev``, its mounts, printed to its log.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.apiserver.components import claims_path, create, get
+from tests.cluster.node import wait_until
+from tests.node.conftest import Cluster
+from tests.node.workloads import (
+    RESOURCE,
+    cdi_specs,
+    claim_of,
+    container,
+    delete_and_wait,
+    env_of,
+    gpu_lines,
+    namespace,
+    pod,
+    report,
+    request,
+    running,
+    slice_devices,
+    template,
+)
+
+JSON = dict[str, Any]
+CONTROL = ["nvidia-uvm", "nvidia-uvm-tools", "nvidiactl"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slices_published(cluster: Cluster) -> None:
+    wait_until(lambda: len(slice_devices(cluster.plane, cluster.node.name)) >= 4, 60, "4 GPUs")
+
+
+def _show(title: str, sections: dict[str, list[str]]) -> None:
+    """Print the container's env and /dev lines (the closing note quotes them)."""
+    env = [line for line in sections["env"] if "CUDA" in line or "NVIDIA" in line]
+    print(f"\n[{title}] env: {env}\n[{title}] /dev: {sections['dev']}")
+
+
+def _minor(device_name: str) -> int:
+    return int(device_name.split("-")[1])
+
+
+def test_whole_gpu_from_a_template(cluster: Cluster) -> None:
+    """One whole GPU through a ResourceClaimTemplate: the container sees exactly that GPU's
+    node (plus the control nodes) and its UUID; the claim is allocated, reserved for the pod
+    and prepared (CDI spec, checkpoint); deleting the pod unprepares and the claim goes."""
+    plane, node = cluster.plane, cluster.node
+    ns = namespace(plane, "whole")
+    create(plane, f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+           template("one-gpu", ns, [request("gpu")]))  # fmt: skip
+    started = time.monotonic()
+    create(
+        plane,
+        f"/api/v1/namespaces/{ns}/pods",
+        pod("whole", ns, [container(claims=["gpu"])],
+            claims={"gpu": {"resourceClaimTemplateName": "one-gpu"}}),
+    )  # fmt: skip
+    stored = running(plane, ns, "whole")
+    print(f"\n[whole] Running after {time.monotonic() - started:.1f} s")
+    claim = claim_of(plane, ns, "whole", "gpu")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 1
+    device = results[0]["device"]
+    assert [r["uid"] for r in claim["status"]["reservedFor"]] == [stored["metadata"]["uid"]]
+    uuid = slice_devices(plane, node.name)[device]["attributes"]["uuid"]["string"]
+
+    sections = report(node, ns, "whole")
+    _show("whole", sections)
+    env = env_of(sections)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert gpu_lines(sections) == sorted([f"nvidia{_minor(device)}", *CONTROL])
+    specs = cdi_specs(node.cdi_dir)
+    assert any(claim["metadata"]["uid"] in name for name in specs), specs
+    assert _checkpoint_mentions(node, claim["metadata"]["uid"])
+
+    delete_and_wait(plane, ns, "whole")
+    # KEP-4381: the kubelet unprepares once the pod's containers are gone; then the
+    # resourceclaim controller deletes the generated claim (owned by the pod)
+    wait_until(lambda: not any(claim["metadata"]["uid"] in n for n in cdi_specs(node.cdi_dir)),
+               30, "CDI spec removed")  # fmt: skip
+    wait_until(lambda: not _checkpoint_mentions(node, claim["metadata"]["uid"]), 30,
+               "checkpoint clean")  # fmt: skip
+    wait_until(lambda: get(plane, claims_path(ns, claim["metadata"]["name"])) is None, 30,
+               "generated claim deleted")  # fmt: skip
+
+
+def _checkpoint_mentions(node: Any, uid: str) -> bool:
+    return any(uid in p.read_text(errors="replace")
+               for p in (node.root / "biaxial-state").glob("*.json"))  # fmt: skip

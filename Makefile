@@ -95,7 +95,7 @@ bench: $(STAMP)
 ## GPUs, stand-in device nodes); then tests/node (pods that really run). Leaves nothing behind
 e2e-node: $(STAMP)
 	$(BIN)/python -m tests.cluster.build --node
-	BIAXIAL_E2E_NODE=1 $(BIN)/python -m pytest tests/node -m node -v -rP
+	BIAXIAL_E2E_NODE=1 $(BIN)/python -m pytest tests/node -m node -v -rP --durations=0
 
 ## e2e-kind: kind cluster with fake GPUs (deploy/kind/up.sh), then tests/e2e against it. Needs
 ## docker or podman, kind and kubectl; without them tests/e2e is skipped with the reason

@@ -39,7 +39,10 @@ HERE = Path(__file__).parent
 
 
 def _wanted(config: pytest.Config) -> bool:
-    return os.environ.get("BIAXIAL_E2E_NODE") == "1" or "node" in (config.option.markexpr or "")
+    return (
+        os.environ.get("BIAXIAL_E2E_NODE") == "1"
+        or (config.option.markexpr or "").strip() == "node"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

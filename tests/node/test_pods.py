@@ -99,3 +99,71 @@ def test_whole_gpu_from_a_template(cluster: Cluster) -> None:
 def _checkpoint_mentions(node: Any, uid: str) -> bool:
     return any(uid in p.read_text(errors="replace")
                for p in (node.root / "biaxial-state").glob("*.json"))  # fmt: skip
+
+
+def test_two_hami_core_shares_on_one_gpu_see_their_own_limits(cluster: Cluster) -> None:
+    """Two memory + cores shares under hami-core (the class's sharing policy): binpack puts
+    both on one GPU; each container sees HAMi-core's limits for its device index 0 (its only
+    device), the library preloaded and mounted, and the same GPU."""
+    plane, node = cluster.plane, cluster.node
+    ns = namespace(plane, "share")
+    shares = {"small": ("4Gi", 30, 4096), "large": ("6Gi", 50, 6144)}
+    for name, (memory, cores, _) in shares.items():
+        create(plane, f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+               template(name, ns, [request("gpu", capacity={"requests": {
+                   "memory": memory, "cores": str(cores)}})]))  # fmt: skip
+        create(plane, f"/api/v1/namespaces/{ns}/pods",
+               pod(name, ns, [container(claims=["gpu"])],
+                   claims={"gpu": {"resourceClaimTemplateName": name}}))  # fmt: skip
+    seen = {}
+    for name, (_, cores, mib) in shares.items():
+        running(plane, ns, name)
+        claim = claim_of(plane, ns, name, "gpu")
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        sections = report(node, ns, name)
+        _show(f"share {name}", sections)
+        env = env_of(sections)
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{mib}m"
+        assert env["CUDA_DEVICE_SM_LIMIT_0"] == str(cores)
+        assert env["LD_PRELOAD"].endswith("libvgpu.so")
+        assert any(env["LD_PRELOAD"] in line.split() for line in sections["mounts"])
+        assert gpu_lines(sections) == sorted([f"nvidia{_minor(result['device'])}", *CONTROL])
+        seen[name] = (result["device"], env["NVIDIA_VISIBLE_DEVICES"])
+    assert seen["small"] == seen["large"], "binpack: both shares on one GPU"
+    for name in shares:
+        delete_and_wait(plane, ns, name)
+
+
+def test_a_device_plugin_pod_runs_through_the_bridge(cluster: Cluster) -> None:
+    """A pod written for the device plugin (``nvidia.com/gpu: 1``, no claim): the controller
+    makes the KEP-5004 bridge claim and records it in pod.status.extendedResourceClaimStatus;
+    the real kubelet admits the pod although the node advertises no nvidia.com/gpu, prepares
+    that claim and gives its CDI devices to the container named in the request mapping."""
+    plane, node = cluster.plane, cluster.node
+    ns = namespace(plane, "bridge")
+    create(plane, f"/api/v1/namespaces/{ns}/pods",
+           pod("legacy", ns, [container(limits={"nvidia.com/gpu": "1"})]))  # fmt: skip
+    stored = running(plane, ns, "legacy")
+    status = stored["status"]["extendedResourceClaimStatus"]
+    assert status["requestMappings"] == [
+        {
+            "containerName": "main",
+            "resourceName": "nvidia.com/gpu",
+            "requestName": "container-0-request-0",
+        }
+    ]
+    claim = get(plane, claims_path(ns, status["resourceClaimName"]))
+    assert claim is not None
+    assert (
+        claim["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+    )
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    sections = report(node, ns, "legacy")
+    _show("bridge", sections)
+    env = env_of(sections)
+    uuid = slice_devices(plane, node.name)[result["device"]]["attributes"]["uuid"]["string"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == uuid
+    assert gpu_lines(sections) == sorted([f"nvidia{_minor(result['device'])}", *CONTROL])
+    delete_and_wait(plane, ns, "legacy")
+    wait_until(lambda: get(plane, claims_path(ns, status["resourceClaimName"])) is None, 30,
+               "bridge claim deleted with its pod")  # fmt: skip

@@ -18,6 +18,7 @@ from tests.node.conftest import Cluster
 from tests.node.workloads import (
     RESOURCE,
     cdi_specs,
+    claim,
     claim_of,
     container,
     delete_and_wait,
@@ -167,3 +168,67 @@ def test_a_device_plugin_pod_runs_through_the_bridge(cluster: Cluster) -> None:
     delete_and_wait(plane, ns, "legacy")
     wait_until(lambda: get(plane, claims_path(ns, status["resourceClaimName"])) is None, 30,
                "bridge claim deleted with its pod")  # fmt: skip
+
+
+def test_two_pods_share_one_claim(cluster: Cluster) -> None:
+    """One ResourceClaim in two pods: both run on its one GPU and are in reservedFor; the
+    claim stays prepared while either runs, and is unprepared once both are gone."""
+    plane, node = cluster.plane, cluster.node
+    ns = namespace(plane, "shared")
+    create(plane, claims_path(ns), claim("shared", ns, [request("gpu")]))
+    pods = ("first", "second")
+    for name in pods:
+        create(plane, f"/api/v1/namespaces/{ns}/pods",
+               pod(name, ns, [container(claims=["gpu"])],
+                   claims={"gpu": {"resourceClaimName": "shared"}}))  # fmt: skip
+    uids = {running(plane, ns, name)["metadata"]["uid"] for name in pods}
+    stored = get(plane, claims_path(ns, "shared"))
+    assert stored is not None
+    assert {r["uid"] for r in stored["status"]["reservedFor"]} == uids
+    (result,) = stored["status"]["allocation"]["devices"]["results"]
+    visible = {env_of(report(node, ns, name))["NVIDIA_VISIBLE_DEVICES"] for name in pods}
+    assert len(visible) == 1
+    uid = stored["metadata"]["uid"]
+    delete_and_wait(plane, ns, "first")
+    assert _checkpoint_mentions(node, uid), "still prepared for the second pod"
+    assert any(uid in n for n in cdi_specs(node.cdi_dir))
+    delete_and_wait(plane, ns, "second")
+    wait_until(lambda: not any(uid in n for n in cdi_specs(node.cdi_dir)), 30, "unprepared")
+
+    def released() -> bool:
+        now = get(plane, claims_path(ns, "shared")) or {}
+        return not now.get("status", {}).get("reservedFor")
+
+    wait_until(released, 30, "no longer reserved")
+    print(f"\n[shared] {result['device']} for both pods: {sorted(visible)}")
+
+
+def test_two_containers_each_get_only_their_own_request(cluster: Cluster) -> None:
+    """A claim with two requests, each container naming one (KEP-3063
+    ``resources.claims[].request``): each container sees only its own GPU."""
+    plane, node = cluster.plane, cluster.node
+    ns = namespace(plane, "two")
+    create(plane, f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates",
+           template("pair", ns, [request("a"), request("b")]))  # fmt: skip
+    create(
+        plane,
+        f"/api/v1/namespaces/{ns}/pods",
+        pod("pair", ns, [container("left", claims=["gpu/a"]), container("right", claims=["gpu/b"])],
+            claims={"gpu": {"resourceClaimTemplateName": "pair"}}),
+    )  # fmt: skip
+    running(plane, ns, "pair")
+    results = {
+        r["request"]: r["device"]
+        for r in claim_of(plane, ns, "pair", "gpu")["status"]["allocation"]["devices"]["results"]
+    }
+    assert len(set(results.values())) == 2
+    devices = slice_devices(plane, node.name)
+    for name, req in (("left", "a"), ("right", "b")):
+        sections = report(node, ns, "pair", name)
+        _show(f"two containers: {name}", sections)
+        env = env_of(sections)
+        assert (
+            env["NVIDIA_VISIBLE_DEVICES"] == devices[results[req]]["attributes"]["uuid"]["string"]
+        )
+        assert gpu_lines(sections) == sorted([f"nvidia{_minor(results[req])}", *CONTROL])
+    delete_and_wait(plane, ns, "pair")

@@ -39,7 +39,11 @@ def container(name: str = "main", *, claims: Sequence[str] = (), **resources: An
     }
     res: JSON = dict(resources)
     if claims:
-        res["claims"] = [{"name": c} for c in claims]
+        # "claim" or "claim/request" (KEP-3063: a container may use one request of a claim)
+        res["claims"] = [
+            {"name": c.split("/")[0], **({"request": c.split("/")[1]} if "/" in c else {})}
+            for c in claims
+        ]
     if res:
         out["resources"] = res
     return out

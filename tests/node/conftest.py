@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import fake_mps
 from tests.apiserver.components import ControllerProcess, plugin_process
 from tests.apiserver.conftest import ChartInstall
 from tests.cluster.build import release
@@ -89,6 +90,11 @@ def start_plugin(install: ChartInstall, node: Node) -> PluginProcess:
     plugin.state_dir = node.root / "biaxial-state"
     plugin.registration_socket = node.registry_dir / plugin.registration_socket.name
     node.registry_dir.mkdir(parents=True, exist_ok=True)
+    # MPS without a GPU: a stand-in nvidia-cuda-mps-control on the plugin's PATH
+    fake_bin = node.root / "fake-bin"
+    fake_bin.mkdir(exist_ok=True)
+    fake_mps.install(fake_bin)
+    plugin.env["PATH"] = f"{fake_bin}:{plugin.env.get('PATH', '/usr/bin:/bin')}"
     return plugin.start(timeout_s=30)
 
 

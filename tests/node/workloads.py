@@ -19,7 +19,8 @@ RESOURCE: Final = "/apis/resource.k8s.io/v1"
 # the container's report: env, the device nodes, the mounts; then it waits to be deleted
 REPORT: Final = (
     "echo '--- env'; env | sort; echo '--- dev'; ls /dev | sort; "
-    "echo '--- mounts'; cat /proc/mounts; echo '--- end'; "
+    "echo '--- mounts'; cat /proc/mounts; "
+    "echo '--- mps'; ls \"${CUDA_MPS_PIPE_DIRECTORY:-/none}\" 2>/dev/null; echo '--- end'; "
     "trap 'exit 0' TERM; while true; do sleep 1; done"
 )
 
@@ -75,29 +76,49 @@ def pod(
     }
 
 
-def claim_spec(requests: Sequence[JSON]) -> JSON:
-    return {"devices": {"requests": list(requests)}}
+def claim_spec(requests: Sequence[JSON], config: Sequence[JSON] = ()) -> JSON:
+    devices: JSON = {"requests": list(requests)}
+    if config:
+        devices["config"] = list(config)
+    return {"devices": devices}
+
+
+def gpu_config(strategy: str, requests: Sequence[str] = ()) -> JSON:
+    """A claim's opaque GpuConfig choosing a sharing strategy (for ``requests``, or all)."""
+    entry: JSON = {
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {
+                "apiVersion": "gpu.biaxial.dev/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": {"strategy": strategy},
+            },
+        }
+    }
+    if requests:
+        entry["requests"] = list(requests)
+    return entry
 
 
 def request(name: str, **exactly: Any) -> JSON:
     return {"name": name, "exactly": {"deviceClassName": DRIVER, **exactly}}
 
 
-def template(name: str, ns: str, requests: Sequence[JSON]) -> JSON:
+def template(name: str, ns: str, requests: Sequence[JSON], config: Sequence[JSON] = ()) -> JSON:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"spec": claim_spec(requests)},
+        "spec": {"spec": claim_spec(requests, config)},
     }
 
 
-def claim(name: str, ns: str, requests: Sequence[JSON]) -> JSON:
+def claim(name: str, ns: str, requests: Sequence[JSON], config: Sequence[JSON] = ()) -> JSON:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": ns},
-        "spec": claim_spec(requests),
+        "spec": claim_spec(requests, config),
     }
 
 

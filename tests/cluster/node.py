@@ -368,6 +368,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
                 f"--config={config}",
                 f"--kubeconfig={self._kubeconfig}",
                 f"--root-dir={self.kubelet_dir}",
+                f"--cert-dir={self.kubelet_dir / 'pki'}",  # not under --root-dir by default
                 f"--hostname-override={self.name}",
                 "--v=2",
             ],

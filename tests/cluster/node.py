@@ -95,6 +95,8 @@ class Node:
     release: Release
     name: str = "node-real"
     gpus: int = 4
+    # GPUs partitioned into MIG instances: stand-ins for their /dev/nvidia-caps nodes too
+    mig_minors: tuple[int, ...] = ()
     root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="bxn-", dir="/tmp")))
     token: str = field(default_factory=lambda: secrets.token_hex(16))
     processes: list[Process] = field(default_factory=list)
@@ -197,7 +199,12 @@ class Node:
         nodes = {f"nvidia{minor}": (195, minor) for minor in range(self.gpus)}
         for name, (major, minor) in {**nodes, **CONTROL_NODES}.items():
             os.mknod(self.device_dir / name, 0o666 | 0o020000, os.makedev(major, minor))
-        (self.device_dir / "nvidia-caps").mkdir()
+        caps = self.device_dir / "nvidia-caps"
+        caps.mkdir()
+        # the fake backend's capability numbers (driver.discovery.fake.caps_paths): 128 per GPU
+        for minor in self.mig_minors:
+            for cap in range(10 + minor * 128, 10 + (minor + 1) * 128):
+                os.mknod(caps / f"nvidia-cap{cap}", 0o444 | 0o020000, os.makedev(508, cap))
 
     def _containerd_config(self) -> Path:
         base = self.root / "containerd"

@@ -37,6 +37,8 @@ from tests.render_chart import NAMESPACE, render_objects
 
 NODE_NAME = "node-real"
 HERE = Path(__file__).parent
+# 4 x T4 (minors 0-3) and an A100 with dynamic MIG (minor 4)
+GPUS = HERE / "gpus.yaml"
 
 
 def _wanted(config: pytest.Config) -> bool:
@@ -81,6 +83,7 @@ def start_plugin(install: ChartInstall, node: Node) -> PluginProcess:
         "--cdi-dir": node.cdi_dir,
         "--state-dir": node.root / "biaxial-state",
         "--fake-device-dir": node.device_dir,
+        "--fake-gpus": GPUS,
     }
     for flag, value in overrides.items():
         plugin.args += [flag, str(value)]
@@ -103,7 +106,7 @@ def cluster() -> Iterator[Cluster]:
     rel = release()
     node_token = os.urandom(16).hex()
     plane = ControlPlane(rel, node_tokens={NODE_NAME: node_token})
-    node = Node(plane, rel, name=NODE_NAME, token=node_token)
+    node = Node(plane, rel, name=NODE_NAME, token=node_token, gpus=5, mig_minors=(4,))
     atexit.register(node.stop)
     atexit.register(plane.stop)
     timings: dict[str, float] = {}

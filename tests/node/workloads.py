@@ -19,7 +19,7 @@ RESOURCE: Final = "/apis/resource.k8s.io/v1"
 # the container's report: env, the device nodes, the mounts; then it waits to be deleted
 REPORT: Final = (
     "echo '--- env'; env | sort; echo '--- dev'; ls /dev | sort; "
-    "echo '--- mounts'; cat /proc/mounts; "
+    "echo '--- caps'; ls /dev/nvidia-caps 2>/dev/null; echo '--- mounts'; cat /proc/mounts; "
     "echo '--- mps'; ls \"${CUDA_MPS_PIPE_DIRECTORY:-/none}\" 2>/dev/null; echo '--- end'; "
     "trap 'exit 0' TERM; while true; do sleep 1; done"
 )

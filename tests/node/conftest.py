@@ -93,6 +93,7 @@ def start_plugin(install: ChartInstall, node: Node) -> PluginProcess:
     plugin.state_dir = node.root / "biaxial-state"
     plugin.registration_socket = node.registry_dir / plugin.registration_socket.name
     node.registry_dir.mkdir(parents=True, exist_ok=True)
+    plugin.log_path = node.root / "logs" / "plugin.log"  # kept with BIAXIAL_NODE_LOGS
     # MPS without a GPU: a stand-in nvidia-cuda-mps-control on the plugin's PATH
     fake_bin = node.root / "fake-bin"
     fake_bin.mkdir(exist_ok=True)
@@ -123,7 +124,9 @@ def cluster() -> Iterator[Cluster]:
         install = ChartInstall(plane, objects)
         install.wait_for_policies()
         plugin = start_plugin(install, node)
-        controller = ControllerProcess(install, node.root, "controller-0").start()
+        controller = ControllerProcess(install, node.root, "controller-0")
+        controller.log_path = node.root / "logs" / "controller-0.log"
+        controller.start()
         timings["chart, plugin, controller"] = round(time.monotonic() - mark, 1)
     except BaseException:
         node.stop()

@@ -99,7 +99,9 @@ def test_the_controller_fails_over(cluster: Cluster) -> None:
     the second leads and schedules the next pod, which really runs."""
     plane = cluster.plane
     ns = namespace(plane, "failover")
-    standby = ControllerProcess(cluster.install, cluster.node.root, "controller-1").start()
+    standby = ControllerProcess(cluster.install, cluster.node.root, "controller-1")
+    standby.log_path = cluster.node.root / "logs" / "controller-1.log"
+    standby.start()
     try:
         assert not standby.leading()
         assert cluster.controller.stop() == 0

@@ -271,18 +271,22 @@ def _expected_stamp(rel: Release, go: str) -> dict[str, object]:
 
 def cached(rel: Release) -> bool:
     """Whether the cache holds this release's binaries, as the stamp says they were built."""
-    stamp_path = release_dir(rel) / "stamp.json"
+    return _stamp_matches(release_dir(rel), _expected_stamp(rel, go_version()), CONTROL_PLANE)
+
+
+def _stamp_matches(top: Path, expected: dict[str, object], names: tuple[str, ...]) -> bool:
+    stamp_path = top / "stamp.json"
     if not stamp_path.is_file():
         return False
     stamp = json.loads(stamp_path.read_text())
-    if {k: stamp.get(k) for k in ("release", "go", "recipe")} != _expected_stamp(rel, go_version()):
+    if {k: stamp.get(k) for k in expected} != expected:
         return False
-    bins = release_dir(rel) / "bin"
+    bins = top / "bin"
     recorded: dict[str, dict[str, object]] = stamp.get("binaries", {})
     return all(
         (bins / name).is_file()
         and (bins / name).stat().st_size == recorded.get(name, {}).get("size")
-        for name in CONTROL_PLANE
+        for name in names
     )
 
 
@@ -300,17 +304,31 @@ def check_disk(path: Path, needed: int = NEEDED_FREE_BYTES) -> None:
 
 def build(rel: Release, *, log: bool = True) -> Path:
     """Build every binary of ``rel`` into the cache (or reuse it); returns the bin directory."""
-    top = release_dir(rel)
-    bins = top / "bin"
     if cached(rel):
-        return bins
-    go = go_version()
+        return release_dir(rel) / "bin"
+    what = f"the control plane {rel.kubernetes}"
+    return _build_into(release_dir(rel), steps(rel), _expected_stamp(rel, go_version()),
+                       CONTROL_PLANE, what, log=log)  # fmt: skip
+
+
+def _build_into(
+    top: Path,
+    todo: list[Step],
+    expected: dict[str, object],
+    names: tuple[str, ...],
+    what: str,
+    *,
+    log: bool,
+) -> Path:
+    """Build ``todo`` into ``top/bin`` and write the stamp (``expected`` plus each binary's
+    size and SHA-256 and the seconds per step)."""
+    bins = top / "bin"
     check_disk(top)
-    if shutil.which("go") and log:
-        print(f"building the control plane {rel.kubernetes} with {go} into {bins}", flush=True)
+    if log:
+        print(f"building {what} with {expected['go']} into {bins}", flush=True)
     bins.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    for step in steps(rel):
+    for step in todo:
         started = time.monotonic()
         work = top / "src" / step.name
         work.mkdir(parents=True, exist_ok=True)
@@ -318,10 +336,10 @@ def build(rel: Release, *, log: bool = True) -> Path:
         timings[step.name] = round(time.monotonic() - started, 1)
         if log:
             print(f"  {step.name} {step.version}: {timings[step.name]:.0f} s", flush=True)
-    stamp = _expected_stamp(rel, go) | {
+    stamp = expected | {
         "binaries": {
             name: {"size": (bins / name).stat().st_size, "sha256": _sha256(bins / name)}
-            for name in CONTROL_PLANE
+            for name in names
         },
         "build_seconds": timings,
     }
@@ -431,55 +449,20 @@ def node_steps(rel: Release) -> list[Step]:
     ]
 
 
+def _node_stamp(rel: Release) -> dict[str, object]:
+    return {"release": asdict(node_release(rel)), "go": go_version(), "recipe": 1}
+
+
 def node_cached(rel: Release) -> bool:
-    stamp_path = node_dir(rel) / "stamp.json"
-    if not stamp_path.is_file():
-        return False
-    stamp = json.loads(stamp_path.read_text())
-    expected = {"release": asdict(node_release(rel)), "go": go_version(), "recipe": 1}
-    if {k: stamp.get(k) for k in expected} != expected:
-        return False
-    bins = node_dir(rel) / "bin"
-    recorded: dict[str, dict[str, object]] = stamp.get("binaries", {})
-    return all(
-        (bins / name).is_file()
-        and (bins / name).stat().st_size == recorded.get(name, {}).get("size")
-        for name in NODE
-    )
+    return _stamp_matches(node_dir(rel), _node_stamp(rel), NODE)
 
 
 def build_node(rel: Release, *, log: bool = True) -> Path:
     """Build the node's binaries of ``rel`` into the cache (or reuse it); the bin directory."""
-    top = node_dir(rel)
-    bins = top / "bin"
     if node_cached(rel):
-        return bins
-    go = go_version()
-    check_disk(top)
-    if log:
-        print(f"building the node {rel.kubernetes} with {go} into {bins}", flush=True)
-    bins.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-    for step in node_steps(rel):
-        started = time.monotonic()
-        work = top / "src" / step.name
-        work.mkdir(parents=True, exist_ok=True)
-        _build_step(step, work, bins)
-        timings[step.name] = round(time.monotonic() - started, 1)
-        if log:
-            print(f"  {step.name} {step.version}: {timings[step.name]:.0f} s", flush=True)
-    stamp = {
-        "release": asdict(node_release(rel)),
-        "go": go,
-        "recipe": 1,
-        "binaries": {
-            name: {"size": (bins / name).stat().st_size, "sha256": _sha256(bins / name)}
-            for name in NODE
-        },
-        "build_seconds": timings,
-    }
-    (top / "stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
-    return bins
+        return node_dir(rel) / "bin"
+    what = f"the node {rel.kubernetes}"
+    return _build_into(node_dir(rel), node_steps(rel), _node_stamp(rel), NODE, what, log=log)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -236,6 +236,25 @@ class Process:
             self.popen.wait(timeout=timeout)
 
 
+def spawn(root: Path, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+    """Start ``args`` in its own session, dying with this process, output in
+    ``<root>/logs/<name>.log`` (appended to: a restart keeps the earlier output)."""
+    log = root / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=root,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+        )
+    return Process(name, popen, log)
+
+
 @dataclass
 class ControlPlane:
     """One control plane in a temporary directory. :meth:`start`, then :meth:`stop`."""
@@ -411,19 +430,7 @@ class ControlPlane:
     # ----------------------------------------------------------------- life cycle
 
     def _spawn(self, name: str, args: list[str]) -> Process:
-        log = self.root / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                args,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.root,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
-            )
-        proc = Process(name, popen, log)
+        proc = spawn(self.root, name, args)
         self.processes.append(proc)
         return proc
 

@@ -39,13 +39,18 @@ from typing import Any, Final
 import yaml
 
 from tests.cluster.build import Release, build_node, node_dir
-from tests.cluster.controlplane import ControlPlane, ControlPlaneError, Process, free_port
+from tests.cluster.controlplane import (
+    ControlPlane,
+    ControlPlaneError,
+    Process,
+    free_port,
+    spawn,
+)
 from tests.cluster.images import build_all
 
 NAMESPACE_K8S: Final = "k8s.io"  # containerd's namespace for the CRI
 CGROUP_V1: Final = Path("/sys/fs/cgroup")
 _MNT_DETACH: Final = 2
-_PR_SET_PDEATHSIG: Final = 1
 
 # The stand-in device nodes: a character device per GPU minor and the control nodes, with the
 # NVIDIA driver's majors (195 for nvidia*, nvidia-uvm's is dynamic: 511 stands in for it).
@@ -58,11 +63,6 @@ CONTROL_NODES: Final = {
 
 class NodeError(ControlPlaneError):
     """The node did not start; the message carries the tail of the component's log."""
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def cgroup_version() -> int:
@@ -166,20 +166,7 @@ class Node:
         return str(self.bins / name)
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
-        log = self.root / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("ab") as out:
-            popen = subprocess.Popen(
-                args,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.root,
-                env=env,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
-            )
-        proc = Process(name, popen, log)
+        proc = spawn(self.root, name, args, env)
         self.processes.append(proc)
         return proc
 

@@ -40,6 +40,7 @@ import yaml
 
 from tests.cluster.build import Release, build_node, node_dir
 from tests.cluster.controlplane import (
+    FEATURE_GATES,
     ControlPlane,
     ControlPlaneError,
     Process,
@@ -338,7 +339,12 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
             "fileCheckFrequency": "2s",
             "nodeStatusUpdateFrequency": "2s",
             "shutdownGracePeriod": "0s",
-            "featureGates": {},
+            # the release's DRA gates, as the control plane runs with them (1.37: none)
+            "featureGates": {
+                gate: on
+                for gate, on in FEATURE_GATES.get(self.release.minor, {}).items()
+                if gate.startswith("DRA")
+            },
         }  # fmt: skip
         path = self.root / "kubelet-config.yaml"
         path.write_text(yaml.safe_dump(config))

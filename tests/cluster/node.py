@@ -71,6 +71,31 @@ def cgroup_version() -> int:
     return 2 if (CGROUP_V1 / "cgroup.controllers").is_file() else 1
 
 
+def cgroup_hierarchies() -> list[Path]:
+    """Where a node's cgroup subtree lives: every v1 hierarchy and the hybrid cgroup2 mount
+    (``unified``, where runc also creates the containers' cgroups), or the v2 root."""
+    if cgroup_version() == 2:
+        return [CGROUP_V1]
+    return [p for p in CGROUP_V1.iterdir() if p.is_dir() and not p.is_symlink()]
+
+
+def sweep_stale(tmp: Path = Path("/tmp")) -> list[Path]:
+    """Clear the residue of every node whose owning test process is gone (killed without its
+    finalizers); returns their directories."""
+    cleared = []
+    for root in sorted(tmp.glob("bxn-*")):
+        owner = root / "owner"
+        try:
+            pid, ident = owner.read_text().split()
+        except (OSError, ValueError):
+            continue
+        if Path(f"/proc/{pid}").exists():
+            continue
+        Residue(root, ident).clear()
+        cleared.append(root)
+    return cleared
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str, step: float = 0.2) -> Any:
     """Poll ``check`` until it returns something true; that value, else TimeoutError."""
     deadline = time.monotonic() + timeout
@@ -150,6 +175,8 @@ class Node:
         if os.geteuid() != 0:
             raise NodeError("a real node needs root (mounts, cgroups, network namespaces)")
         started = time.monotonic()
+        sweep_stale(self.root.parent)
+        (self.root / "owner").write_text(f"{os.getpid()} {self.ident}\n")
         try:
             self.bins = build_node(self.release, log=False)
             self._make_devices()
@@ -311,7 +338,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
     def _kubelet_config(self) -> Path:
         kubeconfig = self.plane.kubeconfig(self.root / "kubelet.kubeconfig", token=self.token)
-        for hierarchy in self._cgroup_hierarchies():
+        for hierarchy in cgroup_hierarchies():
             (hierarchy / self.cgroup_root.lstrip("/")).mkdir(exist_ok=True)
         self._healthz_port = free_port()
         config = {
@@ -350,13 +377,6 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         path.write_text(yaml.safe_dump(config))
         self._kubeconfig = kubeconfig
         return path
-
-    def _cgroup_hierarchies(self) -> list[Path]:
-        if cgroup_version() == 2:
-            return [CGROUP_V1]
-        # every v1 hierarchy, and the hybrid cgroup2 mount (``unified``) where runc also
-        # creates the containers' cgroups
-        return [p for p in CGROUP_V1.iterdir() if p.is_dir() and not p.is_symlink()]
 
     def _start_kubelet(self) -> None:
         started = time.monotonic()
@@ -435,18 +455,54 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
                 self._remove_containers()
         while self.processes:
             self.processes.pop().stop()
+        Residue(self.root, self.ident).clear(keep_logs=os.environ.get("BIAXIAL_NODE_LOGS"))
+
+    def _remove_containers(self) -> None:
+        tasks = self.ctr("tasks", "ls", "-q", check=False).stdout.split()
+        for task in tasks:
+            self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+        for task in tasks:
+            self.ctr("tasks", "delete", "-f", task, check=False)
+        containers = self.ctr("containers", "ls", "-q", check=False).stdout.split()
+        if containers:
+            self.ctr("containers", "delete", *containers, check=False)
+
+    def mounts(self) -> list[str]:
+        """Every mount point under the node's directory, deepest first."""
+        return mounts_under(self.root)
+
+
+@dataclass(frozen=True)
+class Residue:
+    """What a node leaves on the machine once its kubelet and containerd are gone: containerd
+    shims (in their own sessions), container processes, mounts under its directory, its
+    bridge, cgroups and log links, and the directory. :meth:`clear` removes all of it; it works
+    from the directory and the node's id alone, so a node whose test process was killed
+    (SIGKILL: no finalizer ran) is cleared by the next run (:func:`sweep_stale`)."""
+
+    root: Path
+    ident: str
+
+    def clear(self, keep_logs: str | None = None) -> None:
         self._kill_leftovers()
         self._unmount_all()
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             subprocess.run(
-                ["ip", "link", "del", self.bridge], capture_output=True, check=False, timeout=10
+                ["ip", "link", "del", f"bx{self.ident}"],
+                capture_output=True,
+                check=False,
+                timeout=10,
             )
         self._remove_cgroups()
         self._remove_log_links()
-        keep = os.environ.get("BIAXIAL_NODE_LOGS")
-        if keep and (self.root / "logs").is_dir():
-            shutil.copytree(self.root / "logs", Path(keep) / self.root.name, dirs_exist_ok=True)
+        if keep_logs and (self.root / "logs").is_dir():
+            shutil.copytree(
+                self.root / "logs", Path(keep_logs) / self.root.name, dirs_exist_ok=True
+            )
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _tops(self) -> list[Path]:
+        return [h / f"biaxial-{self.ident}" for h in cgroup_hierarchies()]
 
     def _remove_log_links(self) -> None:
         """The kubelet links each container's log into ``/var/log/containers`` (a fixed path,
@@ -458,16 +514,6 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
             with contextlib.suppress(OSError):
                 if link.is_symlink() and str(link.readlink()).startswith(str(self.root) + "/"):
                     link.unlink()
-
-    def _remove_containers(self) -> None:
-        tasks = self.ctr("tasks", "ls", "-q", check=False).stdout.split()
-        for task in tasks:
-            self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
-        for task in tasks:
-            self.ctr("tasks", "delete", "-f", task, check=False)
-        containers = self.ctr("containers", "ls", "-q", check=False).stdout.split()
-        if containers:
-            self.ctr("containers", "delete", *containers, check=False)
 
     def _kill_leftovers(self) -> None:
         """Kill the containerd shims of this node (they live in their own sessions) and every
@@ -489,8 +535,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
     def _cgroup_pids(self) -> set[int]:
         pids: set[int] = set()
-        for hierarchy in self._cgroup_hierarchies():
-            top = hierarchy / self.cgroup_root.lstrip("/")
+        for top in self._tops():
             if top.is_dir():
                 for procs in top.rglob("cgroup.procs"):
                     with contextlib.suppress(OSError):
@@ -498,8 +543,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         return pids
 
     def _remove_cgroups(self) -> None:
-        for hierarchy in self._cgroup_hierarchies():
-            top = hierarchy / self.cgroup_root.lstrip("/")
+        for top in self._tops():
             if not top.is_dir():
                 continue
             for folder in sorted(
@@ -510,14 +554,10 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
             with contextlib.suppress(OSError):
                 top.rmdir()
 
-    def mounts(self) -> list[str]:
-        """Every mount point under the node's directory, deepest first."""
-        return mounts_under(self.root)
-
     def _unmount_all(self) -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         for _ in range(5):
-            points = self.mounts()
+            points = mounts_under(self.root)
             if not points:
                 return
             for point in points:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -102,8 +103,22 @@ def start_plugin(install: ChartInstall, node: Node) -> PluginProcess:
     return plugin.start(timeout_s=30)
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
+    # SIGTERM (a CI timeout, `kill`) becomes an interruption, so the finalizers below still
+    # stop the node; after a SIGKILL the next run's Node.start clears what was left
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        yield from _cluster()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _cluster() -> Iterator[Cluster]:
     rel = release()
     node_token = os.urandom(16).hex()
     plane = ControlPlane(rel, node_tokens={NODE_NAME: node_token})

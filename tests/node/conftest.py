@@ -95,6 +95,7 @@ def start_plugin(install: ChartInstall, node: Node) -> PluginProcess:
     plugin.registration_socket = node.registry_dir / plugin.registration_socket.name
     node.registry_dir.mkdir(parents=True, exist_ok=True)
     plugin.log_path = node.root / "logs" / "plugin.log"  # kept with BIAXIAL_NODE_LOGS
+    plugin.unprivileged = True  # the chart's securityContext: uid 0, every capability dropped
     # MPS without a GPU: a stand-in nvidia-cuda-mps-control on the plugin's PATH
     fake_bin = node.root / "fake-bin"
     fake_bin.mkdir(exist_ok=True)

@@ -13,10 +13,14 @@ nodes on one machine do not meet.
 container through containerd, stops containerd, kills what is left of its shims and of every
 process in the node's cgroups, unmounts every mount under the directory (overlay roots, network
 namespaces, shm), removes the bridge, the cgroups and the directory. Each child is also told
-by the kernel to die with the test process (``PR_SET_PDEATHSIG``).
+by the kernel to die with the test process (``PR_SET_PDEATHSIG``); containerd's shims and the
+containers outlive a SIGKILLed test process, and the next :meth:`Node.start` clears them
+(:func:`sweep_stale`).
 
-Machine settings it relies on (checked when it starts): root; cgroup v1 controllers (the
-kubelet then needs ``failCgroupV1: false``) or cgroup v2; overlayfs; ``mknod``.
+Machine settings it relies on: root (checked when it starts); cgroup v1 controllers (the
+kubelet then needs ``failCgroupV1: false``; what this machine has) or cgroup v2 (not tried);
+overlayfs; ``mknod``; no ``CAP_SYS_RESOURCE`` needed (containerd's
+``restrict_oom_score_adj``).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from typing import Any, Final
 
 import yaml
 
-from tests.cluster.build import Release, build_node, node_dir
+from tests.cluster.build import Release, build_node
 from tests.cluster.controlplane import (
     FEATURE_GATES,
     ControlPlane,
@@ -578,7 +582,3 @@ def mounts_under(root: Path) -> list[str]:
         if point.startswith(prefix) or point == str(root):
             points.append(point)
     return sorted(set(points), key=lambda p: -p.count("/"))
-
-
-def node_binaries_built(release: Release) -> bool:
-    return (node_dir(release) / "stamp.json").is_file()

@@ -6,7 +6,10 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+import pytest
+
 from tests.apiserver.components import ControllerProcess, create, get, pod_path
+from tests.cluster.build import release
 from tests.cluster.node import wait_until
 from tests.node.conftest import Cluster
 from tests.node.workloads import (
@@ -115,6 +118,10 @@ def test_the_controller_fails_over(cluster: Cluster) -> None:
     wait_until(lambda: not _prepared(cluster, uid), 30, "unprepared")
 
 
+@pytest.mark.skipif(
+    release().minor in ("1.34", "1.35"),
+    reason="pod allocatedResourcesStatus needs ResourceHealthStatus (alpha and off before 1.36)",
+)
 def test_a_fatal_xid_taints_the_device_and_the_kubelet_reports_it(cluster: Cluster) -> None:
     """A fatal Xid (79, fallen off the bus) on the pod's GPU: the plugin taints the device in
     its ResourceSlice (NoExecute, KEP-5055) and reports it Unhealthy on the kubelet's

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import os
 import secrets
@@ -528,6 +529,7 @@ class Residue:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
                 if b"containerd-shim" in cmdline and marker in cmdline:
                     os.kill(pid, signal.SIGKILL)
+                    _shim_socket(cmdline).unlink(missing_ok=True)
         for _ in range(50):
             pids = self._cgroup_pids()
             if not pids:
@@ -566,6 +568,15 @@ class Residue:
                 return
             for point in points:
                 libc.umount2(point.encode(), _MNT_DETACH)
+
+
+def _shim_socket(cmdline: bytes) -> Path:
+    """The socket a killed shim leaves in containerd's fixed ``/run/containerd/s``: named by
+    the SHA-256 of ``<address>/<namespace>/<id>`` (containerd's ``shim.SocketAddress``)."""
+    args = cmdline.decode(errors="replace").split("\0")
+    value = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("-")}
+    key = str(Path(value.get("-address", "/")) / value.get("-namespace", "") / value.get("-id", ""))
+    return Path("/run/containerd/s") / hashlib.sha256(key.encode()).hexdigest()
 
 
 def _pids() -> Iterable[int]:

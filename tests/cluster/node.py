@@ -57,6 +57,7 @@ from tests.cluster.images import build_all
 NAMESPACE_K8S: Final = "k8s.io"  # containerd's namespace for the CRI
 CGROUP_V1: Final = Path("/sys/fs/cgroup")
 _MNT_DETACH: Final = 2
+DEVICE_PLUGIN_SOCKET: Final = Path("/var/lib/kubelet/device-plugins/kubelet.sock")
 
 # The stand-in device nodes: a character device per GPU minor and the control nodes, with the
 # NVIDIA driver's majors (195 for nvidia*, nvidia-uvm's is dynamic: 511 stands in for it).
@@ -500,6 +501,9 @@ class Residue:
             )
         self._remove_cgroups()
         self._remove_log_links()
+        if not any(_comm(pid) == "kubelet" for pid in _pids()):
+            # the kubelet's device-plugin socket is a fixed path, left when it stops
+            DEVICE_PLUGIN_SOCKET.unlink(missing_ok=True)
         if keep_logs and (self.root / "logs").is_dir():
             shutil.copytree(
                 self.root / "logs", Path(keep_logs) / self.root.name, dirs_exist_ok=True
@@ -523,13 +527,18 @@ class Residue:
     def _kill_leftovers(self) -> None:
         """Kill the containerd shims of this node (they live in their own sessions) and every
         process still in the node's cgroups (containers whose shim died first)."""
-        marker = str(self.root).encode()
+        marker = str(self.root).encode() + b"/"
         for pid in _pids():
+            if pid == os.getpid():
+                continue
             with contextlib.suppress(OSError):
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                if b"containerd-shim" in cmdline and marker in cmdline:
+                # the shims, and after a SIGKILLed run also the biaxial plugin and controllers
+                # (their arguments name files under the node's directory)
+                if marker in cmdline:
                     os.kill(pid, signal.SIGKILL)
-                    _shim_socket(cmdline).unlink(missing_ok=True)
+                    if b"containerd-shim" in cmdline:
+                        _shim_socket(cmdline).unlink(missing_ok=True)
         for _ in range(50):
             pids = self._cgroup_pids()
             if not pids:
@@ -577,6 +586,13 @@ def _shim_socket(cmdline: bytes) -> Path:
     value = {a: args[i + 1] for i, a in enumerate(args[:-1]) if a.startswith("-")}
     key = str(Path(value.get("-address", "/")) / value.get("-namespace", "") / value.get("-id", ""))
     return Path("/run/containerd/s") / hashlib.sha256(key.encode()).hexdigest()
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _pids() -> Iterable[int]:

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all venv lock lock-check control-plane check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput bench-vs-kube-scheduler proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind clean
+.PHONY: all venv lock lock-check control-plane check test demo bench bench-rules bench-cel bench-emulator bench-preemption bench-queueing bench-chaos bench-badinput bench-vs-kube-scheduler proto proto-check fields fields-check lint typecheck imports manifests manifests-render e2e-kind e2e-node clean
 
 all: check test
 
@@ -88,6 +88,14 @@ demo: $(STAMP)
 ## bench: decision throughput, latency, cold start and memory at 100..5000 nodes
 bench: $(STAMP)
 	$(BIN)/python -m bench.decisions
+
+## e2e-node: a real one-node cluster on this machine (needs root): the control plane and the
+## node (kubelet, containerd, runc, CNI) built from source through the Go module proxy (cached),
+## local OCI images, the biaxial controller and kubelet plugin as the chart runs them (fake
+## GPUs, stand-in device nodes); then tests/node (pods that really run). Leaves nothing behind
+e2e-node: $(STAMP)
+	$(BIN)/python -m tests.cluster.build --node
+	BIAXIAL_E2E_NODE=1 $(BIN)/python -m pytest tests/node -m node -v -rP --durations=0
 
 ## e2e-kind: kind cluster with fake GPUs (deploy/kind/up.sh), then tests/e2e against it. Needs
 ## docker or podman, kind and kubectl; without them tests/e2e is skipped with the reason

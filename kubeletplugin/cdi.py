@@ -79,6 +79,10 @@ class SharingPaths:
     hami_core_library: Path | None
     hami_lock_dir: Path
     mps_root: Path
+    # Test-only (with a fake GPU profile): the host directory holding stand-in device nodes
+    # (``nvidia0``, ``nvidiactl``, ``nvidia-caps/...``); each CDI device node then names its
+    # stand-in as ``hostPath`` (CDI 0.5.0), the container still sees ``/dev/...``.
+    device_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +264,17 @@ def device_nodes(target: NodeDevice) -> list[JSON]:
     return nodes + [{"path": cap} for cap in target.mig.caps]
 
 
+def _on_host(nodes: list[JSON], device_dir: Path | None) -> list[JSON]:
+    """``nodes`` with each one's stand-in under ``device_dir`` as its ``hostPath`` (none:
+    unchanged, the host's ``/dev`` node is the container's)."""
+    if device_dir is None:
+        return nodes
+    return [
+        {**node, "hostPath": str(device_dir / str(node["path"]).removeprefix("/dev/"))}
+        for node in nodes
+    ]
+
+
 def build_claim_spec(
     driver: str, claim_uid: str, allocations: Sequence[DeviceAllocation], paths: SharingPaths
 ) -> ClaimSpec:
@@ -289,7 +304,7 @@ def build_claim_spec(
             nodes = device_nodes(alloc.target)
         except PrepareError as exc:
             raise PrepareError(f"claim {claim_uid}: {exc}") from exc
-        edits: JSON = {"env": list(env), "deviceNodes": nodes}
+        edits: JSON = {"env": list(env), "deviceNodes": _on_host(nodes, paths.device_dir)}
         if mounts:
             edits["mounts"] = [dict(m) for m in mounts]
         devices.append({"name": name, "containerEdits": edits})
@@ -298,7 +313,9 @@ def build_claim_spec(
         "cdiVersion": "",
         "kind": kind,
         "devices": devices,
-        "containerEdits": {"deviceNodes": [{"path": p} for p in CONTROL_DEVICE_NODES]},
+        "containerEdits": {
+            "deviceNodes": _on_host([{"path": p} for p in CONTROL_DEVICE_NODES], paths.device_dir)
+        },
     }
     spec["cdiVersion"] = minimum_cdi_version(spec)
     host_dirs = sorted(

@@ -143,6 +143,8 @@ class PrepareSettings:
     hami_lock_dir: Path = Path("/tmp/vgpulock")  # noqa: S108 - HAMi-core's node-wide lock dir
     mps_root: Path = Path("/run/biaxial/mps")
     mps_control_binary: str = "nvidia-cuda-mps-control"
+    # Test-only, with a fake GPU profile: stand-in device nodes (see SharingPaths.device_dir).
+    fake_device_dir: Path | None = None
     # Strategy for a *share* of a GPU when no GpuConfig names one. Exclusive devices default to
     # "none" (nothing to limit). "hami-core" refuses rather than run a share unlimited when the
     # library is not configured; set "none" to allow unlimited time-slicing by default.
@@ -386,6 +388,7 @@ def sharing_paths(settings: PrepareSettings) -> SharingPaths:
         hami_core_library=settings.hami_core_library_path,
         hami_lock_dir=settings.hami_lock_dir,
         mps_root=settings.mps_root,
+        device_dir=settings.fake_device_dir,
     )
 
 

@@ -61,6 +61,8 @@ class Settings:
     node_name: str
     kubeconfig: Path | None = None
     fake_gpus: str | None = None
+    # with fake_gpus: the host directory of stand-in device nodes the CDI specs point at
+    fake_device_dir: Path | None = None
     driver_name: str = DEFAULT_DRIVER_NAME
     registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     plugin_dir: Path = Path("/var/lib/kubelet/plugins")
@@ -127,6 +129,7 @@ class Settings:
             cdi_dir=self.cdi_dir,
             hami_core_library_path=self.hami_core_library_path,
             mps_root=self.mps_root,
+            fake_device_dir=self.fake_device_dir,
             max_shares_per_gpu=self.max_shares,
             share_strategies=self.share_strategies,
         )
@@ -166,6 +169,14 @@ class Settings:
                 f"--fake-gpus {self.fake_gpus!r} is neither a built-in profile "
                 f"({', '.join(builtin_profiles())}) nor a profile file"
             )
+        if self.fake_device_dir is not None:
+            if self.fake_gpus is None:
+                raise ConfigError("--fake-device-dir needs --fake-gpus (stand-ins for fake GPUs)")
+            if not self.fake_device_dir.is_absolute() or not self.fake_device_dir.is_dir():
+                raise ConfigError(
+                    f"--fake-device-dir {self.fake_device_dir} must be an existing absolute "
+                    "directory"
+                )
         if self.kubeconfig is not None and not self.kubeconfig.is_file():
             raise ConfigError(f"--kubeconfig {self.kubeconfig}: no such file")
         for flag, value in (

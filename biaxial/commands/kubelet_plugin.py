@@ -80,6 +80,14 @@ FLAGS = Flags(
         metavar="PROFILE",
     ),
     Flag(
+        "fake-device-dir",
+        "with --fake-gpus: a host directory of stand-in device nodes (nvidia0, nvidiactl, "
+        "...) that the CDI specs name as each /dev node's host path (tests on a real node)",
+        field="fake_device_dir",
+        kind=PATH,
+        metavar="DIR",
+    ),
+    Flag(
         "driver-name",
         "DRA driver name",
         field="driver_name",

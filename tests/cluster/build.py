@@ -224,6 +224,8 @@ class Step:
     commands: tuple[tuple[str, str], ...]  # (binary name, package path)
     replaced_version: str
     ldflags: str
+    cgo: bool = False  # runc's nsenter is C
+    tags: str = ""
 
 
 def steps(rel: Release) -> list[Step]:
@@ -269,18 +271,22 @@ def _expected_stamp(rel: Release, go: str) -> dict[str, object]:
 
 def cached(rel: Release) -> bool:
     """Whether the cache holds this release's binaries, as the stamp says they were built."""
-    stamp_path = release_dir(rel) / "stamp.json"
+    return _stamp_matches(release_dir(rel), _expected_stamp(rel, go_version()), CONTROL_PLANE)
+
+
+def _stamp_matches(top: Path, expected: dict[str, object], names: tuple[str, ...]) -> bool:
+    stamp_path = top / "stamp.json"
     if not stamp_path.is_file():
         return False
     stamp = json.loads(stamp_path.read_text())
-    if {k: stamp.get(k) for k in ("release", "go", "recipe")} != _expected_stamp(rel, go_version()):
+    if {k: stamp.get(k) for k in expected} != expected:
         return False
-    bins = release_dir(rel) / "bin"
+    bins = top / "bin"
     recorded: dict[str, dict[str, object]] = stamp.get("binaries", {})
     return all(
         (bins / name).is_file()
         and (bins / name).stat().st_size == recorded.get(name, {}).get("size")
-        for name in CONTROL_PLANE
+        for name in names
     )
 
 
@@ -298,38 +304,42 @@ def check_disk(path: Path, needed: int = NEEDED_FREE_BYTES) -> None:
 
 def build(rel: Release, *, log: bool = True) -> Path:
     """Build every binary of ``rel`` into the cache (or reuse it); returns the bin directory."""
-    top = release_dir(rel)
-    bins = top / "bin"
     if cached(rel):
-        return bins
-    go = go_version()
+        return release_dir(rel) / "bin"
+    what = f"the control plane {rel.kubernetes}"
+    return _build_into(release_dir(rel), steps(rel), _expected_stamp(rel, go_version()),
+                       CONTROL_PLANE, what, log=log)  # fmt: skip
+
+
+def _build_into(
+    top: Path,
+    todo: list[Step],
+    expected: dict[str, object],
+    names: tuple[str, ...],
+    what: str,
+    *,
+    log: bool,
+) -> Path:
+    """Build ``todo`` into ``top/bin`` and write the stamp (``expected`` plus each binary's
+    size and SHA-256 and the seconds per step)."""
+    bins = top / "bin"
     check_disk(top)
-    if shutil.which("go") and log:
-        print(f"building the control plane {rel.kubernetes} with {go} into {bins}", flush=True)
+    if log:
+        print(f"building {what} with {expected['go']} into {bins}", flush=True)
     bins.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    for step in steps(rel):
+    for step in todo:
         started = time.monotonic()
         work = top / "src" / step.name
         work.mkdir(parents=True, exist_ok=True)
-        gomod = module_gomod(step.module, step.version, work)
-        (work / "go.mod").write_text(
-            wrapper_gomod(step.name, step.module, step.version, gomod, step.replaced_version)
-        )
-        for binary, package in step.commands:
-            tmp = bins / f".{binary}.tmp"
-            _go(
-                ["build", "-trimpath", "-ldflags", step.ldflags, "-o", str(tmp), package],
-                work,
-            )
-            tmp.replace(bins / binary)
+        _build_step(step, work, bins)
         timings[step.name] = round(time.monotonic() - started, 1)
         if log:
             print(f"  {step.name} {step.version}: {timings[step.name]:.0f} s", flush=True)
-    stamp = _expected_stamp(rel, go) | {
+    stamp = expected | {
         "binaries": {
             name: {"size": (bins / name).stat().st_size, "sha256": _sha256(bins / name)}
-            for name in CONTROL_PLANE
+            for name in names
         },
         "build_seconds": timings,
     }
@@ -337,10 +347,131 @@ def build(rel: Release, *, log: bool = True) -> Path:
     return bins
 
 
+def _build_step(step: Step, work: Path, bins: Path) -> None:
+    gomod = module_gomod(step.module, step.version, work)
+    (work / "go.mod").write_text(
+        wrapper_gomod(step.name, step.module, step.version, gomod, step.replaced_version)
+    )
+    env = _go_env(work)
+    if step.cgo:
+        env["CGO_ENABLED"] = "1"
+    tags = ["-tags", step.tags] if step.tags else []
+    for binary, package in step.commands:
+        tmp = bins / f".{binary}.tmp"
+        _go(
+            ["build", "-trimpath", *tags, "-ldflags", step.ldflags, "-o", str(tmp), package],
+            work,
+            env,
+        )
+        tmp.replace(bins / binary)
+
+
+# --------------------------------------------------------------------------- the node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRelease:
+    """The node components built beside one Kubernetes release: the kubelet from the same
+    ``k8s.io/kubernetes`` wrapper as the control plane, containerd 2.x (CRI with CDI), runc,
+    and the CNI plugins a one-node pod network needs."""
+
+    kubernetes: str
+    containerd: str
+    runc: str
+    cni: str
+
+
+NODE_RELEASES: Final = {
+    "1.37": NodeRelease("v1.37.2", containerd="v2.2.9", runc="v1.4.4", cni="v1.9.1"),
+    "1.34": NodeRelease("v1.34.4", containerd="v2.2.9", runc="v1.4.4", cni="v1.9.1"),
+}
+CNI_PLUGINS: Final = ("bridge", "host-local", "loopback", "portmap")
+NODE: Final = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "runc", *CNI_PLUGINS)
+_CNI_PACKAGES: Final = {
+    "bridge": "main",
+    "host-local": "ipam",
+    "loopback": "main",
+    "portmap": "meta",
+}
+
+
+def node_release(rel: Release) -> NodeRelease:
+    return NODE_RELEASES[rel.minor]
+
+
+def node_dir(rel: Release) -> Path:
+    return cache_root() / "node" / rel.kubernetes
+
+
+def node_steps(rel: Release) -> list[Step]:
+    nrel = node_release(rel)
+    containerd = "github.com/containerd/containerd/v2"
+    cni = "github.com/containernetworking/plugins"
+    return [
+        Step(
+            "kubernetes",
+            "k8s.io/kubernetes",
+            rel.kubernetes,
+            (("kubelet", "k8s.io/kubernetes/cmd/kubelet"),),
+            rel.staging,
+            _kube_ldflags(rel),
+        ),
+        Step(
+            "containerd",
+            containerd,
+            nrel.containerd,
+            tuple(
+                (c, f"{containerd}/cmd/{c}")
+                for c in ("containerd", "containerd-shim-runc-v2", "ctr")
+            ),
+            nrel.containerd,
+            f"-s -w -X {containerd}/version.Version={nrel.containerd}",
+            tags="no_btrfs no_devmapper no_zfs",
+        ),
+        Step(
+            "runc",
+            "github.com/opencontainers/runc",
+            nrel.runc,
+            (("runc", "github.com/opencontainers/runc"),),
+            nrel.runc,
+            f"-s -w -X main.version={nrel.runc.removeprefix('v')}",
+            cgo=True,  # libcontainer/nsenter is C; seccomp links libseccomp (libseccomp-dev)
+            tags="seccomp urfave_cli_no_docs",
+        ),
+        Step(
+            "cni",
+            cni,
+            nrel.cni,
+            tuple((c, f"{cni}/plugins/{_CNI_PACKAGES[c]}/{c}") for c in CNI_PLUGINS),
+            nrel.cni,
+            f"-s -w -X {cni}/pkg/utils/buildversion.BuildVersion={nrel.cni}",
+        ),
+    ]
+
+
+def _node_stamp(rel: Release) -> dict[str, object]:
+    return {"release": asdict(node_release(rel)), "go": go_version(), "recipe": 1}
+
+
+def node_cached(rel: Release) -> bool:
+    return _stamp_matches(node_dir(rel), _node_stamp(rel), NODE)
+
+
+def build_node(rel: Release, *, log: bool = True) -> Path:
+    """Build the node's binaries of ``rel`` into the cache (or reuse it); the bin directory."""
+    if node_cached(rel):
+        return node_dir(rel) / "bin"
+    what = f"the node {rel.kubernetes}"
+    return _build_into(node_dir(rel), node_steps(rel), _node_stamp(rel), NODE, what, log=log)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", help=f"one of {', '.join(sorted(RELEASES))}")
     parser.add_argument("--where", action="store_true", help="print the directory only")
+    parser.add_argument(
+        "--node", action="store_true", help="also the node: kubelet, containerd, runc, CNI"
+    )
     args = parser.parse_args(argv)
     try:
         rel = release(args.release)
@@ -352,6 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"control plane {rel.kubernetes} ({time.monotonic() - started:.1f} s): {bins}")
         for name, path in sorted(binaries(rel).items()):
             print(f"  {name}: {path}")
+        if args.node:
+            started = time.monotonic()
+            node_bins = build_node(rel)
+            print(f"node {rel.kubernetes} ({time.monotonic() - started:.1f} s): {node_bins}")
     except BuildError as err:
         print(f"control-plane: {err}", file=sys.stderr)
         return 2

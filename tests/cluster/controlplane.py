@@ -236,6 +236,25 @@ class Process:
             self.popen.wait(timeout=timeout)
 
 
+def spawn(root: Path, name: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+    """Start ``args`` in its own session, dying with this process, output in
+    ``<root>/logs/<name>.log`` (appended to: a restart keeps the earlier output)."""
+    log = root / "logs" / f"{name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        popen = subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=root,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
+        )
+    return Process(name, popen, log)
+
+
 @dataclass
 class ControlPlane:
     """One control plane in a temporary directory. :meth:`start`, then :meth:`stop`."""
@@ -246,6 +265,9 @@ class ControlPlane:
     processes: list[Process] = field(default_factory=list)
     port: int = 0
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
+    # node name -> static token of its kubelet (user system:node:<name>, group system:nodes,
+    # as the Node authorizer and NodeRestriction expect); set before start()
+    node_tokens: dict[str, str] = field(default_factory=dict)
     _etcd_dir: Path | None = None
     _tokens: dict[str, str] = field(default_factory=dict)
 
@@ -408,19 +430,7 @@ class ControlPlane:
     # ----------------------------------------------------------------- life cycle
 
     def _spawn(self, name: str, args: list[str]) -> Process:
-        log = self.root / "logs" / f"{name}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("wb") as out:
-            popen = subprocess.Popen(
-                args,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.root,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only prctl, no locks taken
-            )
-        proc = Process(name, popen, log)
+        proc = spawn(self.root, name, args)
         self.processes.append(proc)
         return proc
 
@@ -519,6 +529,10 @@ class ControlPlane:
                     f'{self._tokens["kcm"]},system:kube-controller-manager,uid-kcm,"system:masters"',
                     f'{self._tokens["scheduler"]},system:kube-scheduler,uid-sched,"system:masters"',
                     f'{self._tokens["kwok"]},kwok-controller,uid-kwok,"system:masters"',
+                    *(
+                        f'{token},system:node:{node},uid-node-{node},"system:nodes"'
+                        for node, token in self.node_tokens.items()
+                    ),
                 ]
             )
             + "\n"

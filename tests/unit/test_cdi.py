@@ -73,6 +73,23 @@ def test_names_kind_file_and_ids() -> None:
     )
 
 
+def test_stand_in_device_nodes_are_host_paths_under_the_fake_device_dir() -> None:
+    """--fake-device-dir (tests on a real node): each node names its stand-in as hostPath, the
+    container path stays /dev/...; hostPath needs CDI 0.5.0."""
+    paths = dataclasses.replace(PATHS, device_dir=Path("/tmp/n/dev"))
+    spec = build_claim_spec(DRIVER, UID, [alloc(gpu(2)), alloc(MIG, request="r1")], paths).spec
+    assert spec["containerEdits"]["deviceNodes"][0] == {
+        "path": "/dev/nvidiactl",
+        "hostPath": "/tmp/n/dev/nvidiactl",
+    }
+    assert spec["devices"][0]["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidia2", "hostPath": "/tmp/n/dev/nvidia2"}
+    ]
+    caps = spec["devices"][1]["containerEdits"]["deviceNodes"][1]
+    assert caps["hostPath"] == "/tmp/n/dev/" + caps["path"].removeprefix("/dev/")
+    assert spec["cdiVersion"] == "0.5.0"
+
+
 def test_device_nodes_per_device_and_control_nodes_spec_wide() -> None:
     spec = build_claim_spec(DRIVER, UID, [alloc(gpu(2)), alloc(MIG, request="r1")], PATHS).spec
     assert spec["containerEdits"]["deviceNodes"] == [

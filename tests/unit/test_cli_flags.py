@@ -148,6 +148,8 @@ PLUGIN = [
     Case("kubeconfig", "BIAXIAL_KUBECONFIG", KUBECONFIG, lambda s: s.kubeconfig, KUBECONFIG),
     Case("node-name", "BIAXIAL_NODE_NAME", "n2", lambda s: s.node_name, "n2"),
     Case("fake-gpus", "BIAXIAL_FAKE_GPUS", "t4x4", lambda s: s.fake_gpus, "t4x4"),
+    # an existing directory; needs --fake-gpus (set for it below)
+    Case("fake-device-dir", "BIAXIAL_FAKE_DEVICE_DIR", "/", lambda s: s.fake_device_dir, Path("/")),
     Case("driver-name", "BIAXIAL_DRIVER_NAME", "gpu.x.io", lambda s: s.driver_name, "gpu.x.io"),
     Case("registry-dir", "BIAXIAL_REGISTRY_DIR", "/r", lambda s: s.registry_dir, Path("/r")),
     Case("plugin-dir", "BIAXIAL_PLUGIN_DIR", "/p", lambda s: s.plugin_dir, Path("/p")),
@@ -295,6 +297,8 @@ def test_each_flag_and_its_environment_twin_set_the_setting(
     name: str, case: Case, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     command, _ = COMMANDS[name]
+    if case.flag == "fake-device-dir":
+        monkeypatch.setenv("BIAXIAL_FAKE_GPUS", "t4x4")
     text = kubeconfig if case.text == KUBECONFIG else case.text
     expected: Any = case.expected
     if case.text == KUBECONFIG:
@@ -440,6 +444,19 @@ def test_plugin_bad_values_name_the_flag_and_where_the_value_came_from(
         "--node-name 'Bad_Node' is not a valid node name "
         "(from the flag; environment twin $BIAXIAL_NODE_NAME)"
     )
+
+
+def test_stand_in_device_nodes_need_fake_gpus_and_a_directory(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        settings(plugin_cmd, "--node-name", "n", "--fake-device-dir", str(tmp_path))
+    assert str(info.value).startswith("--fake-device-dir needs --fake-gpus")
+    with pytest.raises(ConfigError) as info:
+        settings(plugin_cmd, "--node-name", "n", "--fake-gpus", "t4x4",
+                 "--fake-device-dir", str(tmp_path / "none"))  # fmt: skip
+    assert "must be an existing absolute directory" in str(info.value)
+    stand_ins = settings(plugin_cmd, "--node-name", "n", "--fake-gpus", "t4x4",
+                         "--fake-device-dir", str(tmp_path))  # fmt: skip
+    assert stand_ins.prepare_settings().fake_device_dir == tmp_path
 
 
 def test_a_policy_error_keeps_its_type(monkeypatch: pytest.MonkeyPatch) -> None:

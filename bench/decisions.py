@@ -52,7 +52,7 @@ from bench.report import (
     stored,
     table_lines,
 )
-from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
+from bench.scenarios import MIXES, VARIANTS, Scenario, generate, generate_mix, generate_mixed
 from driver.api.claims import ResourceClaim
 from driver.scheduling.decision import DecisionEngine
 from driver.structured.snapshot import ClusterSnapshot
@@ -64,6 +64,8 @@ DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
     # 500 nodes x 8 GPUs, dynamic MIG on half: about 55,000 published devices (26 per
     # dynamic GPU: every placement of every profile, and the whole GPU).
     "dynamic-mig": ((500,), 2000),
+    # Fixed mixes of Deployments (bench.scenarios.MIXES): no mix slower than its parts.
+    **{f"mix-{name}": ((500, 5000), 1700) for name in MIXES},
 }
 SCENARIOS = tuple(DEFAULTS)
 
@@ -71,6 +73,8 @@ SCENARIOS = tuple(DEFAULTS)
 def build(name: str, nodes: int, pods: int, seed: int) -> Scenario:
     if name == "uniform":
         return generate(nodes, pods, seed=seed)
+    if name.startswith("mix-"):
+        return generate_mix(nodes, pods, mix=name.removeprefix("mix-"), seed=seed)
     return generate_mixed(nodes, pods, variant=name, seed=seed)
 
 
@@ -83,6 +87,7 @@ def write_scenario(folder: Path, name: str, nodes: int, pods: int, seed: int) ->
         "classes": scenario.classes,
         "claims": scenario.claims,
         "pods": [[pod, claims] for pod, claims in scenario.pods],
+        "owners": [list(owner) for owner in scenario.owners],
     }
     store_lists(folder, lists)
 
@@ -104,6 +109,8 @@ def measure(folder: Path) -> dict[str, Any]:
         snapshot.candidates(node)
     phases["snapshot"] = time.perf_counter() - started - phases["list+parse"]
     engine = DecisionEngine(snapshot, node_models)
+    for kind, namespace, name, selector in listed(folder, "owners"):
+        engine.observe_owner(kind, namespace, name, selector)
     cold = time.perf_counter() - started
     cold_cpu = time.process_time() - cpu_started
     phases["cel+index"] = cold - phases["list+parse"] - phases["snapshot"]

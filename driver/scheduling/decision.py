@@ -308,6 +308,30 @@ def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], boo
     return start
 
 
+def _tie_contender(
+    entries: list[FiledNode],
+    position: int,
+    best: _Best,
+    tie_break: Callable[[str], Fraction],
+    excluded: Callable[[str], bool] | None,
+) -> int | None:
+    """From ``position`` on, within the run of ``entries`` with its list key (one bound,
+    which equals the best's total score), the first node whose tie-break may still beat the
+    best's (a smaller penalty, or an equal one and a smaller name); None when there is none."""
+    _, best_tie, best_name = best.rank
+    run_key = entries[position].key
+    for at in range(position, len(entries)):
+        key, name = entries[at]
+        if key != run_key:
+            return None  # a worse bound: no later node of the list can win
+        if excluded is not None and excluded(name):
+            continue
+        tie = tie_break(name)
+        if tie < best_tie or (tie == best_tie and name < best_name):
+            return at
+    return None
+
+
 # --------------------------------------------------------------------------- the engine
 
 
@@ -957,6 +981,7 @@ class DecisionEngine:
         # lowers a node's bound once its list hands it over (docs/scoring.md).
         excluded = rules.exclusion() if rules is not None and rules.filters else None
         estimate = rules.estimator() if rules is not None and rules.soft else None
+        ties = rules.tie_breaker() if rules is not None and rules.ties else None
         heap: list[_Frontier] = []
         serial = 0
         for partition, entries in view.lists[Variant(demand.cores, policy)].items():
@@ -1001,8 +1026,32 @@ class DecisionEngine:
                     break
                 exact = node_score(shape.total, state.used, adding, cores=demand.cores)
                 lowered = rules.penalty(nodes[name]) if penalty and rules is not None else _ZERO
-                if rank(policy, exact, lowered, _ZERO, name) > best.rank:
+                bounded = rank(policy, exact, lowered, _ZERO, name)
+                if bounded > best.rank:
                     continue  # (a list's later nodes are no better: it is dropped whole)
+                if ties is not None and penalty is None and bounded[0] == best.rank[0]:
+                    # The bound only equals the best: the node can win on the tie-break
+                    # alone, so its own tie-break decides (not an optimistic 0), and so do
+                    # its list's next nodes of the same key (the same bound): the first
+                    # that may win goes back into the heap, the others are passed over.
+                    # Without this, a best with a tie-break penalty made every node of its
+                    # score an allocator call (issue 28's cliff: 48 nodes per pod).
+                    after = _tie_contender(entries, position, best, ties, excluded)
+                    if after is None:
+                        continue
+                    if after != position:
+                        after_name = entries[after].name
+                        after_key = sign * float_score(
+                            shape.total, states[after_name].used, adding, demand.cores
+                        )
+                        heapq.heappush(
+                            heap,
+                            _frontier(
+                                (after_key, after_name, serial, entries, after, adding, shape, None)
+                            ),
+                        )
+                        serial += 1
+                        continue
             node = nodes[name]
             if penalty is None:
                 # A list's head. With soft rules, it and the list's next nodes while they

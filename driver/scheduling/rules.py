@@ -68,6 +68,7 @@ from driver.scheduling.topologyspread import (
     global_minimum,
     pod_constraints,
     spread_estimator,
+    spread_penalties,
     spread_penalty,
     spread_reason,
 )
@@ -301,6 +302,14 @@ class PodRules:
             return total
 
         return estimate
+
+    def tie_breaker(self) -> Callable[[str], Fraction]:
+        """:meth:`tie_break` by node name, compiled for this pod (exact, computed once per
+        distinct count of matching pods): the node search asks it for every node of a tied
+        run."""
+        spread = spread_penalties(self.tie_spread, require_all=False)
+        nodes = self.nodes
+        return lambda name: spread(nodes[name].labels)
 
     def tie_break(self, node: Node) -> Fraction:
         """The System default spreading's penalty on ``node`` (compared only on ties)."""

@@ -40,13 +40,23 @@ from driver.api.nodes import Node
 from driver.api.quantity import NANO, Quantity
 from driver.scheduling.classification import DeviceClassifier, KindFacts
 from driver.scheduling.policy import NodePolicy
-from driver.scheduling.scoring import CORES, MEMORY, NUMA_NODE, PCIE_ROOT, NodeAmounts, node_dims
+from driver.scheduling.scoring import (
+    CORES,
+    MEMORY,
+    NUMA_NODE,
+    PCIE_ROOT,
+    NodeAmounts,
+    free_counters,
+    node_dims,
+    pool_counters,
+)
 from driver.structured.snapshot import (
     Candidate,
     CapacitySpec,
     ClusterSnapshot,
     NodeCandidates,
     PoolKey,
+    PoolUsage,
 )
 
 LEVELS: Final = 32
@@ -72,13 +82,15 @@ class DeviceKind(NamedTuple):
     """Devices of one kind consume, fit and are selected alike: same driver, sharing,
     capacities and policies, and the same DeviceClasses select them. ``special``: blocking
     taints, shared counters or binding conditions may make one unusable, or not the
-    allocator's first choice, whatever its use says."""
+    allocator's first choice, whatever its use says. ``counted``: special for its shared
+    counters alone, which the index follows (:attr:`DeviceState.blocked`)."""
 
     driver: str
     multi: bool
     capacities: tuple[CapacitySpec, ...]
     classes: frozenset[str]
     special: bool
+    counted: bool = False
 
 
 class DevicePosition(NamedTuple):
@@ -102,6 +114,7 @@ class DeviceState:
     used_cores: int
     in_use: bool
     shareable: bool
+    blocked: bool = False  # idle, but other devices hold the shared counters it consumes
 
     @property
     def free_memory(self) -> int:
@@ -238,14 +251,35 @@ def _view_shape(shape: NodeShape, kinds: frozenset[DeviceKind]) -> ViewShape:
     )
 
 
+def _blocked(
+    cand: Candidate, usage: PoolUsage, free: dict[PoolKey, tuple[tuple[int, ...], ...]]
+) -> bool:
+    """Whether an idle device's shared counters are held by other devices of its pool (it
+    cannot be allocated until they are freed). ``free``: the counters left per pool, filled
+    on first use."""
+    pool = cand.pool
+    key = (cand.device_id.driver, cand.device_id.pool)
+    left = free.get(key)
+    if left is None:
+        left = free[key] = free_counters(pool, usage)
+    return any(
+        left[i][j] < nanos
+        for i, j, nanos in pool_counters(pool).flat.get(cand.device_id.device, ())
+    )
+
+
 def _partition(state: NodeState, view: ViewShape) -> Partition | None:
-    """Where a node is filed in a view (None: it has no device of the view)."""
+    """Where a node is filed in a view (None: it has no device of the view). A device whose
+    shared counters other devices hold counts as in use: it takes nothing now."""
     if not view.devices:
         return None
     max_free = max_fit = in_use = 0
     groups: dict[tuple[str, object], int] = {}
     for device in state.devices:
         if device.kind not in view.kinds:
+            continue
+        if device.blocked:
+            in_use += 1
             continue
         if not device.in_use:
             attributes = device.device.attributes
@@ -390,6 +424,9 @@ class CapacityIndex:
             cand.capacities,
             classes,
             bool(cand.blocking_taints or cand.consumes or cand.pool.has_binding_conditions),
+            bool(
+                cand.consumes and not cand.blocking_taints and not cand.pool.has_binding_conditions
+            ),
         )
         facts = self.kinds.get(kind)
         if facts is None:
@@ -449,6 +486,7 @@ class CapacityIndex:
         shape, devices = found
         allocated = self.snapshot.allocated
         states = []
+        free: dict[PoolKey, tuple[tuple[int, ...], ...]] = {}  # counters left, per pool
         for cand, (kind, memory, cores) in zip(devices, shape.positions, strict=True):
             device_id, device = cand.device_id, cand.device
             usage = allocated.pool(device_id.driver, device_id.pool)
@@ -462,6 +500,9 @@ class CapacityIndex:
             else:
                 used_memory = used_cores = 0
                 in_use = False
+            blocked = False
+            if cand.consumes and not in_use:
+                blocked = _blocked(cand, usage, free)
             states.append(
                 DeviceState(
                     device_id,
@@ -473,6 +514,7 @@ class CapacityIndex:
                     used_cores,
                     in_use,
                     device.allow_multiple_allocations,
+                    blocked,
                 )
             )
         used = NodeAmounts(

@@ -236,6 +236,20 @@ class PodRules:
         for term, counts in zip(self.affinity.required_anti, self.affinity.anti, strict=True):
             limits.append((term.topology_key, counts, 0))
         limits.extend((key, counts, 0) for key, counts in self.affinity.existing.items())
+        if len(limits) == 1:
+            # One rule (the common case: one anti-affinity term, or one spread constraint):
+            # a closure without the loop, called for every node a list walk passes over.
+            only_key, only_counts, only_allowed = limits[0]
+            missing = spread_keys == 1  # a spread constraint's key must be on the node
+            get = only_counts.get
+
+            def excluded_by_one(name: str) -> bool:
+                value = nodes[name].labels.get(only_key)
+                if value is None:
+                    return missing
+                return get(value, 0) > only_allowed
+
+            return excluded_by_one
 
         def excluded(name: str) -> bool:
             labels = nodes[name].labels
@@ -416,6 +430,14 @@ class _Union(Mapping[str, int]):
         if not total:
             raise KeyError(key)
         return total
+
+    def get(self, key: str, default: Any = None) -> Any:
+        # (Mapping.get goes through __getitem__ and a KeyError for every domain without
+        # pods: the node search asks for thousands of those per decision.)
+        total = 0
+        for m in self._maps:
+            total += m.get(key, 0)
+        return total or default
 
     def __contains__(self, key: object) -> bool:
         return any(key in m for m in self._maps)

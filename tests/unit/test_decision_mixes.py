@@ -1,18 +1,21 @@
 """No mix of pod shapes costs more than its parts (issue 28's cliff).
 
-Random clusters (uniform: one fake GPU profile; mixed: several, MIG on the H100s; with or
-without zones) and random mixes of Deployments, each of one pod shape (a whole GPU by claim, a
-memory share, two GPUs on one NUMA node, a MIG partition, legacy ``nvidia.com/gpu``, HAMi
-``gpumem``) and one node and GPU policy, its pods owned by a ReplicaSet as in a cluster (so the
-System default spreading applies). Each Deployment is placed alone on a fresh engine, then the
-mix on another; the count pinned is the **nodes evaluated per placed decision** (exact node
-outcomes: filter, allocator, score), never time. A decision that places nothing evaluates every
-node for kube-scheduler's message by design, so only placements are counted.
+Random clusters (uniform: one fake GPU profile; mixed: several; static MIG on the H100s,
+dynamic MIG on the ``-dynmig`` profiles; with or without zones) and random mixes of
+Deployments, each of one pod shape (a whole GPU by claim, a memory share, two GPUs on one NUMA
+node, a MIG partition, legacy ``nvidia.com/gpu``, HAMi ``gpumem``) and one node and GPU policy,
+its pods owned by a ReplicaSet as in a cluster (so the System default spreading applies). Each
+Deployment is placed alone on a fresh engine, then the mix on another; the count pinned is the
+**nodes evaluated per placed decision** (exact node outcomes: filter, allocator, score), never
+time. A decision that places nothing evaluates every node for kube-scheduler's message by
+design, so only placements are counted.
 
 The cliff this pins: a best node with a tie-break penalty (the default spreading, once the
 other Deployment had filled nodes with none of this one's pods) made every node of the same
-score an allocator call: 48 nodes per pod at 500 nodes instead of 1. A last test compares the
-pruned mix with the exhaustive reference, placement for placement.
+score an allocator call: 48 nodes per pod at 500 nodes instead of 1. On dynamic-MIG nodes, an
+idle GPU whose counters a partition holds made the bounds of shares loose (20-39 nodes per
+share). A last test compares the pruned mix with the exhaustive reference, placement for
+placement.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from typing import Any
 import pytest
 
 from biaxial.simulate.manifests import load_objects
-from driver.discovery.backend import open_backend
+from driver.discovery.devices import DeviceTable
+from driver.discovery.fake import FakeBackend
 from driver.discovery.gpus import GpuInfo
+from driver.discovery.mig import DynamicMigPolicy
 from driver.discovery.slices import build_slices
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement
@@ -36,7 +41,14 @@ from tests.unit.test_decision import legacy_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMA = "resource.kubernetes.io/numaNode"
-PROFILES = ("a100-80gbx8", "h100-80gbx8", "t4x4", "a10gx4")
+PROFILES = (
+    "a100-80gbx8",
+    "h100-80gbx8",
+    "t4x4",
+    "a10gx4",
+    "a100-80gbx8-dynmig",
+    "h100-80gbx8-dynmig",
+)
 SHAPES = ("whole", "share", "pair", "mig", "legacy", "hami")
 POLICIES = ("binpack", "spread")
 SLACK = 0.5  # nodes per decision a mix may cost, on average, above the costliest of its parts
@@ -44,9 +56,11 @@ MOST = 8  # nodes any one placing decision may evaluate (the cliff: tens, up to 
 
 
 @functools.cache
-def _gpus(profile: str) -> tuple[GpuInfo, ...]:
-    with open_backend(fake=profile, node_name="template") as backend:
-        return tuple(backend.discover())
+def _gpus(profile: str) -> tuple[tuple[GpuInfo, ...], frozenset[int]]:
+    """The profile's GPUs and the indexes of those with dynamic MIG."""
+    with FakeBackend.from_profile(profile, node_name="template") as backend:
+        gpus = tuple(backend.discover())
+        return gpus, frozenset(g.index for g in gpus if g.uuid in backend.dynamic_mig)
 
 
 @functools.cache
@@ -76,8 +90,11 @@ def build_cluster(profiles: list[str], zones: int = 0) -> Cluster:
         name = f"n{i:03d}"
         labels = {"topology.kubernetes.io/zone": f"z{i % zones}"} if zones else {}
         nodes.append(node(name, labels=labels))
-        renamed = [dataclasses.replace(g, uuid=f"GPU-{name}-{g.index}") for g in _gpus(profile)]
-        slices.extend(s.to_api() for s in build_slices(renamed, node_name=name))
+        gpus, dynamic = _gpus(profile)
+        renamed = [dataclasses.replace(g, uuid=f"GPU-{name}-{g.index}") for g in gpus]
+        policy = DynamicMigPolicy(gpus=frozenset(g.uuid for g in renamed if g.index in dynamic))
+        table = DeviceTable.from_gpus(renamed, policy)
+        slices.extend(s.to_api() for s in build_slices(table, node_name=name))
     return Cluster(tuple(nodes), tuple(slices))
 
 
@@ -139,7 +156,8 @@ def _pod(deployment: Deployment, replica: int) -> tuple[dict[str, Any], tuple[An
     elif shape == "pair":
         builder.request("r", count=2).constraint(match=NUMA)
     else:
-        profile = f'device.attributes["{DRIVER}"].profile == "1g.10gb"'
+        wanted = ("1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb")[replica % 4]
+        profile = f'device.attributes["{DRIVER}"].profile == "{wanted}"'
         builder.request("r", cls="mig.biaxial.dev", selectors=[profile])
     pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
     resources["claims"] = [{"name": "gpu"}]

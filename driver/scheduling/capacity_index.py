@@ -234,6 +234,7 @@ class ViewShape:
     devices: int
     max_memory: int
     max_cores: int
+    positions: tuple[int, ...]  # the view's devices, by position in the node's devices
 
     @property
     def homogeneous(self) -> bool:
@@ -248,24 +249,38 @@ def _view_shape(shape: NodeShape, kinds: frozenset[DeviceKind]) -> ViewShape:
         devices=len(mine),
         max_memory=max((p.memory for p in mine), default=0),
         max_cores=max((p.cores for p in mine), default=0),
+        positions=tuple(i for i, p in enumerate(shape.positions) if p.kind in local),
     )
 
 
-def _blocked(
-    cand: Candidate, usage: PoolUsage, free: dict[PoolKey, tuple[tuple[int, ...], ...]]
-) -> bool:
-    """Whether an idle device's shared counters are held by other devices of its pool (it
-    cannot be allocated until they are freed). ``free``: the counters left per pool, filled
-    on first use."""
-    pool = cand.pool
-    key = (cand.device_id.driver, cand.device_id.pool)
-    left = free.get(key)
-    if left is None:
-        left = free[key] = free_counters(pool, usage)
-    return any(
-        left[i][j] < nanos
-        for i, j, nanos in pool_counters(pool).flat.get(cand.device_id.device, ())
-    )
+_BLOCKED_MEMO: Final = 4096  # (pool geometry, counters left) -> blocked devices, kept
+
+
+BlockedMemo = dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[object, frozenset[str]]]
+
+
+def _blocked_in(cand: Candidate, usage: PoolUsage, memo: BlockedMemo) -> frozenset[str]:
+    """The devices of ``cand``'s pool whose shared counters other devices hold (they cannot
+    be allocated until those are freed). Nodes laid out alike with the same partitions in use
+    share one answer: it is kept per (pool geometry, counters left)."""
+    known = pool_counters(cand.pool)
+    left = free_counters(cand.pool, usage)
+    key = (id(known), left)
+    kept = memo.get(key)
+    if kept is not None:
+        return kept[1]
+    if all(v == g.totals for v, g in zip(left, known.geometries, strict=True)):
+        found: frozenset[str] = frozenset()  # nothing consumed: nothing blocked
+    else:
+        found = frozenset(
+            device
+            for device, takes in known.flat.items()
+            if any(left[i][j] < nanos for i, j, nanos in takes)
+        )
+    if len(memo) >= _BLOCKED_MEMO:
+        memo.clear()
+    memo[key] = (known, found)  # (the entry keeps ``known``: its id is not reused)
+    return found
 
 
 def _partition(state: NodeState, view: ViewShape) -> Partition | None:
@@ -275,9 +290,9 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
         return None
     max_free = max_fit = in_use = 0
     groups: dict[tuple[str, object], int] = {}
-    for device in state.devices:
-        if device.kind not in view.kinds:
-            continue
+    devices = state.devices
+    for position in view.positions:
+        device = devices[position]
         if device.blocked:
             in_use += 1
             continue
@@ -384,6 +399,7 @@ class CapacityIndex:
         self.shapes: dict[tuple[DeviceKind, ...], NodeShape] = {}
         self.by_ident: list[NodeShape] = []
         self.kinds: dict[DeviceKind, KindFacts] = {}
+        self._blocked_memo: BlockedMemo = {}
         self.generation = 0  # bumped when what is known of the kinds changes
         # How many filed nodes have each shape (by ident; shapes with none are absent), and a
         # counter bumped whenever that changes (:attr:`kind_counts` follows from them).
@@ -459,6 +475,19 @@ class CapacityIndex:
         self._node_devices[node.name] = (candidates, found)
         return found
 
+    def device_kinds(self, node: Node) -> tuple[NodeCandidates, Sequence[int], NodeShape] | None:
+        """The node's candidates as the index classified them: the candidate index of each
+        node-local device and the shape whose ``key`` gives their kinds, in the same order
+        (None: no such device, or the node was not read yet)."""
+        cached = self._node_devices.get(node.name)
+        if cached is None:
+            return None
+        candidates, found = cached
+        if found is None:
+            return None
+        shape, devices = found
+        return candidates, [c.index for c in devices], shape
+
     def _count(self, shape: NodeShape, sign: int) -> None:
         counts = self._shape_counts
         counts[shape.ident] += sign
@@ -486,7 +515,7 @@ class CapacityIndex:
         shape, devices = found
         allocated = self.snapshot.allocated
         states = []
-        free: dict[PoolKey, tuple[tuple[int, ...], ...]] = {}  # counters left, per pool
+        blocked_in: dict[PoolKey, frozenset[str]] = {}  # per pool, read on first use
         for cand, (kind, memory, cores) in zip(devices, shape.positions, strict=True):
             device_id, device = cand.device_id, cand.device
             usage = allocated.pool(device_id.driver, device_id.pool)
@@ -502,7 +531,11 @@ class CapacityIndex:
                 in_use = False
             blocked = False
             if cand.consumes and not in_use:
-                blocked = _blocked(cand, usage, free)
+                pool_key = (device_id.driver, device_id.pool)
+                held = blocked_in.get(pool_key)
+                if held is None:
+                    held = blocked_in[pool_key] = _blocked_in(cand, usage, self._blocked_memo)
+                blocked = device_id.device in held
             states.append(
                 DeviceState(
                     device_id,

@@ -185,14 +185,20 @@ from driver.scheduling.volumes import (
     VolumeBindings,
     VolumeState,
 )
-from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
-from driver.structured.snapshot import AllocatedState, ClusterSnapshot
+from driver.structured.allocator import (
+    DEFAULT_SEARCH_BUDGET,
+    MAX_CACHED_SELECTOR_SETS,
+    SearchStats,
+    allocate,
+)
+from driver.structured.snapshot import AllocatedState, ClusterSnapshot, NodeCandidates
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
 _ZERO: Final = Fraction(0)
+_UNKNOWN: Final[Any] = object()  # not looked up yet
 _NO_USAGE: Final = NodeUsage()
 NOT_HELPFUL_TAIL: Final = "Preemption is not helpful for scheduling."
 NOT_HELPFUL: Final = "preemption: 0/{nodes} nodes are available: " + NOT_HELPFUL_TAIL
@@ -1321,6 +1327,7 @@ class DecisionEngine:
             short = precheck(state, ctx.demand, bounds)
             if short is not None:
                 return short
+        self._seed_selectors(node, claims)
         stats = SearchStats()
         self.stats.allocator_calls += 1
         try:
@@ -1355,6 +1362,70 @@ class DecisionEngine:
         cores = ctx.demand.cores if ctx.demand is not None else pod_demand(claims).cores
         score = node_score(state.shape.total, state.used, adding, cores=cores)
         return _NodeOutcome(score, tuple(results), bridge, volumes)
+
+    def _seed_selectors(self, node: Node, claims: Sequence[ResourceClaim]) -> None:
+        """Hand the allocator the verdicts of request selectors that answer for whole device
+        kinds on this node (:meth:`DeviceClassifier.verdict`), so it does not evaluate them
+        device by device on its first visit (a dynamic-MIG node publishes some 200 devices:
+        one CEL evaluation each, the p99 of MIG decisions). As the classifier seeds class
+        verdicts: once per node and selector set; a device whose kind has no certain verdict
+        for every selector of the set is left to the allocator (errors included)."""
+        found = None
+        for claim in claims:
+            for request in claim.requests:
+                alternatives = (
+                    (request.exactly,) if request.exactly is not None else request.first_available
+                )
+                for alt in alternatives:
+                    if not alt.selectors:
+                        continue
+                    device_class = self.snapshot.classes.get(alt.device_class_name)
+                    if device_class is None:
+                        continue  # (the allocator's error to report)
+                    if found is None:
+                        found = self._index.device_kinds(node)
+                        if found is None or found[0] is not self.snapshot.candidates(node):
+                            return  # (not classified by the index, or not these candidates)
+                    self._seed_set(found, tuple(device_class.selectors), alt.selectors)
+
+    def _seed_set(
+        self,
+        found: tuple[NodeCandidates, Sequence[int], NodeShape],
+        class_selectors: tuple[str, ...],
+        selectors: tuple[str, ...],
+    ) -> None:
+        candidates, positions, shape = found
+        cache = candidates.verdicts
+        key = (*class_selectors, "", *selectors)
+        if key in cache or len(cache) >= MAX_CACHED_SELECTOR_SETS - 1:
+            return
+        by_class = cache.get((*class_selectors, ""))
+        if by_class is None:
+            return
+        index = self._index
+        per_kind: dict[DeviceKind, bool | None] = {}
+        known: list[bool | None] = [None] * len(candidates.devices)
+        for position, kind in zip(positions, shape.key, strict=True):
+            in_class = by_class[position]
+            if in_class is None:
+                continue
+            if not in_class:
+                known[position] = False
+                continue
+            verdict = per_kind.get(kind, _UNKNOWN)
+            if verdict is _UNKNOWN:
+                facts = index.kinds.get(kind)
+                verdicts = (
+                    [self._classifier.verdict(e, kind, facts, index.generation) for e in selectors]
+                    if facts is not None
+                    else [None]
+                )
+                verdict = None if None in verdicts else all(verdicts)
+                per_kind[kind] = verdict
+            if verdict is not None:
+                known[position] = verdict and candidates.devices[position].node_match
+        if any(v is not None for v in known):
+            cache[key] = known
 
     def _placement(self, ctx: _PodContext, best: _Best, evaluated: int) -> Placement:
         outcome = best.outcome

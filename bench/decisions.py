@@ -10,6 +10,12 @@ Two families of scenarios (:mod:`bench.scenarios`):
 * ``dynamic-mig``: 500 nodes x 8 A100-80GB / H100-80GB, dynamic MIG on half of them (every
   placement of every profile published, counters shared), 2,000 MIG and share pods; targets
   >= 300 pods/s and p99 <= 10 ms.
+* ``mix-<name>``: fixed mixes of Deployments (:data:`bench.scenarios.MIXES`) on empty uniform
+  clusters at 500 and 5000 nodes, their pods owned by ReplicaSets (so the System default
+  spreading applies, as in a cluster) and interleaved as from rollouts at once; each mix's
+  parts are scenarios too (``mix-plugin``, ``mix-hami``), so a mix slower than its parts
+  shows. ``mix-plugin-hami`` is issue 28's cliff: 900 whole GPUs packed, 800 HAMi 20000 MiB
+  shares spread (scaled to ``--pods``).
 
 For each scenario and size a fresh child process
 
@@ -21,8 +27,8 @@ For each scenario and size a fresh child process
 3. places the pods one by one with the real decision core (``decide`` then ``assume``; no API
    writes) and records each decision's wall time;
 4. reports pods/s, p50/p99 decision time and the process's peak RSS; beside the wall-clock
-   figures, the CPU time per pod and of the cold start, which a shared machine's load
-   inflates far less (compare runs by those when the machine is busy).
+   figures, the CPU time per pod, each decision's CPU p99 and the cold start's CPU, which a
+   shared machine's load inflates far less (compare runs by those when the machine is busy).
 
 One table per scenario is printed, with the targets of the mixed cluster (>= 300 pods/s at
 500 nodes, >= 200 at 5000, p99 <= 10 ms, per-pod cost growth <= 3x). ``--scenario``,

@@ -263,6 +263,8 @@ def _blocked_in(cand: Candidate, usage: PoolUsage, memo: BlockedMemo) -> frozens
     """The devices of ``cand``'s pool whose shared counters other devices hold (they cannot
     be allocated until those are freed). Nodes laid out alike with the same partitions in use
     share one answer: it is kept per (pool geometry, counters left)."""
+    if not usage.exclusive and not usage.shares:
+        return frozenset()  # nothing in use: nothing blocked (and no geometry to read)
     known = pool_counters(cand.pool)
     left = free_counters(cand.pool, usage)
     key = (id(known), left)

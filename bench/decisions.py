@@ -10,6 +10,12 @@ Two families of scenarios (:mod:`bench.scenarios`):
 * ``dynamic-mig``: 500 nodes x 8 A100-80GB / H100-80GB, dynamic MIG on half of them (every
   placement of every profile published, counters shared), 2,000 MIG and share pods; targets
   >= 300 pods/s and p99 <= 10 ms.
+* ``mix-<name>``: fixed mixes of Deployments (:data:`bench.scenarios.MIXES`) on empty uniform
+  clusters at 500 and 5000 nodes, their pods owned by ReplicaSets (so the System default
+  spreading applies, as in a cluster) and interleaved as from rollouts at once; each mix's
+  parts are scenarios too (``mix-plugin``, ``mix-hami``), so a mix slower than its parts
+  shows. ``mix-plugin-hami`` is issue 28's cliff: 900 whole GPUs packed, 800 HAMi 20000 MiB
+  shares spread (scaled to ``--pods``).
 
 For each scenario and size a fresh child process
 
@@ -21,8 +27,8 @@ For each scenario and size a fresh child process
 3. places the pods one by one with the real decision core (``decide`` then ``assume``; no API
    writes) and records each decision's wall time;
 4. reports pods/s, p50/p99 decision time and the process's peak RSS; beside the wall-clock
-   figures, the CPU time per pod and of the cold start, which a shared machine's load
-   inflates far less (compare runs by those when the machine is busy).
+   figures, the CPU time per pod, each decision's CPU p99 and the cold start's CPU, which a
+   shared machine's load inflates far less (compare runs by those when the machine is busy).
 
 One table per scenario is printed, with the targets of the mixed cluster (>= 300 pods/s at
 500 nodes, >= 200 at 5000, p99 <= 10 ms, per-pod cost growth <= 3x). ``--scenario``,
@@ -52,7 +58,7 @@ from bench.report import (
     stored,
     table_lines,
 )
-from bench.scenarios import VARIANTS, Scenario, generate, generate_mixed
+from bench.scenarios import MIXES, VARIANTS, Scenario, generate, generate_mix, generate_mixed
 from driver.api.claims import ResourceClaim
 from driver.scheduling.decision import DecisionEngine
 from driver.structured.snapshot import ClusterSnapshot
@@ -64,6 +70,8 @@ DEFAULTS: dict[str, tuple[tuple[int, ...], int]] = {
     # 500 nodes x 8 GPUs, dynamic MIG on half: about 55,000 published devices (26 per
     # dynamic GPU: every placement of every profile, and the whole GPU).
     "dynamic-mig": ((500,), 2000),
+    # Fixed mixes of Deployments (bench.scenarios.MIXES): no mix slower than its parts.
+    **{f"mix-{name}": ((500, 5000), 1700) for name in MIXES},
 }
 SCENARIOS = tuple(DEFAULTS)
 
@@ -71,6 +79,8 @@ SCENARIOS = tuple(DEFAULTS)
 def build(name: str, nodes: int, pods: int, seed: int) -> Scenario:
     if name == "uniform":
         return generate(nodes, pods, seed=seed)
+    if name.startswith("mix-"):
+        return generate_mix(nodes, pods, mix=name.removeprefix("mix-"), seed=seed)
     return generate_mixed(nodes, pods, variant=name, seed=seed)
 
 
@@ -83,6 +93,7 @@ def write_scenario(folder: Path, name: str, nodes: int, pods: int, seed: int) ->
         "classes": scenario.classes,
         "claims": scenario.claims,
         "pods": [[pod, claims] for pod, claims in scenario.pods],
+        "owners": [list(owner) for owner in scenario.owners],
     }
     store_lists(folder, lists)
 
@@ -104,6 +115,8 @@ def measure(folder: Path) -> dict[str, Any]:
         snapshot.candidates(node)
     phases["snapshot"] = time.perf_counter() - started - phases["list+parse"]
     engine = DecisionEngine(snapshot, node_models)
+    for kind, namespace, name, selector in listed(folder, "owners"):
+        engine.observe_owner(kind, namespace, name, selector)
     cold = time.perf_counter() - started
     cold_cpu = time.process_time() - cpu_started
     phases["cel+index"] = cold - phases["list+parse"] - phases["snapshot"]
@@ -146,6 +159,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "p50 ms",
         "p99 ms",
         "CPU ms/pod",
+        "CPU p99 ms",
         "cold start s",
         "cold CPU s",
         "peak RSS MB",
@@ -163,6 +177,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['p50Ms']:.2f}",
             f"{r['p99Ms']:.2f}",
             f"{r['cpuMsPerPod']:.2f}",
+            f"{r['cpuP99Ms']:.2f}",
             f"{r['coldStartSeconds']:.2f}",
             f"{r['coldStartCpuSeconds']:.2f}",
             f"{r['peakRssMb']:.0f}",

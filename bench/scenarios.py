@@ -53,6 +53,9 @@ class Scenario:
     classes: list[JSON]
     claims: list[JSON]
     pods: list[tuple[JSON, list[JSON]]]
+    #: (kind, namespace, name, spec.selector) of the pods' controllers (ReplicaSets): what
+    #: the decision engine's default spreading reads (``DecisionEngine.observe_owner``).
+    owners: list[tuple[str, str, str, JSON]] = dataclasses.field(default_factory=list)
 
 
 def _uid(*parts: object) -> str:
@@ -245,6 +248,7 @@ SHAPES: tuple[str, ...] = (
     "share-memory",  # capacity.requests memory
     "share-memory-cores",  # capacity.requests memory + cores
     "hami",  # nvidia.com/gpu: 1 + gpumem (+ gpucores)
+    "hami-20g",  # nvidia.com/gpu: 1 + nvidia.com/gpumem: 20000
     "numa-pair",  # 2 GPUs, matchAttribute numaNode
     "pcie-quad",  # 4 GPUs, matchAttribute pcieRoot
     "mig",  # mig.biaxial.dev with a profile selector
@@ -360,6 +364,9 @@ def _shaped_pod(name: str, shape: str, policies: tuple[str, str], rng: random.Ra
         if rng.random() < 0.5:
             limits["nvidia.com/gpucores"] = rng.choice((10, 25, 50))
         resources["limits"] = limits
+        return pod, []
+    if shape == "hami-20g":
+        resources["limits"] = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 20000}
         return pod, []
     if shape == "share-memory":
         request["capacity"] = {"requests": {"memory": f"{rng.choice((4, 8, 12))}Gi"}}
@@ -481,3 +488,85 @@ def generate_mixed(
             pod_list.append(_shaped_pod(name, shape, policies, rng))
         deployment += 1
     return Scenario(nodes=node_objs, slices=slices, classes=classes, claims=held, pods=pod_list)
+
+
+# --------------------------------------------------------------------------- fixed mixes
+
+#: Mixes of a few Deployments with fixed shapes and policies (issue 28's cliff: each alone
+#: decides at thousands of pods/s, together they made the bounds stop pruning). Per mix: the
+#: cluster's node profile and the Deployments, (shape, (node policy, GPU policy), replicas).
+#: The Deployments' pods arrive interleaved, as from two rollouts at once.
+MIXES: dict[str, tuple[str, tuple[tuple[str, tuple[str, str], int], ...]]] = {
+    "plugin-hami": (
+        "a100-80gbx8",
+        (
+            ("legacy-whole", ("binpack", "binpack"), 900),
+            ("hami-20g", ("spread", "binpack"), 800),
+        ),
+    ),
+    # Its parts, alone.
+    "plugin": ("a100-80gbx8", (("legacy-whole", ("binpack", "binpack"), 900),)),
+    "hami": ("a100-80gbx8", (("hami-20g", ("spread", "binpack"), 800),)),
+}
+
+
+def generate_mix(nodes: int, pods: int, *, mix: str, seed: int = 42) -> Scenario:
+    """``nodes`` empty nodes of the mix's profile and its Deployments' pods, interleaved
+    (round robin, each Deployment in proportion to its replicas), ``pods`` in all."""
+    rng = random.Random(seed)
+    profile, deployments = MIXES[mix]
+    with FakeBackend.from_profile(profile, node_name="template") as backend:
+        template = backend.discover()
+    node_objs: list[JSON] = []
+    slices: list[JSON] = []
+    for n in range(nodes):
+        name = f"mix-{n:05d}"
+        node_objs.append(_node(name))
+        gpus = [dataclasses.replace(g, uuid=f"GPU-{_uid(name, g.index)}") for g in template]
+        built = build_slices(gpus, node_name=name, node_uid=_uid("node", name))
+        slices.extend(s.to_api() for s in built)
+    classes = load_objects(sorted(str(p) for p in (ROOT / "deviceclasses").glob("*.yaml")))
+    wanted = sum(replicas for _, _, replicas in deployments)
+    scaled = [max(1, replicas * pods // wanted) for _, _, replicas in deployments]
+    streams = [
+        [
+            _owned(
+                _shaped_pod(f"{shape}-{d:04d}-{replica:04d}", shape, policies, rng),
+                f"{shape}-{d:04d}",
+            )
+            for replica in range(count)
+        ]
+        for d, ((shape, policies, _), count) in enumerate(zip(deployments, scaled, strict=True))
+    ]
+    owners = [
+        ("ReplicaSet", "bench", f"{shape}-{d:04d}-rs", {"matchLabels": {"app": f"{shape}-{d:04d}"}})
+        for d, (shape, _, _) in enumerate(deployments)
+    ]
+    pod_list: list[tuple[JSON, list[JSON]]] = []
+    taken = [0] * len(streams)
+    while len(pod_list) < sum(scaled):
+        # The Deployment furthest behind its share goes next.
+        d = min(range(len(streams)), key=lambda i: (taken[i] / scaled[i], i))
+        pod_list.append(streams[d][taken[d]])
+        taken[d] += 1
+    return Scenario(
+        nodes=node_objs, slices=slices, classes=classes, claims=[], pods=pod_list, owners=owners
+    )
+
+
+def _owned(pod_and_claims: Any, deployment: str) -> Any:
+    """The pod as its Deployment's ReplicaSet makes it: the template's label, the owner
+    reference (so the System default spreading applies, as in a real cluster)."""
+    pod, claims = pod_and_claims
+    meta = pod["metadata"]
+    meta["labels"] = {"app": deployment}
+    meta["ownerReferences"] = [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "name": f"{deployment}-rs",
+            "uid": _uid("rs", deployment),
+            "controller": True,
+        }
+    ]
+    return pod, claims

@@ -27,6 +27,7 @@ from driver.api.claims import ResourceClaim
 from driver.api.quantity import Quantity
 from driver.scheduling.capacity_index import (
     LEVELS,
+    DeviceKind,
     NodeShape,
     NodeState,
     Partition,
@@ -264,7 +265,7 @@ def shape_bounds(
         demand.simple
         and certain
         and single_kind
-        and not shape.kinds[next(iter(view.kinds))].special
+        and _followed(shape.kinds[next(iter(view.kinds))])
         and shape.kinds[next(iter(view.kinds))].multi
         and partial
         and feasible
@@ -285,6 +286,12 @@ def shape_bounds(
         fit_need=fit_need,
         group_need=group_need,
     )
+
+
+def _followed(kind: DeviceKind) -> bool:
+    """Whether the index's partition tells every device of the kind that can take a pod: not
+    special, or special for shared counters alone (blocked devices count as in use)."""
+    return not kind.special or kind.counted
 
 
 def _devices_bound(

@@ -40,13 +40,23 @@ from driver.api.nodes import Node
 from driver.api.quantity import NANO, Quantity
 from driver.scheduling.classification import DeviceClassifier, KindFacts
 from driver.scheduling.policy import NodePolicy
-from driver.scheduling.scoring import CORES, MEMORY, NUMA_NODE, PCIE_ROOT, NodeAmounts, node_dims
+from driver.scheduling.scoring import (
+    CORES,
+    MEMORY,
+    NUMA_NODE,
+    PCIE_ROOT,
+    NodeAmounts,
+    free_counters,
+    node_dims,
+    pool_counters,
+)
 from driver.structured.snapshot import (
     Candidate,
     CapacitySpec,
     ClusterSnapshot,
     NodeCandidates,
     PoolKey,
+    PoolUsage,
 )
 
 LEVELS: Final = 32
@@ -72,13 +82,15 @@ class DeviceKind(NamedTuple):
     """Devices of one kind consume, fit and are selected alike: same driver, sharing,
     capacities and policies, and the same DeviceClasses select them. ``special``: blocking
     taints, shared counters or binding conditions may make one unusable, or not the
-    allocator's first choice, whatever its use says."""
+    allocator's first choice, whatever its use says. ``counted``: special for its shared
+    counters alone, which the index follows (:attr:`DeviceState.blocked`)."""
 
     driver: str
     multi: bool
     capacities: tuple[CapacitySpec, ...]
     classes: frozenset[str]
     special: bool
+    counted: bool = False
 
 
 class DevicePosition(NamedTuple):
@@ -102,6 +114,7 @@ class DeviceState:
     used_cores: int
     in_use: bool
     shareable: bool
+    blocked: bool = False  # idle, but other devices hold the shared counters it consumes
 
     @property
     def free_memory(self) -> int:
@@ -221,6 +234,7 @@ class ViewShape:
     devices: int
     max_memory: int
     max_cores: int
+    positions: tuple[int, ...]  # the view's devices, by position in the node's devices
 
     @property
     def homogeneous(self) -> bool:
@@ -235,17 +249,54 @@ def _view_shape(shape: NodeShape, kinds: frozenset[DeviceKind]) -> ViewShape:
         devices=len(mine),
         max_memory=max((p.memory for p in mine), default=0),
         max_cores=max((p.cores for p in mine), default=0),
+        positions=tuple(i for i, p in enumerate(shape.positions) if p.kind in local),
     )
 
 
+_BLOCKED_MEMO: Final = 4096  # (pool geometry, counters left) -> blocked devices, kept
+
+
+BlockedMemo = dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[object, frozenset[str]]]
+
+
+def _blocked_in(cand: Candidate, usage: PoolUsage, memo: BlockedMemo) -> frozenset[str]:
+    """The devices of ``cand``'s pool whose shared counters other devices hold (they cannot
+    be allocated until those are freed). Nodes laid out alike with the same partitions in use
+    share one answer: it is kept per (pool geometry, counters left)."""
+    if not usage.exclusive and not usage.shares:
+        return frozenset()  # nothing in use: nothing blocked (and no geometry to read)
+    known = pool_counters(cand.pool)
+    left = free_counters(cand.pool, usage)
+    key = (id(known), left)
+    kept = memo.get(key)
+    if kept is not None:
+        return kept[1]
+    if all(v == g.totals for v, g in zip(left, known.geometries, strict=True)):
+        found: frozenset[str] = frozenset()  # nothing consumed: nothing blocked
+    else:
+        found = frozenset(
+            device
+            for device, takes in known.flat.items()
+            if any(left[i][j] < nanos for i, j, nanos in takes)
+        )
+    if len(memo) >= _BLOCKED_MEMO:
+        memo.clear()
+    memo[key] = (known, found)  # (the entry keeps ``known``: its id is not reused)
+    return found
+
+
 def _partition(state: NodeState, view: ViewShape) -> Partition | None:
-    """Where a node is filed in a view (None: it has no device of the view)."""
+    """Where a node is filed in a view (None: it has no device of the view). A device whose
+    shared counters other devices hold counts as in use: it takes nothing now."""
     if not view.devices:
         return None
     max_free = max_fit = in_use = 0
     groups: dict[tuple[str, object], int] = {}
-    for device in state.devices:
-        if device.kind not in view.kinds:
+    devices = state.devices
+    for position in view.positions:
+        device = devices[position]
+        if device.blocked:
+            in_use += 1
             continue
         if not device.in_use:
             attributes = device.device.attributes
@@ -350,6 +401,7 @@ class CapacityIndex:
         self.shapes: dict[tuple[DeviceKind, ...], NodeShape] = {}
         self.by_ident: list[NodeShape] = []
         self.kinds: dict[DeviceKind, KindFacts] = {}
+        self._blocked_memo: BlockedMemo = {}
         self.generation = 0  # bumped when what is known of the kinds changes
         # How many filed nodes have each shape (by ident; shapes with none are absent), and a
         # counter bumped whenever that changes (:attr:`kind_counts` follows from them).
@@ -390,6 +442,9 @@ class CapacityIndex:
             cand.capacities,
             classes,
             bool(cand.blocking_taints or cand.consumes or cand.pool.has_binding_conditions),
+            bool(
+                cand.consumes and not cand.blocking_taints and not cand.pool.has_binding_conditions
+            ),
         )
         facts = self.kinds.get(kind)
         if facts is None:
@@ -422,6 +477,19 @@ class CapacityIndex:
         self._node_devices[node.name] = (candidates, found)
         return found
 
+    def device_kinds(self, node: Node) -> tuple[NodeCandidates, Sequence[int], NodeShape] | None:
+        """The node's candidates as the index classified them: the candidate index of each
+        node-local device and the shape whose ``key`` gives their kinds, in the same order
+        (None: no such device, or the node was not read yet)."""
+        cached = self._node_devices.get(node.name)
+        if cached is None:
+            return None
+        candidates, found = cached
+        if found is None:
+            return None
+        shape, devices = found
+        return candidates, [c.index for c in devices], shape
+
     def _count(self, shape: NodeShape, sign: int) -> None:
         counts = self._shape_counts
         counts[shape.ident] += sign
@@ -449,6 +517,7 @@ class CapacityIndex:
         shape, devices = found
         allocated = self.snapshot.allocated
         states = []
+        blocked_in: dict[PoolKey, frozenset[str]] = {}  # per pool, read on first use
         for cand, (kind, memory, cores) in zip(devices, shape.positions, strict=True):
             device_id, device = cand.device_id, cand.device
             usage = allocated.pool(device_id.driver, device_id.pool)
@@ -462,6 +531,13 @@ class CapacityIndex:
             else:
                 used_memory = used_cores = 0
                 in_use = False
+            blocked = False
+            if cand.consumes and not in_use:
+                pool_key = (device_id.driver, device_id.pool)
+                held = blocked_in.get(pool_key)
+                if held is None:
+                    held = blocked_in[pool_key] = _blocked_in(cand, usage, self._blocked_memo)
+                blocked = device_id.device in held
             states.append(
                 DeviceState(
                     device_id,
@@ -473,6 +549,7 @@ class CapacityIndex:
                     used_cores,
                     in_use,
                     device.allow_multiple_allocations,
+                    blocked,
                 )
             )
         used = NodeAmounts(

@@ -180,14 +180,20 @@ from driver.scheduling.storage import PodVolumes, VolumeBindings
 from driver.scheduling.topologyspread import DefaultSpreading, OwnerSelectors
 from driver.scheduling.tracker import Change, ClusterTracker
 from driver.scheduling.volumes import ClusterVolumes, PodVolumeContext, VolumeState
-from driver.structured.allocator import DEFAULT_SEARCH_BUDGET, SearchStats, allocate
-from driver.structured.snapshot import AllocatedState, ClusterSnapshot
+from driver.structured.allocator import (
+    DEFAULT_SEARCH_BUDGET,
+    MAX_CACHED_SELECTOR_SETS,
+    SearchStats,
+    allocate,
+)
+from driver.structured.snapshot import AllocatedState, ClusterSnapshot, NodeCandidates
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
 _ZERO: Final = Fraction(0)
+_UNKNOWN: Final[Any] = object()  # not looked up yet
 _NO_USAGE: Final = NodeUsage()
 NOT_HELPFUL_TAIL: Final = "Preemption is not helpful for scheduling."
 NOT_HELPFUL: Final = "preemption: 0/{nodes} nodes are available: " + NOT_HELPFUL_TAIL
@@ -301,6 +307,30 @@ def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], boo
     while start < end and excluded(entries[start].name):
         start += 1
     return start
+
+
+def _tie_contender(
+    entries: list[FiledNode],
+    position: int,
+    best: _Best,
+    tie_break: Callable[[str], Fraction],
+    excluded: Callable[[str], bool] | None,
+) -> int | None:
+    """From ``position`` on, within the run of ``entries`` with its list key (one bound,
+    which equals the best's total score), the first node whose tie-break may still beat the
+    best's (a smaller penalty, or an equal one and a smaller name); None when there is none."""
+    _, best_tie, best_name = best.rank
+    run_key = entries[position].key
+    for at in range(position, len(entries)):
+        key, name = entries[at]
+        if key != run_key:
+            return None  # a worse bound: no later node of the list can win
+        if excluded is not None and excluded(name):
+            continue
+        tie = tie_break(name)
+        if tie < best_tie or (tie == best_tie and name < best_name):
+            return at
+    return None
 
 
 # --------------------------------------------------------------------------- the engine
@@ -952,6 +982,7 @@ class DecisionEngine:
         # lowers a node's bound once its list hands it over (docs/scoring.md).
         excluded = rules.exclusion() if rules is not None and rules.filters else None
         estimate = rules.estimator() if rules is not None and rules.soft else None
+        ties = rules.tie_breaker() if rules is not None and rules.ties else None
         heap: list[_Frontier] = []
         serial = 0
         for partition, entries in view.lists[Variant(demand.cores, policy)].items():
@@ -996,8 +1027,32 @@ class DecisionEngine:
                     break
                 exact = node_score(shape.total, state.used, adding, cores=demand.cores)
                 lowered = rules.penalty(nodes[name]) if penalty and rules is not None else _ZERO
-                if rank(policy, exact, lowered, _ZERO, name) > best.rank:
+                bounded = rank(policy, exact, lowered, _ZERO, name)
+                if bounded > best.rank:
                     continue  # (a list's later nodes are no better: it is dropped whole)
+                if ties is not None and penalty is None and bounded[0] == best.rank[0]:
+                    # The bound only equals the best: the node can win on the tie-break
+                    # alone, so its own tie-break decides (not an optimistic 0), and so do
+                    # its list's next nodes of the same key (the same bound): the first
+                    # that may win goes back into the heap, the others are passed over.
+                    # Without this, a best with a tie-break penalty made every node of its
+                    # score an allocator call (issue 28's cliff: 48 nodes per pod).
+                    after = _tie_contender(entries, position, best, ties, excluded)
+                    if after is None:
+                        continue
+                    if after != position:
+                        after_name = entries[after].name
+                        after_key = sign * float_score(
+                            shape.total, states[after_name].used, adding, demand.cores
+                        )
+                        heapq.heappush(
+                            heap,
+                            _frontier(
+                                (after_key, after_name, serial, entries, after, adding, shape, None)
+                            ),
+                        )
+                        serial += 1
+                        continue
             node = nodes[name]
             if penalty is None:
                 # A list's head. With soft rules, it and the list's next nodes while they
@@ -1267,6 +1322,7 @@ class DecisionEngine:
             short = precheck(state, ctx.demand, bounds)
             if short is not None:
                 return short
+        self._seed_selectors(node, claims)
         stats = SearchStats()
         self.stats.allocator_calls += 1
         try:
@@ -1301,6 +1357,70 @@ class DecisionEngine:
         cores = ctx.demand.cores if ctx.demand is not None else pod_demand(claims).cores
         score = node_score(state.shape.total, state.used, adding, cores=cores)
         return _NodeOutcome(score, tuple(results), bridge, volumes)
+
+    def _seed_selectors(self, node: Node, claims: Sequence[ResourceClaim]) -> None:
+        """Hand the allocator the verdicts of request selectors that answer for whole device
+        kinds on this node (:meth:`DeviceClassifier.verdict`), so it does not evaluate them
+        device by device on its first visit (a dynamic-MIG node publishes some 200 devices:
+        one CEL evaluation each, the p99 of MIG decisions). As the classifier seeds class
+        verdicts: once per node and selector set; a device whose kind has no certain verdict
+        for every selector of the set is left to the allocator (errors included)."""
+        found = None
+        for claim in claims:
+            for request in claim.requests:
+                alternatives = (
+                    (request.exactly,) if request.exactly is not None else request.first_available
+                )
+                for alt in alternatives:
+                    if not alt.selectors:
+                        continue
+                    device_class = self.snapshot.classes.get(alt.device_class_name)
+                    if device_class is None:
+                        continue  # (the allocator's error to report)
+                    if found is None:
+                        found = self._index.device_kinds(node)
+                        if found is None or found[0] is not self.snapshot.candidates(node):
+                            return  # (not classified by the index, or not these candidates)
+                    self._seed_set(found, tuple(device_class.selectors), alt.selectors)
+
+    def _seed_set(
+        self,
+        found: tuple[NodeCandidates, Sequence[int], NodeShape],
+        class_selectors: tuple[str, ...],
+        selectors: tuple[str, ...],
+    ) -> None:
+        candidates, positions, shape = found
+        cache = candidates.verdicts
+        key = (*class_selectors, "", *selectors)
+        if key in cache or len(cache) >= MAX_CACHED_SELECTOR_SETS - 1:
+            return
+        by_class = cache.get((*class_selectors, ""))
+        if by_class is None:
+            return
+        index = self._index
+        per_kind: dict[DeviceKind, bool | None] = {}
+        known: list[bool | None] = [None] * len(candidates.devices)
+        for position, kind in zip(positions, shape.key, strict=True):
+            in_class = by_class[position]
+            if in_class is None:
+                continue
+            if not in_class:
+                known[position] = False
+                continue
+            verdict = per_kind.get(kind, _UNKNOWN)
+            if verdict is _UNKNOWN:
+                facts = index.kinds.get(kind)
+                verdicts = (
+                    [self._classifier.verdict(e, kind, facts, index.generation) for e in selectors]
+                    if facts is not None
+                    else [None]
+                )
+                verdict = None if None in verdicts else all(verdicts)
+                per_kind[kind] = verdict
+            if verdict is not None:
+                known[position] = verdict and candidates.devices[position].node_match
+        if any(v is not None for v in known):
+            cache[key] = known
 
     def _placement(self, ctx: _PodContext, best: _Best, evaluated: int) -> Placement:
         outcome = best.outcome

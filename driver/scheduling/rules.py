@@ -68,6 +68,7 @@ from driver.scheduling.topologyspread import (
     global_minimum,
     pod_constraints,
     spread_estimator,
+    spread_penalties,
     spread_penalty,
     spread_reason,
 )
@@ -235,6 +236,20 @@ class PodRules:
         for term, counts in zip(self.affinity.required_anti, self.affinity.anti, strict=True):
             limits.append((term.topology_key, counts, 0))
         limits.extend((key, counts, 0) for key, counts in self.affinity.existing.items())
+        if len(limits) == 1:
+            # One rule (the common case: one anti-affinity term, or one spread constraint):
+            # a closure without the loop, called for every node a list walk passes over.
+            only_key, only_counts, only_allowed = limits[0]
+            missing = spread_keys == 1  # a spread constraint's key must be on the node
+            get = only_counts.get
+
+            def excluded_by_one(name: str) -> bool:
+                value = nodes[name].labels.get(only_key)
+                if value is None:
+                    return missing
+                return get(value, 0) > only_allowed
+
+            return excluded_by_one
 
         def excluded(name: str) -> bool:
             labels = nodes[name].labels
@@ -301,6 +316,14 @@ class PodRules:
             return total
 
         return estimate
+
+    def tie_breaker(self) -> Callable[[str], Fraction]:
+        """:meth:`tie_break` by node name, compiled for this pod (exact, computed once per
+        distinct count of matching pods): the node search asks it for every node of a tied
+        run."""
+        spread = spread_penalties(self.tie_spread, require_all=False)
+        nodes = self.nodes
+        return lambda name: spread(nodes[name].labels)
 
     def tie_break(self, node: Node) -> Fraction:
         """The System default spreading's penalty on ``node`` (compared only on ties)."""
@@ -407,6 +430,14 @@ class _Union(Mapping[str, int]):
         if not total:
             raise KeyError(key)
         return total
+
+    def get(self, key: str, default: Any = None) -> Any:
+        # (Mapping.get goes through __getitem__ and a KeyError for every domain without
+        # pods: the node search asks for thousands of those per decision.)
+        total = 0
+        for m in self._maps:
+            total += m.get(key, 0)
+        return total or default
 
     def __contains__(self, key: object) -> bool:
         return any(key in m for m in self._maps)

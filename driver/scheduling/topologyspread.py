@@ -367,6 +367,46 @@ def spread_penalty(
     return total / len(states)
 
 
+def spread_penalties(
+    states: Sequence[SpreadCounts], *, require_all: bool
+) -> Callable[[Mapping[str, str]], Fraction]:
+    """:func:`spread_penalty` compiled for one pod's constraints, exact: a node's labels to its
+    penalty, computed once per distinct set of counts the node's domains hold (the node search
+    asks it for runs of nodes that mostly hold the same counts). The System defaults' two
+    constraints (hostname, zone) have a path of their own: one call per node."""
+    tables = tuple((s.constraint.topology_key, s.counts) for s in states)
+    memo: dict[object, Fraction] = {}
+
+    def computed(signature: object, labels: Mapping[str, str]) -> Fraction:
+        found = memo[signature] = spread_penalty(states, labels, require_all=require_all)
+        return found
+
+    if len(tables) == 2:  # the System defaults
+        (key0, counts0), (key1, counts1) = tables
+
+        def pair(labels: Mapping[str, str]) -> Fraction:
+            value0 = labels.get(key0)
+            value1 = labels.get(key1)
+            signature = (
+                None if value0 is None else counts0.get(value0, 0),
+                None if value1 is None else counts1.get(value1, 0),
+            )
+            found = memo.get(signature)
+            return computed(signature, labels) if found is None else found
+
+        return pair
+
+    def penalty(labels: Mapping[str, str]) -> Fraction:
+        signature = tuple(
+            None if (value := labels.get(key)) is None else counts.get(value, 0)
+            for key, counts in tables
+        )
+        found = memo.get(signature)
+        return computed(signature, labels) if found is None else found
+
+    return penalty
+
+
 def spread_estimator(
     states: Sequence[SpreadCounts], *, require_all: bool
 ) -> Callable[[Mapping[str, str]], float]:

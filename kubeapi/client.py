@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import sys
 import time
 import urllib.parse
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
@@ -56,6 +57,11 @@ JSON_PATCH: Final = "application/json-patch+json"
 STRATEGIC_PATCH: Final = "application/strategic-merge-patch+json"
 PatchType = Literal["merge", "json", "strategic"]
 TOKEN_REFRESH_S: Final = 60.0
+#: Whether this Python leaves a TLS connection's socket open when the connection is closed
+#: before its shutdown handshake completes (cpython#118960, fixed in 3.12.8 and 3.13.1; a
+#: watch cancelled mid-stream is such a close). aiohttp then aborts the connections it closed
+#: when the session closes (``enable_cleanup_closed``), which it refuses on fixed versions.
+_SSL_CLOSE_LEAKS: Final = sys.version_info < (3, 12, 8) or sys.version_info[:3] == (3, 13, 0)
 _READ_METHODS: Final = frozenset({"GET", "HEAD"})
 _PATCH_TYPES: Final[Mapping[str, str]] = {
     "merge": MERGE_PATCH,
@@ -189,7 +195,9 @@ class Client:
 
     async def __aenter__(self) -> Self:
         connector = aiohttp.TCPConnector(
-            limit=self.max_connections, ssl=self._endpoint.ssl_context or False
+            limit=self.max_connections,
+            ssl=self._endpoint.ssl_context or False,
+            enable_cleanup_closed=_SSL_CLOSE_LEAKS,
         )
         self._session = aiohttp.ClientSession(connector=connector, headers=self._headers)
         return self
@@ -201,9 +209,9 @@ class Client:
         if self._session is not None:
             await self._session.close()
             self._session = None
-            # A connection the session closed earlier (an unread response, a dropped watch)
-            # finishes closing in a callback of the loop's next turn; give it that turn, so a
-            # caller ending its loop right after (asyncio.run) leaves no socket open.
+            # The connections the session aborts finish closing in a callback of the loop's
+            # next turn; give it that turn, so a caller ending its loop right after
+            # (asyncio.run) leaves no socket open.
             await asyncio.sleep(0)
 
     @property

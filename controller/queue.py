@@ -26,6 +26,7 @@ missed. Every key is in at most one of the three sets. Single-threaded (asyncio)
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import enum
 import heapq
@@ -136,7 +137,8 @@ class SchedulingQueue:
         self._backoff_heap: list[tuple[float, str]] = []
         self._parked_heap: list[tuple[float, str]] = []
         self._processing: dict[str, int] = {}  # key -> event sequence at pop
-        self._events: list[tuple[int, ClusterEvent | None]] = []  # while pods are processing
+        # while pods are processing: (sequence, event), oldest first; pruned from the left
+        self._events: collections.deque[tuple[int, ClusterEvent | None]] = collections.deque()
         self._event_seq = 0
         self._dirty: set[str] = set()
         self._wakeup = asyncio.Event()
@@ -340,13 +342,22 @@ class SchedulingQueue:
         """Whether a change that may help the pod arrived while it was being tried."""
         if popped_at is None:
             return False
-        return any(
-            event is None or hint.wakes(event) for seq, event in self._events if seq > popped_at
-        )
+        # Newest first, down to the pod's pop: the work is the events of its own attempt.
+        for seq, event in reversed(self._events):
+            if seq <= popped_at:
+                return False
+            if event is None or hint.wakes(event):
+                return True
+        return False
 
     def _prune_events(self) -> None:
+        """Drop the events no pod still processing can have missed. Called on every
+        :meth:`done`: dropping from the left keeps it proportional to what is dropped (a list
+        rebuilt per call was a quarter of the controller's CPU in a 3,000-pod burst)."""
         if not self._processing:
             self._events.clear()
-        elif self._events:
-            oldest = min(self._processing.values())
-            self._events = [(seq, e) for seq, e in self._events if seq > oldest]
+            return
+        oldest = min(self._processing.values())
+        events = self._events
+        while events and events[0][0] <= oldest:
+            events.popleft()

@@ -68,6 +68,7 @@ from driver.scheduling.dialects import (
     NUMA_ATTRIBUTE,
     VGPU_MODE,
     VOLCANO_VGPU_MODE,
+    KaiShare,
     PodHints,
     mig_selectors,
     pod_hints,
@@ -327,6 +328,16 @@ def _memory_mib(
     return memory
 
 
+@dataclass(frozen=True, slots=True)
+class _GpuShare:
+    """What one container's GPU resources (and a KAI annotation aimed at it) ask for."""
+
+    count: int | None = None
+    memory_mib: int | None = None
+    memory_fraction: Fraction | None = None
+    cores: int | None = None
+
+
 def legacy_resources(
     pod: Mapping[str, Any],
     resource_map: ExtendedResourceMap,
@@ -344,7 +355,6 @@ def legacy_resources(
     containers, n_init = _containers(pod)
     out: list[LegacyRequest] = []
     long_lived: set[int] = set()
-    kai = hints.kai
     mig = hints.mode == "mig"
     selectors = hints.selectors()
     if mig and MIG_CLASS not in resource_map.class_names:
@@ -357,78 +367,26 @@ def legacy_resources(
         if not isinstance(container, Mapping):
             raise ManifestError(f"pod {name}: container {index} is not an object")
         cname = str(container.get("name") or f"#{index}")
-        is_sidecar = container.get("restartPolicy") == "Always"
-        if index >= n_init or is_sidecar:
-            long_lived.add(index)
+        if index >= n_init or container.get("restartPolicy") == "Always":
+            long_lived.add(index)  # a regular container or a sidecar
         where = f"pod {name} container {cname}"
         requests = _effective_requests(container)
-        keys = sorted(requests)
         family = _family_of(requests, where)
-        gpu_count: int | None = None
-        memory_mib: int | None = None
-        memory_fraction: Fraction | None = None
-        cores: int | None = None
-        if family is not None:
-            modifiers = {k: requests[k] for k in family.modifiers if k in requests}
-            if family.count in requests:
-                gpu_count = _whole(requests[family.count], f"{where} {family.count}", minimum=0)
-            if modifiers and not gpu_count:
-                listed = ", ".join(sorted(modifiers))
-                raise ManifestError(f"{where}: {listed} given without {family.count}")
-            if family.memory in modifiers:
-                memory_mib = _memory_mib(
-                    family, modifiers[family.memory], where, max_gpu_memory_bytes
-                )
-            if family.percent in modifiers:
-                if memory_mib is not None:
-                    raise ManifestError(
-                        f"{where}: {family.memory} and {family.percent} are exclusive"
-                    )
-                percent = _whole(
-                    modifiers[family.percent], f"{where} {family.percent}", minimum=1, maximum=100
-                )
-                memory_fraction = Fraction(percent, 100)
-            if family.cores in modifiers:
-                cores = _whole(
-                    modifiers[family.cores], f"{where} {family.cores}", minimum=0, maximum=100
-                )
-        if kai is not None and container.get("name") == kai.container:
-            what = ", ".join(kai.keys)
-            if not gpu_count:
-                devices = kai.devices or 1
-                raise ManifestError(
-                    f"{where}: annotation {what}: add {GPU_RESOURCE}: {devices} to this "
-                    "container's resources.limits; the kubelet gives a container DRA devices "
-                    "only for an extended resource the container asks for, and biaxial makes "
-                    "that request the KAI share"
-                )
-            if kai.devices is not None and kai.devices != gpu_count:
-                raise ManifestError(
-                    f"{where}: annotation gpu-fraction-num-devices is {kai.devices}, but the "
-                    f"container asks for {gpu_count} GPU(s); make them equal"
-                )
-            if memory_mib is not None or memory_fraction is not None:
-                raise ManifestError(
-                    f"{where}: annotation {what} and a memory resource both give the share; "
-                    "keep one"
-                )
-            if kai.memory_mib is not None:
-                assert family is not None
-                memory_mib = _memory_mib(
-                    family, kai.memory_mib, f"{where} (annotation gpu-memory)", max_gpu_memory_bytes
-                )
-            memory_fraction = kai.memory_fraction
-        if mig and gpu_count and memory_fraction is not None:
+        share = _gpu_share(family, requests, where, max_gpu_memory_bytes)
+        if hints.kai is not None and container.get("name") == hints.kai.container:
+            share = _kai_share(hints.kai, family, share, where, max_gpu_memory_bytes)
+        if mig and share.count and share.memory_fraction is not None:
             raise ManifestError(
                 f"{where}: a memory percentage or fraction cannot choose a MIG partition "
                 f"(vgpu-mode mig); give {GPUMEM_RESOURCE} in MiB"
             )
+        keys = sorted(requests)
         for resource in keys:
             if resource in MODIFIER_RESOURCES or resource_map.class_for(resource) is None:
                 continue
             is_gpu = family is not None and resource == family.count
             if is_gpu:
-                count = gpu_count or 0
+                count = share.count or 0
             else:
                 count = _whole(requests[resource], f"{where} {resource}", minimum=0)
             if count == 0:
@@ -440,11 +398,11 @@ def legacy_resources(
                     resource=resource,
                     request_index=keys.index(resource),
                     count=count,
-                    memory_mib=memory_mib if is_gpu and not mig else None,
-                    memory_fraction=memory_fraction if is_gpu else None,
-                    cores=cores if is_gpu and not mig else None,
+                    memory_mib=share.memory_mib if is_gpu and not mig else None,
+                    memory_fraction=share.memory_fraction if is_gpu else None,
+                    cores=share.cores if is_gpu and not mig else None,
                     selectors=(
-                        (*selectors, *(mig_selectors(memory_mib, cores) if mig else ()))
+                        (*selectors, *(mig_selectors(share.memory_mib, share.cores) if mig else ()))
                         if is_gpu
                         else ()
                     ),
@@ -461,6 +419,76 @@ def legacy_resources(
     return PodLegacyResources(
         pod_name=name, requests=tuple(out), long_lived=frozenset(long_lived), hints=hints
     )
+
+
+def _gpu_share(
+    family: ResourceFamily | None,
+    requests: Mapping[str, Any],
+    where: str,
+    max_gpu_memory_bytes: int | None,
+) -> _GpuShare:
+    """The GPU count and share one container's resources of ``family`` ask for."""
+    if family is None:
+        return _GpuShare()
+    modifiers = {k: requests[k] for k in family.modifiers if k in requests}
+    count = None
+    if family.count in requests:
+        count = _whole(requests[family.count], f"{where} {family.count}", minimum=0)
+    if modifiers and not count:
+        listed = ", ".join(sorted(modifiers))
+        raise ManifestError(f"{where}: {listed} given without {family.count}")
+    memory_mib = None
+    if family.memory in modifiers:
+        memory_mib = _memory_mib(family, modifiers[family.memory], where, max_gpu_memory_bytes)
+    memory_fraction = None
+    if family.percent in modifiers:
+        if memory_mib is not None:
+            raise ManifestError(f"{where}: {family.memory} and {family.percent} are exclusive")
+        percent = _whole(
+            modifiers[family.percent], f"{where} {family.percent}", minimum=1, maximum=100
+        )
+        memory_fraction = Fraction(percent, 100)
+    cores = None
+    if family.cores in modifiers:
+        cores = _whole(modifiers[family.cores], f"{where} {family.cores}", minimum=0, maximum=100)
+    return _GpuShare(count, memory_mib, memory_fraction, cores)
+
+
+def _kai_share(
+    kai: KaiShare,
+    family: ResourceFamily | None,
+    share: _GpuShare,
+    where: str,
+    max_gpu_memory_bytes: int | None,
+) -> _GpuShare:
+    """``share`` with the KAI annotations' share, for the container they name; the
+    container must ask for the GPUs (the kubelet gives DRA devices only for a resource the
+    container asks for) and give no share of its own."""
+    what = ", ".join(kai.keys)
+    if not share.count:
+        devices = kai.devices or 1
+        raise ManifestError(
+            f"{where}: annotation {what}: add {GPU_RESOURCE}: {devices} to this "
+            "container's resources.limits; the kubelet gives a container DRA devices "
+            "only for an extended resource the container asks for, and biaxial makes "
+            "that request the KAI share"
+        )
+    if kai.devices is not None and kai.devices != share.count:
+        raise ManifestError(
+            f"{where}: annotation gpu-fraction-num-devices is {kai.devices}, but the "
+            f"container asks for {share.count} GPU(s); make them equal"
+        )
+    if share.memory_mib is not None or share.memory_fraction is not None:
+        raise ManifestError(
+            f"{where}: annotation {what} and a memory resource both give the share; keep one"
+        )
+    memory_mib = None
+    if kai.memory_mib is not None:
+        assert family is not None  # share.count is set: the family asked for GPUs
+        memory_mib = _memory_mib(
+            family, kai.memory_mib, f"{where} (annotation gpu-memory)", max_gpu_memory_bytes
+        )
+    return _GpuShare(share.count, memory_mib, kai.memory_fraction, share.cores)
 
 
 def _device_request(

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from biaxial.simulate.results import GpuUsage, SimulationResult
 
 NAME = "simulate"
@@ -227,73 +229,79 @@ def _slices_free(g: GpuUsage) -> str:
 
 
 def render_table(result: SimulationResult) -> str:
-    """The human-readable report."""
+    """The human-readable report: placements, what was changed or left out, then the
+    nodes, the GPUs and the summary lines, one section after another."""
     summary = result.summary()
-    lines: list[str] = []
+    sections = [
+        _placements(result),
+        *_exceptions(result),
+        _node_usage(summary),
+        _gpu_usage(result),
+        _summary_lines(result, summary),
+    ]
+    return "\n\n".join("\n".join(section) for section in sections if section) + "\n"
+
+
+def _placements(result: SimulationResult) -> list[str]:
     rows = []
     for p in result.placements:
-        memory = []
-        cores = []
-        for d in p.devices:
-            consumed = d.get("consumedCapacity") or {}
-            memory.append(str(consumed.get("memory", "whole")))
-            cores.append(str(consumed.get("cores", "-")))
+        consumed = [d.get("consumedCapacity") or {} for d in p.devices]
         rows.append(
             [
                 p.pod,
                 p.node,
                 ",".join(str(d["device"]) for d in p.devices) or "-",
                 ",".join(str(d["uuid"]) for d in p.devices) or "-",
-                ",".join(memory) or "-",
-                ",".join(cores) or "-",
+                ",".join(str(c.get("memory", "whole")) for c in consumed) or "-",
+                ",".join(str(c.get("cores", "-")) for c in consumed) or "-",
                 f"{p.policies.node}/{p.policies.gpu}",
             ]
         )
-    lines.extend(_table(["POD", "NODE", "GPUS", "UUIDS", "MEMORY", "CORES", "POLICIES"], rows))
+    return _table(["POD", "NODE", "GPUS", "UUIDS", "MEMORY", "CORES", "POLICIES"], rows)
+
+
+def _exceptions(result: SimulationResult) -> list[list[str]]:
+    """The sections for what admission changed, what did not fit or was skipped, what
+    would be preempted, and the notes (each only when it has something)."""
+    out = []
     if result.admissions:
-        lines.append("")
-        lines.extend(_table(["ADMISSION CHANGED", "WHAT"], [list(a) for a in result.admissions]))
+        out.append(_table(["ADMISSION CHANGED", "WHAT"], [list(a) for a in result.admissions]))
     for title, entries in (("UNSCHEDULABLE", result.unschedulable), ("SKIPPED", result.skipped)):
         if entries:
-            lines.append("")
-            lines.extend(
-                _table([title, "REASON"], [[f.pod, " ".join(f.reason.split())] for f in entries])
-            )
+            rows = [[f.pod, " ".join(f.reason.split())] for f in entries]
+            out.append(_table([title, "REASON"], rows))
     if result.preemptions:
-        lines.append("")
-        lines.extend(
-            _table(
-                ["WOULD PREEMPT FOR", "NODE", "VICTIMS"],
-                [[p.pod, p.node, ",".join(p.victims)] for p in result.preemptions],
-            )
-        )
+        rows = [[p.pod, p.node, ",".join(p.victims)] for p in result.preemptions]
+        out.append(_table(["WOULD PREEMPT FOR", "NODE", "VICTIMS"], rows))
     if result.notes:
-        lines.append("")
-        lines.extend(f"note: {n}" for n in result.notes)
-    lines.append("")
-    lines.extend(
-        _table(
-            ["NODE", "GPUS", "IN USE", "PODS", "MEMORY USED"],
-            [
-                [
-                    n["node"],
-                    str(n["gpus"]),
-                    str(n["gpusInUse"]),
-                    str(n["pods"]),
-                    (
-                        f"{_mib(n['memoryUsedBytes'])}/{_mib(n['memoryBytes'])} "
-                        f"({100 * n['memoryUtilisation']:.1f}%)"
-                    ),
-                ]
-                for n in summary["nodes"]
-            ],
-        )
-    )
-    # Dynamic MIG: a column for each GPU's free memory slices and largest placeable profile.
+        out.append([f"note: {n}" for n in result.notes])
+    return out
+
+
+def _node_usage(summary: Mapping[str, Any]) -> list[str]:
+    rows = [
+        [
+            n["node"],
+            str(n["gpus"]),
+            str(n["gpusInUse"]),
+            str(n["pods"]),
+            (
+                f"{_mib(n['memoryUsedBytes'])}/{_mib(n['memoryBytes'])} "
+                f"({100 * n['memoryUtilisation']:.1f}%)"
+            ),
+        ]
+        for n in summary["nodes"]
+    ]
+    return _table(["NODE", "GPUS", "IN USE", "PODS", "MEMORY USED"], rows)
+
+
+def _gpu_usage(result: SimulationResult) -> list[str]:
+    """One row per GPU, one per MIG partition under it; with dynamic MIG, a column for each
+    GPU's free memory slices and largest placeable profile."""
     dynamic = any(g.dynamic for g in result.gpus)
-    gpu_rows = []
+    rows = []
     for g in result.gpus:
-        gpu_rows.append(
+        rows.append(
             [
                 g.node,
                 g.device,
@@ -304,7 +312,7 @@ def render_table(result: SimulationResult) -> str:
             ]
             + ([_slices_free(g)] if dynamic else [])
         )
-        gpu_rows.extend(
+        rows.extend(
             [
                 "",
                 f"  {part.device}",
@@ -316,9 +324,11 @@ def render_table(result: SimulationResult) -> str:
             + ([""] if dynamic else [])
             for part in g.partitions
         )
-    lines.append("")
     headers = ["NODE", "GPU", "PRODUCT", "MEMORY USED", "CORES", "PODS"]
-    lines.extend(_table(headers + (["MIG SLICES FREE"] if dynamic else []), gpu_rows))
+    return _table(headers + (["MIG SLICES FREE"] if dynamic else []), rows)
+
+
+def _summary_lines(result: SimulationResult, summary: Mapping[str, Any]) -> list[str]:
     timing = summary["timing"]
     used = result.policies_used()
     policies = (
@@ -328,19 +338,17 @@ def render_table(result: SimulationResult) -> str:
         if used
         else f"defaults node {result.policies.node}, GPU {result.policies.gpu}"
     )
-    lines.append("")
     mig_free = summary["migPartitionsFree"]
-    lines.append(
+    return [
         f"placed {summary['placed']}/{summary['pods']} pods on {summary['nodesUsed']} node(s), "
         f"{summary['gpusInUse']} GPU(s) in use, {summary['wholeGpusFree']} whole GPU(s) free"
         + (f", {mig_free} MIG partition(s) free" if mig_free else "")
         + f", fragmentation {summary['fragmentation']:.2f}"
         + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
-        + (f", {summary['running']} running" if summary["running"] else "")
-    )
-    lines.append(f"policies: {policies}")
-    lines.append(
-        f"startup {timing['startupSeconds']:.3f}s, decisions {timing['decisionSeconds']:.3f}s "
-        f"({timing['podsPerSecond']} pods/s, p99 {timing['p99DecisionMs']} ms)"
-    )
-    return "\n".join(lines) + "\n"
+        + (f", {summary['running']} running" if summary["running"] else ""),
+        f"policies: {policies}",
+        (
+            f"startup {timing['startupSeconds']:.3f}s, decisions {timing['decisionSeconds']:.3f}s "
+            f"({timing['podsPerSecond']} pods/s, p99 {timing['p99DecisionMs']} ms)"
+        ),
+    ]

@@ -542,67 +542,28 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
         raise DiscoveryError(
             f"{where}: gpus lists {len(overrides_raw)} entries but count is {count}"
         )
-    mig_profiles = tuple(
-        _mig_profile(entry, f"{where}: migProfiles[{i}]")
-        for i, entry in enumerate(_list(top.get("migProfiles", []), f"{where}: migProfiles"))
-    )
-    by_name = {p.name: p for p in mig_profiles}
-    if len(by_name) != len(mig_profiles):
-        raise DiscoveryError(f"{where}: migProfiles has duplicate names")
+    mig_profiles = _mig_table(top, where)
     default_mig = top.get("mig")
     if default_mig is not None:
         default_mig = _mapping(default_mig, f"{where}: mig", frozenset({"enabled", "dynamic"}))
-    dynamic: set[str] = set()
-
+    common = _ProfileCommon(
+        model=model,
+        driver_version=driver_version,
+        cuda_driver_version=cuda_driver_version,
+        mig_profiles=mig_profiles,
+        default_mig=default_mig,
+    )
     gpus: list[GpuInfo] = []
+    dynamic: set[str] = set()
     for index in range(count):
         gwhere = f"{where}: gpus[{index}]"
         entry = (
             _mapping(overrides_raw[index], gwhere, _GPU_KEYS) if index < len(overrides_raw) else {}
         )
-        spec = {**model, **{k: v for k, v in entry.items() if k in _MODEL_KEYS}}
-        gpu_uuid = _fake_uuid("GPU", node_name, name, str(index))
-        minor = _int(entry.get("minor", index), f"{gwhere}.minor", minimum=0)
-        mig_capable = _bool(spec["migCapable"], f"{gwhere}.migCapable")
-        multiprocessors = _int(spec["multiprocessors"], f"{gwhere}.multiprocessors", minimum=1)
-        mig_enabled, mig_dynamic, mig_devices = _mig_devices(
-            entry.get("mig", default_mig),
-            gwhere,
-            capable=mig_capable,
-            table=by_name,
-            ids=(node_name, name, str(index)),
-            parent_uuid=gpu_uuid,
-            parent_minor=minor,
-        )
-        numa = entry.get("numaNode")
+        gpu, mig_dynamic = _gpu(common, entry, gwhere, index=index, ids=(node_name, name))
+        gpus.append(gpu)
         if mig_dynamic:
-            if not mig_profiles:
-                raise DiscoveryError(f"{gwhere}: dynamic MIG needs a migProfiles table")
-            dynamic.add(gpu_uuid)
-        gpus.append(
-            GpuInfo(
-                uuid=gpu_uuid,
-                index=index,
-                minor=minor,
-                product_name=_string(spec["productName"], f"{gwhere}.productName"),
-                brand=_string(spec["brand"], f"{gwhere}.brand"),
-                architecture=_string(spec["architecture"], f"{gwhere}.architecture"),
-                cuda_compute_capability=_string(
-                    spec["cudaComputeCapability"], f"{gwhere}.cudaComputeCapability"
-                ),
-                driver_version=driver_version,
-                cuda_driver_version=cuda_driver_version,
-                memory_bytes=_int(spec["memoryMiB"], f"{gwhere}.memoryMiB", minimum=1) * MIB,
-                multiprocessors=multiprocessors,
-                pci_bus_id=_optional_string(entry.get("pciBusId"), f"{gwhere}.pciBusId"),
-                pcie_root=_optional_string(entry.get("pcieRoot"), f"{gwhere}.pcieRoot"),
-                numa_node=None if numa is None else _int(numa, f"{gwhere}.numaNode", minimum=0),
-                mig_capable=mig_capable,
-                mig_enabled=mig_enabled,
-                mig_devices=mig_devices,
-                mig_profiles=mig_profiles if mig_capable else (),
-            )
-        )
+            dynamic.add(gpu.uuid)
     minors = [g.minor for g in gpus]
     if len(set(minors)) != len(minors):
         raise DiscoveryError(f"{where}: two GPUs share a minor number")
@@ -620,6 +581,81 @@ def parse_profile(raw: object, *, name: str, node_name: str = "") -> FakeProfile
         mig_profiles=mig_profiles,
         dynamic_mig=frozenset(dynamic),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _ProfileCommon:
+    """What a profile gives every GPU: the model (each GPU may override its fields), the
+    driver versions, the MIG profile table and the default MIG settings."""
+
+    model: Mapping[str, object]
+    driver_version: str
+    cuda_driver_version: str
+    mig_profiles: tuple[MigProfile, ...]
+    default_mig: object
+
+
+def _mig_table(top: Mapping[str, object], where: str) -> tuple[MigProfile, ...]:
+    """The profile's ``migProfiles``, each name once."""
+    entries = _list(top.get("migProfiles", []), f"{where}: migProfiles")
+    profiles = tuple(
+        _mig_profile(entry, f"{where}: migProfiles[{i}]") for i, entry in enumerate(entries)
+    )
+    if len({p.name for p in profiles}) != len(profiles):
+        raise DiscoveryError(f"{where}: migProfiles has duplicate names")
+    return profiles
+
+
+def _gpu(
+    common: _ProfileCommon,
+    entry: Mapping[str, object],
+    gwhere: str,
+    *,
+    index: int,
+    ids: tuple[str, str],
+) -> tuple[GpuInfo, bool]:
+    """The GPU at ``index`` (``entry`` its overrides, maybe empty), and whether its MIG is
+    dynamic."""
+    spec = {**common.model, **{k: v for k, v in entry.items() if k in _MODEL_KEYS}}
+    gpu_uuid = _fake_uuid("GPU", *ids, str(index))
+    minor = _int(entry.get("minor", index), f"{gwhere}.minor", minimum=0)
+    mig_capable = _bool(spec["migCapable"], f"{gwhere}.migCapable")
+    multiprocessors = _int(spec["multiprocessors"], f"{gwhere}.multiprocessors", minimum=1)
+    mig_enabled, mig_dynamic, mig_devices = _mig_devices(
+        entry.get("mig", common.default_mig),
+        gwhere,
+        capable=mig_capable,
+        table={p.name: p for p in common.mig_profiles},
+        ids=(*ids, str(index)),
+        parent_uuid=gpu_uuid,
+        parent_minor=minor,
+    )
+    if mig_dynamic and not common.mig_profiles:
+        raise DiscoveryError(f"{gwhere}: dynamic MIG needs a migProfiles table")
+    numa = entry.get("numaNode")
+    gpu = GpuInfo(
+        uuid=gpu_uuid,
+        index=index,
+        minor=minor,
+        product_name=_string(spec["productName"], f"{gwhere}.productName"),
+        brand=_string(spec["brand"], f"{gwhere}.brand"),
+        architecture=_string(spec["architecture"], f"{gwhere}.architecture"),
+        cuda_compute_capability=_string(
+            spec["cudaComputeCapability"], f"{gwhere}.cudaComputeCapability"
+        ),
+        driver_version=common.driver_version,
+        cuda_driver_version=common.cuda_driver_version,
+        memory_bytes=_int(spec["memoryMiB"], f"{gwhere}.memoryMiB", minimum=1) * MIB,
+        multiprocessors=multiprocessors,
+        pci_bus_id=_optional_string(entry.get("pciBusId"), f"{gwhere}.pciBusId"),
+        pcie_root=_optional_string(entry.get("pcieRoot"), f"{gwhere}.pcieRoot"),
+        numa_node=None if numa is None else _int(numa, f"{gwhere}.numaNode", minimum=0),
+        mig_capable=mig_capable,
+        mig_enabled=mig_enabled,
+        mig_devices=mig_devices,
+        mig_profiles=common.mig_profiles if mig_capable else (),
+    )
+    return gpu, mig_dynamic
 
 
 def _mig_devices(

@@ -31,166 +31,191 @@ from driver.cel import strings as _strings
 _F = descriptor_pb2.FieldDescriptorProto
 
 
+# The subset of cel-spec's checked.proto / syntax.proto this module reads, with the published
+# field numbers: (message, its parent or "", fields, oneofs). A field is (name, number, type,
+# message type or "", repeated); a message type ".X" is ".cel.expr.X". cel.expr.Type keeps only
+# the kinds the analyses read (the others stay unknown fields).
+_FieldSpec = tuple[str, int, int, str, bool]
+_MSG, _STR, _BOOL, _I64 = _F.TYPE_MESSAGE, _F.TYPE_STRING, _F.TYPE_BOOL, _F.TYPE_INT64
+_I32, _U64, _DBL, _BYTES = _F.TYPE_INT32, _F.TYPE_UINT64, _F.TYPE_DOUBLE, _F.TYPE_BYTES
+_EXPR, _EMPTY = ".Expr", ".google.protobuf.Empty"
+
+
+def _scalar(name: str, number: int, kind: int, *, repeated: bool = False) -> _FieldSpec:
+    return (name, number, kind, "", repeated)
+
+
+def _message(name: str, number: int, type_name: str, *, repeated: bool = False) -> _FieldSpec:
+    return (name, number, _MSG, type_name, repeated)
+
+
+_SCHEMA: Final[tuple[tuple[str, str, tuple[_FieldSpec, ...], dict[str, set[int]]], ...]] = (
+    (
+        "Constant",
+        "",
+        (
+            _scalar("null_value", 1, _I32),
+            _scalar("bool_value", 2, _BOOL),
+            _scalar("int64_value", 3, _I64),
+            _scalar("uint64_value", 4, _U64),
+            _scalar("double_value", 5, _DBL),
+            _scalar("string_value", 6, _STR),
+            _scalar("bytes_value", 7, _BYTES),
+        ),
+        {"constant_kind": {1, 2, 3, 4, 5, 6, 7}},
+    ),
+    ("Ident", "", (_scalar("name", 1, _STR),), {}),
+    (
+        "Select",
+        "",
+        (_message("operand", 1, _EXPR), _scalar("field", 2, _STR), _scalar("test_only", 3, _BOOL)),
+        {},
+    ),
+    (
+        "Call",
+        "",
+        (
+            _message("target", 1, _EXPR),
+            _scalar("function", 2, _STR),
+            _message("args", 3, _EXPR, repeated=True),
+        ),
+        {},
+    ),
+    (
+        "CreateList",
+        "",
+        (
+            _message("elements", 1, _EXPR, repeated=True),
+            _scalar("optional_indices", 2, _I32, repeated=True),
+        ),
+        {},
+    ),
+    (
+        "Entry",
+        "",
+        (
+            _scalar("id", 1, _I64),
+            _scalar("field_key", 2, _STR),
+            _message("map_key", 3, _EXPR),
+            _message("value", 4, _EXPR),
+            _scalar("optional_entry", 5, _BOOL),
+        ),
+        {},
+    ),
+    (
+        "CreateStruct",
+        "",
+        (_scalar("message_name", 1, _STR), _message("entries", 2, ".Entry", repeated=True)),
+        {},
+    ),
+    (
+        "Comprehension",
+        "",
+        (
+            _scalar("iter_var", 1, _STR),
+            _message("iter_range", 2, _EXPR),
+            _scalar("accu_var", 3, _STR),
+            _message("accu_init", 4, _EXPR),
+            _message("loop_condition", 5, _EXPR),
+            _message("loop_step", 6, _EXPR),
+            _message("result", 7, _EXPR),
+            _scalar("iter_var2", 8, _STR),
+        ),
+        {},
+    ),
+    (
+        "Expr",
+        "",
+        (
+            _scalar("id", 2, _I64),
+            _message("const_expr", 3, ".Constant"),
+            _message("ident_expr", 4, ".Ident"),
+            _message("select_expr", 5, ".Select"),
+            _message("call_expr", 6, ".Call"),
+            _message("list_expr", 7, ".CreateList"),
+            _message("struct_expr", 8, ".CreateStruct"),
+            _message("comprehension_expr", 9, ".Comprehension"),
+        ),
+        {"expr_kind": {3, 4, 5, 6, 7, 8, 9}},
+    ),
+    (
+        "Reference",
+        "",
+        (
+            _scalar("name", 1, _STR),
+            _scalar("overload_id", 3, _STR, repeated=True),
+            _message("value", 4, ".Constant"),
+        ),
+        {},
+    ),
+    (
+        "Type",
+        "",
+        (
+            _message("dyn", 1, _EMPTY),
+            _scalar("null", 2, _I32),
+            _scalar("primitive", 3, _I32),
+            _scalar("wrapper", 4, _I32),
+            _scalar("well_known", 5, _I32),
+            _message("list_type", 6, ".Type.ListType"),
+            _message("map_type", 7, ".Type.MapType"),
+            _scalar("message_type", 9, _STR),
+            _scalar("type_param", 10, _STR),
+            _message("type", 11, ".Type"),
+            _message("error", 12, _EMPTY),
+            _message("abstract_type", 14, ".Type.AbstractType"),
+        ),
+        {"type_kind": {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14}},
+    ),
+    ("ListType", "Type", (_message("elem_type", 1, ".Type"),), {}),
+    ("MapType", "Type", (_message("key_type", 1, ".Type"), _message("value_type", 2, ".Type")), {}),
+    (
+        "AbstractType",
+        "Type",
+        (_scalar("name", 1, _STR), _message("parameter_types", 2, ".Type", repeated=True)),
+        {},
+    ),
+    ("CheckedExpr", "", (_message("expr", 4, _EXPR),), {}),
+)
+# CheckedExpr's two maps: (field, number, value type), each keyed by int64 expression id.
+_CHECKED_MAPS: Final = (("reference_map", 2, ".Reference"), ("type_map", 3, ".Type"))
+
+
+def _add_fields(msg: Any, fields: tuple[_FieldSpec, ...]) -> None:
+    for name, number, kind, type_name, repeated in fields:
+        field = msg.field.add(
+            name=name,
+            number=number,
+            type=kind,
+            label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
+        )
+        if type_name:
+            field.type_name = type_name if type_name == _EMPTY else f".cel.expr{type_name}"
+
+
 def _build_classes() -> dict[str, Any]:
+    """Message classes for CheckedExpr, Expr and Type, from :data:`_SCHEMA`."""
     fdp = descriptor_pb2.FileDescriptorProto(
         name="biaxial/cel_expr_subset.proto", package="cel.expr", syntax="proto3"
     )
-
-    def message(
-        name: str, fields: list[tuple[str, int, int, str, bool]], parent: Any = None
-    ) -> Any:
-        msg = (parent.nested_type if parent is not None else fdp.message_type).add(name=name)
-        for fname, number, ftype, type_name, repeated in fields:
-            field = msg.field.add(
-                name=fname,
-                number=number,
-                type=ftype,
-                label=_F.LABEL_REPEATED if repeated else _F.LABEL_OPTIONAL,
-            )
-            if type_name:
-                field.type_name = type_name
-        return msg
-
-    def oneof(msg: Any, name: str, numbers: set[int]) -> None:
-        index = len(msg.oneof_decl)
-        msg.oneof_decl.add(name=name)
-        for field in msg.field:
-            if field.number in numbers:
-                field.oneof_index = index
-
-    def map_field(msg: Any, name: str, number: int, value_type: str) -> None:
-        entry = message(
-            f"{name.title().replace('_', '')}Entry",
-            [("key", 1, _F.TYPE_INT64, "", False), ("value", 2, msg_t, value_type, False)],
-            parent=msg,
-        )
+    built: dict[str, Any] = {}
+    for name, parent, fields, oneofs in _SCHEMA:
+        msg = (built[parent].nested_type if parent else fdp.message_type).add(name=name)
+        _add_fields(msg, fields)
+        for oneof, numbers in oneofs.items():
+            index = len(msg.oneof_decl)
+            msg.oneof_decl.add(name=oneof)
+            for field in msg.field:
+                if field.number in numbers:
+                    field.oneof_index = index
+        built[name] = msg
+    checked = built["CheckedExpr"]
+    for name, number, value_type in _CHECKED_MAPS:
+        entry = checked.nested_type.add(name=f"{name.title().replace('_', '')}Entry")
+        _add_fields(entry, (_scalar("key", 1, _I64), _message("value", 2, value_type)))
         entry.options.map_entry = True
-        field = msg.field.add(name=name, number=number, type=msg_t, label=_F.LABEL_REPEATED)
-        field.type_name = f".cel.expr.{msg.name}.{entry.name}"
-
-    msg_t, s, b, i64 = _F.TYPE_MESSAGE, _F.TYPE_STRING, _F.TYPE_BOOL, _F.TYPE_INT64
-    constant = message(
-        "Constant",
-        [
-            ("null_value", 1, _F.TYPE_INT32, "", False),
-            ("bool_value", 2, b, "", False),
-            ("int64_value", 3, i64, "", False),
-            ("uint64_value", 4, _F.TYPE_UINT64, "", False),
-            ("double_value", 5, _F.TYPE_DOUBLE, "", False),
-            ("string_value", 6, s, "", False),
-            ("bytes_value", 7, _F.TYPE_BYTES, "", False),
-        ],
-    )
-    oneof(constant, "constant_kind", {1, 2, 3, 4, 5, 6, 7})
-    message("Ident", [("name", 1, s, "", False)])
-    message(
-        "Select",
-        [
-            ("operand", 1, msg_t, ".cel.expr.Expr", False),
-            ("field", 2, s, "", False),
-            ("test_only", 3, b, "", False),
-        ],
-    )
-    message(
-        "Call",
-        [
-            ("target", 1, msg_t, ".cel.expr.Expr", False),
-            ("function", 2, s, "", False),
-            ("args", 3, msg_t, ".cel.expr.Expr", True),
-        ],
-    )
-    message(
-        "CreateList",
-        [
-            ("elements", 1, msg_t, ".cel.expr.Expr", True),
-            ("optional_indices", 2, _F.TYPE_INT32, "", True),
-        ],
-    )
-    message(
-        "Entry",
-        [
-            ("id", 1, i64, "", False),
-            ("field_key", 2, s, "", False),
-            ("map_key", 3, msg_t, ".cel.expr.Expr", False),
-            ("value", 4, msg_t, ".cel.expr.Expr", False),
-            ("optional_entry", 5, b, "", False),
-        ],
-    )
-    message(
-        "CreateStruct",
-        [("message_name", 1, s, "", False), ("entries", 2, msg_t, ".cel.expr.Entry", True)],
-    )
-    message(
-        "Comprehension",
-        [
-            ("iter_var", 1, s, "", False),
-            ("iter_range", 2, msg_t, ".cel.expr.Expr", False),
-            ("accu_var", 3, s, "", False),
-            ("accu_init", 4, msg_t, ".cel.expr.Expr", False),
-            ("loop_condition", 5, msg_t, ".cel.expr.Expr", False),
-            ("loop_step", 6, msg_t, ".cel.expr.Expr", False),
-            ("result", 7, msg_t, ".cel.expr.Expr", False),
-            ("iter_var2", 8, s, "", False),
-        ],
-    )
-    expr = message(
-        "Expr",
-        [
-            ("id", 2, i64, "", False),
-            ("const_expr", 3, msg_t, ".cel.expr.Constant", False),
-            ("ident_expr", 4, msg_t, ".cel.expr.Ident", False),
-            ("select_expr", 5, msg_t, ".cel.expr.Select", False),
-            ("call_expr", 6, msg_t, ".cel.expr.Call", False),
-            ("list_expr", 7, msg_t, ".cel.expr.CreateList", False),
-            ("struct_expr", 8, msg_t, ".cel.expr.CreateStruct", False),
-            ("comprehension_expr", 9, msg_t, ".cel.expr.Comprehension", False),
-        ],
-    )
-    oneof(expr, "expr_kind", {3, 4, 5, 6, 7, 8, 9})
-    message(
-        "Reference",
-        [
-            ("name", 1, s, "", False),
-            ("overload_id", 3, s, "", True),
-            ("value", 4, msg_t, ".cel.expr.Constant", False),
-        ],
-    )
-    # cel.expr.Type, the kinds the analyses read (others stay unknown fields).
-    type_msg = message(
-        "Type",
-        [
-            ("dyn", 1, msg_t, ".google.protobuf.Empty", False),
-            ("null", 2, _F.TYPE_INT32, "", False),
-            ("primitive", 3, _F.TYPE_INT32, "", False),
-            ("wrapper", 4, _F.TYPE_INT32, "", False),
-            ("well_known", 5, _F.TYPE_INT32, "", False),
-            ("list_type", 6, msg_t, ".cel.expr.Type.ListType", False),
-            ("map_type", 7, msg_t, ".cel.expr.Type.MapType", False),
-            ("message_type", 9, s, "", False),
-            ("type_param", 10, s, "", False),
-            ("type", 11, msg_t, ".cel.expr.Type", False),
-            ("error", 12, msg_t, ".google.protobuf.Empty", False),
-            ("abstract_type", 14, msg_t, ".cel.expr.Type.AbstractType", False),
-        ],
-    )
-    message("ListType", [("elem_type", 1, msg_t, ".cel.expr.Type", False)], parent=type_msg)
-    message(
-        "MapType",
-        [
-            ("key_type", 1, msg_t, ".cel.expr.Type", False),
-            ("value_type", 2, msg_t, ".cel.expr.Type", False),
-        ],
-        parent=type_msg,
-    )
-    message(
-        "AbstractType",
-        [("name", 1, s, "", False), ("parameter_types", 2, msg_t, ".cel.expr.Type", True)],
-        parent=type_msg,
-    )
-    oneof(type_msg, "type_kind", {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14})
-    checked_msg = message("CheckedExpr", [("expr", 4, msg_t, ".cel.expr.Expr", False)])
-    map_field(checked_msg, "reference_map", 2, ".cel.expr.Reference")
-    map_field(checked_msg, "type_map", 3, ".cel.expr.Type")
+        field = checked.field.add(name=name, number=number, type=_MSG, label=_F.LABEL_REPEATED)
+        field.type_name = f".cel.expr.CheckedExpr.{entry.name}"
     fdp.dependency.append("google/protobuf/empty.proto")
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(empty_pb2.DESCRIPTOR.serialized_pb)

@@ -19,11 +19,12 @@ All functions are pure; a bound is never tighter than the truth (``docs/scoring.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from driver.api.claims import ResourceClaim
+from driver.api.model import Device
 from driver.api.quantity import Quantity
 from driver.scheduling.capacity_index import (
     LEVELS,
@@ -200,34 +201,12 @@ def shape_bounds(
         best: list[AlternativeBounds] = []
         per_alt = []
         for alt, allowed in zip(alternatives, usable_kinds, strict=True):
-            by_kind = tuple(
-                consumption(d, alt.requests) if i in allowed else None for i, d in enumerate(kinds)
-            )
-            per_alt.append(
-                AltAmounts(by_kind, frozenset(i for i in range(len(kinds)) if i not in allowed))
-            )
-            fitting = [(d, a) for d, a in zip(kinds, by_kind, strict=True) if a is not None]
-            if not fitting:
-                continue
-            mems = [a.get(MEMORY, 0) for _, a in fitting]
-            cores = [a.get(CORES, 0) for _, a in fitting]
-            needs_cores = needs_cores or max(cores) > 0
-            whole = all(
-                not d.allow_multiple_allocations or a.get(MEMORY, 0) >= capacity_units(d, MEMORY)
-                for d, a in fitting
-            )
-            partial = partial or not whole
-            best.append(
-                AlternativeBounds(
-                    memory_max=alt.count * max(mems),
-                    memory_min=alt.count * min(mems),
-                    cores_max=alt.count * max(cores),
-                    cores_min=alt.count * min(cores),
-                    count=alt.count,
-                    whole=whole,
-                    device_memory_min=min(mems),
-                )
-            )
+            alt_amounts, bounds = _alternative(alt.requests, alt.count, allowed, kinds)
+            per_alt.append(alt_amounts)
+            if bounds is not None:
+                best.append(bounds)
+                needs_cores = needs_cores or bounds.cores_max > 0
+                partial = partial or not bounds.whole
         amounts.append(tuple(per_alt))
         if not best:
             feasible = False
@@ -286,6 +265,38 @@ def shape_bounds(
         fit_need=fit_need,
         group_need=group_need,
     )
+
+
+def _alternative(
+    requests: Mapping[str, Quantity],
+    count: int,
+    allowed: Collection[int],
+    kinds: Sequence[Device],
+) -> tuple[AltAmounts, AlternativeBounds | None]:
+    """One request alternative on a shape's device kinds (``kinds``: one device of each):
+    what one device of each allowed kind gives it (None where the kind cannot serve it), and
+    its bounds (None: no kind can)."""
+    by_kind = tuple(consumption(d, requests) if i in allowed else None for i, d in enumerate(kinds))
+    amounts = AltAmounts(by_kind, frozenset(i for i in range(len(kinds)) if i not in allowed))
+    fitting = [(d, a) for d, a in zip(kinds, by_kind, strict=True) if a is not None]
+    if not fitting:
+        return amounts, None
+    mems = [a.get(MEMORY, 0) for _, a in fitting]
+    cores = [a.get(CORES, 0) for _, a in fitting]
+    whole = all(
+        not d.allow_multiple_allocations or a.get(MEMORY, 0) >= capacity_units(d, MEMORY)
+        for d, a in fitting
+    )
+    bounds = AlternativeBounds(
+        memory_max=count * max(mems),
+        memory_min=count * min(mems),
+        cores_max=count * max(cores),
+        cores_min=count * min(cores),
+        count=count,
+        whole=whole,
+        device_memory_min=min(mems),
+    )
+    return amounts, bounds
 
 
 def _followed(kind: DeviceKind) -> bool:

@@ -44,8 +44,9 @@ from filelock import FileLock, Timeout
 
 from driver.api.config import STRATEGIES, SharingStrategy
 from driver.api.errors import CheckpointError
-from kubeletplugin.cdi import MPS_CONTAINER_PIPE_DIR, atomic_write
+from kubeletplugin.cdi import atomic_write
 from kubeletplugin.mps import MpsDaemon
+from kubeletplugin.sharing.mps import MPS_CONTAINER_PIPE_DIR
 
 JSON = dict[str, Any]
 

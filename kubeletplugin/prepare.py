@@ -73,8 +73,8 @@ from driver.discovery.devices import DeviceTable, NodeDevice
 from driver.discovery.gpus import GpuInfo, MigInfo
 from driver.discovery.mig import MigGeometry, instance_at
 from driver.discovery.slices import CAPACITY_CORES, CAPACITY_MEMORY
-from kubeletplugin import cdi
-from kubeletplugin.cdi import ClaimSpec, DeviceAllocation, SharingPaths
+from kubeletplugin import cdi, sharing
+from kubeletplugin.cdi import ClaimSpec
 from kubeletplugin.checkpoint import (
     PREPARE_COMPLETED,
     PREPARE_STARTED,
@@ -85,7 +85,8 @@ from kubeletplugin.checkpoint import (
     MigRecord,
     Timeout,
 )
-from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings, daemon_dir
+from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings
+from kubeletplugin.sharing import DeviceAllocation, SharingPaths
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -306,7 +307,7 @@ def plan_claim(
         elif share_id and not target.dynamic:
             strategy = settings.default_sharing_strategy
         else:
-            strategy = "none"  # exclusive, or a share of a dynamic GPU's MIG instance
+            strategy = sharing.UNLIMITED  # exclusive, or a share of a dynamic GPU's MIG instance
         if share_id:
             if not target.shareable:
                 raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
@@ -375,7 +376,7 @@ def plan_claim(
         ref=ref,
         devices=prepared,
         spec=spec,
-        mps_daemons=mps_daemons(ref.uid, allocations, settings.mps_root),
+        mps_daemons=sharing.daemons(ref.uid, allocations, paths),
         allocations=tuple(allocations),
         mig=mig,
         driver=driver,
@@ -390,34 +391,6 @@ def sharing_paths(settings: PrepareSettings) -> SharingPaths:
         mps_root=settings.mps_root,
         device_dir=settings.fake_device_dir,
     )
-
-
-def mps_daemons(
-    claim_uid: str, allocations: Sequence[DeviceAllocation], mps_root: Path
-) -> tuple[MpsDaemon, ...]:
-    """The claim's own MPS daemons: one per GPU it shares with ``mps``, limited to what the
-    claim reserved on that GPU (all its ``mps`` shares there together; a whole device under
-    ``mps`` sets no memory limit). Pure; sorted by directory."""
-    by_gpu: dict[str, list[DeviceAllocation]] = {}
-    for alloc in allocations:
-        if alloc.strategy == "mps":
-            by_gpu.setdefault(alloc.target.uuid, []).append(alloc)
-    daemons = []
-    for uuid, group in by_gpu.items():
-        target = group[0].target
-        memory: int | None = None
-        if all(a.memory_limit_bytes is not None for a in group):
-            memory = min(sum(a.memory_limit_bytes or 0 for a in group), target.memory_bytes)
-        cores = min(sum(a.cores_percent or 0 for a in group), FULL_CORES)
-        daemons.append(
-            MpsDaemon(
-                directory=daemon_dir(mps_root, claim_uid, target.name),
-                gpu_uuid=uuid,
-                memory_bytes=memory,
-                cores=cores,
-            )
-        )
-    return tuple(sorted(daemons, key=lambda d: str(d.directory)))
 
 
 def _physical(device: str, devices: DeviceTable) -> str:

@@ -65,8 +65,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from driver.api.claims import ResourceClaim
-from driver.api.config import SharingStrategy, node_policy_error, resolve_configs
+from driver.api.claims import DeviceResult, ResourceClaim
+from driver.api.config import GpuConfig, SharingStrategy, node_policy_error, resolve_configs
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError, MigError, PrepareError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.discovery.devices import DeviceTable, NodeDevice
@@ -83,6 +83,7 @@ from kubeletplugin.checkpoint import (
     ClaimRecord,
     DeviceRecord,
     MigRecord,
+    PreparedDevice,
     Timeout,
 )
 from kubeletplugin.mps import MpsDaemon, MpsManager, MpsSettings
@@ -104,17 +105,6 @@ class ClaimRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name} ({self.uid})"
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedDevice:
-    """One device of a prepared claim, as the DRA ``Device`` message carries it."""
-
-    request_names: tuple[str, ...]
-    pool_name: str
-    device_name: str
-    cdi_device_ids: tuple[str, ...]
-    share_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,22 +204,60 @@ class ClaimPlan:
     def realize(self, instances: Mapping[str, MigInfo]) -> ClaimPlan:
         """The plan with each dynamic device backed by its instance (device name ->
         instance): the CDI spec computed for them, the device records naming them."""
-        allocations = tuple(
-            replace(a, target=replace(a.target, mig=instances[a.target.name]))
-            if a.target.name in instances
-            else a
-            for a in self.allocations
-        )
+        allocations = _backed(self.allocations, instances)
         assert self.paths is not None
         try:
             spec = cdi.build_claim_spec(self.driver, self.ref.uid, allocations, self.paths)
         except PrepareError as exc:
             raise PrepareError(f"claim {self.ref}: {exc}") from exc
-        devices = tuple(
-            replace(r, cdi_device_ids=ids, gpu_uuid=a.target.container_uuid)
-            for r, ids, a in zip(self.devices, spec.cdi_device_ids, allocations, strict=True)
+        return replace(
+            self, devices=_rebind(self.devices, allocations), spec=spec, allocations=allocations
         )
-        return replace(self, devices=devices, spec=spec, allocations=allocations)
+
+
+def _backed(
+    allocations: Sequence[DeviceAllocation], instances: Mapping[str, MigInfo]
+) -> tuple[DeviceAllocation, ...]:
+    """``allocations`` with each dynamic target backed by its instance (by device name)."""
+    return tuple(
+        replace(a, target=replace(a.target, mig=instances[a.target.name]))
+        if a.target.name in instances
+        else a
+        for a in allocations
+    )
+
+
+def _rebind(
+    records: Sequence[DeviceRecord], allocations: Sequence[DeviceAllocation]
+) -> tuple[DeviceRecord, ...]:
+    """The records naming what the containers of each (realized) allocation are given."""
+    return tuple(
+        replace(r, gpu_uuid=a.target.container_uuid)
+        for r, a in zip(records, allocations, strict=True)
+    )
+
+
+def device_record(
+    alloc: DeviceAllocation, pool: str, cdi_device_ids: tuple[str, ...]
+) -> DeviceRecord:
+    """The record of one allocation result: the only place a :class:`DeviceRecord` is
+    built on the Prepare path. A share records what it consumes; an exclusive device the
+    whole device's memory and cores."""
+    target = alloc.target
+    exclusive = not alloc.share_id
+    return DeviceRecord(
+        request_names=(alloc.request,),
+        pool=pool,
+        device=target.name,
+        cdi_device_ids=cdi_device_ids,
+        share_id=alloc.share_id,
+        gpu_uuid=target.uuid,
+        exclusive=exclusive,
+        memory_bytes=target.memory_bytes if exclusive else alloc.memory_limit_bytes or 0,
+        cores=FULL_CORES if exclusive else alloc.cores_percent or 0,
+        strategy=alloc.strategy,
+        admin_access=alloc.admin_access,
+    )
 
 
 def _stand_in(target: NodeDevice) -> NodeDevice:
@@ -250,6 +278,82 @@ def _stand_in(target: NodeDevice) -> NodeDevice:
         caps=("/dev/nvidia-caps/pending",),
     )
     return replace(target, mig=instance)
+
+
+def _strategy(
+    config: GpuConfig | None, share_id: str | None, target: NodeDevice, settings: PrepareSettings
+) -> SharingStrategy:
+    """The sharing strategy of one allocation result."""
+    if config is not None and config.sharing.strategy is not None:
+        return config.sharing.strategy
+    if share_id and not target.dynamic:
+        return settings.default_sharing_strategy
+    return sharing.UNLIMITED  # exclusive, or a share of a dynamic GPU's MIG instance
+
+
+def _targets(
+    ref: ClaimRef, results: Sequence[DeviceResult], settings: PrepareSettings, devices: DeviceTable
+) -> list[NodeDevice]:
+    """The device of each result, from this node's table."""
+    targets: list[NodeDevice] = []
+    for result in results:
+        where = f"claim {ref} request {result.request!r}"
+        if result.pool != settings.node_name:
+            raise PrepareError(
+                f"{where}: device {result.pool}/{result.device} is in pool "
+                f"{result.pool!r}, not this node's pool {settings.node_name!r}"
+            )
+        target = devices.published_device(result.device)
+        if target is None:
+            names = ", ".join(sorted(d.name for d in devices.published))
+            raise PrepareError(
+                f"{where}: unknown device {result.device!r} (this node has {names or 'no devices'})"
+            )
+        targets.append(target)
+    return targets
+
+
+def _allocation(
+    ref: ClaimRef,
+    result: DeviceResult,
+    target: NodeDevice,
+    config: GpuConfig | None,
+    settings: PrepareSettings,
+) -> DeviceAllocation:
+    """One result's allocation: its strategy and, for a share, the capacity it consumes."""
+    request = result.request
+    where = f"claim {ref} request {request!r} device {result.device!r}"
+    share_id = result.share_id
+    strategy = _strategy(config, share_id, target, settings)
+    admin = bool(result.admin_access)
+    if not share_id:
+        return DeviceAllocation(
+            request=request, target=target, strategy=strategy, admin_access=admin
+        )
+    if not target.shareable:
+        raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
+    if not target.dynamic and strategy not in settings.share_strategies:
+        refusal = node_policy_error(strategy, settings.node_name, settings.share_strategies)
+        raise ConfigError(f"{where}: {refusal}")
+    memory_q = result.consumed(CAPACITY_MEMORY)
+    cores_q = result.consumed(CAPACITY_CORES)
+    # A share that names no memory reserves the whole GPU's (the published default).
+    memory = target.memory_bytes if memory_q is None else memory_q.value()
+    cores = 0 if cores_q is None else cores_q.value()
+    if memory <= 0 or memory > target.memory_bytes or not 0 <= cores <= FULL_CORES:
+        raise PrepareError(
+            f"{where}: consumedCapacity out of range (memory {memory} of "
+            f"{target.memory_bytes} bytes, cores {cores} of {FULL_CORES})"
+        )
+    return DeviceAllocation(
+        request=request,
+        target=target,
+        strategy=strategy,
+        share_id=share_id,
+        memory_limit_bytes=memory,
+        cores_percent=cores,
+        admin_access=admin,
+    )
 
 
 def plan_claim(
@@ -274,85 +378,15 @@ def plan_claim(
     results = allocation.results_of(driver)
     if not results:
         raise PrepareError(f"claim {ref}: no devices of driver {driver} in its allocation")
-    targets: list[NodeDevice] = []
-    for result in results:
-        where = f"claim {ref} request {result.request!r}"
-        if result.pool != settings.node_name:
-            raise PrepareError(
-                f"{where}: device {result.pool}/{result.device} is in pool "
-                f"{result.pool!r}, not this node's pool {settings.node_name!r}"
-            )
-        target = devices.published_device(result.device)
-        if target is None:
-            names = ", ".join(sorted(d.name for d in devices.published))
-            raise PrepareError(
-                f"{where}: unknown device {result.device!r} (this node has {names or 'no devices'})"
-            )
-        targets.append(target)
+    targets = _targets(ref, results, settings, devices)
     try:
         configs = resolve_configs(allocation.config, driver, [r.request for r in results])
     except ConfigError as exc:
         raise ConfigError(f"claim {ref}: {exc}") from exc
-
-    allocations: list[DeviceAllocation] = []
-    records: list[DeviceRecord] = []
-    for result, target in zip(results, targets, strict=True):
-        request = result.request
-        where = f"claim {ref} request {request!r} device {result.device!r}"
-        share_id = result.share_id
-        config = configs.get(request)
-        strategy: SharingStrategy
-        if config is not None and config.sharing.strategy is not None:
-            strategy = config.sharing.strategy
-        elif share_id and not target.dynamic:
-            strategy = settings.default_sharing_strategy
-        else:
-            strategy = sharing.UNLIMITED  # exclusive, or a share of a dynamic GPU's MIG instance
-        if share_id:
-            if not target.shareable:
-                raise PrepareError(f"{where}: has shareID {share_id} but is not shareable")
-            if not target.dynamic and strategy not in settings.share_strategies:
-                allowed = settings.share_strategies
-                refusal = node_policy_error(strategy, settings.node_name, allowed)
-                raise ConfigError(f"{where}: {refusal}")
-            memory_q = result.consumed(CAPACITY_MEMORY)
-            cores_q = result.consumed(CAPACITY_CORES)
-            # A share that names no memory reserves the whole GPU's (the published default).
-            memory = target.memory_bytes if memory_q is None else memory_q.value()
-            cores = 0 if cores_q is None else cores_q.value()
-            if memory <= 0 or memory > target.memory_bytes or not 0 <= cores <= FULL_CORES:
-                raise PrepareError(
-                    f"{where}: consumedCapacity out of range (memory {memory} of "
-                    f"{target.memory_bytes} bytes, cores {cores} of {FULL_CORES})"
-                )
-            allocations.append(
-                DeviceAllocation(
-                    request=request,
-                    target=target,
-                    strategy=strategy,
-                    share_id=share_id,
-                    memory_limit_bytes=memory,
-                    cores_percent=cores,
-                )
-            )
-        else:
-            memory, cores = target.memory_bytes, FULL_CORES
-            allocations.append(DeviceAllocation(request=request, target=target, strategy=strategy))
-        records.append(
-            DeviceRecord(
-                request_names=(request,),
-                pool=settings.node_name,
-                device=target.name,
-                cdi_device_ids=(),
-                share_id=share_id,
-                gpu_uuid=target.uuid,
-                exclusive=not share_id,
-                memory_bytes=memory,
-                cores=cores,
-                strategy=strategy,
-                admin_access=bool(result.admin_access),
-            )
-        )
+    allocations = tuple(
+        _allocation(ref, result, target, configs.get(result.request), settings)
+        for result, target in zip(results, targets, strict=True)
+    )
     paths = sharing_paths(settings)
     mig = tuple(
         MigRecord(
@@ -369,15 +403,15 @@ def plan_claim(
         spec = cdi.build_claim_spec(driver, ref.uid, checked, paths)
     except PrepareError as exc:
         raise PrepareError(f"claim {ref}: {exc}") from exc
-    prepared = tuple(
-        replace(r, cdi_device_ids=ids) for r, ids in zip(records, spec.cdi_device_ids, strict=True)
-    )
     return ClaimPlan(
         ref=ref,
-        devices=prepared,
+        devices=tuple(
+            device_record(a, settings.node_name, ids)
+            for a, ids in zip(allocations, spec.cdi_device_ids, strict=True)
+        ),
         spec=spec,
         mps_daemons=sharing.daemons(ref.uid, allocations, paths),
-        allocations=tuple(allocations),
+        allocations=allocations,
         mig=mig,
         driver=driver,
         paths=paths,
@@ -564,16 +598,8 @@ def check_conflicts(
 
 
 def prepared_devices(record: ClaimRecord) -> tuple[PreparedDevice, ...]:
-    return tuple(
-        PreparedDevice(
-            request_names=d.request_names,
-            pool_name=d.pool,
-            device_name=d.device,
-            cdi_device_ids=d.cdi_device_ids,
-            share_id=d.share_id,
-        )
-        for d in record.devices
-    )
+    """What the kubelet is told of a prepared claim's devices."""
+    return tuple(d.prepared() for d in record.devices)
 
 
 def read_boot_id(path: Path = BOOT_ID_PATH) -> str:
@@ -960,8 +986,6 @@ class Preparer:
             target = self._devices.get(device.device)
             if target is None:
                 raise PrepareError(f"device {device.device} is not in this node's device table")
-            if device.device in instances:
-                target = replace(target, mig=instances[device.device])
             allocations.append(
                 DeviceAllocation(
                     request=device.request_names[0] if device.request_names else "",
@@ -970,17 +994,16 @@ class Preparer:
                     share_id=device.share_id,
                     memory_limit_bytes=None if device.exclusive else device.memory_bytes,
                     cores_percent=None if device.exclusive else device.cores,
+                    admin_access=device.admin_access,
                 )
             )
+        realized = _backed(allocations, instances)
         spec = cdi.build_claim_spec(
-            self._settings.driver_name, record.uid, allocations, sharing_paths(self._settings)
+            self._settings.driver_name, record.uid, realized, sharing_paths(self._settings)
         )
         return replace(
             record,
-            devices=tuple(
-                replace(d, gpu_uuid=a.target.container_uuid)
-                for d, a in zip(record.devices, allocations, strict=True)
-            ),
+            devices=_rebind(record.devices, realized),
             cdi_spec=spec.spec,
             mig=tuple(
                 replace(m, uuid=instances[m.device].uuid) if m.device in instances else m

@@ -47,6 +47,7 @@ class DeviceAllocation:
     share_id: str | None = None
     memory_limit_bytes: int | None = None  # None: no memory limit (whole device)
     cores_percent: int | None = None  # None or 0: no compute limit
+    admin_access: bool = False  # allocated for administrative access (upstream's adminAccess)
 
 
 @dataclass(frozen=True, slots=True)

@@ -275,6 +275,11 @@ def write_spec(cdi_dir: Path, claim_spec: ClaimSpec) -> Path:
     return path
 
 
+def rewrite_spec(cdi_dir: Path, file_name: str, spec: Mapping[str, Any]) -> Path:
+    """Write a spec the checkpoint recorded (file name and content) again. Idempotent."""
+    return write_spec(cdi_dir, ClaimSpec(file_name=file_name, spec=dict(spec), cdi_device_ids=()))
+
+
 def remove_spec(cdi_dir: Path, file_name: str) -> bool:
     """Remove a claim's spec file; True if it existed. Idempotent; an empty name (a record
     migrated from a checkpoint that did not know its spec file) removes nothing."""

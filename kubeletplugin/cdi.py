@@ -43,46 +43,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from driver.api.config import SharingStrategy, mps_device_count_error
 from driver.api.errors import PrepareError
 from driver.discovery.devices import NodeDevice
-from kubeletplugin.mps import daemon_dir, pipe_dir
+from kubeletplugin import sharing
+from kubeletplugin.sharing import ContainerSet, DeviceAllocation, SharingPaths
 
 JSON = dict[str, Any]
 
 CDI_CLASS: Final = "gpu"
-MIB: Final = 1024 * 1024
 CONTROL_DEVICE_NODES: Final = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-MPS_CONTAINER_PIPE_DIR: Final = "/tmp/nvidia-mps"  # noqa: S108 - the path inside the container
-HAMI_CONTAINER_LIBRARY: Final = "/usr/local/vgpu/libvgpu.so"
-HAMI_CONTAINER_LOCK_DIR: Final = "/tmp/vgpulock"  # noqa: S108 - HAMi-core's fixed lock path
 
 _NAME_OK: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*[A-Za-z0-9]|[A-Za-z0-9]")
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceAllocation:
-    """One allocation result of a claim on this node, with its sharing decision."""
-
-    request: str  # "req" or "req/sub"
-    target: NodeDevice  # from the node's device table
-    strategy: SharingStrategy
-    share_id: str | None = None
-    memory_limit_bytes: int | None = None  # None: no memory limit (whole device)
-    cores_percent: int | None = None  # None or 0: no compute limit
-
-
-@dataclass(frozen=True, slots=True)
-class SharingPaths:
-    """Host paths the sharing edits mount into containers."""
-
-    hami_core_library: Path | None
-    hami_lock_dir: Path
-    mps_root: Path
-    # Test-only (with a fake GPU profile): the host directory holding stand-in device nodes
-    # (``nvidia0``, ``nvidiactl``, ``nvidia-caps/...``); each CDI device node then names its
-    # stand-in as ``hostPath`` (CDI 0.5.0), the container still sees ``/dev/...``.
-    device_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,8 +124,9 @@ def _sort_key(target: NodeDevice) -> tuple[str, str]:
 
 def _set_edits(
     allocations: Sequence[DeviceAllocation], paths: SharingPaths, request: str, claim_uid: str
-) -> tuple[list[str], list[JSON]]:
-    """Environment and mounts of one container set (the results of one request)."""
+) -> tuple[list[str], sharing.Edits]:
+    """Environment and the strategy's edits of one container set (the results of one
+    request)."""
     # One in-container GPU per physical target; two shares of one GPU add up.
     by_uuid: dict[str, list[DeviceAllocation]] = {}
     for alloc in allocations:
@@ -166,86 +138,20 @@ def _set_edits(
             f"request {request!r}: its devices use different sharing strategies "
             f"({', '.join(sorted(strategies))})"
         )
-    (strategy,) = strategies
     env = [
         "NVIDIA_VISIBLE_DEVICES=" + ",".join(t.container_uuid for t in targets),
         "CUDA_DEVICE_ORDER=PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(len(targets))),
     ]
-    mounts: list[JSON] = []
-
-    def limits(target: NodeDevice) -> tuple[int | None, int]:
-        group = by_uuid[target.container_uuid]
-        if any(a.memory_limit_bytes is None for a in group):
-            memory = None
-        else:
-            memory = min(sum(a.memory_limit_bytes or 0 for a in group), target.memory_bytes)
-        cores = min(sum(a.cores_percent or 0 for a in group), 100)
-        return memory, cores
-
-    if strategy == "hami-core" and any(t.mig_backed for t in targets):
-        raise PrepareError(
-            f"request {request!r}: sharing.strategy hami-core is not supported on MIG devices"
-            + _DYNAMIC_HINT * any(t.dynamic for t in targets)
-        )
-    if strategy == "hami-core":
-        limit_env: list[str] = []
-        for index, target in enumerate(targets):
-            memory, cores = limits(target)
-            if memory is not None:
-                limit_env.append(f"CUDA_DEVICE_MEMORY_LIMIT_{index}={max(memory // MIB, 1)}m")
-            if 0 < cores < 100:
-                limit_env.append(f"CUDA_DEVICE_SM_LIMIT_{index}={cores}")
-        if limit_env:
-            if paths.hami_core_library is None:
-                raise PrepareError(
-                    f"request {request!r}: sharing.strategy hami-core needs the HAMi-core "
-                    "library, and no host path for libvgpu.so is configured on this node, or "
-                    "none was there when the kubelet plugin started (kubelet plugin setting "
-                    "hami_core_library_path; the chart installs it unless "
-                    "kubeletPlugin.installHamiCore is false)"
-                )
-            env += [*limit_env, f"LD_PRELOAD={HAMI_CONTAINER_LIBRARY}"]
-            mounts += [
-                {
-                    "hostPath": str(paths.hami_core_library),
-                    "containerPath": HAMI_CONTAINER_LIBRARY,
-                    "options": ["ro", "nosuid", "nodev", "bind"],
-                },
-                {
-                    "hostPath": str(paths.hami_lock_dir),
-                    "containerPath": HAMI_CONTAINER_LOCK_DIR,
-                    "options": ["rw", "nosuid", "nodev", "bind"],
-                },
-            ]
-    elif strategy == "mps":
-        if len(targets) != 1:
-            raise PrepareError(mps_device_count_error(request, len(targets)))
-        (target,) = targets
-        if target.mig_backed:
-            raise PrepareError(
-                f"request {request!r}: sharing.strategy mps is not supported on MIG device "
-                f"{target.name!r}" + _DYNAMIC_HINT * target.dynamic
-            )
-        memory, cores = limits(target)
-        env.append(f"CUDA_MPS_PIPE_DIRECTORY={MPS_CONTAINER_PIPE_DIR}")
-        if memory is not None:
-            env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={max(memory // MIB, 1)}M")
-        if 0 < cores < 100:
-            env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={cores}")
-        mounts.append(
-            {
-                "hostPath": str(pipe_dir(daemon_dir(paths.mps_root, claim_uid, target.name))),
-                "containerPath": MPS_CONTAINER_PIPE_DIR,
-                "options": ["rw", "nosuid", "nodev", "bind"],
-            }
-        )
-    return env, mounts
-
-
-_DYNAMIC_HINT: Final = (
-    " (on a dynamic-MIG GPU every device is a MIG instance; use sharing.strategy none)"
-)
+    shares = ContainerSet(
+        request=request,
+        claim_uid=claim_uid,
+        targets=tuple(targets),
+        shares={uuid: tuple(group) for uuid, group in by_uuid.items()},
+    )
+    strategy = sharing.strategy(strategies.pop())
+    strategy.check(shares, paths)
+    return env, strategy.edits(shares, paths)
 
 
 def device_nodes(target: NodeDevice) -> list[JSON]:
@@ -299,14 +205,14 @@ def build_claim_spec(
         used.add(name)
         if not _NAME_OK.fullmatch(name):
             raise PrepareError(f"claim {claim_uid}: {name!r} is not a valid CDI device name")
-        env, mounts = set_edits[_base_request(alloc.request)]
+        env, extra = set_edits[_base_request(alloc.request)]
         try:
             nodes = device_nodes(alloc.target)
         except PrepareError as exc:
             raise PrepareError(f"claim {claim_uid}: {exc}") from exc
-        edits: JSON = {"env": list(env), "deviceNodes": _on_host(nodes, paths.device_dir)}
-        if mounts:
-            edits["mounts"] = [dict(m) for m in mounts]
+        edits: JSON = {"env": [*env, *extra.env], "deviceNodes": _on_host(nodes, paths.device_dir)}
+        if extra.mounts:
+            edits["mounts"] = [dict(m) for m in extra.mounts]
         devices.append({"name": name, "containerEdits": edits})
         ids.append((f"{kind}={name}",))
     spec: JSON = {
@@ -318,14 +224,7 @@ def build_claim_spec(
         },
     }
     spec["cdiVersion"] = minimum_cdi_version(spec)
-    host_dirs = sorted(
-        {
-            mount["hostPath"]
-            for device in devices
-            for mount in device["containerEdits"].get("mounts", ())
-            if mount["hostPath"] == str(paths.hami_lock_dir)
-        }
-    )
+    host_dirs = sorted({d for _, extra in set_edits.values() for d in extra.host_dirs})
     return ClaimSpec(
         file_name=spec_file_name(driver, claim_uid),
         spec=spec,
@@ -374,6 +273,11 @@ def write_spec(cdi_dir: Path, claim_spec: ClaimSpec) -> Path:
     path = cdi_dir / claim_spec.file_name
     atomic_write(path, encode_spec(claim_spec.spec))
     return path
+
+
+def rewrite_spec(cdi_dir: Path, file_name: str, spec: Mapping[str, Any]) -> Path:
+    """Write a spec the checkpoint recorded (file name and content) again. Idempotent."""
+    return write_spec(cdi_dir, ClaimSpec(file_name=file_name, spec=dict(spec), cdi_device_ids=()))
 
 
 def remove_spec(cdi_dir: Path, file_name: str) -> bool:

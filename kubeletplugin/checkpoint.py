@@ -44,8 +44,9 @@ from filelock import FileLock, Timeout
 
 from driver.api.config import STRATEGIES, SharingStrategy
 from driver.api.errors import CheckpointError
-from kubeletplugin.cdi import MPS_CONTAINER_PIPE_DIR, atomic_write
+from kubeletplugin.cdi import atomic_write
 from kubeletplugin.mps import MpsDaemon
+from kubeletplugin.sharing.mps import MPS_CONTAINER_PIPE_DIR
 
 JSON = dict[str, Any]
 
@@ -59,14 +60,32 @@ PREPARE_COMPLETED: Final[ClaimState] = "PrepareCompleted"
 
 
 @dataclass(frozen=True, slots=True)
-class DeviceRecord:
-    """One prepared allocation result: what the kubelet was told and what it holds."""
+class PreparedDevice:
+    """One device of a prepared claim as the kubelet is told it (the DRA ``Device`` message)."""
 
     request_names: tuple[str, ...]
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
     share_id: str | None
+
+    @property
+    def pool_name(self) -> str:
+        """``pool``, as the DRA gRPC ``Device`` message names it."""
+        return self.pool
+
+    @property
+    def device_name(self) -> str:
+        """``device``, as the DRA gRPC ``Device`` message names it."""
+        return self.device
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRecord(PreparedDevice):
+    """One prepared allocation result: what the kubelet was told (the :class:`PreparedDevice`
+    it is) and what the node holds for it. The one record of a device on the Prepare path:
+    planned once, checkpointed, and answered to the kubelet (:meth:`prepared`)."""
+
     gpu_uuid: str  # the device's UUID (MIG UUID for a MIG device)
     exclusive: bool  # True: the whole device; False: a share of a shareable GPU
     memory_bytes: int  # reserved memory (the whole device's when exclusive)
@@ -75,6 +94,12 @@ class DeviceRecord:
     # Allocated for administrative access: it neither blocks other claims nor is blocked by
     # them, and takes no share of the device's capacity (upstream's adminAccess).
     admin_access: bool = False
+
+    def prepared(self) -> PreparedDevice:
+        """The kubelet's part of the record."""
+        return PreparedDevice(
+            self.request_names, self.pool, self.device, self.cdi_device_ids, self.share_id
+        )
 
     def to_json(self) -> JSON:
         return {
@@ -499,6 +524,7 @@ __all__ = [
     "ClaimState",
     "DeviceRecord",
     "MigRecord",
+    "PreparedDevice",
     "Timeout",
     "decode",
     "encode",

@@ -23,9 +23,9 @@ import pytest
 
 from driver.discovery.backend import open_backend
 from driver.discovery.gpus import GpuInfo
-from kubeletplugin.cdi import MPS_CONTAINER_PIPE_DIR
 from kubeletplugin.mps import MpsManager, MpsSettings, daemon_dir
 from kubeletplugin.prepare import ClaimRef, Preparer, PrepareSettings
+from kubeletplugin.sharing.mps import MPS_CONTAINER_PIPE_DIR
 
 pytestmark = pytest.mark.gpu
 

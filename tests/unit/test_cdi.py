@@ -13,7 +13,8 @@ import pytest
 from driver.api.errors import PrepareError
 from driver.discovery.devices import DeviceTable, NodeDevice
 from kubeletplugin import cdi
-from kubeletplugin.cdi import DeviceAllocation, SharingPaths, build_claim_spec, minimum_cdi_version
+from kubeletplugin.cdi import build_claim_spec, minimum_cdi_version
+from kubeletplugin.sharing import DeviceAllocation, SharingPaths
 from tests.unit.builders import gpu_info
 
 DRIVER = "gpu.biaxial.dev"

@@ -26,8 +26,8 @@ from kubeletplugin.server import DraService, unix_server
 
 DEVICE = PreparedDevice(
     request_names=("gpu",),
-    pool_name="n1",
-    device_name="gpu-0",
+    pool="n1",
+    device="gpu-0",
     cdi_device_ids=("k8s.gpu.biaxial.dev/gpu=u1-gpu-0",),
     share_id="share-1",
 )

@@ -45,7 +45,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from driver.api.errors import BiaxialError, CheckpointError, ConfigError
 from driver.discovery.backend import GpuBackend, next_health_event, open_backend
@@ -76,6 +76,9 @@ from kubeletplugin.reconcile import Reconciler, Released
 from kubeletplugin.registration import Registrar
 from kubeletplugin.server import DraService, HealthService, unix_server
 from kubeletplugin.settings import Settings, with_installed_hami_core
+
+if TYPE_CHECKING:
+    from grpc import aio
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -340,14 +343,63 @@ async def run(settings: Settings) -> int:
 
 
 async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: float) -> int:
+    """Recover, publish, serve DRA and run the plugin's loops until ``stop``; the exit code."""
     settings = plugin.settings
-    loop = asyncio.get_running_loop()
     events = NodeEvents(
         api,
         node_name=settings.node_name,
         namespace=settings.event_namespace,
         instance=f"{settings.node_name}/{settings.pod_uid or 'plugin'}",
     )
+    preparer = await _recovered_preparer(plugin, api, events)
+    publisher = _publisher(plugin, api)
+    dra_server = _dra_server(plugin, preparer)
+    await dra_server.start()
+    log.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
+    guard = task_guard(plugin.metrics, plugin.health_state)
+    endpoints: Endpoints | None = None
+    try:
+        endpoints = serve(
+            plugin.metrics,
+            plugin.health_state,
+            settings.metrics_address,
+            settings.metrics_port,
+            ready=plugin.ready_state,
+            health_host=settings.health_address,
+            health_port=settings.health_port,
+        )
+        _start_loops(guard, plugin, api, events=events, publisher=publisher, preparer=preparer)
+        log.info(
+            "plugin %s on node %s ready in %.0f ms (%s)",
+            settings.driver_name,
+            settings.node_name,
+            (time.monotonic() - started) * 1000,
+            f"fake GPUs {settings.fake_gpus}" if settings.fake_gpus else "NVML",
+        )
+        await guard.until(stop)
+        code = EXIT_CRASH if guard.tripped.is_set() else EXIT_OK
+        log.info("stopping (%s)", guard.reason or "signal")
+        await guard.stop(settings.grace_s)
+    finally:
+        await plugin.broadcaster.close()
+        await dra_server.stop(settings.grace_s)
+        settings.dra_socket.unlink(missing_ok=True)
+        if endpoints is not None:
+            await asyncio.to_thread(endpoints.close)
+    if settings.remove_slices_on_exit and code == EXIT_OK:
+        try:
+            await publisher.remove_all()
+        except BiaxialError as exc:
+            log.error("could not remove this node's ResourceSlices: %s", exc)  # noqa: TRY400
+    log.info("stopped")
+    return code
+
+
+async def _recovered_preparer(plugin: Plugin, api: PluginApi, events: NodeEvents) -> Preparer:
+    """The Preparer, its checkpoint recovered (or the failure logged: Prepare then refuses
+    with it per claim) and the inventory re-read, since recovery may have made instances."""
+    settings = plugin.settings
+    loop = asyncio.get_running_loop()
 
     def on_checkpoint(error: str | None) -> None:  # called from the Preparer's worker thread
         loop.call_soon_threadsafe(plugin.checkpoint_changed, error, events)
@@ -374,13 +426,12 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
     plugin.owned = preparer.owned_instances
     if plugin.rebuild(await plugin.discover()):  # recovery may have made instances
         preparer.observe_inventory(plugin.devices)
-    reconciler = Reconciler(
-        preparer,
-        api.get_claim,
-        node_name=settings.node_name,
-        driver_name=settings.driver_name,
-        grace_s=settings.release_grace_s,
-    )
+    return preparer
+
+
+def _publisher(plugin: Plugin, api: PluginApi) -> Publisher:
+    """The ResourceSlice publisher with the current inventory, and the metrics read from it."""
+    settings = plugin.settings
     publisher = Publisher(
         api,
         node_name=settings.node_name,
@@ -393,11 +444,16 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
     metrics.published_devices.set_function(lambda: publisher.published_devices)
     metrics.pool_generation.set_function(lambda: publisher.generation)
     metrics.unhealthy_devices.set(len(plugin.tracker.unhealthy()))  # (and on every change)
+    return publisher
 
-    dra_server = unix_server(settings.dra_socket)
-    dra_server.add_generic_rpc_handlers(
+
+def _dra_server(plugin: Plugin, preparer: Preparer) -> aio.Server:
+    """The kubelet's DRA and health services on the plugin's socket (not started)."""
+    settings = plugin.settings
+    server = unix_server(settings.dra_socket)
+    server.add_generic_rpc_handlers(
         (
-            *DraService(preparer, metrics).handlers(),
+            *DraService(preparer, plugin.metrics).handlers(),
             *HealthService(
                 plugin.broadcaster,
                 pool_name=settings.node_name,
@@ -406,62 +462,45 @@ async def _serve(plugin: Plugin, api: PluginApi, stop: asyncio.Event, started: f
             ).handlers(),
         )
     )
-    await dra_server.start()
-    log.info("DRA service on %s (%d GPU(s))", settings.dra_socket, len(plugin.gpus))
-    guard = task_guard(metrics, plugin.health_state)
-    endpoints: Endpoints | None = None
-    try:
-        endpoints = serve(
-            metrics,
-            plugin.health_state,
-            settings.metrics_address,
-            settings.metrics_port,
-            ready=plugin.ready_state,
-            health_host=settings.health_address,
-            health_port=settings.health_port,
-        )
-        guard.start("events", events.run())
-        guard.start("publisher", publisher.run())
-        guard.start("health", plugin.health_loop(publisher))
-        guard.start("rediscover", plugin.rediscover_loop(publisher, preparer))
-        guard.start(
-            "reconcile",
-            reconciler.run(settings.reconcile_s, lambda r: plugin.released(r, events)),
-        )
-        if settings.advertise_legacy_resources:
-            guard.start("node-resources", plugin.node_resources_loop(api))
-        if settings.fake_gpus is not None:
-            guard.start("fake-inject", plugin.inject_loop())
-        registrar = Registrar(
-            driver_name=settings.driver_name,
-            socket_path=settings.registration_socket,
-            endpoint=settings.dra_socket,
-            metrics=metrics,
-            health=plugin.health_state,
-            grace_s=settings.grace_s,
-        )
-        guard.start("registration", registrar.run())
-        log.info(
-            "plugin %s on node %s ready in %.0f ms (%s)",
-            settings.driver_name,
-            settings.node_name,
-            (time.monotonic() - started) * 1000,
-            f"fake GPUs {settings.fake_gpus}" if settings.fake_gpus else "NVML",
-        )
-        await guard.until(stop)
-        code = EXIT_CRASH if guard.tripped.is_set() else EXIT_OK
-        log.info("stopping (%s)", guard.reason or "signal")
-        await guard.stop(settings.grace_s)
-    finally:
-        await plugin.broadcaster.close()
-        await dra_server.stop(settings.grace_s)
-        settings.dra_socket.unlink(missing_ok=True)
-        if endpoints is not None:
-            await asyncio.to_thread(endpoints.close)
-    if settings.remove_slices_on_exit and code == EXIT_OK:
-        try:
-            await publisher.remove_all()
-        except BiaxialError as exc:
-            log.error("could not remove this node's ResourceSlices: %s", exc)  # noqa: TRY400
-    log.info("stopped")
-    return code
+    return server
+
+
+def _start_loops(
+    guard: TaskGuard,
+    plugin: Plugin,
+    api: PluginApi,
+    *,
+    events: NodeEvents,
+    publisher: Publisher,
+    preparer: Preparer,
+) -> None:
+    """Every background loop of the plugin, registration last: the kubelet calls the DRA
+    service as soon as it has registered."""
+    settings = plugin.settings
+    reconciler = Reconciler(
+        preparer,
+        api.get_claim,
+        node_name=settings.node_name,
+        driver_name=settings.driver_name,
+        grace_s=settings.release_grace_s,
+    )
+    guard.start("events", events.run())
+    guard.start("publisher", publisher.run())
+    guard.start("health", plugin.health_loop(publisher))
+    guard.start("rediscover", plugin.rediscover_loop(publisher, preparer))
+    guard.start(
+        "reconcile", reconciler.run(settings.reconcile_s, lambda r: plugin.released(r, events))
+    )
+    if settings.advertise_legacy_resources:
+        guard.start("node-resources", plugin.node_resources_loop(api))
+    if settings.fake_gpus is not None:
+        guard.start("fake-inject", plugin.inject_loop())
+    registrar = Registrar(
+        driver_name=settings.driver_name,
+        socket_path=settings.registration_socket,
+        endpoint=settings.dra_socket,
+        metrics=plugin.metrics,
+        health=plugin.health_state,
+        grace_s=settings.grace_s,
+    )
+    guard.start("registration", registrar.run())

@@ -84,7 +84,8 @@ from controller.volumes import VolumeBinder, VolumeBindingError
 from driver.api.claims import ResourceClaim
 from driver.api.errors import ApiError, BiaxialError, DeadlineExceededError, clip
 from driver.cel import cost
-from driver.scheduling.decision import NOT_HELPFUL_TAIL, DecisionEngine
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.dryrun import NOT_HELPFUL_TAIL
 from driver.scheduling.outcome import (
     REASON_CLAIM_NODE,
     REASON_CLAIMS,

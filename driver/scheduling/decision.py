@@ -23,22 +23,19 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
    :class:`~driver.scheduling.outcome.Placement`, or an
    :class:`~driver.scheduling.outcome.Unschedulable` with kube-scheduler's per-node reasons.
 
-**Pruning.** The :mod:`capacity index <driver.scheduling.capacity_index>` files every node in
-sorted lists by partition, in one view per set of device kinds a pod may use (its classes and
-selectors decide: :mod:`driver.scheduling.classification`). For a pod, the engine computes per
-partition of its view an *optimistic bound* of the node score over the devices it can use
-(:mod:`driver.scheduling.bounds`; exact for simple pods on one kind of device), walks nodes
-best bound first across the lists (a heap merge), evaluates them exactly (index precheck, node
-filter, allocator, exact score), and stops as soon as the best bound left cannot beat the best
-exact (score, name) found. Partitions that cannot hold the pod are never visited; nodes a rule
-between pods excludes are skipped inside their lists before any heap work; a node whose soft
-rules cost a penalty goes back into the heap with its bound lowered by it. The result is
-identical to evaluating every node (tests compare both on random clusters, with every rule);
-:class:`DecisionEngine` takes ``exhaustive=True`` for that reference. Pruning is switched off
-(every node evaluated) where a bound would not hold: slices that are not node-local, ``All`` or
-admin-access requests, pods with allocated claims, ``gpumem-percentage``, and legacy resources
-some node serves through a device plugin. When nothing fits, every node is evaluated for the
-kube-scheduler message. ``docs/scoring.md`` explains the bounds.
+**Pruning.** For a pod whose bounds hold, the engine computes per partition of the capacity
+index's view of the kinds it may use an optimistic bound of the node score and walks nodes
+best bound first (:mod:`driver.scheduling.search`, where the walk and its exactness are told).
+The result is identical to evaluating every node; :class:`DecisionEngine` takes
+``exhaustive=True`` for that reference. Pruning is switched off (every node evaluated) where a
+bound would not hold: slices that are not node-local, ``All`` or admin-access requests, pods
+with allocated claims, ``gpumem-percentage``, and legacy resources some node serves through a
+device plugin. When nothing fits, every node is evaluated for the kube-scheduler message.
+
+**Preemption.** :meth:`DecisionEngine.preempt` runs the dry run of
+:mod:`driver.scheduling.dryrun`, which asks the engine only through its what-if interface
+(:meth:`~DecisionEngine.what_if` and the methods beside it): pods on a node, and views of a
+node with some pods gone (:class:`WhatIf`) in which the pod's fit is asked.
 
 **What it counts.** The engine is told about the cluster and about its own decisions only
 through its methods, as kube-scheduler's DRA manager is fed from informers and its assume
@@ -105,7 +102,6 @@ from driver.scheduling.bridge import (
 )
 from driver.scheduling.capacity_index import (
     CapacityIndex,
-    DeviceKind,
     FilingEntry,
     NodeShape,
     Variant,
@@ -169,16 +165,14 @@ from driver.scheduling.tracker import Change, ClusterTracker
 from driver.scheduling.volumes import ClusterVolumes, VolumeState
 from driver.structured.allocator import (
     DEFAULT_SEARCH_BUDGET,
-    MAX_CACHED_SELECTOR_SETS,
     SearchStats,
     allocate,
 )
-from driver.structured.snapshot import AllocatedState, ClusterSnapshot, NodeCandidates
+from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
-_UNKNOWN: Final[Any] = object()  # not looked up yet
 _NO_USAGE: Final = NodeUsage()
 
 
@@ -1023,7 +1017,7 @@ class DecisionEngine:
             short = precheck(state, ctx.demand, bounds)
             if short is not None:
                 return short
-        self._seed_selectors(node, claims)
+        self._index.seed_selectors(self.snapshot, node, claims)
         stats = SearchStats()
         self.stats.allocator_calls += 1
         try:
@@ -1058,70 +1052,6 @@ class DecisionEngine:
         cores = ctx.demand.cores if ctx.demand is not None else pod_demand(claims).cores
         score = node_score(state.shape.total, state.used, adding, cores=cores)
         return NodeOutcome(score, tuple(results), bridge, volumes)
-
-    def _seed_selectors(self, node: Node, claims: Sequence[ResourceClaim]) -> None:
-        """Hand the allocator the verdicts of request selectors that answer for whole device
-        kinds on this node (:meth:`DeviceClassifier.verdict`), so it does not evaluate them
-        device by device on its first visit (a dynamic-MIG node publishes some 200 devices:
-        one CEL evaluation each, the p99 of MIG decisions). As the classifier seeds class
-        verdicts: once per node and selector set; a device whose kind has no certain verdict
-        for every selector of the set is left to the allocator (errors included)."""
-        found = None
-        for claim in claims:
-            for request in claim.requests:
-                alternatives = (
-                    (request.exactly,) if request.exactly is not None else request.first_available
-                )
-                for alt in alternatives:
-                    if not alt.selectors:
-                        continue
-                    device_class = self.snapshot.classes.get(alt.device_class_name)
-                    if device_class is None:
-                        continue  # (the allocator's error to report)
-                    if found is None:
-                        found = self._index.device_kinds(node)
-                        if found is None or found[0] is not self.snapshot.candidates(node):
-                            return  # (not classified by the index, or not these candidates)
-                    self._seed_set(found, tuple(device_class.selectors), alt.selectors)
-
-    def _seed_set(
-        self,
-        found: tuple[NodeCandidates, Sequence[int], NodeShape],
-        class_selectors: tuple[str, ...],
-        selectors: tuple[str, ...],
-    ) -> None:
-        candidates, positions, shape = found
-        cache = candidates.verdicts
-        key = (*class_selectors, "", *selectors)
-        if key in cache or len(cache) >= MAX_CACHED_SELECTOR_SETS - 1:
-            return
-        by_class = cache.get((*class_selectors, ""))
-        if by_class is None:
-            return
-        index = self._index
-        per_kind: dict[DeviceKind, bool | None] = {}
-        known: list[bool | None] = [None] * len(candidates.devices)
-        for position, kind in zip(positions, shape.key, strict=True):
-            in_class = by_class[position]
-            if in_class is None:
-                continue
-            if not in_class:
-                known[position] = False
-                continue
-            verdict = per_kind.get(kind, _UNKNOWN)
-            if verdict is _UNKNOWN:
-                facts = index.kinds.get(kind)
-                verdicts = (
-                    [self._classifier.verdict(e, kind, facts, index.generation) for e in selectors]
-                    if facts is not None
-                    else [None]
-                )
-                verdict = None if None in verdicts else all(verdicts)
-                per_kind[kind] = verdict
-            if verdict is not None:
-                known[position] = verdict and candidates.devices[position].node_match
-        if any(v is not None for v in known):
-            cache[key] = known
 
     def _placement(self, ctx: PodContext, best: Best, evaluated: int) -> Placement:
         outcome = best.outcome

@@ -99,7 +99,13 @@ def pod_is_finished(pod: Mapping[str, Any]) -> bool:
 
 
 class Api(Protocol):
-    """What the controller needs from the API server (``KubeApi``, or a fake in tests)."""
+    """What the controller needs from the API server: the generic calls of
+    :class:`kubeapi.Client` plus :meth:`bind`. The one spelling of the controller's API
+    surface: :class:`KubeApi`, :class:`GuardedApi` (so :class:`controller.leader.FencedApi`)
+    and the unit tests' ``FakeApi`` implement it, and mypy checks the first three wherever
+    they are handed over as an ``Api``. (The kubelet plugin's ``PluginApi`` has typed
+    operations of its own; its ``SliceApi`` and ``EventApi`` are subsets of that, not of
+    this. The tests' ``Api`` classes are a raw HTTP harness and a claim source: no protocol.)"""
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON: ...
 

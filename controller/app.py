@@ -1,7 +1,7 @@
 """The controller process: one asyncio loop, every background task under one guard.
 
-:class:`Controller` wires the caches, the scheduler, the deallocator, leader election and the
-HTTP endpoint together:
+:class:`Controller` runs the caches, the scheduler and the deallocator (built together by
+:func:`controller.wiring.build`), leader election and the HTTP endpoints:
 
 * the informers start at once (a standby keeps warm caches, so it takes over quickly);
 * once the caches are synced and (with leader election) the Lease is held, the scheduler and
@@ -47,13 +47,11 @@ import time
 
 from controller import webhook
 from controller.api import Api, Endpoint, KubeApi
-from controller.cache import ClusterCache
 from controller.commit import StepHook
-from controller.deallocate import Deallocator
 from controller.leader import FencedApi, LeaderElector, WriteFence
 from controller.metrics import Metrics
-from controller.scheduler import Scheduler
 from controller.settings import FIELD_MANAGER, Settings
+from controller.wiring import build
 from driver.api.errors import ConfigError
 from kubeapi.serving import (
     Board,
@@ -94,19 +92,11 @@ class Controller:
         self.fence = fence if fence is not None else WriteFence()
         # Every write of the scheduler, committer and deallocator passes the leader fence.
         writer: Api = FencedApi(api, self.fence) if settings.leader_elect else api
-        self.cache = ClusterCache(
-            api,
-            watch_timeout_s=settings.watch_timeout_s,
-            owners=bool(settings.spreading.constraints),
-        )
-        self.scheduler = Scheduler(settings, writer, self.cache, self.metrics, on_step=on_step)
-        self.deallocator = Deallocator(
-            writer,
-            self.cache,
-            self.scheduler.committer,
-            self.metrics,
-            finalizer=settings.finalizer,
-        )
+        graph = build(settings, api, self.metrics, writer=writer, on_step=on_step)
+        self.cache = graph.cache
+        self.queue = graph.queue
+        self.scheduler = graph.scheduler
+        self.deallocator = graph.deallocator
         self.elector = (
             LeaderElector(lease_api or api, settings, self.metrics, self.fence)
             if settings.leader_elect
@@ -211,7 +201,7 @@ class Controller:
         else:
             role = "leader" if self.leading.is_set() else "standby"
             self.board.publish("/readyz", Probe(True, f"ok ({role})\n"))
-        self.metrics.set_queue_depths(self.scheduler.queue.depths)
+        self.metrics.set_queue_depths(self.queue.depths)
         self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)
 
     async def _publish_loop(self) -> None:

@@ -177,6 +177,15 @@ class Recorder:
             )
         )
 
+    async def binding_pending(self, pod: PodRef, node: str) -> None:
+        """The pod waits for its devices' binding conditions on ``node`` (an Event)."""
+        await self.event(
+            pod,
+            "Normal",
+            "BindingConditionsPending",
+            f"waiting for binding conditions for device on node {node}",
+        )
+
     async def event(self, pod: PodRef, etype: str, reason: str, message: str) -> None:
         """Write one Event about ``pod`` now, outside the lane (preemption's ``Preempting`` and
         ``Preempted``, and ``BindingConditionsPending``: rare, and none may replace another

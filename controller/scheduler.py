@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
 from controller.api import JSON, Api, meta, object_key, pod_is_finished, pod_node
-from controller.binding import BindingFailedError, BindingTimeoutError, BindingWaiter
+from controller.binding import BindingFailedError, BindingTimeoutError
 from controller.cache import ClusterCache
 from controller.commit import (
     BridgePlan,
@@ -60,7 +60,6 @@ from controller.commit import (
     Committer,
     Plan,
     PodRef,
-    StepHook,
 )
 from controller.equivalence import UnschedulableMemo, pod_signature
 from controller.events import REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Recorder
@@ -80,11 +79,12 @@ from controller.queue import ClusterEvent, EventKind, Hint, Outcome, SchedulingQ
 from controller.repair import Repairer
 from controller.retention import EVENT_CLAIM_DELETED_IN_USE, Retention
 from controller.settings import Settings
-from controller.volumes import VolumeBinder, VolumeBindingError
+from controller.volumes import VolumeBindingError
 from driver.api.claims import ResourceClaim
 from driver.api.errors import ApiError, BiaxialError, DeadlineExceededError, clip
 from driver.cel import cost
-from driver.scheduling.decision import NOT_HELPFUL_TAIL, DecisionEngine
+from driver.scheduling.decision import DecisionEngine
+from driver.scheduling.dryrun import NOT_HELPFUL_TAIL
 from driver.scheduling.outcome import (
     REASON_CLAIM_NODE,
     REASON_CLAIMS,
@@ -125,10 +125,6 @@ DEVICE_REASONS: Final = frozenset(
 #: The per-node reasons a pod placed on a node may lift: required pod affinity (a pod to be near
 #: appears) and topology spread (the least loaded domain gains a pod).
 POD_ADDED_REASONS: Final = frozenset({REASON_AFFINITY, REASON_SPREAD})
-
-
-async def _no_step(_step: str, _key: str) -> None:
-    return None
 
 
 def _device_set(claim: Mapping[str, Any] | None) -> frozenset[tuple[str, str, str, str]]:
@@ -282,55 +278,32 @@ class Scheduler:
         cache: ClusterCache,
         metrics: Metrics,
         *,
-        on_step: StepHook | None = None,
+        queue: SchedulingQueue,
+        committer: Committer,
+        recorder: Recorder,
+        evictor: Evictor,
+        memo: UnschedulableMemo,
+        jobs: TaskGuard,
+        write_slots: asyncio.Semaphore,
     ) -> None:
+        """The collaborators come built (:func:`controller.wiring.build`); ``jobs`` runs the
+        placement writes and reports in flight, ``write_slots`` bounds the writes at once
+        (the committer takes them too). The feed, the repairer and the retention are built
+        here, after this scheduler subscribes to the cache: each subscribes in turn, and the
+        order of subscription is the order in which they see an event (the loop's handler
+        first: it asks the feed about a pod before the feed forgets it)."""
         self.settings = settings
         self.api = api
         self.cache = cache
         self.metrics = metrics
-        self.queue = SchedulingQueue(
-            backoff_initial_s=settings.backoff_initial_s,
-            backoff_max_s=settings.backoff_max_s,
-            flush_s=settings.unschedulable_flush_s,
-        )
-
-        def on_conflict(step: str) -> None:
-            metrics.conflicts.labels(step=step).inc()
-
-        self.volumes = VolumeBinder(
-            api,
-            cache,
-            timeout_s=settings.volume_bind_timeout_s,
-            on_step=on_step or _no_step,
-            on_conflict=on_conflict,
-        )
-        self._writes = asyncio.Semaphore(settings.max_concurrent_writes)
-        self.binding = BindingWaiter(cache.overlay.get, timeout_s=settings.binding_timeout_s)
-        cache.overlay.add_listener(self.binding.changed)
-        self.committer = Committer(
-            api,
-            cache.overlay,
-            finalizer=settings.finalizer,
-            on_step=on_step,
-            on_conflict=on_conflict,
-            write_slots=self._writes,
-            volumes=self.volumes,
-            binding=self.binding,
-            on_waiting=self._binding_pending,
-        )
-        self._jobs = TaskGuard()  # placement writes and reports in flight
-        self.recorder = Recorder(
-            api,
-            component=settings.scheduler_name,
-            instance=settings.identity,
-            spawn=self._spawn,
-        )
-        self.memo = UnschedulableMemo()
-        self.evictor = Evictor(
-            api, self.recorder, scheduler_name=settings.scheduler_name, on_step=on_step
-        )
+        self.queue = queue
+        self.committer = committer
+        self.recorder = recorder
+        self.evictor = evictor
+        self.memo = memo
+        self._jobs = jobs
+        self._writes = write_slots
         self._nominated_at: dict[str, float] = {}  # pod uid -> when this controller nominated it
-        # The loop's handler first: it asks the feed about a pod before the feed forgets it.
         cache.subscribe(self._on_event)
         self.feed = EngineFeed(
             cache,
@@ -340,7 +313,7 @@ class Scheduler:
             on_cluster_change=self._cluster_changed,
             spreading=settings.spreading,
         )
-        self.repairer = Repairer(api, cache, self.committer, metrics, finalizer=settings.finalizer)
+        self.repairer = Repairer(api, cache, committer, metrics, finalizer=settings.finalizer)
         self.retention = Retention(
             cache,
             on_release=self._retained_released,
@@ -827,14 +800,6 @@ class Scheduler:
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._jobs.spawn(coro)
-
-    async def _binding_pending(self, plan: Plan) -> None:
-        await self.recorder.event(
-            plan.pod,
-            "Normal",
-            "BindingConditionsPending",
-            f"waiting for binding conditions for device on node {plan.node}",
-        )
 
     async def _commit(self, key: str, plan: Plan) -> None:
         outcome = Outcome.ERROR

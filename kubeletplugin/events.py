@@ -37,7 +37,8 @@ STALE_CLAIM_RELEASED: Final = "StaleClaimReleased"
 
 
 class EventApi(Protocol):
-    """The part of :class:`kubeletplugin.api.PluginApi` events need."""
+    """The part of :class:`kubeletplugin.api.PluginApi` events need: a narrow
+    protocol, a true subset of its methods, so a test fake needs only these."""
 
     async def get_node(self, name: str) -> JSON: ...
 

@@ -51,7 +51,8 @@ MAX_WRITE_ROUNDS: Final = 10  # consecutive list+write rounds before backing off
 
 
 class SliceApi(Protocol):
-    """The part of :class:`kubeletplugin.api.PluginApi` the publisher uses."""
+    """The part of :class:`kubeletplugin.api.PluginApi` the publisher uses: a narrow
+    protocol, a true subset of its methods, so a test fake needs only these."""
 
     async def get_node(self, name: str) -> JSON: ...
 

@@ -31,9 +31,9 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
-from driver.api.claims import AllocationResult
+from driver.api.claims import AllocationResult, ResourceClaim
 from driver.api.ids import DeviceID
 from driver.api.model import Device
 from driver.api.nodes import Node
@@ -50,6 +50,7 @@ from driver.scheduling.scoring import (
     node_dims,
     pool_counters,
 )
+from driver.structured.allocator import MAX_CACHED_SELECTOR_SETS
 from driver.structured.snapshot import (
     Candidate,
     CapacitySpec,
@@ -61,6 +62,7 @@ from driver.structured.snapshot import (
 
 LEVELS: Final = 32
 _DIRECTIONS: Final[tuple[NodePolicy, ...]] = ("binpack", "spread")
+_UNKNOWN: Final[Any] = object()  # not looked up yet
 
 
 def units(nanos: int) -> int:
@@ -476,6 +478,72 @@ class CapacityIndex:
             self._count(shape, 1)
         self._node_devices[node.name] = (candidates, found)
         return found
+
+    def seed_selectors(
+        self, snapshot: ClusterSnapshot, node: Node, claims: Sequence[ResourceClaim]
+    ) -> None:
+        """Hand the allocator the verdicts of request selectors that answer for whole device
+        kinds on this node of ``snapshot`` (:meth:`DeviceClassifier.verdict`), so it does not
+        evaluate them device by device on its first visit (a dynamic-MIG node publishes some
+        200 devices: one CEL evaluation each, the p99 of MIG decisions). As the classifier
+        seeds class verdicts: once per node and selector set; a device whose kind has no
+        certain verdict for every selector of the set is left to the allocator (errors
+        included)."""
+        found = None
+        for claim in claims:
+            for request in claim.requests:
+                alternatives = (
+                    (request.exactly,) if request.exactly is not None else request.first_available
+                )
+                for alt in alternatives:
+                    if not alt.selectors:
+                        continue
+                    device_class = snapshot.classes.get(alt.device_class_name)
+                    if device_class is None:
+                        continue  # (the allocator's error to report)
+                    if found is None:
+                        found = self.device_kinds(node)
+                        if found is None or found[0] is not snapshot.candidates(node):
+                            return  # (not classified by the index, or not these candidates)
+                    self._seed_set(found, tuple(device_class.selectors), alt.selectors)
+
+    def _seed_set(
+        self,
+        found: tuple[NodeCandidates, Sequence[int], NodeShape],
+        class_selectors: tuple[str, ...],
+        selectors: tuple[str, ...],
+    ) -> None:
+        candidates, positions, shape = found
+        cache = candidates.verdicts
+        key = (*class_selectors, "", *selectors)
+        if key in cache or len(cache) >= MAX_CACHED_SELECTOR_SETS - 1:
+            return
+        by_class = cache.get((*class_selectors, ""))
+        if by_class is None:
+            return
+        per_kind: dict[DeviceKind, bool | None] = {}
+        known: list[bool | None] = [None] * len(candidates.devices)
+        for position, kind in zip(positions, shape.key, strict=True):
+            in_class = by_class[position]
+            if in_class is None:
+                continue
+            if not in_class:
+                known[position] = False
+                continue
+            verdict = per_kind.get(kind, _UNKNOWN)
+            if verdict is _UNKNOWN:
+                facts = self.kinds.get(kind)
+                verdicts = (
+                    [self.classifier.verdict(e, kind, facts, self.generation) for e in selectors]
+                    if facts is not None
+                    else [None]
+                )
+                verdict = None if None in verdicts else all(verdicts)
+                per_kind[kind] = verdict
+            if verdict is not None:
+                known[position] = verdict and candidates.devices[position].node_match
+        if any(v is not None for v in known):
+            cache[key] = known
 
     def device_kinds(self, node: Node) -> tuple[NodeCandidates, Sequence[int], NodeShape] | None:
         """The node's candidates as the index classified them: the candidate index of each

@@ -23,22 +23,19 @@ ResourceClaims), :meth:`DecisionEngine.decide`:
    :class:`~driver.scheduling.outcome.Placement`, or an
    :class:`~driver.scheduling.outcome.Unschedulable` with kube-scheduler's per-node reasons.
 
-**Pruning.** The :mod:`capacity index <driver.scheduling.capacity_index>` files every node in
-sorted lists by partition, in one view per set of device kinds a pod may use (its classes and
-selectors decide: :mod:`driver.scheduling.classification`). For a pod, the engine computes per
-partition of its view an *optimistic bound* of the node score over the devices it can use
-(:mod:`driver.scheduling.bounds`; exact for simple pods on one kind of device), walks nodes
-best bound first across the lists (a heap merge), evaluates them exactly (index precheck, node
-filter, allocator, exact score), and stops as soon as the best bound left cannot beat the best
-exact (score, name) found. Partitions that cannot hold the pod are never visited; nodes a rule
-between pods excludes are skipped inside their lists before any heap work; a node whose soft
-rules cost a penalty goes back into the heap with its bound lowered by it. The result is
-identical to evaluating every node (tests compare both on random clusters, with every rule);
-:class:`DecisionEngine` takes ``exhaustive=True`` for that reference. Pruning is switched off
-(every node evaluated) where a bound would not hold: slices that are not node-local, ``All`` or
-admin-access requests, pods with allocated claims, ``gpumem-percentage``, and legacy resources
-some node serves through a device plugin. When nothing fits, every node is evaluated for the
-kube-scheduler message. ``docs/scoring.md`` explains the bounds.
+**Pruning.** For a pod whose bounds hold, the engine computes per partition of the capacity
+index's view of the kinds it may use an optimistic bound of the node score and walks nodes
+best bound first (:mod:`driver.scheduling.search`, where the walk and its exactness are told).
+The result is identical to evaluating every node; :class:`DecisionEngine` takes
+``exhaustive=True`` for that reference. Pruning is switched off (every node evaluated) where a
+bound would not hold: slices that are not node-local, ``All`` or admin-access requests, pods
+with allocated claims, ``gpumem-percentage``, and legacy resources some node serves through a
+device plugin. When nothing fits, every node is evaluated for the kube-scheduler message.
+
+**Preemption.** :meth:`DecisionEngine.preempt` runs the dry run of
+:mod:`driver.scheduling.dryrun`, which asks the engine only through its what-if interface
+(:meth:`~DecisionEngine.what_if` and the methods beside it): pods on a node, and views of a
+node with some pods gone (:class:`WhatIf`) in which the pod's fit is asked.
 
 **What it counts.** The engine is told about the cluster and about its own decisions only
 through its methods, as kube-scheduler's DRA manager is fed from informers and its assume
@@ -73,16 +70,14 @@ kept up to date with one built at once. Decisions never mutate their inputs.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
 from fractions import Fraction
-from functools import partial
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, TypeVar
 
 from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.api.config import check_claim_config
@@ -94,16 +89,12 @@ from driver.scheduling.bounds import (
     Demand,
     ShapeBounds,
     Usable,
-    bound_amounts,
-    float_score,
     pod_demand,
     precheck,
     shape_bounds,
 )
 from driver.scheduling.bridge import (
-    BridgeClaim,
     ExtendedResourceMap,
-    PodLegacyResources,
     build_bridge_claim,
     dra_resources_on_node,
     filter_exempt,
@@ -111,8 +102,6 @@ from driver.scheduling.bridge import (
 )
 from driver.scheduling.capacity_index import (
     CapacityIndex,
-    DeviceKind,
-    FiledNode,
     FilingEntry,
     NodeShape,
     Variant,
@@ -126,6 +115,7 @@ from driver.scheduling.checks import (
     unserved,
 )
 from driver.scheduling.classification import DeviceClassifier
+from driver.scheduling.dryrun import NEVER, NOT_HELPFUL, dry_run
 from driver.scheduling.nodefit import (
     NodeUsage,
     PodSchedulingFacts,
@@ -147,57 +137,43 @@ from driver.scheduling.outcome import (
     PreFilterRejectedError,
     Unschedulable,
 )
-from driver.scheduling.podindex import ScheduledPod
-from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
-from driver.scheduling.preemption import (
-    NOT_STARTED,
-    DisruptionBudget,
-    NodeVictims,
-    PodOnNode,
-    Verdict,
-    budget_violations,
-    candidate_count,
-    candidate_offset,
-    may_preempt,
-    pick_one,
-    potential_victims,
-    select_victims,
-    verdict_of,
-    victims_by,
+from driver.scheduling.podcontext import (
+    ZERO,
+    Best,
+    BridgeKey,
+    BridgeVariant,
+    DecisionStats,
+    NodeOutcome,
+    PodContext,
+    UsableKinds,
 )
-from driver.scheduling.rules import PodRules, RuleEnvironment, pod_rules
+from driver.scheduling.podindex import ScheduledPod
+from driver.scheduling.policy import PolicyDefaults, policies_for_pod
+from driver.scheduling.preemption import NOT_STARTED, DisruptionBudget, may_preempt
+from driver.scheduling.rules import RuleEnvironment, pod_rules
 from driver.scheduling.scoring import (
     NUMA_NODE,
     PCIE_ROOT,
-    NodeAmounts,
-    Rank,
     gpu_order,
     node_score,
     rank,
-    total_score,
 )
+from driver.scheduling.search import best_first
 from driver.scheduling.storage import PodVolumes, VolumeBindings
 from driver.scheduling.topologyspread import DefaultSpreading, OwnerSelectors
 from driver.scheduling.tracker import Change, ClusterTracker
-from driver.scheduling.volumes import ClusterVolumes, PodVolumeContext, VolumeState
+from driver.scheduling.volumes import ClusterVolumes, VolumeState
 from driver.structured.allocator import (
     DEFAULT_SEARCH_BUDGET,
-    MAX_CACHED_SELECTOR_SETS,
     SearchStats,
     allocate,
 )
-from driver.structured.snapshot import AllocatedState, ClusterSnapshot, NodeCandidates
+from driver.structured.snapshot import AllocatedState, ClusterSnapshot
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 BRIDGE_CLAIM_PLACEHOLDER: Final = "<extended-resources>"
-_EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
-_ZERO: Final = Fraction(0)
-_UNKNOWN: Final[Any] = object()  # not looked up yet
 _NO_USAGE: Final = NodeUsage()
-NOT_HELPFUL_TAIL: Final = "Preemption is not helpful for scheduling."
-NOT_HELPFUL: Final = "preemption: 0/{nodes} nodes are available: " + NOT_HELPFUL_TAIL
-NEVER: Final = "preemption: not eligible due to preemptionPolicy=Never."
 
 
 # --------------------------------------------------------------------------- per-pod context
@@ -208,129 +184,6 @@ def pod_uid(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     uid = meta.get("uid")
     return str(uid) if uid else f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
-
-
-class _BridgeKey(NamedTuple):
-    """What sets one node's variant of the bridge claim apart: the legacy resources DRA
-    serves there, and the GPU memory a percentage is taken of."""
-
-    dra_resources: frozenset[str]
-    gpu_memory: int | None
-
-
-class _BridgeVariant(NamedTuple):
-    """The bridge claim for one node variant: the KEP-5004 object and its claim model."""
-
-    bridge: BridgeClaim
-    claim: ResourceClaim
-
-
-class _UsableKinds(NamedTuple):
-    """The device kinds one request alternative may use (its class selects them and no
-    selector rules them out), and whether that holds for every device of those kinds."""
-
-    kinds: frozenset[DeviceKind]
-    certain: bool
-
-
-@dataclass(slots=True)
-class _PodContext:
-    """Everything about one pod that does not depend on the node (parsed once)."""
-
-    name: str
-    pod: Mapping[str, Any]
-    facts: PodSchedulingFacts
-    scheduled: ScheduledPod
-    rules: PodRules | None
-    policies: PodPolicies
-    legacy: PodLegacyResources
-    user_claims: tuple[ResourceClaim, ...]
-    to_allocate: tuple[ResourceClaim, ...]
-    allocated_claims: tuple[ResourceClaim, ...]
-    bridge_cache: dict[_BridgeKey, _BridgeVariant | None] = field(default_factory=dict)
-    demand: Demand | None = None
-    legacy_resources: frozenset[str] = frozenset()
-    exempt: frozenset[str] = frozenset()  # resources the node filter leaves to DRA
-    kinds: tuple[tuple[_UsableKinds, ...], ...] = ()  # per request, per alternative
-    shape_bounds: dict[int, ShapeBounds] = field(default_factory=dict)
-    reasons: dict[str, str] = field(default_factory=dict)
-    volumes: PodVolumeContext | None = None  # None: no volume the volume rules look at
-
-
-@dataclass(frozen=True, slots=True)
-class _NodeOutcome:
-    score: Fraction  # the node score (two axes, or cpu/memory for a pod without devices)
-    results: tuple[AllocationResult, ...]
-    bridge: _BridgeVariant | None
-    volumes: VolumeBindings | None = None
-    penalty: Fraction = _ZERO  # the soft rules' weighted penalty
-    tie: Fraction = _ZERO  # the System default spreading's penalty (ties only)
-
-
-@dataclass(frozen=True, slots=True)
-class _Best:
-    """The best node found so far: its rank (smaller is better), outcome and node."""
-
-    rank: Rank
-    outcome: _NodeOutcome
-    node: Node
-
-
-class _Frontier(NamedTuple):
-    """A heap entry of the pruned walk, ordered by its float bound (then name; ``serial``
-    keeps the rest of the entry out of comparisons): the next node of one partition's list
-    (``penalty`` None, bounded by the node score alone), or a node taken from its list whose
-    soft rules' penalty is known (its bound lowered by the estimate ``penalty``; decisions
-    compute the exact penalty)."""
-
-    bound: float  # minus the bound of the total score, so the best pops first
-    name: str
-    serial: int
-    entries: list[FiledNode]
-    position: int
-    adding: NodeAmounts
-    shape: NodeShape
-    penalty: float | None
-
-
-# Built as NamedTuple._make builds (tuple.__new__ on the values): half the cost of the
-# keyword-capable constructor, which shows at 5000 nodes (one entry per partition per pod).
-_frontier: Callable[
-    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, float | None]],
-    _Frontier,
-] = partial(tuple.__new__, _Frontier)
-
-
-def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], bool]) -> int:
-    """The first position from ``start`` whose node no rule excludes (len: none)."""
-    end = len(entries)
-    while start < end and excluded(entries[start].name):
-        start += 1
-    return start
-
-
-def _tie_contender(
-    entries: list[FiledNode],
-    position: int,
-    best: _Best,
-    tie_break: Callable[[str], Fraction],
-    excluded: Callable[[str], bool] | None,
-) -> int | None:
-    """From ``position`` on, within the run of ``entries`` with its list key (one bound,
-    which equals the best's total score), the first node whose tie-break may still beat the
-    best's (a smaller penalty, or an equal one and a smaller name); None when there is none."""
-    _, best_tie, best_name = best.rank
-    run_key = entries[position].key
-    for at in range(position, len(entries)):
-        key, name = entries[at]
-        if key != run_key:
-            return None  # a worse bound: no later node of the list can win
-        if excluded is not None and excluded(name):
-            continue
-        tie = tie_break(name)
-        if tie < best_tie or (tie == best_tie and name < best_name):
-            return at
-    return None
 
 
 # --------------------------------------------------------------------------- the engine
@@ -358,25 +211,6 @@ def _replace(store: dict[str, _T], name: str, value: _T | None) -> bool:
     else:
         store[name] = value
     return True
-
-
-@dataclass(slots=True)
-class DecisionStats:
-    """Counters across decisions (for benchmarks, tests and metrics)."""
-
-    decisions: int = 0
-    nodes_evaluated: int = 0
-    allocator_calls: int = 0
-    search_steps: int = 0
-    seconds: float = 0.0
-    rebuilds: int = 0
-    rebuild_seconds: float = 0.0
-    updates: int = 0  # node and node-local slice changes applied node by node
-    landed: int = 0  # observations recognised as an assumed placement's (nothing moved)
-    preemptions: int = 0  # preemption dry runs
-    preemption_seconds: float = 0.0
-    victim_checks: int = 0  # "does it fit with these pods gone?" questions asked
-    verdicts_reused: int = 0  # victim searches answered by an equivalent node's search
 
 
 @dataclass(frozen=True, slots=True)
@@ -821,7 +655,7 @@ class DecisionEngine:
         self._resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
         self._classifier = DeviceClassifier(snapshot.classes)
         self._index = CapacityIndex(snapshot, self._nodes.values(), self._classifier)
-        self._usable_kinds: dict[tuple[str, tuple[str, ...], int], _UsableKinds] = {}
+        self._usable_kinds: dict[tuple[str, tuple[str, ...], int], UsableKinds] = {}
         self._no_pruning = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
         self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
         self._advertised = _advertised(self._nodes.values())
@@ -838,7 +672,7 @@ class DecisionEngine:
                 self._index.view(self._kinds_for(name, ()).kinds)
 
     # ------------------------------------------------------------------ per pod
-    def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> _PodContext:
+    def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> PodContext:
         facts = PodSchedulingFacts.from_pod(pod)
         scheduled = ScheduledPod.from_pod(
             pod, pod_uid(pod), requests=facts.requests, ports=facts.host_ports
@@ -864,7 +698,7 @@ class DecisionEngine:
                             f"DeviceClass {alt.device_class_name!r} does not exist"
                         )
             check_claim_config(claim, self.snapshot.classes, self.driver_name)
-        return _PodContext(
+        return PodContext(
             name=facts.name,
             pod=pod,
             facts=facts,
@@ -925,9 +759,9 @@ class DecisionEngine:
         return decision
 
     # ------------------------------------------------------------------ search
-    def _exhaustive(self, ctx: _PodContext) -> Decision:
+    def _exhaustive(self, ctx: PodContext) -> Decision:
         reasons: dict[str, int] = {}
-        best: _Best | None = None
+        best: Best | None = None
         evaluated = 0
         for node in self._nodes.values():
             known = ctx.reasons.get(node.name)
@@ -942,7 +776,7 @@ class DecisionEngine:
                 continue
             found = rank(ctx.policies.node, outcome.score, outcome.penalty, outcome.tie, node.name)
             if best is None or found < best.rank:
-                best = _Best(found, outcome, node)
+                best = Best(found, outcome, node)
         if best is None:
             return Unschedulable(
                 pod=ctx.name,
@@ -951,185 +785,46 @@ class DecisionEngine:
             )
         return self._placement(ctx, best, evaluated)
 
-    def _pruned(self, ctx: _PodContext) -> Decision:
-        all_claims = list(ctx.to_allocate)
-        if ctx.legacy.per_node_memory or (ctx.legacy.resources & self._advertised):
-            # Per-node claim variants (percentages, device-plugin nodes): no common bound.
+    def _pruned(self, ctx: PodContext) -> Decision:
+        self._bound(ctx)
+        demand, kinds = ctx.demand, ctx.kinds
+        if demand is None:
             return self._exhaustive(ctx)
-        if ctx.legacy.requests:
-            # The bridge claim as it would be on a node where DRA serves everything.
-            probe = self._bridge(ctx, frozenset(ctx.legacy.resources), None)
-            if probe is not None:
-                all_claims.append(probe.claim)
-        demand = pod_demand(all_claims)
-        if not demand.prunable or not demand.requests or ctx.allocated_claims:
-            return self._exhaustive(ctx)
-        kinds = self._usable(demand)
         view = self._index.view(
             frozenset().union(*(alt.kinds for alternatives in kinds for alt in alternatives))
         )
-        ctx.demand = demand
-        ctx.kinds = kinds
         ctx.shape_bounds = {}
-        policies = ctx.policies
-        policy = policies.node
-        sign = -1.0 if policy == "binpack" else 1.0
-        states = self._index.states
-        by_ident = self._index.by_ident
-        nodes = self._nodes
-        rules = ctx.rules
-        # Nodes a rule excludes are skipped before any heap work; the soft rules' penalty
-        # lowers a node's bound once its list hands it over (docs/scoring.md).
-        excluded = rules.exclusion() if rules is not None and rules.filters else None
-        estimate = rules.estimator() if rules is not None and rules.soft else None
-        ties = rules.tie_breaker() if rules is not None and rules.ties else None
-        heap: list[_Frontier] = []
-        serial = 0
-        for partition, entries in view.lists[Variant(demand.cores, policy)].items():
-            shape_id, level, in_use, group_fresh, _ = partition  # unpacked once: a hot loop
-            shape = by_ident[shape_id]
-            vshape = view.shapes[shape_id]
-            bounds = ctx.shape_bounds.get(shape_id)
-            if bounds is None:
-                bounds = self._shape_bounds(shape, vshape, demand, kinds)
-                ctx.shape_bounds[shape_id] = bounds
-            idle = vshape.devices - in_use
-            if (
-                not bounds.feasible
-                or (idle == 0 and level < bounds.level)  # no device takes the smallest request
-                or idle < bounds.forced_fresh  # whole devices wanted, fewer idle
-                or group_fresh < bounds.group_need  # not enough idle ones side by side
-            ):
-                continue
-            position = 0 if excluded is None else _allowed(entries, 0, excluded)
-            if position == len(entries):
-                continue
-            adding = bound_amounts(policies, vshape, partition, bounds)
-            name = entries[position].name
-            bound = float_score(shape.total, states[name].used, adding, demand.cores)
-            heap.append(
-                _frontier((sign * bound, name, serial, entries, position, adding, shape, None))
-            )
-            serial += 1
-        heapq.heapify(heap)
-        best: _Best | None = None
-        evaluated = 0
-        best_key = 0.0
-        while heap:
-            key, name, _, entries, position, adding, shape, penalty = heapq.heappop(heap)
-            state = states[name]
-            if best is not None and key >= best_key - _EPSILON:
-                # Floats order the heap; whether a bound can still win is decided exactly,
-                # unless it is clearly worse. Keys pop in order (a list's next bound is no
-                # better than its head's, a penalty only raises a key) and the best only
-                # improves: once one bound is clearly worse, so is every bound left.
-                if key > best_key + _EPSILON:
-                    break
-                exact = node_score(shape.total, state.used, adding, cores=demand.cores)
-                lowered = rules.penalty(nodes[name]) if penalty and rules is not None else _ZERO
-                bounded = rank(policy, exact, lowered, _ZERO, name)
-                if bounded > best.rank:
-                    continue  # (a list's later nodes are no better: it is dropped whole)
-                if ties is not None and penalty is None and bounded[0] == best.rank[0]:
-                    # The bound only equals the best: the node can win on the tie-break
-                    # alone, so its own tie-break decides (not an optimistic 0), and so do
-                    # its list's next nodes of the same key (the same bound): the first
-                    # that may win goes back into the heap, the others are passed over.
-                    # Without this, a best with a tie-break penalty made every node of its
-                    # score an allocator call (issue 28's cliff: 48 nodes per pod).
-                    after = _tie_contender(entries, position, best, ties, excluded)
-                    if after is None:
-                        continue
-                    if after != position:
-                        after_name = entries[after].name
-                        after_key = sign * float_score(
-                            shape.total, states[after_name].used, adding, demand.cores
-                        )
-                        heapq.heappush(
-                            heap,
-                            _frontier(
-                                (after_key, after_name, serial, entries, after, adding, shape, None)
-                            ),
-                        )
-                        serial += 1
-                        continue
-            node = nodes[name]
-            if penalty is None:
-                # A list's head. With soft rules, it and the list's next nodes while they
-                # would pop next anyway are handled here, without a heap round trip: each
-                # with a penalty goes back lowered by it (or nowhere, once it cannot win).
-                # The first without one, or past the heap's top, joins the heap unlowered.
-                head_penalty = 0.0
-                at, at_name, at_key = position, name, key
-                end = len(entries)
-                while True:
-                    ahead = estimate(nodes[at_name]) if estimate is not None else 0.0
-                    if at == position:
-                        head_penalty = ahead
-                    if ahead > 0.0:
-                        lowered_key = at_key + ahead
-                        if best is None or lowered_key <= best_key + _EPSILON:
-                            heapq.heappush(
-                                heap,
-                                _frontier(
-                                    (
-                                        lowered_key,
-                                        at_name,
-                                        serial,
-                                        entries,
-                                        at,
-                                        adding,
-                                        shape,
-                                        ahead,
-                                    )
-                                ),
-                            )
-                            serial += 1
-                    elif at != position:
-                        break  # (pushed unlowered below)
-                    at += 1
-                    if excluded is not None:
-                        at = _allowed(entries, at, excluded)
-                    if at >= end:
-                        at = -1
-                        break
-                    at_name = entries[at].name
-                    at_key = sign * float_score(
-                        shape.total, states[at_name].used, adding, demand.cores
-                    )
-                    if estimate is None or (heap and at_key > heap[0][0]):
-                        break  # (pushed unlowered below)
-                    if best is not None and at_key > best_key + _EPSILON:
-                        at = -1
-                        break  # this list cannot win any more
-                if at >= 0:
-                    heapq.heappush(
-                        heap,
-                        _frontier((at_key, at_name, serial, entries, at, adding, shape, None)),
-                    )
-                    serial += 1
-                if head_penalty > 0.0:
-                    continue
-            evaluated += 1
-            self.stats.nodes_evaluated += 1
-            # The index's precheck first: it is the cheapest test and fails most often. Its
-            # reason is not kept: the filter's reasons come first in kube-scheduler's order.
-            if precheck(state, demand, ctx.shape_bounds[shape.ident]) is None:
-                outcome = self._evaluate(ctx, node, prechecked=True, ruled=True)
-                if isinstance(outcome, str):
-                    ctx.reasons[name] = outcome
-                else:
-                    found = rank(policy, outcome.score, outcome.penalty, outcome.tie, name)
-                    if best is None or found < best.rank:
-                        best = _Best(found, outcome, node)
-                        best_key = -float(total_score(policy, outcome.score, outcome.penalty))
+        policy = ctx.policies.node
+
+        def evaluate(node: Node) -> Best | None:
+            outcome = self._evaluate(ctx, node, prechecked=True, ruled=True)
+            if isinstance(outcome, str):
+                ctx.reasons[node.name] = outcome
+                return None
+            found = rank(policy, outcome.score, outcome.penalty, outcome.tie, node.name)
+            return Best(found, outcome, node)
+
+        best, evaluated = best_first(
+            view.lists[Variant(demand.cores, policy)],
+            view.shapes,
+            self._index.by_ident,
+            self._index.states,
+            self._nodes,
+            policies=ctx.policies,
+            demand=demand,
+            rules=ctx.rules,
+            bounds=ctx.shape_bounds,
+            bounds_for=lambda shape, vshape: self._shape_bounds(shape, vshape, demand, kinds),
+            evaluate=evaluate,
+            stats=self.stats,
+        )
         # Nodes without devices of their own cannot take a device request here (every slice
         # is node-local when pruning is on): they only matter for the failure message.
         if best is None:
             return self._exhaustive(ctx)  # nothing fits: every node's reason is needed
         return self._placement(ctx, best, evaluated)
 
-    def _usable(self, demand: Demand) -> tuple[tuple[_UsableKinds, ...], ...]:
+    def _usable(self, demand: Demand) -> tuple[tuple[UsableKinds, ...], ...]:
         """Per request alternative, the device kinds it may use (cached per class, selectors
         and what the index knows of the kinds)."""
         index = self._index
@@ -1146,7 +841,7 @@ class DecisionEngine:
             out.append(tuple(per_alt))
         return tuple(out)
 
-    def _kinds_for(self, device_class: str, selectors: tuple[str, ...]) -> _UsableKinds:
+    def _kinds_for(self, device_class: str, selectors: tuple[str, ...]) -> UsableKinds:
         index = self._index
         kinds = []
         certain = True
@@ -1160,14 +855,14 @@ class DecisionEngine:
                 continue
             certain = certain and None not in verdicts
             kinds.append(kind)
-        return _UsableKinds(frozenset(kinds), certain)
+        return UsableKinds(frozenset(kinds), certain)
 
     @staticmethod
     def _shape_bounds(
         shape: NodeShape,
         view: ViewShape,
         demand: Demand,
-        kinds: tuple[tuple[_UsableKinds, ...], ...],
+        kinds: tuple[tuple[UsableKinds, ...], ...],
     ) -> ShapeBounds:
         usable: Usable = tuple(
             tuple(
@@ -1181,9 +876,9 @@ class DecisionEngine:
 
     # ------------------------------------------------------------------ one node
     def _bridge(
-        self, ctx: _PodContext, dra: frozenset[str], gpu_memory: int | None
-    ) -> _BridgeVariant | None:
-        key = _BridgeKey(dra, gpu_memory)
+        self, ctx: PodContext, dra: frozenset[str], gpu_memory: int | None
+    ) -> BridgeVariant | None:
+        key = BridgeKey(dra, gpu_memory)
         if key in ctx.bridge_cache:
             return ctx.bridge_cache[key]
         bridge = build_bridge_claim(
@@ -1194,7 +889,7 @@ class DecisionEngine:
             gpu_memory_bytes=gpu_memory,
             driver_name=self.driver_name,
         )
-        built: _BridgeVariant | None = None
+        built: BridgeVariant | None = None
         if bridge is not None:
             raw = dict(bridge.claim)
             meta = dict(raw["metadata"])
@@ -1203,12 +898,12 @@ class DecisionEngine:
                 f"{(ctx.pod.get('metadata') or {}).get('uid') or ctx.name}/extended-resources"
             )
             raw["metadata"] = meta
-            built = _BridgeVariant(bridge, ResourceClaim.from_api(raw))
+            built = BridgeVariant(bridge, ResourceClaim.from_api(raw))
             check_claim_config(built.claim, self.snapshot.classes, self.driver_name)
         ctx.bridge_cache[key] = built
         return built
 
-    def _gpu_memory_for(self, ctx: _PodContext, node: Node) -> int | None:
+    def _gpu_memory_for(self, ctx: PodContext, node: Node) -> int | None:
         if not ctx.legacy.per_node_memory:
             return None
         state = self._index.states.get(node.name)
@@ -1218,13 +913,13 @@ class DecisionEngine:
 
     def _evaluate(
         self,
-        ctx: _PodContext,
+        ctx: PodContext,
         node: Node,
         *,
         prechecked: bool = False,
         ruled: bool = False,
         penalty: Fraction | None = None,
-    ) -> _NodeOutcome | str:
+    ) -> NodeOutcome | str:
         """The node's exact outcome for the pod, or the reason it does not fit.
         ``prechecked``: the index precheck passed; ``ruled``: the pod's rules passed;
         ``penalty``: the soft rules' penalty, when known. On a node where pods of equal or
@@ -1238,19 +933,19 @@ class DecisionEngine:
 
     def _evaluate_now(
         self,
-        ctx: _PodContext,
+        ctx: PodContext,
         node: Node,
         *,
         prechecked: bool,
         ruled: bool,
         penalty: Fraction | None,
-    ) -> _NodeOutcome | str:
+    ) -> NodeOutcome | str:
         outcome = self._outcome(ctx, node, prechecked=prechecked, ruled=ruled)
         if not isinstance(outcome, str) and ctx.rules is not None:
             rules = ctx.rules
             if penalty is None:
-                penalty = rules.penalty(node) if rules.soft else _ZERO
-            tie = rules.tie_break(node) if rules.ties else _ZERO
+                penalty = rules.penalty(node) if rules.soft else ZERO
+            tie = rules.tie_break(node) if rules.ties else ZERO
             if penalty or tie:
                 outcome = replace(outcome, penalty=penalty, tie=tie)
         if log.isEnabledFor(logging.DEBUG):
@@ -1263,8 +958,8 @@ class DecisionEngine:
         return outcome
 
     def _outcome(
-        self, ctx: _PodContext, node: Node, *, prechecked: bool, ruled: bool
-    ) -> _NodeOutcome | str:
+        self, ctx: PodContext, node: Node, *, prechecked: bool, ruled: bool
+    ) -> NodeOutcome | str:
         resources = ctx.legacy_resources
         if resources & self._advertised:
             dra = dra_resources_on_node(resources, node.allocatable)
@@ -1306,7 +1001,7 @@ class DecisionEngine:
         if not claims:
             # No devices: the node axis reads cpu and memory (kube-scheduler's resource score).
             score = resource_utilisation(self._allocatable[node.name], usage, ctx.facts.requests)
-            return _NodeOutcome(score, (), bridge, volumes)
+            return NodeOutcome(score, (), bridge, volumes)
         if (
             state is None
             and not self._no_pruning
@@ -1322,7 +1017,7 @@ class DecisionEngine:
             short = precheck(state, ctx.demand, bounds)
             if short is not None:
                 return short
-        self._seed_selectors(node, claims)
+        self._index.seed_selectors(self.snapshot, node, claims)
         stats = SearchStats()
         self.stats.allocator_calls += 1
         try:
@@ -1352,77 +1047,13 @@ class DecisionEngine:
             )
             return precheck(state, demand, bounds) or REASON_CLAIMS
         if state is None:
-            return _NodeOutcome(Fraction(0), tuple(results), bridge, volumes)
+            return NodeOutcome(Fraction(0), tuple(results), bridge, volumes)
         adding = state.added(results)
         cores = ctx.demand.cores if ctx.demand is not None else pod_demand(claims).cores
         score = node_score(state.shape.total, state.used, adding, cores=cores)
-        return _NodeOutcome(score, tuple(results), bridge, volumes)
+        return NodeOutcome(score, tuple(results), bridge, volumes)
 
-    def _seed_selectors(self, node: Node, claims: Sequence[ResourceClaim]) -> None:
-        """Hand the allocator the verdicts of request selectors that answer for whole device
-        kinds on this node (:meth:`DeviceClassifier.verdict`), so it does not evaluate them
-        device by device on its first visit (a dynamic-MIG node publishes some 200 devices:
-        one CEL evaluation each, the p99 of MIG decisions). As the classifier seeds class
-        verdicts: once per node and selector set; a device whose kind has no certain verdict
-        for every selector of the set is left to the allocator (errors included)."""
-        found = None
-        for claim in claims:
-            for request in claim.requests:
-                alternatives = (
-                    (request.exactly,) if request.exactly is not None else request.first_available
-                )
-                for alt in alternatives:
-                    if not alt.selectors:
-                        continue
-                    device_class = self.snapshot.classes.get(alt.device_class_name)
-                    if device_class is None:
-                        continue  # (the allocator's error to report)
-                    if found is None:
-                        found = self._index.device_kinds(node)
-                        if found is None or found[0] is not self.snapshot.candidates(node):
-                            return  # (not classified by the index, or not these candidates)
-                    self._seed_set(found, tuple(device_class.selectors), alt.selectors)
-
-    def _seed_set(
-        self,
-        found: tuple[NodeCandidates, Sequence[int], NodeShape],
-        class_selectors: tuple[str, ...],
-        selectors: tuple[str, ...],
-    ) -> None:
-        candidates, positions, shape = found
-        cache = candidates.verdicts
-        key = (*class_selectors, "", *selectors)
-        if key in cache or len(cache) >= MAX_CACHED_SELECTOR_SETS - 1:
-            return
-        by_class = cache.get((*class_selectors, ""))
-        if by_class is None:
-            return
-        index = self._index
-        per_kind: dict[DeviceKind, bool | None] = {}
-        known: list[bool | None] = [None] * len(candidates.devices)
-        for position, kind in zip(positions, shape.key, strict=True):
-            in_class = by_class[position]
-            if in_class is None:
-                continue
-            if not in_class:
-                known[position] = False
-                continue
-            verdict = per_kind.get(kind, _UNKNOWN)
-            if verdict is _UNKNOWN:
-                facts = index.kinds.get(kind)
-                verdicts = (
-                    [self._classifier.verdict(e, kind, facts, index.generation) for e in selectors]
-                    if facts is not None
-                    else [None]
-                )
-                verdict = None if None in verdicts else all(verdicts)
-                per_kind[kind] = verdict
-            if verdict is not None:
-                known[position] = verdict and candidates.devices[position].node_match
-        if any(v is not None for v in known):
-            cache[key] = known
-
-    def _placement(self, ctx: _PodContext, best: _Best, evaluated: int) -> Placement:
+    def _placement(self, ctx: PodContext, best: Best, evaluated: int) -> Placement:
         outcome = best.outcome
         results = list(outcome.results)
         claims = tuple(
@@ -1454,157 +1085,105 @@ class DecisionEngine:
         budgets: Sequence[DisruptionBudget] = (),
     ) -> Preemption | NoPreemption | PodError:
         """For a pod that fits nowhere: where would it fit by evicting lower-priority pods,
-        and which (:mod:`driver.scheduling.preemption`: candidates sampled from a stable
-        offset, the minimal victims per node, upstream's choice among candidates, then the
-        pod's own rank there). Candidates whose victim searches would read exactly the same
-        things share one search (:meth:`_equivalence`, :meth:`_victim_search_key`): the same
-        answer as searching each, at the cost of one search per set of alike nodes. Pods
-        this engine placed and has not seen bound yet are never victims. Nothing changes:
-        the caller evicts and calls :meth:`nominate`."""
+        and which (:func:`driver.scheduling.dryrun.dry_run`, asking this engine through its
+        what-if interface below). Nothing changes: the caller evicts and calls
+        :meth:`nominate`."""
         started = time.perf_counter()
         try:
             self.sync()
-            return self._preempt(pod, claims, budgets)
+            meta = pod.get("metadata") or {}
+            name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+            try:
+                ctx = self._context(pod, claims)
+            except PreFilterRejectedError:
+                # Every node is UnschedulableAndUnresolvable: removing pods cannot help.
+                return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=len(self._nodes)))
+            except BiaxialError as exc:
+                return PodError(pod=name, message=str(exc))
+            if not may_preempt(pod):
+                return NoPreemption(pod=name, message=NEVER)
+            self._bound(ctx)
+            try:
+                return dry_run(self, ctx, budgets, share_verdicts=self._reuse_verdicts)
+            except BiaxialError as exc:
+                return PodError(pod=name, message=str(exc))
         finally:
             self.stats.preemptions += 1
             self.stats.preemption_seconds += time.perf_counter() - started
 
-    def _preempt(
-        self,
-        pod: Mapping[str, Any],
-        claims: Sequence[ResourceClaim],
-        budgets: Sequence[DisruptionBudget],
-    ) -> Preemption | NoPreemption | PodError:
-        meta = pod.get("metadata") or {}
-        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
-        try:
-            ctx = self._context(pod, claims)
-        except PreFilterRejectedError:
-            # Every node is UnschedulableAndUnresolvable: removing pods cannot help.
-            return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=len(self._nodes)))
-        except BiaxialError as exc:
-            return PodError(pod=name, message=str(exc))
-        if not may_preempt(pod):
-            return NoPreemption(pod=name, message=NEVER)
-        self._bound(ctx)
-        priority = ctx.scheduled.priority
-        names = list(self._nodes)
-        total = len(names)
-        offset = candidate_offset(ctx.scheduled.uid, total)
-        wanted = candidate_count(total)
-        fine: list[NodeVictims] = []
-        violating: list[NodeVictims] = []
-        equivalence = self._equivalence(ctx)
-        verdicts: dict[Hashable, Verdict | None] = {}
-        try:
-            for i in range(total):
-                node = self._nodes[names[(offset + i) % total]]
-                lower = self._lower(node.name, priority)
-                if not lower or not self._might_help(ctx, node):
-                    continue
-                pods = self._potential_victims(lower, priority)
-                holds = self._holds(ctx, node.name)
-                key = (
-                    self._victim_search_key(equivalence, node, lower, pods, budgets)
-                    if equivalence is not None and not holds
-                    else None
-                )
-                if key is not None and key in verdicts:
-                    self.stats.verdicts_reused += 1
-                    found = victims_by(node.name, pods, verdicts[key])
-                else:
-                    with self._what_if(ctx, node, added=holds) as what_if:
-                        found = select_victims(
-                            node.name,
-                            priority,
-                            pods,
-                            budgets,
-                            partial(self._fits, ctx, node, what_if),
-                        )
-                    if key is not None:
-                        verdicts[key] = verdict_of(found, pods)
-                if found is not None:
-                    (violating if found.violations else fine).append(found)
-                    if fine and len(fine) + len(violating) >= wanted:
-                        break
-            candidates = fine + violating
-            ranks: dict[str, Rank | None] = {}
-
-            def tie(node: str) -> tuple[int, Rank | None]:
-                if node not in ranks:
-                    best = self._best_without(ctx, node, by_node[node])
-                    ranks[node] = best.rank if best is not None else None
-                found = ranks[node]
-                return (0, found) if found is not None else (1, None)
-
-            by_node = {c.node: c for c in candidates}
-            chosen = pick_one(candidates, tie)
-            if chosen is None:
-                return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=total))
-            best = self._best_without(ctx, chosen.node, chosen)
-        except BiaxialError as exc:
-            return PodError(pod=name, message=str(exc))
-        if best is None:  # (fits said yes: only a bug gets here)
-            return NoPreemption(pod=name, message=NOT_HELPFUL.format(nodes=total))
-        placement = self._placement(ctx, best, 1)
-        log.info(
-            "pod %s: preempting %d pod(s) on node %s (%d candidate(s))",
-            name,
-            len(chosen.victims),
-            chosen.node,
-            len(candidates),
-        )
-        return Preemption(
-            pod=name,
-            node=chosen.node,
-            victims=chosen.victims,
-            violations=chosen.violations,
-            placement=placement,
-            candidates=len(candidates),
-        )
-
-    def _bound(self, ctx: _PodContext) -> None:
-        """Give ``ctx`` its demand and usable kinds, so that fit checks run the index's
-        precheck (per node shape, computed on first use) before the allocator."""
+    def _bound(self, ctx: PodContext) -> None:
+        """Give ``ctx`` its demand and usable kinds where bounds hold for the pod (so that
+        the search can prune, and fit checks run the index's precheck before the
+        allocator); leave them unset where they do not."""
         if ctx.legacy.per_node_memory or (ctx.legacy.resources & self._advertised):
-            return
+            return  # per-node claim variants (percentages, device-plugin nodes)
+        demand = pod_demand(self._claims_everywhere(ctx))
+        if demand.prunable and demand.requests and not ctx.allocated_claims:
+            ctx.demand = demand
+            ctx.kinds = self._usable(demand)
+
+    def _claims_everywhere(self, ctx: PodContext) -> list[ResourceClaim]:
+        """The claims to allocate for the pod, with its bridge claim as it would be on a node
+        where DRA serves every legacy resource."""
         claims = list(ctx.to_allocate)
         if ctx.legacy.requests:
             probe = self._bridge(ctx, frozenset(ctx.legacy.resources), None)
             if probe is not None:
                 claims.append(probe.claim)
-        demand = pod_demand(claims)
-        if demand.prunable and demand.requests and not ctx.allocated_claims:
-            ctx.demand = demand
-            ctx.kinds = self._usable(demand)
+        return claims
 
-    def _lower(self, node: str, priority: int) -> dict[str, ScheduledPod]:
+    # ------------------------------------------------------------------ what-if interface
+    # What the preemption dry run asks (driver.scheduling.dryrun.WhatIfs).
+    def node_names(self) -> Sequence[str]:
+        """Every node, by name."""
+        return list(self._nodes)
+
+    def pods_below(self, node: str, priority: int) -> Mapping[str, ScheduledPod]:
         """Pods seen on ``node`` with a priority below ``priority``, by UID."""
         return {p.uid: p for p in self._tracker.observed_on(node) if p.priority < priority}
 
-    def _potential_victims(
-        self, lower: Mapping[str, ScheduledPod], priority: int
-    ) -> list[PodOnNode]:
-        """The victim search's view of the pods ``lower``, most important first."""
-        started = self._started
-        return potential_victims(
-            priority,
-            [
-                PodOnNode(
-                    uid=p.uid,
-                    namespace=p.namespace,
-                    name=p.name,
-                    priority=p.priority,
-                    start=started.get(p.uid, NOT_STARTED),
-                    labels=p.labels,
-                )
-                for p in lower.values()
-            ],
-        )
+    def start_time(self, pod: str) -> float:
+        """The pod's ``status.startTime`` in seconds (NOT_STARTED when unknown)."""
+        return self._started.get(pod, NOT_STARTED)
 
-    def _equivalence(self, ctx: _PodContext) -> tuple[str, ...] | None:
-        """Whether this pod's victim searches may share verdicts between nodes, and if so the
-        device attributes (by name, any domain) its searches read; None when they may not.
+    def might_help(self, ctx: PodContext, node: str) -> bool:
+        """Whether removing pods could make the node fit: the node filter passes on an empty
+        node (taints, node affinity, ``unschedulable``, allocatable too small are
+        upstream's UnschedulableAndUnresolvable)."""
+        found = self._nodes[node]
+        resources = ctx.legacy_resources
+        exempt = ctx.exempt
+        if resources & self._advertised:
+            exempt = filter_exempt(dra_resources_on_node(resources, found.allocatable), resources)
+        reason = filter_node(
+            ctx.facts,
+            found,
+            _NO_USAGE,
+            dra_resources=exempt,
+            allocatable=self._allocatable[node],
+            ports=None,
+        )
+        return reason is None
+
+    def held(self, ctx: PodContext, node: str) -> bool:
+        """Whether nominations of other pods hold against the pod on ``node``."""
+        return bool(self._holds(ctx, node))
+
+    def what_if(
+        self, ctx: PodContext, node: str, removed: frozenset[str] = frozenset()
+    ) -> AbstractContextManager[WhatIf]:
+        """The engine as if the pods ``removed`` were gone from ``node`` and the nominations
+        that hold against the pod there were placed (:class:`WhatIf`)."""
+        return self._what_if(ctx, self._nodes[node], removed=removed, added=self._holds(ctx, node))
+
+    def placement(self, ctx: PodContext, best: Best) -> Placement:
+        """The placement of the pod on ``best``'s node (one node evaluated)."""
+        return self._placement(ctx, best, 1)
+
+    def reads(self, ctx: PodContext) -> tuple[str, ...] | None:
+        """Whether this pod's fit checks read the same on alike nodes (so that victim
+        searches may share verdicts between nodes), and if so the device attributes (by
+        name, any domain) they read; None when they may not.
 
         A fit check reads, per node: the node filter (its static parts are the same for every
         removal, and passed; what changes is the pods' requests against allocatable), the
@@ -1615,9 +1194,9 @@ class DecisionEngine:
         pods can only drop filters: a placed pod's anti-affinity), the same claims on every
         node (no per-node bridge variant, no allocated claim) whose device classes and
         selectors answer for whole device kinds (:mod:`driver.scheduling.classification`), and
-        node-local slices only. The key (:meth:`_victim_search_key`) then holds the rest; the
+        node-local slices only. The key (:meth:`what_if_key`) then holds the rest; the
         attribute keys returned are those the GPU order and the claims' constraints look up."""
-        if not self._reuse_verdicts or self._no_pruning:
+        if self._no_pruning:
             return None
         if ctx.demand is None or ctx.allocated_claims or ctx.volumes is not None:
             return None  # (_bound leaves demand None for per-node bridge variants)
@@ -1627,13 +1206,8 @@ class DecisionEngine:
             return None
         if not self._classifier.answered(ctx.demand.classes):
             return None  # (a kind counts a class error as "selects": not one answer per kind)
-        claims = list(ctx.to_allocate)
-        if ctx.legacy.requests:
-            probe = self._bridge(ctx, frozenset(ctx.legacy.resources), None)
-            if probe is not None:
-                claims.append(probe.claim)
         read = {NUMA_NODE, PCIE_ROOT}  # the GPU order's groups
-        for claim in claims:
+        for claim in self._claims_everywhere(ctx):
             for constraint in claim.constraints:
                 read.update(
                     a for a in (constraint.match_attribute, constraint.distinct_attribute) if a
@@ -1643,29 +1217,25 @@ class DecisionEngine:
         keys = read | {name.partition("/")[2] for name in read}
         return tuple(sorted(key for key in keys if key))
 
-    def _victim_search_key(
-        self,
-        attributes: tuple[str, ...],
-        node: Node,
-        lower: Mapping[str, ScheduledPod],
-        potential: Sequence[PodOnNode],
-        budgets: Sequence[DisruptionBudget],
+    def what_if_key(
+        self, reads: tuple[str, ...], node: str, removable: Sequence[ScheduledPod]
     ) -> Hashable | None:
-        """Everything the victim search on ``node`` reads once :meth:`_equivalence` holds,
-        with the node's own names left out: two nodes with equal keys get the same verdict
-        (told by positions in ``potential``). None when the node cannot be keyed (devices
-        that taints, shared counters or binding conditions may set apart, several pools,
-        pools the allocator skips): its search runs in full.
+        """Everything a fit check on ``node`` reads with any of the pods ``removable`` gone,
+        once :meth:`reads` gave ``reads``, with the node's own names and the pods' identities
+        left out: two nodes with equal keys answer every removal alike (told by positions in
+        ``removable``). None when the node cannot be keyed (devices that taints, shared
+        counters or binding conditions may set apart, several pools, pools the allocator
+        skips).
 
         The key: the node's allocatable and what its pods request; per device in the
-        allocator's order its name, kind, use by other claims and the ``attributes`` read;
-        per potential victim (most important first) its priority, requests, and whether a
-        budget protects it; per claim a potential victim reserves, what it holds on the node
-        and which potential victims reserve it (and whether any other pod does)."""
-        state = self._index.states.get(node.name)
+        allocator's order its name, kind, use by other claims and the attributes ``reads``;
+        per removable pod (in order) its requests; per claim a removable pod reserves, what it
+        holds on the node and which removable pods reserve it (and whether any other pod
+        does)."""
+        state = self._index.states.get(node)
         if state is None or any(kind.special for kind in state.shape.kinds):
             return None
-        candidates = self.snapshot.candidates(node)
+        candidates = self.snapshot.candidates(self._nodes[node])
         devices = candidates.devices
         if candidates.blocked_pools or len(devices) != len(state.devices):
             return None  # (every device node-local and on this node: the index's ones)
@@ -1687,20 +1257,13 @@ class DecisionEngine:
                     name in exclusive,
                     shares.get(name, 0),
                     tuple(sorted(consumed.items())) if consumed else (),
-                    tuple([attrs.get(key) for key in attributes]),
+                    tuple([attrs.get(key) for key in reads]),
                 )
             )
-        at = {p.uid: i for i, p in enumerate(potential)}
-        protected: set[str] = set()
-        if budgets:
-            violating, _ = budget_violations(potential, budgets)
-            protected = {p.uid for p in violating}
-        victim_key = tuple(
-            (p.priority, p.uid in protected, tuple(sorted(lower[p.uid].requests.items())))
-            for p in potential
-        )
+        at = {p.uid: i for i, p in enumerate(removable)}
+        pod_key = tuple(tuple(sorted(p.requests.items())) for p in removable)
         claims: set[str] = set()
-        for p in potential:
+        for p in removable:
             claims.update(self._claims_of.get(p.uid, ()))
         claim_key = []
         for claim in claims:
@@ -1727,60 +1290,34 @@ class DecisionEngine:
                 )
             )
         claim_key.sort()
-        pods_usage = self._tracker.usage(node.name)
+        pods_usage = self._tracker.usage(node)
         return (
-            tuple(sorted(self._allocatable[node.name].items())),
+            tuple(sorted(self._allocatable[node].items())),
             tuple(sorted(pods_usage.requested.items())),
             pods_usage.pods,
             state.shape.key,
             tuple(device_key),
-            victim_key,
+            pod_key,
             tuple(claim_key),
         )
 
-    def _might_help(self, ctx: _PodContext, node: Node) -> bool:
-        """Whether removing pods could make the node fit: the node filter passes on an empty
-        node (taints, node affinity, ``unschedulable``, allocatable too small are
-        upstream's UnschedulableAndUnresolvable)."""
-        resources = ctx.legacy_resources
-        exempt = ctx.exempt
-        if resources & self._advertised:
-            exempt = filter_exempt(dra_resources_on_node(resources, node.allocatable), resources)
-        reason = filter_node(
-            ctx.facts,
-            node,
-            _NO_USAGE,
-            dra_resources=exempt,
-            allocatable=self._allocatable[node.name],
-            ports=None,
-        )
-        return reason is None
-
-    def _fits(
-        self, ctx: _PodContext, node: Node, what_if: _WhatIf, removed: frozenset[str]
-    ) -> bool:
-        """Whether the pod fits on ``node`` with the pods ``removed`` gone (and the holds of
-        the what-if there)."""
-        self.stats.victim_checks += 1
-        what_if.remove(removed)
+    def _fits_now(self, ctx: PodContext, node: Node) -> bool:
+        """Whether the pod fits on ``node`` as the engine stands (inside a :class:`WhatIf`)."""
         return not isinstance(self._outcome(ctx, node, prechecked=False, ruled=False), str)
 
-    def _best_without(self, ctx: _PodContext, node: str, victims: NodeVictims) -> _Best | None:
-        """The pod's exact outcome on ``node`` once ``victims`` are gone (its rank breaks
-        ties between candidates; its allocation is what a nomination holds)."""
-        found = self._nodes[node]
-        removed = frozenset(v.uid for v in victims.victims)
-        with self._what_if(ctx, found, removed=removed, added=self._holds(ctx, node)):
-            outcome = self._evaluate_now(ctx, found, prechecked=False, ruled=False, penalty=None)
+    def _best_now(self, ctx: PodContext, node: Node) -> Best | None:
+        """The pod's exact outcome on ``node`` as the engine stands (inside a
+        :class:`WhatIf`), with its rank; None when it does not fit."""
+        outcome = self._evaluate_now(ctx, node, prechecked=False, ruled=False, penalty=None)
         if isinstance(outcome, str):
             return None
-        return _Best(
-            rank(ctx.policies.node, outcome.score, outcome.penalty, outcome.tie, node),
+        return Best(
+            rank(ctx.policies.node, outcome.score, outcome.penalty, outcome.tie, node.name),
             outcome,
-            found,
+            node,
         )
 
-    def _holds(self, ctx: _PodContext, node: str) -> tuple[_Nomination, ...]:
+    def _holds(self, ctx: PodContext, node: str) -> tuple[_Nomination, ...]:
         """Nominations on ``node`` that hold against the pod: other pods of equal or higher
         priority."""
         uids = self._nominated.get(node)
@@ -1797,18 +1334,18 @@ class DecisionEngine:
     @contextmanager
     def _what_if(
         self,
-        ctx: _PodContext,
+        ctx: PodContext,
         node: Node,
         *,
         removed: frozenset[str] = frozenset(),
         added: Sequence[_Nomination] = (),
-    ) -> Iterator[_WhatIf]:
+    ) -> Iterator[WhatIf]:
         """The engine as if the pods ``removed`` were gone from ``node`` (with the devices of
         every claim no remaining pod reserves) and the nominations ``added`` were placed
         there; everything is put back on exit. The pod's rules are recomputed for it. The
-        :class:`_WhatIf` yielded moves to another set of removed pods in place (a victim
+        :class:`WhatIf` yielded moves to another set of removed pods in place (a victim
         search changes one pod at a time)."""
-        what_if = _WhatIf(self, ctx, node, added)
+        what_if = WhatIf(self, ctx, node, added)
         try:
             what_if.remove(removed)
             yield what_if
@@ -1829,17 +1366,19 @@ class DecisionEngine:
         return freed
 
 
-class _WhatIf:
+class WhatIf:
     """An open what-if on one node (see :meth:`DecisionEngine._what_if`): :meth:`remove` takes
     the given pods off the node (putting back those taken before and not given now), with
     the devices their claims free; :meth:`close` restores the engine. Only the difference
     between two calls touches the tracker, and the capacity index re-reads only the node's
-    state, so a victim search pays for each fit check the pod it changes, not all of them."""
+    state, so a victim search pays for each fit check the pod it changes, not all of them.
+    :meth:`fits` and :meth:`best` are what the preemption dry run asks of it
+    (:class:`driver.scheduling.dryrun.WhatIfView`)."""
 
     def __init__(
         self,
         engine: DecisionEngine,
-        ctx: _PodContext,
+        ctx: PodContext,
         node: Node,
         added: Sequence[_Nomination],
     ) -> None:
@@ -1859,6 +1398,16 @@ class _WhatIf:
             if not tracker.counts(nomination.pod.uid):
                 tracker.drop_in(nomination.pod.uid, node.name, nomination.pod, True)
                 self._dropped.append(nomination.pod.uid)
+
+    def fits(self, removed: frozenset[str]) -> bool:
+        """Whether the pod fits on the node with the pods ``removed`` gone instead."""
+        self._engine.stats.victim_checks += 1
+        self.remove(removed)
+        return self._engine._fits_now(self._ctx, self._node)
+
+    def best(self) -> Best | None:
+        """The pod's exact outcome on the node as the what-if stands."""
+        return self._engine._best_now(self._ctx, self._node)
 
     def remove(self, removed: frozenset[str]) -> None:
         engine = self._engine

@@ -1,0 +1,327 @@
+"""The pruned node search: nodes walked best bound first, stopped once no bound can win.
+
+The :mod:`capacity index <driver.scheduling.capacity_index>` files every node in sorted lists
+by partition, in one view per set of device kinds a pod may use. For a pod, the engine gives
+:func:`best_first` its view's lists for the pod's variant and, per partition, an *optimistic
+bound* of the node score over the devices the pod can use (:mod:`driver.scheduling.bounds`;
+exact for simple pods on one kind of device). The walk merges the lists through a heap, best
+bound first; each node it pops goes through the index precheck and then the engine's exact
+evaluation (node filter, allocator, exact score), and it stops as soon as the best bound
+left cannot beat the best exact (score, name) found.
+
+Partitions that cannot hold the pod are never visited; nodes a rule between pods excludes are
+skipped inside their lists before any heap work; a node whose soft rules cost a penalty goes
+back into the heap with its bound lowered by it; where the bound only equals the best, a
+node can win on the System default spreading's tie-break alone, so its own tie-break decides.
+The result is identical to evaluating every node (tests compare both on random clusters, with
+every rule); ``docs/scoring.md`` explains the bounds.
+
+:func:`best_first` reads the index and the rules and never changes them; what it evaluates is
+the engine's (the ``evaluate`` callback, which may record per-node reasons).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from functools import partial
+from typing import Final, NamedTuple
+
+from driver.api.nodes import Node
+from driver.scheduling.bounds import Demand, ShapeBounds, bound_amounts, float_score, precheck
+from driver.scheduling.capacity_index import (
+    FiledNode,
+    NodeShape,
+    NodeState,
+    Partition,
+    ViewShape,
+)
+from driver.scheduling.podcontext import ZERO, Best, DecisionStats
+from driver.scheduling.policy import NodePolicy, PodPolicies
+from driver.scheduling.rules import PodRules
+from driver.scheduling.scoring import NodeAmounts, node_score, rank
+
+_EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
+
+
+class _Frontier(NamedTuple):
+    """A heap entry of the pruned walk, ordered by its float bound (then name; ``serial``
+    keeps the rest of the entry out of comparisons): the next node of one partition's list
+    (``penalty`` None, bounded by the node score alone), or a node taken from its list whose
+    soft rules' penalty is known (its bound lowered by the estimate ``penalty``; decisions
+    compute the exact penalty)."""
+
+    bound: float  # minus the bound of the total score, so the best pops first
+    name: str
+    serial: int
+    entries: list[FiledNode]
+    position: int
+    adding: NodeAmounts
+    shape: NodeShape
+    penalty: float | None
+
+
+# Built as NamedTuple._make builds (tuple.__new__ on the values): half the cost of the
+# keyword-capable constructor, which shows at 5000 nodes (one entry per partition per pod).
+_frontier: Callable[
+    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, float | None]],
+    _Frontier,
+] = partial(tuple.__new__, _Frontier)
+
+
+def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], bool]) -> int:
+    """The first position from ``start`` whose node no rule excludes (len: none)."""
+    end = len(entries)
+    while start < end and excluded(entries[start].name):
+        start += 1
+    return start
+
+
+def _tie_contender(
+    entries: list[FiledNode],
+    position: int,
+    best: Best,
+    tie_break: Callable[[str], Fraction],
+    excluded: Callable[[str], bool] | None,
+) -> int | None:
+    """From ``position`` on, within the run of ``entries`` with its list key (one bound,
+    which equals the best's total score), the first node whose tie-break may still beat the
+    best's (a smaller penalty, or an equal one and a smaller name); None when there is none."""
+    _, best_tie, best_name = best.rank
+    run_key = entries[position].key
+    for at in range(position, len(entries)):
+        key, name = entries[at]
+        if key != run_key:
+            return None  # a worse bound: no later node of the list can win
+        if excluded is not None and excluded(name):
+            continue
+        tie = tie_break(name)
+        if tie < best_tie or (tie == best_tie and name < best_name):
+            return at
+    return None
+
+
+def best_first(
+    lists: Mapping[Partition, list[FiledNode]],
+    shapes: Mapping[int, ViewShape],
+    by_ident: Sequence[NodeShape],
+    states: Mapping[str, NodeState],
+    nodes: Mapping[str, Node],
+    *,
+    policies: PodPolicies,
+    demand: Demand,
+    rules: PodRules | None,
+    bounds: dict[int, ShapeBounds],
+    bounds_for: Callable[[NodeShape, ViewShape], ShapeBounds],
+    evaluate: Callable[[Node], Best | None],
+    stats: DecisionStats,
+) -> tuple[Best | None, int]:
+    """The best node of the partitions ``lists`` (a view's lists for the pod's variant) and
+    how many nodes were evaluated (counted in ``stats`` too). ``bounds`` holds the pod's
+    bounds per shape, and the walk adds those ``bounds_for`` computes; ``evaluate`` is the
+    exact evaluation of a node the precheck passed (None: it does not fit). None when no node
+    of the lists fits."""
+    walk = _Walk(states, nodes, policies.node, demand, rules)
+    walk.start(
+        lists,
+        shapes=shapes,
+        by_ident=by_ident,
+        policies=policies,
+        bounds=bounds,
+        bounds_for=bounds_for,
+    )
+    return walk.run(bounds, evaluate, stats)
+
+
+class _Walk:
+    """One pod's walk (see :func:`best_first`): the heap, the best so far and what the walk
+    reads, so that its steps can be told apart without passing a dozen values around."""
+
+    def __init__(
+        self,
+        states: Mapping[str, NodeState],
+        nodes: Mapping[str, Node],
+        policy: NodePolicy,
+        demand: Demand,
+        rules: PodRules | None,
+    ) -> None:
+        self.states = states
+        self.nodes = nodes
+        self.policy = policy
+        self.demand = demand
+        self.cores = demand.cores
+        self.sign = -1.0 if policy == "binpack" else 1.0
+        self.rules = rules
+        # Nodes a rule excludes are skipped before any heap work; the soft rules' penalty
+        # lowers a node's bound once its list hands it over (docs/scoring.md).
+        self.excluded = rules.exclusion() if rules is not None and rules.filters else None
+        self.estimate = rules.estimator() if rules is not None and rules.soft else None
+        self.ties = rules.tie_breaker() if rules is not None and rules.ties else None
+        self.heap: list[_Frontier] = []
+        self.serial = 0
+        self.best: Best | None = None
+        self.best_key = 0.0
+
+    def start(
+        self,
+        lists: Mapping[Partition, list[FiledNode]],
+        *,
+        shapes: Mapping[int, ViewShape],
+        by_ident: Sequence[NodeShape],
+        policies: PodPolicies,
+        bounds: dict[int, ShapeBounds],
+        bounds_for: Callable[[NodeShape, ViewShape], ShapeBounds],
+    ) -> None:
+        """The heap of every partition's first node that no rule excludes, bounded."""
+        states, excluded, cores, sign = self.states, self.excluded, self.cores, self.sign
+        heap = self.heap
+        serial = self.serial
+        for partition, entries in lists.items():
+            shape_id, level, in_use, group_fresh, _ = partition  # unpacked once: a hot loop
+            shape = by_ident[shape_id]
+            vshape = shapes[shape_id]
+            shape_bounds = bounds.get(shape_id)
+            if shape_bounds is None:
+                shape_bounds = bounds[shape_id] = bounds_for(shape, vshape)
+            idle = vshape.devices - in_use
+            if (
+                not shape_bounds.feasible
+                or (idle == 0 and level < shape_bounds.level)  # no device takes the smallest
+                or idle < shape_bounds.forced_fresh  # whole devices wanted, fewer idle
+                or group_fresh < shape_bounds.group_need  # not enough idle ones side by side
+            ):
+                continue
+            position = 0 if excluded is None else _allowed(entries, 0, excluded)
+            if position == len(entries):
+                continue
+            adding = bound_amounts(policies, vshape, partition, shape_bounds)
+            name = entries[position].name
+            bound = float_score(shape.total, states[name].used, adding, cores)
+            heap.append(
+                _frontier((sign * bound, name, serial, entries, position, adding, shape, None))
+            )
+            serial += 1
+        heapq.heapify(heap)
+        self.serial = serial
+
+    def run(
+        self,
+        bounds: Mapping[int, ShapeBounds],
+        evaluate: Callable[[Node], Best | None],
+        stats: DecisionStats,
+    ) -> tuple[Best | None, int]:
+        """Pop nodes best bound first until no bound left can win; evaluate each."""
+        heap, states, nodes, demand = self.heap, self.states, self.nodes, self.demand
+        evaluated = 0
+        while heap:
+            entry = heapq.heappop(heap)
+            key, name, _, _, _, _, shape, penalty = entry
+            state = states[name]
+            best = self.best
+            if best is not None and key >= self.best_key - _EPSILON:
+                # Floats order the heap; whether a bound can still win is decided exactly,
+                # unless it is clearly worse. Keys pop in order (a list's next bound is no
+                # better than its head's, a penalty only raises a key) and the best only
+                # improves: once one bound is clearly worse, so is every bound left.
+                if key > self.best_key + _EPSILON:
+                    break
+                if not self._may_win(entry, state, best):
+                    continue
+            if penalty is None and self._hand_over(entry) > 0.0:
+                continue  # (the head went back with its penalty)
+            evaluated += 1
+            stats.nodes_evaluated += 1
+            # The index's precheck first: it is the cheapest test and fails most often. Its
+            # reason is not kept: the filter's reasons come first in kube-scheduler's order.
+            if precheck(state, demand, bounds[shape.ident]) is None:
+                found = evaluate(nodes[name])
+                if found is not None and (best is None or found.rank < best.rank):
+                    self.best = found
+                    self.best_key = float(found.rank[0])
+        return self.best, evaluated
+
+    def _may_win(self, entry: _Frontier, state: NodeState, best: Best) -> bool:
+        """For a node whose bound is within a float's error of the best: whether it may still
+        beat it, decided exactly (False: its list's later nodes cannot either, or the next
+        one that can went back into the heap)."""
+        _, name, _, entries, position, adding, shape, penalty = entry
+        rules = self.rules
+        exact = node_score(shape.total, state.used, adding, cores=self.cores)
+        lowered = rules.penalty(self.nodes[name]) if penalty and rules is not None else ZERO
+        bounded = rank(self.policy, exact, lowered, ZERO, name)
+        if bounded > best.rank:
+            return False  # (a list's later nodes are no better: it is dropped whole)
+        if self.ties is None or penalty is not None or bounded[0] != best.rank[0]:
+            return True
+        # The bound only equals the best: the node can win on the tie-break alone, so its own
+        # tie-break decides (not an optimistic 0), and so do its list's next nodes of the same
+        # key (the same bound): the first that may win goes back into the heap, the others are
+        # passed over. Without this, a best with a tie-break penalty made every node of its
+        # score an allocator call (issue 28's cliff: 48 nodes per pod).
+        after = _tie_contender(entries, position, best, self.ties, self.excluded)
+        if after is None:
+            return False
+        if after == position:
+            return True
+        after_name = entries[after].name
+        after_key = self.sign * float_score(
+            shape.total, self.states[after_name].used, adding, self.cores
+        )
+        heapq.heappush(
+            self.heap,
+            _frontier((after_key, after_name, self.serial, entries, after, adding, shape, None)),
+        )
+        self.serial += 1
+        return False
+
+    def _hand_over(self, entry: _Frontier) -> float:
+        """A list's head was popped. With soft rules, it and the list's next nodes while they
+        would pop next anyway are handled here, without a heap round trip: each with a
+        penalty goes back lowered by it (or nowhere, once it cannot win). The first without
+        one, or past the heap's top, joins the heap unlowered. Returns the head's penalty
+        (0.0: it is evaluated now)."""
+        key, name, _, entries, position, adding, shape, _ = entry
+        heap, states, nodes = self.heap, self.states, self.nodes
+        estimate, excluded, best = self.estimate, self.excluded, self.best
+        best_key, sign, cores = self.best_key, self.sign, self.cores
+        serial = self.serial
+        head_penalty = 0.0
+        at, at_name, at_key = position, name, key
+        end = len(entries)
+        while True:
+            ahead = estimate(nodes[at_name]) if estimate is not None else 0.0
+            if at == position:
+                head_penalty = ahead
+            if ahead > 0.0:
+                lowered_key = at_key + ahead
+                if best is None or lowered_key <= best_key + _EPSILON:
+                    heapq.heappush(
+                        heap,
+                        _frontier(
+                            (lowered_key, at_name, serial, entries, at, adding, shape, ahead)
+                        ),
+                    )
+                    serial += 1
+            elif at != position:
+                break  # (pushed unlowered below)
+            at += 1
+            if excluded is not None:
+                at = _allowed(entries, at, excluded)
+            if at >= end:
+                at = -1
+                break
+            at_name = entries[at].name
+            at_key = sign * float_score(shape.total, states[at_name].used, adding, cores)
+            if estimate is None or (heap and at_key > heap[0][0]):
+                break  # (pushed unlowered below)
+            if best is not None and at_key > best_key + _EPSILON:
+                at = -1
+                break  # this list cannot win any more
+        if at >= 0:
+            heapq.heappush(
+                heap, _frontier((at_key, at_name, serial, entries, at, adding, shape, None))
+            )
+            serial += 1
+        self.serial = serial
+        return head_penalty

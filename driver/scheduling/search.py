@@ -90,6 +90,11 @@ def _tie_contender(
     best's (a smaller penalty, or an equal one and a smaller name); None when there is none."""
     _, best_tie, best_name = best.rank
     run_key = entries[position].key
+    # The tie-breaker hands out one memoised Fraction per distinct penalty, and a run holds
+    # few: each is compared with the best's once (exact comparisons cost microseconds).
+    # id of a penalty -> (the penalty, kept alive so that its id stays its own; -1, 0, 1:
+    # below, equal to, above the best's)
+    compared: dict[int, tuple[Fraction, int]] = {}
     for at in range(position, len(entries)):
         key, name = entries[at]
         if key != run_key:
@@ -97,7 +102,11 @@ def _tie_contender(
         if excluded is not None and excluded(name):
             continue
         tie = tie_break(name)
-        if tie < best_tie or (tie == best_tie and name < best_name):
+        seen = compared.get(id(tie))
+        if seen is None:
+            seen = compared[id(tie)] = (tie, (tie > best_tie) - (tie < best_tie))
+        order = seen[1]
+        if order < 0 or (order == 0 and name < best_name):
             return at
     return None
 

@@ -10,7 +10,8 @@ evaluation (node filter, allocator, exact score), and it stops as soon as the be
 left cannot beat the best exact (score, name) found.
 
 Partitions that cannot hold the pod are never visited; nodes a rule between pods excludes are
-skipped inside their lists before any heap work; a node whose soft rules cost a penalty goes
+skipped inside their lists, and only once a list's head pops (a list whose bound cannot win is
+never walked through its excluded nodes); a node whose soft rules cost a penalty goes
 back into the heap with its bound lowered by it; where the bound only equals the best, a
 node can win on the System default spreading's tie-break alone, so its own tie-break decides.
 The result is identical to evaluating every node (tests compare both on random clusters, with
@@ -182,8 +183,8 @@ class _Walk:
         bounds: dict[int, ShapeBounds],
         bounds_for: Callable[[NodeShape, ViewShape], ShapeBounds],
     ) -> None:
-        """The heap of every partition's first node that no rule excludes, bounded."""
-        states, excluded, cores, sign = self.states, self.excluded, self.cores, self.sign
+        """The heap of every partition's first node, bounded."""
+        states, cores, sign = self.states, self.cores, self.sign
         heap = self.heap
         serial = self.serial
         for partition, entries in lists.items():
@@ -201,15 +202,15 @@ class _Walk:
                 or group_fresh < shape_bounds.group_need  # not enough idle ones side by side
             ):
                 continue
-            position = 0 if excluded is None else _allowed(entries, 0, excluded)
-            if position == len(entries):
+            if not entries:
                 continue
+            # The head goes in even if a rule excludes it: its bound is the list's best, so
+            # the list's first allowed node is looked for only once the head pops (lists whose
+            # bound cannot win are never walked through their excluded nodes).
             adding = bound_amounts(policies, vshape, partition, shape_bounds)
-            name = entries[position].name
+            name = entries[0].name
             bound = float_score(shape.total, states[name].used, adding, cores)
-            heap.append(
-                _frontier((sign * bound, name, serial, entries, position, adding, shape, None))
-            )
+            heap.append(_frontier((sign * bound, name, serial, entries, 0, adding, shape, None)))
             serial += 1
         heapq.heapify(heap)
         self.serial = serial
@@ -222,21 +223,28 @@ class _Walk:
     ) -> tuple[Best | None, int]:
         """Pop nodes best bound first until no bound left can win; evaluate each."""
         heap, states, nodes, demand = self.heap, self.states, self.nodes, self.demand
+        excluded = self.excluded
         evaluated = 0
         while heap:
             entry = heapq.heappop(heap)
             key, name, _, _, _, _, shape, penalty = entry
-            state = states[name]
             best = self.best
-            if best is not None and key >= self.best_key - _EPSILON:
-                # Floats order the heap; whether a bound can still win is decided exactly,
-                # unless it is clearly worse. Keys pop in order (a list's next bound is no
-                # better than its head's, a penalty only raises a key) and the best only
-                # improves: once one bound is clearly worse, so is every bound left.
-                if key > self.best_key + _EPSILON:
-                    break
-                if not self._may_win(entry, state, best):
-                    continue
+            # Floats order the heap; whether a bound can still win is decided exactly, unless
+            # it is clearly worse. Keys pop in order (a list's next bound is no better than
+            # its head's, a penalty only raises a key) and the best only improves: once one
+            # bound is clearly worse, so is every bound left.
+            if best is not None and key > self.best_key + _EPSILON:
+                break
+            if excluded is not None and penalty is None and excluded(name):
+                self._next_allowed(entry)  # a list's head that a rule excludes
+                continue
+            state = states[name]
+            if (
+                best is not None
+                and key >= self.best_key - _EPSILON
+                and not self._may_win(entry, state, best)
+            ):
+                continue
             if penalty is None and self._hand_over(entry) > 0.0:
                 continue  # (the head went back with its penalty)
             evaluated += 1
@@ -249,6 +257,23 @@ class _Walk:
                     self.best = found
                     self.best_key = float(found.rank[0])
         return self.best, evaluated
+
+    def _next_allowed(self, entry: _Frontier) -> None:
+        """Its list's first node after ``entry`` that no rule excludes joins the heap (unless
+        none is left, or its bound cannot win)."""
+        _, _, _, entries, position, adding, shape, _ = entry
+        assert self.excluded is not None
+        at = _allowed(entries, position + 1, self.excluded)
+        if at == len(entries):
+            return
+        name = entries[at].name
+        key = self.sign * float_score(shape.total, self.states[name].used, adding, self.cores)
+        if self.best is not None and key > self.best_key + _EPSILON:
+            return
+        heapq.heappush(
+            self.heap, _frontier((key, name, self.serial, entries, at, adding, shape, None))
+        )
+        self.serial += 1
 
     def _may_win(self, entry: _Frontier, state: NodeState, best: Best) -> bool:
         """For a node whose bound is within a float's error of the best: whether it may still

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -80,6 +81,35 @@ def slim(obj: JSON) -> JSON:
     if isinstance(metadata, dict) and "managedFields" in metadata:
         obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
     return obj
+
+
+#: Strings longer than this are left as decoded (no claim repeats them: names, UIDs, messages).
+_INTERN_MAX: Final = 64
+
+
+def _interned(value: Any) -> Any:
+    """``value`` (JSON data) rebuilt with its short strings interned."""
+    kind = type(value)
+    if kind is str:
+        return sys.intern(value) if len(value) <= _INTERN_MAX else value
+    if kind is dict:
+        return {k: _interned(v) for k, v in value.items()}
+    if kind is list:
+        return [_interned(v) for v in value]
+    return value
+
+
+def slim_claim(obj: JSON) -> JSON:
+    """What the caches keep of a ResourceClaim: :func:`slim`, with the short strings interned.
+    Tens of thousands of held claims repeat the same driver, pool, device, request, class,
+    capacity and node-selector strings; the decoder shares their keys already, and interning
+    shares the values (about a quarter of a held claim's bytes). Data nested too deep to
+    rebuild is kept as it came."""
+    obj = slim(obj)
+    try:
+        return {k: _interned(v) for k, v in obj.items()}
+    except RecursionError:
+        return obj
 
 
 def parse_or_skip(kind: str, parse: Callable[[JSON], _Model], raw: JSON) -> _Model | None:
@@ -547,7 +577,7 @@ class ClusterCache:
             watch_timeout_s=timeout,
         )
         self.claims: Informer[JSON] = Informer(
-            api, RESOURCE_CLAIMS, transform=slim, watch_timeout_s=timeout
+            api, RESOURCE_CLAIMS, transform=slim_claim, watch_timeout_s=timeout
         )
         self.namespaces: Informer[Labelled] = Informer(
             api, NAMESPACES, transform=Labelled.of, watch_timeout_s=timeout

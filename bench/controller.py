@@ -296,6 +296,10 @@ def run(
                         _run_async(url, scenario, 1800, "drive", volumes)
                     )
                 phase = time.monotonic() - phase_started
+                spent = {
+                    "emulator": cpu_seconds(emulator.pid) - cpu["e"],
+                    "controller": cpu_seconds(controller.pid) - cpu["c"],
+                }
                 shares = {
                     "emulator": (cpu_seconds(emulator.pid) - cpu["e"]) / phase,
                     "controller": (cpu_seconds(controller.pid) - cpu["c"]) / phase,
@@ -337,6 +341,7 @@ def run(
         "ready_cpu_s": ready_cpu,
         "end_rss_mb": end_rss,
         "cpu": shares,
+        "cpu_ms_per_pod": {k: 1000 * v / max(1, bound) for k, v in spent.items()},
         "rebuilds": int(metrics.get("biaxial_controller_engine_rebuild_seconds_count", 0)),
         "rebuild_ms": 1000
         * metrics.get("biaxial_controller_engine_rebuild_seconds_sum", 0.0)
@@ -416,9 +421,9 @@ def main(argv: list[str] | None = None) -> int:
         "| p99 ms | scrape threads | scrapes "
         "| qps | burst | writes | ready s | ready CPU s | RSS ready MB | RSS end MB | rebuilds "
         "| decision ms | requests/pod | API writes/pod | CPU emulator | CPU controller "
-        "| CPU driver |"
+        "| CPU driver | controller CPU ms/pod | emulator CPU ms/pod |"
     )
-    print("|---|---" + "|---:" * 25 + "|")
+    print("|---|---" + "|---:" * 27 + "|")
     print(
         f"| {row['scenario']} | {row['volumes']} | {row['nodes']} | {row['gpus']} | {row['pods']} "
         f"| {row['bound']} "
@@ -429,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         f"| {row['end_rss_mb']:.0f} "
         f"| {row['rebuilds']} | {row['decision_ms']:.2f} | {row['requests_per_pod']:.1f} "
         f"| {row['writes_per_pod']:.2f} "
-        f"| {cpu['emulator']:.2f} | {cpu['controller']:.2f} | {cpu['driver']:.2f} |"
+        f"| {cpu['emulator']:.2f} | {cpu['controller']:.2f} | {cpu['driver']:.2f} "
+        f"| {row['cpu_ms_per_pod']['controller']:.2f} | {row['cpu_ms_per_pod']['emulator']:.2f} |"
     )
     print()
     print("| controller's API writes per bound pod | count |")

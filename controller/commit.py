@@ -319,14 +319,16 @@ class Committer:
                 raise CommitAbortedError(
                     f"claim {key} is reserved for {MAX_RESERVED_FOR} consumers"
                 )
-            body = copy.deepcopy(claim)
-            new_status = body.setdefault("status", {})
+            # Built over the cached objects, not a deep copy of them (1 ms of CPU a claim
+            # under the profiler): nothing below changes what it shares with them.
+            new_status = {**status, "reservedFor": [*reserved, pod.consumer()]}
             if allocation is not None:
-                new_status["allocation"] = copy.deepcopy(allocation)
+                written = allocation
                 if self.binding is not None and has_binding_conditions(allocation):
                     # When the wait began: upstream's bindingTimeout counts from here.
-                    new_status["allocation"]["allocationTimestamp"] = now_rfc3339()
-            new_status["reservedFor"] = [*reserved, pod.consumer()]
+                    written = {**allocation, "allocationTimestamp": now_rfc3339()}
+                new_status["allocation"] = written
+            body = {**claim, "status": new_status}
             async with attempt:
                 return await self.api.replace(RESOURCE_CLAIMS, body, subresource="status")
             claim = await self._get_claim(key)

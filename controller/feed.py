@@ -46,10 +46,11 @@ the next decision starts from the caches. Objects that do not parse are logged a
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, replace
+from typing import Any, Final, TypeVar
 
 from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
 from controller.cache import ClusterCache, Selecting
@@ -62,35 +63,115 @@ from driver.scheduling.outcome import Placement, Preemption
 from driver.scheduling.policy import PolicyDefaults
 from driver.scheduling.storage import VOLUME_KINDS, PodVolumes
 from driver.scheduling.topologyspread import DefaultSpreading
+from kubeapi import codec
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
 
 class Parsed:
     """The core's models of the claims in the cache, parsed once per object version (nodes,
-    slices and classes are stored as models already: :class:`~controller.cache.ClusterCache`)."""
+    slices and classes are stored as models already: :class:`~controller.cache.ClusterCache`).
+
+    Two memos: the whole claim (:meth:`claim`), for the pods being scheduled, and a claim's
+    allocation alone (:meth:`allocation`), which is all the engine keeps of a held claim.
+    An allocation's strings and its node selector and consumed capacities are shared with
+    every other allocation that has equal ones (held claims on one node repeat them), so a
+    held claim costs its informer object and one compact allocation, with no second model of
+    the whole claim beside them."""
+
+    #: Distinct shared parts kept before the table is started afresh (node churn).
+    SHARED_MAX: Final = 200_000
 
     def __init__(self) -> None:
         self._claims: dict[str, tuple[JSON, ResourceClaim | BiaxialError]] = {}
+        self._allocations: dict[str, tuple[JSON, AllocationResult | BiaxialError]] = {}
+        self._shared: dict[Any, Any] = {}
 
     def claim(self, key: str, raw: JSON) -> ResourceClaim:
         """The claim model of ``raw``; raises the parse error (for the pod to report)."""
-        hit = self._claims.get(key)
-        if hit is not None and hit[0] is raw:  # the memo holds raw: identity is safe
-            value = hit[1]
-        else:
-            try:
-                value = ResourceClaim.from_api(raw)
-            except BiaxialError as exc:
-                value = exc
-            self._claims[key] = (raw, value)
-        if isinstance(value, BiaxialError):
-            raise value
-        return value
+        return _memo(self._claims, key, raw, ResourceClaim.from_api)
+
+    def allocation(self, key: str, raw: JSON) -> AllocationResult | None:
+        """The ``status.allocation`` of claim ``raw`` (None: not allocated); raises the parse
+        error."""
+        status = raw.get("status")
+        found = status.get("allocation") if isinstance(status, dict) else None
+        if not found:
+            return None
+        where = f"ResourceClaim {key}: status.allocation"
+        return _memo(
+            self._allocations,
+            key,
+            found,
+            lambda source: self._compact(AllocationResult.from_api(source, where)),
+        )
+
+    def settled(self, key: str) -> None:
+        """The claim's allocation is written: the whole-claim model, read while its pod was
+        scheduled, is dropped (parsed again should another pod share the claim)."""
+        self._claims.pop(key, None)
 
     def forget(self, key: str) -> None:
-        """Drop the model of a deleted claim."""
+        """Drop the models of a deleted claim."""
         self._claims.pop(key, None)
+        self._allocations.pop(key, None)
+
+    def _share(self, key: Any, value: Any) -> Any:
+        shared = self._shared
+        found = shared.get(key)
+        if found is None:
+            if len(shared) >= self.SHARED_MAX:
+                shared.clear()
+            found = shared[key] = value
+        return found
+
+    def _compact(self, allocation: AllocationResult) -> AllocationResult:
+        """``allocation`` with its parts shared with equal ones (see the class docstring)."""
+        results = tuple(
+            replace(
+                r,
+                request=sys.intern(r.request),
+                driver=sys.intern(r.driver),
+                pool=sys.intern(r.pool),
+                device=sys.intern(r.device),
+                consumed_capacity=self._share(
+                    ("capacity", *sorted((k, str(q)) for k, q in r.consumed_capacity.items())),
+                    r.consumed_capacity,
+                )
+                if r.consumed_capacity is not None
+                else None,
+            )
+            for r in allocation.results
+        )
+        selector = allocation.node_selector
+        if selector is not None:
+            selector = self._share(("selector", codec.dumps(selector)), selector)
+        return replace(allocation, results=results, node_selector=selector)
+
+
+_Parsed = TypeVar("_Parsed")
+
+
+def _memo(
+    table: dict[str, tuple[JSON, _Parsed | BiaxialError]],
+    key: str,
+    source: JSON,
+    parse: Callable[[JSON], _Parsed],
+) -> _Parsed:
+    """``parse(source)``, memoized under ``key`` for this very ``source`` (the memo holds it:
+    identity is safe); a parse error is memoized and raised alike."""
+    hit = table.get(key)
+    if hit is not None and hit[0] is source:
+        value = hit[1]
+    else:
+        try:
+            value = parse(source)
+        except BiaxialError as exc:
+            value = exc
+        table[key] = (source, value)
+    if isinstance(value, BiaxialError):
+        raise value
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,10 +357,10 @@ class EngineFeed:
         return engine
 
     def _allocation(self, key: str, raw: JSON | None) -> AllocationResult | None:
-        if raw is None or not (raw.get("status") or {}).get("allocation"):
+        if raw is None:
             return None
         try:
-            return self.parsed.claim(key, raw).allocation
+            return self.parsed.allocation(key, raw)
         except BiaxialError as exc:
             log.warning("ResourceClaim %s is malformed, not counted: %s", key, exc)
             return None
@@ -291,6 +372,8 @@ class EngineFeed:
         raw = self.cache.overlay.latest_written(key)
         if raw is None:
             self.parsed.forget(key)
+        elif (raw.get("status") or {}).get("allocation"):
+            self.parsed.settled(key)
         if self._engine is not None:
             allocation = self._allocation(key, raw)
             self._engine.observe_allocation(

@@ -99,6 +99,81 @@ class Hint:
 ANY: Final = Hint()
 
 
+class _Wakers:
+    """The parked pods filed by what can wake them, so that an event reads only the pods its
+    kind (and claim, or DeviceClasses) may wake, not every parked pod's hint: the same
+    answers as :meth:`Hint.wakes` (a 3,000-pod burst called it 1.8 million times otherwise)."""
+
+    __slots__ = ("any_claim", "any_freed", "by_claim", "by_class", "by_kind", "some_freed")
+
+    def __init__(self) -> None:
+        #: CLUSTER, POD_GONE, POD_ADDED: the pods whose hint says yes
+        self.by_kind: dict[EventKind, set[str]] = {
+            EventKind.CLUSTER: set(),
+            EventKind.POD_GONE: set(),
+            EventKind.POD_ADDED: set(),
+        }
+        self.any_claim: set[str] = set()  # claims None: any claim event
+        self.by_claim: dict[str, set[str]] = {}
+        self.any_freed: set[str] = set()  # device_classes None: any freed device
+        self.some_freed: set[str] = set()  # device_classes not empty: freed of unknown classes
+        self.by_class: dict[str, set[str]] = {}
+
+    def file(self, key: str, hint: Hint) -> None:
+        for kind, wakes in (
+            (EventKind.CLUSTER, hint.cluster),
+            (EventKind.POD_GONE, hint.pod_gone),
+            (EventKind.POD_ADDED, hint.pod_added),
+        ):
+            if wakes:
+                self.by_kind[kind].add(key)
+        if hint.claims is None:
+            self.any_claim.add(key)
+        else:
+            for claim in hint.claims:
+                self.by_claim.setdefault(claim, set()).add(key)
+        if hint.device_classes is None:
+            self.any_freed.add(key)
+        elif hint.device_classes:
+            self.some_freed.add(key)
+            for name in hint.device_classes:
+                self.by_class.setdefault(name, set()).add(key)
+
+    def unfile(self, key: str, hint: Hint) -> None:
+        for keys in self.by_kind.values():
+            keys.discard(key)
+        self.any_claim.discard(key)
+        self.any_freed.discard(key)
+        self.some_freed.discard(key)
+        for claim in hint.claims or ():
+            _discard(self.by_claim, claim, key)
+        for name in hint.device_classes or ():
+            _discard(self.by_class, name, key)
+
+    def woken(self, event: ClusterEvent) -> set[str]:
+        """The parked pods whose hint ``event`` wakes (a set the caller may not change)."""
+        kind = event.kind
+        if kind is EventKind.CLAIM:
+            named = self.by_claim.get(event.claim)
+            return self.any_claim | named if named else self.any_claim
+        if kind is EventKind.DEVICES_FREED:
+            if event.classes is None:
+                return self.any_freed | self.some_freed
+            out = set(self.any_freed)
+            for name in event.classes:
+                out.update(self.by_class.get(name, ()))
+            return out
+        return self.by_kind[kind]
+
+
+def _discard(index: dict[str, set[str]], name: str, key: str) -> None:
+    keys = index.get(name)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[name]
+
+
 @dataclass(slots=True)
 class _Entry:
     attempts: int = 0
@@ -132,6 +207,7 @@ class SchedulingQueue:
         self._serial = itertools.count()
         self._backoff: set[str] = set()
         self._parked: dict[str, Hint] = {}
+        self._wakers = _Wakers()  # the parked pods by what can wake them
         # (time, key) heaps over backoff and parked pods; stale items are skipped when popped,
         # so due pods are found in O(log n) however many pods wait.
         self._backoff_heap: list[tuple[float, str]] = []
@@ -194,7 +270,7 @@ class SchedulingQueue:
         if key in self._active or key in self._backoff:
             return
         entry = self._entries.setdefault(key, _Entry(priority=priority))
-        self._parked.pop(key, None)
+        self._unpark(key)
         if entry.ready_at > self._clock():
             self._to_backoff(key, entry)
         else:
@@ -216,8 +292,18 @@ class SchedulingQueue:
         heapq.heappush(self._backoff_heap, (entry.ready_at, key))
 
     def _park(self, key: str, entry: _Entry, hint: Hint) -> None:
+        self._unpark(key)
         self._parked[key] = hint
+        self._wakers.file(key, hint)
         heapq.heappush(self._parked_heap, (entry.parked_at + self._flush, key))
+
+    def _unpark(self, key: str) -> bool:
+        """Take ``key`` out of the parked pods (whether it was parked)."""
+        hint = self._parked.pop(key, None)
+        if hint is None:
+            return False
+        self._wakers.unfile(key, hint)
+        return True
 
     def move(self, event: ClusterEvent) -> int:
         """A cluster change: the parked pods whose hint it matches become eligible (after their
@@ -232,9 +318,12 @@ class SchedulingQueue:
         if self._processing:
             self._event_seq += 1
             self._events.append((self._event_seq, event))
-        moved = [key for key, hint in self._parked.items() if event is None or hint.wakes(event)]
+        if not self._parked:
+            self._parked_heap.clear()
+            return 0
+        moved = list(self._parked) if event is None else list(self._wakers.woken(event))
         for key in moved:
-            del self._parked[key]
+            self._unpark(key)
             self._to_backoff(key, self._entries[key])
         if not self._parked:
             self._parked_heap.clear()
@@ -246,7 +335,7 @@ class SchedulingQueue:
         """The pod is gone or no longer ours: drop every trace of it."""
         self._active.pop(key, None)
         self._backoff.discard(key)
-        self._parked.pop(key, None)
+        self._unpark(key)
         self._dirty.discard(key)
         if key not in self._processing:
             self._entries.pop(key, None)
@@ -267,7 +356,7 @@ class SchedulingQueue:
                 continue  # stale: moved or forgotten meanwhile
             if entry.parked_at + self._flush > now:
                 continue  # stale: parked again later (its newer item is in the heap)
-            del self._parked[key]
+            self._unpark(key)
             self._to_backoff(key, entry)
         waiting = self._backoff_heap
         while waiting and waiting[0][0] <= now:

@@ -384,3 +384,72 @@ def test_forgotten_and_re_added_pods_leave_no_stale_order() -> None:
     q.add("c", priority=3)
     q.add("a", priority=0)
     assert [q.pop_nowait() for _ in range(4)] == ["c", "b", "a", None]
+
+
+def test_a_move_wakes_exactly_the_parked_pods_whose_hint_says_so() -> None:
+    """The parked pods are filed by what can wake them; for random hints and events a move
+    takes out exactly those for which Hint.wakes answers yes, and the index forgets the pods
+    that leave (by a move, an add, a forget or the flush)."""
+    import random
+
+    rng = random.Random(11)
+    claims = [f"ns/c{i}" for i in range(4)]
+    classes = [GPU, A100, "other.biaxial.dev"]
+
+    def some(names: list[str]) -> frozenset[str] | None:
+        return None if rng.random() < 0.3 else frozenset(rng.sample(names, rng.randint(0, 2)))
+
+    def hint() -> Hint:
+        return Hint(
+            cluster=rng.random() < 0.5,
+            claims=some(claims),
+            device_classes=some(classes),
+            pod_gone=rng.random() < 0.5,
+            pod_added=rng.random() < 0.5,
+        )
+
+    def event() -> ClusterEvent:
+        kind = rng.choice(list(EventKind))
+        if kind is EventKind.CLAIM:
+            return ClusterEvent(kind, claim=rng.choice(claims))
+        if kind is EventKind.DEVICES_FREED:
+            return ClusterEvent(kind, classes=some(classes))
+        return ClusterEvent(kind)
+
+    clock = Clock()
+    q = make(clock)
+    keys = [f"p{i}" for i in range(30)]
+    for _ in range(3000):
+        key = rng.choice(keys)
+        op = rng.random()
+        if op < 0.4:
+            q.add(key)
+            if q.pop_nowait() is not None:
+                clock.now += 0.001
+        elif op < 0.6:
+            got = q.pop_nowait()
+            if got is not None:
+                q.done(got, rng.choice([Outcome.UNSCHEDULABLE, Outcome.WAITING]), hint())
+        elif op < 0.9:
+            change = event()
+            expected = {k for k in keys if (h := q.hint(k)) is not None and h.wakes(change)}
+            assert q.move(change) == len(expected), change
+            assert not any(q.hint(k) is not None for k in expected)
+        elif op < 0.95:
+            q.forget(key)
+        else:
+            clock.now += rng.choice([1.0, 30.0, 61.0])
+    while (got := q.pop_nowait()) is not None:
+        q.done(got, Outcome.UNSCHEDULABLE, hint())
+    for _ in range(50):
+        change = event()
+        expected = {k for k in keys if (h := q.hint(k)) is not None and h.wakes(change)}
+        assert q.move(change) == len(expected)
+    q.move_all()
+    wakers = q._wakers
+    assert not any(wakers.by_kind.values())
+    assert not wakers.any_claim
+    assert not wakers.by_claim
+    assert not wakers.any_freed
+    assert not wakers.some_freed
+    assert not wakers.by_class

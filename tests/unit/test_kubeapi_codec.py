@@ -34,6 +34,30 @@ def test_the_iterative_codec_agrees_with_json(value: Any) -> None:
 
 
 @given(_json)
+def test_the_fast_path_decodes_as_json_does(value: Any) -> None:
+    """msgspec decodes what it accepts to what ``json`` gives (integers of any size, the last
+    of duplicate keys); the text it refuses goes to ``json``."""
+    text = json.dumps(value)
+    assert codec.loads(text.encode()) == json.loads(text)
+    assert codec.loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1, "a": 2}',
+        "[123456789012345678901234567890, -9223372036854775809]",
+        "[1e400, -1e400, NaN, Infinity]",
+        '["\\ud800", "\\udc00x"]',
+    ],
+)
+def test_what_msgspec_refuses_or_reads_otherwise_decodes_as_json_does(text: str) -> None:
+    expected = json.loads(text)
+    assert repr(codec.loads(text)) == repr(expected)
+    assert repr(codec.loads(text.encode("utf-8", "surrogatepass"))) == repr(expected)
+
+
+@given(_json)
 def test_encoding_is_a_fixed_point(value: Any) -> None:
     """What was written decodes and encodes to the same bytes: a claim's opaque parameters
     are compared byte for byte by the API server on every status write."""

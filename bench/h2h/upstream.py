@@ -11,6 +11,7 @@ pods for 10 seconds where ours stream a fixed count."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -28,16 +29,19 @@ TIMEOUT_S: Final = 1800
 
 def parse_data_items(document: JSON) -> list[JSON]:
     """The ``SchedulingThroughput`` items of a scheduler_perf data-items file as
-    ``{"workload", "pods_per_s", "perc50", "perc90", "perc99"}`` (the workload's name without
-    the ``/test`` or ``/namespace`` suffix scheduler_perf adds)."""
+    ``{"workload", "pods_per_s", "perc50", "perc90", "perc99"}``: ``<test case>/<workload>``,
+    the average and percentiles of its one-second throughput samples. A workload too short to
+    sample has no such item."""
     out: list[JSON] = []
     for item in document.get("dataItems") or ():
         labels = item.get("labels") or {}
         if labels.get("Metric") != "SchedulingThroughput":
             continue
-        name = str(labels.get("Name", ""))
-        parts = name.split("/")
-        workload = "/".join(parts[:2]) if len(parts) > 2 else name
+        # BenchmarkPerfScheduling/<test case>/<workload>/<namespace or "test">
+        parts = str(labels.get("Name", "")).split("/")
+        if parts and parts[0].startswith("BenchmarkPerfScheduling"):
+            parts = parts[1:]
+        workload = "/".join(parts[:2])
         data = item.get("data") or {}
         out.append(
             {
@@ -49,6 +53,17 @@ def parse_data_items(document: JSON) -> list[JSON]:
             }
         )
     return out
+
+
+def _module_cache() -> str:
+    """Go's module cache, where ``k8s.io/kubernetes`` (and its test data) was downloaded."""
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        found = subprocess.run(
+            ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        if found:
+            return found
+    return str(Path.home() / "go" / "pkg" / "mod")
 
 
 def run(workloads: str = "", *, log_to: Path | None = None) -> list[JSON]:
@@ -70,6 +85,9 @@ def run(workloads: str = "", *, log_to: Path | None = None) -> list[JSON]:
         # an etcd already listening on the default 2379 would be used as is; point it at a
         # URL nothing listens on so the benchmark starts its own
         env.setdefault("KUBE_INTEGRATION_ETCD_URL", "http://127.0.0.1:1")
+        # the in-process kube-apiserver finds its test certificates from its source path, which
+        # -trimpath made relative; its bazel escape hatch roots it in the module cache
+        env.update(TEST_SRCDIR=_module_cache(), TEST_WORKSPACE=".")
         argv = [
             str(config.parent / "bin" / "dra.test"),
             "-test.run=^$",

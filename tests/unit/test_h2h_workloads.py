@@ -146,7 +146,8 @@ def test_scheduler_perf_data_items_are_read() -> None:
                 "unit": "pods/s",
                 "labels": {
                     "Metric": "SchedulingThroughput",
-                    "Name": "SchedulingWithResourceClaimTemplate/empty_500nodes/test",
+                    "Name": "BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/"
+                    "empty_500nodes/test",
                 },
             },
             {

@@ -359,7 +359,12 @@ def mixed_shape(nodes: int, pods: int, *, seed: int = 42) -> Inventory:
             {**n, "metadata": {k: v for k, v in n["metadata"].items() if k != "uid"}}
             for n in scenario.nodes
         ],
-        slices=scenario.slices,
+        # the scenario's slices name their Node as owner by a made-up uid; the API server
+        # gives the seeded Nodes their own, and the garbage collector would delete the slices
+        slices=[
+            {**sl, "metadata": {k: v for k, v in sl["metadata"].items() if k != "ownerReferences"}}
+            for sl in scenario.slices
+        ],
         classes=scenario.classes,
         templates=[],
         pods=made,

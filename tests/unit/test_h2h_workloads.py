@@ -103,6 +103,9 @@ def test_mixed_keeps_only_what_kube_scheduler_expresses() -> None:
         for claim in claims:
             for request in claim["spec"]["devices"]["requests"]:
                 assert request["exactly"]["deviceClassName"] != "mig.biaxial.dev"
+    # no owner the API server would not know (the garbage collector would delete the slices)
+    assert all("ownerReferences" not in s["metadata"] for s in inventory.slices)
+    assert all("uid" not in n["metadata"] for n in inventory.nodes)
     assert mixed_shape(20, 120).pods == inventory.pods  # deterministic
 
 

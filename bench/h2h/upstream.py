@@ -103,7 +103,15 @@ def run(workloads: str = "", *, log_to: Path | None = None) -> list[JSON]:
                 argv, cwd=config, env=env, stdout=log, stderr=subprocess.STDOUT, check=False
             )
         files = sorted(Path(tmp).glob("BenchmarkPerfScheduling*.json"))
-        if proc.returncode != 0 or not files:
-            where = f" (its output: {log_to})" if log_to else ""
-            raise RuntimeError(f"scheduler_perf exited {proc.returncode}{where}")
+        where = f" (its output: {log_to})" if log_to else ""
+        if not files:
+            raise RuntimeError(f"scheduler_perf exited {proc.returncode} with no data{where}")
+        if proc.returncode != 0:
+            # a workload below upstream's threshold fails the benchmark, its figures are
+            # written all the same: on a small or busy machine that is the usual case
+            print(
+                f"scheduler_perf exited {proc.returncode}: a workload failed or missed "
+                f"upstream's threshold{where}",
+                file=sys.stderr,
+            )
         return parse_data_items(json.loads(files[-1].read_text()))

@@ -135,8 +135,12 @@ bench-chaos: $(STAMP)
 bench-badinput: $(STAMP)
 	$(BIN)/python -m bench.badinput
 
-## bench-vs-kube-scheduler: kube-scheduler and biaxial on the same real control plane and pods
-## (needs `make control-plane`; NODES, PODS, WORKLOADS, QPS, JSON override the defaults)
+## bench-vs-kube-scheduler: kube-scheduler and biaxial on the same real control plane and pods,
+## and upstream's own scheduler_perf DRA benchmark on this machine (needs `make control-plane`;
+## the scheduler_perf binary is built on first use, ~10 min on 2 cores; UPSTREAM=0 skips it;
+## NODES, PODS, STREAM_PODS, WORKLOADS, QPS, JSON override the defaults)
 bench-vs-kube-scheduler: $(STAMP)
 	$(BIN)/python -m bench.vs_kube_scheduler $(if $(NODES),--nodes $(NODES)) $(if $(PODS),--pods $(PODS)) \
-		$(if $(WORKLOADS),--workloads $(WORKLOADS)) $(if $(QPS),--qps $(QPS)) $(if $(JSON),--json $(JSON))
+		$(if $(STREAM_PODS),--stream-pods $(STREAM_PODS)) $(if $(WORKLOADS),--workloads $(WORKLOADS)) \
+		$(if $(QPS),--qps $(QPS)) $(if $(JSON),--json $(JSON)) \
+		$(if $(filter 0,$(UPSTREAM)),,--upstream-scheduler-perf)

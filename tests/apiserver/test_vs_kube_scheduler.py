@@ -29,14 +29,18 @@ FIELDS = {
 }
 
 
-@pytest.mark.timeout(90)
-def test_both_schedulers_bind_every_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def _need_control_plane() -> None:
     missing = set(NEEDED) - set(binaries(release(), NEEDED))
     if missing:
         reason = f"no {', '.join(sorted(missing))}: run `make control-plane`"
         if os.environ.get("CI"):
             pytest.fail(reason, pytrace=False)
         pytest.skip(reason)
+
+
+@pytest.mark.timeout(90)
+def test_both_schedulers_bind_every_pod(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _need_control_plane()
     out = tmp_path / "runs.json"
     argv = ["--nodes", "5", "--pods", "20", "--workloads", "claim-template", "--json", str(out)]
     assert vs_kube_scheduler.main(argv) == 0
@@ -59,3 +63,32 @@ def test_both_schedulers_bind_every_pod(tmp_path: Path, capsys: pytest.CaptureFi
     table = capsys.readouterr().out
     assert "kube-scheduler @5000/5000" in table
     assert "biaxial @5000/5000" in table
+
+
+@pytest.mark.timeout(120)
+def test_steady_state_and_four_patterns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A full cluster streamed to the end (every pod bound, each deleted once bound, so the
+    held devices and the freed ones are both honoured), and the four patterns placed by both."""
+    _need_control_plane()
+    out = tmp_path / "runs.json"
+    argv = ["--nodes", "2", "--stream-pods", "15", "--json", str(out)]
+    argv += ["--workloads", "claim-template-full,four-patterns"]
+    assert vs_kube_scheduler.main(argv) == 0
+
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["workload"], r["scheduler"]) for r in runs] == [
+        ("claim-template-full", "kube-scheduler"),
+        ("claim-template-full", "biaxial"),
+        ("four-patterns", "kube-scheduler"),
+        ("four-patterns", "biaxial"),
+    ]
+    for run in runs[:2]:
+        assert (run["bound"], run["held_devices"]) == (15, 10), run
+    for run in runs[2:]:
+        assert run["bound"] == 16, run
+        assert sorted(run["placements"]) == ["A", "B", "C", "D"]
+    # biaxial's node binpack keeps pattern A on one node, its GPU spread gives C four GPUs
+    biaxial = runs[3]["placements"]
+    assert len({p["node"] for p in biaxial["A"]}) == 1
+    assert len({p["device"] for p in biaxial["C"]}) == 4
+    assert "pattern (node x GPU policy)" in capsys.readouterr().out

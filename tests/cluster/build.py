@@ -5,6 +5,7 @@ Usage::
     python -m tests.cluster.build                 # build (or reuse) the newest release
     python -m tests.cluster.build --release 1.34  # the oldest release with resource.k8s.io/v1
     python -m tests.cluster.build --where         # print the directory, build nothing
+    python -m tests.cluster.build --scheduler-perf  # also upstream's scheduler_perf DRA binary
 
 ``make control-plane`` runs the first form and prints where the binaries are. The release can
 also be chosen with ``BIAXIAL_K8S_RELEASE`` (``1.37`` when unset).
@@ -22,6 +23,10 @@ What is built, each at the version its :class:`Release` pins:
   modules never change what the Kubernetes binaries link (minimum version selection would
   otherwise mix the two graphs).
 - ``kwok`` from ``sigs.k8s.io/kwok``: fake nodes and the pod lifecycle without a kubelet.
+- on request (``--scheduler-perf``), ``dra.test``: ``go test -c`` of upstream's scheduler_perf
+  DRA benchmark from the same ``k8s.io/kubernetes``, in a wrapper of its own (its test-only
+  dependencies fetched with ``go get -t``), cached under ``<version>/scheduler-perf/`` with its
+  own stamp (:func:`build_scheduler_perf`).
 
 Every binary is stamped with its version (``/version`` and ``--version`` are truthful), built
 with ``-trimpath`` and without symbols, by the local Go toolchain (``GOTOOLCHAIN=local``).
@@ -366,6 +371,80 @@ def _build_step(step: Step, work: Path, bins: Path) -> None:
         tmp.replace(bins / binary)
 
 
+# --------------------------------------------------------------------------- scheduler_perf
+
+#: upstream's scheduler_perf DRA benchmark, a test binary of ``k8s.io/kubernetes``
+SCHEDULER_PERF: Final = ("dra.test",)
+SCHEDULER_PERF_PACKAGE: Final = "k8s.io/kubernetes/test/integration/scheduler_perf/dra"
+
+
+def scheduler_perf_dir(rel: Release) -> Path:
+    """``<release dir>/scheduler-perf``: ``bin/dra.test``, ``dra/`` (the package's
+    ``performance-config.yaml`` and ``templates/``, which the binary reads from its working
+    directory), ``src/`` (the wrapper module) and a stamp of its own."""
+    return release_dir(rel) / "scheduler-perf"
+
+
+def _scheduler_perf_stamp(rel: Release) -> dict[str, object]:
+    return {"release": asdict(rel), "go": go_version(), "recipe": 1}
+
+
+def scheduler_perf_cached(rel: Release) -> bool:
+    return _stamp_matches(scheduler_perf_dir(rel), _scheduler_perf_stamp(rel), SCHEDULER_PERF)
+
+
+def build_scheduler_perf(rel: Release, *, log: bool = True) -> Path:
+    """``go test -c`` of scheduler_perf's DRA package from the same pinned ``k8s.io/kubernetes``
+    (its test-only dependencies fetched with ``go get -t`` in a wrapper of its own, so the
+    control plane's wrapper never changes), and its config beside it; returns the directory
+    to run it in (``<scheduler_perf_dir>/dra``; the binary is ``../bin/dra.test``)."""
+    top = scheduler_perf_dir(rel)
+    if scheduler_perf_cached(rel):
+        return top / "dra"
+    check_disk(top)
+    expected = _scheduler_perf_stamp(rel)
+    work = top / "src"
+    bins = top / "bin"
+    work.mkdir(parents=True, exist_ok=True)
+    bins.mkdir(parents=True, exist_ok=True)
+    if log:
+        print(f"building scheduler_perf (dra) {rel.kubernetes} with {expected['go']}", flush=True)
+    started = time.monotonic()
+    gomod = module_gomod("k8s.io/kubernetes", rel.kubernetes, work)
+    (work / "go.mod").write_text(
+        wrapper_gomod("scheduler-perf", "k8s.io/kubernetes", rel.kubernetes, gomod, rel.staging)
+    )
+    _go(["get", "-t", SCHEDULER_PERF_PACKAGE], work)
+    tmp = bins / ".dra.test.tmp"
+    _go(
+        ["test", "-c", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp), SCHEDULER_PERF_PACKAGE],
+        work,
+    )
+    tmp.replace(bins / "dra.test")
+    source = Path(_go(["list", "-f", "{{.Dir}}", SCHEDULER_PERF_PACKAGE], work).strip())
+    config = top / "dra"
+    shutil.rmtree(config, ignore_errors=True)
+    config.mkdir()
+    shutil.copy(source / "performance-config.yaml", config)
+    shutil.copytree(source / "templates", config / "templates")
+    for path in [config, *config.rglob("*")]:  # the module cache's files are read-only
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    seconds = round(time.monotonic() - started, 1)
+    stamp = expected | {
+        "binaries": {
+            "dra.test": {
+                "size": (bins / "dra.test").stat().st_size,
+                "sha256": _sha256(bins / "dra.test"),
+            }
+        },
+        "build_seconds": {"scheduler-perf": seconds},
+    }
+    (top / "stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
+    if log:
+        print(f"  scheduler_perf (dra): {seconds:.0f} s", flush=True)
+    return config
+
+
 # --------------------------------------------------------------------------- the node
 
 
@@ -472,6 +551,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--node", action="store_true", help="also the node: kubelet, containerd, runc, CNI"
     )
+    parser.add_argument(
+        "--scheduler-perf",
+        action="store_true",
+        help="also upstream's scheduler_perf DRA benchmark (go test -c; about 10 min on 2 cores)",
+    )
     args = parser.parse_args(argv)
     try:
         rel = release(args.release)
@@ -487,6 +571,13 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             node_bins = build_node(rel)
             print(f"node {rel.kubernetes} ({time.monotonic() - started:.1f} s): {node_bins}")
+        if args.scheduler_perf:
+            started = time.monotonic()
+            where = build_scheduler_perf(rel)
+            print(
+                f"scheduler_perf (dra) {rel.kubernetes} ({time.monotonic() - started:.1f} s): "
+                f"{where.parent / 'bin' / 'dra.test'}"
+            )
     except BuildError as err:
         print(f"control-plane: {err}", file=sys.stderr)
         return 2

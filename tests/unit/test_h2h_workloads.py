@@ -1,0 +1,171 @@
+"""The head-to-head's workload shapes (``bench.h2h.workloads``) and its report's pure parts:
+what each run seeds and creates, without an API server."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from bench.h2h import upstream
+from bench.h2h.report import pattern_lines, pattern_summary
+from bench.h2h.workloads import (
+    DEVICES_PER_NODE,
+    INIT_NAMESPACE,
+    MIXED_SHAPES,
+    PATTERNS,
+    STEADY,
+    STEADY_IN_FLIGHT,
+    WORKLOADS,
+    fill_count,
+    mixed_shape,
+    patterns_shape,
+    shape,
+    steady_shape,
+)
+
+
+@pytest.mark.parametrize(
+    ("fill", "per_pod", "held"),
+    [("empty", 1, 0), ("half", 1, 2500), ("full", 1, 4990), ("full", 2, 4980)],
+)
+def test_fill_levels_are_scheduler_perfs(fill: str, per_pod: int, held: int) -> None:
+    # SchedulingWithResourceClaimTemplate/{empty,half,full}_500nodes: initClaims 0, 2500, 4990
+    assert fill_count(fill, 500, per_pod) == held
+
+
+def test_fill_level_unknown_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown fill"):
+        fill_count("most", 10, 1)
+
+
+def test_steady_state_holds_devices_node_by_node() -> None:
+    inventory = steady_shape("claim-template-full", 3, 40)
+    assert inventory.in_flight == STEADY_IN_FLIGHT
+    assert len(inventory.pods) == 40
+    assert len(inventory.held) == 3 * DEVICES_PER_NODE - STEADY_IN_FLIGHT
+    held = [
+        (
+            claim["status"]["allocation"]["devices"]["results"][0]["pool"],
+            claim["status"]["allocation"]["devices"]["results"][0]["device"],
+        )
+        for claim in inventory.held
+    ]
+    assert len(set(held)) == len(held)  # never a device twice
+    per_node = Counter(pool for pool, _ in held)
+    # full leaves its free devices on the last node: the first two are held whole
+    assert per_node == {"node-00000": 10, "node-00001": 10}
+    assert all(c["metadata"]["namespace"] == INIT_NAMESPACE for c in inventory.held)
+    assert all("reservedFor" not in c["status"] for c in inventory.held)
+
+
+def test_steady_match_attribute_holds_whole_pairs_and_streams_pairs() -> None:
+    inventory = steady_shape("match-attribute-half", 4, 100)
+    assert len(inventory.pods) == 50  # a pair a pod
+    devices = {
+        (r["pool"], r["device"])
+        for c in inventory.held
+        for r in c["status"]["allocation"]["devices"]["results"]
+    }
+    assert len(devices) == 20
+    for pool, device in devices:  # a pair (2k, 2k+1) is held whole or not at all
+        index = int(device.removeprefix("device-"))
+        assert (pool, f"device-{index ^ 1}") in devices
+    request = inventory.templates[0]["spec"]["spec"]["devices"]
+    assert request["requests"][0]["exactly"]["count"] == 2
+    assert request["constraints"][0]["matchAttribute"].endswith("/group")
+
+
+def test_every_workload_has_a_shape() -> None:
+    for workload in WORKLOADS:
+        if workload in ("mixed", "churn"):
+            continue  # below, at their own sizes
+        inventory = shape(workload, 2, 20)
+        assert inventory.workload == workload
+        assert (inventory.in_flight is not None) == (workload in STEADY)
+    with pytest.raises(ValueError, match="unknown workload"):
+        shape("nope", 2, 2)
+
+
+def test_mixed_keeps_only_what_kube_scheduler_expresses() -> None:
+    inventory = mixed_shape(20, 120)
+    assert len(inventory.pods) == 120
+    shapes = {p["metadata"]["name"].rsplit("-", 2)[0] for p in inventory.pods}
+    assert shapes <= set(MIXED_SHAPES)
+    assert "legacy-whole" in shapes  # nvidia.com/gpu through the bridge class
+    for pod in inventory.pods:
+        assert "annotations" not in pod["metadata"]  # no per-pod policy
+        limits = pod["spec"]["containers"][0]["resources"].get("limits", {})
+        assert set(limits) <= {"nvidia.com/gpu"}  # no HAMi gpumem / gpucores
+        claims = inventory.claims[pod["metadata"]["name"]]
+        refs = {r["resourceClaimName"] for r in pod["spec"].get("resourceClaims", ())}
+        assert refs == {c["metadata"]["name"] for c in claims}
+        for claim in claims:
+            for request in claim["spec"]["devices"]["requests"]:
+                assert request["exactly"]["deviceClassName"] != "mig.biaxial.dev"
+    # no owner the API server would not know (the garbage collector would delete the slices)
+    assert all("ownerReferences" not in s["metadata"] for s in inventory.slices)
+    assert all("uid" not in n["metadata"] for n in inventory.nodes)
+    assert mixed_shape(20, 120).pods == inventory.pods  # deterministic
+
+
+def test_four_patterns_on_the_reference_cluster() -> None:
+    inventory = patterns_shape()
+    assert [n["metadata"]["name"] for n in inventory.nodes] == ["gpu-t4", "gpu-a10g"]
+    assert sorted({s["spec"]["nodeName"] for s in inventory.slices}) == ["gpu-a10g", "gpu-t4"]
+    assert sum(len(s["spec"]["devices"]) for s in inventory.slices) == 8
+    assert list(inventory.patterns) == list(PATTERNS)
+    for pattern, pods in inventory.patterns.items():
+        assert len(pods) == 4
+        for pod in pods:
+            annotations = pod["metadata"]["annotations"]
+            assert (
+                annotations["biaxial.dev/node-policy"],
+                annotations["biaxial.dev/gpu-policy"],
+            ) == PATTERNS[pattern]
+    share = inventory.templates[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert share["capacity"]["requests"]["memory"] == "7500Mi"
+
+
+def test_pattern_summary_and_table() -> None:
+    placed = [
+        {"pod": "p0", "node": "gpu-t4", "device": "gpu-t4/gpu-0"},
+        {"pod": "p1", "node": "gpu-t4", "device": "gpu-t4/gpu-0"},
+        {"pod": "p2", "node": "gpu-a10g", "device": "gpu-a10g/gpu-1"},
+        {"pod": "p3", "node": "", "device": ""},
+    ]
+    assert pattern_summary(placed) == (2, 2)
+    run = {"scheduler": "biaxial", "qps": 5000, "placements": dict.fromkeys(PATTERNS, placed)}
+    lines = pattern_lines([run])
+    assert any("t4/gpu-0 t4/gpu-0 a10g/gpu-1 pending" in line for line in lines)
+
+
+def test_scheduler_perf_data_items_are_read() -> None:
+    document = {
+        "version": "v1",
+        "dataItems": [
+            {
+                "data": {"Average": 81.5, "Perc50": 80, "Perc90": 95, "Perc99": 101},
+                "unit": "pods/s",
+                "labels": {
+                    "Metric": "SchedulingThroughput",
+                    "Name": "BenchmarkPerfScheduling/SchedulingWithResourceClaimTemplate/"
+                    "empty_500nodes/test",
+                },
+            },
+            {
+                "data": {"Perc50": 3.2},
+                "unit": "ms",
+                "labels": {"Metric": "scheduler_framework_extension_point_duration_seconds"},
+            },
+        ],
+    }
+    assert upstream.parse_data_items(document) == [
+        {
+            "workload": "SchedulingWithResourceClaimTemplate/empty_500nodes",
+            "pods_per_s": 81.5,
+            "perc50": 80.0,
+            "perc90": 95.0,
+            "perc99": 101.0,
+        }
+    ]

@@ -115,6 +115,11 @@ class CommitAbortedError(BiaxialError):
         self.conflict = conflict
 
 
+class StaleClaimError(CommitAbortedError):
+    """A write based on the cached claim was refused (409): the cache lags behind a change
+    whose watch event is on its way, and brings the claim back to whoever watches it."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodRef:
     namespace: str
@@ -250,6 +255,21 @@ class Committer:
     async def _get_claim(self, key: str) -> JSON:
         namespace, name = _split(key)
         return await RETRY.call(lambda: self.api.get(RESOURCE_CLAIMS, name, namespace))
+
+    async def _base(self, key: str, cached: bool, tried_cache: bool) -> tuple[JSON, bool]:
+        """The claim a write step starts from, and whether it is the cached one. With
+        ``cached``, the newest state this process knows (the informer's, or what it wrote),
+        read live only when there is none: the write carries its resourceVersion, so a stale
+        copy is refused, never written over — and then (``tried_cache``) the step ends with
+        :class:`StaleClaimError` instead of reading live, since the claim's watch event is
+        on its way. Without ``cached``, always read live."""
+        if tried_cache:
+            raise StaleClaimError(f"claim {key}: the cached copy is stale", conflict=True)
+        if cached:
+            claim = self.overlay.latest_written(key)
+            if claim is not None:
+                return claim, True
+        return await self._get_claim(key), False
 
     def _conflict(self, step: str) -> None:
         self._on_conflict(step)
@@ -562,15 +582,17 @@ class Committer:
             )
 
     async def _rewrite_status(
-        self, key: str, step: str, edit: Callable[[JSON], JSON | None]
+        self, key: str, step: str, edit: Callable[[JSON], JSON | None], *, cached: bool = False
     ) -> JSON | None:
-        """Re-read the claim, let ``edit`` compute its new status (None: nothing to change),
-        and write it through ``/status`` with the read resourceVersion as precondition,
-        retrying conflicts and server errors. Returns the claim as written (or as found when
-        there was nothing to do); None when the claim is gone."""
+        """Read the claim (``cached``: see :meth:`_base`), let ``edit`` compute its new
+        status (None: nothing to change), and write it through ``/status`` with the read
+        resourceVersion as precondition, retrying conflicts and server errors. Returns the
+        claim as written (or as found when there was nothing to do); None when the claim is
+        gone."""
+        from_cache = False
         async for attempt in self._attempts(step):
             try:
-                claim = await self._get_claim(key)
+                claim, from_cache = await self._base(key, cached, from_cache)
             except NotFoundError:
                 self.overlay.forget(key)
                 return None
@@ -590,10 +612,13 @@ class Committer:
                 return None
         raise CommitAbortedError(f"claim {key}: could not {step}", conflict=True)
 
-    async def unreserve(self, key: str, pod_uid: str, *, deallocate: bool) -> JSON | None:
+    async def unreserve(
+        self, key: str, pod_uid: str, *, deallocate: bool, cached: bool = False
+    ) -> JSON | None:
         """Remove ``pod_uid`` from the claim's reservedFor; with ``deallocate`` also clear the
-        allocation when nothing else reserves it (only for claims this controller allocated).
-        Returns the claim as written (None when it is gone)."""
+        allocation when nothing else reserves it (only for claims this controller allocated),
+        in the same write (as kube-controller-manager releases its claims). Returns the claim
+        as written (None when it is gone)."""
 
         def edit(status: JSON) -> JSON | None:
             before = status.get("reservedFor") or []
@@ -613,9 +638,9 @@ class Committer:
                 new_status.pop("devices", None)
             return new_status
 
-        return await self._rewrite_status(key, "unreserve", edit)
+        return await self._rewrite_status(key, "unreserve", edit, cached=cached)
 
-    async def deallocate(self, key: str) -> JSON | None:
+    async def deallocate(self, key: str, *, cached: bool = False) -> JSON | None:
         """Clear the allocation of an unreserved claim this controller allocated."""
 
         def edit(status: JSON) -> JSON | None:
@@ -625,14 +650,16 @@ class Committer:
                 k: copy.deepcopy(v) for k, v in status.items() if k not in ("allocation", "devices")
             }
 
-        return await self._rewrite_status(key, "deallocate", edit)
+        return await self._rewrite_status(key, "deallocate", edit, cached=cached)
 
-    async def remove_finalizer(self, key: str) -> JSON | None:
-        """Remove our finalizer from a claim that has no allocation (never from one that has)."""
+    async def remove_finalizer(self, key: str, *, cached: bool = False) -> JSON | None:
+        """Remove our finalizer from a claim that has no allocation (never from one that has);
+        ``cached``: see :meth:`_base`."""
         namespace, name = _split(key)
+        from_cache = False
         async for attempt in self._attempts("finalizer-removal"):
             try:
-                claim = await self._get_claim(key)
+                claim, from_cache = await self._base(key, cached, from_cache)
             except NotFoundError:
                 return None
             if not has_finalizer(claim, self.finalizer):

@@ -18,13 +18,21 @@ snapshot counts every allocated claim). Claims whose placement is being committe
 (``Committer.locked``) are skipped and retried later, so the deallocator never races the
 scheduler's own writes. Work items are claim keys in a queue with backoff; a periodic resync
 re-checks every claim this controller owns, so a missed event costs a delay, never a leak.
-A pod missing from the cache is confirmed gone by a live GET before anything is released.
+A pod missing from the cache is confirmed gone by a live GET before anything is released,
+unless the watch reported it deleted or finished (a UID is never reused).
+
+Cheap, because every deleted pod passes through here: a few workers (releases do not wait in
+line behind each other's round trips), a gone pod's reservation and the allocation dropped in
+one status write when nothing else reserves the claim (kube-controller-manager's release), and
+each write starting from the cached claim with its resourceVersion as precondition (a stale
+copy costs a 409, and the claim is worked again when its watch event arrives).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -33,6 +41,7 @@ from controller.cache import ClusterCache
 from controller.commit import (
     CommitAbortedError,
     Committer,
+    StaleClaimError,
     has_finalizer,
     is_bridge,
     pod_claim_keys,
@@ -44,6 +53,11 @@ from driver.api.errors import ApiError, NotFoundError
 log = logging.getLogger(f"biaxial.{__name__}")
 
 RESYNC_S: Final = 30.0
+#: Claims worked on at once.
+WORKERS: Final = 4
+#: UIDs of pods the watch reported gone, remembered (oldest forgotten first) so that their
+#: reservations are released without asking the API server again.
+GONE_REMEMBERED: Final = 10_000
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -59,6 +73,7 @@ class Deallocator:
         *,
         finalizer: str,
         resync_s: float = RESYNC_S,
+        workers: int = WORKERS,
     ) -> None:
         self.api = api
         self.cache = cache
@@ -67,6 +82,8 @@ class Deallocator:
         self.finalizer = finalizer
         self.queue = SchedulingQueue(backoff_initial_s=0.1, backoff_max_s=5.0, flush_s=resync_s)
         self._resync_s = resync_s
+        self._workers = workers
+        self._gone: OrderedDict[str, None] = OrderedDict()  # pod UIDs the watch saw go
         self._by_pod: dict[str, set[str]] = {}  # pod uid -> claim keys that reference it
         self._pods: dict[str, str] = {}  # pod uid -> pod key
         cache.subscribe(self._on_event)
@@ -106,6 +123,9 @@ class Deallocator:
             self._pods[uid] = object_key(obj)
             return
         self._pods.pop(uid, None)
+        self._gone[uid] = None
+        if len(self._gone) > GONE_REMEMBERED:
+            self._gone.popitem(last=False)
         keys = set(self._by_pod.pop(uid, set()))
         keys.update(pod_claim_keys(obj))
         for key in keys:
@@ -124,6 +144,8 @@ class Deallocator:
         self.resync()
         async with asyncio.TaskGroup() as group:
             group.create_task(self._resync_loop(), name="deallocator-resync")
+            for n in range(1, self._workers):
+                group.create_task(self._work(), name=f"deallocator-{n}")
             await self._work()
 
     async def _work(self) -> None:
@@ -131,6 +153,9 @@ class Deallocator:
             key = await self.queue.pop()
             try:
                 outcome = await self.process(key)
+            except StaleClaimError:
+                # The claim changed under the cached copy: its watch event queues it again.
+                outcome = Outcome.FORGET
             except (ApiError, CommitAbortedError) as exc:
                 log.warning(
                     "claim %s: deallocation failed (%s); retrying",
@@ -150,6 +175,8 @@ class Deallocator:
         """The live pod a reservation or owner reference names (in the claim's namespace:
         consumers always are), or None when it is gone or finished."""
         uid = str(ref.get("uid") or "")
+        if uid in self._gone:
+            return None
         key = self._pods.get(uid)
         pod = self.cache.pods.get(key) if key else None
         if pod is None:
@@ -186,10 +213,15 @@ class Deallocator:
                     ref.get("name"),
                     extra={"claim": key},
                 )
-                written = await self.committer.unreserve(key, str(ref.get("uid")), deallocate=False)
+                # A bridge claim is deleted before its allocation is dropped (below).
+                written = await self.committer.unreserve(
+                    key, str(ref.get("uid")), deallocate=not is_bridge(claim), cached=True
+                )
                 self.metrics.deallocations.labels(action="unreserve").inc()
                 if written is None:
                     return Outcome.FORGET
+                if _allocated(claim) and not _allocated(written):
+                    self.metrics.deallocations.labels(action="deallocate").inc()
                 claim = written
         if is_bridge(claim):
             pod = await self._pod_state(owner, namespace) if owner else None
@@ -206,12 +238,12 @@ class Deallocator:
         status = claim.get("status") or {}
         if status.get("reservedFor"):
             return Outcome.FORGET
-        if status.get("allocation") is not None:
+        if _allocated(claim):
             log.info("claim %s: nothing reserves it; deallocating", key, extra={"claim": key})
-            if await self.committer.deallocate(key) is None:
+            if await self.committer.deallocate(key, cached=True) is None:
                 return Outcome.FORGET
             self.metrics.deallocations.labels(action="deallocate").inc()
-        await self.committer.remove_finalizer(key)
+        await self.committer.remove_finalizer(key, cached=True)
         return Outcome.FORGET
 
 
@@ -234,6 +266,10 @@ def _controller_pod(claim: Mapping[str, Any]) -> JSON | None:
         if owner.get("controller") and owner.get("kind") == "Pod":
             return dict(owner)
     return None
+
+
+def _allocated(claim: Mapping[str, Any]) -> bool:
+    return (claim.get("status") or {}).get("allocation") is not None
 
 
 def _bound(pod: Mapping[str, Any]) -> bool:

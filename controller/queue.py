@@ -5,8 +5,10 @@ Modelled on kube-scheduler's queue:
 * ``active``: pods ready to be tried, each at most once, in kube-scheduler's default
   ``PrioritySort`` order: the highest ``spec.priority`` first (given with :meth:`add`, else
   read from a function given to the queue; neither: all equal) and, among equal priorities,
-  the one that became ready first (PrioritySort's ``Less``: priority, then the time the pod
-  entered the active queue);
+  the one queued first (PrioritySort's ``Less``: priority, then the pod's queue timestamp —
+  when it was added, refreshed when an attempt fails, as kube-scheduler's
+  ``QueuedPodInfo.Timestamp``; so a pod that failed and comes back from backoff or a hint goes
+  before the pods that arrived after its failure, instead of behind them);
 * ``backoff``: pods that failed, waiting ``initial * 2**(attempts-1)`` seconds (capped);
 * ``unschedulable``: pods that did not fit, *parked* with a :class:`Hint` that says which
   cluster changes may help them (kube-scheduler's queueing hints). A change is reported as a
@@ -177,6 +179,7 @@ def _discard(index: dict[str, set[str]], name: str, key: str) -> None:
 @dataclass(slots=True)
 class _Entry:
     attempts: int = 0
+    stamp: int = 0  # the queue timestamp (a sequence number): added, or last failed
     ready_at: float = 0.0
     parked_at: float = 0.0
     priority: int | None = None  # spec.priority as given to add (None: ask the function)
@@ -200,11 +203,12 @@ class SchedulingQueue:
         self._clock = clock
         self._priority = priority
         self._entries: dict[str, _Entry] = {}
-        # active: key -> serial of its heap item; the heap orders (-priority, serial, key).
-        # Items of keys that left (or re-entered) are stale and skipped when popped.
+        # active: key -> serial of its heap item; the heap orders (-priority, stamp, serial,
+        # key). Items of keys that left (or re-entered) are stale and skipped when popped.
         self._active: dict[str, int] = {}
-        self._active_heap: list[tuple[int, int, str]] = []
+        self._active_heap: list[tuple[int, int, int, str]] = []
         self._serial = itertools.count()
+        self._stamps = itertools.count()
         self._backoff: set[str] = set()
         self._parked: dict[str, Hint] = {}
         self._wakers = _Wakers()  # the parked pods by what can wake them
@@ -269,7 +273,9 @@ class SchedulingQueue:
             return
         if key in self._active or key in self._backoff:
             return
-        entry = self._entries.setdefault(key, _Entry(priority=priority))
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(stamp=next(self._stamps), priority=priority)
         self._unpark(key)
         if entry.ready_at > self._clock():
             self._to_backoff(key, entry)
@@ -285,7 +291,8 @@ class SchedulingQueue:
             order = -entry.priority
         else:
             order = -self._priority(key) if self._priority is not None else 0
-        heapq.heappush(self._active_heap, (order, serial, key))
+        stamp = entry.stamp if entry is not None else serial
+        heapq.heappush(self._active_heap, (order, stamp, serial, key))
 
     def _to_backoff(self, key: str, entry: _Entry) -> None:
         self._backoff.add(key)
@@ -374,7 +381,7 @@ class SchedulingQueue:
         self._promote(self._clock())
         heap = self._active_heap
         while heap:
-            _, serial, key = heapq.heappop(heap)
+            _, _, serial, key = heapq.heappop(heap)
             if self._active.get(key) != serial:
                 continue  # stale: forgotten, or queued again under a newer item
             del self._active[key]
@@ -416,9 +423,14 @@ class SchedulingQueue:
                 self.add(key)
             return
         now = self._clock()
-        entry = self._entries.setdefault(key, _Entry())
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(stamp=next(self._stamps))
         if outcome is not Outcome.WAITING:
+            # A failed attempt refreshes the queue timestamp (kube-scheduler's
+            # AddUnschedulableIfNotPresent); a pod that waited was not tried: it keeps its place.
             entry.attempts += 1
+            entry.stamp = next(self._stamps)
             entry.ready_at = now + self.backoff_s(entry.attempts)
         if parks and not dirty and not missed:
             entry.parked_at = now

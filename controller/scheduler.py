@@ -60,6 +60,8 @@ from controller.commit import (
     Committer,
     Plan,
     PodRef,
+    pod_claim_keys,
+    reserved_uids,
 )
 from controller.equivalence import UnschedulableMemo, pod_signature
 from controller.events import REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Recorder
@@ -76,6 +78,7 @@ from controller.preempt import (
 )
 from controller.queue import ANY as ANY_CHANGE
 from controller.queue import ClusterEvent, EventKind, Hint, Outcome, SchedulingQueue
+from controller.releases import Releases
 from controller.repair import Repairer
 from controller.retention import EVENT_CLAIM_DELETED_IN_USE, Retention
 from controller.settings import Settings
@@ -106,6 +109,7 @@ from kubeapi.tasks import TaskGuard
 log = logging.getLogger(f"biaxial.{__name__}")
 
 REASON_WAITING: Final = "waiting-for-claims"
+REASON_RELEASING: Final = "waiting-for-release"  # short of devices that are being released
 REASON_INVALID: Final = "invalid"
 REASON_TIMEOUT: Final = "timeout"
 #: The per-node reasons about devices: a pod that failed only on these is helped by freed
@@ -304,6 +308,7 @@ class Scheduler:
         self._jobs = jobs
         self._writes = write_slots
         self._nominated_at: dict[str, float] = {}  # pod uid -> when this controller nominated it
+        self.releases = Releases(self._release_overdue)
         cache.subscribe(self._on_event)
         self.feed = EngineFeed(
             cache,
@@ -350,6 +355,10 @@ class Scheduler:
     def _retained_released(self) -> None:
         self.queue.move(ClusterEvent(EventKind.DEVICES_FREED))  # which classes: not known
 
+    def _release_overdue(self, classes: frozenset[str] | None) -> None:
+        # The pods waiting for it are tried again, and reported as usual when they fail.
+        self.queue.move(ClusterEvent(EventKind.DEVICES_FREED, classes=classes))
+
     def _cluster_changed(self) -> None:
         self.queue.move(ClusterEvent(EventKind.CLUSTER))
 
@@ -365,6 +374,8 @@ class Scheduler:
         self.queue.forget(key)
         if new is None or pod_is_finished(new):
             self.recorder.forget(uid)
+            if pod_node(obj):
+                self._expect_releases(obj, uid)
             if pod_node(obj) or self.feed.assumed(uid):
                 self.queue.move(ClusterEvent(EventKind.POD_GONE))  # its node has room again
         elif pod_node(new) and (
@@ -378,14 +389,27 @@ class Scheduler:
                 self.queue.move(ClusterEvent(EventKind.POD_GONE))
             self.queue.move(ClusterEvent(EventKind.POD_ADDED))
 
+    def _expect_releases(self, pod: Mapping[str, Any], uid: str) -> None:
+        """The bound pod ``pod`` went: its allocated claims that no other pod reserves are on
+        their way out (:mod:`controller.releases`)."""
+        for key in pod_claim_keys(pod):
+            claim = self.cache.overlay.latest_written(key)
+            if claim is None or (claim.get("status") or {}).get("allocation") is None:
+                continue
+            if set(reserved_uids(claim)) - {uid}:
+                continue  # shared with a pod that stays
+            self.releases.expect(key, self._classes(_device_set(claim)))
+
     def _on_claim(self, old: JSON | None, new: JSON | None) -> None:
         """kube-scheduler's DynamicResources hints: a claim created, or one whose status
         changed, helps the pods that use it; devices freed help the pods that may use them."""
         obj = new if new is not None else old
         assert obj is not None
+        key = object_key(obj)
+        if new is None or (new.get("status") or {}).get("allocation") is None:
+            self.releases.landed(key)
         if not self.queue.listening:
             return
-        key = object_key(obj)
         if old is None or _claim_status_changed(old, new):
             self.queue.move(ClusterEvent(EventKind.CLAIM, claim=key))
         freed = _device_set(old) - _device_set(new)
@@ -562,6 +586,24 @@ class Scheduler:
             self.metrics.decisions.labels(result="unschedulable").inc()
             for reason in decision.reasons:
                 self.metrics.unschedulable.labels(reason=reason).inc()
+            wanted = wanted_classes(pod, claims)
+            hint = Hint(
+                claims=frozenset(resolved.keys),
+                device_classes=wanted,
+                pod_gone=any(reason not in DEVICE_REASONS for reason in decision.reasons),
+                pod_added=any(reason in POD_ADDED_REASONS for reason in decision.reasons),
+            )
+            if (
+                DEVICE_REASONS.issuperset(decision.reasons)
+                and ref.uid not in self._nominated_at  # waits for its victims as preemption says
+                and self.releases.pending(wanted)
+            ):
+                # Short only of devices while some are being released: wait for them, not an
+                # attempt and not reported (controller.releases); no victim is needed either.
+                self.metrics.unschedulable.labels(reason=REASON_RELEASING).inc()
+                log.debug("pod %s: waits for devices being released: %s", key, decision.message)
+                self.queue.done(key, Outcome.WAITING, hint)
+                return
             log.info("pod %s: unschedulable: %s", key, decision.message, extra={"pod": key})
             found = self._preemption(self.feed.engine(), pod, claims)
             if isinstance(found, PodError):
@@ -574,12 +616,6 @@ class Scheduler:
                 self._nominated_at[ref.uid] = time.monotonic()
                 self._spawn(self._preempt(key, ref, pod, found, decision.message))
                 return
-            hint = Hint(
-                claims=frozenset(resolved.keys),
-                device_classes=wanted_classes(pod, claims),
-                pod_gone=any(reason not in DEVICE_REASONS for reason in decision.reasons),
-                pod_added=any(reason in POD_ADDED_REASONS for reason in decision.reasons),
-            )
             self.queue.done(key, Outcome.UNSCHEDULABLE, hint)
             message = decision.message
             if not found.message.endswith(NOT_HELPFUL_TAIL):

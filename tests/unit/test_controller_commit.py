@@ -18,6 +18,7 @@ from controller.commit import (
     Committer,
     Plan,
     PodRef,
+    StaleClaimError,
     pod_claim_keys,
 )
 from driver.api.errors import ConflictError, NotFoundError, ServerError
@@ -377,3 +378,46 @@ def test_a_repaired_pod_is_not_bound_on_a_claim_cache_that_lags_behind() -> None
     with pytest.raises(CommitAbortedError, match="deallocated meanwhile"):
         asyncio.run(committer.commit(plan))
     assert not api.stored(PODS, "p")["spec"].get("nodeName")  # type: ignore[index]
+
+
+def test_a_release_from_the_cache_is_two_writes_and_no_read() -> None:
+    """The deallocator's path (``cached``): the reservation of a gone pod and the allocation
+    dropped in one status write (as kube-controller-manager releases its claims), then the
+    finalizer; both start from the claim this process last wrote, not from a GET."""
+    api, committer, ref = setup("c0")
+    asyncio.run(
+        committer.commit(Plan(pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),)))
+    )
+    api.calls.clear()
+    written = asyncio.run(committer.unreserve("default/c0", ref.uid, deallocate=True, cached=True))
+    assert written is not None
+    asyncio.run(committer.remove_finalizer("default/c0", cached=True))
+    assert api.verbs() == [
+        ("replace", "resourceclaims", "status"),
+        ("patch", "resourceclaims", None),
+    ]
+    released = stored_claim(api, "c0")
+    assert "allocation" not in released["status"]
+    assert "reservedFor" not in released["status"]
+    assert FIN not in (released["metadata"].get("finalizers") or [])
+
+
+def test_a_stale_cached_copy_is_refused_and_not_read_again() -> None:
+    """A write from the cache carries the cached resourceVersion: a 409 ends the step (the
+    claim's watch event brings it back to the deallocator) instead of a GET and a retry."""
+    api, committer, ref = setup("c0")
+    asyncio.run(
+        committer.commit(Plan(pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),)))
+    )
+    api.calls.clear()
+    api.fail("replace", "resourceclaims", ConflictError("stale", status=409))
+    with pytest.raises(StaleClaimError):
+        asyncio.run(committer.unreserve("default/c0", ref.uid, deallocate=True, cached=True))
+    assert api.verbs() == [("replace", "resourceclaims", "status")]
+    assert stored_claim(api, "c0")["status"]["reservedFor"] == [ref.consumer()]  # unchanged
+    # Not cached (the repair path): the conflict is retried on a live read.
+    api.calls.clear()
+    api.fail("replace", "resourceclaims", ConflictError("stale", status=409))
+    asyncio.run(committer.unreserve("default/c0", ref.uid, deallocate=True))
+    assert [v[0] for v in api.verbs()] == ["get", "replace", "get", "replace"]
+    assert "allocation" not in stored_claim(api, "c0")["status"]

@@ -453,3 +453,35 @@ def test_a_move_wakes_exactly_the_parked_pods_whose_hint_says_so() -> None:
     assert not wakers.any_freed
     assert not wakers.some_freed
     assert not wakers.by_class
+
+
+def test_a_pod_back_from_a_failure_goes_before_pods_that_came_after_it() -> None:
+    """PrioritySort orders equal priorities by the queue timestamp, which a failed attempt
+    refreshes (kube-scheduler's ``QueuedPodInfo.Timestamp``, set in
+    ``AddUnschedulableIfNotPresent``): not by the moment a pod re-entered the active queue."""
+    clock = Clock()
+    q = make(clock)
+    q.add("old")
+    assert q.pop_nowait() == "old"
+    q.done("old", Outcome.UNSCHEDULABLE)  # failed first
+    q.add("new")  # arrived after that failure; not tried yet
+    clock.now += 5
+    q.move_all()  # "old" leaves its (expired) backoff after "new" entered active
+    assert [q.pop_nowait(), q.pop_nowait()] == ["old", "new"]
+
+
+def test_a_pod_that_waited_keeps_its_place_one_that_failed_does_not() -> None:
+    """WAITING is not an attempt (kube-scheduler's PreEnqueue): the pod keeps its timestamp;
+    a failure refreshes it, so the pods that waited longest go first."""
+    clock = Clock()
+    q = make(clock)
+    for key in ("a", "b", "c"):
+        q.add(key)
+    popped = [q.pop_nowait() for _ in range(3)]
+    assert popped == ["a", "b", "c"]
+    q.done("c", Outcome.WAITING, Hint(cluster=True))
+    q.done("a", Outcome.UNSCHEDULABLE)  # failed: its timestamp is now the newest
+    q.done("b", Outcome.WAITING, Hint(cluster=True))
+    clock.now += 5
+    q.move_all()
+    assert [q.pop_nowait() for _ in range(3)] == ["b", "c", "a"]

@@ -120,6 +120,10 @@ class StaleClaimError(CommitAbortedError):
     whose watch event is on its way, and brings the claim back to whoever watches it."""
 
 
+class StillReservedError(CommitAbortedError):
+    """A release was refused: another consumer still reserves the claim."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodRef:
     namespace: str
@@ -639,6 +643,42 @@ class Committer:
             return new_status
 
         return await self._rewrite_status(key, "unreserve", edit, cached=cached)
+
+    async def release(self, key: str, pod_uid: str | None) -> JSON | None:
+        """Drop ``pod_uid``'s reservation (None: none) and the allocation in one
+        strategic-merge patch of ``/status`` that carries no resourceVersion, so that
+        nobody else's write to the claim meanwhile makes it a conflict (kube-controller-
+        manager dropping the same reservation, the garbage collector marking the claim
+        deleted). Safe without one: the API server refuses a status whose ``reservedFor``
+        is left without an allocation, so the allocation goes only if nothing else reserves
+        the claim when the patch is applied, and an allocation is never replaced, only
+        dropped. Returns the claim as written; None when it is gone; raises
+        :class:`StillReservedError` when another consumer still reserves it."""
+        namespace, name = _split(key)
+        status: JSON = {"allocation": None, "devices": None}
+        if pod_uid is not None:
+            status["reservedFor"] = [{"$patch": "delete", "uid": pod_uid}]
+        try:
+            written = await RETRY.call(
+                lambda: self.api.patch(
+                    RESOURCE_CLAIMS,
+                    name,
+                    {"status": status},
+                    namespace=namespace,
+                    subresource="status",
+                    patch_type="strategic",
+                )
+            )
+        except NotFoundError:
+            self.overlay.forget(key)
+            return None
+        except ApiError as exc:
+            if exc.status == 422:
+                raise StillReservedError(f"claim {key} is still reserved: {exc}") from exc
+            raise
+        self.overlay.forget(key)
+        self.overlay.assume(written)
+        return written
 
     async def deallocate(self, key: str, *, cached: bool = False) -> JSON | None:
         """Clear the allocation of an unreserved claim this controller allocated."""

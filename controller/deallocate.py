@@ -22,10 +22,13 @@ A pod missing from the cache is confirmed gone by a live GET before anything is 
 unless the watch reported it deleted or finished (a UID is never reused).
 
 Cheap, because every deleted pod passes through here: a few workers (releases do not wait in
-line behind each other's round trips), a gone pod's reservation and the allocation dropped in
-one status write when nothing else reserves the claim (kube-controller-manager's release), and
-each write starting from the cached claim with its resourceVersion as precondition (a stale
-copy costs a 409, and the claim is worked again when its watch event arrives).
+line behind each other's round trips); a gone pod's reservation and the allocation dropped in
+one status patch when nothing else reserves the claim (kube-controller-manager's release),
+without a resourceVersion, so that kube-controller-manager and the garbage collector writing
+to the same claim at the same moment cost no conflict (:meth:`Committer.release`: the API
+server itself refuses to drop an allocation that is still reserved); the other writes start
+from the cached claim with its resourceVersion as precondition (a stale copy costs a 409, and
+the claim is worked again when its watch event arrives).
 """
 
 from __future__ import annotations
@@ -42,9 +45,11 @@ from controller.commit import (
     CommitAbortedError,
     Committer,
     StaleClaimError,
+    StillReservedError,
     has_finalizer,
     is_bridge,
     pod_claim_keys,
+    reserved_uids,
 )
 from controller.metrics import Metrics
 from controller.queue import Outcome, SchedulingQueue
@@ -190,6 +195,17 @@ class Deallocator:
             return None
         return pod
 
+    async def _unreserve(self, key: str, claim: JSON, uid: str) -> JSON | None:
+        """Drop a gone pod's reservation, and with it the allocation when nothing else
+        reserves the claim (one write, as kube-controller-manager releases its claims); a
+        bridge claim is deleted before its allocation is dropped (below)."""
+        if not is_bridge(claim) and set(reserved_uids(claim)) <= {uid}:
+            try:
+                return await self.committer.release(key, uid)
+            except StillReservedError:
+                pass  # another consumer came meanwhile: only this pod's reservation goes
+        return await self.committer.unreserve(key, uid, deallocate=False, cached=True)
+
     async def process(self, key: str) -> Outcome:
         """Bring one claim in line (see the module docstring)."""
         if key in self.committer.locked:
@@ -213,10 +229,7 @@ class Deallocator:
                     ref.get("name"),
                     extra={"claim": key},
                 )
-                # A bridge claim is deleted before its allocation is dropped (below).
-                written = await self.committer.unreserve(
-                    key, str(ref.get("uid")), deallocate=not is_bridge(claim), cached=True
-                )
+                written = await self._unreserve(key, claim, str(ref.get("uid")))
                 self.metrics.deallocations.labels(action="unreserve").inc()
                 if written is None:
                     return Outcome.FORGET
@@ -240,7 +253,7 @@ class Deallocator:
             return Outcome.FORGET
         if _allocated(claim):
             log.info("claim %s: nothing reserves it; deallocating", key, extra={"claim": key})
-            if await self.committer.deallocate(key, cached=True) is None:
+            if await self.committer.release(key, None) is None:
                 return Outcome.FORGET
             self.metrics.deallocations.labels(action="deallocate").inc()
         await self.committer.remove_finalizer(key, cached=True)

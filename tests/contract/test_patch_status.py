@@ -58,6 +58,48 @@ def test_strategic_merge_reserved_for_by_uid(api: Api) -> None:
     assert [r["uid"] for r in replaced["status"]["reservedFor"]] == [first["uid"]]
 
 
+def test_an_allocation_is_dropped_only_with_the_last_reservation(api: Api) -> None:
+    """What the controller's one-write release (``Committer.release``) relies on: a status
+    whose ``reservedFor`` is left without an allocation is refused (upstream's
+    ``validateResourceClaimStatusUpdate``: "may not be specified when `allocated` is not
+    set"), so a patch that drops one pod's reservation and the allocation, with no
+    resourceVersion, lands only when no other consumer reserves the claim."""
+    first, second = (
+        _ref(name, api.ok(api.post(api.pods(), pod(name)), 201)["metadata"]["uid"])
+        for name in ("a", "b")
+    )
+    api.ok(api.post(api.claims(), claim("c")), 201)
+    api.ok(api.patch(api.claims("c") + "/status", {"status": {"allocation": _allocation()}}))
+    api.ok(api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [first, second]}}))
+
+    def release(uid: str) -> Any:
+        body = {
+            "status": {
+                "reservedFor": [{"$patch": "delete", "uid": uid}],
+                "allocation": None,
+                "devices": None,
+            }
+        }
+        return api.patch(api.claims("c") + "/status", body, SMP)
+
+    refused = release(first["uid"])
+    assert refused.status == 422, refused
+    assert "may not be specified when `allocated` is not set" in json.dumps(refused.body)
+    kept = api.ok(api.get(api.claims("c")))["status"]
+    assert [r["uid"] for r in kept["reservedFor"]] == [first["uid"], second["uid"]]
+    assert kept["allocation"] == _allocation()
+    api.ok(
+        api.patch(
+            api.claims("c") + "/status",
+            {"status": {"reservedFor": [{"$patch": "delete", "uid": second["uid"]}]}},
+            SMP,
+        )
+    )
+    released = api.ok(release(first["uid"]))["status"]
+    assert "allocation" not in released
+    assert not released.get("reservedFor")
+
+
 def test_strategic_merge_conditions_by_type(api: Api) -> None:
     api.ok(api.post(api.pods(), pod("p")), 201)
     ready = {"type": "Ready", "status": "False"}

@@ -158,8 +158,9 @@ class Deallocator:
             key = await self.queue.pop()
             try:
                 outcome = await self.process(key)
-            except StaleClaimError:
-                # The claim changed under the cached copy: its watch event queues it again.
+            except (StaleClaimError, StillReservedError):
+                # The claim changed under the cached copy (reserved again, say): its watch
+                # event queues it again.
                 outcome = Outcome.FORGET
             except (ApiError, CommitAbortedError) as exc:
                 log.warning(

@@ -28,7 +28,9 @@ For each scenario and size a fresh child process
    writes) and records each decision's wall time;
 4. reports pods/s, p50/p99 decision time and the process's peak RSS; beside the wall-clock
    figures, the CPU time per pod, each decision's CPU p99 and the cold start's CPU, which a
-   shared machine's load inflates far less (compare runs by those when the machine is busy).
+   shared machine's load inflates far less (compare runs by those when the machine is busy),
+   and a digest of the answers (pod, node, score, devices), equal before and after a change
+   that should only be faster.
 
 One table per scenario is printed, with the targets of the mixed cluster (>= 300 pods/s at
 500 nodes, >= 200 at 5000, p99 <= 10 ms, per-pod cost growth <= 3x). ``--scenario``,
@@ -165,6 +167,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "peak RSS MB",
         "nodes evaluated/pod",
         "allocator calls/pod",
+        "digest",
     ]
     lines = []
     body = [
@@ -183,6 +186,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['peakRssMb']:.0f}",
             f"{r['nodesEvaluated'] / r['pods']:.1f}",
             f"{r['allocatorCalls'] / r['pods']:.1f}",
+            r["digest"],
         ]
         for r in rows
     ]

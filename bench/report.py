@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import cProfile
+import hashlib
 import json
 import pstats
 import resource
@@ -22,7 +23,7 @@ from driver.api.claims import DeviceClass, ResourceClaim
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
 from driver.scheduling.decision import DecisionEngine
-from driver.scheduling.outcome import Placement
+from driver.scheduling.outcome import Decision, Placement
 
 _T = TypeVar("_T")
 
@@ -108,9 +109,11 @@ def place_stream(
 ) -> dict[str, Any]:
     """Decide (and assume) each ``(pod, claims)`` in order, timing every decision: pods placed,
     pods/s, p50/p99 and mean wall ms, and CPU ms per pod and its p99 (each decision's own CPU
-    time: what a shared machine's load does not inflate)."""
+    time: what a shared machine's load does not inflate), and a digest of the answers (so a
+    change meant to be faster only can be checked to answer exactly as before)."""
     durations: list[float] = []
     cpu_durations: list[float] = []
+    decisions: list[Decision] = []
     placed = 0
     started = time.perf_counter()
     cpu_started = time.process_time()
@@ -121,6 +124,7 @@ def place_stream(
         if isinstance(decision, Placement):
             engine.assume(decision, pod)
             placed += 1
+        decisions.append(decision)
         durations.append(time.perf_counter() - t0)
         cpu_durations.append(time.process_time() - c0)
     total = time.perf_counter() - started
@@ -134,7 +138,22 @@ def place_stream(
         "meanMs": 1000 * total / len(inputs),
         "cpuMsPerPod": 1000 * total_cpu / len(inputs),
         "cpuP99Ms": 1000 * percentile(cpu_durations, 0.99),
+        "digest": answers_digest(decisions),
     }
+
+
+def answers_digest(decisions: Sequence[Decision]) -> str:
+    """A short hash of every decision's answer, in order: pod, node, score and the devices
+    of each allocation result (a decision that places nothing: pod and message)."""
+    digest = hashlib.sha256()
+    for decision in decisions:
+        if isinstance(decision, Placement):
+            results = [r.to_api() for r in decision.all_results]
+            answer: Any = [decision.pod, decision.node, str(decision.score), results]
+        else:
+            answer = [decision.pod, type(decision).__name__, decision.message]
+        digest.update(json.dumps(answer, sort_keys=True).encode())
+    return digest.hexdigest()[:16]
 
 
 def peak_rss_mb() -> float:

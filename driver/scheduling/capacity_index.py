@@ -18,9 +18,12 @@ bound of the node score is monotone in the list key (the node's whole use), so t
 has the best bound. Views are built on first use (a handful per cluster: one per class and
 selector mix) and kept up to date with the nodes.
 
-:meth:`CapacityIndex.refresh` re-files one node after its use changed, in O(views x (devices
-on the node + n)) with a memmove-cheap constant; :meth:`CapacityIndex.nodes_holding` says which
-nodes' states read a pool, so only those are re-filed when its allocations change.
+:meth:`CapacityIndex.refresh` re-files one node after its use changed: it re-reads only the
+devices whose use (or blocking by shared counters) changed, from the pool use its state was read
+from and the new one, reads the node's partition again only in the views those devices belong
+to, and moves each list entry once (O(changed devices + views x log n), plus a memmove-cheap
+constant); :meth:`CapacityIndex.nodes_holding` says which nodes' states read a pool, so only
+those are re-filed when its allocations change.
 
 The index reads the snapshot it is given and never mutates it.
 """
@@ -29,8 +32,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Final, NamedTuple
 
 from driver.api.claims import AllocationResult, ResourceClaim
@@ -58,6 +62,7 @@ from driver.structured.snapshot import (
     NodeCandidates,
     PoolKey,
     PoolUsage,
+    PoolView,
 )
 
 LEVELS: Final = 32
@@ -117,6 +122,9 @@ class DeviceState:
     in_use: bool
     shareable: bool
     blocked: bool = False  # idle, but other devices hold the shared counters it consumes
+    # Its locality groups: (NUMA_NODE, its NUMA node), (PCIE_ROOT, its PCIe root), None
+    # where unknown.
+    locality: tuple[tuple[str, object], ...] = ()
 
     @property
     def free_memory(self) -> int:
@@ -146,28 +154,46 @@ class NodeShape:
     max_cores: int
 
 
+class Source(NamedTuple):
+    """What a node's device states were read from, per pool: the pool, its use and its
+    devices whose shared counters other devices hold."""
+
+    pool: PoolView
+    usage: PoolUsage
+    blocked: frozenset[str]
+
+
+def _list_key(total: NodeAmounts, used: NodeAmounts, cores: bool) -> int:
+    """:meth:`NodeState.list_key` of a node with these totals and use."""
+    dims = node_dims(total, cores=cores)
+    key = 0
+    for dim in dims:
+        term = getattr(used, dim)
+        for other in dims:
+            if other != dim:
+                term *= getattr(total, other)
+        key += term
+    return key
+
+
 @dataclass(frozen=True, slots=True)
 class NodeState:
-    """The index's view of one node: its devices and its use on the node axis."""
+    """The index's view of one node: its devices and its use on the node axis. ``sources``:
+    per pool, the use it was read from and the devices blocked then (so a refresh re-reads
+    only the devices whose use changed); ``entries``: its list entry per variant, the same in
+    every view (:func:`_entries`)."""
 
     node: Node
     shape: NodeShape
     devices: tuple[DeviceState, ...]
     used: NodeAmounts
+    sources: Mapping[PoolKey, Source] = field(default_factory=dict, compare=False)
+    entries: tuple[tuple[Variant, FiledNode], ...] = field(default=(), compare=False)
 
     def list_key(self, cores: bool) -> int:
         """Σ_d U_d · Π_{e≠d} T_e over the node dims: proportional to the node's current mean
         utilisation, exact, comparable within one shape."""
-        total = self.shape.total
-        dims = node_dims(total, cores=cores)
-        key = 0
-        for dim in dims:
-            term = getattr(self.used, dim)
-            for other in dims:
-                if other != dim:
-                    term *= getattr(total, other)
-            key += term
-        return key
+        return _list_key(self.shape.total, self.used, cores)
 
     def added(self, results: Iterable[AllocationResult]) -> NodeAmounts:
         """What a pod's allocation adds to this node's devices/memory/cores use."""
@@ -237,6 +263,7 @@ class ViewShape:
     max_memory: int
     max_cores: int
     positions: tuple[int, ...]  # the view's devices, by position in the node's devices
+    position_set: frozenset[int]  # the same, as a set
 
     @property
     def homogeneous(self) -> bool:
@@ -246,12 +273,14 @@ class ViewShape:
 def _view_shape(shape: NodeShape, kinds: frozenset[DeviceKind]) -> ViewShape:
     local = frozenset(i for i, kind in enumerate(shape.kinds) if kind in kinds)
     mine = [p for p in shape.positions if p.kind in local]
+    positions = tuple(i for i, p in enumerate(shape.positions) if p.kind in local)
     return ViewShape(
         kinds=local,
         devices=len(mine),
         max_memory=max((p.memory for p in mine), default=0),
         max_cores=max((p.cores for p in mine), default=0),
-        positions=tuple(i for i, p in enumerate(shape.positions) if p.kind in local),
+        positions=positions,
+        position_set=frozenset(positions),
     )
 
 
@@ -261,14 +290,14 @@ _BLOCKED_MEMO: Final = 4096  # (pool geometry, counters left) -> blocked devices
 BlockedMemo = dict[tuple[int, tuple[tuple[int, ...], ...]], tuple[object, frozenset[str]]]
 
 
-def _blocked_in(cand: Candidate, usage: PoolUsage, memo: BlockedMemo) -> frozenset[str]:
-    """The devices of ``cand``'s pool whose shared counters other devices hold (they cannot
-    be allocated until those are freed). Nodes laid out alike with the same partitions in use
+def _blocked_in(pool: PoolView, usage: PoolUsage, memo: BlockedMemo) -> frozenset[str]:
+    """The devices of ``pool`` whose shared counters other devices hold (they cannot be
+    allocated until those are freed). Nodes laid out alike with the same partitions in use
     share one answer: it is kept per (pool geometry, counters left)."""
-    if not usage.exclusive and not usage.shares:
-        return frozenset()  # nothing in use: nothing blocked (and no geometry to read)
-    known = pool_counters(cand.pool)
-    left = free_counters(cand.pool, usage)
+    if not pool.device_counters or (not usage.exclusive and not usage.shares):
+        return frozenset()  # nothing consumes, or nothing in use: nothing blocked
+    known = pool_counters(pool)
+    left = free_counters(pool, usage)
     key = (id(known), left)
     kept = memo.get(key)
     if kept is not None:
@@ -293,7 +322,7 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
     if not view.devices:
         return None
     max_free = max_fit = in_use = 0
-    groups: dict[tuple[str, object], int] = {}
+    idle: list[tuple[tuple[str, object], ...]] = []
     devices = state.devices
     for position in view.positions:
         device = devices[position]
@@ -301,10 +330,7 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
             in_use += 1
             continue
         if not device.in_use:
-            attributes = device.device.attributes
-            for attribute in (NUMA_NODE, PCIE_ROOT):
-                group = (attribute, attributes.get(attribute))
-                groups[group] = groups.get(group, 0) + 1
+            idle.append(device.locality)
             continue
         in_use += 1
         if not device.shareable:
@@ -320,6 +346,7 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
                 ),
             )
     level = LEVELS * max_free // view.max_memory if view.max_memory > 0 else 0
+    groups = Counter(chain.from_iterable(idle))
     return Partition(state.shape.ident, level, in_use, max(groups.values(), default=0), max_fit)
 
 
@@ -352,7 +379,7 @@ class IndexView:
         if partition is None:
             return
         self.filed[state.node.name] = partition
-        for variant, entry in _entries(state):
+        for variant, entry in state.entries:
             insort(self.lists[variant].setdefault(partition, []), entry)
 
     def file_all(self, states: Iterable[NodeState]) -> None:
@@ -362,7 +389,7 @@ class IndexView:
             if partition is None:
                 continue
             self.filed[state.node.name] = partition
-            for variant, entry in _entries(state):
+            for variant, entry in state.entries:
                 self.lists[variant].setdefault(partition, []).append(entry)
         for partitions in self.lists.values():
             for entries in partitions.values():
@@ -372,19 +399,97 @@ class IndexView:
         partition = self.filed.pop(state.node.name, None)
         if partition is None:
             return
-        for variant, entry in _entries(state):
+        for variant, entry in state.entries:
             partitions = self.lists[variant]
             entries = partitions[partition]
             del entries[bisect_left(entries, entry)]
             if not entries:
                 del partitions[partition]
 
+    def refile(self, old: NodeState, new: NodeState, changed: Collection[int]) -> None:
+        """File ``new`` instead of ``old`` (filed here), the same node with the same devices
+        whose states at positions ``changed`` differ: the partition is read again only when
+        one of them is the view's, an entry moves only when its key or partition changed."""
+        name = new.node.name
+        partition = self.filed.get(name)
+        if partition is None:
+            return  # no device of the view: neither is filed
+        moved: Partition | None = partition
+        view = self.shapes[new.shape.ident]
+        if not view.position_set.isdisjoint(changed):
+            moved = _partition(new, view)
+        if moved is None:  # (the view's devices are the same: never here)
+            raise ValueError(f"node {name} lost the devices of a view")
+        if moved == partition and old.entries == new.entries:
+            return
+        self.filed[name] = moved
+        lists = self.lists
+        for (variant, before), (_, after) in zip(old.entries, new.entries, strict=True):
+            partitions = lists[variant]
+            entries = partitions[partition]
+            del entries[bisect_left(entries, before)]
+            if not entries and moved != partition:
+                del partitions[partition]
+            insort(partitions.setdefault(moved, []), after)
 
-def _entries(state: NodeState) -> Iterator[tuple[Variant, FiledNode]]:
-    for cores in (False, True):
-        key = state.list_key(cores)
-        yield Variant(cores, "binpack"), FiledNode(-key, state.node.name)
-        yield Variant(cores, "spread"), FiledNode(key, state.node.name)
+
+_VARIANTS: Final = tuple(
+    (cores, Variant(cores, "binpack"), Variant(cores, "spread")) for cores in (False, True)
+)
+
+
+def _node_state(
+    node: Node,
+    shape: NodeShape,
+    devices: tuple[DeviceState, ...],
+    used: NodeAmounts,
+    sources: Mapping[PoolKey, Source],
+) -> NodeState:
+    """A node's state, with its list entry per variant (the list key negated under binpack,
+    so the best comes first)."""
+    name = node.name
+    entries: list[tuple[Variant, FiledNode]] = []
+    for cores, binpack, spread in _VARIANTS:
+        key = _list_key(shape.total, used, cores)
+        entries.append((binpack, FiledNode(-key, name)))
+        entries.append((spread, FiledNode(key, name)))
+    return NodeState(node, shape, devices, used, sources, tuple(entries))
+
+
+def _device_state(cand: Candidate, position: DevicePosition, source: Source) -> DeviceState:
+    """One node-local device's state from its pool's use and the pool's blocked devices."""
+    _, usage, blocked = source
+    kind, memory, cores = position
+    device_id, device = cand.device_id, cand.device
+    name = device_id.device
+    if name in usage.exclusive:
+        used_memory, used_cores, in_use = memory, cores, True
+    elif name in usage.shares:
+        consumed = usage.capacity.get(name, {})
+        used_memory = units(consumed.get(MEMORY, 0))
+        used_cores = units(consumed.get(CORES, 0))
+        in_use = True
+    else:
+        used_memory = used_cores = 0
+        in_use = False
+    return DeviceState(
+        device_id,
+        device,
+        kind,
+        memory,
+        cores,
+        used_memory,
+        used_cores,
+        in_use,
+        device.allow_multiple_allocations,
+        bool(cand.consumes) and not in_use and name in blocked,
+        _locality(device),
+    )
+
+
+def _locality(device: Device) -> tuple[tuple[str, object], ...]:
+    attributes = device.attributes
+    return ((NUMA_NODE, attributes.get(NUMA_NODE)), (PCIE_ROOT, attributes.get(PCIE_ROOT)))
 
 
 def _pools(state: NodeState) -> set[PoolKey]:
@@ -420,6 +525,8 @@ class CapacityIndex:
         self._node_devices: dict[
             str, tuple[NodeCandidates, tuple[NodeShape, list[Candidate]] | None]
         ] = {}
+        # Per node: its node-local devices (as in _node_devices) and the position of each.
+        self._where: dict[str, tuple[Sequence[Candidate], Mapping[tuple[PoolKey, str], int]]] = {}
         for node in nodes:
             self._file(node)
 
@@ -584,48 +691,96 @@ class CapacityIndex:
             return None
         shape, devices = found
         allocated = self.snapshot.allocated
+        sources: dict[PoolKey, Source] = {}
         states = []
-        blocked_in: dict[PoolKey, frozenset[str]] = {}  # per pool, read on first use
-        for cand, (kind, memory, cores) in zip(devices, shape.positions, strict=True):
-            device_id, device = cand.device_id, cand.device
-            usage = allocated.pool(device_id.driver, device_id.pool)
-            if device_id.device in usage.exclusive:
-                used_memory, used_cores, in_use = memory, cores, True
-            elif device_id.device in usage.shares:
-                consumed = usage.capacity.get(device_id.device, {})
-                used_memory = units(consumed.get(MEMORY, 0))
-                used_cores = units(consumed.get(CORES, 0))
-                in_use = True
-            else:
-                used_memory = used_cores = 0
-                in_use = False
-            blocked = False
-            if cand.consumes and not in_use:
-                pool_key = (device_id.driver, device_id.pool)
-                held = blocked_in.get(pool_key)
-                if held is None:
-                    held = blocked_in[pool_key] = _blocked_in(cand, usage, self._blocked_memo)
-                blocked = device_id.device in held
-            states.append(
-                DeviceState(
-                    device_id,
-                    device,
-                    kind,
-                    memory,
-                    cores,
-                    used_memory,
-                    used_cores,
-                    in_use,
-                    device.allow_multiple_allocations,
-                    blocked,
-                )
-            )
+        for cand, position in zip(devices, shape.positions, strict=True):
+            device_id = cand.device_id
+            pool_key = (device_id.driver, device_id.pool)
+            source = sources.get(pool_key)
+            if source is None:
+                usage = allocated.pool(*pool_key)
+                source = Source(cand.pool, usage, _blocked_in(cand.pool, usage, self._blocked_memo))
+                sources[pool_key] = source
+            states.append(_device_state(cand, position, source))
         used = NodeAmounts(
             devices=sum(s.in_use for s in states),
             memory=sum(s.used_memory for s in states),
             cores=sum(s.used_cores for s in states),
         )
-        return NodeState(node=node, shape=shape, devices=tuple(states), used=used)
+        return _node_state(node, shape, tuple(states), used, sources)
+
+    def _restate(self, old: NodeState, node: Node) -> tuple[NodeState, list[int]] | None:
+        """The node's state after its use changed, from ``old`` (read from the same candidate
+        set): only devices whose use or blocking changed are read again. Returns the state
+        and the positions that changed; None when the node's devices changed (read it
+        whole)."""
+        cached = self._node_devices.get(node.name)
+        if (
+            cached is None
+            or cached[1] is None
+            or cached[1][0] is not old.shape
+            or cached[0] is not self.snapshot.candidates(node)
+        ):
+            return None
+        devices = cached[1][1]
+        allocated = self.snapshot.allocated
+        sources = dict(old.sources)
+        names: list[tuple[PoolKey, str]] = []
+        for pool_key, (pool, was, blocked_was) in old.sources.items():
+            usage = allocated.pool(*pool_key)
+            if usage is was:
+                continue
+            touched = set(was.exclusive.symmetric_difference(usage.exclusive))
+            for device in was.shares.keys() | usage.shares.keys():
+                if was.shares.get(device) != usage.shares.get(device) or was.capacity.get(
+                    device
+                ) != usage.capacity.get(device):
+                    touched.add(device)
+            source = Source(pool, usage, _blocked_in(pool, usage, self._blocked_memo))
+            touched.update(blocked_was.symmetric_difference(source.blocked))
+            sources[pool_key] = source
+            names.extend((pool_key, device) for device in touched)
+        if not names:
+            if node is old.node and all(
+                source is old.sources[key] for key, source in sources.items()
+            ):
+                return old, []
+            return _node_state(node, old.shape, old.devices, old.used, sources), []
+        where = self._positions(node.name, devices)
+        states = list(old.devices)
+        used_devices, used_memory, used_cores = old.used.devices, old.used.memory, old.used.cores
+        changed = []
+        for pool_key, device in names:
+            position = where.get((pool_key, device))
+            if position is None:
+                continue  # not a node-local device of this node
+            cand = devices[position]
+            before = states[position]
+            after = _device_state(cand, old.shape.positions[position], sources[pool_key])
+            if after == before:
+                continue
+            states[position] = after
+            used_devices += after.in_use - before.in_use
+            used_memory += after.used_memory - before.used_memory
+            used_cores += after.used_cores - before.used_cores
+            changed.append(position)
+        used = NodeAmounts(devices=used_devices, memory=used_memory, cores=used_cores)
+        return _node_state(node, old.shape, tuple(states), used, sources), changed
+
+    def _positions(
+        self, name: str, devices: Sequence[Candidate]
+    ) -> Mapping[tuple[PoolKey, str], int]:
+        """Where each node-local device of a node is, by (pool, device name) (kept per
+        candidate set)."""
+        kept = self._where.get(name)
+        if kept is not None and kept[0] is devices:
+            return kept[1]
+        where: dict[tuple[PoolKey, str], int] = {
+            ((c.device_id.driver, c.device_id.pool), c.device_id.device): i
+            for i, c in enumerate(devices)
+        }
+        self._where[name] = (devices, where)
+        return where
 
     def _shape(self, key: tuple[DeviceKind, ...], devices: Sequence[Candidate]) -> NodeShape:
         distinct = list(dict.fromkeys(key))
@@ -693,15 +848,28 @@ class CapacityIndex:
     def remove(self, name: str) -> None:
         """Forget a node that went away."""
         self._unfile(name)
+        self._where.pop(name, None)
         cached = self._node_devices.pop(name, None)
         if cached is not None and cached[1] is not None:
             self._count(cached[1][0], -1)
 
     def refresh(self, snapshot: ClusterSnapshot, node: Node) -> None:
-        """Re-read one node after its use changed (and adopt the newer snapshot)."""
+        """Re-read one node after its use changed (and adopt the newer snapshot): when its
+        devices are the same, only the devices whose use changed, and only the views those
+        devices belong to read its partition again."""
         self.snapshot = snapshot
-        self._unfile(node.name)
-        self._file(node)
+        old = self.states.get(node.name)
+        found = self._restate(old, node) if old is not None else None
+        if old is None or found is None:
+            self._unfile(node.name)
+            self._file(node)
+            return
+        state, changed = found
+        if state is old:
+            return
+        self.states[node.name] = state
+        for view in self.views.values():
+            view.refile(old, state, changed)
 
     def look(self, snapshot: ClusterSnapshot, node: Node) -> None:
         """For a what-if on ``node``: adopt ``snapshot`` and re-read that node's state, leaving

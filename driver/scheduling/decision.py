@@ -305,6 +305,9 @@ class DecisionEngine:
         self._node_changes: set[str] = set()
         self._allocatable: dict[str, dict[str, int]] = {}
         self._facts: tuple[tuple[object, int, object], ClusterFacts] | None = None
+        # Per-shape bounds of earlier pods alike (same requests and usable kinds), by view
+        # shape: pods of one Deployment share them (kept until the index is rebuilt).
+        self._bounds_memo: dict[tuple[object, ...], tuple[ViewShape, ShapeBounds]] = {}
         self._derive()
 
     @classmethod
@@ -656,6 +659,7 @@ class DecisionEngine:
         self._classifier = DeviceClassifier(snapshot.classes)
         self._index = CapacityIndex(snapshot, self._nodes.values(), self._classifier)
         self._usable_kinds: dict[tuple[str, tuple[str, ...], int], UsableKinds] = {}
+        self._bounds_memo.clear()
         self._no_pruning = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
         self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
         self._advertised = _advertised(self._nodes.values())
@@ -795,6 +799,7 @@ class DecisionEngine:
         )
         ctx.shape_bounds = {}
         policy = ctx.policies.node
+        alike = _bounds_key(demand, kinds)
 
         def evaluate(node: Node) -> Best | None:
             outcome = self._evaluate(ctx, node, prechecked=True, ruled=True)
@@ -814,7 +819,7 @@ class DecisionEngine:
             demand=demand,
             rules=ctx.rules,
             bounds=ctx.shape_bounds,
-            bounds_for=lambda shape, vshape: self._shape_bounds(shape, vshape, demand, kinds),
+            bounds_for=lambda shape, vshape: self._memo_bounds(alike, shape, vshape, demand, kinds),
             evaluate=evaluate,
             stats=self.stats,
         )
@@ -856,6 +861,25 @@ class DecisionEngine:
             certain = certain and None not in verdicts
             kinds.append(kind)
         return UsableKinds(frozenset(kinds), certain)
+
+    def _memo_bounds(
+        self,
+        alike: tuple[object, ...],
+        shape: NodeShape,
+        view: ViewShape,
+        demand: Demand,
+        kinds: tuple[tuple[UsableKinds, ...], ...],
+    ) -> ShapeBounds:
+        """:meth:`_shape_bounds`, kept for later pods alike (``alike``: :func:`_bounds_key`)."""
+        key = (alike, shape.ident, id(view))
+        kept = self._bounds_memo.get(key)
+        if kept is not None and kept[0] is view:
+            return kept[1]
+        bounds = self._shape_bounds(shape, view, demand, kinds)
+        if len(self._bounds_memo) >= _BOUNDS_MEMO:
+            self._bounds_memo.clear()
+        self._bounds_memo[key] = (view, bounds)
+        return bounds
 
     @staticmethod
     def _shape_bounds(
@@ -1364,6 +1388,20 @@ class DecisionEngine:
                 if allocation is not None:
                     freed.append(allocation)
         return freed
+
+
+_BOUNDS_MEMO: Final = 4096  # per-shape bounds kept for pods alike
+
+
+def _bounds_key(demand: Demand, kinds: tuple[tuple[UsableKinds, ...], ...]) -> tuple[object, ...]:
+    """What :func:`~driver.scheduling.bounds.shape_bounds` reads of a pod besides the shape:
+    per request alternative its count and capacity requests (by value), the locality
+    constraints, whether the pod is simple, and the kinds each alternative may use."""
+    requests = tuple(
+        tuple((alt.count, tuple(sorted(alt.requests.items()))) for alt in alternatives)
+        for alternatives in demand.requests
+    )
+    return (requests, demand.grouped, demand.simple, kinds)
 
 
 class WhatIf:

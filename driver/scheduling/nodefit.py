@@ -33,6 +33,7 @@ function of (facts, node, the node's current usage). Nothing mutates its inputs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -129,7 +130,24 @@ class PodSchedulingFacts:
         return any(t.tolerates(taint.key, taint.value, taint.effect) for t in self.tolerations)
 
 
+@functools.lru_cache(maxsize=4096)
+def _known_amount(resource: str, value: str | int) -> int | None:
+    """:func:`_amount` of a valid value (None: invalid, for :func:`_amount` to say why);
+    pods of one template repeat the same few values."""
+    try:
+        quantity = Quantity.of(value)
+    except QuantityError:
+        return None
+    if quantity.sign() < 0:
+        return None
+    return quantity.milli_value() if resource in _MILLI_RESOURCES else quantity.value()
+
+
 def _amount(resource: str, value: Any, where: str) -> int:
+    if type(value) is str or type(value) is int:
+        known = _known_amount(resource, value)
+        if known is not None:
+            return known
     try:
         quantity = Quantity.of(value)
     except QuantityError as exc:

@@ -737,9 +737,9 @@ class _Search:
             pending=pending,
         )
         ordered = self.order(selectable, ctx)
-        if len(ordered) != len(selectable) or {id(c) for c in ordered} != {
-            id(c) for c in selectable
-        }:
+        if ordered is not selectable and (
+            len(ordered) != len(selectable) or set(map(id, ordered)) != set(map(id, selectable))
+        ):
             raise AllocationError(
                 f"device order for request {req.name} on node {self.node.name} returned "
                 f"{len(ordered)} candidates that are not a permutation of the "

@@ -1,0 +1,62 @@
+"""The capacity index kept up to date equals one built afresh.
+
+A refresh re-reads only the devices whose use changed and reads a node's partition again only
+in the views those devices belong to (:meth:`CapacityIndex.refresh`). On random clusters
+(uniform and mixed, static and dynamic MIG) and random mixes of every pod shape, placements
+are assumed and some forgotten again; after each step every node's filed state, and every
+view's filing and sorted lists, must equal those of an index built from the same snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from driver.scheduling.capacity_index import CapacityIndex, IndexView
+from driver.scheduling.decision import DecisionEngine, pod_uid
+from driver.scheduling.outcome import Placement
+from tests.unit.test_decision_mixes import _engine, _stream, random_case
+
+
+def _comparable(index: CapacityIndex, view: IndexView) -> tuple[Any, ...]:
+    """A view's filing and lists with shape idents replaced by shape keys (idents are the
+    order in which an index met its shapes)."""
+
+    def partition(p: Any) -> Any:
+        return (index.by_ident[p.shape].key, *p[1:])
+
+    filed = {name: partition(p) for name, p in view.filed.items()}
+    lists = {
+        variant: {partition(p): list(entries) for p, entries in partitions.items()}
+        for variant, partitions in view.lists.items()
+    }
+    return filed, lists
+
+
+def _assert_fresh(eng: DecisionEngine) -> None:
+    eng.sync()
+    kept = eng._index
+    fresh = CapacityIndex(eng.snapshot, list(eng._nodes.values()), eng._classifier)
+    assert kept.filing() == fresh.filing()
+    for kinds, view in kept.views.items():
+        assert _comparable(kept, view) == _comparable(fresh, fresh.view(kinds)), sorted(
+            {k.classes for k in kinds}, key=sorted
+        )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_index_kept_up_to_date_equals_a_fresh_one(seed: int) -> None:
+    rng, cluster, mix = random_case(3100 + seed, 8, 14)
+    eng = _engine(cluster, mix)
+    placed: list[dict[str, Any]] = []
+    for step, (pod, claims) in enumerate(_stream(rng, mix)):
+        decision = eng.decide(pod, claims)
+        if isinstance(decision, Placement):
+            eng.assume(decision, pod)
+            placed.append(pod)
+        if placed and rng.random() < 0.2:
+            eng.forget(pod_uid(placed.pop(rng.randrange(len(placed)))))
+        if step % 5 == 0:
+            _assert_fresh(eng)
+    _assert_fresh(eng)

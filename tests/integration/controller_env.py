@@ -508,11 +508,15 @@ def pod_events(emulator: Emulator, name: str) -> list[tuple[str, str]]:
 
 
 def bound_pods(emulator: Emulator, names: Iterable[str] | None = None) -> dict[str, str]:
+    """Pod name -> node of the bound pods (``names`` only, when given). Pods whose ``spec``
+    is not an object (the hostile ones a test injects, unvalidated) are not bound."""
     wanted = set(names) if names is not None else None
     return {
         p["metadata"]["name"]: p["spec"]["nodeName"]
         for p in emulator.list("pods")
-        if p["spec"].get("nodeName") and (wanted is None or p["metadata"]["name"] in wanted)
+        if isinstance(p.get("spec"), dict)
+        and p["spec"].get("nodeName")
+        and (wanted is None or p["metadata"]["name"] in wanted)
     }
 
 

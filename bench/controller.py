@@ -41,6 +41,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -81,6 +83,23 @@ STORAGE_CLASS = "bench-wffc"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 SEED_CONCURRENCY = 32
 STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
+
+# ``python -c`` prologue for --profile: the real ``python -m biaxial``, its profiler switched on
+# by SIGUSR1 and written to argv[1] by SIGUSR2 (the pod phase alone, not the start-up). It
+# counts CPU time, not wall time: on a loaded machine a send that wakes the API server is
+# often preempted, and wall time would charge the wait to it.
+_PROFILED = """
+import cProfile, runpy, signal, sys, time
+out = sys.argv.pop(1)
+prof = cProfile.Profile(time.process_time)
+signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+def _dump(*_):
+    prof.disable()
+    prof.dump_stats(out)
+signal.signal(signal.SIGUSR2, _dump)
+sys.argv[0] = "biaxial"
+runpy.run_module("biaxial", run_name="__main__", alter_sys=True)
+"""
 
 
 def _rss_mb(pid: int) -> float:
@@ -246,6 +265,7 @@ def run(
     scenario_name: str = "uniform",
     volumes: bool = False,
     scrape_flood: int = 0,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     if scenario_name == "uniform":
         scenario = generate(nodes, pods)
@@ -284,18 +304,24 @@ def run(
                 "--max-concurrent-writes",
                 str(writes),
             )
+            if profile is not None:
+                argv[1:3] = ["-c", _PROFILED, str(profile.resolve())]
             with child(argv) as (_, controller):
                 ready_s = wait_ready(port, timeout=600.0)
                 ready_rss = _rss_mb(controller.pid)
                 ready_cpu = cpu_seconds(controller.pid)
                 cpu = {p: cpu_seconds(proc.pid) for p, proc in (("e", emulator), ("c", controller))}
                 driver_cpu = time.process_time()
+                if profile is not None:
+                    os.kill(controller.pid, signal.SIGUSR1)
                 phase_started = time.monotonic()
                 with _ScrapeFlood(port, scrape_flood) as flood:
                     wall, latencies, bound = asyncio.run(
                         _run_async(url, scenario, 1800, "drive", volumes)
                     )
                 phase = time.monotonic() - phase_started
+                if profile is not None:
+                    os.kill(controller.pid, signal.SIGUSR2)
                 spent = {
                     "emulator": cpu_seconds(emulator.pid) - cpu["e"],
                     "controller": cpu_seconds(controller.pid) - cpu["c"],
@@ -404,6 +430,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="N threads fetch /metrics back to back during the pod phase",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="profile the controller during the pod phase (cProfile) into FILE",
+    )
     args = parser.parse_args(argv)
     row = run(
         args.nodes,
@@ -414,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario_name=args.scenario,
         volumes=args.volumes == "wffc",
         scrape_flood=args.scrape_flood,
+        profile=args.profile,
     )
     cpu = row["cpu"]
     print(

@@ -207,3 +207,26 @@ def test_nothing_in_the_controller_touches_the_engines_internals() -> None:
     for path in sorted((ROOT / "controller").glob("*.py")):
         text = path.read_text()
         assert not any(f"driver.scheduling.{m}" in text for m in internal), path.name
+
+
+def test_an_equal_allocation_is_parsed_once() -> None:
+    """Each write of a held claim and its watch echo carry an equal copy of the allocation:
+    the model parsed for the first serves them all; a different one is parsed afresh."""
+    from controller.feed import Parsed
+    from kubeapi import codec
+
+    result = {"request": "gpu", "driver": "d", "pool": "p", "device": "gpu-0"}
+    claim = {
+        "metadata": {"name": "c"},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+    parsed = Parsed()
+    first = parsed.allocation("ns/c", claim)
+    assert first is not None
+    assert parsed.allocation("ns/c", codec.loads(codec.dumps(claim))) is first
+    other = codec.loads(codec.dumps(claim))
+    other["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
+    changed = parsed.allocation("ns/c", other)
+    assert changed is not None
+    assert changed is not first
+    assert changed.results[0].device == "gpu-1"

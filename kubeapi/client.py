@@ -386,9 +386,14 @@ class Client:
                     raise _error_from_body("WATCH", path, resp.status, await resp.read())
                 buffer = b""
                 async for chunk in resp.content.iter_any():
-                    buffer += chunk
-                    while b"\n" in buffer:
-                        line, buffer = buffer.split(b"\n", 1)
+                    if b"\n" not in chunk:
+                        buffer += chunk
+                        continue
+                    # Every complete line of the chunk at once (one split, not one per line:
+                    # a chunk may carry dozens of events).
+                    lines = (buffer + chunk).split(b"\n")
+                    buffer = lines.pop()
+                    for line in lines:
                         if line.strip():
                             yield _watch_event(path, line)
                 if buffer.strip():

@@ -107,6 +107,12 @@ class Parsed:
             equal=True,
         )
 
+    def decided(self, key: str, source: JSON, allocation: AllocationResult) -> None:
+        """This controller decided ``allocation`` for claim ``key`` and writes it as ``source``
+        (its ``to_api()``): the write and its watch echo carry an equal copy, which
+        :meth:`allocation` then answers with this model, not parsed again."""
+        self._allocations[key] = (source, self._compact(allocation))
+
     def settled(self, key: str) -> None:
         """The claim's allocation is written: the whole-claim model, read while its pod was
         scheduled, is dropped (parsed again should another pod share the claim)."""

@@ -100,8 +100,10 @@ class _Connection(asyncio.Protocol):
         self._head_only = head_only
         self._status, self._length, self._chunked, self._keep_alive = 0, -1, False, True
         self.received = self.reusable = False
-        self._buffer.clear()
-        self._body.clear()
+        if self._buffer:
+            self._buffer = bytearray()
+        if self._body:
+            self._body = bytearray()
         self.transport.write(data)
         return self._answer
 
@@ -116,6 +118,9 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def _finish(self, body: bytes) -> None:
+        # The buffers go with the answer: an idle connection holds no copy of a list page.
+        self._buffer = bytearray()
+        self._body = bytearray()
         answer = self._answer
         self.reusable = self._keep_alive and not self.closed
         if answer is not None and not answer.done():

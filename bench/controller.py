@@ -32,6 +32,12 @@ how many scrapes were served. Binding latency p90 with and without a flood shows
 endpoints cost the scheduler (they are served off its event loop: docs/operations.md, "Health
 and metrics"); the comparison is a benchmark, never a timed test.
 
+With ``--profile FILE``, the controller runs under :mod:`cProfile` (on a CPU clock), switched on
+once it is ready and off when the pod phase ends (SIGUSR1, SIGUSR2): ``FILE`` holds the pod
+phase's profile alone (read it with ``python -m pstats FILE``); the CPU figures then include the
+profiler's cost. With ``--profile-start FILE``, the start-up instead: from the process's start
+until ``/readyz`` answers.
+
 ``python -m bench.controller --nodes 500 --pods 1000 --qps 1000 --burst 1000`` (the defaults)
 """
 
@@ -41,6 +47,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -81,6 +89,25 @@ STORAGE_CLASS = "bench-wffc"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 SEED_CONCURRENCY = 32
 STALL_S = 30.0  # nothing bound for this long: the rest is unschedulable (or stuck)
+
+# ``python -c`` prologue for --profile: the real ``python -m biaxial``, its profiler switched on
+# by SIGUSR1 (or from the start when argv[2] is "start") and written to argv[1] by SIGUSR2. It
+# counts CPU time, not wall time: on a loaded machine a send that wakes the API server is
+# often preempted, and wall time would charge the wait to it.
+_PROFILED = """
+import cProfile, runpy, signal, sys, time
+out = sys.argv.pop(1)
+prof = cProfile.Profile(time.process_time)
+if sys.argv.pop(1) == "start":
+    prof.enable()
+signal.signal(signal.SIGUSR1, lambda *_: prof.enable())
+def _dump(*_):
+    prof.disable()
+    prof.dump_stats(out)
+signal.signal(signal.SIGUSR2, _dump)
+sys.argv[0] = "biaxial"
+runpy.run_module("biaxial", run_name="__main__", alter_sys=True)
+"""
 
 
 def _rss_mb(pid: int) -> float:
@@ -246,6 +273,8 @@ def run(
     scenario_name: str = "uniform",
     volumes: bool = False,
     scrape_flood: int = 0,
+    profile: Path | None = None,
+    profile_start: Path | None = None,
 ) -> dict[str, Any]:
     if scenario_name == "uniform":
         scenario = generate(nodes, pods)
@@ -284,18 +313,28 @@ def run(
                 "--max-concurrent-writes",
                 str(writes),
             )
+            if profile is not None or profile_start is not None:
+                out, when = (profile, "pods") if profile is not None else (profile_start, "start")
+                assert out is not None
+                argv[1:3] = ["-c", _PROFILED, str(out.resolve()), when]
             with child(argv) as (_, controller):
                 ready_s = wait_ready(port, timeout=600.0)
+                if profile_start is not None:
+                    os.kill(controller.pid, signal.SIGUSR2)
                 ready_rss = _rss_mb(controller.pid)
                 ready_cpu = cpu_seconds(controller.pid)
                 cpu = {p: cpu_seconds(proc.pid) for p, proc in (("e", emulator), ("c", controller))}
                 driver_cpu = time.process_time()
+                if profile is not None:
+                    os.kill(controller.pid, signal.SIGUSR1)
                 phase_started = time.monotonic()
                 with _ScrapeFlood(port, scrape_flood) as flood:
                     wall, latencies, bound = asyncio.run(
                         _run_async(url, scenario, 1800, "drive", volumes)
                     )
                 phase = time.monotonic() - phase_started
+                if profile is not None:
+                    os.kill(controller.pid, signal.SIGUSR2)
                 spent = {
                     "emulator": cpu_seconds(emulator.pid) - cpu["e"],
                     "controller": cpu_seconds(controller.pid) - cpu["c"],
@@ -404,6 +443,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="N threads fetch /metrics back to back during the pod phase",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="profile the controller during the pod phase (cProfile) into FILE",
+    )
+    parser.add_argument(
+        "--profile-start",
+        type=Path,
+        metavar="FILE",
+        help="profile the controller from its start until /readyz answers into FILE",
+    )
     args = parser.parse_args(argv)
     row = run(
         args.nodes,
@@ -414,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
         scenario_name=args.scenario,
         volumes=args.volumes == "wffc",
         scrape_flood=args.scrape_flood,
+        profile=args.profile,
+        profile_start=args.profile_start,
     )
     cpu = row["cpu"]
     print(

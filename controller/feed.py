@@ -104,7 +104,14 @@ class Parsed:
             key,
             found,
             lambda source: self._compact(AllocationResult.from_api(source, where)),
+            equal=True,
         )
+
+    def decided(self, key: str, source: JSON, allocation: AllocationResult) -> None:
+        """This controller decided ``allocation`` for claim ``key`` and writes it as ``source``
+        (its ``to_api()``): the write and its watch echo carry an equal copy, which
+        :meth:`allocation` then answers with this model, not parsed again."""
+        self._allocations[key] = (source, self._compact(allocation))
 
     def settled(self, key: str) -> None:
         """The claim's allocation is written: the whole-claim model, read while its pod was
@@ -157,12 +164,20 @@ def _memo(
     key: str,
     source: JSON,
     parse: Callable[[JSON], _Parsed],
+    *,
+    equal: bool = False,
 ) -> _Parsed:
     """``parse(source)``, memoized under ``key`` for this very ``source`` (the memo holds it:
-    identity is safe); a parse error is memoized and raised alike."""
+    identity is safe); a parse error is memoized and raised alike. With ``equal``, also for a
+    ``source`` equal to the memoized one (the memo then holds the newer): a claim's allocation
+    is set once and never changed, and each write of the claim (the reservation, the
+    finalizer) and its echo from the watch carry an equal copy, which a comparison tells
+    apart at a fraction of a parse."""
     hit = table.get(key)
-    if hit is not None and hit[0] is source:
+    if hit is not None and (hit[0] is source or (equal and codec.equal(hit[0], source))):
         value = hit[1]
+        if hit[0] is not source:
+            table[key] = (source, value)
     else:
         try:
             value = parse(source)

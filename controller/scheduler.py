@@ -801,6 +801,8 @@ class Scheduler:
     ) -> Plan:
         """The writes for ``decision``; its claims' allocations show as pending meanwhile."""
         allocations = {c.key: a.to_api() for c, a in decision.claims}
+        for claim, decided in decision.claims:  # the write's echo is not parsed again
+            self.feed.parsed.decided(claim.key, allocations[claim.key], decided)
         claim_plans: list[ClaimPlan] = []
         for key in keys:
             allocation = allocations.get(key)

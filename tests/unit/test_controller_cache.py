@@ -178,3 +178,38 @@ def test_the_cache_keeps_one_representation_of_each_object() -> None:
         assert informer.get("a") is before  # unchanged resourceVersion: nothing re-parsed
 
     asyncio.run(relist())
+
+
+def test_a_held_claims_next_version_keeps_the_stored_parts_that_did_not_change() -> None:
+    """The claim cache rebuilds an allocated claim once (strings interned, parts shared); its
+    next version (a reservation added) takes the stored spec and allocation as they are, and
+    rebuilds only what changed; a claim that is not allocated yet is stored as it came."""
+    from controller.cache import ClusterCache
+    from kubeapi import codec
+
+    cache = ClusterCache(FakeApi())
+    spec = {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "g"}}]}}
+    raw: JSON = {"metadata": {"name": "c", "namespace": "ns", "resourceVersion": "1"}}
+    raw["spec"] = spec
+    cache.claims.apply("ADDED", raw)
+    assert cache.claims.get("ns/c") == raw
+    allocated = codec.loads(codec.dumps(raw))
+    allocated["metadata"]["resourceVersion"] = "2"
+    allocated["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", "device": "gpu-0"}]}}
+    }
+    cache.claims.apply("MODIFIED", allocated)
+    first = cache.claims.get("ns/c")
+    assert first == allocated
+    assert first is not allocated
+    reserved = codec.loads(codec.dumps(allocated))
+    reserved["metadata"]["resourceVersion"] = "3"
+    reserved["status"]["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "u"}]
+    cache.claims.apply("MODIFIED", reserved)
+    second = cache.claims.get("ns/c")
+    assert second == reserved
+    assert first is not None
+    assert second is not None
+    assert second["spec"] is first["spec"]
+    assert second["status"]["allocation"] is first["status"]["allocation"]
+    assert second["metadata"]["resourceVersion"] == "3"

@@ -207,3 +207,58 @@ def test_nothing_in_the_controller_touches_the_engines_internals() -> None:
     for path in sorted((ROOT / "controller").glob("*.py")):
         text = path.read_text()
         assert not any(f"driver.scheduling.{m}" in text for m in internal), path.name
+
+
+def test_an_equal_allocation_is_parsed_once() -> None:
+    """Each write of a held claim and its watch echo carry an equal copy of the allocation:
+    the model parsed for the first serves them all; a different one is parsed afresh."""
+    from controller.feed import Parsed
+    from kubeapi import codec
+
+    result = {"request": "gpu", "driver": "d", "pool": "p", "device": "gpu-0"}
+    claim = {
+        "metadata": {"name": "c"},
+        "status": {"allocation": {"devices": {"results": [result]}}},
+    }
+    parsed = Parsed()
+    first = parsed.allocation("ns/c", claim)
+    assert first is not None
+    assert parsed.allocation("ns/c", codec.loads(codec.dumps(claim))) is first
+    other = codec.loads(codec.dumps(claim))
+    other["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
+    changed = parsed.allocation("ns/c", other)
+    assert changed is not None
+    assert changed is not first
+    assert changed.results[0].device == "gpu-1"
+
+
+def test_an_allocation_this_controller_decided_is_not_parsed_from_its_echo() -> None:
+    """The model the decision made serves the write's echo (an equal copy of its to_api());
+    it equals what parsing the echo gives. An echo that differs is parsed."""
+    from controller.feed import Parsed
+    from driver.api.claims import AllocationResult
+    from kubeapi import codec
+
+    result = {
+        "request": "gpu",
+        "driver": "d",
+        "pool": "p",
+        "device": "gpu-0",
+        "consumedCapacity": {"memory": "20Gi"},
+    }
+    selector = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "values": ["n"]}]}]}
+    decided = AllocationResult.from_api(
+        {"devices": {"results": [result]}, "nodeSelector": selector}
+    )
+    source = decided.to_api()
+    parsed = Parsed()
+    parsed.decided("ns/c", source, decided)
+    echo = {"metadata": {"name": "c"}, "status": {"allocation": codec.loads(codec.dumps(source))}}
+    found = parsed.allocation("ns/c", echo)
+    assert found == decided
+    assert found == AllocationResult.from_api(echo["status"]["allocation"])
+    assert parsed.allocation("ns/c", echo) is found
+    stamped_source = {**source, "allocationTimestamp": "2026-01-01T00:00:00Z"}
+    stamped = parsed.allocation("ns/c", {"status": {"allocation": stamped_source}})
+    assert stamped is not None
+    assert stamped.allocation_timestamp == "2026-01-01T00:00:00Z"

@@ -1,0 +1,215 @@
+"""kubeapi.transport against a raw local TCP server that writes exact bytes: answers framed by
+Content-Length, chunked (with trailers, split anywhere) and by the server's close are read
+whole; a kept-alive connection serves the next request; a connection the server closed while
+idle is replaced for a read and never for a write; a malformed or truncated answer is a
+TransportError; a path in the server URL prefixes every request; https verifies the server
+against the given CA."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from kubeapi.transport import Pool, TransportError
+from tests.cluster.controlplane import make_pki
+
+#: (request head and body as received) -> the raw answer and whether to close afterwards
+Answer = Callable[[bytes], tuple[list[bytes], bool]]
+
+
+async def _serve(
+    answer: Answer, tls: ssl.SSLContext | None = None
+) -> tuple[asyncio.Server, list[bytes], list[int]]:
+    """A server that answers each request on a connection with ``answer``; it records each
+    request and how many connections it accepted."""
+    requests: list[bytes] = []
+    connections = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                request = head + await reader.readexactly(length)
+                requests.append(request)
+                parts, close = answer(request)
+                for part in parts:
+                    writer.write(part)
+                    await writer.drain()
+                    await asyncio.sleep(0)
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
+    return server, requests, connections
+
+
+def _run(
+    answer: Answer, scenario: Callable[[Pool, list[bytes], list[int]], Awaitable[None]]
+) -> None:
+    async def main() -> None:
+        server, requests, connections = await _serve(answer)
+        port = server.sockets[0].getsockname()[1]
+        pool = Pool(
+            f"http://127.0.0.1:{port}/prefix/", {"User-Agent": "t"}, ssl_context=None, limit=4
+        )
+        try:
+            await asyncio.wait_for(scenario(pool, requests, connections), 10)
+        finally:
+            await pool.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_content_length_answers_reuse_one_connection_and_the_prefix_is_sent() -> None:
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n", b'{"a":1}'], False
+
+    async def scenario(pool: Pool, requests: list[bytes], connections: list[int]) -> None:
+        for _ in range(3):
+            assert await pool.request("GET", "/api/v1/x?y=1", {}, None) == (200, b'{"a":1}')
+        status, body = await pool.request("POST", "/api/v1/x", {"Content-Type": "j"}, b"{}")
+        assert (status, body) == (200, b'{"a":1}')
+        assert connections == [1]
+        assert requests[0].startswith(b"GET /prefix/api/v1/x?y=1 HTTP/1.1\r\n")
+        assert b"\r\nUser-Agent: t\r\n" in requests[0]
+        assert b"\r\nHost: 127.0.0.1:" in requests[0]
+        assert requests[3].endswith(b"Content-Type: j\r\nContent-Length: 2\r\n\r\n{}")
+
+    _run(answer, scenario)
+
+
+def test_chunked_answers_split_anywhere_with_trailers() -> None:
+    wire = (
+        b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"4\r\nabcd\r\n3;x=y\r\nefg\r\n0\r\nT: 1\r\n\r\n"
+    )
+
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        return [wire[i : i + 5] for i in range(0, len(wire), 5)], False
+
+    async def scenario(pool: Pool, _requests: list[bytes], connections: list[int]) -> None:
+        assert await pool.request("GET", "/a", {}, None) == (201, b"abcdefg")
+        assert await pool.request("GET", "/b", {}, None) == (201, b"abcdefg")
+        assert connections == [1]
+
+    _run(answer, scenario)
+
+
+def test_an_answer_framed_by_the_close_is_read_to_the_end() -> None:
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        return [b"HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\n", b"gone"], True
+
+    async def scenario(pool: Pool, _requests: list[bytes], connections: list[int]) -> None:
+        assert await pool.request("GET", "/a", {}, None) == (404, b"gone")
+        assert await pool.request("GET", "/a", {}, None) == (404, b"gone")
+        assert connections == [2]
+
+    _run(answer, scenario)
+
+
+def test_a_connection_closed_while_idle_is_replaced_for_a_read_not_a_write() -> None:
+    def answer(request: bytes) -> tuple[list[bytes], bool]:
+        # Every answer is the connection's last, but says nothing: the pool keeps it.
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"], True
+
+    async def scenario(pool: Pool, _requests: list[bytes], connections: list[int]) -> None:
+        assert await pool.request("GET", "/a", {}, None) == (200, b"ok")
+        await asyncio.sleep(0.05)  # the server's close arrives while the connection is idle
+        assert await pool.request("GET", "/a", {}, None) == (200, b"ok")
+        assert connections == [2]
+
+    _run(answer, scenario)
+
+
+def test_a_write_on_a_connection_that_dies_is_not_sent_again() -> None:
+    served = [0]
+
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        served[0] += 1
+        if served[0] == 2:
+            return [], True  # the write's connection dies with no answer
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"], False
+
+    async def scenario(pool: Pool, requests: list[bytes], _connections: list[int]) -> None:
+        assert await pool.request("GET", "/a", {}, None) == (200, b"ok")
+        with pytest.raises(TransportError):
+            await pool.request("POST", "/a", {}, b"{}")
+        assert len(requests) == 2
+        assert await pool.request("GET", "/a", {}, None) == (200, b"ok")
+
+    _run(answer, scenario)
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",  # then closed
+        b"SMTP ready\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+    ],
+)
+def test_malformed_or_truncated_answers_are_transport_errors(wire: bytes) -> None:
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        return [wire], True
+
+    async def scenario(pool: Pool, _requests: list[bytes], _connections: list[int]) -> None:
+        with pytest.raises(TransportError):
+            await pool.request("POST", "/a", {}, b"")
+
+    _run(answer, scenario)
+
+
+def test_nothing_listening_is_a_transport_error() -> None:
+    async def main() -> None:
+        pool = Pool("http://127.0.0.1:9", {}, ssl_context=None, limit=1)
+        with pytest.raises(TransportError):
+            await pool.request("GET", "/", {}, None)
+        await pool.close()
+
+    asyncio.run(main())
+
+
+def test_https_verifies_the_server_against_the_ca(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path / "pki")
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(str(pki.serving_cert), str(pki.serving_key))
+
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"], False
+
+    async def main() -> None:
+        server, _requests, connections = await _serve(answer, serving)
+        url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        trusting = Pool(
+            url, {}, ssl_context=ssl.create_default_context(cafile=str(pki.ca_cert)), limit=2
+        )
+        stranger = Pool(url, {}, ssl_context=ssl.create_default_context(), limit=2)
+        try:
+            for _ in range(2):
+                assert await trusting.request("GET", "/a", {}, None) == (200, b"ok")
+            assert connections == [1]
+            with pytest.raises(TransportError):
+                await stranger.request("GET", "/a", {}, None)
+        finally:
+            await trusting.close()
+            await stranger.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())

@@ -340,6 +340,60 @@ def bound_amounts(
     )
 
 
+def partition_amounts(
+    policies: PodPolicies, view: ViewShape, partition: Partition, bounds: ShapeBounds
+) -> NodeAmounts | None:
+    """:func:`bound_amounts` for a partition that can hold the pod; None where it cannot (no
+    device takes the smallest share, fewer idle devices than whole ones wanted, not enough
+    idle ones side by side)."""
+    _, level, in_use, group_fresh, _ = partition
+    idle = view.devices - in_use
+    if (
+        not bounds.feasible
+        or (idle == 0 and level < bounds.level)
+        or idle < bounds.forced_fresh
+        or group_fresh < bounds.group_need
+    ):
+        return None
+    return bound_amounts(policies, view, partition, bounds)
+
+
+_AMOUNTS_MEMO: Final = 256  # pod kinds whose partition amounts are kept
+_amounts_memo: dict[tuple[object, ...], dict[Partition, NodeAmounts | None]] = {}
+
+
+def amounts_memo(
+    policies: PodPolicies, view: ViewShape, bounds: ShapeBounds
+) -> dict[Partition, NodeAmounts | None]:
+    """Where :func:`partition_amounts` is kept per partition, across decisions, for pods with
+    these policies and these bounds on this view shape: keyed by all it reads (pods of one
+    kind come in streams, and every decision asks for every partition). The caller fills it."""
+    key = (
+        policies.node,
+        policies.gpu,
+        view,
+        bounds.memory_max,
+        bounds.memory_min,
+        bounds.cores_max,
+        bounds.cores_min,
+        bounds.count_total,
+        bounds.count_max_single,
+        bounds.forced_fresh,
+        bounds.level,
+        bounds.feasible,
+        bounds.tight,
+        bounds.needs_cores,
+        bounds.fit_need,
+        bounds.group_need,
+    )
+    found = _amounts_memo.get(key)
+    if found is None:
+        if len(_amounts_memo) >= _AMOUNTS_MEMO:
+            _amounts_memo.clear()
+        found = _amounts_memo[key] = {}
+    return found
+
+
 def float_score(total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, cores: bool) -> float:
     """:func:`~driver.scheduling.scoring.node_score` in floating point (heap order only;
     decisions use the exact one)."""

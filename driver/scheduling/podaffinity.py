@@ -38,7 +38,7 @@ Pure: the counts are passed in; nothing here mutates its inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
@@ -233,7 +233,9 @@ class AffinityFilter:
     ``existing``: per topology key, per domain, the placed pods whose required anti-affinity
     term with that key matches the incoming pod; ``self_match``: the pod matches all its
     required affinity terms itself; ``matched_anywhere``: some placed pod matches all of them
-    (on a node with one of the keys).
+    (on a node with one of the keys); ``excluded_nodes``, when the index keeps them: per table
+    of ``anti`` and ``existing``, the nodes in a domain it counts a pod in (their union is
+    what the anti-affinity rules exclude).
     """
 
     required: tuple[AffinityTerm, ...] = ()
@@ -243,6 +245,7 @@ class AffinityFilter:
     existing: Mapping[str, DomainCounts] = field(default_factory=dict)
     self_match: bool = False
     matched_anywhere: bool = False
+    excluded_nodes: tuple[Set[str], ...] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.required or self.required_anti or self.existing)

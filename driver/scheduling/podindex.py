@@ -20,7 +20,10 @@ What the index maintains, updated on every add and remove:
   value on the node). Registering scans the pods once; afterwards a pod add or remove tests
   only the counters whose selector names one of its labels (:attr:`LabelSelector.anchor`)
   and those that name none. The least recently used counters are dropped past
-  :data:`MAX_COUNTERS`;
+  :data:`MAX_COUNTERS`. On request (:meth:`MatchCounter.over`), a counter also keeps the
+  nodes whose domain of a key holds more than a given number of matching pods -- the nodes a
+  required anti-affinity term excludes, or those a spread constraint penalises -- updated
+  with the domain counts (a pod add or remove moves at most one domain's nodes);
 * **term carriers** (:meth:`PodIndex.carriers`): for each distinct affinity term of the pods
   placed (by kind: required / required anti / preferred / preferred anti, and weight), how many
   pods carry it per node and per domain of its topology key -- what the symmetric rules
@@ -36,7 +39,7 @@ but in no domain until the node appears.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple
 
@@ -53,6 +56,7 @@ from driver.scheduling.preemption import pod_priority
 
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 MAX_COUNTERS: Final = 4096
+MAX_THRESHOLDS: Final = 4  # node sets kept per counter (a spread minimum changes the threshold)
 
 CarrierKind = Literal["required", "required_anti", "preferred", "preferred_anti"]
 CARRIER_KINDS: Final[tuple[CarrierKind, ...]] = (
@@ -105,6 +109,45 @@ class ScheduledPod:
         )
 
 
+Members = Callable[[str], Mapping[str, Set[str]]]
+"""A topology key to the nodes of each of its values (the index's label index)."""
+
+
+class _Over:
+    """Nodes whose domain holds more than some number of pods, per (topology key, that
+    number): derived from a domain table, updated with it (:meth:`moved`), rebuilt on demand
+    after a relabel (dropped)."""
+
+    __slots__ = ("_members", "sets")
+
+    def __init__(self, members: Members) -> None:
+        self._members = members
+        self.sets: dict[tuple[str, int], set[str]] = {}
+
+    def get(self, key: str, threshold: int, domains: Mapping[str, int]) -> Set[str]:
+        found = self.sets.pop((key, threshold), None)
+        if found is None:
+            members = self._members(key)
+            found = set()
+            for value, count in domains.items():
+                if count > threshold:
+                    found.update(members.get(value, ()))
+            while len(self.sets) >= MAX_THRESHOLDS:
+                del self.sets[next(iter(self.sets))]
+        self.sets[key, threshold] = found  # (the most recently used last)
+        return found
+
+    def moved(self, key: str, value: str, before: int, after: int) -> None:
+        """The domain ``value`` of ``key`` went from ``before`` to ``after`` pods."""
+        for (set_key, threshold), nodes in self.sets.items():
+            if set_key != key:
+                continue
+            if before <= threshold < after:
+                nodes.update(self._members(key).get(value, ()))
+            elif after <= threshold < before:
+                nodes.difference_update(self._members(key).get(value, ()))
+
+
 class MatchKey(NamedTuple):
     """Which pods a counter counts: those matching every matcher (terminating ones too,
     unless ``skip_terminating``: topology spread skips them, pod affinity does not)."""
@@ -117,13 +160,16 @@ class MatchCounter:
     """Pods matching one :class:`MatchKey`: per node, and per domain of each topology key
     asked for (:meth:`domains`; values without a matching pod are absent)."""
 
-    __slots__ = ("_domains", "_labels", "key", "per_node")
+    __slots__ = ("_domains", "_labels", "_over", "key", "per_node")
 
-    def __init__(self, key: MatchKey, labels: Mapping[str, Mapping[str, str]]) -> None:
+    def __init__(
+        self, key: MatchKey, labels: Mapping[str, Mapping[str, str]], members: Members
+    ) -> None:
         self.key = key
         self.per_node: dict[str, int] = {}
         self._domains: dict[str, dict[str, int]] = {}
         self._labels = labels
+        self._over = _Over(members)
 
     def domains(self, topology_key: str) -> Mapping[str, int]:
         found = self._domains.get(topology_key)
@@ -136,6 +182,11 @@ class MatchCounter:
             self._domains[topology_key] = found
         return found
 
+    def over(self, topology_key: str, threshold: int) -> Set[str]:
+        """The nodes whose domain of ``topology_key`` holds more than ``threshold`` matching
+        pods (read-only, kept up to date with every add and remove from now on)."""
+        return self._over.get(topology_key, threshold, self.domains(topology_key))
+
     def _count(self, node: str, delta: int) -> None:
         count = self.per_node.get(node, 0) + delta
         if count > 0:
@@ -145,18 +196,23 @@ class MatchCounter:
         labels = self._labels.get(node)
         if labels is None:
             return
+        over = self._over if self._over.sets else None
         for topology_key, domains in self._domains.items():
             value = labels.get(topology_key)
             if value is not None:
-                count = domains.get(value, 0) + delta
+                before = domains.get(value, 0)
+                count = before + delta
                 if count > 0:
                     domains[value] = count
                 else:
                     domains.pop(value, None)
+                if over is not None:
+                    over.moved(topology_key, value, before, count)
 
     def _relabel(self, labels: Mapping[str, Mapping[str, str]]) -> None:
         self._labels = labels
         self._domains.clear()
+        self._over.sets.clear()
 
     def _move(
         self, count: int, old: Mapping[str, str] | None, new: Mapping[str, str] | None
@@ -170,14 +226,21 @@ class TermCarrier:
     """The pods that carry one affinity term (of one kind, with one weight): per node, and
     per domain of the term's topology key."""
 
-    __slots__ = ("domains", "kind", "per_node", "term", "weight")
+    __slots__ = ("_over", "domains", "kind", "per_node", "term", "weight")
 
-    def __init__(self, kind: CarrierKind, term: AffinityTerm, weight: int) -> None:
+    def __init__(
+        self, kind: CarrierKind, term: AffinityTerm, weight: int, members: Members
+    ) -> None:
         self.kind = kind
         self.term = term
         self.weight = weight
         self.per_node: dict[str, int] = {}
         self.domains: dict[str, int] = {}
+        self._over = _Over(members)
+
+    def over(self) -> Set[str]:
+        """The nodes in the term's domains that hold a carrier (read-only, kept up to date)."""
+        return self._over.get(self.term.topology_key, 0, self.domains)
 
     def _count(self, node: str, labels: Mapping[str, str] | None, delta: int) -> None:
         count = self.per_node.get(node, 0) + delta
@@ -187,11 +250,14 @@ class TermCarrier:
             self.per_node.pop(node, None)
         value = labels.get(self.term.topology_key) if labels is not None else None
         if value is not None:
-            count = self.domains.get(value, 0) + delta
+            before = self.domains.get(value, 0)
+            count = before + delta
             if count > 0:
                 self.domains[value] = count
             else:
                 self.domains.pop(value, None)
+            if self._over.sets:
+                self._over.moved(self.term.topology_key, value, before, count)
 
     def _move(
         self, count: int, old: Mapping[str, str] | None, new: Mapping[str, str] | None
@@ -199,6 +265,7 @@ class TermCarrier:
         _shift(self.domains, old, new, self.term.topology_key, count)
 
     def _relabel(self, labels: Mapping[str, Mapping[str, str]]) -> None:
+        self._over.sets.clear()
         self.domains = {}
         key = self.term.topology_key
         for node, count in self.per_node.items():
@@ -256,6 +323,8 @@ class PodIndex:
         self._carriers: dict[CarrierKind, dict[tuple[AffinityTerm, int], TermCarrier]] = {
             kind: {} for kind in CARRIER_KINDS
         }
+        # topology key -> value -> the nodes with it (built per key on first use)
+        self._members: dict[str, dict[str, set[str]]] = {}
 
     # ------------------------------------------------------------------ reading
     def __len__(self) -> int:
@@ -280,6 +349,17 @@ class PodIndex:
     def node_labels(self, node: str) -> Mapping[str, str]:
         return self._labels.get(node, {})
 
+    def members(self, key: str) -> Mapping[str, Set[str]]:
+        """Per value of the label ``key``, the nodes that carry it (read-only)."""
+        found = self._members.get(key)
+        if found is None:
+            found = self._members[key] = {}
+            for node, labels in self._labels.items():
+                value = labels.get(key)
+                if value is not None:
+                    found.setdefault(value, set()).add(node)
+        return found
+
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
         found = self._namespaces.get(namespace)
         return found if found is not None else {NAMESPACE_NAME_LABEL: namespace}
@@ -295,7 +375,7 @@ class PodIndex:
         if found is not None:
             self._counters.move_to_end(key)
             return found
-        found = MatchCounter(key, self._labels)
+        found = MatchCounter(key, self._labels, self.members)
         for node, pod in self._pods.values():
             if self._matches(key, pod):
                 found.per_node[node] = found.per_node.get(node, 0) + 1
@@ -380,7 +460,7 @@ class PodIndex:
             if carrier is None:
                 if delta < 0:
                     continue
-                carrier = carriers[term, weight] = TermCarrier(kind, term, weight)
+                carrier = carriers[term, weight] = TermCarrier(kind, term, weight, self.members)
             carrier._count(node, labels, delta)
             if not carrier.per_node:
                 del carriers[term, weight]
@@ -388,6 +468,7 @@ class PodIndex:
     def set_nodes(self, labels: Mapping[str, Mapping[str, str]]) -> None:
         """The nodes and their labels (domains are recomputed from the per-node counts)."""
         self._labels = dict(labels)
+        self._members.clear()
         for counter in self._counters.values():
             counter._relabel(self._labels)
         for carriers in self._carriers.values():
@@ -403,12 +484,17 @@ class PodIndex:
             del self._labels[name]
         else:
             self._labels[name] = labels
+        # (Rare: the label index and every node set over a threshold are dropped, and rebuilt
+        # on their next use; a node without matching pods may enter or leave such a set too.)
+        self._members.clear()
         for counter in self._counters.values():
+            counter._over.sets.clear()
             count = counter.per_node.get(name)
             if count:
                 counter._move(count, old, labels)
         for carriers in self._carriers.values():
             for carrier in carriers.values():
+                carrier._over.sets.clear()
                 count = carrier.per_node.get(name)
                 if count:
                     carrier._move(count, old, labels)

@@ -27,7 +27,7 @@ otherwise: nothing here mutates the pod or the index's pods.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
@@ -52,7 +52,7 @@ from driver.scheduling.podaffinity import (
     add_scores,
     matches_all,
 )
-from driver.scheduling.podindex import MatchKey, PodIndex, ScheduledPod
+from driver.scheduling.podindex import MatchCounter, MatchKey, PodIndex, ScheduledPod
 from driver.scheduling.scoring import (
     WEIGHT_NODE_AFFINITY,
     WEIGHT_POD_AFFINITY,
@@ -74,6 +74,7 @@ from driver.scheduling.topologyspread import (
 )
 
 _MAX_NODE_SETS: Final = 64
+_FEW_DOMAINS: Final = 64  # a key with at most this many domains is read by value, not node
 _FILTERING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 
 
@@ -223,6 +224,11 @@ class PodRules:
         nodes = self.nodes
         if self.affinity.required:
             return lambda name: self.reason(nodes[name]) is not None
+        sets = self.affinity.excluded_nodes
+        if not self.spread and sets is not None:
+            # Anti-affinity alone: the nodes it excludes, as the pod index keeps them (a set
+            # lookup per node passed over; the same answers as the count tables).
+            return _member_of(tuple(s for s in sets if s))
         # (key, counts, the count a domain may hold at most): spread constraints, then
         # anti-affinity terms and the placed pods' anti-affinity (at most 0 matching pods).
         limits: list[tuple[str, Mapping[str, int], int]] = []
@@ -264,6 +270,53 @@ class PodRules:
             return False
 
         return excluded
+
+    def penalised(self) -> tuple[Callable[[str], bool], float] | None:
+        """A test for "the soft rules certainly cost node ``name`` a penalty", and a floor of
+        that penalty's estimate (> 0: :meth:`estimator` gives each such node at least that).
+        Such nodes are those in a domain above the global minimum of a ``ScheduleAnyway``
+        constraint: as the index keeps them (:attr:`SpreadCounts.over`), or by domain where
+        the key has few. None: none known. The node search passes them over in runs, each
+        bounded once by the floor."""
+        if not self.soft_spread:
+            return None
+        share = 1.0 / len(self.soft_spread)
+        sets: list[Set[str]] = []
+        keyed: list[tuple[str, frozenset[str]]] = []
+        floor: float | None = None
+        for state in self.soft_spread:
+            constraint = state.constraint
+            if state.over is not None:
+                if state.over:
+                    sets.append(state.over)
+            elif len(state.counts) <= _FEW_DOMAINS:
+                threshold = state.minimum or 0
+                values = frozenset(v for v, n in state.counts.items() if n > threshold)
+                if values:
+                    keyed.append((constraint.topology_key, values))
+            else:
+                continue
+            # As the estimator computes it (each step rounds monotonically): an excess of
+            # at least 1 costs at least 1 / (1 + maxSkew).
+            least = WEIGHT_SPREAD * ((1 / (1 + constraint.max_skew)) * share)
+            floor = least if floor is None else min(floor, least)
+        if floor is None or not (sets or keyed):
+            return None
+        floor *= 1 - 1e-9  # (a hair lower still)
+        if not keyed:
+            return _member_of(tuple(sets)), floor
+        nodes = self.nodes
+        if len(sets) == 1 and len(keyed) == 1:  # hostname and zone: the common case
+            (only_set,), ((key, values),) = sets, keyed
+            return (lambda name: name in only_set or nodes[name].labels.get(key) in values), floor
+
+        def penalised(name: str) -> bool:
+            if any(name in s for s in sets):
+                return True
+            labels = nodes[name].labels
+            return any(labels.get(key) in values for key, values in keyed)
+
+        return penalised, floor
 
     def penalty(self, node: Node) -> Fraction:
         """The weighted sum of the soft rules' penalties on ``node`` (0: nothing to lose)."""
@@ -335,13 +388,30 @@ class PodRules:
 # --------------------------------------------------------------------------- building
 
 
+def _member_of(sets: tuple[Set[str], ...]) -> Callable[[str], bool]:
+    """A test for "``name`` is in one of ``sets``"."""
+    if not sets:
+        return lambda _name: False
+    if len(sets) == 1:
+        return sets[0].__contains__
+    if len(sets) == 2:
+        first, second = sets
+        return lambda name: name in first or name in second
+    return lambda name: any(name in s for s in sets)
+
+
 def _spread_counts(
     env: RuleEnvironment,
     pod: ScheduledPod,
     constraints: Sequence[SpreadConstraint],
     facts: PodSchedulingFacts,
     require_all: bool,
+    *,
+    penalised: bool = False,
 ) -> tuple[SpreadCounts, ...]:
+    """Each constraint's counts. ``penalised``: keep, where the counts are the index's own
+    and the key's domains are mostly single nodes (hostname-like), the nodes above the
+    minimum (:attr:`SpreadCounts.over`)."""
     index = env.index
     all_keys = tuple(sorted({c.topology_key for c in constraints}))
     out = []
@@ -353,6 +423,7 @@ def _spread_counts(
             facts.tolerations if c.node_taints_policy == "Honor" else None,
         )
         counts: DomainCounts
+        counter: MatchCounter | None = None
         if c.selector.empty or c.selector.nothing:
             counts = {}  # an empty selector counts nothing (countPodsMatchSelector)
         else:
@@ -375,8 +446,13 @@ def _spread_counts(
                     value = labels[c.topology_key]
                     summed[value] = summed.get(value, 0) + count
                 counts = summed
-        minimum = global_minimum(counts, node_set.domains[c.topology_key], c.min_domains)
-        out.append(SpreadCounts(c, counts, minimum, int(c.selector.matches(pod.labels))))
+                counter = None  # (not the index's counts: no node set kept for them)
+        domains = node_set.domains[c.topology_key]
+        minimum = global_minimum(counts, domains, c.min_domains)
+        over = None
+        if penalised and counter is not None and 2 * domains >= len(env.nodes):
+            over = counter.over(c.topology_key, minimum or 0)
+        out.append(SpreadCounts(c, counts, minimum, int(c.selector.matches(pod.labels)), over))
     return tuple(out)
 
 
@@ -398,14 +474,21 @@ def _affinity_filter(env: RuleEnvironment, pod: ScheduledPod) -> AffinityFilter:
         affinity_counts = tuple(counter.domains(t.topology_key) for t in required)
         matched_anywhere = any(affinity_counts)
         self_match = matches_all(required, pod.namespace, pod.labels, ns_labels)
+    anti_counters = [index.counter(MatchKey((t.matcher,))) for t in affinity.required_anti]
     anti_counts = tuple(
-        index.counter(MatchKey((t.matcher,))).domains(t.topology_key)
-        for t in affinity.required_anti
+        counter.domains(t.topology_key)
+        for counter, t in zip(anti_counters, affinity.required_anti, strict=True)
     )
+    # The nodes each table excludes, as the index keeps them (updated with its counts).
+    excluded = [
+        counter.over(t.topology_key, 0)
+        for counter, t in zip(anti_counters, affinity.required_anti, strict=True)
+    ]
     existing: dict[str, list[Mapping[str, int]]] = {}
     for carrier in index.carriers("required_anti"):
         if carrier.domains and carrier.term.matcher.matches(pod.namespace, pod.labels, ns_labels):
             existing.setdefault(carrier.term.topology_key, []).append(carrier.domains)
+            excluded.append(carrier.over())
     return AffinityFilter(
         required=required,
         affinity=affinity_counts,
@@ -414,6 +497,7 @@ def _affinity_filter(env: RuleEnvironment, pod: ScheduledPod) -> AffinityFilter:
         existing={key: _Union(tuple(maps)) for key, maps in existing.items()},
         self_match=self_match,
         matched_anywhere=matched_anywhere,
+        excluded_nodes=tuple(excluded),
     )
 
 
@@ -503,7 +587,9 @@ def pod_rules(
         # Upstream requires every key on a node unless the constraints are the System
         # defaults; those only break ties here (docs/scoring.md).
         system = not own and spreading.system
-        counted = _spread_counts(env, pod, soft, facts, require_all=not system)
+        counted = _spread_counts(
+            env, pod, soft, facts, require_all=not system, penalised=not system
+        )
         if system:
             rules.tie_spread = counted
         else:

@@ -11,8 +11,13 @@ left cannot beat the best exact (score, name) found.
 
 Partitions that cannot hold the pod are never visited; nodes a rule between pods excludes are
 skipped inside their lists, and only once a list's head pops (a list whose bound cannot win is
-never walked through its excluded nodes); a node whose soft rules cost a penalty goes
-back into the heap with its bound lowered by it; where the bound only equals the best, a
+never walked through its excluded nodes; the anti-affinity rules' test is a lookup in node
+sets the pod index keeps); a node whose soft rules cost a penalty goes back into the heap
+with its bound lowered by it, and a run of a list's nodes that the soft rules certainly
+penalise (:meth:`~driver.scheduling.rules.PodRules.penalised`) goes back as one entry,
+lowered by the penalty's floor and split node by node only while it may win; what the pod
+adds per partition is kept across decisions (:func:`~driver.scheduling.bounds.amounts_memo`,
+keyed by all it reads); where the bound only equals the best, a
 node can win on the System default spreading's tie-break alone, so its own tie-break decides.
 The result is identical to evaluating every node (tests compare both on random clusters, with
 every rule); ``docs/scoring.md`` explains the bounds.
@@ -27,10 +32,19 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from functools import partial
+from itertools import islice, takewhile
+from operator import itemgetter
 from typing import Final, NamedTuple
 
 from driver.api.nodes import Node
-from driver.scheduling.bounds import Demand, ShapeBounds, bound_amounts, float_score, precheck
+from driver.scheduling.bounds import (
+    Demand,
+    ShapeBounds,
+    amounts_memo,
+    float_score,
+    partition_amounts,
+    precheck,
+)
 from driver.scheduling.capacity_index import (
     FiledNode,
     NodeShape,
@@ -44,14 +58,17 @@ from driver.scheduling.rules import PodRules
 from driver.scheduling.scoring import NodeAmounts, node_score, rank
 
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
+_UNSEEN: Final = NodeAmounts(-1, -1, -1)  # a partition the amounts memo has no answer for yet
 
 
 class _Frontier(NamedTuple):
     """A heap entry of the pruned walk, ordered by its float bound (then name; ``serial``
     keeps the rest of the entry out of comparisons): the next node of one partition's list
-    (``penalty`` None, bounded by the node score alone), or a node taken from its list whose
+    (``penalty`` None, bounded by the node score alone), a node taken from its list whose
     soft rules' penalty is known (its bound lowered by the estimate ``penalty``; decisions
-    compute the exact penalty)."""
+    compute the exact penalty), or a run of a list's nodes that the soft rules certainly
+    penalise (``run``: where it ends; bounded by its first node's score lowered by the
+    penalty's floor, which bounds every node of the run)."""
 
     bound: float  # minus the bound of the total score, so the best pops first
     name: str
@@ -61,22 +78,28 @@ class _Frontier(NamedTuple):
     adding: NodeAmounts
     shape: NodeShape
     penalty: float | None
+    run: int  # not 0: the nodes from ``position`` to this one (excluded) are a penalised run
 
 
 # Built as NamedTuple._make builds (tuple.__new__ on the values): half the cost of the
 # keyword-capable constructor, which shows at 5000 nodes (one entry per partition per pod).
 _frontier: Callable[
-    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, float | None]],
+    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, float | None, int]],
     _Frontier,
 ] = partial(tuple.__new__, _Frontier)
 
 
+_NAME: Final = itemgetter(1)  # a FiledNode's name
+
+
 def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], bool]) -> int:
     """The first position from ``start`` whose node no rule excludes (len: none)."""
-    end = len(entries)
-    while start < end and excluded(entries[start].name):
-        start += 1
-    return start
+    if start >= len(entries) or not excluded(entries[start].name):
+        return start
+    # A run of excluded nodes (anti-affinity's: the nodes in use, where binpack looks
+    # first), counted without a Python loop: the test is mostly a set's own lookup.
+    skipped = takewhile(excluded, map(_NAME, islice(entries, start + 1, None)))
+    return start + 1 + len(list(skipped))
 
 
 def _tie_contender(
@@ -168,6 +191,13 @@ class _Walk:
         self.excluded = rules.exclusion() if rules is not None and rules.filters else None
         self.estimate = rules.estimator() if rules is not None and rules.soft else None
         self.ties = rules.tie_breaker() if rules is not None and rules.ties else None
+        # Nodes the soft rules certainly penalise, and the least penalty any of them gets:
+        # a list's runs of them take one heap entry each, split only while they may win.
+        penalised = rules.penalised() if self.estimate is not None and rules is not None else None
+        self.penalised: Callable[[str], bool] | None = None
+        self.floor = 0.0
+        if penalised is not None:
+            self.penalised, self.floor = penalised
         self.heap: list[_Frontier] = []
         self.serial = 0
         self.best: Best | None = None
@@ -187,30 +217,31 @@ class _Walk:
         states, cores, sign = self.states, self.cores, self.sign
         heap = self.heap
         serial = self.serial
+        memos: dict[int, dict[Partition, NodeAmounts | None]] = {}
         for partition, entries in lists.items():
-            shape_id, level, in_use, group_fresh, _ = partition  # unpacked once: a hot loop
-            shape = by_ident[shape_id]
-            vshape = shapes[shape_id]
-            shape_bounds = bounds.get(shape_id)
-            if shape_bounds is None:
-                shape_bounds = bounds[shape_id] = bounds_for(shape, vshape)
-            idle = vshape.devices - in_use
-            if (
-                not shape_bounds.feasible
-                or (idle == 0 and level < shape_bounds.level)  # no device takes the smallest
-                or idle < shape_bounds.forced_fresh  # whole devices wanted, fewer idle
-                or group_fresh < shape_bounds.group_need  # not enough idle ones side by side
-            ):
-                continue
-            if not entries:
-                continue
+            shape_id = partition[0]
+            memo = memos.get(shape_id)
+            if memo is None:
+                shape_bounds = bounds.get(shape_id)
+                if shape_bounds is None:
+                    shape_bounds = bounds[shape_id] = bounds_for(
+                        by_ident[shape_id], shapes[shape_id]
+                    )
+                memo = memos[shape_id] = amounts_memo(policies, shapes[shape_id], shape_bounds)
+            adding = memo.get(partition, _UNSEEN)
+            if adding is _UNSEEN:
+                adding = memo[partition] = partition_amounts(
+                    policies, shapes[shape_id], partition, bounds[shape_id]
+                )
+            if adding is None or not entries:
+                continue  # (the partition cannot hold the pod)
             # The head goes in even if a rule excludes it: its bound is the list's best, so
             # the list's first allowed node is looked for only once the head pops (lists whose
             # bound cannot win are never walked through their excluded nodes).
-            adding = bound_amounts(policies, vshape, partition, shape_bounds)
+            shape = by_ident[shape_id]
             name = entries[0].name
             bound = float_score(shape.total, states[name].used, adding, cores)
-            heap.append(_frontier((sign * bound, name, serial, entries, 0, adding, shape, None)))
+            heap.append(_frontier((sign * bound, name, serial, entries, 0, adding, shape, None, 0)))
             serial += 1
         heapq.heapify(heap)
         self.serial = serial
@@ -227,7 +258,7 @@ class _Walk:
         evaluated = 0
         while heap:
             entry = heapq.heappop(heap)
-            key, name, _, _, _, _, shape, penalty = entry
+            key, name, _, _, _, _, shape, penalty, run_end = entry
             best = self.best
             # Floats order the heap; whether a bound can still win is decided exactly, unless
             # it is clearly worse. Keys pop in order (a list's next bound is no better than
@@ -235,6 +266,9 @@ class _Walk:
             # bound is clearly worse, so is every bound left.
             if best is not None and key > self.best_key + _EPSILON:
                 break
+            if run_end:
+                self._split(entry)
+                continue
             if excluded is not None and penalty is None and excluded(name):
                 self._next_allowed(entry)  # a list's head that a rule excludes
                 continue
@@ -261,7 +295,7 @@ class _Walk:
     def _next_allowed(self, entry: _Frontier) -> None:
         """Its list's first node after ``entry`` that no rule excludes joins the heap (unless
         none is left, or its bound cannot win)."""
-        _, _, _, entries, position, adding, shape, _ = entry
+        _, _, _, entries, position, adding, shape, _, _ = entry
         assert self.excluded is not None
         at = _allowed(entries, position + 1, self.excluded)
         if at == len(entries):
@@ -271,7 +305,7 @@ class _Walk:
         if self.best is not None and key > self.best_key + _EPSILON:
             return
         heapq.heappush(
-            self.heap, _frontier((key, name, self.serial, entries, at, adding, shape, None))
+            self.heap, _frontier((key, name, self.serial, entries, at, adding, shape, None, 0))
         )
         self.serial += 1
 
@@ -279,7 +313,7 @@ class _Walk:
         """For a node whose bound is within a float's error of the best: whether it may still
         beat it, decided exactly (False: its list's later nodes cannot either, or the next
         one that can went back into the heap)."""
-        _, name, _, entries, position, adding, shape, penalty = entry
+        _, name, _, entries, position, adding, shape, penalty, _ = entry
         rules = self.rules
         exact = node_score(shape.total, state.used, adding, cores=self.cores)
         lowered = rules.penalty(self.nodes[name]) if penalty and rules is not None else ZERO
@@ -304,58 +338,120 @@ class _Walk:
         )
         heapq.heappush(
             self.heap,
-            _frontier((after_key, after_name, self.serial, entries, after, adding, shape, None)),
+            _frontier((after_key, after_name, self.serial, entries, after, adding, shape, None, 0)),
         )
         self.serial += 1
         return False
 
+    def _split(self, run: _Frontier) -> None:
+        """A penalised run may still win: its first node goes back lowered by its own
+        penalty, the rest as a shorter run (each only if it may still win)."""
+        _, name, _, entries, position, adding, shape, _, run_end = run
+        assert self.estimate is not None
+        states, best, limit = self.states, self.best, self.best_key + _EPSILON
+        penalty = self.estimate(self.nodes[name])
+        key = self.sign * float_score(shape.total, states[name].used, adding, self.cores)
+        if best is None or key + penalty <= limit:
+            self._push(
+                key + penalty, name, entries, position, adding=adding, shape=shape, penalty=penalty
+            )
+        position += 1
+        if position < run_end:
+            name = entries[position].name
+            key = self.sign * float_score(shape.total, states[name].used, adding, self.cores)
+            if best is None or key + self.floor <= limit:
+                self._push(
+                    key + self.floor,
+                    name,
+                    entries,
+                    position,
+                    adding=adding,
+                    shape=shape,
+                    run_end=run_end,
+                )
+
+    def _push(
+        self,
+        key: float,
+        name: str,
+        entries: list[FiledNode],
+        position: int,
+        *,
+        adding: NodeAmounts,
+        shape: NodeShape,
+        penalty: float | None = None,
+        run_end: int = 0,
+    ) -> None:
+        heapq.heappush(
+            self.heap,
+            _frontier((key, name, self.serial, entries, position, adding, shape, penalty, run_end)),
+        )
+        self.serial += 1
+
     def _hand_over(self, entry: _Frontier) -> float:
         """A list's head was popped. With soft rules, it and the list's next nodes while they
         would pop next anyway are handled here, without a heap round trip: each with a
-        penalty goes back lowered by it (or nowhere, once it cannot win). The first without
-        one, or past the heap's top, joins the heap unlowered. Returns the head's penalty
+        penalty goes back lowered by it (or nowhere, once it cannot win), and a run of nodes
+        the soft rules certainly penalise goes back as one entry. The first node without a
+        penalty, or past the heap's top, joins the heap unlowered. Returns the head's penalty
         (0.0: it is evaluated now)."""
-        key, name, _, entries, position, adding, shape, _ = entry
+        key, name, _, entries, position, adding, shape, _, _ = entry
         heap, states, nodes = self.heap, self.states, self.nodes
         estimate, excluded, best = self.estimate, self.excluded, self.best
+        penalised, floor = self.penalised, self.floor
         best_key, sign, cores = self.best_key, self.sign, self.cores
-        serial = self.serial
         head_penalty = 0.0
         at, at_name, at_key = position, name, key
         end = len(entries)
-        while True:
+        estimating = True
+        while estimating:
             ahead = estimate(nodes[at_name]) if estimate is not None else 0.0
             if at == position:
                 head_penalty = ahead
             if ahead > 0.0:
                 lowered_key = at_key + ahead
                 if best is None or lowered_key <= best_key + _EPSILON:
-                    heapq.heappush(
-                        heap,
-                        _frontier(
-                            (lowered_key, at_name, serial, entries, at, adding, shape, ahead)
-                        ),
+                    self._push(
+                        lowered_key, at_name, entries, at, adding=adding, shape=shape, penalty=ahead
                     )
-                    serial += 1
             elif at != position:
                 break  # (pushed unlowered below)
-            at += 1
-            if excluded is not None:
-                at = _allowed(entries, at, excluded)
-            if at >= end:
-                at = -1
+            while True:  # the next node, past the runs of penalised nodes
+                at += 1
+                if excluded is not None:
+                    at = _allowed(entries, at, excluded)
+                if at >= end:
+                    at = -1
+                    break
+                at_name = entries[at].name
+                at_key = sign * float_score(shape.total, states[at_name].used, adding, cores)
+                if estimate is None or (heap and at_key > heap[0][0]):
+                    estimating = False
+                    break  # (pushed unlowered below)
+                if best is not None and at_key > best_key + _EPSILON:
+                    at = -1
+                    break  # this list cannot win any more
+                if penalised is None or not penalised(at_name):
+                    break  # (its penalty is estimated above)
+                run_end = at + 1
+                while run_end < end:
+                    after = entries[run_end].name
+                    if not penalised(after) or (excluded is not None and excluded(after)):
+                        break
+                    run_end += 1
+                if best is None or at_key + floor <= best_key + _EPSILON:
+                    self._push(
+                        at_key + floor,
+                        at_name,
+                        entries,
+                        at,
+                        adding=adding,
+                        shape=shape,
+                        run_end=run_end,
+                    )
+                at = run_end - 1
+            if at < 0:
                 break
-            at_name = entries[at].name
-            at_key = sign * float_score(shape.total, states[at_name].used, adding, cores)
-            if estimate is None or (heap and at_key > heap[0][0]):
-                break  # (pushed unlowered below)
-            if best is not None and at_key > best_key + _EPSILON:
-                at = -1
-                break  # this list cannot win any more
         if at >= 0:
-            heapq.heappush(
-                heap, _frontier((at_key, at_name, serial, entries, at, adding, shape, None))
-            )
-            serial += 1
-        self.serial = serial
+            self._push(at_key, at_name, entries, at, adding=adding, shape=shape)
         return head_penalty

@@ -40,7 +40,7 @@ Pure: counts are passed in; nothing here mutates its inputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final, Literal
@@ -311,12 +311,14 @@ def default_constraints(
 @dataclass(frozen=True, slots=True)
 class SpreadCounts:
     """One constraint's state for the incoming pod: matching pods per eligible domain, the
-    global minimum (None: no eligible domain) and whether the pod matches its own selector."""
+    global minimum (None: no eligible domain) and whether the pod matches its own selector;
+    ``over``, when known: the nodes whose domain holds more than the minimum (or 0)."""
 
     constraint: SpreadConstraint
     counts: Mapping[str, int]
     minimum: int | None
     self_match: int
+    over: Set[str] | None = None
 
 
 def global_minimum(counts: Mapping[str, int], domains: int, min_domains: int) -> int | None:

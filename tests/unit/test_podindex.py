@@ -131,3 +131,46 @@ def test_one_node_relabelled_moves_its_pods_between_domains() -> None:
     (kept,) = index.carriers("required_anti")
     (new,) = fresh.carriers("required_anti")
     assert kept.domains == new.domains == {"c": 2, "b": 1}
+
+
+def _over(
+    domains: dict[str, int], nodes: dict[str, dict[str, str]], key: str, more: int
+) -> set[str]:
+    """The nodes whose domain of ``key`` holds more than ``more`` pods, from scratch."""
+    return {n for n, labels in nodes.items() if domains.get(labels.get(key, ""), 0) > more}
+
+
+def test_node_sets_over_a_threshold_follow_adds_removes_and_relabels() -> None:
+    """The nodes a counter or a carrier keeps as over a threshold (what anti-affinity excludes,
+    what spreading penalises) always equal those its domain counts give, from registration on:
+    through adds, removes, a node relabelled, a node gone, and the nodes replaced."""
+    rng = random.Random(11)
+    nodes = {f"n{i}": {HOSTNAME: f"n{i}", ZONE: "abc"[i % 3]} for i in range(9)}
+    index = PodIndex()
+    index.set_nodes(nodes)
+    counter = index.counter(key(app="a"))
+    counter.over(HOSTNAME, 0)  # registered early: kept up to date from here on
+    counter.over(ZONE, 1)
+    placed: list[str] = []
+    for step in range(300):
+        if step == 150:
+            nodes = {**nodes, "n0": {HOSTNAME: "n0", ZONE: "c"}}
+            index.set_node_labels("n0", nodes["n0"])
+        if step == 200:
+            nodes = {**nodes, "n9": {HOSTNAME: "n9", ZONE: "a"}}
+            index.set_node_labels("n9", nodes["n9"])
+        if step == 250:
+            index.set_nodes(nodes)
+        if placed and rng.random() < 0.4:
+            index.remove(placed.pop(rng.randrange(len(placed))))
+        else:
+            node = rng.choice(sorted(nodes))
+            raw = pod(f"p{step}").labels(app="a").anti(HOSTNAME, app="a").on(node).json()
+            index.add(f"uid-p{step}", node, ScheduledPod.from_pod(raw, f"uid-p{step}"))
+            placed.append(f"uid-p{step}")
+        carriers = list(index.carriers("required_anti"))
+        for topology_key, more in ((HOSTNAME, 0), (ZONE, 1), (ZONE, 0)):
+            domains = dict(counter.domains(topology_key))
+            assert counter.over(topology_key, more) == _over(domains, nodes, topology_key, more)
+        for carrier in carriers:
+            assert carrier.over() == _over(carrier.domains, nodes, HOSTNAME, 0)

@@ -340,3 +340,34 @@ def test_the_node_search_estimate_is_the_exact_penalty(seed: int) -> None:
         estimate = rules.estimator()
         for n in cluster:
             assert estimate(n) == pytest.approx(float(rules.penalty(n)), abs=1e-9), (i, n.name)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_nodes_the_search_passes_over_in_runs_pay_at_least_the_floor(seed: int) -> None:
+    """The walk bounds a run of "certainly penalised" nodes by one floor: each such node's
+    estimate (and exact penalty) must be at least it, and the floor above 0."""
+    rng = random.Random(seed)
+    cluster = [to_node(raw) for raw, _ in random_rule_cluster(rng)]
+    names = [n.name for n in cluster]
+    running = [
+        pod(f"run{i}").labels(app=rng.choice(APPS)).on(rng.choice(names)).json()
+        for i in range(rng.randint(0, 12))
+    ]
+    env = environment(cluster, running)
+    seen = 0
+    for i in range(30):
+        rules = rules_for(env, random_rule_pod(rng, f"p{i}"))
+        if rules is None or not rules.soft:
+            continue
+        found = rules.penalised()
+        if found is None:
+            continue
+        penalised, floor = found
+        assert floor > 0
+        estimate = rules.estimator()
+        for n in cluster:
+            if penalised(n.name):
+                seen += 1
+                assert estimate(n) >= floor, (i, n.name)
+                assert float(rules.penalty(n)) >= floor, (i, n.name)
+    assert seen

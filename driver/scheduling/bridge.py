@@ -53,6 +53,7 @@ the bridge leaves it out. Everything here is pure and never mutates its inputs.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -678,8 +679,7 @@ class _Template:
     """One shape's claim on one node variant: its ``spec.devices``, request mappings and
     checked model, copied for each pod."""
 
-    devices: JSON
-    mappings: tuple[JSON, ...]
+    body: bytes  # pickled (devices, mappings): one C call copies them
     model: ResourceClaim
 
 
@@ -744,9 +744,8 @@ class BridgeMemo:
             kept = self._templates[key]
             if kept is None:
                 return None
-            bridge = _bridge_object(
-                pod, json_copy(kept.devices), tuple(json_copy(m) for m in kept.mappings)
-            )
+            body = pickle.loads(kept.body)  # noqa: S301 - bytes this memo pickled itself
+            bridge = _bridge_object(pod, *body)
             meta = bridge.claim["metadata"]
             model = replace(
                 kept.model,
@@ -764,13 +763,13 @@ class BridgeMemo:
             self._keep(key, None)
             return None
         devices, mappings = body
-        kept_body = json_copy(devices), tuple(json_copy(m) for m in mappings)
+        kept_body = pickle.dumps((devices, mappings), pickle.HIGHEST_PROTOCOL)
         bridge = _bridge_object(pod, devices, mappings)
         raw = dict(bridge.claim)
         raw["metadata"] = {**raw["metadata"], "name": name, "uid": uid}
         model = ResourceClaim.from_api(raw)
         self._check(model)
-        self._keep(key, _Template(*kept_body, model))
+        self._keep(key, _Template(kept_body, model))
         return bridge, model
 
     def _keep(self, key: tuple[object, ...], template: _Template | None) -> None:

@@ -48,7 +48,9 @@ without GPU requests, a KAI target container without a GPU request.
 
 The per-node decision is upstream's: a resource is DRA-backed on a node only if the node's
 ``status.allocatable`` does not advertise it (> 0); there the device plugin path applies and
-the bridge leaves it out. Everything here is pure and never mutates its inputs.
+the bridge leaves it out. Everything here is pure and never mutates its inputs;
+:class:`BridgeMemo` keeps what it parsed and built for pods of one shape (one Deployment's) and
+gives each later pod its own copy, named for it.
 """
 
 from __future__ import annotations

@@ -48,21 +48,25 @@ without GPU requests, a KAI target container without a GPU request.
 
 The per-node decision is upstream's: a resource is DRA-backed on a node only if the node's
 ``status.allocatable`` does not advertise it (> 0); there the device plugin path applies and
-the bridge leaves it out. Everything here is pure and never mutates its inputs.
+the bridge leaves it out. Everything here is pure and never mutates its inputs;
+:class:`BridgeMemo` keeps what it parsed and built for pods of one shape (one Deployment's) and
+gives each later pod its own copy, named for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+import pickle
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Final, Protocol
 
+from driver.api.claims import ResourceClaim
 from driver.api.config import API_VERSION as GPU_CONFIG_API_VERSION
 from driver.api.config import KIND as GPU_CONFIG_KIND
 from driver.api.errors import ManifestError, QuantityError
 from driver.api.ids import DEFAULT_DRIVER_NAME
-from driver.api.model import API_VERSION
+from driver.api.model import API_VERSION, json_copy
 from driver.api.quantity import NANO, Quantity
 from driver.scheduling.dialects import (
     NUMA_ATTRIBUTE,
@@ -566,7 +570,28 @@ def build_bridge_claim(
     percentages and fractions of memory for this node's GPUs. ``driver_name`` is whose
     ``GpuConfig`` a ``vgpu-mode`` becomes.
     """
-    meta = pod.get("metadata") or {}
+    body = _bridge_body(parsed, resource_map, dra_resources, gpu_memory_bytes, driver_name)
+    if body is None:
+        return None
+    devices, mappings = body
+    return _bridge_object(pod, devices, mappings)
+
+
+def bridge_shape(parsed: PodLegacyResources) -> tuple[object, ...]:
+    """All :func:`build_bridge_claim` reads of ``parsed``: pods of one shape (one
+    Deployment's) give equal keys and, on one node variant, the same claim up to names."""
+    return (parsed.requests, parsed.long_lived, parsed.hints.numa_bind, parsed.hints.strategy)
+
+
+def _bridge_body(
+    parsed: PodLegacyResources,
+    resource_map: ExtendedResourceMap,
+    dra_resources: Collection[str] | None,
+    gpu_memory_bytes: int | None,
+    driver_name: str,
+) -> tuple[JSON, tuple[JSON, ...]] | None:
+    """The claim's ``spec.devices`` and the request mappings (what :func:`bridge_shape`
+    decides), or None when the pod needs no claim on the node."""
     requests: list[JSON] = []
     mappings: list[JSON] = []
     for resource in sorted(parsed.resources):
@@ -620,6 +645,14 @@ def build_bridge_claim(
         devices["constraints"] = constraints
     if config:
         devices["config"] = config
+    return devices, tuple(mappings)
+
+
+def _bridge_object(
+    pod: Mapping[str, Any], devices: JSON, mappings: tuple[JSON, ...]
+) -> BridgeClaim:
+    """The pod's special claim around ``devices`` (taken as is, not copied)."""
+    meta = pod.get("metadata") or {}
     pod_meta_name = str(meta.get("name") or "")
     claim: JSON = {
         "apiVersion": API_VERSION,
@@ -640,7 +673,146 @@ def build_bridge_claim(
         },
         "spec": {"devices": devices},
     }
-    return BridgeClaim(claim=claim, request_mappings=tuple(mappings))
+    return BridgeClaim(claim=claim, request_mappings=mappings)
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    """One shape's claim on one node variant: its ``spec.devices``, request mappings and
+    checked model, copied for each pod."""
+
+    body: bytes  # pickled (devices, mappings): one C call copies them
+    model: ResourceClaim
+
+
+class BridgeMemo:
+    """The bridge claims of pods alike, built, parsed and checked once per pod shape and node
+    variant (:func:`bridge_shape`, DRA-served resources, GPU memory); each pod gets its own
+    copy of the JSON and its own model's metadata, so nothing a caller may change is shared.
+
+    Valid for one ``resource_map`` and ``check`` (the DeviceClasses and driver): make a new
+    one when they change. Only claims that passed ``check`` are kept, so a refusal is raised
+    again, in its own pod's words, for every pod it concerns.
+    """
+
+    def __init__(
+        self,
+        resource_map: ExtendedResourceMap,
+        driver_name: str,
+        check: Callable[[ResourceClaim], None],
+        *,
+        limit: int = 4096,
+    ) -> None:
+        self._resource_map = resource_map
+        self._driver_name = driver_name
+        self._check = check
+        self._limit = limit
+        self._templates: dict[tuple[object, ...], _Template | None] = {}
+        self._parsed: dict[tuple[object, ...], PodLegacyResources] = {}
+
+    def resources(
+        self, pod: Mapping[str, Any], *, max_gpu_memory_bytes: int | None
+    ) -> PodLegacyResources:
+        """:func:`legacy_resources` of the pod, parsed once per pod shape (:func:`_pod_shape`)
+        and named for each pod; raising what it raises (refusals are not kept)."""
+        key = _pod_shape(pod, max_gpu_memory_bytes)
+        kept = self._parsed.get(key) if key is not None else None
+        if kept is not None:
+            return replace(kept, pod_name=pod_name(pod))
+        parsed = legacy_resources(
+            pod, self._resource_map, max_gpu_memory_bytes=max_gpu_memory_bytes
+        )
+        if key is not None:
+            if len(self._parsed) >= self._limit:
+                self._parsed.clear()
+            self._parsed[key] = parsed
+        return parsed
+
+    def claim(
+        self,
+        pod: Mapping[str, Any],
+        parsed: PodLegacyResources,
+        *,
+        dra_resources: frozenset[str],
+        gpu_memory_bytes: int | None,
+        name: str,
+        uid: str,
+    ) -> tuple[BridgeClaim, ResourceClaim] | None:
+        """The pod's special claim on a node variant and its model (named ``name``, with
+        ``uid``), or None when the pod needs none there; as :func:`build_bridge_claim` then
+        :meth:`ResourceClaim.from_api` and ``check`` give, raising what they raise."""
+        key = (bridge_shape(parsed), dra_resources, gpu_memory_bytes)
+        if key in self._templates:
+            kept = self._templates[key]
+            if kept is None:
+                return None
+            body = pickle.loads(kept.body)  # noqa: S301 - bytes this memo pickled itself
+            bridge = _bridge_object(pod, *body)
+            meta = bridge.claim["metadata"]
+            model = replace(
+                kept.model,
+                namespace=str(meta["namespace"]),
+                uid=uid,
+                annotations=dict(meta["annotations"]),
+                labels={},
+                owner_references=tuple(json_copy(o) for o in meta["ownerReferences"]),
+            )
+            return bridge, model
+        body = _bridge_body(
+            parsed, self._resource_map, dra_resources, gpu_memory_bytes, self._driver_name
+        )
+        if body is None:
+            self._keep(key, None)
+            return None
+        devices, mappings = body
+        kept_body = pickle.dumps((devices, mappings), pickle.HIGHEST_PROTOCOL)
+        bridge = _bridge_object(pod, devices, mappings)
+        raw = dict(bridge.claim)
+        raw["metadata"] = {**raw["metadata"], "name": name, "uid": uid}
+        model = ResourceClaim.from_api(raw)
+        self._check(model)
+        self._keep(key, _Template(kept_body, model))
+        return bridge, model
+
+    def _keep(self, key: tuple[object, ...], template: _Template | None) -> None:
+        """Keep ``template`` (bounded: the memo is emptied when full)."""
+        if len(self._templates) >= self._limit:
+            self._templates.clear()
+        self._templates[key] = template
+
+
+def _pod_shape(
+    pod: Mapping[str, Any], max_gpu_memory_bytes: int | None
+) -> tuple[object, ...] | None:
+    """All :func:`legacy_resources` reads of a pod but its name: the annotations and, per
+    container, the name, restart policy and resources (each value with its type, as ``1`` and
+    ``True`` are equal keys); None for input that is not plain JSON objects (parsed each time,
+    so its refusal is raised)."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    try:
+        annotations = meta.get("annotations") or {}
+        parts: list[object] = [max_gpu_memory_bytes, tuple(annotations.items())]
+        for group in ("initContainers", "containers"):
+            containers = []
+            for container in spec.get(group) or ():
+                resources = container.get("resources") or {}
+                containers.append(
+                    (
+                        container.get("name"),
+                        container.get("restartPolicy"),
+                        *(
+                            tuple((k, type(v), v) for k, v in (resources.get(part) or {}).items())
+                            for part in ("limits", "requests")
+                        ),
+                    )
+                )
+            parts.append(tuple(containers))
+        key = tuple(parts)
+        hash(key)
+    except (AttributeError, TypeError):
+        return None
+    return key
 
 
 def filter_exempt(dra: Iterable[str], resources: Collection[str]) -> frozenset[str]:

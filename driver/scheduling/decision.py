@@ -94,11 +94,10 @@ from driver.scheduling.bounds import (
     shape_bounds,
 )
 from driver.scheduling.bridge import (
+    BridgeMemo,
     ExtendedResourceMap,
-    build_bridge_claim,
     dra_resources_on_node,
     filter_exempt,
-    legacy_resources,
 )
 from driver.scheduling.capacity_index import (
     CapacityIndex,
@@ -656,6 +655,11 @@ class DecisionEngine:
         snapshot = self.snapshot
         self._nodes = dict(sorted(self._nodes.items()))
         self._resource_map = ExtendedResourceMap.from_classes(snapshot.classes.values())
+        self._bridge_memo = BridgeMemo(
+            self._resource_map,
+            self.driver_name,
+            lambda claim: check_claim_config(claim, self.snapshot.classes, self.driver_name),
+        )
         self._classifier = DeviceClassifier(snapshot.classes)
         self._index = CapacityIndex(snapshot, self._nodes.values(), self._classifier)
         self._usable_kinds: dict[tuple[str, tuple[str, ...], int], UsableKinds] = {}
@@ -685,9 +689,7 @@ class DecisionEngine:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         policies = policies_for_pod(annotations, self.defaults)
         volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
-        legacy = legacy_resources(
-            pod, self._resource_map, max_gpu_memory_bytes=self._max_gpu_memory or None
-        )
+        legacy = self._bridge_memo.resources(pod, max_gpu_memory_bytes=self._max_gpu_memory or None)
         check_pod_input(claims, legacy, self.snapshot.classes, self._cluster_facts())
         check_deprecated(legacy, facts.requests, self._advertised)
         for claim in claims:
@@ -905,25 +907,15 @@ class DecisionEngine:
         key = BridgeKey(dra, gpu_memory)
         if key in ctx.bridge_cache:
             return ctx.bridge_cache[key]
-        bridge = build_bridge_claim(
+        made = self._bridge_memo.claim(
             ctx.pod,
             ctx.legacy,
-            self._resource_map,
             dra_resources=dra,
             gpu_memory_bytes=gpu_memory,
-            driver_name=self.driver_name,
+            name=BRIDGE_CLAIM_PLACEHOLDER,
+            uid=f"{(ctx.pod.get('metadata') or {}).get('uid') or ctx.name}/extended-resources",
         )
-        built: BridgeVariant | None = None
-        if bridge is not None:
-            raw = dict(bridge.claim)
-            meta = dict(raw["metadata"])
-            meta["name"] = BRIDGE_CLAIM_PLACEHOLDER
-            meta["uid"] = (
-                f"{(ctx.pod.get('metadata') or {}).get('uid') or ctx.name}/extended-resources"
-            )
-            raw["metadata"] = meta
-            built = BridgeVariant(bridge, ResourceClaim.from_api(raw))
-            check_claim_config(built.claim, self.snapshot.classes, self.driver_name)
+        built = BridgeVariant(*made) if made is not None else None
         ctx.bridge_cache[key] = built
         return built
 

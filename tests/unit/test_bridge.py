@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
+from driver.api.claims import ResourceClaim
 from driver.api.errors import ManifestError
 from driver.api.quantity import Quantity
 from driver.scheduling.bridge import (
+    BridgeMemo,
     ExtendedResourceMap,
     build_bridge_claim,
     dra_resources_on_node,
@@ -257,3 +259,99 @@ def test_bad_combinations_are_specific_errors(limits: dict[str, Any], message: s
     with pytest.raises(ManifestError, match=message) as info:
         legacy_resources(pod(container("c", limits=limits)), CLASSES, max_gpu_memory_bytes=24 * GIB)
     assert "pod ml/infer-0 container c" in str(info.value)
+
+
+def _built(p: dict[str, Any], **kwargs: Any) -> tuple[Any, ResourceClaim] | None:
+    """What the memo must give: the claim built and parsed for this pod alone."""
+    claim = build(p, **kwargs)
+    if claim is None:
+        return None
+    raw = copy.deepcopy(claim.claim)
+    raw["metadata"].update(name="placeholder", uid=f"{p['metadata']['uid']}/x")
+    return claim, ResourceClaim.from_api(raw)
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 30},
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem-percentage": 50},
+        {"cpu": 1},
+    ],
+)
+def test_memo_gives_each_pod_of_a_shape_what_building_gives(limits: dict[str, Any]) -> None:
+    checked: list[ResourceClaim] = []
+    memo = BridgeMemo(CLASSES, "gpu.biaxial.dev", checked.append)
+    given = []
+    for i, namespace in enumerate(("ml", "ml", "other")):
+        p = pod(container("main", limits=limits), name=f"infer-{i}")
+        p["metadata"].update(namespace=namespace, uid=f"uid-{i}")
+        p["metadata"]["annotations"] = (
+            {"nvidia.com/vgpu-mode": "hami-core"} if "cpu" not in limits else {}
+        )
+        parsed = legacy_resources(p, CLASSES, max_gpu_memory_bytes=24 * GIB)
+        kwargs: dict[str, Any] = {
+            "dra_resources": frozenset({"nvidia.com/gpu"}),
+            "gpu_memory_bytes": 24 * GIB,
+        }
+        got = memo.claim(p, parsed, name="placeholder", uid=f"uid-{i}/x", **kwargs)
+        want = _built(p, driver_name="gpu.biaxial.dev", **kwargs)
+        assert got == want
+        given.append(got)
+    assert len(checked) == (0 if "cpu" in limits else 1), "checked once per shape"
+    if given[0] is None:
+        return
+    (first, first_model), (second, second_model) = given[0], given[1]
+    assert first.claim["spec"] is not second.claim["spec"]
+    assert (
+        first.claim["spec"]["devices"]["requests"][0]
+        is not (second.claim["spec"]["devices"]["requests"][0])
+    )
+    assert first.request_mappings[0] is not second.request_mappings[0]
+    assert first_model.annotations is not second_model.annotations
+    assert first_model.owner_references[0] is not second_model.owner_references[0]
+
+
+def test_memo_keeps_no_refused_claim() -> None:
+    def refuse(claim: ResourceClaim) -> None:
+        raise ManifestError(f"claim {claim.key}: refused")
+
+    memo = BridgeMemo(CLASSES, "gpu.biaxial.dev", refuse)
+    for namespace in ("ml", "other"):
+        p = pod(container("main", limits={"nvidia.com/gpu": 1}))
+        p["metadata"]["namespace"] = namespace
+        parsed = legacy_resources(p, CLASSES)
+        with pytest.raises(ManifestError, match=f"claim {namespace}/placeholder: refused"):
+            memo.claim(
+                p,
+                parsed,
+                dra_resources=frozenset({"nvidia.com/gpu"}),
+                gpu_memory_bytes=None,
+                name="placeholder",
+                uid="u",
+            )
+
+
+def test_memo_parses_each_pod_of_a_shape_as_parsing_does() -> None:
+    memo = BridgeMemo(CLASSES, "gpu.biaxial.dev", lambda claim: None)
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}
+    for i in range(3):
+        p = pod(container("main", limits=limits), name=f"infer-{i}")
+        p["metadata"]["annotations"] = {"nvidia.com/use-gputype": "A100"}
+        before = copy.deepcopy(p)
+        got = memo.resources(p, max_gpu_memory_bytes=24 * GIB)
+        assert p == before
+        assert got == legacy_resources(p, CLASSES, max_gpu_memory_bytes=24 * GIB)
+        assert got.pod_name == f"ml/infer-{i}"
+    # 1 and True are equal keys but not equal counts: each is parsed for itself.
+    for value in (1, True):
+        p = pod(container("main", limits={"nvidia.com/gpu": value}))
+        try:
+            want: Any = legacy_resources(p, CLASSES)
+        except ManifestError as exc:
+            want = str(exc)
+        try:
+            got_: Any = memo.resources(p, max_gpu_memory_bytes=None)
+        except ManifestError as exc:
+            got_ = str(exc)
+        assert got_ == want

@@ -26,8 +26,11 @@ Workloads (``--workloads``, comma separated):
   ``--pods`` arrivals in 5 rounds (3 in 4 a share of 10/20/40 GiB, 1 in 4 a whole GPU); after
   each round 40 % of the pods alive leave (deleted at once) and the run waits until their
   claims are gone; then a wave of N/4 8-GPU and 2N 1-GPU training pods. Reported besides the
-  rest: whole GPUs free before the wave (held by no claim, whole or share), training pods
-  placed, pods left pending. kube-scheduler allocates first fit; biaxial with its defaults
+  rest: whole GPUs free before the wave (held by no claim, whole or share), GPUs with stranded
+  memory before it (partly held by shares, the rest out of reach of whole-GPU pods; its GiB and
+  the fragmentation as ``biaxial simulate`` reports it), training pods placed, pods left
+  pending. ``--pods`` scales the stream: 15 arrivals a node (300 at 20 nodes, 7500 at 500)
+  keep the same fill at any size. kube-scheduler allocates first fit; biaxial with its defaults
   (node and GPU binpack). Its seconds include the waits between rounds, so its pods/s is not a
   throughput figure;
 * ``mixed``: the project's mixed cluster (``bench.scenarios`` mixed: T4, A10G, A100, H100

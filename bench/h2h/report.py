@@ -32,6 +32,11 @@ _ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
 )
 _CHURN_ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
     ("whole GPUs free before the wave", lambda r: str(r["whole_gpus_free"])),
+    ("GPUs with stranded memory before", lambda r: str(r["stranded_gpus"])),
+    (
+        "stranded GiB (fragmentation)",
+        lambda r: f"{r['stranded_gib']:.0f} ({r['fragmentation']:.2f})",
+    ),
     ("training pods placed", lambda r: f"{r['training_placed']}/{r['training_pods']}"),
     ("pods left pending", lambda r: str(r["pending"])),
 )

@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 
 import aiohttp
 
-from bench.h2h.workloads import INIT_NAMESPACE, JSON, NAMESPACE, Inventory
+from bench.h2h.workloads import INIT_NAMESPACE, JSON, NAMESPACE, Inventory, gpu_fill
 from bench.processes import (
     child,
     controller_argv,
@@ -270,7 +270,8 @@ async def _steady(api: _Api, inventory: Inventory, scheduler_name: str) -> Watch
 
 async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> Watched:
     """Play the rounds (arrivals settle, then the departures leave and their claims are
-    released), count the whole GPUs free, then create the wave and let it settle."""
+    released), count the whole GPUs free and the GPUs with stranded memory
+    (:func:`~bench.h2h.workloads.gpu_fill`), then create the wave and let it settle."""
     churn = inventory.churn
     if churn is None:
         raise ValueError(f"{inventory.workload} has no churn schedule")
@@ -281,14 +282,16 @@ async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> Watche
             await tracker.settle(names, stall_s=CHURN_STALL_S, timeout_s=600)
             await tracker.delete(departures)
             await _released(api, tracker.deleted)
-        free = churn.gpus - len(await _allocated_gpus(api))
+        # the GPUs as the wave finds them: from every claim's allocation and the slices
+        fill = gpu_fill(await _claims(api), (await api.list(RESOURCE_SLICES)).items)
         wave = [p["metadata"]["name"] for p in churn.wave]
         await tracker.create(churn.wave)
         await tracker.settle(wave, stall_s=CHURN_STALL_S, timeout_s=600)
         watched = tracker.watched()
         live = set(tracker.created) - tracker.deleted
         watched.extra = {
-            "whole_gpus_free": free,
+            **fill,
+            "gpus": churn.gpus,
             "training_placed": sum(n in tracker.bound for n in wave),
             "training_pods": len(wave),
             "pending": sum(n not in tracker.bound for n in live),
@@ -347,11 +350,6 @@ async def _released(api: _Api, deleted: set[str], timeout_s: float = 120.0) -> N
 def _results(claim: JSON) -> list[JSON]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
     return list((allocation.get("devices") or {}).get("results") or ())
-
-
-async def _allocated_gpus(api: _Api) -> set[tuple[str, str]]:
-    """Every (pool, device) some claim holds, whole or a share."""
-    return {(r["pool"], r["device"]) for claim in await _claims(api) for r in _results(claim)}
 
 
 async def _devices_by_owner(api: _Api) -> dict[str, set[str]]:

@@ -56,6 +56,8 @@ user agent), the scheduler process's CPU seconds during the pod phase and peak R
 ``/proc``, and the 1-minute load average sampled during the run.
 
 ``python -m bench.vs_kube_scheduler --nodes 500 --pods 5000 --qps 5000/5000`` (the defaults).
+``--tables A.json B.json`` prints the tables of earlier runs again, a run of the same workload,
+size, scheduler and QPS in both files side by side in one cell (``run 1; run 2``).
 The code: ``bench.h2h.workloads`` (the shapes, pure), ``bench.h2h.run`` (one run),
 ``bench.h2h.report`` (tables, JSON), ``bench.h2h.upstream`` (scheduler_perf).
 Loopback only; every process is stopped when the run ends.
@@ -69,7 +71,7 @@ import sys
 from pathlib import Path
 
 from bench.h2h import upstream
-from bench.h2h.report import tables, upstream_lines, write_json
+from bench.h2h.report import read_json, tables, upstream_lines, write_json
 from bench.h2h.run import SCHEDULERS, run_one
 from bench.h2h.workloads import JSON, STEADY, WORKLOADS, shape
 from tests.cluster.build import BuildError
@@ -122,7 +124,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--upstream-log", type=Path, default=None, metavar="FILE", help="scheduler_perf's output"
     )
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="print the tables of earlier --json files (repeated runs side by side: run 1; "
+        "run 2) and exit; runs nothing",
+    )
     args = parser.parse_args(argv)
+    if args.tables:
+        earlier, theirs = read_json(args.tables)
+        print("\n".join(tables(earlier) + upstream_lines(theirs)))
+        return 0
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:

@@ -4,11 +4,12 @@ what each run seeds and creates, without an API server."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from bench.h2h import upstream
-from bench.h2h.report import pattern_lines, pattern_summary, tables
+from bench.h2h.report import pattern_lines, pattern_summary, read_json, tables, write_json
 from bench.h2h.workloads import (
     DEVICES_PER_NODE,
     INIT_NAMESPACE,
@@ -220,11 +221,13 @@ def test_gpu_fill_counts_stranded_memory_as_the_simulator_does() -> None:
     }
 
 
-def test_churn_table_reports_stranded_gpus() -> None:
-    run = {
-        "workload": "churn",
+def _run(**fields: object) -> dict[str, object]:
+    """A run's JSON object as ``bench.h2h.run.row`` writes it."""
+    return {
+        "workload": "claim-template-half",
         "nodes": 2,
-        "devices": "8 A100-80GB (shareable)",
+        "devices": "10 devices",
+        "held_devices": 10,
         "scheduler": "biaxial",
         "qps": 5000,
         "burst": 5000,
@@ -243,17 +246,46 @@ def test_churn_table_reports_stranded_gpus() -> None:
         "rss_mb": 50.0,
         "load_avg": 1.0,
         "watch_relists": 0,
-        "whole_gpus_free": 8,
-        "stranded_gpus": 2,
-        "stranded_gib": 120.0,
-        "fragmentation": 0.1579,
-        "training_placed": 2,
-        "training_pods": 2,
-        "pending": 0,
+        **fields,
     }
+
+
+def test_churn_table_reports_stranded_gpus() -> None:
+    run = _run(
+        workload="churn",
+        devices="8 A100-80GB (shareable)",
+        held_devices=0,
+        whole_gpus_free=8,
+        stranded_gpus=2,
+        stranded_gib=120.0,
+        fragmentation=0.1579,
+        training_placed=2,
+        training_pods=2,
+        pending=0,
+    )
     lines = tables([run])
     assert any("GPUs with stranded memory" in line and line.endswith(" 2") for line in lines)
     assert any("120 (0.16)" in line for line in lines)
+
+
+def test_repeated_runs_share_a_column_and_sizes_get_their_own_table(tmp_path: Path) -> None:
+    first = [_run(scheduler="kube-scheduler", pods_per_s=9.0), _run(pods_per_s=11.0)]
+    second = [_run(scheduler="kube-scheduler", pods_per_s=10.0), _run(pods_per_s=13.0)]
+    bigger = [_run(nodes=20, pods_per_s=30.0)]
+    write_json(tmp_path / "a.json", first)
+    write_json(tmp_path / "b.json", second + bigger, [{"workload": "x", "pods_per_s": 1.0}])
+    runs, upstream_items = read_json([tmp_path / "a.json", tmp_path / "b.json"])
+    assert upstream_items == [{"workload": "x", "pods_per_s": 1.0}]
+    lines = tables(runs)
+    titles = [line for line in lines if line.startswith("claim-template-half:")]
+    assert [t.split(",")[0] for t in titles] == [
+        "claim-template-half: 2 nodes x 10 devices",
+        "claim-template-half: 20 nodes x 10 devices",
+    ]
+    assert "kube-scheduler @5000/5000 (2 runs)" in lines[1]
+    assert "biaxial @5000/5000 (2 runs)" in lines[1]
+    average = next(line for line in lines if line.strip().startswith("pods/s average"))
+    assert [cell.strip() for cell in average.split("|")[1:]] == ["9.0; 10.0", "11.0; 13.0"]
 
 
 def test_churn_stream_scales_with_the_nodes_and_is_deterministic() -> None:

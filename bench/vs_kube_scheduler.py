@@ -26,8 +26,11 @@ Workloads (``--workloads``, comma separated):
   ``--pods`` arrivals in 5 rounds (3 in 4 a share of 10/20/40 GiB, 1 in 4 a whole GPU); after
   each round 40 % of the pods alive leave (deleted at once) and the run waits until their
   claims are gone; then a wave of N/4 8-GPU and 2N 1-GPU training pods. Reported besides the
-  rest: whole GPUs free before the wave (held by no claim, whole or share), training pods
-  placed, pods left pending. kube-scheduler allocates first fit; biaxial with its defaults
+  rest: whole GPUs free before the wave (held by no claim, whole or share), GPUs with stranded
+  memory before it (partly held by shares, the rest out of reach of whole-GPU pods; its GiB and
+  the fragmentation as ``biaxial simulate`` reports it), training pods placed, pods left
+  pending. ``--pods`` scales the stream: 15 arrivals a node (300 at 20 nodes, 7500 at 500)
+  keep the same fill at any size. kube-scheduler allocates first fit; biaxial with its defaults
   (node and GPU binpack). Its seconds include the waits between rounds, so its pods/s is not a
   throughput figure;
 * ``mixed``: the project's mixed cluster (``bench.scenarios`` mixed: T4, A10G, A100, H100
@@ -53,6 +56,8 @@ user agent), the scheduler process's CPU seconds during the pod phase and peak R
 ``/proc``, and the 1-minute load average sampled during the run.
 
 ``python -m bench.vs_kube_scheduler --nodes 500 --pods 5000 --qps 5000/5000`` (the defaults).
+``--tables A.json B.json`` prints the tables of earlier runs again, a run of the same workload,
+size, scheduler and QPS in both files side by side in one cell (``run 1; run 2``).
 The code: ``bench.h2h.workloads`` (the shapes, pure), ``bench.h2h.run`` (one run),
 ``bench.h2h.report`` (tables, JSON), ``bench.h2h.upstream`` (scheduler_perf).
 Loopback only; every process is stopped when the run ends.
@@ -66,7 +71,7 @@ import sys
 from pathlib import Path
 
 from bench.h2h import upstream
-from bench.h2h.report import tables, upstream_lines, write_json
+from bench.h2h.report import read_json, tables, upstream_lines, write_json
 from bench.h2h.run import SCHEDULERS, run_one
 from bench.h2h.workloads import JSON, STEADY, WORKLOADS, shape
 from tests.cluster.build import BuildError
@@ -119,7 +124,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--upstream-log", type=Path, default=None, metavar="FILE", help="scheduler_perf's output"
     )
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="print the tables of earlier --json files (repeated runs side by side: run 1; "
+        "run 2) and exit; runs nothing",
+    )
     args = parser.parse_args(argv)
+    if args.tables:
+        earlier, theirs = read_json(args.tables)
+        print("\n".join(tables(earlier) + upstream_lines(theirs)))
+        return 0
     workloads = [w for w in args.workloads.split(",") if w]
     unknown = [w for w in workloads if w not in WORKLOADS]
     if unknown:

@@ -1,5 +1,6 @@
 """The head-to-head's tables: one per workload, a metric per row, a column per (scheduler,
-client QPS); the four patterns' placements; upstream's scheduler_perf figures measured here."""
+client QPS), repeated runs side by side in one cell; the four patterns' placements; upstream's
+scheduler_perf figures measured here."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ _ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
 )
 _CHURN_ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
     ("whole GPUs free before the wave", lambda r: str(r["whole_gpus_free"])),
+    ("GPUs with stranded memory before", lambda r: str(r["stranded_gpus"])),
+    (
+        "stranded GiB (fragmentation)",
+        lambda r: f"{r['stranded_gib']:.0f} ({r['fragmentation']:.2f})",
+    ),
     ("training pods placed", lambda r: f"{r['training_placed']}/{r['training_pods']}"),
     ("pods left pending", lambda r: str(r["pending"])),
 )
@@ -53,18 +59,32 @@ def _title(first: JSON) -> str:
     return title
 
 
+def _size(run: JSON) -> tuple[str, int, int, int]:
+    return run["workload"], run["nodes"], run["pods"], run.get("held_devices", 0)
+
+
 def tables(runs: Sequence[JSON]) -> list[str]:
-    """One table per workload: a metric per row, a column per (scheduler, client QPS)."""
+    """One table per workload and size: a metric per row, a column per (scheduler, client
+    QPS). Repeated runs of one column share it, each cell ``run 1; run 2; ...``."""
     out: list[str] = []
-    for workload in dict.fromkeys(r["workload"] for r in runs):
-        mine = [r for r in runs if r["workload"] == workload]
+    for size in dict.fromkeys(_size(r) for r in runs):
+        mine = [r for r in runs if _size(r) == size]
+        columns: dict[str, list[JSON]] = {}
+        for r in mine:
+            columns.setdefault(f"{r['scheduler']} @{r['qps']}/{r['burst']}", []).append(r)
         out.append(_title(mine[0]))
-        headers = ["", *(f"{r['scheduler']} @{r['qps']}/{r['burst']}" for r in mine)]
-        rows = _ROWS + (_CHURN_ROWS if workload == "churn" else ())
-        body = [[label, *(fmt(r) for r in mine)] for label, fmt in rows]
+        headers = [
+            "",
+            *(f"{h} ({len(c)} runs)" if len(c) > 1 else h for h, c in columns.items()),
+        ]
+        rows = _ROWS + (_CHURN_ROWS if size[0] == "churn" else ())
+        body = [
+            [label, *("; ".join(fmt(r) for r in c) for c in columns.values())]
+            for label, fmt in rows
+        ]
         out.extend(table_lines(headers, body))
         out.append("")
-        if workload == "four-patterns":
+        if size[0] == "four-patterns":
             out.extend(pattern_lines(mine))
     return out
 
@@ -114,6 +134,17 @@ def upstream_lines(items: Sequence[JSON]) -> list[str]:
         for i in items
     ]
     return [*table_lines(headers, body), ""]
+
+
+def read_json(paths: Sequence[Path]) -> tuple[list[JSON], list[JSON]]:
+    """The runs and upstream's figures of earlier ``--json`` files, in the files' order."""
+    runs: list[JSON] = []
+    upstream: list[JSON] = []
+    for path in paths:
+        document = json.loads(path.read_text())
+        runs.extend(document.get("runs") or ())
+        upstream.extend(document.get("upstream_scheduler_perf") or ())
+    return runs, upstream
 
 
 def write_json(path: Path, runs: Sequence[JSON], upstream: Sequence[JSON] = ()) -> None:

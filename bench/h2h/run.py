@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 
 import aiohttp
 
-from bench.h2h.workloads import INIT_NAMESPACE, JSON, NAMESPACE, Inventory
+from bench.h2h.workloads import INIT_NAMESPACE, JSON, NAMESPACE, Inventory, gpu_fill
 from bench.processes import (
     child,
     controller_argv,
@@ -123,6 +123,7 @@ class _Tracker:
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.nodes: dict[str, str] = {}  # pod -> node
+        self.unschedulable: set[str] = set()  # seen with PodScheduled=False, Unschedulable
         self.deleted: set[str] = set()
         self.samples: list[int] = []
         self.loads: list[float] = []
@@ -148,6 +149,8 @@ class _Tracker:
     def _seen(self, obj: JSON) -> None:
         name = (obj.get("metadata") or {}).get("name")
         node = (obj.get("spec") or {}).get("nodeName")
+        if name and not node and _unschedulable(obj):
+            self.unschedulable.add(name)
         if name and node and name not in self.bound:
             self.bound[name] = time.monotonic()
             self.nodes[name] = node
@@ -203,16 +206,24 @@ class _Tracker:
     async def delete(self, names: Sequence[str]) -> None:
         await gather_bounded([lambda n=n: self.delete_one(n) for n in names], CREATE_CONCURRENCY)
 
-    async def settle(self, names: Sequence[str], *, stall_s: float, timeout_s: float) -> None:
-        """Wait until every one of ``names`` is bound, or nothing was bound for ``stall_s``."""
+    async def settle(
+        self, names: Sequence[str], *, stall_s: float, timeout_s: float, tried: bool = False
+    ) -> None:
+        """Wait until every one of ``names`` is bound, or nothing was bound for ``stall_s``.
+        ``tried``: the ``stall_s`` only counts once every pod not bound was reported
+        unschedulable (a scheduler that takes seconds per failing pod on a large cluster is
+        not stalled while it still has pods it never tried)."""
         deadline = time.monotonic() + timeout_s
         seen, progressed = len(self.bound), time.monotonic()
-        while any(n not in self.bound for n in names):
+        while waiting := [n for n in names if n not in self.bound]:
             await asyncio.sleep(0.2)
             now = time.monotonic()
-            if len(self.bound) != seen:
+            untried = tried and any(n not in self.unschedulable for n in waiting)
+            if now >= deadline:
+                return
+            if len(self.bound) != seen or untried:
                 seen, progressed = len(self.bound), now
-            elif now - progressed >= stall_s or now >= deadline:
+            elif now - progressed >= stall_s:
                 return
 
     def watched(self, names: Sequence[str] | None = None) -> Watched:
@@ -270,7 +281,8 @@ async def _steady(api: _Api, inventory: Inventory, scheduler_name: str) -> Watch
 
 async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> Watched:
     """Play the rounds (arrivals settle, then the departures leave and their claims are
-    released), count the whole GPUs free, then create the wave and let it settle."""
+    released), count the whole GPUs free and the GPUs with stranded memory
+    (:func:`~bench.h2h.workloads.gpu_fill`), then create the wave and let it settle."""
     churn = inventory.churn
     if churn is None:
         raise ValueError(f"{inventory.workload} has no churn schedule")
@@ -278,17 +290,19 @@ async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> Watche
         for arrivals, departures in churn.rounds:
             await tracker.create(arrivals)
             names = [p["metadata"]["name"] for p in arrivals]
-            await tracker.settle(names, stall_s=CHURN_STALL_S, timeout_s=600)
+            await tracker.settle(names, stall_s=CHURN_STALL_S, timeout_s=900, tried=True)
             await tracker.delete(departures)
             await _released(api, tracker.deleted)
-        free = churn.gpus - len(await _allocated_gpus(api))
+        # the GPUs as the wave finds them: from every claim's allocation and the slices
+        fill = gpu_fill(await _claims(api), (await api.list(RESOURCE_SLICES)).items)
         wave = [p["metadata"]["name"] for p in churn.wave]
         await tracker.create(churn.wave)
-        await tracker.settle(wave, stall_s=CHURN_STALL_S, timeout_s=600)
+        await tracker.settle(wave, stall_s=CHURN_STALL_S, timeout_s=900, tried=True)
         watched = tracker.watched()
         live = set(tracker.created) - tracker.deleted
         watched.extra = {
-            "whole_gpus_free": free,
+            **fill,
+            "gpus": churn.gpus,
             "training_placed": sum(n in tracker.bound for n in wave),
             "training_pods": len(wave),
             "pending": sum(n not in tracker.bound for n in live),
@@ -344,14 +358,20 @@ async def _released(api: _Api, deleted: set[str], timeout_s: float = 120.0) -> N
         await asyncio.sleep(0.2)
 
 
+def _unschedulable(pod: JSON) -> bool:
+    """The pod carries ``PodScheduled=False`` with reason ``Unschedulable`` (both schedulers
+    set it when a pod fits nowhere)."""
+    return any(
+        c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+        for c in (pod.get("status") or {}).get("conditions") or ()
+    )
+
+
 def _results(claim: JSON) -> list[JSON]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
     return list((allocation.get("devices") or {}).get("results") or ())
-
-
-async def _allocated_gpus(api: _Api) -> set[tuple[str, str]]:
-    """Every (pool, device) some claim holds, whole or a share."""
-    return {(r["pool"], r["device"]) for claim in await _claims(api) for r in _results(claim)}
 
 
 async def _devices_by_owner(api: _Api) -> dict[str, set[str]]:

@@ -5,7 +5,8 @@ creates, built by pure functions (no API server), so the same arguments give the
   (``claim-template``) and its pairs-with-``matchAttribute`` variant (``match-attribute``);
 * :func:`steady_shape`: the same two, the cluster pre-filled with allocated claims (``empty``,
   ``half``, ``full``), pods created and deleted in a steady stream (``claim-template-half`` ...);
-* :func:`churn_shape`: placement quality under churn on shareable A100s;
+* :func:`churn_shape`: placement quality under churn on shareable A100s, and
+  :func:`gpu_fill`: what its claims leave of the GPUs (whole ones free, stranded memory);
 * :func:`mixed_shape`: the project's mixed cluster and workload, restricted to what
   kube-scheduler can express;
 * :func:`patterns_shape`: the reference cluster and the four Deployments of the two axes.
@@ -22,6 +23,9 @@ from typing import Any, Final
 from bench.processes import ROOT
 from bench.scenarios import generate_mixed
 from biaxial.simulate.manifests import load_objects
+from biaxial.simulate.results import SimulationResult
+from biaxial.simulate.usage import gpu_usage
+from driver.api.model import ResourceSlice
 from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
 
@@ -312,7 +316,8 @@ def churn_shape(nodes: int, pods: int, *, seed: int = 24) -> Inventory:
             arrivals.append(gpu_pod(name, shape))
         alive += [p["metadata"]["name"] for p in arrivals]
         leaving = sorted(rng.sample(alive, int(CHURN_DEPARTURES * len(alive))))
-        alive = [n for n in alive if n not in set(leaving)]
+        gone = set(leaving)
+        alive = [n for n in alive if n not in gone]
         rounds.append((arrivals, leaving))
     wave = [gpu_pod(f"train8-{i:05d}", "train-8") for i in range(nodes // 4)]
     wave += [gpu_pod(f"train1-{i:05d}", "whole-1") for i in range(2 * nodes)]
@@ -327,6 +332,31 @@ def churn_shape(nodes: int, pods: int, *, seed: int = 24) -> Inventory:
         churn=Churn(rounds=rounds, wave=wave, gpus=nodes * gpus_per_node),
         devices="8 A100-80GB (shareable)",
     )
+
+
+def gpu_fill(claims: Sequence[JSON], slices: Sequence[JSON]) -> JSON:
+    """What ``claims`` (API objects, allocated or not) leave of the GPUs ``slices`` publish,
+    counted as ``biaxial simulate`` counts it (:func:`biaxial.simulate.usage.gpu_usage`: a
+    share holds its consumed memory, a whole-GPU allocation all of it):
+
+    * ``whole_gpus_free``: GPUs no claim holds any of;
+    * ``stranded_gpus``: GPUs with **stranded memory**, partly held (by shares) with memory
+      left that a whole-GPU or multi-GPU pod cannot use;
+    * ``stranded_gib``: that memory, in GiB;
+    * ``fragmentation``: its share of all free memory (the simulator's figure: 0 when every
+      free byte is on an idle GPU, 1 when no idle GPU is left although memory is free)."""
+    models = [ResourceSlice.from_api(s) for s in slices]
+    node_names = sorted({str(m.node_name or m.pool.name) for m in models})
+    by_name = {(c["metadata"].get("namespace", ""), c["metadata"]["name"]): c for c in claims}
+    gpus = gpu_usage(by_name, models, node_names)
+    summary = SimulationResult(gpus=gpus, node_names=node_names).summary()
+    stranded = [g for g in gpus if not g.mig and g.in_use and g.free_memory > 0]
+    return {
+        "whole_gpus_free": summary["wholeGpusFree"],
+        "stranded_gpus": len(stranded),
+        "stranded_gib": sum(g.free_memory for g in stranded) / 2**30,
+        "fragmentation": summary["fragmentation"],
+    }
 
 
 def mixed_shape(nodes: int, pods: int, *, seed: int = 42) -> Inventory:

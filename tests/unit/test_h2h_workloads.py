@@ -4,11 +4,12 @@ what each run seeds and creates, without an API server."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from bench.h2h import upstream
-from bench.h2h.report import pattern_lines, pattern_summary
+from bench.h2h.report import pattern_lines, pattern_summary, read_json, tables, write_json
 from bench.h2h.workloads import (
     DEVICES_PER_NODE,
     INIT_NAMESPACE,
@@ -17,7 +18,9 @@ from bench.h2h.workloads import (
     STEADY,
     STEADY_IN_FLIGHT,
     WORKLOADS,
+    churn_shape,
     fill_count,
+    gpu_fill,
     mixed_shape,
     patterns_shape,
     shape,
@@ -169,3 +172,130 @@ def test_scheduler_perf_data_items_are_read() -> None:
             "perc99": 101.0,
         }
     ]
+
+
+def _allocated(name: str, *results: tuple[str, str, str | None]) -> dict[str, object]:
+    """A claim allocated on (pool, device, consumed memory or None for the whole GPU)."""
+    rows = []
+    for pool, device, memory in results:
+        row: dict[str, object] = {
+            "request": "gpu",
+            "driver": "gpu.biaxial.dev",
+            "pool": pool,
+            "device": device,
+        }
+        if memory is not None:
+            row["consumedCapacity"] = {"memory": memory}
+            row["shareID"] = f"{name}-{device}"
+        rows.append(row)
+    return {
+        "metadata": {"name": name, "namespace": "bench"},
+        "status": {"allocation": {"devices": {"results": rows}}},
+    }
+
+
+def test_gpu_fill_counts_stranded_memory_as_the_simulator_does() -> None:
+    slices = churn_shape(2, 10).slices  # 2 nodes x 8 A100-80GB
+    gpus = sum(len(s["spec"]["devices"]) for s in slices)
+    assert gpus == 16
+    claims = [
+        _allocated("share-a", ("node-00000", "gpu-0", "10Gi")),
+        _allocated("share-b", ("node-00000", "gpu-0", "20Gi")),  # gpu-0: 50 GiB stranded
+        _allocated("whole", ("node-00000", "gpu-1", None)),  # all of it: nothing stranded
+        _allocated("halves-1", ("node-00000", "gpu-2", "40Gi")),
+        _allocated("halves-2", ("node-00000", "gpu-2", "40Gi")),  # full by shares
+        _allocated("small", ("node-00001", "gpu-7", "10Gi")),  # 70 GiB stranded
+        _allocated("train", *(("node-00001", f"gpu-{i}", "80Gi") for i in range(4))),
+        {"metadata": {"name": "pending", "namespace": "bench"}, "status": {}},  # not allocated
+    ]
+    fill = gpu_fill(claims, slices)
+    assert fill["whole_gpus_free"] == 16 - 8
+    assert fill["stranded_gpus"] == 2
+    assert fill["stranded_gib"] == pytest.approx(50 + 70)
+    assert fill["fragmentation"] == pytest.approx(120 / (120 + 8 * 80), abs=1e-4)
+    assert gpu_fill([], slices) == {
+        "whole_gpus_free": 16,
+        "stranded_gpus": 0,
+        "stranded_gib": 0.0,
+        "fragmentation": 0.0,
+    }
+
+
+def _run(**fields: object) -> dict[str, object]:
+    """A run's JSON object as ``bench.h2h.run.row`` writes it."""
+    return {
+        "workload": "claim-template-half",
+        "nodes": 2,
+        "devices": "10 devices",
+        "held_devices": 10,
+        "scheduler": "biaxial",
+        "qps": 5000,
+        "burst": 5000,
+        "pods": 12,
+        "bound": 12,
+        "seconds": 1.0,
+        "pods_per_s": 12.0,
+        "pods_per_s_p50": 12.0,
+        "pods_per_s_p90": 12.0,
+        "pods_per_s_p99": 12.0,
+        "p50_ms": 1.0,
+        "p99_ms": 2.0,
+        "requests_per_pod": 4.0,
+        "cpu_s": 0.1,
+        "cpu_s_per_pod": 0.01,
+        "rss_mb": 50.0,
+        "load_avg": 1.0,
+        "watch_relists": 0,
+        **fields,
+    }
+
+
+def test_churn_table_reports_stranded_gpus() -> None:
+    run = _run(
+        workload="churn",
+        devices="8 A100-80GB (shareable)",
+        held_devices=0,
+        whole_gpus_free=8,
+        stranded_gpus=2,
+        stranded_gib=120.0,
+        fragmentation=0.1579,
+        training_placed=2,
+        training_pods=2,
+        pending=0,
+    )
+    lines = tables([run])
+    assert any("GPUs with stranded memory" in line and line.endswith(" 2") for line in lines)
+    assert any("120 (0.16)" in line for line in lines)
+
+
+def test_repeated_runs_share_a_column_and_sizes_get_their_own_table(tmp_path: Path) -> None:
+    first = [_run(scheduler="kube-scheduler", pods_per_s=9.0), _run(pods_per_s=11.0)]
+    second = [_run(scheduler="kube-scheduler", pods_per_s=10.0), _run(pods_per_s=13.0)]
+    bigger = [_run(nodes=20, pods_per_s=30.0)]
+    write_json(tmp_path / "a.json", first)
+    write_json(tmp_path / "b.json", second + bigger, [{"workload": "x", "pods_per_s": 1.0}])
+    runs, upstream_items = read_json([tmp_path / "a.json", tmp_path / "b.json"])
+    assert upstream_items == [{"workload": "x", "pods_per_s": 1.0}]
+    lines = tables(runs)
+    titles = [line for line in lines if line.startswith("claim-template-half:")]
+    assert [t.split(",")[0] for t in titles] == [
+        "claim-template-half: 2 nodes x 10 devices",
+        "claim-template-half: 20 nodes x 10 devices",
+    ]
+    assert "kube-scheduler @5000/5000 (2 runs)" in lines[1]
+    assert "biaxial @5000/5000 (2 runs)" in lines[1]
+    average = next(line for line in lines if line.strip().startswith("pods/s average"))
+    assert [cell.strip() for cell in average.split("|")[1:]] == ["9.0; 10.0", "11.0; 13.0"]
+
+
+def test_churn_stream_scales_with_the_nodes_and_is_deterministic() -> None:
+    large = churn_shape(8, 120)  # 15 arrivals a node, as 300 at 20 nodes and 7500 at 500
+    assert large.churn is not None
+    assert [len(a) for a, _ in large.churn.rounds] == [24] * 5
+    assert len(large.churn.wave) == 8 // 4 + 2 * 8
+    assert churn_shape(8, 120).pods == large.pods
+    alive: set[str] = set()
+    for arrivals, departures in large.churn.rounds:
+        alive |= {p["metadata"]["name"] for p in arrivals}
+        assert set(departures) <= alive  # only pods alive leave
+        alive -= set(departures)

@@ -344,6 +344,10 @@ class CounterSet:
 
 # --------------------------------------------------------------------------- devices
 
+_PLAIN_DEVICE_KEYS: Final = frozenset(
+    {"name", "attributes", "capacity", "allowMultipleAllocations"}
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Device:
@@ -370,11 +374,18 @@ class Device:
             raise ManifestError("device without a name")
         where = f"device {name!r}"
         try:
+            attributes = _attributes(raw.get("attributes") or {}, name)
+            capacity = {k: Capacity.from_api(v) for k, v in (raw.get("capacity") or {}).items()}
+            multi = bool(raw.get("allowMultipleAllocations"))
+            if raw.keys() <= _PLAIN_DEVICE_KEYS:
+                # What most published devices are (a GPU with attributes and capacities): the
+                # fields it does not set keep their defaults, as the full reading gives them.
+                return cls(name, attributes, capacity, multi)
             return cls(
                 name=name,
-                attributes=_attributes(raw.get("attributes") or {}, name),
-                capacity={k: Capacity.from_api(v) for k, v in (raw.get("capacity") or {}).items()},
-                allow_multiple_allocations=bool(raw.get("allowMultipleAllocations")),
+                attributes=attributes,
+                capacity=capacity,
+                allow_multiple_allocations=multi,
                 consumes_counters=tuple(
                     CounterSet.from_api(c, name_key="counterSet")
                     for c in raw.get("consumesCounters") or ()

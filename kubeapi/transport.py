@@ -270,6 +270,8 @@ class Pool:
                     status, payload = await answer
                 except TransportError:
                     self._drop(conn)
+                    if not conn.closed:
+                        conn.abort()  # a malformed answer: the connection is out of step
                     if reused and not conn.received and method in _READS:
                         continue  # closed by the server while idle: once more, afresh
                     raise
@@ -312,12 +314,15 @@ class Pool:
         self._open.discard(conn)
 
     async def close(self) -> None:
-        """Close every connection (those in use are aborted)."""
+        """Close every connection: aborted, idle ones too (a TLS connection's orderly close
+        waits for the server's answer, up to half a minute, and a caller ending its loop right
+        after, as ``asyncio.run`` does, would leave the socket open); the sockets close on
+        the loop's next turn, which this waits for."""
         self._idle.clear()
         for conn in list(self._open):
-            if conn.transport is not None:
-                conn.transport.close()
+            conn.abort()
         self._open.clear()
+        await asyncio.sleep(0)
 
 
 def _unverified() -> ssl.SSLContext:

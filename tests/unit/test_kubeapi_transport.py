@@ -8,7 +8,11 @@ against the given CA."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import queue
 import ssl
+import threading
+import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -213,3 +217,39 @@ def test_https_verifies_the_server_against_the_ca(tmp_path: Path) -> None:
             await server.wait_closed()
 
     asyncio.run(main())
+
+
+def test_closing_leaves_no_socket_open_when_the_loop_ends_at_once(tmp_path: Path) -> None:
+    """``close`` then the end of the loop (``asyncio.run``), with a TLS server that stays up
+    (another loop: it does not close the connection itself): every socket is closed, none is
+    left for the garbage collector to warn about (a TLS connection's orderly close waits for
+    the server's answer, so closing must not wait for it)."""
+    pki = make_pki(tmp_path / "pki")
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving.load_cert_chain(str(pki.serving_cert), str(pki.serving_key))
+    ready: queue.Queue[int] = queue.Queue()
+    server_loop = asyncio.new_event_loop()
+
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"], False
+
+    async def serve() -> None:
+        server, _requests, _connections = await _serve(answer, serving)
+        ready.put(server.sockets[0].getsockname()[1])
+        await asyncio.Event().wait()
+
+    thread = threading.Thread(target=lambda: server_loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    port = ready.get(timeout=10)
+
+    async def main() -> None:
+        context = ssl.create_default_context(cafile=str(pki.ca_cert))
+        pool = Pool(f"https://127.0.0.1:{port}", {}, ssl_context=context, limit=2)
+        assert await pool.request("GET", "/a", {}, None) == (200, b"ok")
+        await pool.close()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        asyncio.run(main())
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []

@@ -716,6 +716,14 @@ class Committer:
             try:
                 async with attempt:
                     written = await self.api.patch(RESOURCE_CLAIMS, name, body, namespace=namespace)
+                    if meta(written).get("deletionTimestamp") and not meta(written).get(
+                        "finalizers"
+                    ):
+                        # The last finalizer of a claim marked for deletion: the server removed
+                        # it with this write, and its watch event may have come already, so
+                        # nothing would ever clear what was assumed.
+                        self.overlay.forget(key)
+                        return written
                     # What we wrote is the newest state: dropping it instead would show the
                     # informer's copy, which may still be allocated and reserved (a repaired
                     # pod would then be placed on an allocation that no longer exists).

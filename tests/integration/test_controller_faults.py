@@ -107,7 +107,8 @@ def test_api_faults_are_survived(
         emulator.drop_watches(expire=True)  # 410 on every open watch: relist
         emulator.drop_watches(clean=True)
         _teardown(emulator)
-        assert controller.engine_consistent()
+        # once the watches delivered what the teardown caused (checked_controller's rule)
+        emulator.wait_until(controller.engine_consistent, timeout=5, message="engine drifted")
         assert controller.controller is not None
         stats = [i.stats for i in controller.controller.cache.informers]
         assert sum(s.relists_on_gone for s in stats) >= 1
@@ -139,7 +140,8 @@ def test_killed_between_commit_steps_then_restarted(
         _settle(emulator, names)
         assert second.engine_consistent()
         _teardown(emulator)
-        assert second.engine_consistent()
+        # once the watches delivered what the teardown caused (checked_controller's rule)
+        emulator.wait_until(second.engine_consistent, timeout=5, message="engine drifted")
     finally:
         second.stop()
     assert second.error is None

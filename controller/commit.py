@@ -733,6 +733,33 @@ class Committer:
                 return None
         raise CommitAbortedError(f"claim {key}: could not remove finalizer", conflict=True)
 
+    async def let_go(self, key: str) -> JSON | None:
+        """Remove our finalizer from a claim marked for deletion that no live pod reserves,
+        allocated or not: the API server deletes the claim with this write (one write where
+        deallocating first takes two), and its devices are free when the deletion's watch
+        event arrives. A strategic-merge ``$deleteFromPrimitiveList`` without a
+        resourceVersion: safe without one because a claim marked for deletion takes no new
+        reservation (the API server refuses: upstream's ``validateResourceClaimStatusUpdate``),
+        so what the caller saw unreserved stays unreserved, and nobody else's write meanwhile
+        (kube-controller-manager dropping the same reservations) is a conflict. The chart's
+        claim-protection policy allows it to an allocator only. Returns the claim as written;
+        None when it is gone."""
+        namespace, name = _split(key)
+        body = {"metadata": {"$deleteFromPrimitiveList/finalizers": [self.finalizer]}}
+        try:
+            written = await RETRY.call(
+                lambda: self.api.patch(
+                    RESOURCE_CLAIMS, name, body, namespace=namespace, patch_type="strategic"
+                )
+            )
+        except NotFoundError:
+            self.overlay.forget(key)
+            return None
+        self.overlay.forget(key)
+        if meta(written).get("finalizers"):
+            self.overlay.assume(written)  # another finalizer holds it: this is its newest state
+        return written
+
     async def delete_claim(self, key: str) -> None:
         """Delete one of our claims (bridge claims): DELETE first, so the claim is marked for
         deletion while our finalizer still holds it, then drop its reservations and

@@ -11,7 +11,15 @@ with the pods that exist:
    (``pod.status.extendedResourceClaimStatus`` names another claim: an orphan of a failed
    attempt);
 3. a claim with our finalizer that nothing reserves has its allocation cleared, then (only
-   once no allocation is left) our finalizer removed.
+   once no allocation is left) our finalizer removed;
+4. except a claim marked for deletion that no live pod reserves (a claim generated for a pod
+   from a template, or a bridge claim, once the garbage collector followed its deleted pod;
+   a user's claim deleted while in use, once its pods are gone): our finalizer is removed
+   at once, allocated or not, and the API server deletes the claim with that write
+   (:meth:`Committer.let_go`). A claim whose controlling owner is a deleted pod is left
+   alone for up to ``GC_GRACE_S`` while the garbage collector marks it, so that it too goes
+   in that one write (kube-controller-manager's own release of kube-scheduler's claims
+   costs two); then it is released as in 1-3.
 
 Claims allocated by others are never touched (their devices are still respected: the
 snapshot counts every allocated claim). Claims whose placement is being committed right now
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
@@ -63,6 +72,9 @@ WORKERS: Final = 4
 #: UIDs of pods the watch reported gone, remembered (oldest forgotten first) so that their
 #: reservations are released without asking the API server again.
 GONE_REMEMBERED: Final = 10_000
+#: Seconds a claim owned by a deleted pod is left for the garbage collector to mark it for
+#: deletion before it is released by the longer path.
+GC_GRACE_S: Final = 2.0
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
 
 
@@ -79,6 +91,7 @@ class Deallocator:
         finalizer: str,
         resync_s: float = RESYNC_S,
         workers: int = WORKERS,
+        gc_grace_s: float = GC_GRACE_S,
     ) -> None:
         self.api = api
         self.cache = cache
@@ -88,7 +101,11 @@ class Deallocator:
         self.queue = SchedulingQueue(backoff_initial_s=0.1, backoff_max_s=5.0, flush_s=resync_s)
         self._resync_s = resync_s
         self._workers = workers
-        self._gone: OrderedDict[str, None] = OrderedDict()  # pod UIDs the watch saw go
+        self._gc_grace_s = gc_grace_s
+        #: pod UIDs known gone -> deleted (True) or only finished (False)
+        self._gone: OrderedDict[str, bool] = OrderedDict()
+        self._awaiting_gc: dict[str, float] = {}  # claim key -> when first left to the GC
+        self._may_let_go = True  # until the claim-protection policy refuses it
         self._by_pod: dict[str, set[str]] = {}  # pod uid -> claim keys that reference it
         self._pods: dict[str, str] = {}  # pod uid -> pod key
         cache.subscribe(self._on_event)
@@ -113,6 +130,7 @@ class Deallocator:
             self._by_pod.get(uid, set()).discard(key)
         if new is None:
             self.queue.forget(key)
+            self._awaiting_gc.pop(key, None)
             return
         for uid in _pod_uids(new):
             self._by_pod.setdefault(uid, set()).add(key)
@@ -128,13 +146,17 @@ class Deallocator:
             self._pods[uid] = object_key(obj)
             return
         self._pods.pop(uid, None)
-        self._gone[uid] = None
-        if len(self._gone) > GONE_REMEMBERED:
-            self._gone.popitem(last=False)
+        self._remember_gone(uid, deleted=new is None)
         keys = set(self._by_pod.pop(uid, set()))
         keys.update(pod_claim_keys(obj))
         for key in keys:
             self.queue.add(key)
+
+    def _remember_gone(self, uid: str, *, deleted: bool) -> None:
+        self._gone[uid] = deleted or self._gone.get(uid, False)
+        self._gone.move_to_end(uid)
+        if len(self._gone) > GONE_REMEMBERED:
+            self._gone.popitem(last=False)
 
     # ------------------------------------------------------------------ the loop
 
@@ -189,12 +211,51 @@ class Deallocator:
             try:
                 pod = await self.api.get(PODS, str(ref.get("name")), namespace)
             except NotFoundError:
-                return None
-        if str(meta(pod).get("uid")) != uid:
+                pod = None
+        if pod is None or str(meta(pod).get("uid")) != uid:
+            self._remember_gone(uid, deleted=True)  # a UID is never reused
             return None
         if (pod.get("status") or {}).get("phase") in _FINISHED:
             return None
         return pod
+
+    def _left_to_gc(self, key: str, claim: Mapping[str, Any]) -> bool:
+        """Whether to leave a claim whose controlling owner is a deleted pod to the garbage
+        collector for now: its mark for deletion (a watch event) brings the claim back, and so
+        does a timer once ``gc_grace_s`` is over, after which it is released the longer way."""
+        owner = _controller_pod(claim)
+        if owner is None or not self._gone.get(str(owner.get("uid"))):
+            return False
+        now = time.monotonic()
+        since = self._awaiting_gc.get(key)
+        if since is None:
+            self._awaiting_gc[key] = now
+            asyncio.get_running_loop().call_later(self._gc_grace_s, self.queue.add, key)
+            return True
+        return now - since < self._gc_grace_s
+
+    async def _let_go(self, key: str) -> bool:
+        """Remove our finalizer from a claim marked for deletion that no live pod reserves
+        (:meth:`Committer.let_go`); False when the claim-protection policy refuses it (a
+        policy older than this controller), and from then on."""
+        try:
+            await self.committer.let_go(key)
+        except ApiError as exc:
+            if exc.status != 422:
+                raise
+            self._may_let_go = False
+            log.warning(
+                "claim %s: removing the finalizer of a claim marked for deletion was refused "
+                "(%s); from now on this controller deallocates such claims first, one write "
+                "more each: install the claim-protection policy of this controller's chart",
+                key,
+                exc,
+                extra={"claim": key},
+            )
+            return False
+        self._awaiting_gc.pop(key, None)
+        self.metrics.deallocations.labels(action="let-go").inc()
+        return True
 
     async def _unreserve(self, key: str, claim: JSON, uid: str) -> JSON | None:
         """Drop a gone pod's reservation, and with it the allocation when nothing else
@@ -218,25 +279,29 @@ class Deallocator:
         if owner is not None and str(owner.get("uid")) in self.committer.pods_in_flight:
             return Outcome.ERROR  # a bridge claim whose creation is being completed
         namespace = str(meta(claim).get("namespace") or "default")
-        status = claim.get("status") or {}
-        for ref in status.get("reservedFor") or ():
-            if ref.get("resource") != "pods" or ref.get("apiGroup"):
-                continue
-            pod = await self._pod_state(ref, namespace)
-            if pod is None:
-                log.info(
-                    "claim %s: pod %s is gone or done; unreserving",
-                    key,
-                    ref.get("name"),
-                    extra={"claim": key},
-                )
-                written = await self._unreserve(key, claim, str(ref.get("uid")))
-                self.metrics.deallocations.labels(action="unreserve").inc()
-                if written is None:
+        refs = (claim.get("status") or {}).get("reservedFor") or ()
+        gone = [r for r in refs if _is_pod(r) and await self._pod_state(r, namespace) is None]
+        if len(gone) == len(refs) and self._may_let_go:  # no live consumer reserves it
+            if meta(claim).get("deletionTimestamp"):
+                if await self._let_go(key):
                     return Outcome.FORGET
-                if _allocated(claim) and not _allocated(written):
-                    self.metrics.deallocations.labels(action="deallocate").inc()
-                claim = written
+            elif self._left_to_gc(key, claim):
+                return Outcome.FORGET
+        self._awaiting_gc.pop(key, None)
+        for ref in gone:
+            log.info(
+                "claim %s: pod %s is gone or done; unreserving",
+                key,
+                ref.get("name"),
+                extra={"claim": key},
+            )
+            written = await self._unreserve(key, claim, str(ref.get("uid")))
+            self.metrics.deallocations.labels(action="unreserve").inc()
+            if written is None:
+                return Outcome.FORGET
+            if _allocated(claim) and not _allocated(written):
+                self.metrics.deallocations.labels(action="deallocate").inc()
+            claim = written
         if is_bridge(claim):
             pod = await self._pod_state(owner, namespace) if owner else None
             stale = pod is not None and _bound(pod) and _linked_claim(pod) != meta(claim)["name"]
@@ -267,12 +332,16 @@ def _pod_uids(claim: Mapping[str, Any] | None) -> list[str]:
     uids = [
         str(r.get("uid"))
         for r in (claim.get("status") or {}).get("reservedFor") or ()
-        if r.get("resource") == "pods"
+        if _is_pod(r)
     ]
     owner = _controller_pod(claim)
     if owner:
         uids.append(str(owner.get("uid")))
     return uids
+
+
+def _is_pod(ref: Mapping[str, Any]) -> bool:
+    return ref.get("resource") == "pods" and not ref.get("apiGroup")
 
 
 def _controller_pod(claim: Mapping[str, Any]) -> JSON | None:

@@ -12,7 +12,8 @@ Names (all prefixed ``biaxial_controller_``):
 * ``commit_seconds`` histogram: all writes of one placement, finalizers to binding;
 * ``conflicts_total{step}`` counter: 409s met while committing or deallocating;
 * ``unschedulable_total{reason}`` counter: unschedulable pods by first reason;
-* ``deallocations_total{action}`` counter: unreserve | deallocate | delete-bridge;
+* ``deallocations_total{action}`` counter: unreserve | deallocate | delete-bridge | let-go
+  (a claim marked for deletion let go in one write);
 * ``in_flight_claims`` gauge: claims whose writes are not yet observed;
 * ``leader`` gauge: 1 while this instance leads;
 * ``api_requests_total`` counter: requests this process sent to the API server (watches

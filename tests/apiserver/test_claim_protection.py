@@ -276,3 +276,35 @@ def test_kube_schedulers_finalizer_is_protected_while_it_holds_this_drivers_devi
         assert f"its finalizer {BUILTIN} keeps its devices in use" in body["message"]
     else:
         assert status == 200, body
+
+
+def test_an_allocator_lets_a_claim_marked_for_deletion_go_in_one_write(
+    chart_install: ChartInstall,
+) -> None:
+    """The controller's one-write let-go (``Committer.let_go``): an allocator, one allowed to
+    write claims' allocations (``resourceclaims/binding``), may remove its finalizer from a
+    claim marked for deletion, allocated and reserved as it is; from a claim not marked, it
+    may not (it deallocates first, as before); a tenant may do neither."""
+    plane = chart_install.plane
+    namespace, tenant, controller = _in_use(chart_install, "batch", FINALIZER)
+    let_go = {"metadata": {"$deleteFromPrimitiveList/finalizers": [FINALIZER]}}
+    smp = "application/strategic-merge-patch+json"
+
+    status, body = plane.request(
+        "PATCH", controller.path, let_go, token=controller.token, content_type=smp
+    )
+    assert status == 422, body
+    assert "is still allocated" in body["message"]
+
+    _ok(plane.request("DELETE", controller.path, token=tenant), 200)
+    status, body = plane.request("PATCH", controller.path, let_go, token=tenant, content_type=smp)
+    assert status == 422, body
+
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/batch-pod"
+    _ok(plane.request("DELETE", pod_path, token=tenant), 200)
+    written = _ok(
+        plane.request("PATCH", controller.path, let_go, token=controller.token, content_type=smp),
+        200,
+    )
+    assert written["status"]["allocation"], "let go allocated, as it was"
+    assert controller.get()[0] == 404

@@ -100,6 +100,37 @@ def test_an_allocation_is_dropped_only_with_the_last_reservation(api: Api) -> No
     assert not released.get("reservedFor")
 
 
+def test_a_claim_marked_for_deletion_takes_no_new_reservation(api: Api) -> None:
+    """What the controller's one-write let-go (``Committer.let_go``) relies on: once a claim is
+    marked for deletion, a status write that adds a consumer to ``reservedFor`` is refused
+    (upstream's ``validateResourceClaimStatusUpdate``: "new entries may not be added while
+    `deallocationRequested` or `deletionTimestamp` are set"), so the reservations seen on a
+    marked claim can only shrink; and removing its last finalizer without a resourceVersion
+    deletes it, allocated and reserved as it is."""
+    first, second = (
+        _ref(name, api.ok(api.post(api.pods(), pod(name)), 201)["metadata"]["uid"])
+        for name in ("a", "b")
+    )
+    finalizer = "gpu.contract.example.com/allocation"
+    body = claim("c")
+    body["metadata"]["finalizers"] = [finalizer]
+    api.ok(api.post(api.claims(), body), 201)
+    status = {"allocation": _allocation(), "reservedFor": [first]}
+    api.ok(api.patch(api.claims("c") + "/status", {"status": status}))
+    marked = api.ok(api.delete(api.claims("c")))
+    assert marked["metadata"]["deletionTimestamp"]
+
+    added = api.patch(api.claims("c") + "/status", {"status": {"reservedFor": [second]}}, SMP)
+    assert added.status == 422, added
+    assert "new entries may not be added" in json.dumps(added.body)
+    kept = api.ok(api.get(api.claims("c")))["status"]
+    assert [r["uid"] for r in kept["reservedFor"]] == [first["uid"]]
+
+    let_go = {"metadata": {"$deleteFromPrimitiveList/finalizers": [finalizer]}}
+    api.ok(api.patch(api.claims("c"), let_go, SMP))
+    assert api.get(api.claims("c")).status == 404
+
+
 def test_strategic_merge_conditions_by_type(api: Api) -> None:
     api.ok(api.post(api.pods(), pod("p")), 201)
     ready = {"type": "Ready", "status": "False"}

@@ -890,6 +890,21 @@ class Store:
                     )
                 ],
             )
+        if _meta(old).get("deletionTimestamp") and _added_reservations(old, new):
+            # upstream's validateResourceClaimStatusUpdate: a claim marked for deletion takes
+            # no new consumer
+            raise errors.invalid(
+                kind,
+                name,
+                [
+                    FieldError(
+                        "status.reservedFor",
+                        "Forbidden",
+                        "new entries may not be added while `deallocationRequested` or "
+                        "`deletionTimestamp` are set",
+                    )
+                ],
+            )
         if old_alloc is None and new_alloc is not None and _meta(old).get("deletionTimestamp"):
             raise errors.invalid(
                 kind,
@@ -1443,3 +1458,14 @@ def _decode_continue(token: str) -> tuple[int, str]:
             f"{version})"
         )
     return rv, start
+
+
+def _added_reservations(old: Obj, new: Obj) -> bool:
+    """Whether ``new`` reserves a claim for a consumer that ``old`` did not (whole references
+    compared, as upstream's set difference)."""
+
+    def refs(obj: Obj) -> set[tuple[tuple[str, Any], ...]]:
+        entries = (obj.get("status") or {}).get("reservedFor") or []
+        return {tuple(sorted(r.items())) for r in entries if isinstance(r, dict)}
+
+    return bool(refs(new) - refs(old))

@@ -165,8 +165,19 @@ def test_a_failure_condition_rolls_back_and_requeues(
     )
     assert "broken" not in bound_pods(cluster)
     assert first  # the retry may pick the same device: the attaching controller decides
-    report(cluster, "broken-gpu", READY)
-    cluster.wait_until(lambda: bound_pods(cluster).get("broken") == NODE, timeout=20)
+
+    # Reported as the attaching controller does, for every allocation it sees: the failure
+    # report of the first attempt may be written after the second was decided (the reporting
+    # lane yields to placements), so that the pod's resourceVersion its binding carries is
+    # stale; that attempt is rolled back too, and the next one waits for its own report.
+    def bound_once_reported() -> bool:
+        if bound_pods(cluster).get("broken") == NODE:
+            return True
+        if not claim_status(cluster, "broken-gpu").get("devices"):
+            _report(cluster, "broken-gpu", READY, "True")
+        return False
+
+    cluster.wait_until(bound_once_reported, timeout=30)
     assert check_invariants(cluster) == []
 
 

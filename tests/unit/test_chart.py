@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 import yaml
@@ -799,6 +799,10 @@ def _plain(value: Any) -> Any:
     return value
 
 
+#: An ``authorizer`` check in a policy's CEL: ``authorizer.group(...)....check(...).allowed()``.
+_AUTHORIZER_CHECK: Final = re.compile(r"authorizer(\s*\.\s*\w+\([^()]*\))+?\s*\.\s*allowed\(\)")
+
+
 def _admit(
     operation: str,
     user: str,
@@ -807,10 +811,13 @@ def _admit(
     old: JSON | None = None,
     *,
     policy_name: str = "biaxial-resourceslices",
+    allocator: bool = False,
 ) -> str:
     """Evaluate the chart's policy like the API server: 'skip' (no match), 'allow' or the
     first failing validation's message. An expression that errors fails the test (the API
-    server would refuse the request: failurePolicy Fail)."""
+    server would refuse the request: failurePolicy Fail). This CEL has no ``authorizer``
+    library: a check of it is answered ``allocator`` (whether the user may write claims'
+    allocations); tests/apiserver/test_claim_protection.py runs the real one."""
     from cel_expr_python import cel
     from cel_expr_python.ext import ext_optional, ext_strings
 
@@ -818,7 +825,9 @@ def _admit(
     t = cel.Type
     env = cel.NewEnv(
         None,
-        variables=dict.fromkeys(("request", "object", "oldObject", "variables"), t.DYN),
+        variables=dict.fromkeys(
+            ("request", "object", "oldObject", "variables", "authorized"), t.DYN
+        ),
         extensions=[ext_optional.ExtOptional(), ext_strings.ExtStrings()],
     )
     extra = {} if node is None else {"authentication.kubernetes.io/node-name": [node]}
@@ -827,9 +836,11 @@ def _admit(
         "object": new,
         "oldObject": old,
         "variables": {},
+        "authorized": allocator,
     }
 
     def run(expression: str) -> Any:
+        expression = _AUTHORIZER_CHECK.sub("authorized", expression)
         result = env.compile(expression).eval(env.Activation(inputs))
         assert result.type() != t.ERROR, f"{expression}: {result.value()}"
         return _plain(result.value())
@@ -959,6 +970,56 @@ def test_claim_protection_policy_decisions(new: JSON, old: JSON, verdict: str) -
     else:
         assert verdict in got, got
         assert "Delete the pods that use the claim" in got
+
+
+def _marked(claim: JSON) -> JSON:
+    claim["metadata"]["deletionTimestamp"] = "2026-12-06T16:00:00Z"
+    return claim
+
+
+@pytest.mark.parametrize(
+    ("new", "old", "allocator", "verdict"),
+    [
+        # an allocator lets a claim marked for deletion go, allocated and reserved as it is
+        (
+            _marked(_claim(NOTHING)),
+            _marked(_claim([OURS], "gpu.biaxial.dev", ("p0",))),
+            True,
+            "allow",
+        ),
+        (_marked(_claim(NOTHING)), _marked(_claim([BUILTIN], "gpu.biaxial.dev")), True, "allow"),
+        # ... a tenant may not
+        (
+            _marked(_claim(NOTHING)),
+            _marked(_claim([OURS], "gpu.biaxial.dev", ("p0",))),
+            False,
+            "reserved for pod(s) p0:",
+        ),
+        # ... nor an allocator from a claim not marked for deletion
+        (
+            _claim(NOTHING),
+            _claim([OURS], "gpu.biaxial.dev", ("p0",)),
+            True,
+            "reserved for pod(s) p0:",
+        ),
+    ],
+)
+def test_claim_protection_lets_an_allocator_let_a_deleted_claim_go(
+    new: JSON, old: JSON, allocator: bool, verdict: str
+) -> None:
+    got = _admit(
+        "UPDATE",
+        TENANT,
+        None,
+        new,
+        old,
+        policy_name="biaxial-claim-protection",
+        allocator=allocator,
+    )
+    if verdict == "allow":
+        assert got == "allow"
+    else:
+        assert verdict in got, got
 
 
 # --------------------------------------------------------------------------- kind quick start

@@ -117,7 +117,10 @@ _LIST_KEYS = {"ints": int, "bools": bool, "strings": str, "versions": Version}
 _MEMO_MAX: Final = 200_000
 _STRINGS: dict[str, str] = {}
 _VERSIONS: dict[str, Version] = {}
-_CAPACITIES: dict[tuple[object, ...], Capacity] = {}
+#: Per published capacity value, the request policies met with it and their parsed capacity
+#: (a policy is compared as published; a few per value).
+_CAPACITIES: dict[object, list[tuple[object, Capacity]]] = {}
+_POLICIES_PER_VALUE: Final = 8
 
 
 def _shared(memo: dict[Any, Any], key: Any, value: Any) -> Any:
@@ -248,6 +251,21 @@ class RequestPolicy:
         return out
 
 
+_POLICY_KEYS: Final = frozenset({"default", "validValues", "validRange"})
+_RANGE_KEYS: Final = frozenset({"min", "max", "step"})
+
+
+def _plain_policy(policy: Any) -> bool:
+    """Whether a request policy that parsed has only the fields it reads (then it nests
+    three levels at most: comparing it with another policy stays shallow)."""
+    if type(policy) is not dict or not policy.keys() <= _POLICY_KEYS:
+        return False
+    rng, values = policy.get("validRange"), policy.get("validValues")
+    return (not rng or (type(rng) is dict and rng.keys() <= _RANGE_KEYS)) and (
+        values is None or type(values) is list
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Capacity:
     value: Quantity
@@ -255,33 +273,25 @@ class Capacity:
 
     @classmethod
     def from_api(cls, raw: Mapping[str, Any]) -> Capacity:
+        value = raw["value"]
         policy = raw.get("requestPolicy")
-        key: tuple[object, ...] = (raw["value"],)
-        if policy is not None:
-            rng = policy.get("validRange") or {}
-            values = policy.get("validValues")
-            key = (
-                raw["value"],
-                policy.get("default"),
-                tuple(values) if isinstance(values, list) else values,
-                rng.get("min"),
-                rng.get("max"),
-                rng.get("step"),
-                len(policy),
-                len(rng),
-            )
         try:
-            found = _CAPACITIES.get(key)
+            kept = _CAPACITIES.get(value)
         except TypeError:  # an unhashable (malformed) value: parse, and let it raise
-            found = None
-        if found is not None:
-            return found
+            kept = None
+        if kept is not None:
+            for known, parsed in kept:
+                if known == policy:  # (one C-level comparison of the published policy)
+                    return parsed
         parsed = cls(
-            value=Quantity.of(raw["value"]),
+            value=Quantity.of(value),
             request_policy=RequestPolicy.from_api(policy) if policy is not None else None,
         )
-        with contextlib.suppress(TypeError):
-            _shared(_CAPACITIES, key, parsed)
+        if policy is None or _plain_policy(policy):
+            with contextlib.suppress(TypeError):
+                kept = _shared(_CAPACITIES, value, [])
+                if len(kept) < _POLICIES_PER_VALUE:
+                    kept.append((json_copy(policy), parsed))
         return parsed
 
     def to_api(self) -> CapacityJSON:

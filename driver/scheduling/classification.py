@@ -73,16 +73,32 @@ def _reads(expression: str) -> _Reads | None:
     )
 
 
+_SORTED_KEYS: dict[_Reads, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _sorted_keys(reads: _Reads) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The attribute and capacity keys of ``reads`` in order, sorted once per key set (a
+    device's looks list what it has of them in this order, as sorting its pairs would)."""
+    found = _SORTED_KEYS.get(reads)
+    if found is None:
+        found = _SORTED_KEYS[reads] = (
+            tuple(sorted(reads.attributes)),
+            tuple(sorted(reads.capacity)),
+        )
+    return found
+
+
 def _looks(device: Device, driver: str, reads: _Reads) -> tuple[object, ...] | None:
     """What a selector with ``reads`` sees of ``device`` (None: not hashable, so ask the
     device)."""
     attributes = device.attributes
     capacity = device.capacity
+    attribute_keys, capacity_keys = _sorted_keys(reads)
     looks = (
         driver,
         device.allow_multiple_allocations,
-        tuple(sorted([(k, attributes[k]) for k in attributes.keys() & reads.attributes])),
-        tuple(sorted([(k, capacity[k].value.nanos) for k in capacity.keys() & reads.capacity])),
+        tuple([(k, attributes[k]) for k in attribute_keys if k in attributes]),
+        tuple([(k, capacity[k].value.nanos) for k in capacity_keys if k in capacity]),
     )
     try:
         hash(looks)

@@ -25,7 +25,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Final
 
 from driver.api.claims import (
@@ -246,6 +246,35 @@ class CapacitySpec:
     range_min_fmt: Format = "DecimalSI"
     range_max: int | None = None
     range_step: int | None = None
+    # The hash, computed on first use: a device kind is hashed by its capacities at every
+    # lookup (twice per device while the index is built, 2 specs each).
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        found = self._hash
+        if found is None:
+            found = hash(
+                (
+                    self.name,
+                    self.value,
+                    self.fmt,
+                    self.has_policy,
+                    self.default,
+                    self.default_fmt,
+                    self.valid_values,
+                    self.valid_value_fmts,
+                    self.range_min,
+                    self.range_min_fmt,
+                    self.range_max,
+                    self.range_step,
+                )
+            )
+            object.__setattr__(self, "_hash", found)
+        return found
+
+    def __reduce__(self) -> tuple[type[CapacitySpec], tuple[object, ...]]:
+        # (the hash is not carried: a string's hash differs between processes)
+        return type(self), tuple(getattr(self, f.name) for f in fields(self) if f.init)
 
 
 @dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
@@ -663,7 +692,9 @@ class _Index:
             node_selector=selector,
             multi=d.allow_multiple_allocations,
             capacities=self.spec_cache.specs(d) if d.capacity else (),
-            blocking_taints=tuple(t for t in d.taints if t.effect in _BLOCKING_EFFECTS),
+            blocking_taints=(
+                tuple([t for t in d.taints if t.effect in _BLOCKING_EFFECTS]) if d.taints else ()
+            ),
             consumes=pool.device_counters.get(d.name, ()),
             match_generation=generation,
         )

@@ -30,6 +30,7 @@ _ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
     ("scheduler peak RSS MB", lambda r: f"{r['rss_mb']:.0f}"),
     ("load average (1 min)", lambda r: f"{r['load_avg']:.2f}"),
     ("driver's pod watch re-listed", lambda r: str(r["watch_relists"])),
+    ("bindings the watch missed", lambda r: str(r.get("watch_missed", 0))),
 )
 _CHURN_ROWS: Final[tuple[tuple[str, Callable[[JSON], str]], ...]] = (
     ("whole GPUs free before the wave", lambda r: str(r["whole_gpus_free"])),

@@ -129,6 +129,7 @@ class _Tracker:
         self.loads: list[float] = []
         self.started = 0.0
         self.relists = 0  # the watch ended or broke and the pods were listed again
+        self.missed = 0  # bindings the watch had not delivered when a stall was checked
         self.newly_bound: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -174,6 +175,33 @@ class _Tracker:
             for obj in listed.items:
                 self._seen(obj)
             resource_version = listed.resource_version
+
+    def watch_figures(self) -> dict[str, int]:
+        """How the driver's own pod watch fared (the table's last rows)."""
+        return {"watch_relists": self.relists, "watch_missed": self.missed}
+
+    async def stalled(self) -> bool:
+        """Whether nothing was bound indeed, checked with a list of the pods before a run is
+        stopped for a stall: a watch that stopped delivering events without ending (once seen
+        here, at load 6, with kube-scheduler still binding) is restarted from that list, and
+        what it missed is counted (their binding times are when the list saw them, so the
+        run's figures are then late; the table says so)."""
+        before = len(self.bound)
+        listed = await self.api.list(PODS)
+        for obj in listed.items:
+            self._seen(obj)
+        missed = len(self.bound) - before
+        if not missed:
+            return True
+        self.missed += missed
+        print(
+            f"the pod watch had not delivered {missed} binding(s) for {STALL_S:.0f} s; "
+            "watching again from a list",
+            file=sys.stderr,
+        )
+        self._tasks[0].cancel()
+        self._tasks[0] = asyncio.create_task(self._watch(listed.resource_version))
+        return False
 
     async def _sample(self) -> None:
         last = 0
@@ -224,7 +252,9 @@ class _Tracker:
             if len(self.bound) != seen or untried:
                 seen, progressed = len(self.bound), now
             elif now - progressed >= stall_s:
-                return
+                if await self.stalled():
+                    return
+                seen, progressed = len(self.bound), time.monotonic()
 
     def watched(self, names: Sequence[str] | None = None) -> Watched:
         """The figures of ``names`` (every pod when None)."""
@@ -243,7 +273,7 @@ async def _burst(api: _Api, inventory: Inventory, scheduler_name: str) -> Watche
         await tracker.create(inventory.pods)
         await tracker.settle(names, stall_s=STALL_S, timeout_s=1800)
         watched = tracker.watched()
-        watched.extra["watch_relists"] = tracker.relists
+        watched.extra.update(tracker.watch_figures())
         return watched
 
 
@@ -267,7 +297,9 @@ async def _steady(api: _Api, inventory: Inventory, scheduler_name: str) -> Watch
             try:
                 bound = await asyncio.wait_for(tracker.newly_bound.get(), timeout=STALL_S)
             except TimeoutError:
-                break
+                if await tracker.stalled():
+                    break
+                continue
             nxt = todo[following] if following < len(todo) else None
             following += 1
             job = asyncio.create_task(replace(bound, nxt))
@@ -275,7 +307,7 @@ async def _steady(api: _Api, inventory: Inventory, scheduler_name: str) -> Watch
             job.add_done_callback(jobs.discard)
         await asyncio.gather(*jobs)
         watched = tracker.watched()
-        watched.extra["watch_relists"] = tracker.relists
+        watched.extra.update(tracker.watch_figures())
         return watched
 
 
@@ -306,7 +338,7 @@ async def _churn(api: _Api, inventory: Inventory, scheduler_name: str) -> Watche
             "training_placed": sum(n in tracker.bound for n in wave),
             "training_pods": len(wave),
             "pending": sum(n not in tracker.bound for n in live),
-            "watch_relists": tracker.relists,
+            **tracker.watch_figures(),
         }
         return watched
 
@@ -335,7 +367,7 @@ async def _patterns(api: _Api, inventory: Inventory, scheduler_name: str) -> Wat
         watched.extra = {
             "placements": placements,
             "pending": sum(1 for p in placements.values() for one in p if not one["node"]),
-            "watch_relists": tracker.relists,
+            **tracker.watch_figures(),
         }
         return watched
 

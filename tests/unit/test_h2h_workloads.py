@@ -3,13 +3,16 @@ what each run seeds and creates, without an API server."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from bench.h2h import upstream
 from bench.h2h.report import pattern_lines, pattern_summary, read_json, tables, write_json
+from bench.h2h.run import _Tracker
 from bench.h2h.workloads import (
     DEVICES_PER_NODE,
     INIT_NAMESPACE,
@@ -26,6 +29,7 @@ from bench.h2h.workloads import (
     shape,
     steady_shape,
 )
+from kubeapi import ListResult
 
 
 @pytest.mark.parametrize(
@@ -299,3 +303,46 @@ def test_churn_stream_scales_with_the_nodes_and_is_deterministic() -> None:
         alive |= {p["metadata"]["name"] for p in arrivals}
         assert set(departures) <= alive  # only pods alive leave
         alive -= set(departures)
+
+
+class _SilentWatchApi:
+    """An API whose pod watch never delivers anything (the stall once seen at load 6) and
+    whose list shows ``bound`` pods bound."""
+
+    def __init__(self) -> None:
+        self.bound: list[str] = []
+        self.watches = 0
+
+    async def list(self, _resource: object) -> ListResult:
+        items = [
+            {"metadata": {"name": n, "resourceVersion": "2"}, "spec": {"nodeName": "node-1"}}
+            for n in self.bound
+        ]
+        return ListResult(items=items, resource_version="2")
+
+    async def watch(self, _resource: object, **_kwargs: object) -> AsyncIterator[object]:
+        self.watches += 1
+        await asyncio.Event().wait()
+        yield  # pragma: no cover - never reached
+
+
+def test_a_stall_is_confirmed_with_a_list_and_a_silent_watch_restarted() -> None:
+    """A run stops for a stall only when a list of the pods shows nothing bound either: a
+    watch that stopped delivering is restarted, and what it missed is counted."""
+
+    async def scenario() -> tuple[bool, bool, dict[str, int], int]:
+        api = _SilentWatchApi()
+        async with _Tracker(api, "biaxial", {}) as tracker:  # type: ignore[arg-type]
+            for _ in range(10):  # let the watch task start
+                await asyncio.sleep(0)
+            api.bound = ["p-1", "p-2"]
+            first = await tracker.stalled()
+            second = await tracker.stalled()
+            for _ in range(10):  # let the restarted one start
+                await asyncio.sleep(0)
+            return first, second, tracker.watch_figures(), api.watches
+
+    first, second, figures, watches = asyncio.run(scenario())
+    assert (first, second) == (False, True)
+    assert figures == {"watch_relists": 0, "watch_missed": 2}
+    assert watches == 2  # the first watch, then the one restarted from the list

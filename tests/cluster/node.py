@@ -453,6 +453,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 
     def stop(self) -> None:
         """Stop and remove everything (safe to call twice, and after a failed start)."""
+        # the shims, while their command lines still name the node (a shim exits by itself
+        # once its containers are deleted, and an exiting process's command line is empty)
+        shims = Residue(self.root, self.ident).processes()
         kubelet = [p for p in self.processes if p.name == "kubelet"]
         for proc in kubelet:
             proc.stop()
@@ -462,6 +465,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
         while self.processes:
             self.processes.pop().stop()
         Residue(self.root, self.ident).clear(keep_logs=os.environ.get("BIAXIAL_NODE_LOGS"))
+        wait_gone(shims)
 
     def _remove_containers(self) -> None:
         tasks = self.ctr("tasks", "ls", "-q", check=False).stdout.split()
@@ -527,18 +531,13 @@ class Residue:
     def _kill_leftovers(self) -> None:
         """Kill the containerd shims of this node (they live in their own sessions) and every
         process still in the node's cgroups (containers whose shim died first)."""
-        marker = str(self.root).encode() + b"/"
-        for pid in _pids():
-            if pid == os.getpid():
-                continue
+        killed = self.processes()
+        for pid, cmdline in killed.items():
             with contextlib.suppress(OSError):
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-                # the shims, and after a SIGKILLed run also the biaxial plugin and controllers
-                # (their arguments name files under the node's directory)
-                if marker in cmdline:
-                    os.kill(pid, signal.SIGKILL)
-                    if b"containerd-shim" in cmdline:
-                        _shim_socket(cmdline).unlink(missing_ok=True)
+                os.kill(pid, signal.SIGKILL)
+                if b"containerd-shim" in cmdline:
+                    _shim_socket(cmdline).unlink(missing_ok=True)
+        wait_gone(killed)
         for _ in range(50):
             pids = self._cgroup_pids()
             if not pids:
@@ -547,6 +546,21 @@ class Residue:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.1)
+
+    def processes(self) -> dict[int, bytes]:
+        """The node's processes outside its cgroups, by their command lines: the shims, and
+        after a SIGKILLed run also the biaxial plugin and controllers (their arguments name
+        files under the node's directory)."""
+        marker = str(self.root).encode() + b"/"
+        found: dict[int, bytes] = {}
+        for pid in _pids():
+            if pid == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if marker in cmdline:
+                    found[pid] = cmdline
+        return found
 
     def _cgroup_pids(self) -> set[int]:
         pids: set[int] = set()
@@ -577,6 +591,19 @@ class Residue:
                 return
             for point in points:
                 libc.umount2(point.encode(), _MNT_DETACH)
+
+
+def wait_gone(pids: Iterable[int], timeout: float = 10.0) -> None:
+    """Wait (at most ``timeout``) until none of ``pids`` exists: processes that are not our
+    children (a shim lives in its own session, reparented to init once containerd stops) are
+    gone only once init has reaped them, and until then ``ps`` still lists them (CI once found
+    a shim right after the suite)."""
+    pending = list(pids)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        pending = [p for p in pending if Path(f"/proc/{p}").exists()]
+        if pending:
+            time.sleep(0.05)
 
 
 def _shim_socket(cmdline: bytes) -> Path:

@@ -105,6 +105,9 @@ class Deallocator:
         #: pod UIDs known gone -> deleted (True) or only finished (False)
         self._gone: OrderedDict[str, bool] = OrderedDict()
         self._awaiting_gc: dict[str, float] = {}  # claim key -> when first left to the GC
+        #: UIDs of claims this deallocator's last write deleted: an event about such a claim
+        #: that comes before its deletion's brings it back, and it is not written again
+        self._deleted: OrderedDict[str, None] = OrderedDict()
         self._may_let_go = True  # until the claim-protection policy refuses it
         self._by_pod: dict[str, set[str]] = {}  # pod uid -> claim keys that reference it
         self._pods: dict[str, str] = {}  # pod uid -> pod key
@@ -239,7 +242,7 @@ class Deallocator:
         (:meth:`Committer.let_go`); False when the claim-protection policy refuses it (a
         policy older than this controller), and from then on."""
         try:
-            await self.committer.let_go(key)
+            self._note_deleted(key, await self.committer.let_go(key))
         except ApiError as exc:
             if exc.status != 422:
                 raise
@@ -273,7 +276,7 @@ class Deallocator:
         if key in self.committer.locked:
             return Outcome.ERROR  # a placement is being written: look again shortly
         claim = self.cache.claims.get(key)
-        if claim is None or not self._relevant(claim):
+        if claim is None or not self._relevant(claim) or meta(claim).get("uid") in self._deleted:
             return Outcome.FORGET
         owner = _controller_pod(claim) if is_bridge(claim) else None
         if owner is not None and str(owner.get("uid")) in self.committer.pods_in_flight:
@@ -322,8 +325,20 @@ class Deallocator:
             if await self.committer.release(key, None) is None:
                 return Outcome.FORGET
             self.metrics.deallocations.labels(action="deallocate").inc()
-        await self.committer.remove_finalizer(key, cached=True)
+        self._note_deleted(key, await self.committer.remove_finalizer(key, cached=True))
         return Outcome.FORGET
+
+    def _note_deleted(self, key: str, written: JSON | None) -> None:
+        """Remember a claim that our write deleted (its last finalizer removed while it was
+        marked for deletion), or found gone."""
+        claim = written if written is not None else self.cache.claims.get(key)
+        if claim is None:
+            return
+        m = meta(claim)
+        if written is None or (m.get("deletionTimestamp") and not m.get("finalizers")):
+            self._deleted[str(m.get("uid"))] = None
+            if len(self._deleted) > GONE_REMEMBERED:
+                self._deleted.popitem(last=False)
 
 
 def _pod_uids(claim: Mapping[str, Any] | None) -> list[str]:

@@ -165,16 +165,17 @@ def test_refused_by_an_older_claim_protection_policy_the_claim_is_released_first
     _delete_pod(cluster, "first")
     cluster.wait_until(lambda: not _claim_names(cluster), timeout=20, message="claim left")
     # (the finalizer's removal is written on the version read: the stand-in for
-    # kube-controller-manager dropping the same reservation may cost it a 409 and a retry)
+    # kube-controller-manager dropping the same reservation may cost it a 409 and a retry,
+    # and a later event seen before the claim's deletion a 404)
     writes = _claim_writes(cluster)
     assert writes[:2] == [("PATCH", "resourceclaims", 422), ("PATCH", "resourceclaims/status", 200)]
-    assert writes[-1] == ("PATCH", "resourceclaims", 200)
+    assert ("PATCH", "resourceclaims", 200) in writes[2:]
     _bind(cluster, "second", template="one")
     cluster.clear_requests()
     _delete_pod(cluster, "second")
     cluster.wait_until(lambda: not _claim_names(cluster), timeout=20, message="claim left")
     writes = _claim_writes(cluster)
     assert writes[0] == ("PATCH", "resourceclaims/status", 200)
-    assert writes[-1] == ("PATCH", "resourceclaims", 200)
+    assert ("PATCH", "resourceclaims", 200) in writes[1:]
     assert ("PATCH", "resourceclaims", 422) not in writes
     assert _let_go_count(controller) == 0

@@ -46,7 +46,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from controller.api import JSON, PODS, Api, meta, object_key
 from controller.cache import ClusterCache
@@ -76,6 +76,7 @@ GONE_REMEMBERED: Final = 10_000
 #: deletion before it is released by the longer path.
 GC_GRACE_S: Final = 2.0
 _FINISHED: Final = frozenset({"Succeeded", "Failed"})
+_V = TypeVar("_V")
 
 
 class Deallocator:
@@ -156,10 +157,7 @@ class Deallocator:
             self.queue.add(key)
 
     def _remember_gone(self, uid: str, *, deleted: bool) -> None:
-        self._gone[uid] = deleted or self._gone.get(uid, False)
-        self._gone.move_to_end(uid)
-        if len(self._gone) > GONE_REMEMBERED:
-            self._gone.popitem(last=False)
+        _remember(self._gone, uid, deleted or self._gone.get(uid, False))
 
     # ------------------------------------------------------------------ the loop
 
@@ -336,9 +334,7 @@ class Deallocator:
             return
         m = meta(claim)
         if written is None or (m.get("deletionTimestamp") and not m.get("finalizers")):
-            self._deleted[str(m.get("uid"))] = None
-            if len(self._deleted) > GONE_REMEMBERED:
-                self._deleted.popitem(last=False)
+            _remember(self._deleted, str(m.get("uid")), None)
 
 
 def _pod_uids(claim: Mapping[str, Any] | None) -> list[str]:
@@ -353,6 +349,15 @@ def _pod_uids(claim: Mapping[str, Any] | None) -> list[str]:
     if owner:
         uids.append(str(owner.get("uid")))
     return uids
+
+
+def _remember(uids: OrderedDict[str, _V], uid: str, value: _V) -> None:
+    """Put ``uid`` last in a bounded memory of UIDs, the oldest forgotten past
+    ``GONE_REMEMBERED`` (a UID is never reused, so forgetting only costs a read)."""
+    uids[uid] = value
+    uids.move_to_end(uid)
+    if len(uids) > GONE_REMEMBERED:
+        uids.popitem(last=False)
 
 
 def _is_pod(ref: Mapping[str, Any]) -> bool:

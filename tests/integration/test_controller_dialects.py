@@ -7,7 +7,6 @@ event plus ``PodScheduled=False`` on the pod, with nothing allocated for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,6 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
-    checked_controller,
     pod,
     pod_condition,
     pod_events,
@@ -29,12 +27,6 @@ from tests.integration.controller_env import (
 def cluster(emulator: Emulator, claim_controller: ResourceClaimController) -> Emulator:
     seed_cluster(emulator)  # gpu-t4 (4 x T4), gpu-a10g (4 x A10G)
     return emulator
-
-
-@pytest.fixture
-def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    with checked_controller(cluster) as running:
-        yield running
 
 
 def _bridge_claim(cluster: Emulator, name: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ server in ``tests/contract/test_patch_status.py``)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,7 +21,6 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
-    checked_controller,
     claim_template,
     pod,
     resource_claim,
@@ -37,12 +35,6 @@ def cluster(emulator: Emulator) -> Emulator:
     seed_cluster(emulator, {NODE: "t4x4"})
     emulator.create(claim_template("one"))
     return emulator
-
-
-@pytest.fixture
-def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    with checked_controller(cluster) as running:
-        yield running
 
 
 def _claim_writes(cluster: Emulator) -> list[tuple[str, str, int]]:

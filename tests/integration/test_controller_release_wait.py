@@ -6,8 +6,6 @@ condition and event each, and newer pods taking the device first."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.emulator import Emulator, ResourceClaimController
@@ -15,7 +13,6 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
-    checked_controller,
     claim_template,
     pod,
     pod_condition,
@@ -31,12 +28,6 @@ def cluster(emulator: Emulator, claim_controller: ResourceClaimController) -> Em
     seed_cluster(emulator, {NODE: "t4x4"})
     emulator.create(claim_template("one"))
     return emulator
-
-
-@pytest.fixture
-def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    with checked_controller(cluster) as running:
-        yield running
 
 
 def full_node_releasing_one(cluster: Emulator) -> None:

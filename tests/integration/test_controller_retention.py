@@ -9,8 +9,6 @@ devices its pod still runs with."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from controller.retention import EVENT_CLAIM_DELETED_IN_USE
@@ -19,7 +17,6 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
-    checked_controller,
     pod,
     pod_condition,
     pod_events,
@@ -32,12 +29,6 @@ from tests.integration.controller_env import (
 def cluster(emulator: Emulator, claim_controller: ResourceClaimController) -> Emulator:
     seed_cluster(emulator, {"gpu-t4": "t4x4"})
     return emulator
-
-
-@pytest.fixture
-def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    with checked_controller(cluster) as running:
-        yield running
 
 
 def test_a_deleted_claim_keeps_its_devices_until_its_pod_ends(

@@ -4,8 +4,6 @@ unschedulable and invalid pods are reported; everything is released after the po
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.emulator import Emulator, ResourceClaimController
@@ -13,7 +11,6 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
-    checked_controller,
     claim_template,
     delete_all_pods,
     leftovers,
@@ -30,12 +27,6 @@ from tests.unit.builders import device_class, gpu_config
 def cluster(emulator: Emulator, claim_controller: ResourceClaimController) -> Emulator:
     seed_cluster(emulator)
     return emulator
-
-
-@pytest.fixture
-def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    with checked_controller(cluster) as running:
-        yield running
 
 
 def test_pods_with_template_claims_are_bound(

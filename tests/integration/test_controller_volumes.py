@@ -7,7 +7,7 @@ back and retried, and a slow provisioner that holds up no other pod."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,7 +17,6 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
-    checked_controller,
     claim_template,
     delete_all_pods,
     fast_settings,
@@ -113,12 +112,6 @@ def cluster(
     emulator.create(claim_template("half", memory="7500Mi"))
     emulator.create(storage_class("wffc"))
     return emulator
-
-
-@pytest.fixture
-def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    with checked_controller(cluster) as running:
-        yield running
 
 
 def teardown(emulator: Emulator) -> None:

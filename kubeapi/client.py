@@ -48,6 +48,7 @@ import aiohttp
 
 from driver.api.errors import ApiError, ServerError, api_error_for_status
 from kubeapi import codec
+from kubeapi.deadlines import Deadlines
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import JSON, Resource, meta
 from kubeapi.transport import Pool, TransportError
@@ -185,7 +186,7 @@ class Client:
         self._endpoint = endpoint
         self._write_fence = write_fence
         self._bucket = TokenBucket(qps, burst) if qps is not None else None
-        self._request_timeout_s = request_timeout_s
+        self._deadlines = Deadlines(request_timeout_s)  # the request timeout, on one timer
         self._headers = {
             **endpoint.headers,
             "User-Agent": user_agent or self.default_user_agent,
@@ -283,7 +284,7 @@ class Client:
         if data is not None:
             headers["Content-Type"] = content_type
         try:
-            async with asyncio.timeout(self._request_timeout_s):
+            with self._deadlines.within():
                 status, raw = await self._pool.request(method, _target(path, params), headers, data)
         except (TransportError, TimeoutError) as exc:
             raise ServerError(f"{method} {path}: {exc or type(exc).__name__}", status=0) from exc

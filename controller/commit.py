@@ -251,6 +251,7 @@ class Committer:
         # Claim keys with writes in progress, counted: two pods sharing a claim may commit at
         # once, and the first to finish must not unlock the other's writes.
         self.locked: Counter[str] = Counter()
+        self._unlock_listeners: list[Callable[[str], None]] = []
         self.pods_in_flight: set[str] = set()  # UIDs of pods whose placement is being written
 
     # ------------------------------------------------------------------ helpers
@@ -258,14 +259,19 @@ class Committer:
     def _lock(self, keys: Iterable[str]) -> None:
         self.locked.update(keys)
 
+    def add_unlock_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(key)`` is called when no placement writes claim ``key`` any more."""
+        self._unlock_listeners.append(listener)
+
     def _unlock(self, keys: Iterable[str]) -> None:
         locked = self.locked
         for key in keys:
             left = locked[key] - 1
             if left > 0:
                 locked[key] = left
-            else:
-                locked.pop(key, None)
+            elif locked.pop(key, None) is not None:
+                for listener in self._unlock_listeners:
+                    listener(key)
 
     async def _get_claim(self, key: str) -> JSON:
         namespace, name = _split(key)

@@ -114,6 +114,16 @@ class TokenBucket:
         self._clear.set()
 
     async def acquire(self, *, background: bool = False) -> None:
+        # No caller is waiting for a token or taking one: take one at once when there is one
+        # (what the path below would do, without its lock and events).
+        if (
+            not background
+            and not self._foreground
+            and not self._lock.locked()
+            and self._refill() >= 1.0
+        ):
+            self._tokens -= 1.0
+            return
         if not background:
             self._foreground += 1
             self._clear.clear()
@@ -133,11 +143,15 @@ class TokenBucket:
                 await self._take()
                 return
 
-    async def _take(self) -> None:
+    def _refill(self) -> float:
+        """The tokens now, the time since the last refill added."""
         now = time.monotonic()
         self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
         self._last = now
-        if self._tokens < 1.0:
+        return self._tokens
+
+    async def _take(self) -> None:
+        if self._refill() < 1.0:
             wait = (1.0 - self._tokens) / self._qps
             await asyncio.sleep(wait)
             self._tokens += wait * self._qps

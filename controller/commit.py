@@ -78,7 +78,7 @@ import copy
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -171,6 +171,9 @@ class Plan:
     #: The pod's resourceVersion the placement was decided on: the binding's precondition
     #: (with its UID), so that no pod changed since (repaired, above all) is ever bound.
     pod_version: str = ""
+    #: How the placement was decided (policies, nodes evaluated, time), for the log line that
+    #: says the pod is bound: one INFO line per pod, not one per step.
+    decided: str = ""
 
 
 class VolumeSteps(Protocol):
@@ -214,6 +217,10 @@ async def _noop(_step: str, _key: str) -> None:
     return None
 
 
+#: The write slot of a committer without a bound on concurrent writes.
+_NO_SLOT: Final = contextlib.nullcontext()
+
+
 class Committer:
     """Writes plans (see the module docstring). One per controller; safe to run concurrently
     for different pods."""
@@ -244,6 +251,7 @@ class Committer:
         # Claim keys with writes in progress, counted: two pods sharing a claim may commit at
         # once, and the first to finish must not unlock the other's writes.
         self.locked: Counter[str] = Counter()
+        self._unlock_listeners: list[Callable[[str], None]] = []
         self.pods_in_flight: set[str] = set()  # UIDs of pods whose placement is being written
 
     # ------------------------------------------------------------------ helpers
@@ -251,10 +259,19 @@ class Committer:
     def _lock(self, keys: Iterable[str]) -> None:
         self.locked.update(keys)
 
+    def add_unlock_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(key)`` is called when no placement writes claim ``key`` any more."""
+        self._unlock_listeners.append(listener)
+
     def _unlock(self, keys: Iterable[str]) -> None:
-        self.locked.subtract(keys)
-        for key in [k for k, n in self.locked.items() if n <= 0]:
-            del self.locked[key]
+        locked = self.locked
+        for key in keys:
+            left = locked[key] - 1
+            if left > 0:
+                locked[key] = left
+            elif locked.pop(key, None) is not None:
+                for listener in self._unlock_listeners:
+                    listener(key)
 
     async def _get_claim(self, key: str) -> JSON:
         namespace, name = _split(key)
@@ -278,14 +295,10 @@ class Committer:
     def _conflict(self, step: str) -> None:
         self._on_conflict(step)
 
-    @contextlib.asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
-        """One of the write slots (placements writing at once), when the committer has them."""
-        if self._slots is None:
-            yield
-            return
-        async with self._slots:
-            yield
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[object]:
+        """One of the write slots (placements writing at once), when the committer has them
+        (the semaphore itself: a generator-based context manager cost a task step per use)."""
+        return self._slots if self._slots is not None else _NO_SLOT
 
     def _attempts(self, step: str) -> Attempts:
         """The tries of a write step whose 409s count as conflicts of ``step``."""
@@ -459,12 +472,13 @@ class Committer:
                 if claim_plan.allocation is not None:
                     self.overlay.clear_pending(claim_plan.key)
         log.info(
-            "pod %s: bound to %s with %d claim(s)%s in %.1f ms",
+            "pod %s: bound to %s with %d claim(s)%s in %.1f ms%s",
             plan.pod.key,
             plan.node,
             len(plan.claims),
             " and a bridge claim" if plan.bridge else "",
             (time.monotonic() - start) * 1000,
+            f" ({plan.decided})" if plan.decided else "",
             extra={"pod": plan.pod.key, "node": plan.node},
         )
 

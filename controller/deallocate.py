@@ -23,9 +23,10 @@ with the pods that exist:
 
 Claims allocated by others are never touched (their devices are still respected: the
 snapshot counts every allocated claim). Claims whose placement is being committed right now
-(``Committer.locked``) are skipped and retried later, so the deallocator never races the
-scheduler's own writes. Work items are claim keys in a queue with backoff; a periodic resync
-re-checks every claim this controller owns, so a missed event costs a delay, never a leak.
+(``Committer.locked``) are set aside and worked once those writes are done, so the deallocator
+never races the scheduler's own writes. Work items are claim keys in a queue with backoff; a
+periodic resync re-checks every claim this controller owns, so a missed event costs a delay,
+never a leak.
 A pod missing from the cache is confirmed gone by a live GET before anything is released,
 unless the watch reported it deleted or finished (a UID is never reused).
 
@@ -112,7 +113,10 @@ class Deallocator:
         self._may_let_go = True  # until the claim-protection policy refuses it
         self._by_pod: dict[str, set[str]] = {}  # pod uid -> claim keys that reference it
         self._pods: dict[str, str] = {}  # pod uid -> pod key
+        #: claims to work once the placement writing them is done (Committer.locked)
+        self._deferred: set[str] = set()
         cache.subscribe(self._on_event)
+        committer.add_unlock_listener(self._unlocked)
 
     # ------------------------------------------------------------------ events
 
@@ -135,11 +139,12 @@ class Deallocator:
         if new is None:
             self.queue.forget(key)
             self._awaiting_gc.pop(key, None)
+            self._deferred.discard(key)
             return
         for uid in _pod_uids(new):
             self._by_pod.setdefault(uid, set()).add(key)
         if self._relevant(new):
-            self.queue.add(key)
+            self._add(key)
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old
@@ -154,6 +159,19 @@ class Deallocator:
         keys = set(self._by_pod.pop(uid, set()))
         keys.update(pod_claim_keys(obj))
         for key in keys:
+            self._add(key)
+
+    def _add(self, key: str) -> None:
+        """Work ``key``; while a placement writes it, once that is done (its own writes bring
+        a claim here several times during a commit, and nothing can be done meanwhile)."""
+        if key in self.committer.locked:
+            self._deferred.add(key)
+        else:
+            self.queue.add(key)
+
+    def _unlocked(self, key: str) -> None:
+        if key in self._deferred:
+            self._deferred.discard(key)
             self.queue.add(key)
 
     def _remember_gone(self, uid: str, *, deleted: bool) -> None:
@@ -272,7 +290,8 @@ class Deallocator:
     async def process(self, key: str) -> Outcome:
         """Bring one claim in line (see the module docstring)."""
         if key in self.committer.locked:
-            return Outcome.ERROR  # a placement is being written: look again shortly
+            self._deferred.add(key)  # a placement is being written: look again when it is done
+            return Outcome.FORGET
         claim = self.cache.claims.get(key)
         if claim is None or not self._relevant(claim) or meta(claim).get("uid") in self._deleted:
             return Outcome.FORGET

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import enum
 import heapq
 import itertools
@@ -400,11 +399,17 @@ class SchedulingQueue:
             deadline = self._promote(self._clock())
             timeout = None if deadline is None else max(0.0, deadline - self._clock())
             self._wakeup.clear()
-            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
-            # that races with the event being set, and the loop would never end.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._wakeup.wait()
+            if timeout is None:
+                await self._wakeup.wait()
+                continue
+            # The next due pod wakes it like a new one (a plain timer: neither wait_for, which
+            # on 3.11 can swallow a cancellation that races with the event being set, nor a
+            # timeout block, which costs twice as much per wait).
+            timer = asyncio.get_running_loop().call_later(timeout, self._wakeup.set)
+            try:
+                await self._wakeup.wait()
+            finally:
+                timer.cancel()
 
     def done(self, key: str, outcome: Outcome, hint: Hint = ANY) -> None:
         """Report the result of trying ``key`` (obtained from :meth:`pop`); an unschedulable

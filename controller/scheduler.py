@@ -437,8 +437,7 @@ class Scheduler:
         for pod in list(self.cache.pods.store.values()):
             if self._needs_scheduling(pod):
                 self.queue.add(object_key(pod), _priority(pod))
-        while True:
-            self.metrics.set_queue_depths(self.queue.depths)
+        while True:  # (the queue depths are sampled each second: controller.app)
             key = await self.queue.pop()
             try:
                 await self.schedule_one(key)
@@ -576,7 +575,7 @@ class Scheduler:
         except BiaxialError as exc:
             self._report_invalid(key, ref, pod, str(exc), frozenset(resolved.keys))
             return
-        decision = self._decide(key, ref, pod, claims, pod_signature(pod, raw_claims))
+        decision, seconds = self._decide(key, ref, pod, claims, pod_signature(pod, raw_claims))
         if decision is None:
             return
         if isinstance(decision, PodError):
@@ -632,7 +631,7 @@ class Scheduler:
         # An earlier failure report still waiting in the lane is obsolete now, and writing it
         # would move the pod's resourceVersion under the conditional binding (a 409, a retry).
         self.recorder.forget(ref.uid)
-        plan = self._plan(ref, decision, resolved.keys, pod_version)
+        plan = self._plan(ref, decision, resolved.keys, pod_version, seconds)
         self._spawn(self._commit(key, plan))
 
     def _preemption(
@@ -709,19 +708,21 @@ class Scheduler:
         pod: Mapping[str, Any],
         claims: list[ResourceClaim],
         signature: str | None,
-    ) -> Placement | Unschedulable | PodError | None:
-        """The engine's decision, within the decision deadline; the answer given to an equal
-        pod when nothing changed since (:mod:`controller.equivalence`). None when the deadline
-        passed (the pod is reported and backs off)."""
+    ) -> tuple[Placement | Unschedulable | PodError | None, float]:
+        """The engine's decision, within the decision deadline, and the seconds it took; the
+        answer given to an equal pod when nothing changed since
+        (:mod:`controller.equivalence`). None when the deadline passed (the pod is reported and
+        backs off)."""
         engine = self.feed.engine()  # brought up to date outside the deadline
         generation = self.feed.generation
         started = time.perf_counter()
         remembered = self.memo.get(signature, generation, ref.key)
         if remembered is not None:
             self.metrics.decisions_reused.inc()
-            self.metrics.decision_seconds.observe(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.metrics.decision_seconds.observe(seconds)
             log.debug("pod %s: decided like an equal pod before it", key, extra={"pod": key})
-            return remembered
+            return remembered, seconds
         timeout = self.settings.decision_timeout_s
         deadline = time.monotonic() + timeout if timeout > 0 else None
         try:
@@ -730,11 +731,12 @@ class Scheduler:
         except DeadlineExceededError as exc:
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             self._report_timeout(key, ref, pod, timeout, str(exc))
-            return None
-        self.metrics.decision_seconds.observe(time.perf_counter() - started)
+            return None, 0.0
+        seconds = time.perf_counter() - started
+        self.metrics.decision_seconds.observe(seconds)
         if isinstance(decision, Unschedulable):
             self.memo.put(signature, generation, decision)
-        return decision
+        return decision, seconds
 
     def _report_timeout(
         self, key: str, ref: PodRef, pod: Mapping[str, Any], timeout: float, cause: str
@@ -797,9 +799,15 @@ class Scheduler:
         )
 
     def _plan(
-        self, ref: PodRef, decision: Placement, keys: tuple[str, ...], pod_version: str
+        self,
+        ref: PodRef,
+        decision: Placement,
+        keys: tuple[str, ...],
+        pod_version: str,
+        seconds: float,
     ) -> Plan:
-        """The writes for ``decision``; its claims' allocations show as pending meanwhile."""
+        """The writes for ``decision`` (made in ``seconds``); its claims' allocations show
+        as pending meanwhile."""
         allocations = {c.key: a.to_api() for c, a in decision.claims}
         for claim, decided in decision.claims:  # the write's echo is not parsed again
             self.feed.parsed.decided(claim.key, allocations[claim.key], decided)
@@ -834,6 +842,10 @@ class Scheduler:
             bridge=bridge,
             volumes=decision.volumes,
             pod_version=pod_version,
+            decided=(
+                f"policies node={decision.policies.node} gpu={decision.policies.gpu}, "
+                f"{decision.evaluated} node(s) evaluated, decided in {seconds * 1000:.2f} ms"
+            ),
         )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -886,7 +898,6 @@ class Scheduler:
                 )
         finally:
             self.queue.done(key, outcome, hint)
-            self.metrics.in_flight_claims.set(self.cache.overlay.in_flight)
 
     # ------------------------------------------------------------------ introspection
 

@@ -48,6 +48,7 @@ import aiohttp
 
 from driver.api.errors import ApiError, ServerError, api_error_for_status
 from kubeapi import codec
+from kubeapi.deadlines import Deadlines
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import JSON, Resource, meta
 from kubeapi.transport import Pool, TransportError
@@ -113,6 +114,16 @@ class TokenBucket:
         self._clear.set()
 
     async def acquire(self, *, background: bool = False) -> None:
+        # No caller is waiting for a token or taking one: take one at once when there is one
+        # (what the path below would do, without its lock and events).
+        if (
+            not background
+            and not self._foreground
+            and not self._lock.locked()
+            and self._refill() >= 1.0
+        ):
+            self._tokens -= 1.0
+            return
         if not background:
             self._foreground += 1
             self._clear.clear()
@@ -132,11 +143,15 @@ class TokenBucket:
                 await self._take()
                 return
 
-    async def _take(self) -> None:
+    def _refill(self) -> float:
+        """The tokens now, the time since the last refill added."""
         now = time.monotonic()
         self._tokens = min(self._burst, self._tokens + (now - self._last) * self._qps)
         self._last = now
-        if self._tokens < 1.0:
+        return self._tokens
+
+    async def _take(self) -> None:
+        if self._refill() < 1.0:
             wait = (1.0 - self._tokens) / self._qps
             await asyncio.sleep(wait)
             self._tokens += wait * self._qps
@@ -185,7 +200,7 @@ class Client:
         self._endpoint = endpoint
         self._write_fence = write_fence
         self._bucket = TokenBucket(qps, burst) if qps is not None else None
-        self._request_timeout_s = request_timeout_s
+        self._deadlines = Deadlines(request_timeout_s)  # the request timeout, on one timer
         self._headers = {
             **endpoint.headers,
             "User-Agent": user_agent or self.default_user_agent,
@@ -283,7 +298,7 @@ class Client:
         if data is not None:
             headers["Content-Type"] = content_type
         try:
-            async with asyncio.timeout(self._request_timeout_s):
+            with self._deadlines.within():
                 status, raw = await self._pool.request(method, _target(path, params), headers, data)
         except (TransportError, TimeoutError) as exc:
             raise ServerError(f"{method} {path}: {exc or type(exc).__name__}", status=0) from exc

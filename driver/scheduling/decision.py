@@ -344,9 +344,11 @@ class DecisionEngine:
             elapsed = time.perf_counter() - started
             self.stats.decisions += 1
             self.stats.seconds += elapsed
-        if log.isEnabledFor(logging.INFO):
+        # DEBUG: a caller logs the outcome its own way, once (the controller's line when the
+        # pod is bound carries the policies, nodes evaluated and time; a line per pod costs).
+        if log.isEnabledFor(logging.DEBUG):
             if isinstance(decision, Placement):
-                log.info(
+                log.debug(
                     "pod %s: node %s (policies node=%s gpu=%s, %d node(s) evaluated, %.2f ms)",
                     decision.pod,
                     decision.node,
@@ -356,7 +358,7 @@ class DecisionEngine:
                     elapsed * 1000,
                 )
             else:
-                log.info("pod %s: %s (%.2f ms)", decision.pod, decision.message, elapsed * 1000)
+                log.debug("pod %s: %s (%.2f ms)", decision.pod, decision.message, elapsed * 1000)
         return decision
 
     # ------------------------------------------------------------------ its own decisions

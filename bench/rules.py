@@ -25,7 +25,8 @@ measured pods; the anti-affinity workload then fills every node) and 5000 nodes 
 
 For each workload and size a fresh child process builds the engine, places the init pods,
 then times each measured decision. One table per workload (pods/s, p50/p99, nodes evaluated
-and allocator calls per pod), with the targets: >= 300 pods/s at 500 nodes, >= 150 at 5000,
+and allocator calls per pod, and a digest of the answers: equal before and after a change
+meant to be faster only), with the targets: >= 300 pods/s at 500 nodes, >= 150 at 5000,
 p99 <= 20 ms; beside the wall-clock figures, the CPU time per pod, which a shared machine's
 load inflates far less (compare runs by it when the machine is busy). ``--workload`` and
 ``--nodes`` pick, ``--profile`` profiles one size.
@@ -199,6 +200,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         "nodes evaluated/pod",
         "allocator calls/pod",
         "peak RSS MB",
+        "digest",
     ]
     body = []
     for r in rows:
@@ -221,6 +223,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 f"{r['nodesEvaluated'] / r['pods']:.1f}",
                 f"{r['allocatorCalls'] / r['pods']:.1f}",
                 f"{r['peakRssMb']:.0f}",
+                r["digest"],
             ]
         )
     return "\n".join(table_lines(headers, body))

@@ -9,8 +9,8 @@ per-shape bounds of the node score, and the precheck.
   can use only (its class selects them, its selectors do not exclude them), so a MIG partition,
   another product or a device a selector rules out never loosens the bound.
 * :func:`bound_amounts` turns those into the optimistic amounts for one partition — the most
-  the pod can add under node binpack, the least under spread — and :func:`float_score` the
-  score they give (heap order only: decisions compare exact scores).
+  the pod can add under node binpack, the least under spread (the score they give a list's
+  nodes is :func:`~driver.scheduling.capacity_index.score_line`'s).
 * :func:`precheck` is a necessary condition on one node: each request has enough devices
   with room. It returns kube-scheduler's reason when it fails, None when the node may fit.
 
@@ -392,23 +392,6 @@ def amounts_memo(
             _amounts_memo.clear()
         found = _amounts_memo[key] = {}
     return found
-
-
-def float_score(total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, cores: bool) -> float:
-    """:func:`~driver.scheduling.scoring.node_score` in floating point (heap order only;
-    decisions use the exact one)."""
-    score = 0.0
-    dims = 0
-    if total.devices > 0:
-        score += (used.devices + adding.devices) / total.devices
-        dims += 1
-    if total.memory > 0:
-        score += (used.memory + adding.memory) / total.memory
-        dims += 1
-    if cores and total.cores > 0:
-        score += (used.cores + adding.cores) / total.cores
-        dims += 1
-    return score / dims if dims else 0.0
 
 
 def precheck(state: NodeState, demand: Demand, bounds: ShapeBounds) -> str | None:

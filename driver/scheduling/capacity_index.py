@@ -66,6 +66,7 @@ from driver.structured.snapshot import (
 )
 
 LEVELS: Final = 32
+_CHANGE_LOG: Final = 4096  # partitions a view's change log holds before it starts anew
 _DIRECTIONS: Final[tuple[NodePolicy, ...]] = ("binpack", "spread")
 _UNKNOWN: Final[Any] = object()  # not looked up yet
 
@@ -243,6 +244,22 @@ class FiledNode(NamedTuple):
     name: str
 
 
+def score_line(total: NodeAmounts, adding: NodeAmounts, variant: Variant) -> tuple[int, int]:
+    """A list's node scores in closed form: with ``adding`` placed, a node of shape totals
+    ``total`` filed with list key ``key`` in a ``variant`` list scores ``(key + shift) /
+    divisor``, negated under binpack (so smaller is better under both policies) -- exact in
+    integers, and one correctly rounded division in floating point (equal scores give equal
+    floats, whatever the shape). Returns ``(shift, divisor)``."""
+    dims = node_dims(total, cores=variant.cores)
+    if not dims:
+        return 0, 1  # (no dimension: every key and score is 0)
+    product = 1
+    for dim in dims:
+        product *= getattr(total, dim)
+    added = _list_key(total, adding, variant.cores)  # Σ_d A_d · Π_{e≠d} T_e
+    return (-added if variant.direction == "binpack" else added), product * len(dims)
+
+
 class FilingEntry(NamedTuple):
     """What the index knows of one node, comparable between indexes (shape by key, since
     idents differ): for tests, an index kept up to date must equal a fresh one."""
@@ -355,7 +372,11 @@ class IndexView:
     """The nodes filed for one set of device kinds (see the module docstring).
 
     ``lists[variant][partition]`` holds :class:`FiledNode` entries sorted ascending; nodes
-    without a device of the view are not filed.
+    without a device of the view are not filed. ``changes`` logs, in order, each node filed
+    into or out of a partition's lists (in every variant alike) since ``epoch`` began, so that
+    what a reader derived from the lists can be kept across decisions and brought up to date
+    from the changes alone; a new epoch (the log grown past :data:`_CHANGE_LOG`, or every list
+    filed anew) means that any list may have changed.
     """
 
     kinds: frozenset[DeviceKind]
@@ -366,6 +387,15 @@ class IndexView:
         }
     )
     filed: dict[str, Partition] = field(default_factory=dict)
+    changes: list[tuple[Partition, str]] = field(default_factory=list)
+    epoch: int = 0
+
+    def _changed(self, partition: Partition, name: str) -> None:
+        changes = self.changes
+        if len(changes) >= _CHANGE_LOG:
+            changes.clear()
+            self.epoch += 1
+        changes.append((partition, name))
 
     def shape(self, shape: NodeShape) -> ViewShape:
         found = self.shapes.get(shape.ident)
@@ -381,6 +411,7 @@ class IndexView:
         self.filed[state.node.name] = partition
         for variant, entry in state.entries:
             insort(self.lists[variant].setdefault(partition, []), entry)
+        self._changed(partition, state.node.name)
 
     def file_all(self, states: Iterable[NodeState]) -> None:
         """File many nodes at once (one sort per list instead of one insertion per node)."""
@@ -394,6 +425,8 @@ class IndexView:
         for partitions in self.lists.values():
             for entries in partitions.values():
                 entries.sort()
+        self.changes.clear()
+        self.epoch += 1
 
     def unfile(self, state: NodeState) -> None:
         partition = self.filed.pop(state.node.name, None)
@@ -405,6 +438,7 @@ class IndexView:
             del entries[bisect_left(entries, entry)]
             if not entries:
                 del partitions[partition]
+        self._changed(partition, state.node.name)
 
     def refile(self, old: NodeState, new: NodeState, changed: Collection[int]) -> None:
         """File ``new`` instead of ``old`` (filed here), the same node with the same devices
@@ -431,6 +465,9 @@ class IndexView:
             if not entries and moved != partition:
                 del partitions[partition]
             insort(partitions.setdefault(moved, []), after)
+        self._changed(partition, name)
+        if moved != partition:
+            self._changed(moved, name)
 
 
 _VARIANTS: Final = tuple(

@@ -157,7 +157,7 @@ from driver.scheduling.scoring import (
     node_score,
     rank,
 )
-from driver.scheduling.search import best_first
+from driver.scheduling.search import WalkStarts, best_first
 from driver.scheduling.storage import PodVolumes, VolumeBindings
 from driver.scheduling.topologyspread import DefaultSpreading, OwnerSelectors
 from driver.scheduling.tracker import Change, ClusterTracker
@@ -307,6 +307,7 @@ class DecisionEngine:
         # Per-shape bounds of earlier pods alike (same requests and usable kinds), by view
         # shape: pods of one Deployment share them (kept until the index is rebuilt).
         self._bounds_memo: dict[tuple[object, ...], tuple[ViewShape, ShapeBounds]] = {}
+        self._starts = WalkStarts()  # the node search's starting heaps (they read the index)
         self._derive()
 
     @classmethod
@@ -666,6 +667,7 @@ class DecisionEngine:
         self._index = CapacityIndex(snapshot, self._nodes.values(), self._classifier)
         self._usable_kinds: dict[tuple[str, tuple[str, ...], int], UsableKinds] = {}
         self._bounds_memo.clear()
+        self._starts.clear()
         self._no_pruning = self._exhaustive_asked or any(not s.node_name for s in snapshot.slices)
         self._max_gpu_memory = max((s.max_memory for s in self._index.shapes.values()), default=0)
         self._advertised = _advertised(self._nodes.values())
@@ -814,11 +816,12 @@ class DecisionEngine:
             return Best(found, outcome, node)
 
         best, evaluated = best_first(
-            view.lists[Variant(demand.cores, policy)],
-            view.shapes,
+            view,
+            Variant(demand.cores, policy),
             self._index.by_ident,
             self._index.states,
             self._nodes,
+            starts=self._starts,
             policies=ctx.policies,
             demand=demand,
             rules=ctx.rules,

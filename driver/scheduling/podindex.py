@@ -113,6 +113,18 @@ Members = Callable[[str], Mapping[str, Set[str]]]
 """A topology key to the nodes of each of its values (the index's label index)."""
 
 
+class NodeSet(set[str]):
+    """Node names the index keeps up to date (:meth:`MatchCounter.over`), with a count of
+    the updates that took nodes out (``removals``): what a reader derived from the set stays
+    true of a set only added to since, which it tells by that count."""
+
+    __slots__ = ("removals",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.removals = 0
+
+
 class _Over:
     """Nodes whose domain holds more than some number of pods, per (topology key, that
     number): derived from a domain table, updated with it (:meth:`moved`), rebuilt on demand
@@ -122,13 +134,13 @@ class _Over:
 
     def __init__(self, members: Members) -> None:
         self._members = members
-        self.sets: dict[tuple[str, int], set[str]] = {}
+        self.sets: dict[tuple[str, int], NodeSet] = {}
 
-    def get(self, key: str, threshold: int, domains: Mapping[str, int]) -> Set[str]:
+    def get(self, key: str, threshold: int, domains: Mapping[str, int]) -> NodeSet:
         found = self.sets.pop((key, threshold), None)
         if found is None:
             members = self._members(key)
-            found = set()
+            found = NodeSet()
             for value, count in domains.items():
                 if count > threshold:
                     found.update(members.get(value, ()))
@@ -146,6 +158,7 @@ class _Over:
                 nodes.update(self._members(key).get(value, ()))
             elif after <= threshold < before:
                 nodes.difference_update(self._members(key).get(value, ()))
+                nodes.removals += 1
 
 
 class MatchKey(NamedTuple):
@@ -182,7 +195,7 @@ class MatchCounter:
             self._domains[topology_key] = found
         return found
 
-    def over(self, topology_key: str, threshold: int) -> Set[str]:
+    def over(self, topology_key: str, threshold: int) -> NodeSet:
         """The nodes whose domain of ``topology_key`` holds more than ``threshold`` matching
         pods (read-only, kept up to date with every add and remove from now on)."""
         return self._over.get(topology_key, threshold, self.domains(topology_key))
@@ -238,7 +251,7 @@ class TermCarrier:
         self.domains: dict[str, int] = {}
         self._over = _Over(members)
 
-    def over(self) -> Set[str]:
+    def over(self) -> NodeSet:
         """The nodes in the term's domains that hold a carrier (read-only, kept up to date)."""
         return self._over.get(self.term.topology_key, 0, self.domains)
 

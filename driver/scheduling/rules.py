@@ -52,7 +52,7 @@ from driver.scheduling.podaffinity import (
     add_scores,
     matches_all,
 )
-from driver.scheduling.podindex import MatchCounter, MatchKey, PodIndex, ScheduledPod
+from driver.scheduling.podindex import MatchCounter, MatchKey, NodeSet, PodIndex, ScheduledPod
 from driver.scheduling.scoring import (
     WEIGHT_NODE_AFFINITY,
     WEIGHT_POD_AFFINITY,
@@ -224,11 +224,11 @@ class PodRules:
         nodes = self.nodes
         if self.affinity.required:
             return lambda name: self.reason(nodes[name]) is not None
-        sets = self.affinity.excluded_nodes
-        if not self.spread and sets is not None:
+        sets = self.exclusion_sets()
+        if sets is not None:
             # Anti-affinity alone: the nodes it excludes, as the pod index keeps them (a set
             # lookup per node passed over; the same answers as the count tables).
-            return _member_of(tuple(s for s in sets if s))
+            return _member_of(sets)
         # (key, counts, the count a domain may hold at most): spread constraints, then
         # anti-affinity terms and the placed pods' anti-affinity (at most 0 matching pods).
         limits: list[tuple[str, Mapping[str, int], int]] = []
@@ -270,6 +270,17 @@ class PodRules:
             return False
 
         return excluded
+
+    def exclusion_sets(self) -> tuple[NodeSet, ...] | None:
+        """Where :meth:`exclusion` is membership in node sets the pod index keeps
+        (anti-affinity alone), those sets (the non-empty ones); None where it is not."""
+        sets = self.affinity.excluded_nodes
+        if self.affinity.required or self.spread or sets is None:
+            return None
+        kept = tuple(s for s in sets if isinstance(s, NodeSet) and s)
+        if len(kept) != sum(1 for s in sets if s):
+            return None  # (sets the index does not keep: never from pod_rules)
+        return kept
 
     def penalised(self) -> tuple[Callable[[str], bool], float] | None:
         """A test for "the soft rules certainly cost node ``name`` a penalty", and a floor of

@@ -9,18 +9,25 @@ bound first; each node it pops goes through the index precheck and then the engi
 evaluation (node filter, allocator, exact score), and it stops as soon as the best bound
 left cannot beat the best exact (score, name) found.
 
-Partitions that cannot hold the pod are never visited; nodes a rule between pods excludes are
-skipped inside their lists, and only once a list's head pops (a list whose bound cannot win is
-never walked through its excluded nodes; the anti-affinity rules' test is a lookup in node
-sets the pod index keeps); a node whose soft rules cost a penalty goes back into the heap
-with its bound lowered by it, and a run of a list's nodes that the soft rules certainly
-penalise (:meth:`~driver.scheduling.rules.PodRules.penalised`) goes back as one entry,
-lowered by the penalty's floor and split node by node only while it may win; what the pod
-adds per partition is kept across decisions (:func:`~driver.scheduling.bounds.amounts_memo`,
-keyed by all it reads); where the bound only equals the best, a
-node can win on the System default spreading's tie-break alone, so its own tie-break decides.
-The result is identical to evaluating every node (tests compare both on random clusters, with
-every rule); ``docs/scoring.md`` explains the bounds.
+A node's float bound is its list's closed form, ``(list key + shift) / divisor`` per
+partition (:func:`~driver.scheduling.capacity_index.score_line`): no lookup of the node's
+state, and equal scores give equal floats. Partitions that cannot hold the pod are never
+visited. What a walk starts from -- per partition that can hold the pod, its head bounded --
+is kept across decisions per lists and pod amounts (:class:`WalkStarts`; what the pod adds
+per partition is :func:`~driver.scheduling.bounds.amounts_memo`'s, keyed by all it reads)
+and brought up to date from the view's change log, which names the lists placements changed.
+Nodes a rule between pods excludes are skipped inside their lists, and only once a list's
+head pops (a list whose bound cannot win is never walked through its excluded nodes; the
+anti-affinity rules' test is a lookup in node sets the pod index keeps, and where in each
+list the first node they allow was found is kept across decisions while those sets are only
+added to); a node whose soft rules cost a penalty goes back into the heap with its bound
+lowered by it, and a run of a list's nodes that the soft rules certainly penalise
+(:meth:`~driver.scheduling.rules.PodRules.penalised`) goes back as one entry, lowered by the
+penalty's floor and split node by node only while it may win; where the bound only equals
+the best, a node can win on the System default spreading's tie-break alone, so its own
+tie-break decides. The result is identical to evaluating every node (tests compare both on
+random clusters, with every rule, and on streams of placements and removals);
+``docs/scoring.md`` explains the bounds.
 
 :func:`best_first` reads the index and the rules and never changes them; what it evaluates is
 the engine's (the ``evaluate`` callback, which may record per-node reasons).
@@ -29,7 +36,8 @@ the engine's (the ``evaluate`` callback, which may record per-node reasons).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from functools import partial
 from itertools import islice, takewhile
@@ -41,24 +49,43 @@ from driver.scheduling.bounds import (
     Demand,
     ShapeBounds,
     amounts_memo,
-    float_score,
     partition_amounts,
     precheck,
 )
 from driver.scheduling.capacity_index import (
     FiledNode,
+    IndexView,
     NodeShape,
     NodeState,
     Partition,
+    Variant,
     ViewShape,
+    score_line,
 )
 from driver.scheduling.podcontext import ZERO, Best, DecisionStats
+from driver.scheduling.podindex import NodeSet
 from driver.scheduling.policy import NodePolicy, PodPolicies
 from driver.scheduling.rules import PodRules
 from driver.scheduling.scoring import NodeAmounts, node_score, rank
 
 _EPSILON: Final = 1e-9  # float bounds closer than this to the best are compared exactly
 _UNSEEN: Final = NodeAmounts(-1, -1, -1)  # a partition the amounts memo has no answer for yet
+_STARTS: Final = 64  # walks' starting heaps kept (one per view variant and pod kind)
+_SKIPS: Final = 8  # exclusions whose first allowed nodes a start keeps
+
+
+class _Lane(NamedTuple):
+    """One partition's list as a walk reads it, with what the pod adds on its nodes and the
+    list's scores in closed form (:func:`~driver.scheduling.capacity_index.score_line`): the
+    float bound of the node at ``entries[i]`` is ``(entries[i].key + shift) / divisor``, one
+    division and no lookup of the node's state."""
+
+    entries: list[FiledNode]
+    partition: Partition
+    adding: NodeAmounts
+    shape: NodeShape
+    shift: int
+    divisor: int
 
 
 class _Frontier(NamedTuple):
@@ -73,18 +100,16 @@ class _Frontier(NamedTuple):
     bound: float  # minus the bound of the total score, so the best pops first
     name: str
     serial: int
-    entries: list[FiledNode]
+    lane: _Lane
     position: int
-    adding: NodeAmounts
-    shape: NodeShape
     penalty: float | None
     run: int  # not 0: the nodes from ``position`` to this one (excluded) are a penalised run
 
 
 # Built as NamedTuple._make builds (tuple.__new__ on the values): half the cost of the
-# keyword-capable constructor, which shows at 5000 nodes (one entry per partition per pod).
+# keyword-capable constructor, which shows at 5000 nodes.
 _frontier: Callable[
-    [tuple[float, str, int, list[FiledNode], int, NodeAmounts, NodeShape, float | None, int]],
+    [tuple[float, str, int, _Lane, int, float | None, int]],
     _Frontier,
 ] = partial(tuple.__new__, _Frontier)
 
@@ -100,6 +125,227 @@ def _allowed(entries: list[FiledNode], start: int, excluded: Callable[[str], boo
     # first), counted without a Python loop: the test is mostly a set's own lookup.
     skipped = takewhile(excluded, map(_NAME, islice(entries, start + 1, None)))
     return start + 1 + len(list(skipped))
+
+
+class _Start:
+    """The heap a walk starts from, kept across decisions for the pods that read the same
+    lists (one variant of one view) with the same amounts per partition (the same
+    :func:`~driver.scheduling.bounds.amounts_memo` per shape, hence the same policies and
+    shape bounds): per partition that can hold the pod its lane and its head's entry.
+    Brought up to date from the view's change log, so that a decision reads again only the
+    lists that changed since the last one (at 5000 nodes ~160 partitions a pod, of which a
+    placement changes two)."""
+
+    __slots__ = (
+        "bounds",
+        "by_ident",
+        "epoch",
+        "heads",
+        "heap",
+        "lanes",
+        "lists",
+        "memos",
+        "policies",
+        "seen",
+        "serial",
+        "skips",
+        "variant",
+        "view",
+    )
+
+    def __init__(
+        self,
+        view: IndexView,
+        variant: Variant,
+        *,
+        by_ident: Sequence[NodeShape],
+        policies: PodPolicies,
+        memos: dict[int, dict[Partition, NodeAmounts | None]],
+        bounds: Mapping[int, ShapeBounds],
+    ) -> None:
+        self.view = view
+        self.variant = variant
+        self.lists = view.lists[variant]
+        self.by_ident = by_ident
+        self.policies = policies
+        self.memos = memos  # (kept: the key of this start holds their ids)
+        self.bounds = dict(bounds)
+        self.epoch = -1  # the view's epoch read (-1: none yet)
+        self.seen = 0  # how much of that epoch's change log is read
+        self.lanes: dict[Partition, _Lane] = {}
+        self.heads: dict[Partition, _Frontier] = {}
+        self.heap: list[_Frontier] | None = None  # the heads as a heap (None: to build)
+        self.serial = 0
+        self.skips: dict[tuple[tuple[int, int], ...], _Skips] = {}
+
+    def update(self) -> list[_Frontier]:
+        """The heads as a heap (shared: copy it before changing it), the view's lists read
+        again where they changed."""
+        view = self.view
+        if self.epoch != view.epoch:
+            self.lanes.clear()
+            self.heads.clear()
+            changed: Iterable[Partition] = list(self.lists)
+            self.epoch = view.epoch
+        else:
+            changed = dict.fromkeys(partition for partition, _ in view.changes[self.seen :])
+        self.seen = len(view.changes)
+        for partition in changed:
+            self._read(partition)
+            self.heap = None
+        if self.heap is None:
+            self.heap = list(self.heads.values())
+            heapq.heapify(self.heap)
+        return self.heap
+
+    def skips_for(self, sets: tuple[NodeSet, ...]) -> _Skips:
+        """The kept first allowed nodes for the exclusion by ``sets``, up to date."""
+        key = tuple((id(s), s.removals) for s in sets)
+        found = self.skips.get(key)
+        if found is None:
+            if len(self.skips) >= _SKIPS:
+                self.skips.clear()
+            found = self.skips[key] = _Skips(sets)
+        found.sync(self.view)
+        return found
+
+    def _read(self, partition: Partition) -> None:
+        """One partition's lane and head, read again (none: the partition has no node, or
+        cannot hold the pod)."""
+        entries = self.lists.get(partition)
+        lane = self.lanes.get(partition)
+        if not entries:
+            self.lanes.pop(partition, None)
+            self.heads.pop(partition, None)
+            return
+        if lane is None or lane.entries is not entries:
+            shape_id = partition[0]
+            memo = self.memos[shape_id]
+            adding = memo.get(partition, _UNSEEN)
+            if adding is _UNSEEN:
+                adding = memo[partition] = partition_amounts(
+                    self.policies, self.view.shapes[shape_id], partition, self.bounds[shape_id]
+                )
+            if adding is None:
+                return  # (it cannot hold the pod)
+            shape = self.by_ident[shape_id]
+            lane = self.lanes[partition] = _Lane(
+                entries, partition, adding, shape, *score_line(shape.total, adding, self.variant)
+            )
+        key, name = entries[0]
+        # The head goes in even if a rule excludes it: its bound is the list's best, so the
+        # list's first allowed node is looked for only once the head pops (lists whose
+        # bound cannot win are never walked through their excluded nodes).
+        self.heads[partition] = _frontier(
+            ((key + lane.shift) / lane.divisor, name, self.serial, lane, 0, None, 0)
+        )
+        self.serial += 1
+
+
+class _Skips:
+    """Where each list's first node that one exclusion allows was found (its entry; None:
+    none is), kept across decisions for an exclusion that is membership in node sets the pod
+    index keeps (anti-affinity), while those sets are only added to (their ``removals`` are
+    part of the key): the nodes in front of it stay excluded, so a later walk resumes there,
+    but for the nodes filed into the list since (the view's change log names them), looked
+    at one by one. Anti-affinity at 5000 nodes passed over ~960 excluded nodes a pod before;
+    a placement changes two lists and excludes one node."""
+
+    __slots__ = ("epoch", "hints", "pending", "seen", "sets")
+
+    def __init__(self, sets: tuple[NodeSet, ...]) -> None:
+        self.sets = sets  # (kept: the key of these skips holds their ids)
+        self.epoch = -1
+        self.seen = 0
+        self.hints: dict[Partition, FiledNode | None] = {}
+        self.pending: dict[Partition, list[str]] = {}  # nodes filed in or out since
+
+    def sync(self, view: IndexView) -> None:
+        """Note the nodes filed into or out of the lists with a hint since the last walk."""
+        if self.epoch != view.epoch:
+            self.hints.clear()
+            self.pending.clear()
+            self.epoch = view.epoch
+        else:
+            hints, pending = self.hints, self.pending
+            for partition, name in view.changes[self.seen :]:
+                if partition in hints:
+                    pending.setdefault(partition, []).append(name)
+        self.seen = len(view.changes)
+
+    def first(
+        self,
+        lane: _Lane,
+        excluded: Callable[[str], bool],
+        view: IndexView,
+        states: Mapping[str, NodeState],
+        variant: Variant,
+    ) -> int:
+        """The first position of the lane's list whose node ``excluded`` allows (len: none),
+        its head being excluded."""
+        partition, entries = lane.partition, lane.entries
+        hints = self.hints
+        start = 1
+        if partition in hints:
+            hint = hints[partition]
+            names = self.pending.pop(partition, None)
+            if names:
+                filed = view.filed
+                for name in names:
+                    if filed.get(name) != partition or excluded(name):
+                        continue  # (gone from the list, or excluded: in front or not)
+                    entry = next(e for v, e in states[name].entries if v == variant)
+                    if hint is None or entry < hint:
+                        hint = entry
+            start = len(entries) if hint is None else bisect_left(entries, hint)
+        at = _allowed(entries, start, excluded)
+        hints[partition] = entries[at] if at < len(entries) else None
+        return at
+
+
+class WalkStarts:
+    """The walks' starting heaps (:class:`_Start`), kept per lists and pod amounts for the
+    engine that owns the index (cleared with it: they hold its lists)."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[object, ...], _Start] = {}
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def start(
+        self,
+        view: IndexView,
+        variant: Variant,
+        by_ident: Sequence[NodeShape],
+        policies: PodPolicies,
+        *,
+        bounds: dict[int, ShapeBounds],
+        bounds_for: Callable[[NodeShape, ViewShape], ShapeBounds],
+    ) -> _Start:
+        """The kept start for the pod's lists and amounts (made on first use). Fills
+        ``bounds`` for every shape the view files."""
+        lists = view.lists[variant]
+        memos: dict[int, dict[Partition, NodeAmounts | None]] = {}
+        for shape_id, shape in view.shapes.items():
+            if not shape.devices:
+                continue  # (never filed in this view)
+            shape_bounds = bounds.get(shape_id)
+            if shape_bounds is None:
+                shape_bounds = bounds[shape_id] = bounds_for(by_ident[shape_id], shape)
+            memos[shape_id] = amounts_memo(policies, shape, shape_bounds)
+        # (A kept start holds the lists and the memos: their ids are not reused meanwhile.)
+        key = (id(lists), *[(shape_id, id(memo)) for shape_id, memo in memos.items()])
+        start = self._kept.get(key)
+        if start is None:
+            if len(self._kept) >= _STARTS:
+                self._kept.clear()
+            start = self._kept[key] = _Start(
+                view, variant, by_ident=by_ident, policies=policies, memos=memos, bounds=bounds
+            )
+        return start
 
 
 def _tie_contender(
@@ -135,13 +381,19 @@ def _tie_contender(
     return None
 
 
+def _bound(lane: _Lane, position: int) -> float:
+    """The float bound of the node at ``position`` of the lane's list (its score alone)."""
+    return (lane.entries[position].key + lane.shift) / lane.divisor
+
+
 def best_first(
-    lists: Mapping[Partition, list[FiledNode]],
-    shapes: Mapping[int, ViewShape],
+    view: IndexView,
+    variant: Variant,
     by_ident: Sequence[NodeShape],
     states: Mapping[str, NodeState],
     nodes: Mapping[str, Node],
     *,
+    starts: WalkStarts,
     policies: PodPolicies,
     demand: Demand,
     rules: PodRules | None,
@@ -150,20 +402,19 @@ def best_first(
     evaluate: Callable[[Node], Best | None],
     stats: DecisionStats,
 ) -> tuple[Best | None, int]:
-    """The best node of the partitions ``lists`` (a view's lists for the pod's variant) and
-    how many nodes were evaluated (counted in ``stats`` too). ``bounds`` holds the pod's
-    bounds per shape, and the walk adds those ``bounds_for`` computes; ``evaluate`` is the
-    exact evaluation of a node the precheck passed (None: it does not fit). None when no node
-    of the lists fits."""
+    """The best node of the ``variant`` lists of ``view`` (the pod's) and how many nodes were
+    evaluated (counted in ``stats`` too). ``starts`` keeps the heap of the lists' heads
+    across decisions; ``bounds`` holds the pod's bounds per shape, and the walk adds those
+    ``bounds_for`` computes; ``evaluate`` is the exact evaluation of a node the precheck
+    passed (None: it does not fit). None when no node of the lists fits."""
     walk = _Walk(states, nodes, policies.node, demand, rules)
-    walk.start(
-        lists,
-        shapes=shapes,
-        by_ident=by_ident,
-        policies=policies,
-        bounds=bounds,
-        bounds_for=bounds_for,
-    )
+    start = starts.start(view, variant, by_ident, policies, bounds=bounds, bounds_for=bounds_for)
+    walk.heap = list(start.update())
+    walk.serial = start.serial
+    sets = rules.exclusion_sets() if walk.excluded is not None and rules is not None else None
+    if sets:
+        walk.skips = start.skips_for(sets)
+        walk.where = (view, variant)
     return walk.run(bounds, evaluate, stats)
 
 
@@ -184,7 +435,6 @@ class _Walk:
         self.policy = policy
         self.demand = demand
         self.cores = demand.cores
-        self.sign = -1.0 if policy == "binpack" else 1.0
         self.rules = rules
         # Nodes a rule excludes are skipped before any heap work; the soft rules' penalty
         # lowers a node's bound once its list hands it over (docs/scoring.md).
@@ -200,51 +450,12 @@ class _Walk:
             self.penalised, self.floor = penalised
         self.heap: list[_Frontier] = []
         self.serial = 0
+        # Where the exclusion's first allowed nodes are kept, and the view and variant of
+        # the lists (None: not kept; see _Skips).
+        self.skips: _Skips | None = None
+        self.where: tuple[IndexView, Variant] | None = None
         self.best: Best | None = None
         self.best_key = 0.0
-
-    def start(
-        self,
-        lists: Mapping[Partition, list[FiledNode]],
-        *,
-        shapes: Mapping[int, ViewShape],
-        by_ident: Sequence[NodeShape],
-        policies: PodPolicies,
-        bounds: dict[int, ShapeBounds],
-        bounds_for: Callable[[NodeShape, ViewShape], ShapeBounds],
-    ) -> None:
-        """The heap of every partition's first node, bounded."""
-        states, cores, sign = self.states, self.cores, self.sign
-        heap = self.heap
-        serial = self.serial
-        memos: dict[int, dict[Partition, NodeAmounts | None]] = {}
-        for partition, entries in lists.items():
-            shape_id = partition[0]
-            memo = memos.get(shape_id)
-            if memo is None:
-                shape_bounds = bounds.get(shape_id)
-                if shape_bounds is None:
-                    shape_bounds = bounds[shape_id] = bounds_for(
-                        by_ident[shape_id], shapes[shape_id]
-                    )
-                memo = memos[shape_id] = amounts_memo(policies, shapes[shape_id], shape_bounds)
-            adding = memo.get(partition, _UNSEEN)
-            if adding is _UNSEEN:
-                adding = memo[partition] = partition_amounts(
-                    policies, shapes[shape_id], partition, bounds[shape_id]
-                )
-            if adding is None or not entries:
-                continue  # (the partition cannot hold the pod)
-            # The head goes in even if a rule excludes it: its bound is the list's best, so
-            # the list's first allowed node is looked for only once the head pops (lists whose
-            # bound cannot win are never walked through their excluded nodes).
-            shape = by_ident[shape_id]
-            name = entries[0].name
-            bound = float_score(shape.total, states[name].used, adding, cores)
-            heap.append(_frontier((sign * bound, name, serial, entries, 0, adding, shape, None, 0)))
-            serial += 1
-        heapq.heapify(heap)
-        self.serial = serial
 
     def run(
         self,
@@ -258,7 +469,7 @@ class _Walk:
         evaluated = 0
         while heap:
             entry = heapq.heappop(heap)
-            key, name, _, _, _, _, shape, penalty, run_end = entry
+            key, name, _, lane, _, penalty, run_end = entry
             best = self.best
             # Floats order the heap; whether a bound can still win is decided exactly, unless
             # it is clearly worse. Keys pop in order (a list's next bound is no better than
@@ -285,7 +496,7 @@ class _Walk:
             stats.nodes_evaluated += 1
             # The index's precheck first: it is the cheapest test and fails most often. Its
             # reason is not kept: the filter's reasons come first in kube-scheduler's order.
-            if precheck(state, demand, bounds[shape.ident]) is None:
+            if precheck(state, demand, bounds[lane.shape.ident]) is None:
                 found = evaluate(nodes[name])
                 if found is not None and (best is None or found.rank < best.rank):
                     self.best = found
@@ -295,27 +506,27 @@ class _Walk:
     def _next_allowed(self, entry: _Frontier) -> None:
         """Its list's first node after ``entry`` that no rule excludes joins the heap (unless
         none is left, or its bound cannot win)."""
-        _, _, _, entries, position, adding, shape, _, _ = entry
+        _, _, _, lane, position, _, _ = entry
         assert self.excluded is not None
-        at = _allowed(entries, position + 1, self.excluded)
+        entries = lane.entries
+        if self.skips is not None and self.where is not None and position == 0:
+            at = self.skips.first(lane, self.excluded, self.where[0], self.states, self.where[1])
+        else:
+            at = _allowed(entries, position + 1, self.excluded)
         if at == len(entries):
             return
-        name = entries[at].name
-        key = self.sign * float_score(shape.total, self.states[name].used, adding, self.cores)
+        key = _bound(lane, at)
         if self.best is not None and key > self.best_key + _EPSILON:
             return
-        heapq.heappush(
-            self.heap, _frontier((key, name, self.serial, entries, at, adding, shape, None, 0))
-        )
-        self.serial += 1
+        self._push(key, entries[at].name, lane, at)
 
     def _may_win(self, entry: _Frontier, state: NodeState, best: Best) -> bool:
         """For a node whose bound is within a float's error of the best: whether it may still
         beat it, decided exactly (False: its list's later nodes cannot either, or the next
         one that can went back into the heap)."""
-        _, name, _, entries, position, adding, shape, penalty, _ = entry
+        _, name, _, lane, position, penalty, _ = entry
         rules = self.rules
-        exact = node_score(shape.total, state.used, adding, cores=self.cores)
+        exact = node_score(lane.shape.total, state.used, lane.adding, cores=self.cores)
         lowered = rules.penalty(self.nodes[name]) if penalty and rules is not None else ZERO
         bounded = rank(self.policy, exact, lowered, ZERO, name)
         if bounded > best.rank:
@@ -327,64 +538,45 @@ class _Walk:
         # key (the same bound): the first that may win goes back into the heap, the others are
         # passed over. Without this, a best with a tie-break penalty made every node of its
         # score an allocator call (issue 28's cliff: 48 nodes per pod).
+        entries = lane.entries
         after = _tie_contender(entries, position, best, self.ties, self.excluded)
         if after is None:
             return False
         if after == position:
             return True
-        after_name = entries[after].name
-        after_key = self.sign * float_score(
-            shape.total, self.states[after_name].used, adding, self.cores
-        )
-        heapq.heappush(
-            self.heap,
-            _frontier((after_key, after_name, self.serial, entries, after, adding, shape, None, 0)),
-        )
-        self.serial += 1
+        self._push(_bound(lane, after), entries[after].name, lane, after)
         return False
 
     def _split(self, run: _Frontier) -> None:
         """A penalised run may still win: its first node goes back lowered by its own
         penalty, the rest as a shorter run (each only if it may still win)."""
-        _, name, _, entries, position, adding, shape, _, run_end = run
+        _, name, _, lane, position, _, run_end = run
         assert self.estimate is not None
-        states, best, limit = self.states, self.best, self.best_key + _EPSILON
+        best, limit = self.best, self.best_key + _EPSILON
         penalty = self.estimate(self.nodes[name])
-        key = self.sign * float_score(shape.total, states[name].used, adding, self.cores)
+        key = _bound(lane, position)
         if best is None or key + penalty <= limit:
-            self._push(
-                key + penalty, name, entries, position, adding=adding, shape=shape, penalty=penalty
-            )
+            self._push(key + penalty, name, lane, position, penalty=penalty)
         position += 1
         if position < run_end:
-            name = entries[position].name
-            key = self.sign * float_score(shape.total, states[name].used, adding, self.cores)
+            key = _bound(lane, position)
             if best is None or key + self.floor <= limit:
                 self._push(
-                    key + self.floor,
-                    name,
-                    entries,
-                    position,
-                    adding=adding,
-                    shape=shape,
-                    run_end=run_end,
+                    key + self.floor, lane.entries[position].name, lane, position, run_end=run_end
                 )
 
     def _push(
         self,
         key: float,
         name: str,
-        entries: list[FiledNode],
+        lane: _Lane,
         position: int,
         *,
-        adding: NodeAmounts,
-        shape: NodeShape,
         penalty: float | None = None,
         run_end: int = 0,
     ) -> None:
         heapq.heappush(
-            self.heap,
-            _frontier((key, name, self.serial, entries, position, adding, shape, penalty, run_end)),
+            self.heap, _frontier((key, name, self.serial, lane, position, penalty, run_end))
         )
         self.serial += 1
 
@@ -395,11 +587,12 @@ class _Walk:
         the soft rules certainly penalise goes back as one entry. The first node without a
         penalty, or past the heap's top, joins the heap unlowered. Returns the head's penalty
         (0.0: it is evaluated now)."""
-        key, name, _, entries, position, adding, shape, _, _ = entry
-        heap, states, nodes = self.heap, self.states, self.nodes
+        key, name, _, lane, position, _, _ = entry
+        heap, nodes = self.heap, self.nodes
         estimate, excluded, best = self.estimate, self.excluded, self.best
         penalised, floor = self.penalised, self.floor
-        best_key, sign, cores = self.best_key, self.sign, self.cores
+        best_key = self.best_key
+        entries, shift, divisor = lane.entries, lane.shift, lane.divisor
         head_penalty = 0.0
         at, at_name, at_key = position, name, key
         end = len(entries)
@@ -411,9 +604,7 @@ class _Walk:
             if ahead > 0.0:
                 lowered_key = at_key + ahead
                 if best is None or lowered_key <= best_key + _EPSILON:
-                    self._push(
-                        lowered_key, at_name, entries, at, adding=adding, shape=shape, penalty=ahead
-                    )
+                    self._push(lowered_key, at_name, lane, at, penalty=ahead)
             elif at != position:
                 break  # (pushed unlowered below)
             while True:  # the next node, past the runs of penalised nodes
@@ -423,8 +614,8 @@ class _Walk:
                 if at >= end:
                     at = -1
                     break
-                at_name = entries[at].name
-                at_key = sign * float_score(shape.total, states[at_name].used, adding, cores)
+                at_list_key, at_name = entries[at]
+                at_key = (at_list_key + shift) / divisor
                 if estimate is None or (heap and at_key > heap[0][0]):
                     estimating = False
                     break  # (pushed unlowered below)
@@ -440,18 +631,10 @@ class _Walk:
                         break
                     run_end += 1
                 if best is None or at_key + floor <= best_key + _EPSILON:
-                    self._push(
-                        at_key + floor,
-                        at_name,
-                        entries,
-                        at,
-                        adding=adding,
-                        shape=shape,
-                        run_end=run_end,
-                    )
+                    self._push(at_key + floor, at_name, lane, at, run_end=run_end)
                 at = run_end - 1
             if at < 0:
                 break
         if at >= 0:
-            self._push(at_key, at_name, entries, at, adding=adding, shape=shape)
+            self._push(at_key, at_name, lane, at)
         return head_penalty

@@ -9,6 +9,7 @@ view's filing and sorted lists, must equal those of an index built from the same
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -45,18 +46,72 @@ def _assert_fresh(eng: DecisionEngine) -> None:
         )
 
 
+def _step(
+    eng: DecisionEngine,
+    rng: random.Random,
+    placed: list[dict[str, Any]],
+    pod: dict[str, Any],
+    claims: Any,
+) -> None:
+    """Decide ``pod`` (assumed where placed), and now and then forget a placed pod."""
+    decision = eng.decide(pod, claims)
+    if isinstance(decision, Placement):
+        eng.assume(decision, pod)
+        placed.append(pod)
+    if placed and rng.random() < 0.2:
+        eng.forget(pod_uid(placed.pop(rng.randrange(len(placed)))))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_an_index_kept_up_to_date_equals_a_fresh_one(seed: int) -> None:
     rng, cluster, mix = random_case(3100 + seed, 8, 14)
     eng = _engine(cluster, mix)
     placed: list[dict[str, Any]] = []
     for step, (pod, claims) in enumerate(_stream(rng, mix)):
-        decision = eng.decide(pod, claims)
-        if isinstance(decision, Placement):
-            eng.assume(decision, pod)
-            placed.append(pod)
-        if placed and rng.random() < 0.2:
-            eng.forget(pod_uid(placed.pop(rng.randrange(len(placed)))))
+        _step(eng, rng, placed, pod, claims)
         if step % 5 == 0:
             _assert_fresh(eng)
     _assert_fresh(eng)
+
+
+def _lists(view: IndexView) -> dict[Any, dict[Any, list[Any]]]:
+    return {
+        variant: {p: list(entries) for p, entries in partitions.items()}
+        for variant, partitions in view.lists.items()
+    }
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_list_change_is_in_its_views_change_log(seed: int) -> None:
+    """Readers keep what they derived from a view's lists across decisions and read again
+    only what its change log names since (the node search's starting heap and first allowed
+    nodes): each node filed into or out of a list must be named there with its partition,
+    unless a new epoch began."""
+    rng, cluster, mix = random_case(3200 + seed, 8, 14)
+    eng = _engine(cluster, mix)
+    placed: list[dict[str, Any]] = []
+    checked = 0
+    for pod, claims in _stream(rng, mix):
+        eng.sync()
+        index = eng._index
+        before = {
+            kinds: (view.epoch, len(view.changes), _lists(view))
+            for kinds, view in index.views.items()
+        }
+        _step(eng, rng, placed, pod, claims)
+        eng.sync()
+        if eng._index is not index:
+            continue  # (rebuilt: new views)
+        for kinds, view in index.views.items():
+            if kinds not in before or view.epoch != before[kinds][0]:
+                continue
+            _, seen, lists = before[kinds]
+            logged = set(view.changes[seen:])
+            for variant, partitions in _lists(view).items():
+                was = lists[variant]
+                for partition in partitions.keys() | was.keys():
+                    moved = set(partitions.get(partition, [])) ^ set(was.get(partition, []))
+                    for entry in moved:
+                        assert (partition, entry.name) in logged, (partition, entry)
+                        checked += 1
+    assert checked

@@ -213,3 +213,43 @@ def test_a_held_claims_next_version_keeps_the_stored_parts_that_did_not_change()
     assert second["spec"] is first["spec"]
     assert second["status"]["allocation"] is first["status"]["allocation"]
     assert second["metadata"]["resourceVersion"] == "3"
+
+
+def test_held_claims_share_equal_specs_and_keep_unique_strings_out_of_the_intern_table() -> None:
+    """Two held claims with equal specs store one spec; their UIDs, resourceVersions and share
+    IDs are kept as decoded (never interned), and the stored objects equal what came."""
+    import sys
+
+    from controller.cache import ClusterCache
+    from kubeapi import codec
+
+    cache = ClusterCache(FakeApi())
+    stored = []
+    for n in range(2):
+        result = {"request": "gpu", "driver": "d", "pool": "p", "device": "gpu-0"}
+        raw: JSON = {
+            "metadata": {
+                "name": f"c{n}",
+                "namespace": "ns",
+                "resourceVersion": f"{n + 1}000001",
+                "uid": f"uid-{n}-not-interned-0000000000000000",
+            },
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "g"}}]}
+            },
+            "status": {
+                "allocation": {"devices": {"results": [{**result, "shareID": f"share-{n}-x"}]}}
+            },
+        }
+        decoded = codec.loads(codec.dumps(raw))
+        cache.claims.apply("ADDED", decoded)
+        claim = cache.claims.get(f"ns/c{n}")
+        assert claim == raw
+        stored.append(claim)
+    first, second = stored
+    assert second["spec"] is first["spec"]
+    for claim in stored:
+        uid = claim["metadata"]["uid"]
+        assert sys.intern(str(uid + " ")[:-1]) is not uid
+        share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
+        assert sys.intern(str(share + " ")[:-1]) is not share

@@ -539,7 +539,15 @@ class ClaimOverlay:
     def assume(self, written: JSON) -> None:
         """Record what a successful write returned, until the informer catches up."""
         key = object_key(written)
-        self._assumed[key] = _Assumed(written, rv_int(written), time.monotonic())
+        rv = rv_int(written)
+        base = self._informer.get(key)
+        if base is not None and rv_int(base) >= rv:
+            # The informer caught up before the write returned (its event came first): no
+            # reader would be shown the written object, and no later event would drop it (it
+            # held every claim a pod's writes returned until the next expiry sweep).
+            self._assumed.pop(key, None)
+        else:
+            self._assumed[key] = _Assumed(written, rv, time.monotonic())
         self._pending.pop(key, None)
         self.touch(key)
 

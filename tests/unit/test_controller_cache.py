@@ -117,6 +117,23 @@ def test_overlay_shows_pending_and_assumed_until_the_informer_catches_up() -> No
     assert overlay.view()["default/c"] is informer.store["default/c"]
 
 
+def test_overlay_keeps_no_write_the_informer_has_caught_up_with_already() -> None:
+    """A write whose watch event came before its answer is not held: nothing would show it,
+    and no later event would drop it."""
+    informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
+    informer.store["default/c"] = claim("c", 12, allocated=True)
+    overlay = ClaimOverlay(informer)
+    overlay.set_pending("default/c", claim("c", 11, allocated=True))
+    touched: list[str] = []
+    overlay.add_listener(touched.append)
+    overlay.assume(claim("c", 12, allocated=True))
+    assert overlay.in_flight == 0
+    assert touched == ["default/c"]
+    assert overlay.get("default/c") is informer.store["default/c"]
+    assert overlay.latest_written("default/c") is informer.store["default/c"]
+    assert overlay.written()["default/c"] is informer.store["default/c"]
+
+
 def test_overlay_forget_and_pending_only_keys() -> None:
     informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
     overlay = ClaimOverlay(informer)

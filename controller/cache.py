@@ -98,7 +98,9 @@ _UNIQUE_STRINGS: Final = frozenset({"uid", "resourceVersion", "shareID"})
 _SHARED_PARTS: Final = frozenset({"spec", "nodeSelector", "consumedCapacity"})
 #: Distinct shared parts kept before the table is started afresh (so that it stays bounded).
 _SHARED_MAX: Final = 50_000
-_shared: dict[bytes, Any] = {}
+#: hash of a part's encoding -> the part (a hash, not the encoding: a spec that no other
+#: claim has would otherwise cost its encoding here besides its object)
+_shared: dict[int, Any] = {}
 
 
 def _interned(value: Any) -> Any:
@@ -126,13 +128,14 @@ def _member(key: str, value: Any) -> Any:
 def _share(value: Any) -> Any:
     if type(value) is not dict:
         return value
-    key = codec.dumps(value)
+    key = hash(codec.dumps(value))
     found = _shared.get(key)
     if found is None:
         if len(_shared) >= _SHARED_MAX:
             _shared.clear()
-        found = _shared[key] = value
-    return found
+        _shared[key] = value
+        return value
+    return found if codec.equal(found, value) else value  # (unequal: a hash collision)
 
 
 def slim_claim(obj: JSON, previous: JSON | None = None) -> JSON:

@@ -270,3 +270,23 @@ def test_held_claims_share_equal_specs_and_keep_unique_strings_out_of_the_intern
         assert sys.intern(str(uid + " ")[:-1]) is not uid
         share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
         assert sys.intern(str(share + " ")[:-1]) is not share
+
+
+def test_a_shared_part_found_under_the_same_hash_but_unequal_is_not_taken() -> None:
+    from controller import cache as cache_module
+    from kubeapi import codec
+
+    part = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "values": ["n"]}]}]}
+    other = {"nodeSelectorTerms": []}
+    key = hash(codec.dumps(part))
+    saved = dict(cache_module._shared)
+    try:
+        cache_module._shared[key] = other  # as if ``other`` had collided with ``part``
+        assert cache_module._share(part) is part
+        del cache_module._shared[key]
+        first = cache_module._share(part)
+        assert first is part
+        assert cache_module._share(codec.loads(codec.dumps(part))) is part
+    finally:
+        cache_module._shared.clear()
+        cache_module._shared.update(saved)

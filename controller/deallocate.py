@@ -64,6 +64,7 @@ from controller.commit import (
 from controller.metrics import Metrics
 from controller.queue import Outcome, SchedulingQueue
 from driver.api.errors import ApiError, NotFoundError
+from driver.api.multimap import Multimap
 
 log = logging.getLogger(f"biaxial.{__name__}")
 
@@ -111,7 +112,7 @@ class Deallocator:
         #: that comes before its deletion's brings it back, and it is not written again
         self._deleted: OrderedDict[str, None] = OrderedDict()
         self._may_let_go = True  # until the claim-protection policy refuses it
-        self._by_pod: dict[str, set[str]] = {}  # pod uid -> claim keys that reference it
+        self._by_pod: Multimap[str, str] = Multimap()  # pod uid -> claim keys that reference it
         self._pods: dict[str, str] = {}  # pod uid -> pod key
         #: claims to work once the placement writing them is done (Committer.locked)
         self._deferred: set[str] = set()
@@ -135,14 +136,14 @@ class Deallocator:
         assert obj is not None
         key = object_key(obj)
         for uid in _pod_uids(old):
-            self._by_pod.get(uid, set()).discard(key)
+            self._by_pod.discard(uid, key)
         if new is None:
             self.queue.forget(key)
             self._awaiting_gc.pop(key, None)
             self._deferred.discard(key)
             return
         for uid in _pod_uids(new):
-            self._by_pod.setdefault(uid, set()).add(key)
+            self._by_pod.add(uid, key)
         if self._relevant(new):
             self._add(key)
 
@@ -156,7 +157,7 @@ class Deallocator:
             return
         self._pods.pop(uid, None)
         self._remember_gone(uid, deleted=new is None)
-        keys = set(self._by_pod.pop(uid, set()))
+        keys = set(self._by_pod.pop(uid))
         keys.update(pod_claim_keys(obj))
         for key in keys:
             self._add(key)

@@ -118,10 +118,11 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def _finish(self, body: bytes) -> None:
-        # The buffers go with the answer: an idle connection holds no copy of a list page.
+        # The buffers go with the answer: an idle connection holds no copy of a list page
+        # (nor does its answer's future, which would keep the body until the next request).
         self._buffer = bytearray()
         self._body = bytearray()
-        answer = self._answer
+        answer, self._answer = self._answer, None
         self.reusable = self._keep_alive and not self.closed
         if answer is not None and not answer.done():
             answer.set_result((self._status, body))

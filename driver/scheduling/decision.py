@@ -84,6 +84,7 @@ from driver.api.config import check_claim_config
 from driver.api.errors import BiaxialError, InvalidInputError, NodeAllocationError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import ResourceSlice
+from driver.api.multimap import Multimap
 from driver.api.nodes import Node, node_selector_matches
 from driver.scheduling.bounds import (
     Demand,
@@ -287,8 +288,8 @@ class DecisionEngine:
         # What preemption reads besides the pods: start times, who reserves each allocated
         # claim, and the nominations that hold resources on their nodes.
         self._started: dict[str, float] = {}
-        self._reservers: dict[str, frozenset[str]] = {}
-        self._claims_of: dict[str, set[str]] = {}
+        self._reservers: dict[str, tuple[str, ...]] = {}  # claim -> pod UIDs, sorted
+        self._claims_of: Multimap[str, str] = Multimap()  # pod UID -> claims it reserves
         self._nominations: dict[str, _Nomination] = {}
         self._nominated: dict[str, set[str]] = {}  # node -> nominated pod UIDs
         # The pod of the last decision and what the pod index would keep of it (assume reads
@@ -404,18 +405,15 @@ class DecisionEngine:
         ``reserved_for``: the UIDs in its ``status.reservedFor`` (preemption frees a claim's
         devices only when every pod reserving it is a victim)."""
         self._apply(self._tracker.observe_allocation(claim, allocation, bridge_of=bridge_of))
-        users = frozenset(reserved_for) if allocation is not None else frozenset()
-        old = self._reservers.get(claim, frozenset())
+        users = tuple(sorted(set(reserved_for))) if allocation is not None else ()
+        old = self._reservers.get(claim, ())
         if users == old:
             return
-        for uid in old - users:
-            held = self._claims_of.get(uid)
-            if held is not None:
-                held.discard(claim)
-                if not held:
-                    del self._claims_of[uid]
-        for uid in users - old:
-            self._claims_of.setdefault(uid, set()).add(claim)
+        for uid in old:
+            if uid not in users:
+                self._claims_of.discard(uid, claim)
+        for uid in users:
+            self._claims_of.add(uid, claim)
         if users:
             self._reservers[claim] = users
         else:
@@ -1285,7 +1283,7 @@ class DecisionEngine:
         pod_key = tuple(tuple(sorted(p.requests.items())) for p in removable)
         claims: set[str] = set()
         for p in removable:
-            claims.update(self._claims_of.get(p.uid, ()))
+            claims.update(self._claims_of.get(p.uid))
         claim_key = []
         for claim in claims:
             allocation = self._tracker.held(claim)
@@ -1302,7 +1300,7 @@ class DecisionEngine:
                 for r in allocation.results
                 if r.pool == pool and r.driver == driver and not r.admin_access
             )
-            reservers = self._reservers.get(claim, frozenset())
+            reservers = self._reservers.get(claim, ())
             claim_key.append(
                 (
                     tuple(held),
@@ -1377,10 +1375,10 @@ class DecisionEngine:
         """The allocations of claims whose every reserving pod is in ``removed``."""
         claims: set[str] = set()
         for uid in removed:
-            claims.update(self._claims_of.get(uid, ()))
+            claims.update(self._claims_of.get(uid))
         freed = []
         for claim in sorted(claims):
-            if self._reservers.get(claim, frozenset()) <= removed:
+            if removed.issuperset(self._reservers.get(claim, ())):
                 allocation = self._tracker.held(claim)
                 if allocation is not None:
                     freed.append(allocation)

@@ -117,6 +117,23 @@ def test_overlay_shows_pending_and_assumed_until_the_informer_catches_up() -> No
     assert overlay.view()["default/c"] is informer.store["default/c"]
 
 
+def test_overlay_keeps_no_write_the_informer_has_caught_up_with_already() -> None:
+    """A write whose watch event came before its answer is not held: nothing would show it,
+    and no later event would drop it."""
+    informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
+    informer.store["default/c"] = claim("c", 12, allocated=True)
+    overlay = ClaimOverlay(informer)
+    overlay.set_pending("default/c", claim("c", 11, allocated=True))
+    touched: list[str] = []
+    overlay.add_listener(touched.append)
+    overlay.assume(claim("c", 12, allocated=True))
+    assert overlay.in_flight == 0
+    assert touched == ["default/c"]
+    assert overlay.get("default/c") is informer.store["default/c"]
+    assert overlay.latest_written("default/c") is informer.store["default/c"]
+    assert overlay.written()["default/c"] is informer.store["default/c"]
+
+
 def test_overlay_forget_and_pending_only_keys() -> None:
     informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
     overlay = ClaimOverlay(informer)
@@ -213,3 +230,63 @@ def test_a_held_claims_next_version_keeps_the_stored_parts_that_did_not_change()
     assert second["spec"] is first["spec"]
     assert second["status"]["allocation"] is first["status"]["allocation"]
     assert second["metadata"]["resourceVersion"] == "3"
+
+
+def test_held_claims_share_equal_specs_and_keep_unique_strings_out_of_the_intern_table() -> None:
+    """Two held claims with equal specs store one spec; their UIDs, resourceVersions and share
+    IDs are kept as decoded (never interned), and the stored objects equal what came."""
+    import sys
+
+    from controller.cache import ClusterCache
+    from kubeapi import codec
+
+    cache = ClusterCache(FakeApi())
+    stored = []
+    for n in range(2):
+        result = {"request": "gpu", "driver": "d", "pool": "p", "device": "gpu-0"}
+        raw: JSON = {
+            "metadata": {
+                "name": f"c{n}",
+                "namespace": "ns",
+                "resourceVersion": f"{n + 1}000001",
+                "uid": f"uid-{n}-not-interned-0000000000000000",
+            },
+            "spec": {
+                "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "g"}}]}
+            },
+            "status": {
+                "allocation": {"devices": {"results": [{**result, "shareID": f"share-{n}-x"}]}}
+            },
+        }
+        decoded = codec.loads(codec.dumps(raw))
+        cache.claims.apply("ADDED", decoded)
+        claim = cache.claims.get(f"ns/c{n}")
+        assert claim == raw
+        stored.append(claim)
+    first, second = stored
+    assert second["spec"] is first["spec"]
+    for claim in stored:
+        uid = claim["metadata"]["uid"]
+        assert sys.intern(str(uid + " ")[:-1]) is not uid
+        share = claim["status"]["allocation"]["devices"]["results"][0]["shareID"]
+        assert sys.intern(str(share + " ")[:-1]) is not share
+
+
+def test_a_shared_part_found_under_the_same_hash_but_unequal_is_not_taken() -> None:
+    from controller import cache as cache_module
+    from kubeapi import codec
+
+    part = {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "values": ["n"]}]}]}
+    other = {"nodeSelectorTerms": []}
+    key = hash(codec.dumps(part))
+    saved = dict(cache_module._shared)
+    try:
+        cache_module._shared[key] = other  # as if ``other`` had collided with ``part``
+        assert cache_module._share(part) is part
+        del cache_module._shared[key]
+        first = cache_module._share(part)
+        assert first is part
+        assert cache_module._share(codec.loads(codec.dumps(part))) is part
+    finally:
+        cache_module._shared.clear()
+        cache_module._shared.update(saved)

@@ -97,6 +97,23 @@ def test_content_length_answers_reuse_one_connection_and_the_prefix_is_sent() ->
     _run(answer, scenario)
 
 
+def test_an_idle_connection_keeps_no_reference_to_the_last_answer() -> None:
+    """A list page's body is the caller's alone once answered (the pooled connection and its
+    answer's future held it until the next request)."""
+    page = b'{"items":[' + b"0," * 50_000 + b"0]}"
+
+    def answer(_request: bytes) -> tuple[list[bytes], bool]:
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(page), page], False
+
+    async def scenario(pool: Pool, _requests: list[bytes], _connections: list[int]) -> None:
+        status, body = await pool.request("GET", "/api/v1/x", {}, None)
+        assert (status, body) == (200, page)
+        await asyncio.sleep(0)  # the step that delivered the answer is over
+        assert not [r for r in gc.get_referrers(body) if type(r) is tuple]
+
+    _run(answer, scenario)
+
+
 def test_chunked_answers_split_anywhere_with_trailers() -> None:
     wire = (
         b"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n"

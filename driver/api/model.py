@@ -19,6 +19,7 @@ from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 from driver.api.errors import ManifestError
 from driver.api.ids import DriverName, NodeName, PoolName
 from driver.api.quantity import Quantity
+from driver.api.records import builder
 
 API_GROUP = "resource.k8s.io"
 API_VERSION = "resource.k8s.io/v1"
@@ -390,7 +391,7 @@ class Device:
             if raw.keys() <= _PLAIN_DEVICE_KEYS:
                 # What most published devices are (a GPU with attributes and capacities): the
                 # fields it does not set keep their defaults, as the full reading gives them.
-                return cls(name, attributes, capacity, multi)
+                return _new_device(name, attributes, capacity, multi)
             return cls(
                 name=name,
                 attributes=attributes,
@@ -447,6 +448,11 @@ class Device:
         return bool(self.taints or self.consumes_counters) or any(
             isinstance(v, tuple) for v in self.attributes.values()
         )
+
+
+#: Every published GPU is parsed at start-up (88,000 devices at 10,000 mixed nodes): built
+#: without the frozen ``__init__`` (:mod:`driver.api.records`).
+_new_device: Final = builder(Device)
 
 
 # --------------------------------------------------------------------------- slices

@@ -42,6 +42,7 @@ from driver.api.ids import DeviceID
 from driver.api.model import Device
 from driver.api.nodes import Node
 from driver.api.quantity import NANO, Quantity
+from driver.api.records import builder
 from driver.scheduling.classification import DeviceClassifier, KindFacts
 from driver.scheduling.policy import NodePolicy
 from driver.scheduling.scoring import (
@@ -509,7 +510,7 @@ def _device_state(cand: Candidate, position: DevicePosition, source: Source) -> 
     else:
         used_memory = used_cores = 0
         in_use = False
-    return DeviceState(
+    return _new_device_state(
         device_id,
         device,
         kind,
@@ -522,6 +523,11 @@ def _device_state(cand: Candidate, position: DevicePosition, source: Source) -> 
         bool(cand.consumes) and not in_use and name in blocked,
         _locality(device),
     )
+
+
+#: Built one per node-local device at every index build (88,000 at 10,000 mixed nodes): without
+#: the frozen ``__init__`` (:mod:`driver.api.records`).
+_new_device_state: Final = builder(DeviceState)
 
 
 def _locality(device: Device) -> tuple[tuple[str, object], ...]:

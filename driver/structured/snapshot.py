@@ -332,9 +332,10 @@ class Candidate:
     match_generation: int = 0
 
 
-#: Candidates are built one per device and node (88,000 at 10,000 mixed nodes): without the
-#: frozen ``__init__`` (:mod:`driver.api.records`).
+#: Candidates (and their device IDs) are built one per device and node (88,000 at 10,000 mixed
+#: nodes): without the frozen ``__init__`` (:mod:`driver.api.records`).
 _new_candidate: Final = builder(Candidate)
+_new_device_id: Final = builder(DeviceID)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -687,7 +688,7 @@ class _Index:
             node_local = bool(s.node_name) or d.binds_to_node
             selector = s.node_selector
         return _new_candidate(
-            DeviceID(s.driver, s.pool.name, DeviceName(d.name)),
+            _new_device_id(s.driver, s.pool.name, DeviceName(d.name)),
             d,
             s.name,
             s.generation,

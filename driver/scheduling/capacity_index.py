@@ -9,7 +9,8 @@ shared counters can set one apart — and nodes with the same devices share a
 
 A pod can only use the kinds its requests' classes (and selectors) allow, so nodes are filed
 per :class:`IndexView`: the index's view for one set of device kinds. Within a view, a node's
-:class:`Partition` reads only the view's devices: its shape, the largest free memory of a shared
+:class:`Partition` reads only the view's devices (an idle node's is read once per shape and
+device localities: thousands of nodes start alike): its shape, the largest free memory of a shared
 device (``level``), a cores-aware "certain fit" level (``fit_level``), both in 1/:data:`LEVELS`
 of the largest such device of the shape, the devices in use, and the most idle devices side by
 side (``group_fresh``, per NUMA node or PCIe root). Nodes are kept in sorted lists, one per
@@ -191,6 +192,10 @@ class NodeState:
     used: NodeAmounts
     sources: Mapping[PoolKey, Source] = field(default_factory=dict, compare=False)
     entries: tuple[tuple[Variant, FiledNode], ...] = field(default=(), compare=False)
+    # Nothing in use or blocked: the number of the devices' localities, in order, among the
+    # index's (an idle node's partition in a view follows from its shape and these); -1 not
+    # known idle.
+    idle_layout: int = field(default=-1, compare=False)
 
     def list_key(self, cores: bool) -> int:
         """Σ_d U_d · Π_{e≠d} T_e over the node dims: proportional to the node's current mean
@@ -390,6 +395,8 @@ class IndexView:
     filed: dict[str, Partition] = field(default_factory=dict)
     changes: list[tuple[Partition, str]] = field(default_factory=list)
     epoch: int = 0
+    # Partitions of idle nodes, by (shape ident, NodeState.idle_layout).
+    idle: dict[tuple[int, int], Partition | None] = field(default_factory=dict)
 
     def _changed(self, partition: Partition, name: str) -> None:
         changes = self.changes
@@ -405,8 +412,19 @@ class IndexView:
             self.shapes[shape.ident] = found
         return found
 
+    def partition(self, state: NodeState) -> Partition | None:
+        """Where ``state`` is filed here (None: it has no device of the view)."""
+        layout = state.idle_layout
+        if layout < 0:
+            return _partition(state, self.shape(state.shape))
+        key = (state.shape.ident, layout)
+        found = self.idle.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self.idle[key] = _partition(state, self.shape(state.shape))
+        return found  # type: ignore[no-any-return]
+
     def file(self, state: NodeState) -> None:
-        partition = _partition(state, self.shape(state.shape))
+        partition = self.partition(state)
         if partition is None:
             return
         self.filed[state.node.name] = partition
@@ -417,7 +435,7 @@ class IndexView:
     def file_all(self, states: Iterable[NodeState]) -> None:
         """File many nodes at once (one sort per list instead of one insertion per node)."""
         for state in states:
-            partition = _partition(state, self.shape(state.shape))
+            partition = self.partition(state)
             if partition is None:
                 continue
             self.filed[state.node.name] = partition
@@ -482,6 +500,8 @@ def _node_state(
     devices: tuple[DeviceState, ...],
     used: NodeAmounts,
     sources: Mapping[PoolKey, Source],
+    *,
+    idle_layout: int = -1,
 ) -> NodeState:
     """A node's state, with its list entry per variant (the list key negated under binpack,
     so the best comes first)."""
@@ -491,7 +511,7 @@ def _node_state(
         key = _list_key(shape.total, used, cores)
         entries.append((binpack, FiledNode(-key, name)))
         entries.append((spread, FiledNode(key, name)))
-    return NodeState(node, shape, devices, used, sources, tuple(entries))
+    return NodeState(node, shape, devices, used, sources, tuple(entries), idle_layout)
 
 
 def _device_state(cand: Candidate, position: DevicePosition, source: Source) -> DeviceState:
@@ -552,6 +572,7 @@ class CapacityIndex:
         self.by_ident: list[NodeShape] = []
         self.kinds: dict[DeviceKind, KindFacts] = {}
         self._blocked_memo: BlockedMemo = {}
+        self._layouts: dict[tuple[tuple[tuple[str, object], ...], ...], int] = {}
         self.generation = 0  # bumped when what is known of the kinds changes
         # How many filed nodes have each shape (by ident; shapes with none are absent), and a
         # counter bumped whenever that changes (:attr:`kind_counts` follows from them).
@@ -736,6 +757,7 @@ class CapacityIndex:
         allocated = self.snapshot.allocated
         sources: dict[PoolKey, Source] = {}
         states = []
+        in_use = used_memory = used_cores = blocked = 0
         for cand, position in zip(devices, shape.positions, strict=True):
             device_id = cand.device_id
             pool_key = (device_id.driver, device_id.pool)
@@ -744,13 +766,19 @@ class CapacityIndex:
                 usage = allocated.pool(*pool_key)
                 source = Source(cand.pool, usage, _blocked_in(cand.pool, usage, self._blocked_memo))
                 sources[pool_key] = source
-            states.append(_device_state(cand, position, source))
-        used = NodeAmounts(
-            devices=sum(s.in_use for s in states),
-            memory=sum(s.used_memory for s in states),
-            cores=sum(s.used_cores for s in states),
-        )
-        return _node_state(node, shape, tuple(states), used, sources)
+            state = _device_state(cand, position, source)
+            states.append(state)
+            if state.in_use:
+                in_use += 1
+                used_memory += state.used_memory
+                used_cores += state.used_cores
+            blocked += state.blocked
+        used = NodeAmounts(devices=in_use, memory=used_memory, cores=used_cores)
+        layout = -1
+        if not in_use and not blocked:
+            localities = tuple([s.locality for s in states])
+            layout = self._layouts.setdefault(localities, len(self._layouts))
+        return _node_state(node, shape, tuple(states), used, sources, idle_layout=layout)
 
     def _restate(self, old: NodeState, node: Node) -> tuple[NodeState, list[int]] | None:
         """The node's state after its use changed, from ``old`` (read from the same candidate
@@ -788,7 +816,12 @@ class CapacityIndex:
                 source is old.sources[key] for key, source in sources.items()
             ):
                 return old, []
-            return _node_state(node, old.shape, old.devices, old.used, sources), []
+            return (
+                _node_state(
+                    node, old.shape, old.devices, old.used, sources, idle_layout=old.idle_layout
+                ),
+                [],
+            )
         where = self._positions(node.name, devices)
         states = list(old.devices)
         used_devices, used_memory, used_cores = old.used.devices, old.used.memory, old.used.cores

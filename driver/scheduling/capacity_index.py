@@ -307,6 +307,7 @@ def _view_shape(shape: NodeShape, kinds: frozenset[DeviceKind]) -> ViewShape:
     )
 
 
+_KIND_MEMO: Final = 4096  # (driver, sharing, specs tuple, classes, flags) -> kind, kept
 _BLOCKED_MEMO: Final = 4096  # (pool geometry, counters left) -> blocked devices, kept
 
 
@@ -573,6 +574,9 @@ class CapacityIndex:
         self.kinds: dict[DeviceKind, KindFacts] = {}
         self._blocked_memo: BlockedMemo = {}
         self._layouts: dict[tuple[tuple[tuple[str, object], ...], ...], int] = {}
+        self._kind_memo: dict[
+            tuple[object, ...], tuple[tuple[CapacitySpec, ...], DeviceKind, KindFacts]
+        ] = {}
         self.generation = 0  # bumped when what is known of the kinds changes
         # How many filed nodes have each shape (by ident; shapes with none are absent), and a
         # counter bumped whenever that changes (:attr:`kind_counts` follows from them).
@@ -609,22 +613,30 @@ class CapacityIndex:
 
     # ------------------------------------------------------------------ state
     def _kind(self, cand: Candidate, classes: frozenset[str]) -> DeviceKind:
-        kind = DeviceKind(
-            cand.device_id.driver,
-            cand.multi,
-            cand.capacities,
-            classes,
-            bool(cand.blocking_taints or cand.consumes or cand.pool.has_binding_conditions),
-            bool(
-                cand.consumes and not cand.blocking_taints and not cand.pool.has_binding_conditions
-            ),
+        driver, capacities = cand.device_id.driver, cand.capacities
+        special = bool(cand.blocking_taints or cand.consumes or cand.pool.has_binding_conditions)
+        counted = bool(
+            cand.consumes and not cand.blocking_taints and not cand.pool.has_binding_conditions
         )
-        facts = self.kinds.get(kind)
-        if facts is None:
-            self.kinds[kind] = KindFacts(cand.device, cand.device_id.driver)
+        # Devices alike share their capacity specs (one tuple per capacity map): the kind and
+        # its facts are found by that tuple's identity (kept, so its id stays its own).
+        key = (driver, cand.multi, id(capacities), classes, special, counted)
+        kept = self._kind_memo.get(key)
+        if kept is not None:
+            kind, facts = kept[1], kept[2]
+            if facts.add(cand.device):
+                self.generation += 1
+            return kind
+        kind = DeviceKind(driver, cand.multi, capacities, classes, special, counted)
+        found = self.kinds.get(kind)
+        if found is None:
+            found = self.kinds[kind] = KindFacts(cand.device, driver)
             self.generation += 1
-        elif facts.add(cand.device):
+        elif found.add(cand.device):
             self.generation += 1
+        if len(self._kind_memo) >= _KIND_MEMO:
+            self._kind_memo.clear()  # (capacity specs not shared make every key distinct)
+        self._kind_memo[key] = (capacities, kind, found)
         return kind
 
     def _devices(self, node: Node) -> tuple[NodeShape, list[Candidate]] | None:

@@ -508,8 +508,9 @@ def _node_state(
     so the best comes first)."""
     name = node.name
     entries: list[tuple[Variant, FiledNode]] = []
+    idle = not (used.devices or used.memory or used.cores)
     for cores, binpack, spread in _VARIANTS:
-        key = _list_key(shape.total, used, cores)
+        key = 0 if idle else _list_key(shape.total, used, cores)  # (a sum of use terms)
         entries.append((binpack, FiledNode(-key, name)))
         entries.append((spread, FiledNode(key, name)))
     return NodeState(node, shape, devices, used, sources, tuple(entries), idle_layout)
@@ -551,9 +552,26 @@ def _device_state(cand: Candidate, position: DevicePosition, source: Source) -> 
 _new_device_state: Final = builder(DeviceState)
 
 
+_LOCALITIES: dict[tuple[object, ...], tuple[tuple[str, object], ...]] = {}
+_LOCALITIES_MAX: Final = 4096
+
+
 def _locality(device: Device) -> tuple[tuple[str, object], ...]:
+    """A device's locality groups; one tuple per distinct pair of values (and their types),
+    shared by the devices that have it (a node's few NUMA nodes and PCIe roots repeat on
+    every node)."""
     attributes = device.attributes
-    return ((NUMA_NODE, attributes.get(NUMA_NODE)), (PCIE_ROOT, attributes.get(PCIE_ROOT)))
+    numa, root = attributes.get(NUMA_NODE), attributes.get(PCIE_ROOT)
+    key = (type(numa), numa, type(root), root)
+    try:
+        found = _LOCALITIES.get(key)
+    except TypeError:  # (an unhashable value: its own tuple)
+        return ((NUMA_NODE, numa), (PCIE_ROOT, root))
+    if found is None:
+        if len(_LOCALITIES) >= _LOCALITIES_MAX:
+            _LOCALITIES.clear()
+        found = _LOCALITIES[key] = ((NUMA_NODE, numa), (PCIE_ROOT, root))
+    return found
 
 
 def _pools(state: NodeState) -> set[PoolKey]:

@@ -88,18 +88,23 @@ def _sorted_keys(reads: _Reads) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return found
 
 
-def _looks(device: Device, driver: str, reads: _Reads) -> tuple[object, ...] | None:
-    """What a selector with ``reads`` sees of ``device`` (None: not hashable, so ask the
-    device)."""
+def _seen_as(device: Device, driver: str, reads: _Reads) -> tuple[object, ...]:
+    """What a selector with ``reads`` sees of ``device`` (it may not be hashable)."""
     attributes = device.attributes
     capacity = device.capacity
     attribute_keys, capacity_keys = _sorted_keys(reads)
-    looks = (
+    return (
         driver,
         device.allow_multiple_allocations,
         tuple([(k, attributes[k]) for k in attribute_keys if k in attributes]),
         tuple([(k, capacity[k].value.nanos) for k in capacity_keys if k in capacity]),
     )
+
+
+def _looks(device: Device, driver: str, reads: _Reads) -> tuple[object, ...] | None:
+    """What a selector with ``reads`` sees of ``device`` (None: not hashable, so ask the
+    device)."""
+    looks = _seen_as(device, driver, reads)
     try:
         hash(looks)
     except TypeError:
@@ -219,15 +224,16 @@ class DeviceClassifier:
         """Each class's verdict on this device, in :attr:`class_names` order: True, False, or
         None when the selector cannot be compiled or evaluated on it (the allocator then meets
         the same error and reports it for the pod)."""
-        union = (
-            _looks(candidate.device, candidate.device_id.driver, self._union)
-            if self._union is not None
-            else None
-        )
-        if union is not None:
-            known = self._signatures.get(union)
-            if known is not None:
-                return known
+        union = None
+        if self._union is not None:
+            union = _seen_as(candidate.device, candidate.device_id.driver, self._union)
+            try:  # (hashed once here, not checked first: most devices were seen alike)
+                known = self._signatures.get(union)
+            except TypeError:
+                union = None  # not hashable: ask the device
+            else:
+                if known is not None:
+                    return known
         looks: dict[_Reads, tuple[object, ...] | None] = {}
         verdicts = tuple(self._selects(rule, candidate, looks) for rule in self._rules)
         found = self._classifications.setdefault(verdicts, Classification(self, verdicts))

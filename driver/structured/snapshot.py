@@ -40,6 +40,7 @@ from driver.api.ids import DeviceID, DeviceName, DriverName, NodeName, PoolName
 from driver.api.model import JSON, Capacity, Device, DeviceTaint, ResourceSlice
 from driver.api.nodes import Node, node_selector_matches
 from driver.api.quantity import Format
+from driver.api.records import builder
 from driver.cel.matchcache import MatchCache
 
 PoolKey = tuple[str, str]
@@ -331,6 +332,12 @@ class Candidate:
     match_generation: int = 0
 
 
+#: Candidates (and their device IDs) are built one per device and node (88,000 at 10,000 mixed
+#: nodes): without the frozen ``__init__`` (:mod:`driver.api.records`).
+_new_candidate: Final = builder(Candidate)
+_new_device_id: Final = builder(DeviceID)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class NodeCandidates:
     """A node's visible pools (all of them, in order) and the devices of the usable ones."""
@@ -388,18 +395,35 @@ class _SpecCache:
     """Capacity specs shared by every device that publishes the same capacity (thousands of
     identical GPUs): building them dominates the per-node index cost otherwise."""
 
-    __slots__ = ("_by_identity", "_specs")
+    __slots__ = ("_by_identity", "_by_map", "_specs")
+
+    #: Capacity maps whose specs are kept by identity (parsed devices alike share one map:
+    #: a handful per cluster; maps not shared are read again once this many are kept).
+    MAPS: Final = 4096
 
     def __init__(self) -> None:
         self._specs: dict[tuple[str, Capacity, tuple[Format, ...]], CapacitySpec] = {}
         # Parsed and built devices share their Capacity objects: most lookups are by identity
         # (the object is kept, so its id stays its own).
         self._by_identity: dict[tuple[str, int], tuple[Capacity, CapacitySpec]] = {}
+        # The same for a device's whole capacity map (parsed devices alike share it).
+        self._by_map: dict[int, tuple[Mapping[str, Capacity], tuple[CapacitySpec, ...]]] = {}
 
     def specs(self, device: Device) -> tuple[CapacitySpec, ...]:
+        capacity = device.capacity
+        kept = self._by_map.get(id(capacity))
+        if kept is not None:
+            return kept[1]
+        found = self._specs_of(capacity)
+        if len(self._by_map) >= self.MAPS:
+            self._by_map.clear()
+        self._by_map[id(capacity)] = (capacity, found)
+        return found
+
+    def _specs_of(self, capacity: Mapping[str, Capacity]) -> tuple[CapacitySpec, ...]:
         out: list[CapacitySpec] = []
-        for name in sorted(device.capacity):
-            cap = device.capacity[name]
+        for name in sorted(capacity):
+            cap = capacity[name]
             known = self._by_identity.get((name, id(cap)))
             if known is not None:
                 out.append(known[1])
@@ -630,9 +654,7 @@ class _Index:
             if pool.incomplete or pool.invalid:
                 continue
             for s in pool.slices:
-                generation = hash((s.uid, s.name, s.generation, s.pool.generation))
-                for d in s.devices:
-                    devices.append(self._candidate(node, pool, s, d, len(devices), generation))
+                self._candidates(node, pool, s, devices)
         return NodeCandidates(node=node, pools=tuple(views), devices=tuple(devices))
 
     def _pool(
@@ -665,39 +687,50 @@ class _Index:
             self.info_cache[cache_key] = info
         return current, info
 
-    def _candidate(  # noqa: PLR0917 - internal, called once per device in one loop
-        self, node: Node, pool: PoolView, s: ResourceSlice, d: Device, index: int, generation: int
-    ) -> Candidate:
-        if s.per_device_node_selection:
-            where = f"ResourceSlice {s.name!r}: device {d.name!r} nodeSelector"
-            try:
-                node_match = _device_matches_node(d, node, where)
-            except ManifestError as exc:
-                raise AllocationError(f"node {node.name}: {exc}") from exc
-            node_local = bool(d.node_name) or d.binds_to_node
-            selector = d.node_selector
-        else:
-            node_match = True
-            node_local = bool(s.node_name) or d.binds_to_node
-            selector = s.node_selector
-        return Candidate(
-            device_id=DeviceID(s.driver, s.pool.name, DeviceName(d.name)),
-            device=d,
-            slice_name=s.name,
-            slice_generation=s.generation,
-            pool=pool,
-            index=index,
-            node_match=node_match,
-            node_local=node_local,
-            node_selector=selector,
-            multi=d.allow_multiple_allocations,
-            capacities=self.spec_cache.specs(d) if d.capacity else (),
-            blocking_taints=(
-                tuple([t for t in d.taints if t.effect in _BLOCKING_EFFECTS]) if d.taints else ()
-            ),
-            consumes=pool.device_counters.get(d.name, ()),
-            match_generation=generation,
+    def _candidates(
+        self, node: Node, pool: PoolView, s: ResourceSlice, devices: list[Candidate]
+    ) -> None:
+        """Append the candidates of slice ``s``'s devices to ``devices`` (one loop per slice:
+        what the slice decides for all its devices is read once)."""
+        generation = hash((s.uid, s.name, s.generation, s.pool.generation))
+        driver, pool_name, slice_name, slice_generation = (
+            s.driver,
+            s.pool.name,
+            s.name,
+            s.generation,
         )
+        per_device = s.per_device_node_selection
+        node_match, node_local, selector = True, bool(s.node_name), s.node_selector
+        counters, specs = pool.device_counters, self.spec_cache.specs
+        for d in s.devices:
+            if per_device:
+                where = f"ResourceSlice {s.name!r}: device {d.name!r} nodeSelector"
+                try:
+                    node_match = _device_matches_node(d, node, where)
+                except ManifestError as exc:
+                    raise AllocationError(f"node {node.name}: {exc}") from exc
+                node_local = bool(d.node_name)
+                selector = d.node_selector
+            devices.append(
+                _new_candidate(
+                    _new_device_id(driver, pool_name, DeviceName(d.name)),
+                    d,
+                    slice_name,
+                    slice_generation,
+                    pool,
+                    len(devices),
+                    node_match,
+                    node_local or d.binds_to_node,
+                    selector,
+                    d.allow_multiple_allocations,
+                    specs(d) if d.capacity else (),
+                    tuple([t for t in d.taints if t.effect in _BLOCKING_EFFECTS])
+                    if d.taints
+                    else (),
+                    counters.get(d.name, ()),
+                    generation,
+                )
+            )
 
 
 class ClusterSnapshot:

@@ -96,6 +96,8 @@ _UNIQUE_STRINGS: Final = frozenset({"uid", "resourceVersion", "shareID"})
 #: template, the allocations on one node, of one share size): stored once, whoever has them
 #: (stored objects are never mutated).
 _SHARED_PARTS: Final = frozenset({"spec", "nodeSelector", "consumedCapacity"})
+#: The keys :func:`_member` treats apart from the rest.
+_KEPT_APART: Final = _SHARED_PARTS | _UNIQUE_STRINGS
 #: Distinct shared parts kept before the table is started afresh (so that it stays bounded).
 _SHARED_MAX: Final = 50_000
 #: hash of a part's encoding -> the part (a hash, not the encoding: a spec that no other
@@ -109,8 +111,8 @@ def _interned(value: Any) -> Any:
     kind = type(value)
     if kind is str:
         return sys.intern(value) if len(value) <= _INTERN_MAX else value
-    if kind is dict:
-        return {k: _member(k, v) for k, v in value.items()}
+    if kind is dict:  # (most keys are neither shared nor unique: no call to _member for them)
+        return {k: _member(k, v) if k in _KEPT_APART else _interned(v) for k, v in value.items()}
     if kind is list:
         return [_interned(v) for v in value]
     return value

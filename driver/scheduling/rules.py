@@ -101,6 +101,7 @@ class RuleEnvironment:
         self.owners = owners or OwnerSelectors()
         self.nodes: Mapping[str, Node] = {}
         self.soft_taints = 0  # the most PreferNoSchedule taints of any node
+        self.generation = 0  # counts the changes to the nodes (their labels)
         self._node_sets: OrderedDict[tuple[Any, ...], _NodeSet] = OrderedDict()
 
     def set_nodes(self, nodes: Mapping[str, Node]) -> None:
@@ -109,12 +110,14 @@ class RuleEnvironment:
         self.index.set_nodes({name: node.labels for name, node in nodes.items()})
         self.soft_taints = max((soft_taint_count(n) for n in nodes.values()), default=0)
         self._node_sets.clear()
+        self.generation += 1
 
     def node_changed(self, name: str, node: Node | None) -> None:
         """One node came, changed or (None) went (``nodes`` already shows it)."""
         self.index.set_node_labels(name, node.labels if node is not None else None)
         self.soft_taints = max((soft_taint_count(n) for n in self.nodes.values()), default=0)
         self._node_sets.clear()
+        self.generation += 1
 
     def node_set(
         self,
@@ -193,6 +196,7 @@ class PodRules:
     soft_spread_all: bool = True  # nodes without a key get the full penalty
     tie_spread: tuple[SpreadCounts, ...] = ()
     where: str = "pod"
+    generation: int = 0  # the environment's, when built (its nodes' labels)
 
     @property
     def filters(self) -> bool:
@@ -289,6 +293,45 @@ class PodRules:
         constraint: as the index keeps them (:attr:`SpreadCounts.over`), or by domain where
         the key has few. None: none known. The node search passes them over in runs, each
         bounded once by the floor."""
+        found = self._penalised_parts()
+        if found is None:
+            return None
+        sets, keyed, floor = found
+        if not keyed:
+            return _member_of(sets), floor
+        nodes = self.nodes
+        if len(sets) == 1 and len(keyed) == 1:  # hostname and zone: the common case
+            (only_set,), ((key, values),) = sets, keyed
+            return (lambda name: name in only_set or nodes[name].labels.get(key) in values), floor
+
+        def penalised(name: str) -> bool:
+            if any(name in s for s in sets):
+                return True
+            labels = nodes[name].labels
+            return any(labels.get(key) in values for key, values in keyed)
+
+        return penalised, floor
+
+    def penalised_key(self) -> tuple[tuple[NodeSet, ...], tuple[object, ...]] | None:
+        """What :meth:`penalised`'s test reads, for a reader that keeps its answers across
+        decisions: the node sets the pod index keeps (a node in one stays penalised while
+        the set's ``removals`` stay), and a key naming the rest (the domains penalised by
+        value, the node labels' :attr:`generation`, and the floor). None: no test, or one that reads
+        sets the index does not keep (never from :func:`pod_rules`)."""
+        found = self._penalised_parts()
+        if found is None:
+            return None
+        sets, keyed, floor = found
+        kept = tuple(s for s in sets if isinstance(s, NodeSet))
+        if len(kept) != len(sets):
+            return None
+        return kept, (self.generation, keyed, floor)
+
+    def _penalised_parts(
+        self,
+    ) -> tuple[tuple[Set[str], ...], tuple[tuple[str, frozenset[str]], ...], float] | None:
+        """:meth:`penalised`'s node sets, its penalised domains by value (topology key, the
+        values) and its floor; None: none known."""
         if not self.soft_spread:
             return None
         share = 1.0 / len(self.soft_spread)
@@ -313,21 +356,7 @@ class PodRules:
             floor = least if floor is None else min(floor, least)
         if floor is None or not (sets or keyed):
             return None
-        floor *= 1 - 1e-9  # (a hair lower still)
-        if not keyed:
-            return _member_of(tuple(sets)), floor
-        nodes = self.nodes
-        if len(sets) == 1 and len(keyed) == 1:  # hostname and zone: the common case
-            (only_set,), ((key, values),) = sets, keyed
-            return (lambda name: name in only_set or nodes[name].labels.get(key) in values), floor
-
-        def penalised(name: str) -> bool:
-            if any(name in s for s in sets):
-                return True
-            labels = nodes[name].labels
-            return any(labels.get(key) in values for key, values in keyed)
-
-        return penalised, floor
+        return tuple(sets), tuple(keyed), floor * (1 - 1e-9)  # (a hair lower still)
 
     def penalty(self, node: Node) -> Fraction:
         """The weighted sum of the soft rules' penalties on ``node`` (0: nothing to lose)."""
@@ -591,7 +620,7 @@ def pod_rules(
     constraints = own or defaults
     hard = [c for c in constraints if c.when_unsatisfiable == "DoNotSchedule"]
     soft = [c for c in constraints if c.when_unsatisfiable == "ScheduleAnyway"]
-    rules = PodRules(nodes=env.nodes, where=where)
+    rules = PodRules(nodes=env.nodes, where=where, generation=env.generation)
     if hard:
         rules.spread = _spread_counts(env, pod, hard, facts, require_all=True)
     if soft:

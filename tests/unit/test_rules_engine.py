@@ -374,6 +374,45 @@ def test_the_nodes_the_search_passes_over_in_runs_pay_at_least_the_floor(seed: i
     assert seen
 
 
+def placed_alike(
+    pruned: DecisionEngine, reference: DecisionEngine, raw: JSON, placed: list[str], step: int
+) -> None:
+    """The pruned engine answers ``raw`` as the exhaustive one; its UID joins ``placed`` when
+    it is placed."""
+    want = place(reference, raw)
+    got = place(pruned, raw)
+    assert same(got, want), (step, got, want)
+    if isinstance(want, Placement):
+        placed.append(raw["metadata"]["uid"])
+
+
+def churned(
+    rng: random.Random,
+    roll: float,
+    nodes: list[tuple[JSON, JSON]],
+    placed: list[str],
+    engines: tuple[DecisionEngine, ...],
+    *,
+    forget: float,
+    move: float,
+) -> bool:
+    """A stream's step other than a placement, or False: with ``roll`` below ``forget``, one
+    of the ``placed`` pods (their UIDs) goes; below ``move``, a node moves to a random zone."""
+    if placed and roll < forget:
+        uid = placed.pop(rng.randrange(len(placed)))
+        for eng in engines:
+            eng.forget(uid)
+        return True
+    if roll < move:
+        raw, _ = rng.choice(nodes)
+        moved = copy.deepcopy(raw)
+        moved["metadata"]["labels"][ZONE] = rng.choice("abcd")
+        for eng in engines:
+            eng.observe_node(moved["metadata"]["name"], to_node(moved))
+        return True
+    return False
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_pruned_equals_exhaustive_while_excluded_nodes_come_and_go(seed: int) -> None:
     """The node search keeps across decisions where each list's first node that an
@@ -389,17 +428,7 @@ def test_pruned_equals_exhaustive_while_excluded_nodes_come_and_go(seed: int) ->
     placed: list[str] = []
     for i in range(80):
         roll = rng.random()
-        if placed and roll < 0.2:
-            uid = placed.pop(rng.randrange(len(placed)))
-            for eng in (pruned, reference):
-                eng.forget(uid)
-            continue
-        if roll < 0.25:
-            raw, _ = rng.choice(nodes)
-            moved = copy.deepcopy(raw)
-            moved["metadata"]["labels"][ZONE] = rng.choice("abcd")
-            for eng in (pruned, reference):
-                eng.observe_node(moved["metadata"]["name"], to_node(moved))
+        if churned(rng, roll, nodes, placed, (pruned, reference), forget=0.2, move=0.25):
             continue
         kind = rng.choice(["web", "db", "db", "filler"])
         builder = pod(f"p{i}").labels(app=kind)
@@ -407,10 +436,52 @@ def test_pruned_equals_exhaustive_while_excluded_nodes_come_and_go(seed: int) ->
             builder.anti(HOSTNAME, app="web")
         elif kind == "db":
             builder.anti(ZONE, app="db").policy(node="spread")
-        raw = builder.gpu(gpumem=rng.choice([2000, 6000])).json()
-        want = place(reference, raw)
-        got = place(pruned, raw)
-        assert same(got, want), (i, got, want)
-        if isinstance(want, Placement):
-            placed.append(raw["metadata"]["uid"])
+        placed_alike(
+            pruned, reference, builder.gpu(gpumem=rng.choice([2000, 6000])).json(), placed, i
+        )
+    assert pruned.stats.allocator_calls <= reference.stats.allocator_calls
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_pruned_equals_exhaustive_while_penalised_runs_come_and_go(seed: int) -> None:
+    """The node search keeps across decisions where the runs of nodes that preferred
+    spreading certainly penalises end in each list, and the heap it starts from with the
+    lists' penalised heads lowered by the penalty's floor: placements (a node joins the runs,
+    or a node the rule does not penalise is filed into one), pods of another scheduler
+    coming and going (a node penalised, or no longer, without any list changing), our pods
+    going and nodes changing zones must not make it answer otherwise than evaluating every
+    node."""
+    rng = random.Random(seed)
+    nodes = [zoned_node(f"n{i:02d}", rng.choice("abc"), gpus=4) for i in range(rng.randint(12, 20))]
+    names = [raw["metadata"]["name"] for raw, _ in nodes]
+    keys = [(HOSTNAME, ZONE), (ZONE,), (HOSTNAME,)][seed % 3]  # (one deployment's rule)
+    skew = rng.choice([1, 2, 5])
+    pruned = engine(nodes)
+    reference = engine(nodes, exhaustive=True)
+    placed: list[str] = []
+    theirs: list[str] = []
+    for i in range(120):
+        roll = rng.random()
+        if churned(rng, roll, nodes, placed, (pruned, reference), forget=0.1, move=0.15):
+            continue
+        if theirs and roll < 0.22:
+            uid = theirs.pop(rng.randrange(len(theirs)))
+            for eng in (pruned, reference):
+                eng.observe_pod(uid, None)
+            continue
+        if roll < 0.3:
+            other = pod(f"t{i}").scheduler("default-scheduler").labels(app="web")
+            raw = other.on(rng.choice(names)).json()
+            for eng in (pruned, reference):
+                eng.observe_pod(raw["metadata"]["uid"], raw["spec"]["nodeName"], raw=raw)
+            theirs.append(raw["metadata"]["uid"])
+            continue
+        builder = pod(f"p{i}").labels(app=rng.choice(["web", "web", "db"]))
+        for key in keys:
+            builder.spread(key, skew, when="ScheduleAnyway", app="web")
+        if rng.random() < 0.2:
+            builder.policy(node="spread")
+        placed_alike(
+            pruned, reference, builder.gpu(gpumem=rng.choice([2000, 6000])).json(), placed, i
+        )
     assert pruned.stats.allocator_calls <= reference.stats.allocator_calls

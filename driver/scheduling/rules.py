@@ -74,6 +74,7 @@ from driver.scheduling.topologyspread import (
 )
 
 _MAX_NODE_SETS: Final = 64
+_MAX_PARSED: Final = 256  # pods' own spread constraints kept parsed (per distinct list)
 _FEW_DOMAINS: Final = 64  # a key with at most this many domains is read by value, not node
 _FILTERING_EFFECTS: Final = frozenset({"NoSchedule", "NoExecute"})
 
@@ -102,6 +103,9 @@ class RuleEnvironment:
         self.nodes: Mapping[str, Node] = {}
         self.soft_taints = 0  # the most PreferNoSchedule taints of any node
         self.generation = 0  # counts the changes to the nodes (their labels)
+        # The pods' own spread constraints, parsed, by their text (and the pod's labels
+        # where matchLabelKeys reads them): the replicas of a workload share one list.
+        self._parsed: dict[str, tuple[SpreadConstraint, ...]] = {}
         self._node_sets: OrderedDict[tuple[Any, ...], _NodeSet] = OrderedDict()
 
     def set_nodes(self, nodes: Mapping[str, Node]) -> None:
@@ -118,6 +122,23 @@ class RuleEnvironment:
         self.soft_taints = max((soft_taint_count(n) for n in self.nodes.values()), default=0)
         self._node_sets.clear()
         self.generation += 1
+
+    def own_constraints(self, raw: Mapping[str, Any], where: str) -> tuple[SpreadConstraint, ...]:
+        """:func:`~driver.scheduling.topologyspread.pod_constraints` of the pod ``raw``,
+        parsed once per distinct list (ManifestError, as it raises, is never kept)."""
+        listed = (raw.get("spec") or {}).get("topologySpreadConstraints")
+        if not listed:
+            return pod_constraints(raw, where)
+        key = repr(listed)
+        if "matchLabelKeys" in key:
+            key += repr(sorted(((raw.get("metadata") or {}).get("labels") or {}).items()))
+        found = self._parsed.get(key)
+        if found is None:
+            found = pod_constraints(raw, where)
+            if len(self._parsed) >= _MAX_PARSED:
+                self._parsed.clear()
+            self._parsed[key] = found
+        return found
 
     def node_set(
         self,
@@ -197,6 +218,8 @@ class PodRules:
     tie_spread: tuple[SpreadCounts, ...] = ()
     where: str = "pod"
     generation: int = 0  # the environment's, when built (its nodes' labels)
+    # (:meth:`_penalised_parts`, once computed: the walk asks for them twice)
+    _parts: Any = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def filters(self) -> bool:
@@ -332,6 +355,15 @@ class PodRules:
     ) -> tuple[tuple[Set[str], ...], tuple[tuple[str, frozenset[str]], ...], float] | None:
         """:meth:`penalised`'s node sets, its penalised domains by value (topology key, the
         values) and its floor; None: none known."""
+        if self._parts is None:
+            self._parts = (self._penalised_read(),)
+        found: tuple[tuple[Set[str], ...], tuple[tuple[str, frozenset[str]], ...], float] | None
+        (found,) = self._parts
+        return found
+
+    def _penalised_read(
+        self,
+    ) -> tuple[tuple[Set[str], ...], tuple[tuple[str, frozenset[str]], ...], float] | None:
         if not self.soft_spread:
             return None
         share = 1.0 / len(self.soft_spread)
@@ -612,7 +644,7 @@ def pod_rules(
     ``raw`` is the pod's JSON (constraints, preferred node terms, owners); ``pod`` its parsed
     view; ``facts`` its node filter facts. Raises ManifestError for malformed rules."""
     where = f"pod {pod.namespace}/{pod.name}"
-    own = pod_constraints(raw, where)
+    own = env.own_constraints(raw, where)
     spreading = env.spreading
     defaults: tuple[SpreadConstraint, ...] = ()
     if not own and spreading.constraints:

@@ -184,9 +184,8 @@ class _Start:
         self.skips: dict[tuple[tuple[int, int], ...], _Skips] = {}
         self.runs: dict[tuple[object, ...], _Runs] = {}
 
-    def update(self) -> list[_Frontier]:
-        """The heads as a heap (shared: copy it before changing it), the view's lists read
-        again where they changed."""
+    def update(self) -> None:
+        """The heads, the view's lists read again where they changed."""
         view = self.view
         if self.epoch != view.epoch:
             self.lanes.clear()
@@ -199,6 +198,10 @@ class _Start:
         for partition in changed:
             self._read(partition)
             self.heap = None
+
+    def heads_heap(self) -> list[_Frontier]:
+        """The heads as a heap (shared: copy it before changing it), up to date after
+        :meth:`update`."""
         if self.heap is None:
             self.heap = list(self.heads.values())
             heapq.heapify(self.heap)
@@ -585,7 +588,8 @@ def best_first(
     passed (None: it does not fit). None when no node of the lists fits."""
     walk = _Walk(states, nodes, policies.node, demand, rules)
     start = starts.start(view, variant, by_ident, policies, bounds=bounds, bounds_for=bounds_for)
-    heap = start.update()
+    start.update()
+    heap: list[_Frontier] | None = None
     sets = rules.exclusion_sets() if walk.excluded is not None and rules is not None else None
     if sets:
         walk.skips = start.skips_for(sets)
@@ -595,7 +599,7 @@ def best_first(
         if penalised is not None:
             walk.runs = start.runs_for(*penalised, walk.floor)
             heap = walk.runs.start_heap(start, walk.penalised, states)
-    walk.heap = list(heap)
+    walk.heap = list(heap if heap is not None else start.heads_heap())
     walk.serial = start.serial
     walk.where = (view, variant)
     return walk.run(bounds, evaluate, stats)

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+from driver.api.errors import ManifestError
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, Unschedulable
 from driver.scheduling.topologyspread import DefaultSpreading
 from tests.unit.builders import snapshot, taint, to_node
 from tests.unit.pods import HOSTNAME, ZONE, pod, selector, zoned_node
 from tests.unit.rules_env import environment, rules_for
+from tests.unit.rules_env import nodes as rule_nodes
 from tests.unit.test_decision import (
     GPU_CLASS_JSON,
     PATTERNS,
@@ -485,3 +487,28 @@ def test_pruned_equals_exhaustive_while_penalised_runs_come_and_go(seed: int) ->
             pruned, reference, builder.gpu(gpumem=rng.choice([2000, 6000])).json(), placed, i
         )
     assert pruned.stats.allocator_calls <= reference.stats.allocator_calls
+
+
+def test_a_workloads_spread_constraints_are_parsed_once_and_match_label_keys_apart() -> None:
+    """The rule environment keeps a pod's own spread constraints parsed per distinct list:
+    replicas share the parse, a pod's labels count where matchLabelKeys reads them, and a
+    malformed list still raises for every pod that carries it."""
+    env = environment(rule_nodes(("a0", {ZONE: "a"})))
+
+    def spread(name: str, version: str, *keys: str) -> JSON:
+        builder = pod(name).labels(app="web", version=version)
+        return builder.spread(ZONE, 2, match_keys=keys, app="web").json()
+
+    first = env.own_constraints(spread("p0", "1"), "pod p0")
+    assert env.own_constraints(spread("p1", "2"), "pod p1") is first
+    keyed = env.own_constraints(spread("p2", "1", "version"), "pod p2")
+    other = env.own_constraints(spread("p3", "2", "version"), "pod p3")
+    assert keyed[0].selector != other[0].selector
+    assert keyed[0].selector.matches({"app": "web", "version": "1"})
+    assert not keyed[0].selector.matches({"app": "web", "version": "2"})
+    assert env.own_constraints(spread("p4", "1", "version"), "pod p4") is keyed
+    bad = spread("p5", "1")
+    bad["spec"]["topologySpreadConstraints"][0]["maxSkew"] = 0
+    for _ in range(2):
+        with pytest.raises(ManifestError, match="maxSkew"):
+            env.own_constraints(bad, "pod p5")

@@ -166,6 +166,13 @@ class Watcher:
                 self.cond.wait(timeout)
             return self.items.popleft() if self.items else None
 
+    def rest(self) -> list[tuple[str, Any]]:
+        """Every item queued now, without waiting (what :meth:`next` would return next)."""
+        with self.cond:
+            items = list(self.items)
+            self.items.clear()
+            return items
+
     def close(self, payload: Any = None) -> None:
         """End the watch: ``payload`` None ends it cleanly, "DROP" abruptly, a Status as ERROR."""
         self.put("CLOSE", payload)

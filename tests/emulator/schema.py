@@ -36,14 +36,16 @@ class Issue:
 
 Check = Callable[[Any, Path, list[Issue]], None]
 
-_PY_TYPES: Final[dict[str, Callable[[Any], bool]]] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "null": lambda v: v is None,
+#: The Python types of each JSON type (a bool is an int in Python, never in JSON: only
+#: ``boolean`` accepts it).
+_PY_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+    "null": (type(None),),
 }
 
 
@@ -82,7 +84,8 @@ class _Compiler:
                 for alt in alternatives
                 for t in (alt["type"] if isinstance(alt["type"], list) else [alt["type"]])
             )
-        type_checks = tuple(_PY_TYPES[t] for t in dict.fromkeys(types))
+        accepted = tuple(dict.fromkeys(p for t in types for p in _PY_TYPES[t]))
+        bool_ok = "boolean" in types
         enum = tuple(node["enum"]) if "enum" in node else None
         properties = {k: self.compile(v) for k, v in (node.get("properties") or {}).items()}
         extra = node.get("additionalProperties", True)
@@ -93,15 +96,20 @@ class _Compiler:
         wanted = tuple(dict.fromkeys(types))
 
         def check(value: Any, path: Path, out: list[Issue]) -> None:
-            if type_checks and not any(t(value) for t in type_checks):
+            if accepted and (
+                not isinstance(value, accepted) or (not bool_ok and isinstance(value, bool))
+            ):
                 out.append(Issue("type", path, value, wanted))
                 return
             if enum is not None and value is not None and value not in enum:
                 out.append(Issue("enum", path, value, enum))
             if isinstance(value, dict):
-                out.extend(
-                    Issue("required", (*path, key), None) for key in required if key not in value
-                )
+                if required:
+                    out.extend(
+                        Issue("required", (*path, key), None)
+                        for key in required
+                        if key not in value
+                    )
                 for key, child in value.items():
                     sub = properties.get(key)
                     if sub is not None:

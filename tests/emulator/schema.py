@@ -62,8 +62,10 @@ class _Compiler:
         if slot is None:
             slot = self._refs[name] = []
             slot.append(self.compile(self._definitions[name]))
+        if slot:  # compiled: the check itself, without a call through the slot
+            return slot[0]
 
-        def check(value: Any, path: Path, out: list[Issue]) -> None:
+        def check(value: Any, path: Path, out: list[Issue]) -> None:  # a recursive reference
             slot[0](value, path, out)
 
         return check

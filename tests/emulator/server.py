@@ -905,49 +905,72 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = time.monotonic() + timeout
         next_bookmark = time.monotonic() + emulator.bookmark_interval
         abrupt = False
+
+        def encode(payload: tuple[str, Obj]) -> bytes:
+            type_, obj = payload
+            if type_ == "BOOKMARK" and not bookmarks:
+                return b""
+            return _event_chunk(type_, encoded.whole(obj, keep=keep))
+
+        def direct(payload: tuple[str, Obj]) -> bytes:
+            """Send an event from the writer's thread, without blocking; what did not go."""
+            data = encode(payload)
+            try:
+                sent = self.connection.send(data, socket.MSG_DONTWAIT) if data else 0
+            except OSError:  # the buffer is full, or the client left: the watch's thread sees
+                return data
+            return data[sent:]
+
+        with watcher.cond:
+            watcher.direct = direct
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 wait = min(left, max(0.0, next_bookmark - time.monotonic())) if bookmarks else left
-                item = watcher.next(wait)
-                if item is None:
-                    if bookmarks and time.monotonic() >= next_bookmark:
-                        self._chunk(
-                            {
-                                "type": "BOOKMARK",
-                                "object": {
-                                    "kind": req.kind.kind,
-                                    "apiVersion": req.kind.api_version,
-                                    "metadata": {"resourceVersion": str(emulator.store.rv)},
-                                },
-                            }
-                        )
+                batch = watcher.take(wait)
+                if batch is None:
+                    if bookmarks and time.monotonic() >= next_bookmark and watcher.claim():
+                        try:
+                            self._chunk(
+                                {
+                                    "type": "BOOKMARK",
+                                    "object": {
+                                        "kind": req.kind.kind,
+                                        "apiVersion": req.kind.api_version,
+                                        "metadata": {"resourceVersion": str(emulator.store.rv)},
+                                    },
+                                }
+                            )
+                        finally:
+                            watcher.idle()
                         next_bookmark = time.monotonic() + emulator.bookmark_interval
                     continue
-                # what queued meanwhile goes out with it, in one write
+                # what queued meanwhile goes out together, in one write
                 chunks: list[bytes] = []
                 closing: tuple[str, Any] | None = None
-                for tag, payload in [item, *watcher.rest()]:
-                    if tag == "CLOSE":
-                        closing = (tag, payload)
+                try:
+                    for tag, payload in batch:
+                        if tag == "CLOSE":
+                            closing = (tag, payload)
+                            break
+                        chunks.append(payload if tag == "RAW" else encode(payload))
+                    if chunks:
+                        self.wfile.write(b"".join(chunks))
+                    if closing is not None:
+                        if closing[1] == "DROP":
+                            abrupt = True
+                        elif isinstance(closing[1], ApiStatusError):
+                            self._chunk({"type": "ERROR", "object": closing[1].to_status()})
                         break
-                    type_, obj = payload
-                    if type_ == "BOOKMARK" and not bookmarks:
-                        continue
-                    chunks.append(_event_chunk(type_, encoded.whole(obj, keep=keep)))
-                if chunks:
-                    self.wfile.write(b"".join(chunks))
-                if closing is not None:
-                    if closing[1] == "DROP":
-                        abrupt = True
-                    elif isinstance(closing[1], ApiStatusError):
-                        self._chunk({"type": "ERROR", "object": closing[1].to_status()})
-                    break
+                finally:
+                    if closing is None:
+                        watcher.idle()
         except (BrokenPipeError, ConnectionResetError, OSError):
             abrupt = True
         finally:
+            watcher.end()
             emulator.store.unwatch(watcher)
             emulator._watch_closed(watcher)
         if abrupt:

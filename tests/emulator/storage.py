@@ -708,7 +708,12 @@ class Store:
                         warnings=warnings,
                     )
                 raise errors.not_found(kind, name)
-            sent = None if raw_body is None else rawjson.sent(raw_body)
+            # only a claim's status keeps the bytes its writer sent
+            sent = (
+                rawjson.sent(raw_body, body)
+                if raw_body is not None and kind.kind == "ResourceClaim" and subresource == "status"
+                else None
+            )
             return self._update(
                 kind, old, obj, subresource=subresource, dry_run=dry_run, claim_bytes=sent
             )

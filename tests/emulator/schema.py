@@ -49,10 +49,16 @@ _PY_TYPES: Final[dict[str, tuple[type, ...]]] = {
 }
 
 
+#: What a leaf schema checks (the accepted Python types, whether a bool is one, the JSON types
+#: named in an issue, the enum): a parent checks a leaf member itself, without a call.
+_Leaf = tuple[tuple[type, ...], bool, tuple[str, ...], tuple[Any, ...] | None]
+
+
 class _Compiler:
     def __init__(self, definitions: Mapping[str, Any]) -> None:
         self._definitions = definitions
         self._refs: dict[str, list[Check]] = {}
+        self._leaves: dict[Check, _Leaf] = {}
 
     def ref(self, ref: str) -> Check:
         name = ref.rsplit("/", 1)[-1]
@@ -96,6 +102,7 @@ class _Compiler:
         required = tuple(node.get("required") or ())
         items = self.compile(node["items"]) if isinstance(node.get("items"), dict) else None
         wanted = tuple(dict.fromkeys(types))
+        leaves = {k: self._leaves[c] for k, c in properties.items() if c in self._leaves}
 
         def check(value: Any, path: Path, out: list[Issue]) -> None:
             if accepted and (
@@ -113,6 +120,16 @@ class _Compiler:
                         if key not in value
                     )
                 for key, child in value.items():
+                    leaf = leaves.get(key)
+                    if leaf is not None:  # what ``check`` of the leaf does, inline
+                        types_, bools, named, values = leaf
+                        if types_ and (
+                            not isinstance(child, types_) or (not bools and isinstance(child, bool))
+                        ):
+                            out.append(Issue("type", (*path, key), child, named))
+                        elif values is not None and child is not None and child not in values:
+                            out.append(Issue("enum", (*path, key), child, values))
+                        continue
                     sub = properties.get(key)
                     if sub is not None:
                         sub(child, (*path, key), out)
@@ -124,6 +141,8 @@ class _Compiler:
                 for index, child in enumerate(value):
                     items(child, (*path, index), out)
 
+        if not properties and extra_check is None and not closed and not required and not items:
+            self._leaves[check] = (accepted, bool_ok, wanted, enum)
         return check
 
 

@@ -36,21 +36,29 @@ class Issue:
 
 Check = Callable[[Any, Path, list[Issue]], None]
 
-_PY_TYPES: Final[dict[str, Callable[[Any], bool]]] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "null": lambda v: v is None,
+#: The Python types of each JSON type (a bool is an int in Python, never in JSON: only
+#: ``boolean`` accepts it).
+_PY_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+    "null": (type(None),),
 }
+
+
+#: What a leaf schema checks (the accepted Python types, whether a bool is one, the JSON types
+#: named in an issue, the enum): a parent checks a leaf member itself, without a call.
+_Leaf = tuple[tuple[type, ...], bool, tuple[str, ...], tuple[Any, ...] | None]
 
 
 class _Compiler:
     def __init__(self, definitions: Mapping[str, Any]) -> None:
         self._definitions = definitions
         self._refs: dict[str, list[Check]] = {}
+        self._leaves: dict[Check, _Leaf] = {}
 
     def ref(self, ref: str) -> Check:
         name = ref.rsplit("/", 1)[-1]
@@ -60,8 +68,10 @@ class _Compiler:
         if slot is None:
             slot = self._refs[name] = []
             slot.append(self.compile(self._definitions[name]))
+        if slot:  # compiled: the check itself, without a call through the slot
+            return slot[0]
 
-        def check(value: Any, path: Path, out: list[Issue]) -> None:
+        def check(value: Any, path: Path, out: list[Issue]) -> None:  # a recursive reference
             slot[0](value, path, out)
 
         return check
@@ -82,7 +92,8 @@ class _Compiler:
                 for alt in alternatives
                 for t in (alt["type"] if isinstance(alt["type"], list) else [alt["type"]])
             )
-        type_checks = tuple(_PY_TYPES[t] for t in dict.fromkeys(types))
+        accepted = tuple(dict.fromkeys(p for t in types for p in _PY_TYPES[t]))
+        bool_ok = "boolean" in types
         enum = tuple(node["enum"]) if "enum" in node else None
         properties = {k: self.compile(v) for k, v in (node.get("properties") or {}).items()}
         extra = node.get("additionalProperties", True)
@@ -91,18 +102,34 @@ class _Compiler:
         required = tuple(node.get("required") or ())
         items = self.compile(node["items"]) if isinstance(node.get("items"), dict) else None
         wanted = tuple(dict.fromkeys(types))
+        leaves = {k: self._leaves[c] for k, c in properties.items() if c in self._leaves}
 
         def check(value: Any, path: Path, out: list[Issue]) -> None:
-            if type_checks and not any(t(value) for t in type_checks):
+            if accepted and (
+                not isinstance(value, accepted) or (not bool_ok and isinstance(value, bool))
+            ):
                 out.append(Issue("type", path, value, wanted))
                 return
             if enum is not None and value is not None and value not in enum:
                 out.append(Issue("enum", path, value, enum))
             if isinstance(value, dict):
-                out.extend(
-                    Issue("required", (*path, key), None) for key in required if key not in value
-                )
+                if required:
+                    out.extend(
+                        Issue("required", (*path, key), None)
+                        for key in required
+                        if key not in value
+                    )
                 for key, child in value.items():
+                    leaf = leaves.get(key)
+                    if leaf is not None:  # what ``check`` of the leaf does, inline
+                        types_, bools, named, values = leaf
+                        if types_ and (
+                            not isinstance(child, types_) or (not bools and isinstance(child, bool))
+                        ):
+                            out.append(Issue("type", (*path, key), child, named))
+                        elif values is not None and child is not None and child not in values:
+                            out.append(Issue("enum", (*path, key), child, values))
+                        continue
                     sub = properties.get(key)
                     if sub is not None:
                         sub(child, (*path, key), out)
@@ -114,6 +141,8 @@ class _Compiler:
                 for index, child in enumerate(value):
                     items(child, (*path, index), out)
 
+        if not properties and extra_check is None and not closed and not required and not items:
+            self._leaves[check] = (accepted, bool_ok, wanted, enum)
         return check
 
 

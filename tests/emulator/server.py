@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import http.client
 import json
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from email.utils import formatdate
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Final
@@ -61,6 +64,8 @@ _DEFAULT_WATCH_TIMEOUT: Final = 1800.0
 _JSON: Final = "application/json"
 _COMPACT: Final = (",", ":")
 _FIELD_VALIDATION: Final = frozenset({"Ignore", "Strict", "Warn"})
+#: an answer's head and body up to this size go in one write
+_ONE_WRITE: Final = 1 << 16
 #: the options kind whose validation (apimachinery meta/v1/validation) checks fieldValidation
 _WRITE_OPTIONS: Final = {
     "create": "CreateOptions",
@@ -211,6 +216,33 @@ class _Request:
         return f"{self.kind.plural}/{self.subresource}" if self.subresource else self.kind.plural
 
 
+class _Headers:
+    """A request's header fields by lower-cased name, read as ``email.message.Message.get``
+    reads them (case-insensitive, the first of repeated fields)."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        self._fields = fields
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._fields.get(name.lower(), default)
+
+
+_DATE: list[tuple[int, str]] = [(0, "")]
+
+
+def _http_date() -> str:
+    """The ``Date`` header's value (``BaseHTTPRequestHandler.date_time_string``), formatted
+    once a second."""
+    second = int(time.time())
+    cached = _DATE[0]
+    if cached[0] != second:
+        cached = (second, formatdate(second, usegmt=True))
+        _DATE[0] = cached
+    return cached[1]
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
@@ -253,11 +285,65 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     server: _Server
+    _path = ""
+    _query: dict[str, str] = {}  # noqa: RUF012 - read only; each request sets its own
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Silence the per-request stderr line; the emulator keeps its own request log."""
 
     # ------------------------------------------------------------------ plumbing
+    def parse_request(self) -> bool:
+        """The standard library's request parsing, with an HTTP/1.1 request's header block
+        read here: ``http.client.parse_headers`` runs the ``email`` package's parser, about a
+        tenth of the emulator's CPU per request. The same limits (65,536 bytes a line, 100
+        headers) and answers (431); the first of repeated fields counts, as
+        ``email.message.Message.get`` gives it. Any other request line (HTTP/1.0, HTTP/0.9,
+        malformed) is the standard library's to parse and answer."""
+        requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = requestline.split()
+        if len(words) != 3 or words[2] != "HTTP/1.1":
+            return super().parse_request()
+        self.requestline = requestline
+        self.command, path, self.request_version = words
+        self.path = "/" + path.lstrip("/") if path.startswith("//") else path
+        self.close_connection = False
+        fields: dict[str, str] = {}
+        last = ""
+        for count in range(http.client._MAXHEADERS + 2):  # type: ignore[attr-defined]
+            line = self.rfile.readline(http.client._MAXLINE + 1)  # type: ignore[attr-defined]
+            if len(line) > http.client._MAXLINE:  # type: ignore[attr-defined]
+                err: http.client.HTTPException = http.client.LineTooLong("header line")
+                self.send_error(
+                    HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Line too long", str(err)
+                )
+                return False
+            if count > http.client._MAXHEADERS:  # type: ignore[attr-defined]
+                err = http.client.HTTPException(
+                    f"got more than {http.client._MAXHEADERS} headers"  # type: ignore[attr-defined]
+                )
+                self.send_error(
+                    HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "Too many headers", str(err)
+                )
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            text = str(line, "iso-8859-1").rstrip("\r\n")
+            if text[:1] in (" ", "\t"):  # an obsolete folded continuation
+                if last:
+                    fields[last] += text
+                continue
+            name, colon, value = text.partition(":")
+            if colon:
+                last = name.lower()
+                fields.setdefault(last, value.lstrip(" \t"))
+        self.headers = _Headers(fields)  # type: ignore[assignment]
+        connection = fields.get("connection", "").lower()
+        if connection == "close":
+            self.close_connection = True
+        if fields.get("expect", "").lower() == "100-continue":
+            return self.handle_expect_100()
+        return True
+
     def _body(self) -> bytes:
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
             chunks: list[bytes] = []
@@ -272,12 +358,11 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _record(self, req: _Request | None, status: int) -> None:
-        parts = urlsplit(self.path)
         self.server.emulator._log(
             RequestRecord(
                 self.command,
-                parts.path,
-                dict(parse_qsl(parts.query, keep_blank_values=True)),
+                self._path,
+                dict(self._query),
                 (self.headers.get("Content-Type") or "").split(";")[0].strip(),
                 req.verb if req else "",
                 req.resource if req else "",
@@ -295,15 +380,38 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         data = payload if isinstance(payload, bytes) else codec.dumps(payload)
         self._record(req, code)
-        self.send_response(code)
-        for warning in warnings or ():
-            self.send_header("Warning", warning_header(warning))
-        self.send_header("Content-Type", _JSON)
-        self.send_header("Cache-Control", "no-cache, private")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
+        head = [
+            f"{self.protocol_version} {code} {self.responses[code][0]}\r\n",
+            f"Server: {self.version_string()}\r\nDate: {_http_date()}\r\n",
+        ]
+        head.extend(f"Warning: {warning_header(w)}\r\n" for w in warnings or ())
+        head.append(
+            f"Content-Type: {_JSON}\r\nCache-Control: no-cache, private\r\n"
+            f"Content-Length: {len(data)}\r\n\r\n"
+        )
+        # One write (one send, one segment) for the head and a small body: with TCP_NODELAY
+        # the standard library's head-then-body is two segments the client wakes up for.
+        header = "".join(head).encode("latin-1")
+        if self.command == "HEAD":
+            self.wfile.write(header)
+        elif len(data) <= _ONE_WRITE:
+            self.wfile.write(header + data)
+        else:
+            self.wfile.write(header)
             self.wfile.write(data)
+
+    def _send_object(
+        self,
+        code: int,
+        obj: Obj,
+        req: _Request,
+        warnings: list[str] | None = None,
+        *,
+        stored: bool = True,
+    ) -> None:
+        """``_send`` of an API object, encoded once (``stored``: a stored object, whose
+        encoding the watch events of the same write reuse)."""
+        self._send(code, self.server.emulator.encoded.whole(obj, keep=stored), req, warnings)
 
     def _send_error(self, exc: ApiStatusError, req: _Request | None = None) -> None:
         self._send(exc.code, exc.to_status(), req)
@@ -330,9 +438,10 @@ class _Handler(BaseHTTPRequestHandler):
         emulator = self.server.emulator
         req: _Request | None = None
         try:
-            body = self._body()
             parts = urlsplit(self.path)
-            query = dict(parse_qsl(parts.query, keep_blank_values=True))
+            self._path = parts.path
+            self._query = query = dict(parse_qsl(parts.query, keep_blank_values=True))
+            body = self._body()
             segments = [s for s in parts.path.split("/") if s]
             if not self._discovery(segments, emulator) and not self._review(segments, body):
                 req = self._route(segments, query)
@@ -613,6 +722,9 @@ class _Handler(BaseHTTPRequestHandler):
                     )
                 ],
             )
+        # what a write or get answers is the stored object (not when a dry run, or an
+        # events.k8s.io/v1 view of a stored core Event): its encoding is kept for its events
+        stored = not dry_run and kind is not EVENT_V1
         if req.verb == "create":
             obj = store.create(
                 kind,
@@ -622,17 +734,22 @@ class _Handler(BaseHTTPRequestHandler):
                 field_validation=validation,
                 warnings=warnings,
             )
-            self._send(201, obj, req, warnings)
+            self._send_object(201, obj, req, warnings, stored=stored)
             if not dry_run:
                 emulator.encoded.item(obj)  # after answering: lists then join cached bytes
             return
         assert req.name is not None
         if req.verb == "get":
-            self._send(200, store.get(kind, req.namespace, req.name), req)
+            self._send_object(200, store.get(kind, req.namespace, req.name), req, stored=stored)
         elif req.verb == "update":
-            existed = store.try_get(kind, req.namespace, req.name) is not None
-            self._send(
-                200 if existed or req.subresource else 201,
+            # only a kind created by an update can answer 201; any other answers 200 or fails
+            existed = (
+                not kind.create_on_update
+                or req.subresource is not None
+                or store.try_get(kind, req.namespace, req.name) is not None
+            )
+            self._send_object(
+                200 if existed else 201,
                 store.replace(
                     kind,
                     req.namespace,
@@ -646,12 +763,13 @@ class _Handler(BaseHTTPRequestHandler):
                 ),
                 req,
                 warnings,
+                stored=stored,
             )
         elif req.verb == "patch":
             content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
             if content_type == APPLY_PATCH:
                 raise errors.unsupported_media_type(content_type)
-            self._send(
+            self._send_object(
                 200,
                 store.patch(
                     kind,
@@ -666,6 +784,7 @@ class _Handler(BaseHTTPRequestHandler):
                 ),
                 req,
                 warnings,
+                stored=stored,
             )
         elif req.verb == "delete":
             if req.subresource is not None:
@@ -673,8 +792,11 @@ class _Handler(BaseHTTPRequestHandler):
             options = _json(body, allow_empty=True)
             if "gracePeriodSeconds" in q:
                 options = {**options, "gracePeriodSeconds": _int_param(q, "gracePeriodSeconds")}
-            self._send(
-                200, store.delete(kind, req.namespace, req.name, options, dry_run=dry_run), req
+            self._send_object(
+                200,
+                store.delete(kind, req.namespace, req.name, options, dry_run=dry_run),
+                req,
+                stored=stored,
             )
 
     def _normalize_body(self, body: bytes) -> bytes:
@@ -776,44 +898,79 @@ class _Handler(BaseHTTPRequestHandler):
             return
         assert watcher is not None
         emulator._watch_opened(watcher)
+        encoded = emulator.encoded
+        # the events carry stored objects (their encodings shared with the writes' answers and
+        # other watches), but an events.k8s.io/v1 watch's are views made for it
+        keep = req.kind is not EVENT_V1
         deadline = time.monotonic() + timeout
         next_bookmark = time.monotonic() + emulator.bookmark_interval
         abrupt = False
+
+        def encode(payload: tuple[str, Obj]) -> bytes:
+            type_, obj = payload
+            if type_ == "BOOKMARK" and not bookmarks:
+                return b""
+            return _event_chunk(type_, encoded.whole(obj, keep=keep))
+
+        def direct(payload: tuple[str, Obj]) -> bytes:
+            """Send an event from the writer's thread, without blocking; what did not go."""
+            data = encode(payload)
+            try:
+                sent = self.connection.send(data, socket.MSG_DONTWAIT) if data else 0
+            except OSError:  # the buffer is full, or the client left: the watch's thread sees
+                return data
+            return data[sent:]
+
+        with watcher.cond:
+            watcher.direct = direct
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 wait = min(left, max(0.0, next_bookmark - time.monotonic())) if bookmarks else left
-                item = watcher.next(wait)
-                if item is None:
-                    if bookmarks and time.monotonic() >= next_bookmark:
-                        self._chunk(
-                            {
-                                "type": "BOOKMARK",
-                                "object": {
-                                    "kind": req.kind.kind,
-                                    "apiVersion": req.kind.api_version,
-                                    "metadata": {"resourceVersion": str(emulator.store.rv)},
-                                },
-                            }
-                        )
+                batch = watcher.take(wait)
+                if batch is None:
+                    if bookmarks and time.monotonic() >= next_bookmark and watcher.claim():
+                        try:
+                            self._chunk(
+                                {
+                                    "type": "BOOKMARK",
+                                    "object": {
+                                        "kind": req.kind.kind,
+                                        "apiVersion": req.kind.api_version,
+                                        "metadata": {"resourceVersion": str(emulator.store.rv)},
+                                    },
+                                }
+                            )
+                        finally:
+                            watcher.idle()
                         next_bookmark = time.monotonic() + emulator.bookmark_interval
                     continue
-                tag, payload = item
-                if tag == "CLOSE":
-                    if payload == "DROP":
-                        abrupt = True
-                    elif isinstance(payload, ApiStatusError):
-                        self._chunk({"type": "ERROR", "object": payload.to_status()})
-                    break
-                type_, obj = payload
-                if type_ == "BOOKMARK" and not bookmarks:
-                    continue
-                self._chunk({"type": type_, "object": obj})
+                # what queued meanwhile goes out together, in one write
+                chunks: list[bytes] = []
+                closing: tuple[str, Any] | None = None
+                try:
+                    for tag, payload in batch:
+                        if tag == "CLOSE":
+                            closing = (tag, payload)
+                            break
+                        chunks.append(payload if tag == "RAW" else encode(payload))
+                    if chunks:
+                        self.wfile.write(b"".join(chunks))
+                    if closing is not None:
+                        if closing[1] == "DROP":
+                            abrupt = True
+                        elif isinstance(closing[1], ApiStatusError):
+                            self._chunk({"type": "ERROR", "object": closing[1].to_status()})
+                        break
+                finally:
+                    if closing is None:
+                        watcher.idle()
         except (BrokenPipeError, ConnectionResetError, OSError):
             abrupt = True
         finally:
+            watcher.end()
             emulator.store.unwatch(watcher)
             emulator._watch_closed(watcher)
         if abrupt:
@@ -832,6 +989,13 @@ class _Handler(BaseHTTPRequestHandler):
         with contextlib.suppress(OSError):
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+
+
+def _event_chunk(type_: str, obj: bytes) -> bytes:
+    """A watch event as one chunk of the stream: ``codec.dumps({"type": ..., "object": ...})``
+    plus a newline, around the object's encoding (keys sorted: ``object`` before ``type``)."""
+    data = b'{"object":' + obj + b',"type":"' + type_.encode() + b'"}\n'
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
 
 def warning_header(text: str) -> str:
@@ -875,6 +1039,21 @@ class EncodedObjects:
 
     def __init__(self) -> None:
         self._items: dict[int, tuple[Obj, bytes]] = {}
+        self._wholes: dict[int, tuple[Obj, bytes]] = {}
+
+    def whole(self, obj: Obj, *, keep: bool = True) -> bytes:
+        """``obj``'s JSON as a get, a write's answer or a watch event carries it (with its
+        kind and apiVersion): a write answers the object its watch events then carry to every
+        watcher, encoded once for all (``keep``: ``obj`` is stored, never changed)."""
+        found = self._wholes.get(id(obj))
+        if found is not None and found[0] is obj:
+            return found[1]
+        data = codec.dumps(obj)
+        if keep:
+            if len(self._wholes) >= self.LIMIT:
+                self._wholes.clear()
+            self._wholes[id(obj)] = (obj, data)
+        return data
 
     def item(self, obj: Obj, *, keep: bool = True) -> bytes:
         found = self._items.get(id(obj))
@@ -1166,7 +1345,9 @@ class Emulator:
         """Create ``obj`` (kind taken from ``obj['kind']``) through the full write path."""
         kind = self._kind_of(obj)
         ns = namespace or (obj.get("metadata") or {}).get("namespace") if kind.namespaced else None
-        return self.store.create(kind, ns or ("default" if kind.namespaced else None), obj)
+        return codec.copy(
+            self.store.create(kind, ns or ("default" if kind.namespaced else None), obj)
+        )
 
     def seed(self, objects: Iterable[Obj]) -> list[Obj]:
         return [self.create(obj) for obj in objects]
@@ -1181,7 +1362,7 @@ class Emulator:
         """Store ``obj`` unvalidated (kind from ``obj['kind']``; see ``Store.inject``)."""
         kind = self._kind_of(obj)
         namespace = (obj.get("metadata") or {}).get("namespace") or "default"
-        return self.store.inject(kind, namespace if kind.namespaced else None, obj)
+        return codec.copy(self.store.inject(kind, namespace if kind.namespaced else None, obj))
 
     def get(self, kind: str | Kind, name: str, namespace: str | None = None) -> Obj | None:
         k = lookup(kind)
@@ -1195,8 +1376,10 @@ class Emulator:
     def replace(self, obj: Obj, *, subresource: str | None = None) -> Obj:
         kind = self._kind_of(obj)
         meta = obj.get("metadata") or {}
-        return self.store.replace(
-            kind, meta.get("namespace"), str(meta.get("name")), obj, subresource=subresource
+        return codec.copy(
+            self.store.replace(
+                kind, meta.get("namespace"), str(meta.get("name")), obj, subresource=subresource
+            )
         )
 
     def update_status(
@@ -1207,7 +1390,7 @@ class Emulator:
         current = self.store.get(k, namespace, name)
         body = {**current, "status": status, "metadata": {**current["metadata"]}}
         body["metadata"].pop("resourceVersion", None)
-        return self.store.replace(k, namespace, name, body, subresource="status")
+        return codec.copy(self.store.replace(k, namespace, name, body, subresource="status"))
 
     def patch(
         self,
@@ -1225,8 +1408,10 @@ class Emulator:
             if isinstance(patch, list)
             else "application/merge-patch+json"
         )
-        return self.store.patch(
-            k, namespace, name, ctype, json.dumps(patch).encode(), subresource=subresource
+        return codec.copy(
+            self.store.patch(
+                k, namespace, name, ctype, json.dumps(patch).encode(), subresource=subresource
+            )
         )
 
     def delete(
@@ -1236,7 +1421,7 @@ class Emulator:
         namespace: str | None = None,
         options: dict[str, Any] | None = None,
     ) -> Obj:
-        return self.store.delete(lookup(kind), namespace, name, options)
+        return codec.copy(self.store.delete(lookup(kind), namespace, name, options))
 
     def bind(self, pod: str, node: str, namespace: str = "default") -> None:
         self.store.bind(

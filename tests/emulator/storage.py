@@ -120,6 +120,12 @@ class Watcher:
     items: deque[tuple[str, Any]] = field(default_factory=deque)
     cond: threading.Condition = field(default_factory=threading.Condition)
     closed: bool = False
+    #: the stream's writer for an event nothing is queued before (its server sets it): called
+    #: under :attr:`cond`, it returns what it could not send at once, which is queued as a
+    #: ``RAW`` item for the watch's own thread
+    direct: Callable[[Any], bytes] | None = None
+    #: the watch's own thread is writing what it took: events queue behind it
+    busy: bool = False
 
     def matches(self, obj: Obj | None) -> bool:
         if obj is None:
@@ -136,6 +142,12 @@ class Watcher:
         with self.cond:
             if self.closed:
                 return
+            if kind == "EVENT" and self.direct is not None and not self.items and not self.busy:
+                # nothing is ahead of it: the writer sends it (no wake-up of the watch's thread)
+                rest = self.direct(payload)
+                if not rest:
+                    return
+                kind, payload = "RAW", rest
             self.items.append((kind, payload))
             if kind == "CLOSE":
                 self.closed = True
@@ -159,12 +171,37 @@ class Watcher:
             gone["metadata"] = {**_meta(event.prev), "resourceVersion": str(event.rv)}
             self.put("EVENT", ("DELETED", gone))
 
-    def next(self, timeout: float) -> tuple[str, Any] | None:
-        """The next queued item, or None after ``timeout`` seconds."""
+    def take(self, timeout: float) -> list[tuple[str, Any]] | None:
+        """Every queued item (waiting up to ``timeout`` seconds for one; None if none came),
+        the watch's thread then :attr:`busy` writing them until :meth:`idle`."""
         with self.cond:
             if not self.items:
                 self.cond.wait(timeout)
-            return self.items.popleft() if self.items else None
+            if not self.items:
+                return None
+            items = list(self.items)
+            self.items.clear()
+            self.busy = True
+            return items
+
+    def claim(self) -> bool:
+        """The watch's thread is about to write on its own (a bookmark): False when items are
+        queued (they go first), else :attr:`busy` until :meth:`idle`."""
+        with self.cond:
+            if self.items:
+                return False
+            self.busy = True
+            return True
+
+    def idle(self) -> None:
+        with self.cond:
+            self.busy = False
+
+    def end(self) -> None:
+        """The stream ends: nothing is written to it directly any more."""
+        with self.cond:
+            self.direct = None
+            self.busy = True
 
     def close(self, payload: Any = None) -> None:
         """End the watch: ``payload`` None ends it cleanly, "DROP" abruptly, a Status as ERROR."""
@@ -671,7 +708,12 @@ class Store:
                         warnings=warnings,
                     )
                 raise errors.not_found(kind, name)
-            sent = None if raw_body is None else rawjson.sent(raw_body)
+            # only a claim's status keeps the bytes its writer sent
+            sent = (
+                rawjson.sent(raw_body, body)
+                if raw_body is not None and kind.kind == "ResourceClaim" and subresource == "status"
+                else None
+            )
             return self._update(
                 kind, old, obj, subresource=subresource, dry_run=dry_run, claim_bytes=sent
             )

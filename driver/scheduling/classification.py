@@ -208,6 +208,14 @@ class DeviceClassifier:
                 frozenset().union(*(r.attributes for r in everything if r is not None)),
                 frozenset().union(*(r.capacity for r in everything if r is not None)),
             )
+        # The union's attribute values of a device that has every one of them, in one C-level
+        # call (most devices do): its signature is then (driver, multiple, values), which is
+        # never equal to the pairs :func:`_seen_as` lists (a tuple of another length).
+        self._union_values: Callable[[Mapping[str, object]], object] | None = None
+        if self._union is not None and not self._union.capacity:
+            keys = _sorted_keys(self._union)[0]
+            if len(keys) >= 2:  # (an itemgetter of one key answers the value, not a tuple)
+                self._union_values = itemgetter(*keys)
         self._signatures: dict[tuple[object, ...], Classification] = {}
         self._classifications: dict[tuple[bool | None, ...], Classification] = {}
         self._verdicts: dict[tuple[str, object, int], bool | None] = {}
@@ -224,9 +232,20 @@ class DeviceClassifier:
         """Each class's verdict on this device, in :attr:`class_names` order: True, False, or
         None when the selector cannot be compiled or evaluated on it (the allocator then meets
         the same error and reports it for the pod)."""
-        union = None
+        union: tuple[object, ...] | None = None
         if self._union is not None:
-            union = _seen_as(candidate.device, candidate.device_id.driver, self._union)
+            device, values = candidate.device, self._union_values
+            if values is not None:
+                try:  # noqa: SIM105 - a try is free, suppress() would be a call per device
+                    union = (
+                        candidate.device_id.driver,
+                        device.allow_multiple_allocations,
+                        values(device.attributes),
+                    )
+                except KeyError:
+                    pass  # (a device without one of the keys: its pairs)
+            if union is None:
+                union = _seen_as(device, candidate.device_id.driver, self._union)
             try:  # (hashed once here, not checked first: most devices were seen alike)
                 known = self._signatures.get(union)
             except TypeError:

@@ -208,6 +208,12 @@ class DeviceClassifier:
                 frozenset().union(*(r.attributes for r in everything if r is not None)),
                 frozenset().union(*(r.capacity for r in everything if r is not None)),
             )
+        # The union's keys a device has, found once per set of attribute keys (devices alike
+        # have the same set) when the union reads no capacity: the last set and those keys.
+        self._union_keys: tuple[str, ...] | None = None
+        if self._union is not None and not self._union.capacity:
+            self._union_keys = _sorted_keys(self._union)[0]
+        self._last_keys: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())
         self._signatures: dict[tuple[object, ...], Classification] = {}
         self._classifications: dict[tuple[bool | None, ...], Classification] = {}
         self._verdicts: dict[tuple[str, object, int], bool | None] = {}
@@ -224,9 +230,30 @@ class DeviceClassifier:
         """Each class's verdict on this device, in :attr:`class_names` order: True, False, or
         None when the selector cannot be compiled or evaluated on it (the allocator then meets
         the same error and reports it for the pod)."""
-        union = None
+        union: tuple[object, ...] | None = None
         if self._union is not None:
-            union = _seen_as(candidate.device, candidate.device_id.driver, self._union)
+            device, driver = candidate.device, candidate.device_id.driver
+            union_keys = self._union_keys
+            if union_keys is not None:
+                # What _seen_as gives, its pairs split into keys and values (a tuple of
+                # another length: never equal to one of its), without asking the device for
+                # each of the union's keys: selectors name many strings that no device has.
+                attributes = device.attributes
+                keys = attributes.keys()
+                last = self._last_keys
+                if keys != last[0]:
+                    last = (frozenset(keys), tuple([k for k in union_keys if k in keys]))
+                    self._last_keys = last
+                present = last[1]
+                union = (
+                    driver,
+                    device.allow_multiple_allocations,
+                    present,
+                    tuple([attributes[k] for k in present]),
+                    None,
+                )
+            else:
+                union = _seen_as(device, driver, self._union)
             try:  # (hashed once here, not checked first: most devices were seen alike)
                 known = self._signatures.get(union)
             except TypeError:

@@ -514,11 +514,11 @@ def _device_matches_node(device: Device, node: Node, where: str) -> bool:
 
 
 def _slice_targets(s: ResourceSlice, node: Node) -> bool:
-    where = f"ResourceSlice {s.name!r}"
     if s.node_name:
         return s.node_name == node.name
     if s.all_nodes:
         return True
+    where = f"ResourceSlice {s.name!r}"  # (not for a node-local slice: one per node at start)
     if s.node_selector is not None:
         return node_selector_matches(s.node_selector, node, f"{where}: spec.nodeSelector")
     if s.per_device_node_selection:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from driver.api.claims import AllocationResult, DeviceClass
-from driver.api.errors import ValidationError
+from driver.api.errors import QuantityError, ValidationError
 from driver.api.ids import DriverName, PoolName
 from driver.api.model import (
     Capacity,
@@ -200,6 +200,40 @@ def test_attributes_missing_topology_are_left_out() -> None:
     (resource_slice,) = build_slices(synthetic(1), node_name="n")
     attrs = resource_slice.devices[0].attributes
     assert not {k for k in attrs if k.startswith("resource.kubernetes.io/")}
+
+
+def test_devices_publishing_equal_capacities_share_one_parsed_map() -> None:
+    policy = {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}
+    published = {"cores": {"value": "100", "requestPolicy": policy}, "memory": {"value": "15Gi"}}
+    first = Device.from_api({"name": "gpu-0", "capacity": published})
+    again = Device.from_api({"name": "gpu-1", "capacity": json.loads(json.dumps(published))})
+    other = Device.from_api(
+        {"name": "gpu-2", "capacity": {**published, "memory": {"value": "16Gi"}}}
+    )
+    assert again.capacity is first.capacity
+    assert other.capacity is not first.capacity
+    assert other.capacity["memory"].value == Quantity.parse("16Gi")
+
+
+@pytest.mark.parametrize(
+    "capacity",
+    [
+        {"memory": {"value": True}},
+        {"memory": {"value": "1", "requestPolicy": {"default": True}}},
+        {"memory": {"value": "1", "requestPolicy": {"validValues": [True]}}},
+    ],
+)
+def test_a_boolean_capacity_is_refused_after_an_equal_number_was_parsed(
+    capacity: dict[str, Any],
+) -> None:
+    for number in (
+        {"memory": {"value": 1}},
+        {"memory": {"value": "1", "requestPolicy": {"default": 1}}},
+        {"memory": {"value": "1", "requestPolicy": {"validValues": [1]}}},
+    ):
+        Device.from_api({"name": "gpu-0", "capacity": number})  # (True == 1 in Python)
+    with pytest.raises(QuantityError, match="a boolean is not a quantity"):
+        Device.from_api({"name": "gpu-1", "capacity": capacity})
 
 
 def test_memory_is_published_in_whole_mib() -> None:

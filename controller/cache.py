@@ -520,26 +520,33 @@ class ClaimOverlay:
         self._retained: dict[str, JSON] = {}  # deleted claims still in use (controller.retention)
         self._expiry_s = expiry_s
         self._listeners: list[Callable[[str], None]] = []
+        self._written_listeners: list[Callable[[str], None]] = []
         self.version = 0
 
-    def add_listener(self, listener: Callable[[str], None]) -> None:
+    def add_listener(self, listener: Callable[[str], None], *, written: bool = False) -> None:
         """``listener(key)`` is called whenever what :meth:`get` answers for ``key`` may have
-        changed (an informer event, pending or assumed state set or dropped)."""
-        self._listeners.append(listener)
+        changed (an informer event, pending or assumed state set or dropped); with
+        ``written``, only when what :meth:`latest_written` answers may have changed (not
+        when pending state alone moved, nor on an informer event older than the write this
+        controller assumed, which it goes on showing)."""
+        (self._written_listeners if written else self._listeners).append(listener)
 
-    def touch(self, key: str) -> None:
+    def touch(self, key: str, *, written: bool = True) -> None:
         self.version += 1
         for listener in self._listeners:
             listener(key)
+        if written:
+            for listener in self._written_listeners:
+                listener(key)
 
     def set_pending(self, key: str, obj: JSON) -> None:
         """Show ``obj`` (e.g. a claim with the decided allocation) until cleared or assumed."""
         self._pending[key] = obj
-        self.touch(key)
+        self.touch(key, written=False)
 
     def clear_pending(self, key: str) -> None:
         if self._pending.pop(key, None) is not None:
-            self.touch(key)
+            self.touch(key, written=False)
 
     def assume(self, written: JSON) -> None:
         """Record what a successful write returned, until the informer catches up."""
@@ -578,7 +585,8 @@ class ClaimOverlay:
         assumed = self._assumed.get(key)
         if assumed is not None and (obj is None or rv_int(obj) >= assumed.rv):
             del self._assumed[key]
-        self.touch(key)
+            assumed = None
+        self.touch(key, written=assumed is None)  # (else the assumed write still shows)
 
     def get(self, key: str) -> JSON | None:
         """The newest known state of one claim (pending, assumed, or informer)."""

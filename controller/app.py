@@ -14,7 +14,11 @@
   pay for it, and a standby is as ready to take over as the leader). The garbage collector is
   off while the caches load and the engine is built (everything loaded lives as long as the
   process; collections over it were half the start-up time at 5000 nodes), then what was
-  loaded is frozen out of its way (``gc.freeze``) and it runs again;
+  loaded is frozen out of its way (``gc.freeze``) and it runs again, its youngest generation
+  collected every 20,000 allocations instead of every 700 (:data:`GC_THRESHOLDS`: each pod's
+  events, requests and decision allocate thousands of short-lived objects; with CPython's
+  defaults the collector took 0.61 s of CPU over a 2,000-pod mixed run at 5000 nodes, two
+  thirds of it in the older generations' passes over what the pods kept, 0.23 s after);
 * the endpoints are served off the loop (:mod:`kubeapi.serving`): ``/healthz`` (and
   ``/livez``) answer 200 while no background task has crashed, ``/readyz`` once the caches
   are synced and the engine is built, ``/metrics`` the Prometheus text format. The loop
@@ -44,6 +48,7 @@ import gc
 import logging
 import signal
 import time
+from typing import Final
 
 from controller import webhook
 from controller.api import Api, Endpoint, KubeApi
@@ -70,6 +75,10 @@ EXIT_FAILED = 1
 #: how often the loop hands the probes' answers and the sampled gauges (queue depths, claims
 #: in flight) to the endpoint threads; changes of health and readiness are handed at once
 PUBLISH_INTERVAL_S = 1.0
+#: The collector's thresholds once start-up is done (see the module docstring): the youngest
+#: generation every 20,000 net allocations, the older ones every 20 collections of the one
+#: below (CPython's defaults: 700, 10, 10).
+GC_THRESHOLDS: Final = (20_000, 20, 20)
 
 
 class Controller:
@@ -247,6 +256,7 @@ class Controller:
         started = time.perf_counter()
         self.scheduler.warm()
         gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
         gc.enable()
         self._warm = True
         log.info(

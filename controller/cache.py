@@ -121,16 +121,33 @@ def _interned(value: Any) -> Any:
 def _member(key: str, value: Any) -> Any:
     """The value of field ``key`` as :func:`_interned` keeps it."""
     if key in _SHARED_PARTS:
-        return _share(_interned(value))
+        return _stored_part(value)
     if key in _UNIQUE_STRINGS and type(value) is str:
         return value
     return _interned(value)
 
 
-def _share(value: Any) -> Any:
+def _stored_part(value: Any) -> Any:
+    """``_share(_interned(value))``, with the table looked up before the rebuild: most parts
+    have an equal one stored already (the specs of claims from one template, the allocations
+    on one node), and rebuilding them only to find it was 29 of the 71 calls to
+    :func:`_interned` that storing a newly allocated share claim made."""
+    if type(value) is not dict:
+        return _interned(value)
+    key = hash(codec.dumps(value))  # (equal values, interned or not, encode alike)
+    found = _shared.get(key)
+    if found is not None and codec.equal(found, value):
+        return found
+    return _share(_interned(value), key)
+
+
+def _share(value: Any, key: int | None = None) -> Any:
+    """``value`` (as :func:`_interned` built it), or the equal part stored before; ``key``:
+    the hash of its encoding, when known."""
     if type(value) is not dict:
         return value
-    key = hash(codec.dumps(value))
+    if key is None:
+        key = hash(codec.dumps(value))
     found = _shared.get(key)
     if found is None:
         if len(_shared) >= _SHARED_MAX:
@@ -520,26 +537,33 @@ class ClaimOverlay:
         self._retained: dict[str, JSON] = {}  # deleted claims still in use (controller.retention)
         self._expiry_s = expiry_s
         self._listeners: list[Callable[[str], None]] = []
+        self._written_listeners: list[Callable[[str], None]] = []
         self.version = 0
 
-    def add_listener(self, listener: Callable[[str], None]) -> None:
+    def add_listener(self, listener: Callable[[str], None], *, written: bool = False) -> None:
         """``listener(key)`` is called whenever what :meth:`get` answers for ``key`` may have
-        changed (an informer event, pending or assumed state set or dropped)."""
-        self._listeners.append(listener)
+        changed (an informer event, pending or assumed state set or dropped); with
+        ``written``, only when what :meth:`latest_written` answers may have changed (not
+        when pending state alone moved, nor on an informer event older than the write this
+        controller assumed, which it goes on showing)."""
+        (self._written_listeners if written else self._listeners).append(listener)
 
-    def touch(self, key: str) -> None:
+    def touch(self, key: str, *, written: bool = True) -> None:
         self.version += 1
         for listener in self._listeners:
             listener(key)
+        if written:
+            for listener in self._written_listeners:
+                listener(key)
 
     def set_pending(self, key: str, obj: JSON) -> None:
         """Show ``obj`` (e.g. a claim with the decided allocation) until cleared or assumed."""
         self._pending[key] = obj
-        self.touch(key)
+        self.touch(key, written=False)
 
     def clear_pending(self, key: str) -> None:
         if self._pending.pop(key, None) is not None:
-            self.touch(key)
+            self.touch(key, written=False)
 
     def assume(self, written: JSON) -> None:
         """Record what a successful write returned, until the informer catches up."""
@@ -578,7 +602,8 @@ class ClaimOverlay:
         assumed = self._assumed.get(key)
         if assumed is not None and (obj is None or rv_int(obj) >= assumed.rv):
             del self._assumed[key]
-        self.touch(key)
+            assumed = None
+        self.touch(key, written=assumed is None)  # (else the assumed write still shows)
 
     def get(self, key: str) -> JSON | None:
         """The newest known state of one claim (pending, assumed, or informer)."""

@@ -144,7 +144,7 @@ class Deallocator:
             return
         for uid in _pod_uids(new):
             self._by_pod.add(uid, key)
-        if self._relevant(new):
+        if self._relevant(new) and not self._in_line(key, new):
             self._add(key)
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
@@ -173,7 +173,36 @@ class Deallocator:
     def _unlocked(self, key: str) -> None:
         if key in self._deferred:
             self._deferred.discard(key)
-            self.queue.add(key)
+            claim = self.cache.claims.get(key)
+            if claim is None or not self._in_line(key, claim):
+                self.queue.add(key)
+
+    def _in_line(self, key: str, claim: Mapping[str, Any]) -> bool:
+        """Whether :meth:`process` would find nothing to do for ``claim`` as the caches show
+        it now: not a bridge claim, not marked for deletion nor deleted by us, and reserved
+        only by pods the pod cache shows live. Such a claim is not queued (every claim of a
+        placement came here two or three times per pod, each a trip through the queue and a
+        worker to do nothing): whatever makes work later (a pod gone or finished, the claim
+        changed) brings an event of its own, and the periodic resync checks every claim."""
+        if is_bridge(claim) or key in self._awaiting_gc:
+            return False
+        m = meta(claim)
+        if m.get("deletionTimestamp") or m.get("uid") in self._deleted:
+            return False
+        refs = (claim.get("status") or {}).get("reservedFor") or ()
+        if not refs:
+            return False
+        for ref in refs:
+            uid = str(ref.get("uid") or "")
+            pod_key = self._pods.get(uid) if _is_pod(ref) and uid not in self._gone else None
+            pod = self.cache.pods.get(pod_key) if pod_key else None
+            if (
+                pod is None
+                or meta(pod).get("uid") != uid
+                or (pod.get("status") or {}).get("phase") in _FINISHED
+            ):
+                return False
+        return True
 
     def _remember_gone(self, uid: str, *, deleted: bool) -> None:
         _remember(self._gone, uid, deleted or self._gone.get(uid, False))

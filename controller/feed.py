@@ -264,7 +264,7 @@ class EngineFeed:
         self._on_cluster_change = on_cluster_change
         self._engine: DecisionEngine | None = None
         self._flights: dict[str, _Flight] = {}  # pod uid -> placement, until bound or failed
-        cache.overlay.add_listener(self._claim_touched)
+        cache.overlay.add_listener(self._claim_touched, written=True)
         cache.subscribe(self._on_event)
 
     # ------------------------------------------------------------------ for the loop
@@ -382,7 +382,8 @@ class EngineFeed:
 
     # ------------------------------------------------------------------ events
     def _claim_touched(self, key: str) -> None:
-        """What the overlay shows for ``key`` may have changed."""
+        """What the overlay shows as written for ``key`` may have changed (its pending state
+        alone is not read here: a placement's claims count through ``assume``)."""
         self.generation += 1
         raw = self.cache.overlay.latest_written(key)
         if raw is None:

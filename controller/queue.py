@@ -216,6 +216,9 @@ class SchedulingQueue:
         self._backoff_heap: list[tuple[float, str]] = []
         self._parked_heap: list[tuple[float, str]] = []
         self._processing: dict[str, int] = {}  # key -> event sequence at pop
+        # (sequence at pop, key) for each pod processing, oldest first: the oldest is found
+        # without reading every pod in flight; items of pods done since are skipped (stale)
+        self._popped: list[tuple[int, str]] = []
         # while pods are processing: (sequence, event), oldest first; pruned from the left
         self._events: collections.deque[tuple[int, ClusterEvent | None]] = collections.deque()
         self._event_seq = 0
@@ -385,6 +388,7 @@ class SchedulingQueue:
                 continue  # stale: forgotten, or queued again under a newer item
             del self._active[key]
             self._processing[key] = self._event_seq
+            heapq.heappush(self._popped, (self._event_seq, key))
             return key
         return None
 
@@ -459,11 +463,21 @@ class SchedulingQueue:
     def _prune_events(self) -> None:
         """Drop the events no pod still processing can have missed. Called on every
         :meth:`done`: dropping from the left keeps it proportional to what is dropped (a list
-        rebuilt per call was a quarter of the controller's CPU in a 3,000-pod burst)."""
-        if not self._processing:
+        rebuilt per call was a quarter of the controller's CPU in a 3,000-pod burst), and the
+        oldest pod processing is the head of a heap (a ``min`` over the hundreds of pods whose
+        writes are in flight was 1.4 % of the controller's CPU per bound pod)."""
+        processing = self._processing
+        popped = self._popped
+        if not processing:
             self._events.clear()
+            popped.clear()
             return
-        oldest = min(self._processing.values())
+        if len(popped) > 2 * len(processing) + 64:  # stale items below the head: compact
+            popped[:] = [(seq, key) for key, seq in processing.items()]
+            heapq.heapify(popped)
+        while processing.get(popped[0][1]) != popped[0][0]:
+            heapq.heappop(popped)  # stale: done since (every pod processing has its item)
+        oldest = popped[0][0]
         events = self._events
         while events and events[0][0] <= oldest:
             events.popleft()

@@ -117,6 +117,33 @@ def test_overlay_shows_pending_and_assumed_until_the_informer_catches_up() -> No
     assert overlay.view()["default/c"] is informer.store["default/c"]
 
 
+def test_written_listeners_hear_only_what_may_change_the_written_state() -> None:
+    """The pending state alone, and an informer event older than an assumed write, leave
+    what latest_written answers as it was: only the other listeners hear of them."""
+    informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
+    informer.store["default/c"] = claim("c", 10)
+    overlay = ClaimOverlay(informer)
+    every: list[str] = []
+    written: list[object] = []
+    overlay.add_listener(every.append)
+    overlay.add_listener(lambda key: written.append(overlay.latest_written(key)), written=True)
+    overlay.set_pending("default/c", claim("c", 10, allocated=True))
+    assert (len(every), written) == (1, [])
+    write = claim("c", 12, allocated=True)
+    overlay.assume(write)
+    assert (len(every), written) == (2, [write])
+    informer.store["default/c"] = claim("c", 11)
+    overlay.observe("default/c", informer.store["default/c"])  # older: the write still shows
+    assert (len(every), written) == (3, [write])
+    assert overlay.latest_written("default/c") is write
+    informer.store["default/c"] = claim("c", 12, allocated=True)
+    overlay.observe("default/c", informer.store["default/c"])
+    assert (len(every), written) == (4, [write, informer.store["default/c"]])
+    overlay.set_pending("default/c", claim("c", 12, allocated=True))
+    overlay.clear_pending("default/c")
+    assert (len(every), len(written)) == (6, 2)
+
+
 def test_overlay_keeps_no_write_the_informer_has_caught_up_with_already() -> None:
     """A write whose watch event came before its answer is not held: nothing would show it,
     and no later event would drop it."""

@@ -46,3 +46,12 @@ def test_json_lines_keep_the_traceback() -> None:
 def test_text_lines_append_the_context() -> None:
     line = TextFormatter().format(record(claim="ns/c"))
     assert line.endswith("controller.commit: pod ns/p: bound claim=ns/c")
+
+
+def test_text_lines_give_the_time_as_the_standard_formatter_does() -> None:
+    formatter, standard = TextFormatter(), logging.Formatter("%(asctime)s")
+    for created in (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25):
+        rec = record()
+        rec.created, rec.msecs = created, (created - int(created)) * 1000
+        assert formatter.formatTime(rec) == standard.formatTime(rec)
+    assert formatter.formatTime(rec, "%Y") == standard.formatTime(rec, "%Y")

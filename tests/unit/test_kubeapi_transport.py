@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeapi.transport import Pool, TransportError
+from kubeapi.transport import Pool, TransportError, _Slots
 from tests.cluster.controlplane import make_pki
 
 #: (request head and body as received) -> the raw answer and whether to close afterwards
@@ -270,3 +270,42 @@ def test_closing_leaves_no_socket_open_when_the_loop_ends_at_once(tmp_path: Path
         asyncio.run(main())
         gc.collect()
     assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+
+
+def test_connection_slots_are_first_come_first_served_and_a_cancelled_waiter_passes_its_on() -> (
+    None
+):
+    async def scenario() -> list[str]:
+        slots = _Slots(1)
+        order: list[str] = []
+
+        async def hold(name: str, release: asyncio.Event) -> None:
+            await slots.acquire()
+            order.append(name)
+            try:
+                await release.wait()
+            finally:
+                slots.release()
+
+        first = asyncio.Event()
+        a = asyncio.create_task(hold("a", first))
+        await asyncio.sleep(0)
+        b_release, c_release, d_release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        b = asyncio.create_task(hold("b", b_release))  # waits; cancelled while waiting
+        c = asyncio.create_task(hold("c", c_release))  # waits; handed a slot, then cancelled
+        d = asyncio.create_task(hold("d", d_release))
+        await asyncio.sleep(0)
+        b.cancel()
+        await asyncio.sleep(0)
+        first.set()
+        await asyncio.sleep(0)  # a lets go: c is handed the slot before it runs again
+        c.cancel()
+        d_release.set()
+        await asyncio.gather(a, d, return_exceptions=False)
+        for task in (b, c):
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await slots.acquire()  # the slot came back
+        return order
+
+    assert asyncio.run(scenario()) == ["a", "d"]

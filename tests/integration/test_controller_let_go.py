@@ -121,6 +121,15 @@ def test_without_a_garbage_collector_a_deleted_pods_claim_is_released_after_a_gr
     ref = {"apiVersion": "v1", "kind": "Pod", "name": "owner", "uid": uid, "controller": True}
     owned = {"metadata": {"ownerReferences": [ref]}}
     cluster.patch("resourceclaims", "owned", owned, namespace="default")
+
+    def owner_seen() -> bool:
+        # The pod and claim watches are two streams: a deletion heard before the patch
+        # would show a claim no pod owns, released at once (in a cluster the owner is set
+        # when the claim is made, long before its pod goes).
+        claim = controller.on_loop(lambda: controller.controller.cache.claims.get("default/owned"))
+        return bool(claim and claim["metadata"].get("ownerReferences"))
+
+    cluster.wait_until(owner_seen, timeout=10, message="the controller never saw the owner")
     cluster.clear_requests()
     deleted_at = time.monotonic()
     _delete_pod(cluster, "owner")

@@ -52,6 +52,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Final
 
 from driver.api.errors import ConfigError
@@ -68,6 +69,8 @@ REVIEW_TIMEOUT_S: Final = 5.0
 #: how long one rendering of /metrics answers scrapes (far below any scrape interval)
 RENDER_TTL_S: Final = 1.0
 _MAX_CACHED: Final = 1024
+#: what the kernel allows a listen queue (:func:`listen_backlog`)
+SOMAXCONN_FILE: Final = Path("/proc/sys/net/core/somaxconn")
 #: the largest POST body read (the API server's own request limit is 3 MiB)
 MAX_POST_BODY: Final = 3 * 1024 * 1024 + 64 * 1024
 #: a POST endpoint: the request body in; status, body and content type out. It runs in the
@@ -223,6 +226,19 @@ class DelegatedAuth:
 # ---------------------------------------------------------------------- the server
 
 
+def listen_backlog() -> int:
+    """The listen queue a server asks for: the kernel's ``net.core.somaxconn`` (at most
+    65,535), as Go's net package asks for it (kube-apiserver and kube-scheduler listen so),
+    else ``socket.SOMAXCONN``. The standard library's servers ask for 5: a burst of
+    connections past that (an API server calling the admission webhook for many pods at once,
+    a controller's informers starting together) overflows the queue, the kernel drops their
+    SYNs, and each client waits a second, then three, then seven, before it is heard."""
+    try:
+        return max(1, min(int(SOMAXCONN_FILE.read_text(encoding="ascii")), 65_535))
+    except (OSError, ValueError):
+        return socket.SOMAXCONN
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
@@ -236,6 +252,7 @@ class _Server(ThreadingHTTPServer):
         tls: ssl.SSLContext | None,
         post: Mapping[str, PostHandler],
     ) -> None:
+        self.request_queue_size = listen_backlog()
         super().__init__(address, _Handler)
         self.board = board
         self.render = render

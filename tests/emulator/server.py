@@ -35,6 +35,7 @@ from urllib.parse import parse_qsl, urlsplit
 import yaml
 
 from kubeapi import codec
+from kubeapi.serving import listen_backlog
 from tests.emulator import errors
 from tests.emulator.errors import ApiStatusError
 from tests.emulator.faults import WRITE_VERBS, FaultRule, Faults, Hold, RequestRecord
@@ -252,6 +253,7 @@ class _Server(ThreadingHTTPServer):
         self.emulator = emulator
         self.connections: set[socket.socket] = set()
         self.conn_lock = threading.Lock()
+        self.request_queue_size = listen_backlog()  # an API server's (see the function)
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:

@@ -124,6 +124,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def queued_connections(listener: socket.socket, n: int) -> int:
+    """How many of ``n`` connections opened at once wait in the listen queue of ``listener``
+    (a server's socket, bound and listening, not accepting): the kernel drops a SYN that finds
+    the queue full, and its client sends it again only after a second, so a connection not
+    queued within half a second was dropped."""
+    clients = [socket.socket() for _ in range(n)]
+    accepted: list[socket.socket] = []
+    try:
+        for client in clients:
+            client.setblocking(False)
+            client.connect_ex(listener.getsockname())
+        listener.settimeout(0.5)
+        with contextlib.suppress(TimeoutError):
+            while len(accepted) < n:
+                accepted.append(listener.accept()[0])
+        return len(accepted)
+    finally:
+        for sock in (*clients, *accepted):
+            sock.close()
+
+
 def http_get(url: str) -> tuple[int, str]:
     """Status and body of a GET (an HTTP error status is returned, not raised)."""
     try:

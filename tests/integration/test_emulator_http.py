@@ -1,7 +1,8 @@
 """The emulator's HTTP/1.1 layer on a raw socket: request heads as the standard library's
 server reads them (the emulator parses an HTTP/1.1 head itself), and a watch stream that its
 reader leaves unread while writes land (events then wait in the server's queue, some sent
-in part) still carries every event once, in order, in well-formed chunks."""
+in part) still carries every event once, in order, in well-formed chunks; and a burst of
+connections waits in the listen queue, as at an API server."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import socket
 from typing import Any
 
 from tests.emulator import Emulator
+from tests.emulator.server import _Server
+from tests.integration.fake_kubelet import queued_connections
 
 
 def _exchange(emulator: Emulator, head: bytes) -> bytes:
@@ -72,6 +75,18 @@ def test_expect_100_continue_is_answered_before_the_body(emulator: Emulator) -> 
         sock.sendall(body)
         assert sock.recv(65536).startswith(b"HTTP/1.1 201 Created\r\n")
     assert emulator.get("namespaces", "expect") is not None
+
+
+def test_a_burst_of_connections_waits_in_the_listen_queue() -> None:
+    """A controller's informers connect together (eighteen lists and watches at start-up): the
+    listen queue holds them until the server accepts them. With the standard library's queue
+    of 5 the kernel dropped the rest, and a watch then opened a second or more late: a CI run
+    saw the controller miss a pod's binding and deletion for over five seconds."""
+    server = _Server(("127.0.0.1", 0), Emulator())  # never accepts
+    try:
+        assert queued_connections(server.socket, 64) == 64
+    finally:
+        server.server_close()
 
 
 def _events(stream: bytes) -> list[dict[str, Any]]:

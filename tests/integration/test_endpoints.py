@@ -23,14 +23,22 @@ import pytest
 
 from controller.settings import Settings
 from driver.api.errors import ConfigError
+from kubeapi import serving
 from kubeapi.endpoint import Endpoint
-from kubeapi.serving import Board, DelegatedAuth, EndpointServer, Probe, tls_context
+from kubeapi.serving import (
+    Board,
+    DelegatedAuth,
+    EndpointServer,
+    Probe,
+    listen_backlog,
+    tls_context,
+)
 from kubeletplugin.metrics import HealthState, serve
 from kubeletplugin.metrics import Metrics as PluginMetrics
 from kubeletplugin.settings import Settings as PluginSettings
 from tests.emulator import Emulator
 from tests.integration.controller_env import ControllerThread, fast_settings
-from tests.integration.fake_kubelet import free_port, http_get, wait
+from tests.integration.fake_kubelet import free_port, http_get, queued_connections, wait
 
 PROBES = ("/healthz", "/livez", "/readyz")
 
@@ -165,6 +173,18 @@ def test_the_server_answers_from_its_own_threads_what_the_board_holds() -> None:
         assert all(name.startswith("Thread-") for name in server.handler_threads)
     finally:
         server.close()
+
+
+def test_a_burst_of_connections_waits_in_the_listen_queue() -> None:
+    """An API server calls the admission webhook for many pods at once: the listen queue holds
+    the connections until the server accepts them (the standard library's default queue of 5
+    dropped the rest, and each waited a second or more for its SYN to be sent again)."""
+    server = serving._Server(("127.0.0.1", 0), Board(), None, None, None, {})  # never accepts
+    try:
+        assert server.request_queue_size == listen_backlog() >= 128
+        assert queued_connections(server.socket, 64) == 64
+    finally:
+        server.server_close()
 
 
 def test_a_bad_certificate_is_a_config_error(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final, TypeVar
 
 from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
@@ -322,9 +322,18 @@ class EngineFeed:
     def consistent(self) -> bool:
         """Whether the engine kept up to date by events equals one built from the caches now
         (what it counts and how it files the nodes). For tests; call on the loop."""
-        engine = self.engine()
-        fresh = self._build()
-        return engine.state() == fresh.state()
+        return not self.drift()
+
+    def drift(self) -> dict[str, tuple[Any, Any]]:
+        """Where the engine kept up to date by events differs from one built from the caches
+        now: per part of :class:`~driver.scheduling.decision.EngineState`, the (kept, fresh)
+        values (empty: consistent). For tests; call on the loop."""
+        kept, fresh = self.engine().state(), self._build().state()
+        return {
+            part.name: (getattr(kept, part.name), getattr(fresh, part.name))
+            for part in fields(kept)
+            if getattr(kept, part.name) != getattr(fresh, part.name)
+        }
 
     # ------------------------------------------------------------------ building
     def _build(self) -> DecisionEngine:

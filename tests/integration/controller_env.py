@@ -178,7 +178,9 @@ class ControllerThread:
 
 
 @contextlib.contextmanager
-def checked_controller(emulator: Emulator) -> Iterator[ControllerThread]:
+def checked_controller(
+    emulator: Emulator, settings: Settings | None = None
+) -> Iterator[ControllerThread]:
     """A running controller for one test; afterwards its incremental engine state must equal
     one built from its caches, and it must have stopped without an error.
 
@@ -191,7 +193,7 @@ def checked_controller(emulator: Emulator) -> Iterator[ControllerThread]:
     lagging one delivers. The comparison is repeated until they agree; it is the same
     comparison that answers (two calls could see the caches move in between, as a CI run
     did). A drift that lasts is a failure."""
-    running = ControllerThread(emulator).start()
+    running = ControllerThread(emulator, settings).start()
     try:
         yield running
         deadline = time.monotonic() + 5.0

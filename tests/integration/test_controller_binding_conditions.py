@@ -21,6 +21,7 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
+    checked_controller,
     fast_settings,
     pod,
     pod_condition,
@@ -48,13 +49,8 @@ def cluster(emulator: Emulator, claim_controller: ResourceClaimController) -> Em
 
 
 def run_controller(cluster: Emulator, **settings: Any) -> Iterator[ControllerThread]:
-    running = ControllerThread(cluster, fast_settings(**settings)).start()
-    try:
+    with checked_controller(cluster, fast_settings(**settings)) as running:
         yield running
-        assert running.engine_consistent(), "incremental engine state drifted from the caches"
-    finally:
-        running.stop()
-    assert running.error is None
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from tests.integration.controller_env import (
     ControllerThread,
     bound_pods,
     check_invariants,
+    checked_controller,
     fast_settings,
     pod,
     pod_condition,
@@ -42,13 +43,8 @@ def cluster(emulator: Emulator, claim_controller: ResourceClaimController) -> Em
 
 @pytest.fixture
 def controller(cluster: Emulator) -> Iterator[ControllerThread]:
-    running = ControllerThread(cluster).start()
-    try:
+    with checked_controller(cluster) as running:
         yield running
-        assert running.engine_consistent(), "incremental engine state drifted from the caches"
-    finally:
-        running.stop()
-    assert running.error is None
 
 
 def prioritised(body: JSON, priority: int, **labels: str) -> JSON:

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final, Literal, Self
 
 import aiohttp
+import msgspec
 
 from driver.api.errors import ApiError, ServerError, api_error_for_status
 from kubeapi import codec
@@ -80,12 +81,20 @@ def _retrieved(task: asyncio.Future[JSON]) -> None:
         task.exception()
 
 
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One watch event: ``ADDED`` | ``MODIFIED`` | ``DELETED`` | ``BOOKMARK`` and the object."""
+class WatchEvent(msgspec.Struct, frozen=True):
+    """One watch event: ``ADDED`` | ``MODIFIED`` | ``DELETED`` | ``BOOKMARK`` and the object.
+
+    A watch line decodes straight into it (:data:`_WATCH_LINE`): no dict for the line's
+    envelope, read and copied out again (a claim's event 6.5 -> 4.5 us CPU, best of 5)."""
 
     type: str
     object: JSON
+
+
+#: A watch line as the API server writes it; what it refuses (a line without ``type``, an
+#: object that is not one, text only :func:`kubeapi.codec.loads` decodes) takes the general
+#: path (:func:`_watch_event`).
+_WATCH_LINE: Final = msgspec.json.Decoder(WatchEvent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,6 +504,13 @@ def _error_from_body(method: str, path: str, status: int, raw: bytes) -> ApiErro
 
 
 def _watch_event(path: str, line: bytes) -> WatchEvent:
+    try:
+        typed = _WATCH_LINE.decode(line)
+    except (msgspec.DecodeError, RecursionError, UnicodeError):
+        pass  # the general path below decides (and says what is wrong)
+    else:
+        if typed.type != "ERROR":
+            return typed
     try:
         event = codec.loads(line)
     except ValueError as exc:

@@ -127,6 +127,24 @@ def test_list_follows_continue_and_watch_splits_events() -> None:
     asyncio.run(with_server(handler, scenario, Client))
 
 
+def test_a_watch_line_decodes_alike_on_the_typed_path_and_the_general_one() -> None:
+    """A line the typed decoder takes and one only the general path reads (no ``type``, an
+    integer past 64 bits, nesting past the recursion limit) give the same kind of event;
+    what is not an event is a malformed-event ServerError."""
+    event = client_module._watch_event("/p", b'{"type":"ADDED","object":{"a":[1,"x"]}}')
+    assert event == client_module.WatchEvent("ADDED", {"a": [1, "x"]})
+    assert client_module._watch_event("/p", b'{"object":{}}') == client_module.WatchEvent("", {})
+    big = client_module._watch_event("/p", b'{"type":"MODIFIED","object":{"n":%d}}' % (1 << 70))
+    assert big.object == {"n": 1 << 70}
+    deep = b'{"type":"ADDED","object":{"x":' + b"[" * 5000 + b"]" * 5000 + b"}}"
+    assert client_module._watch_event("/p", deep).type == "ADDED"
+    for line in (b"[1]", b'{"type":"ADDED","object":[1]}', b"{not json"):
+        with pytest.raises(ServerError, match="malformed event"):
+            client_module._watch_event("/p", line)
+    with pytest.raises(GoneError):
+        client_module._watch_event("/p", b'{"type":"ERROR","object":{"code":410}}')
+
+
 def test_pages_asks_for_the_next_page_before_the_caller_has_read_this_one() -> None:
     # The server prepares page k+1 while the caller parses page k (the informer's relist
     # yields to the loop while it reads a page); a caller that stops early leaves no request

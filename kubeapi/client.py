@@ -16,7 +16,9 @@ Contracts:
   that includes it) or delete ``preconditions``: the API server answers 409 when the object
   changed meanwhile;
 * with ``qps`` set, every request passes a client-side token bucket (``qps`` / ``burst``, as
-  client-go's); requests sent inside :func:`background` yield to all others there;
+  client-go's); requests sent inside :func:`background` yield to all others there; Events
+  (core and ``events.k8s.io``) pass a second bucket of the same size, as kube-scheduler's and
+  the kubelet's event clients are clientsets of their own, each with its own bucket;
 * with ``write_fence`` set, it is called with the method and path of every mutating request
   (POST, PUT, PATCH, DELETE) after the token bucket, immediately before the request is sent;
   what it raises is raised to the caller and nothing is sent (the controller's leader fence,
@@ -37,6 +39,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import re
 import sys
 import time
 import urllib.parse
@@ -68,6 +71,11 @@ TOKEN_REFRESH_S: Final = 60.0
 #: when the session closes (``enable_cleanup_closed``), which it refuses on fixed versions.
 _SSL_CLOSE_LEAKS: Final = sys.version_info < (3, 12, 8) or sys.version_info[:3] == (3, 13, 0)
 _READ_METHODS: Final = frozenset({"GET", "HEAD"})
+#: what an Event request's path looks like, core or events.k8s.io (a namespace is quoted, so
+#: it holds no "/")
+_EVENT_PATH: Final = re.compile(
+    r"/(?:api/v1|apis/events\.k8s\.io/v1)(?:/namespaces/[^/]+)?/events(?:/[^/]+)?"
+)
 _PATCH_TYPES: Final[Mapping[str, str]] = {
     "merge": MERGE_PATCH,
     "json": JSON_PATCH,
@@ -209,6 +217,11 @@ class Client:
         self._endpoint = endpoint
         self._write_fence = write_fence
         self._bucket = TokenBucket(qps, burst) if qps is not None else None
+        # Events have a budget of their own, of the same size: kube-scheduler and the kubelet
+        # record them through a clientset of their own, and client-go's token bucket is per
+        # clientset (one Event per bound pod would otherwise take a quarter of the budget
+        # that binds pods).
+        self._event_bucket = TokenBucket(qps, burst) if qps is not None else None
         self._deadlines = Deadlines(request_timeout_s)  # the request timeout, on one timer
         self._headers = {
             **endpoint.headers,
@@ -261,8 +274,9 @@ class Client:
 
     async def _start(self, method: str = "GET", path: str = "") -> None:
         """Every request and watch: wait for a token, pass the write fence, count it."""
-        if self._bucket is not None:
-            await self._bucket.acquire(background=_BACKGROUND.get())
+        bucket = self._event_bucket if _EVENT_PATH.fullmatch(path) else self._bucket
+        if bucket is not None:
+            await bucket.acquire(background=_BACKGROUND.get())
         if self._write_fence is not None and method not in _READ_METHODS:
             self._write_fence(method, path)
         self.requests += 1

@@ -42,12 +42,19 @@ FLAGS = Flags(
     ),
     Flag(
         "qps",
-        "client requests per second towards the API server",
+        "client requests per second towards the API server (Events: a budget of their own of "
+        "the same size)",
         field="qps",
         kind=NUMBER,
         default="100",
     ),
-    Flag("burst", "client request burst", field="burst", kind=INTEGER, default="200"),
+    Flag(
+        "burst",
+        "client request burst (Events: the same, on their own)",
+        field="burst",
+        kind=INTEGER,
+        default="200",
+    ),
     Flag(
         "scheduler-name", "spec.schedulerName to serve", field="scheduler_name", default="biaxial"
     ),

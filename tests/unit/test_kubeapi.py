@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from driver.api.errors import ConfigError, ConflictError, GoneError, NotFoundError, ServerError
-from kubeapi import NODES, PODS, Client, Endpoint, Resource, TokenBucket
+from kubeapi import EVENTS, NODES, PODS, Client, Endpoint, Resource, TokenBucket
 from kubeapi import client as client_module
 from tests.unit.local_api import with_server
 
@@ -266,6 +266,53 @@ def test_requests_inside_background_are_marked_for_the_bucket() -> None:
     with background():
         assert _BACKGROUND.get() is True
     assert _BACKGROUND.get() is False
+
+
+def test_events_take_their_tokens_from_a_bucket_of_their_own() -> None:
+    """kube-scheduler records Events through a clientset of its own, and client-go's token
+    bucket is per clientset (cmd/kube-scheduler/app/options: createClients): an Event never
+    waits for a token the binding writes need, nor they for its."""
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(f"{request.method} {request.path}")
+        return web.json_response({"metadata": {"name": "n"}})
+
+    def slow_client(endpoint: Endpoint, **_: object) -> Client:
+        return Client(endpoint, qps=1, burst=1)
+
+    async def scenario(client: Client) -> None:
+        await client.patch(PODS, "p", {"metadata": {"labels": {"a": "b"}}}, namespace="ns")
+        waiting = asyncio.ensure_future(client.get(PODS, "p", "ns"))  # a token in ~1 s
+        await asyncio.sleep(0)
+        await client.create(EVENTS, {"metadata": {"name": "e"}}, "ns")  # its own burst token
+        await waiting
+
+    asyncio.run(with_server(handler, scenario, slow_client))  # type: ignore[arg-type]
+    assert seen == [
+        "PATCH /api/v1/namespaces/ns/pods/p",
+        "POST /api/v1/namespaces/ns/events",
+        "GET /api/v1/namespaces/ns/pods/p",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("path", "event"),
+    [
+        ("/api/v1/namespaces/ns/events", True),
+        ("/api/v1/namespaces/ns/events/e.1", True),
+        ("/apis/events.k8s.io/v1/namespaces/ns/events", True),
+        ("/api/v1/events", True),
+        ("/api/v1/namespaces/ns/pods/events", False),  # a pod named "events"
+        ("/api/v1/namespaces/events/pods/p", False),  # a namespace named "events"
+        ("/api/v1/namespaces/ns/events/e/status", False),
+        ("/apis/example.com/v1/namespaces/ns/events", False),
+    ],
+)
+def test_what_counts_as_an_event_request(path: str, event: bool) -> None:
+    from kubeapi.client import _EVENT_PATH
+
+    assert bool(_EVENT_PATH.fullmatch(path)) is event
 
 
 def test_an_unreadable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:

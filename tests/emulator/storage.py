@@ -590,7 +590,7 @@ class Store:
                         f'{kind.group_resource} "{name}" is forbidden: unable to create new '
                         f"content in namespace {namespace} because it is being terminated",
                     )
-            obj = prepare_for_create(kind, obj)
+            obj = prepare_for_create(kind, obj, copy=False)  # obj is _check_type's copy
             if kind is PERSISTENT_VOLUME_CLAIM:
                 obj = self._default_storage_class(obj)
             meta = obj["metadata"]

@@ -14,6 +14,7 @@ from tests.emulator import ApiStatusError
 from tests.emulator.kinds import (
     ALL_KINDS,
     DEVICE_CLASS,
+    EVENT,
     POD,
     RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
@@ -456,3 +457,25 @@ def test_a_stored_selector_is_not_checked_again() -> None:
     with stored_expressions():
         semantic_check(DEVICE_CLASS, device_class)
     assert "spec.selectors[0].cel.expression" in _semantic_fields(DEVICE_CLASS, device_class)
+
+
+def test_times_are_stored_in_canonical_form_each_time_a_text_is_seen() -> None:
+    """Time and MicroTime texts are re-encoded in UTC (a normalizer remembers the canonical
+    form of a valid text): the same text gives the same form again, and an invalid one is a
+    400 every time it is written."""
+    event: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "e", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "eventTime": "2026-01-01T00:00:00.123456+02:00",
+        "firstTimestamp": "2026-01-01T01:00:00.9+01:00",
+    }
+    for _ in range(2):
+        out = COMPILED.normalize(EVENT, copy.deepcopy(event))
+        assert out["eventTime"] == "2025-12-31T22:00:00.123456Z"
+        assert out["firstTimestamp"] == "2026-01-01T00:00:00Z"
+    for _ in range(2):
+        with pytest.raises(ApiStatusError) as caught:
+            COMPILED.normalize(EVENT, {**event, "eventTime": "2026-01-01T00:00:00.5Z"})
+        assert caught.value.code == 400

@@ -738,6 +738,7 @@ class _Handler(BaseHTTPRequestHandler):
                 dry_run=dry_run,
                 field_validation=validation,
                 warnings=warnings,
+                owned=True,  # decoded for this request alone
             )
             # a list then cuts the object's item out of this encoding (EncodedObjects.item)
             self._send_object(201, obj, req, warnings, stored=stored)
@@ -764,6 +765,7 @@ class _Handler(BaseHTTPRequestHandler):
                     field_validation=validation,
                     warnings=warnings,
                     raw_body=body,
+                    owned=True,  # decoded for this request alone
                 ),
                 req,
                 warnings,

@@ -536,7 +536,10 @@ class Store:
         dry_run: bool = False,
         field_validation: str = "Strict",
         warnings: builtins.list[str] | None = None,
+        owned: bool = False,
     ) -> Obj:
+        """``owned``: ``body`` is the caller's to give away (a request's decoded body), used
+        as it is; otherwise it is copied first (a caller's object is never changed or kept)."""
         if not isinstance(body, dict):
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
@@ -547,7 +550,7 @@ class Store:
                 return to_v1(self.create(EVENT, namespace, core, dry_run=dry_run))
         with self.lock:
             obj = self._prune_unknown(
-                kind, self._check_type(kind, body), field_validation, warnings
+                kind, self._check_type(kind, body, copy=not owned), field_validation, warnings
             )
             meta = obj.get("metadata")
             if meta is None:
@@ -620,8 +623,8 @@ class Store:
             return obj
 
     @staticmethod
-    def _check_type(kind: Kind, body: Obj) -> Obj:
-        obj = codec.copy(body)
+    def _check_type(kind: Kind, body: Obj, *, copy: bool = True) -> Obj:
+        obj = codec.copy(body) if copy else body
         api_version = obj.get("apiVersion") or kind.api_version
         kind_name = obj.get("kind") or kind.kind
         if api_version != kind.api_version or kind_name != kind.kind:
@@ -666,9 +669,10 @@ class Store:
         field_validation: str = "Strict",
         warnings: builtins.list[str] | None = None,
         raw_body: bytes | None = None,
+        owned: bool = False,
     ) -> Obj:
         """A PUT of ``body``; ``raw_body`` is what the client sent, whose bytes of a claim's
-        opaque parameters the server keeps."""
+        opaque parameters the server keeps; ``owned`` as for :meth:`create`."""
         if not isinstance(body, dict):
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
@@ -683,7 +687,7 @@ class Store:
                 )
         with self.lock:
             obj = self._prune_unknown(
-                kind, self._check_type(kind, body), field_validation, warnings
+                kind, self._check_type(kind, body, copy=not owned), field_validation, warnings
             )
             meta = obj.get("metadata")
             if not isinstance(meta, dict):
@@ -706,6 +710,7 @@ class Store:
                         dry_run=dry_run,
                         field_validation=field_validation,
                         warnings=warnings,
+                        owned=True,  # _check_type's copy (or the owner's body)
                     )
                 raise errors.not_found(kind, name)
             # only a claim's status keeps the bytes its writer sent

@@ -91,9 +91,10 @@ def _default_containers(containers: Any) -> None:
             resources["requests"] = dict(resources["limits"])
 
 
-def prepare_for_create(kind: Kind, obj: dict[str, Any]) -> dict[str, Any]:
-    """Apply defaults and the create-time status rules; returns a new object."""
-    out = codec.copy(obj)
+def prepare_for_create(kind: Kind, obj: dict[str, Any], *, copy: bool = True) -> dict[str, Any]:
+    """Apply defaults and the create-time status rules; returns a new object (``copy``
+    False: ``obj`` itself, changed in place, for a caller that owns it)."""
+    out = codec.copy(obj) if copy else obj
     if kind.kind == "Pod":
         spec = out.setdefault("spec", {})
         if isinstance(spec, dict):

@@ -8,7 +8,8 @@ millisecond instead of ~15 ms through ``jsonschema`` with a ``referencing`` regi
 result is a list of :class:`Issue`; the test suite cross-checks it against ``jsonschema`` on
 valid and broken objects (``tests/integration/test_emulator_validation.py``).
 
-Pure functions; compiled validators are immutable and safe to share between threads.
+Pure functions; compiled validators are safe to share between threads (a normalizer keeps the
+canonical form of the time texts it has seen, in a dict read and written one operation at a time).
 """
 
 from __future__ import annotations
@@ -148,6 +149,8 @@ class _Compiler:
 
 Normalize = Callable[[Any, Path, list[Issue]], Any]
 
+#: how many distinct time texts a normalizer remembers the canonical form of
+_SEEN_TIMES: Final = 4096
 _TIME: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.Time"
 _MICRO_TIME: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
 
@@ -174,16 +177,26 @@ def _parse(layout: re.Pattern[str], value: str) -> dt.datetime | None:
 def _format_time(micro: bool) -> Normalize:
     """metav1.Time is stored as RFC 3339 UTC seconds, MicroTime with 6 fractional digits."""
     layout = _RFC3339_MICRO if micro else _RFC3339
+    # the canonical form of each valid text seen (objects of a second share their times:
+    # parsing and formatting each was most of a write's normalization); bounded
+    seen: dict[str, str] = {}
 
     def normalize(value: Any, path: Path, out: list[Issue]) -> Any:
         if not isinstance(value, str):
             return value
+        known = seen.get(value)
+        if known is not None:
+            return known
         parsed = _parse(layout, value)
         if parsed is None:
             out.append(Issue("time", path, value))
             return value
         utc = parsed.astimezone(dt.UTC)
-        return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+        canonical = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
+        if len(seen) >= _SEEN_TIMES:
+            seen.clear()
+        seen[value] = canonical
+        return canonical
 
     return normalize
 

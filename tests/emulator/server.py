@@ -231,6 +231,8 @@ class _Headers:
 
 
 _DATE: list[tuple[int, str]] = [(0, "")]
+#: an answer's status line and Server header by status code, up to the Date header's value
+_STATUS_LINES: dict[int, str] = {}
 
 
 def _http_date() -> str:
@@ -382,18 +384,19 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         data = payload if isinstance(payload, bytes) else codec.dumps(payload)
         self._record(req, code)
-        head = [
-            f"{self.protocol_version} {code} {self.responses[code][0]}\r\n",
-            f"Server: {self.version_string()}\r\nDate: {_http_date()}\r\n",
-        ]
-        head.extend(f"Warning: {warning_header(w)}\r\n" for w in warnings or ())
-        head.append(
-            f"Content-Type: {_JSON}\r\nCache-Control: no-cache, private\r\n"
-            f"Content-Length: {len(data)}\r\n\r\n"
-        )
+        status = _STATUS_LINES.get(code)
+        if status is None:
+            status = _STATUS_LINES[code] = (
+                f"{self.protocol_version} {code} {self.responses[code][0]}\r\n"
+                f"Server: {self.version_string()}\r\nDate: "
+            )
+        warned = "".join(f"Warning: {warning_header(w)}\r\n" for w in warnings) if warnings else ""
         # One write (one send, one segment) for the head and a small body: with TCP_NODELAY
         # the standard library's head-then-body is two segments the client wakes up for.
-        header = "".join(head).encode("latin-1")
+        header = (
+            f"{status}{_http_date()}\r\n{warned}Content-Type: {_JSON}\r\n"
+            f"Cache-Control: no-cache, private\r\nContent-Length: {len(data)}\r\n\r\n"
+        ).encode("latin-1")
         if self.command == "HEAD":
             self.wfile.write(header)
         elif len(data) <= _ONE_WRITE:
@@ -735,10 +738,10 @@ class _Handler(BaseHTTPRequestHandler):
                 dry_run=dry_run,
                 field_validation=validation,
                 warnings=warnings,
+                owned=True,  # decoded for this request alone
             )
+            # a list then cuts the object's item out of this encoding (EncodedObjects.item)
             self._send_object(201, obj, req, warnings, stored=stored)
-            if not dry_run:
-                emulator.encoded.item(obj)  # after answering: lists then join cached bytes
             return
         assert req.name is not None
         if req.verb == "get":
@@ -762,6 +765,7 @@ class _Handler(BaseHTTPRequestHandler):
                     field_validation=validation,
                     warnings=warnings,
                     raw_body=body,
+                    owned=True,  # decoded for this request alone
                 ),
                 req,
                 warnings,
@@ -1058,10 +1062,16 @@ class EncodedObjects:
         return data
 
     def item(self, obj: Obj, *, keep: bool = True) -> bytes:
+        """``obj``'s JSON as a list item (without its kind and apiVersion): cut out of its
+        :meth:`whole` encoding where one is kept (keys are sorted, so a stored object's begins
+        with exactly its apiVersion and kind), else encoded."""
         found = self._items.get(id(obj))
         if found is not None and found[0] is obj:
             return found[1]
-        data = codec.dumps({k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}})
+        whole = self._wholes.get(id(obj))
+        data = _without_type(whole[1], obj) if whole is not None and whole[0] is obj else None
+        if data is None:
+            data = codec.dumps({k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}})
         if not keep:
             return data
         if len(self._items) >= self.LIMIT:
@@ -1075,6 +1085,23 @@ class EncodedObjects:
         encoded = json.dumps(head, separators=_COMPACT).encode()
         assert encoded.endswith(b'"items":[]}'), encoded
         return encoded[:-2] + b",".join(self.item(o, keep=keep) for o in items) + b"]}"
+
+
+def _without_type(whole: bytes, obj: Obj) -> bytes | None:
+    """``whole`` (``codec.dumps(obj)``) without its leading ``apiVersion`` and ``kind``
+    members: the bytes ``codec.dumps`` gives for ``obj`` without them; None when ``whole``
+    does not begin with exactly those two (a key that sorts before them, a value that is not
+    a plain string)."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if type(api_version) is not str or type(kind) is not str:
+        return None
+    head = codec.dumps({"apiVersion": api_version, "kind": kind})[:-1]  # without its "}"
+    if not whole.startswith(head):
+        return None
+    rest = whole[len(head) :]
+    if rest == b"}":
+        return b"{}"
+    return b"{" + rest[1:] if rest[:1] == b"," else None
 
 
 def _list_body(kind: Kind, rv: int, token: str | None, remaining: int | None) -> dict[str, Any]:

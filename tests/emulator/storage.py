@@ -24,6 +24,7 @@ import binascii
 import builtins
 import datetime as dt
 import json
+import os
 import random
 import threading
 import time
@@ -72,6 +73,17 @@ EXPIRED_CONTINUE: Final = (
     "inconsistent list - objects that were created, modified, or deleted between the time the "
     "first chunk was returned and now may show up in the list."
 )
+
+
+#: where object uids come from: a generator seeded once from the system's randomness, as
+#: unique as ``uuid.uuid4`` (122 random bits) but without its system call per uid, which
+#: lets go of the GIL while the store lock is held (the request threads that take the GIL
+#: then block on the store lock: futex waits, wake-ups and GIL hand-overs per create)
+_UIDS: Final = random.Random(os.urandom(32))  # unique, not a secret
+
+
+def _new_uid() -> str:
+    return str(uuid.UUID(int=_UIDS.getrandbits(128), version=4))
 
 
 def now() -> str:
@@ -316,7 +328,7 @@ class Store:
         robustness (what another API server version, a conversion or a bug might serve)."""
         with self.lock:
             meta = _meta(obj)
-            obj = {**obj, "metadata": {**meta, "uid": str(uuid.uuid4())}}
+            obj = {**obj, "metadata": {**meta, "uid": _new_uid()}}
             if not kind.namespaced:
                 obj["metadata"].pop("namespace", None)
                 namespace = None
@@ -536,7 +548,10 @@ class Store:
         dry_run: bool = False,
         field_validation: str = "Strict",
         warnings: builtins.list[str] | None = None,
+        owned: bool = False,
     ) -> Obj:
+        """``owned``: ``body`` is the caller's to give away (a request's decoded body), used
+        as it is; otherwise it is copied first (a caller's object is never changed or kept)."""
         if not isinstance(body, dict):
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
@@ -547,7 +562,7 @@ class Store:
                 return to_v1(self.create(EVENT, namespace, core, dry_run=dry_run))
         with self.lock:
             obj = self._prune_unknown(
-                kind, self._check_type(kind, body), field_validation, warnings
+                kind, self._check_type(kind, body, copy=not owned), field_validation, warnings
             )
             meta = obj.get("metadata")
             if meta is None:
@@ -590,7 +605,7 @@ class Store:
                         f'{kind.group_resource} "{name}" is forbidden: unable to create new '
                         f"content in namespace {namespace} because it is being terminated",
                     )
-            obj = prepare_for_create(kind, obj)
+            obj = prepare_for_create(kind, obj, copy=False)  # obj is _check_type's copy
             if kind is PERSISTENT_VOLUME_CLAIM:
                 obj = self._default_storage_class(obj)
             meta = obj["metadata"]
@@ -601,7 +616,7 @@ class Store:
                 "selfLink",
             ):
                 meta.pop(server_field, None)
-            meta["uid"] = str(uuid.uuid4())
+            meta["uid"] = _new_uid()
             meta["creationTimestamp"] = now()
             if kind.tracks_generation:
                 meta["generation"] = 1
@@ -620,8 +635,8 @@ class Store:
             return obj
 
     @staticmethod
-    def _check_type(kind: Kind, body: Obj) -> Obj:
-        obj = codec.copy(body)
+    def _check_type(kind: Kind, body: Obj, *, copy: bool = True) -> Obj:
+        obj = codec.copy(body) if copy else body
         api_version = obj.get("apiVersion") or kind.api_version
         kind_name = obj.get("kind") or kind.kind
         if api_version != kind.api_version or kind_name != kind.kind:
@@ -666,9 +681,10 @@ class Store:
         field_validation: str = "Strict",
         warnings: builtins.list[str] | None = None,
         raw_body: bytes | None = None,
+        owned: bool = False,
     ) -> Obj:
         """A PUT of ``body``; ``raw_body`` is what the client sent, whose bytes of a claim's
-        opaque parameters the server keeps."""
+        opaque parameters the server keeps; ``owned`` as for :meth:`create`."""
         if not isinstance(body, dict):
             raise errors.bad_request(
                 f"the body of the request must be a JSON object, not {type(body).__name__}"
@@ -683,7 +699,7 @@ class Store:
                 )
         with self.lock:
             obj = self._prune_unknown(
-                kind, self._check_type(kind, body), field_validation, warnings
+                kind, self._check_type(kind, body, copy=not owned), field_validation, warnings
             )
             meta = obj.get("metadata")
             if not isinstance(meta, dict):
@@ -706,6 +722,7 @@ class Store:
                         dry_run=dry_run,
                         field_validation=field_validation,
                         warnings=warnings,
+                        owned=True,  # _check_type's copy (or the owner's body)
                     )
                 raise errors.not_found(kind, name)
             # only a claim's status keeps the bytes its writer sent

@@ -1,8 +1,9 @@
 """The emulator's HTTP/1.1 layer on a raw socket: request heads as the standard library's
 server reads them (the emulator parses an HTTP/1.1 head itself), and a watch stream that its
 reader leaves unread while writes land (events then wait in the server's queue, some sent
-in part) still carries every event once, in order, in well-formed chunks; and a burst of
-connections waits in the listen queue, as at an API server."""
+in part) still carries every event once, in order, in well-formed chunks; a burst of
+connections waits in the listen queue, as at an API server; and a list item cut out of an
+object's kept encoding is the bytes its own encoding gives."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import json
 import socket
 from typing import Any
 
+from kubeapi import codec
 from tests.emulator import Emulator
-from tests.emulator.server import _Server
+from tests.emulator.server import EncodedObjects, _Server
 from tests.integration.fake_kubelet import queued_connections
 
 
@@ -146,3 +148,24 @@ def test_a_watch_read_late_gets_every_event_once_in_order(emulator: Emulator) ->
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs)
     assert len(set(rvs)) == count
+
+
+def test_a_list_item_cut_from_a_kept_encoding_is_its_own_encoding() -> None:
+    """EncodedObjects.item cuts an object's apiVersion and kind out of its kept whole
+    encoding (sorted keys put them first): the same bytes as encoding the object without
+    them, also where a key sorts before apiVersion (a core Event's ``action``), where they
+    are all there is, where a value needs Go's escapes, or where they are not strings."""
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p<&>"}, "spec": {}},
+        {"action": "Binding", "apiVersion": "v1", "kind": "Event", "metadata": {}},
+        {"apiVersion": "v1", "kind": "Pod"},
+        {"apiVersion": "v1", "kind": 7, "metadata": {}},
+        {"apiVersion": "a\u2028", "kind": "K", "z": 1},
+        {"kind": "Pod", "metadata": {}},
+    ]
+    for obj in objects:
+        encoded = EncodedObjects()
+        assert encoded.whole(obj) == codec.dumps(obj)
+        want = codec.dumps({k: v for k, v in obj.items() if k not in {"kind", "apiVersion"}})
+        assert encoded.item(obj) == want, obj
+        assert encoded.item(obj) == want, obj  # kept

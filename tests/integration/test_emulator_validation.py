@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from tests.emulator import ApiStatusError
+from kubeapi import codec
+from tests.emulator import ApiStatusError, rawjson
 from tests.emulator.kinds import (
     ALL_KINDS,
     DEVICE_CLASS,
+    EVENT,
     POD,
     RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
@@ -456,3 +458,58 @@ def test_a_stored_selector_is_not_checked_again() -> None:
     with stored_expressions():
         semantic_check(DEVICE_CLASS, device_class)
     assert "spec.selectors[0].cel.expression" in _semantic_fields(DEVICE_CLASS, device_class)
+
+
+def test_times_are_stored_in_canonical_form_each_time_a_text_is_seen() -> None:
+    """Time and MicroTime texts are re-encoded in UTC (a normalizer remembers the canonical
+    form of a valid text): the same text gives the same form again, and an invalid one is a
+    400 every time it is written."""
+    event: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": "e", "namespace": "default"},
+        "involvedObject": {"kind": "Pod", "name": "p"},
+        "eventTime": "2026-01-01T00:00:00.123456+02:00",
+        "firstTimestamp": "2026-01-01T01:00:00.9+01:00",
+    }
+    for _ in range(2):
+        out = COMPILED.normalize(EVENT, copy.deepcopy(event))
+        assert out["eventTime"] == "2025-12-31T22:00:00.123456Z"
+        assert out["firstTimestamp"] == "2026-01-01T00:00:00Z"
+    for _ in range(2):
+        with pytest.raises(ApiStatusError) as caught:
+            COMPILED.normalize(EVENT, {**event, "eventTime": "2026-01-01T00:00:00.5Z"})
+        assert caught.value.code == 400
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        [{"opaque": {"driver": "d", "parameters": {"b": [1, 2.5], "a": "<&>"}}}],
+        [{"opaque": {"driver": "d", "parameters": None}}, {"opaque": None}, 7, {}],
+        [{"opaque": ["x"]}, {"opaque": {"parameters": {"k": {"n": 1}}}}],
+        [],
+        {"not": "a list"},
+    ],
+)
+def test_a_claim_status_body_in_compact_form_gives_the_bytes_its_text_holds(
+    config: Any,
+) -> None:
+    """rawjson.sent answers a compact body (codec.dumps' form) from the decoded value: the
+    same bytes the text gives, read member by member, for every shape of config; a body in
+    another form is read from its text."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c"},
+        "status": {"allocation": {"devices": {"results": [], "config": config}}},
+    }
+    compact = codec.dumps(claim)
+    spaced = json.dumps(claim, indent=1).encode()
+    assert rawjson.sent(compact, codec.loads(compact)) == rawjson.sent(compact)
+    assert rawjson.sent(spaced, codec.loads(spaced)) == rawjson.sent(spaced)
+    if isinstance(config, list) and config and isinstance(config[0].get("opaque"), dict):
+        assert (
+            rawjson.sent(spaced)[0] != rawjson.sent(compact)[0]
+            or config[0]["opaque"].get("parameters") is None
+        )

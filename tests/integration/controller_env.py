@@ -145,6 +145,14 @@ class ControllerThread:
 
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(10)
 
+    def cached(self, kind: str) -> int:
+        """How many objects of ``kind`` (``nodes``, ``resourceslices``, ...) the controller's
+        caches hold now."""
+        assert self.controller is not None
+        cache = self.controller.scheduler.feed.cache
+        found = next(i for i in cache.informers if i.resource.plural == kind)
+        return self.on_loop(lambda: len(found.store))
+
     def engine_consistent(self) -> bool:
         """The engine kept up to date by the feed equals one built from the caches now."""
         assert self.controller is not None

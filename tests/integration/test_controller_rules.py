@@ -37,8 +37,13 @@ ROOT = Path(__file__).resolve().parents[2]
 JSON = dict[str, Any]
 
 
-def seed_zones(emulator: Emulator, zones: dict[str, str]) -> None:
-    """T4 nodes (``{node: zone}``) with their slices, and the project's DeviceClasses."""
+def seed_zones(
+    emulator: Emulator, zones: dict[str, str], controller: ControllerThread | None = None
+) -> None:
+    """T4 nodes (``{node: zone}``) with their slices, and the project's DeviceClasses; with a
+    running ``controller``, returns once its caches hold them all (each kind is a watch stream
+    of its own: a pod created next could otherwise be heard before the slices, and be
+    reported short of GPUs)."""
     for name, zone in zones.items():
         body = node_object(name)
         body["metadata"]["labels"][ZONE] = zone
@@ -52,6 +57,14 @@ def seed_zones(emulator: Emulator, zones: dict[str, str]) -> None:
             emulator.create(resource_slice.to_api())
     for dc in device_classes():
         emulator.create(dc)
+    if controller is not None:
+        for kind in ("nodes", "resourceslices", "deviceclasses"):
+            count = len(emulator.list(kind))
+            emulator.wait_until(
+                lambda kind=kind, count=count: controller.cached(kind) == count,
+                timeout=20,
+                message=f"the controller never held the {count} {kind}",
+            )
 
 
 def live(emulator: Emulator, raw: JSON) -> None:
@@ -69,7 +82,7 @@ def controller(emulator: Emulator) -> Iterator[ControllerThread]:
 def test_anti_affine_replicas_one_per_node_and_the_fourth_pending(
     emulator: Emulator, controller: ControllerThread
 ) -> None:
-    seed_zones(emulator, {"n1": "a", "n2": "b", "n3": "c"})
+    seed_zones(emulator, {"n1": "a", "n2": "b", "n3": "c"}, controller)
     names = [f"web-{i}" for i in range(4)]
     for name in names:
         live(
@@ -96,7 +109,9 @@ def test_anti_affine_replicas_one_per_node_and_the_fourth_pending(
 def test_a_zone_spread_over_three_zones(emulator: Emulator, controller: ControllerThread) -> None:
     """Six replicas created at once with DoNotSchedule maxSkew 1 on the zone: two per zone,
     so each decision counted the placements still being written."""
-    seed_zones(emulator, {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "c1": "c", "c2": "c"})
+    seed_zones(
+        emulator, {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "c1": "c", "c2": "c"}, controller
+    )
     names = [f"s-{i}" for i in range(6)]
     for name in names:
         live(emulator, pod(name).labels(app="s").spread(ZONE, 1, app="s").gpu(gpumem=3000).json())
@@ -110,7 +125,7 @@ def test_a_pod_bound_by_another_scheduler_counts(
     emulator: Emulator, controller: ControllerThread
 ) -> None:
     """Its host port and its anti-affinity keep our pods off its node."""
-    seed_zones(emulator, {"n1": "a", "n2": "a"})
+    seed_zones(emulator, {"n1": "a", "n2": "a"}, controller)
     theirs = (
         pod("theirs")
         .scheduler("default-scheduler")
@@ -131,9 +146,11 @@ def test_a_pod_bound_elsewhere_wakes_a_pod_waiting_for_it(emulator: Emulator) ->
     """A pod parked for its required affinity is tried again as soon as a matching pod is bound
     by another scheduler, not at the periodic flush (kube-scheduler requeues pods rejected by
     InterPodAffinity on an assigned pod's add or label update: the plugin's EventsToRegister)."""
+    # The cluster first: a controller listing it sees every node's slices before any pod (one
+    # started earlier could hear the pod before the slices, and report no GPUs at all).
+    seed_zones(emulator, {"a1": "a", "b1": "b"})
     running = ControllerThread(emulator, fast_settings(unschedulable_flush_s=300.0)).start()
     try:
-        seed_zones(emulator, {"a1": "a", "b1": "b"})
         live(emulator, pod("api").affinity(ZONE, app="db").gpu(gpumem=3000).json())
         emulator.wait_until(lambda: pod_condition(emulator, "api") is not None, timeout=20)
         condition = pod_condition(emulator, "api")

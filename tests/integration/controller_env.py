@@ -153,15 +153,31 @@ class ControllerThread:
         found = next(i for i in cache.informers if i.resource.plural == kind)
         return self.on_loop(lambda: len(found.store))
 
-    def engine_consistent(self) -> bool:
-        """The engine kept up to date by the feed equals one built from the caches now."""
-        assert self.controller is not None
-        return self.on_loop(self.controller.scheduler.feed.consistent)
-
     def engine_drift(self) -> dict[str, tuple[object, object]]:
         """Where the engine kept up to date differs from one built from the caches now."""
         assert self.controller is not None
         return self.on_loop(self.controller.scheduler.feed.drift)
+
+    def assert_engine_settles(self, timeout: float = 5.0) -> None:
+        """The engine kept up to date by the feed comes to equal one built from the caches.
+
+        Each watch is a stream of its own, so the two may differ for a moment while one lags
+        another (a claim's deletion heard before its pod's binding and deletion: the placement
+        still in flight counts in an engine built now, not in the one that heard the claim go;
+        a commit's own write assumed at once, its watch event a moment later), and agree again
+        once the lagging stream delivers. The one comparison is repeated until they agree (two
+        calls could see the caches move in between, as a CI run did); a drift that lasts past
+        ``timeout`` fails, naming the parts that differ."""
+        deadline = time.monotonic() + timeout
+        drift = self.engine_drift()
+        while drift and time.monotonic() < deadline:
+            time.sleep(0.05)
+            drift = self.engine_drift()
+        shown = "; ".join(
+            f"{part}: kept {kept!r:.400}, fresh {fresh!r:.400}"
+            for part, (kept, fresh) in drift.items()
+        )
+        assert not drift, f"incremental engine state drifted from the caches: {shown}"
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.controller is not None and self._loop is not None and not self._loop.is_closed():
@@ -189,31 +205,14 @@ class ControllerThread:
 def checked_controller(
     emulator: Emulator, settings: Settings | None = None
 ) -> Iterator[ControllerThread]:
-    """A running controller for one test; afterwards its incremental engine state must equal
-    one built from its caches, and it must have stopped without an error.
-
-    "Afterwards" is once the watches have delivered what the test's last writes caused: a
-    commit's own write (a volume's binding, say) is assumed at once and reaches the caches with
-    its watch event a moment later, and a full CI run once compared the two in between. Each
-    watch is a stream of its own, so the two may also differ while one lags another (a claim's
-    deletion heard before its pod's binding and deletion: the placement still in flight counts
-    in an engine built now, not in the one that heard the claim go), and agree again once the
-    lagging one delivers. The comparison is repeated until they agree; it is the same
-    comparison that answers (two calls could see the caches move in between, as a CI run
-    did). A drift that lasts is a failure."""
+    """A running controller for one test; afterwards its incremental engine state must come
+    to equal one built from its caches (:meth:`ControllerThread.assert_engine_settles`: once the
+    watches have delivered what the test's last writes caused), and it must have stopped
+    without an error."""
     running = ControllerThread(emulator, settings).start()
     try:
         yield running
-        deadline = time.monotonic() + 5.0
-        drift = running.engine_drift()
-        while drift and time.monotonic() < deadline:
-            time.sleep(0.05)
-            drift = running.engine_drift()
-        shown = "; ".join(
-            f"{part}: kept {kept!r:.400}, fresh {fresh!r:.400}"
-            for part, (kept, fresh) in drift.items()
-        )
-        assert not drift, f"incremental engine state drifted from the caches: {shown}"
+        running.assert_engine_settles()
     finally:
         running.stop()
     assert running.error is None

@@ -108,7 +108,7 @@ def test_api_faults_are_survived(
         emulator.drop_watches(clean=True)
         _teardown(emulator)
         # once the watches delivered what the teardown caused (checked_controller's rule)
-        emulator.wait_until(controller.engine_consistent, timeout=5, message="engine drifted")
+        controller.assert_engine_settles()
         assert controller.controller is not None
         stats = [i.stats for i in controller.controller.cache.informers]
         assert sum(s.relists_on_gone for s in stats) >= 1
@@ -138,10 +138,10 @@ def test_killed_between_commit_steps_then_restarted(
     second = ControllerThread(emulator, fast_settings(identity="second")).start()
     try:
         _settle(emulator, names)
-        assert second.engine_consistent()
+        second.assert_engine_settles()
         _teardown(emulator)
         # once the watches delivered what the teardown caused (checked_controller's rule)
-        emulator.wait_until(second.engine_consistent, timeout=5, message="engine drifted")
+        second.assert_engine_settles()
     finally:
         second.stop()
     assert second.error is None
@@ -166,7 +166,7 @@ def test_pods_deleted_while_the_controller_is_down_are_released_on_start(
         emulator.wait_until(
             lambda: not leftovers(emulator), timeout=30, message=str(leftovers(emulator))
         )
-        assert second.engine_consistent()
+        second.assert_engine_settles()
     finally:
         second.stop()
     assert second.error is None
@@ -216,7 +216,7 @@ def test_a_killed_controllers_binding_landing_after_the_repair_is_refused(
         assert bound_pods(emulator, ["p"]) != {"p": node}
         assert check_invariants(emulator) == []
         assert seen == []
-        assert second.engine_consistent()
+        second.assert_engine_settles()
         _teardown(emulator)
     finally:
         second.stop()

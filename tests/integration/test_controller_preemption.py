@@ -165,7 +165,7 @@ def test_never_waits_and_is_then_served_before_earlier_lower_priority_pods(
     ).start()
     try:
         _never_then_priority(cluster)
-        assert running.engine_consistent()
+        running.assert_engine_settles()
     finally:
         running.stop()
     assert running.error is None
@@ -268,7 +268,7 @@ def test_killed_mid_preemption_converges_without_deleting_a_victim_twice(
         cluster.wait_until(lambda: len(terminating(cluster)) == 1, timeout=20)
         cluster.finish_pod_deletions()
         cluster.wait_until(lambda: bound_pods(cluster).get("urgent") == NODE, timeout=20)
-        assert second.engine_consistent()
+        second.assert_engine_settles()
     finally:
         second.stop()
     assert second.error is None

@@ -161,7 +161,7 @@ def test_a_pod_bound_elsewhere_wakes_a_pod_waiting_for_it(emulator: Emulator) ->
         live(emulator, pod("db").scheduler("default-scheduler").labels(app="db").on("b1").json())
         emulator.wait_until(lambda: bool(bound_pods(emulator, ["api"])), timeout=20)
         assert bound_pods(emulator, ["api"]) == {"api": "b1"}
-        assert running.engine_consistent()
+        running.assert_engine_settles()
     finally:
         running.stop()
     assert running.error is None
@@ -228,7 +228,7 @@ def test_simulate_places_the_rule_examples_as_the_controller_does(
                 ),
                 timeout=20,
             )
-        assert controller.engine_consistent()
+        controller.assert_engine_settles()
     finally:
         controller.stop()
     assert controller.error is None

@@ -172,7 +172,7 @@ def test_foreign_allocations_are_respected_and_left_alone(
     cluster.create(pod("later", legacy_gpus=1))
     cluster.wait_until(lambda: "later" in bound_pods(cluster), timeout=20)
     assert controller.on_loop(lambda: scheduler.feed.rebuilds) == rebuilds
-    assert controller.engine_consistent()
+    controller.assert_engine_settles()
     delete_all_pods(cluster)
     cluster.wait_until(lambda: not leftovers(cluster), timeout=20)
     after = cluster.get("resourceclaims", "foreign", "default")

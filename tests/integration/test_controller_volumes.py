@@ -299,7 +299,7 @@ def test_bind_timeout_rolls_back_and_the_pod_is_retried(
         assert not bound_pods(emulator, ["patient"])
         volume_controller.release("default/slow")
         settle(emulator, ["patient"])
-        assert running.engine_consistent()
+        running.assert_engine_settles()
         teardown(emulator)
     finally:
         running.stop()

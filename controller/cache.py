@@ -465,9 +465,8 @@ class Informer(Generic[_Stored]):
             m = obj["metadata"]
             return object_key(obj), m.get("resourceVersion") or ""
         self.stats.malformed += 1
-        name = (
-            obj.get("metadata", {}).get("name") if isinstance(obj.get("metadata"), dict) else None
-        )
+        m = obj.get("metadata") if isinstance(obj, dict) else None
+        name = m.get("name") if isinstance(m, dict) else None
         log.warning("%s %s left out: %s", self.kind, _prefix(name), problem)
         return None
 

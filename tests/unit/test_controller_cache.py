@@ -98,6 +98,29 @@ def test_relist_reports_objects_that_vanished_during_the_gap() -> None:
     assert events == [("ADDED", "a"), ("DELETED", "a")]
 
 
+def test_a_list_item_that_is_not_an_object_is_left_out_not_the_relist() -> None:
+    """A page's item that is no object at all (a string, null, a list) is left out and counted,
+    as a malformed object is: the relist stores the rest rather than failing on it (it once
+    raised AttributeError naming the item for the warning)."""
+    events: list[tuple[str, str]] = []
+
+    async def scenario() -> Informer:
+        api = FakeApi()
+        items: list[Any] = [node("a", 5), "x", None, [], 7, node("b", 6)]
+        api.lists = [ListResult(items=items, resource_version="9")]
+        informer = Informer(api, NODES, transform=slim)
+        informer.add_handler(
+            lambda _k, t, o, n: events.append((t, (n or o or {})["metadata"]["name"]))
+        )
+        await informer.relist()
+        return informer
+
+    informer = asyncio.run(scenario())
+    assert set(informer.store) == {"a", "b"}
+    assert informer.stats.malformed == 4
+    assert events == [("ADDED", "a"), ("ADDED", "b")]
+
+
 def test_overlay_shows_pending_and_assumed_until_the_informer_catches_up() -> None:
     informer = Informer(FakeApi(), RESOURCE_CLAIMS, transform=slim)
     informer.store["default/c"] = claim("c", 10)

@@ -277,6 +277,11 @@ def _prefix(value: object) -> str:
 
 _STRING_MAPS: Final = ("labels", "annotations")
 _STRINGS: Final = ("name", "namespace", "resourceVersion", "uid", "deletionTimestamp")
+# (isinstance against a tuple, and loops rather than all() over generators: the same checks
+# at about half the cost, 1.9 -> 1.0 us a pod and 1.2 -> 0.6 a claim; every watch event
+# and listed object passes here, about 4.3 events per bound pod)
+_STRING_OR_NONE: Final = (str, type(None))
+_OBJECT_OR_NONE: Final = (dict, type(None))
 
 
 def envelope_problem(obj: object) -> str | None:
@@ -291,29 +296,36 @@ def envelope_problem(obj: object) -> str | None:
     if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m["name"]:
         return "metadata.name missing or not a string"
     for field in _STRINGS:
-        if not isinstance(m.get(field), str | None):
+        if not isinstance(m.get(field), _STRING_OR_NONE):
             return f"metadata.{field} is not a string"
     for field in _STRING_MAPS:
         values = m.get(field)
-        if values is not None and not (
-            isinstance(values, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in values.items())
-        ):
+        if values is not None and not (isinstance(values, dict) and _string_map(values)):
             return f"metadata.{field} is not a map of strings"
     owners = m.get("ownerReferences")
-    if owners is not None and not (
-        isinstance(owners, list) and all(isinstance(o, dict) for o in owners)
-    ):
+    if owners is not None and not (isinstance(owners, list) and _all_are(owners, dict)):
         return "metadata.ownerReferences is not a list of objects"
     finalizers = m.get("finalizers")
-    if finalizers is not None and not (
-        isinstance(finalizers, list) and all(isinstance(f, str) for f in finalizers)
-    ):
+    if finalizers is not None and not (isinstance(finalizers, list) and _all_are(finalizers, str)):
         return "metadata.finalizers is not a list of strings"
     for part in ("spec", "status"):
-        if not isinstance(obj.get(part), dict | None):
+        if not isinstance(obj.get(part), _OBJECT_OR_NONE):
             return f"{part} is not an object"
     return None
+
+
+def _string_map(values: dict[Any, Any]) -> bool:
+    for k, v in values.items():  # noqa: SIM110 - a loop: no generator (see above)
+        if not isinstance(k, str) or not isinstance(v, str):
+            return False
+    return True
+
+
+def _all_are(items: list[Any], kind: type) -> bool:
+    for item in items:  # noqa: SIM110 - a loop: no generator (see above)
+        if not isinstance(item, kind):
+            return False
+    return True
 
 
 def rv_int(obj: Mapping[str, Any] | None) -> int:

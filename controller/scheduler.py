@@ -412,7 +412,9 @@ class Scheduler:
             return
         if old is None or _claim_status_changed(old, new):
             self.queue.move(ClusterEvent(EventKind.CLAIM, claim=key))
-        freed = _device_set(old) - _device_set(new)
+        freed = _device_set(old)
+        if freed:  # (most events' old claim holds nothing: the new one's set is not needed)
+            freed -= _device_set(new)
         if freed:
             self.queue.move(ClusterEvent(EventKind.DEVICES_FREED, classes=self._classes(freed)))
 

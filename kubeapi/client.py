@@ -83,6 +83,13 @@ _PATCH_TYPES: Final[Mapping[str, str]] = {
 }
 
 
+def _is_event_path(path: str) -> bool:
+    """Whether ``path`` is an Event request's (:data:`_EVENT_PATH`). Every such path holds
+    ``/events``: the substring test first spares the pattern on the other paths, four of
+    every five requests (0.2-0.4 us each)."""
+    return "/events" in path and _EVENT_PATH.fullmatch(path) is not None
+
+
 def _retrieved(task: asyncio.Future[JSON]) -> None:
     """Consume the outcome of a request nobody waits for any more (no "never retrieved")."""
     if not task.cancelled():
@@ -93,7 +100,7 @@ class WatchEvent(msgspec.Struct, frozen=True):
     """One watch event: ``ADDED`` | ``MODIFIED`` | ``DELETED`` | ``BOOKMARK`` and the object.
 
     A watch line decodes straight into it (:data:`_WATCH_LINE`): no dict for the line's
-    envelope, read and copied out again (a claim's event 6.5 -> 4.5 us CPU, best of 5)."""
+    envelope, read and copied out again (a claim's event 5.7-5.9 -> 4.4-4.5 us CPU, best of 5)."""
 
     type: str
     object: JSON
@@ -274,7 +281,7 @@ class Client:
 
     async def _start(self, method: str = "GET", path: str = "") -> None:
         """Every request and watch: wait for a token, pass the write fence, count it."""
-        bucket = self._event_bucket if _EVENT_PATH.fullmatch(path) else self._bucket
+        bucket = self._event_bucket if _is_event_path(path) else self._bucket
         if bucket is not None:
             await bucket.acquire(background=_BACKGROUND.get())
         if self._write_fence is not None and method not in _READ_METHODS:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from controller.api import NODES, RESOURCE_CLAIMS, ListResult, WatchEvent
 from controller.cache import ClaimOverlay, Informer, slim
 from driver.api.errors import GoneError, ServerError
@@ -340,3 +342,63 @@ def test_a_shared_part_found_under_the_same_hash_but_unequal_is_not_taken() -> N
     finally:
         cache_module._shared.clear()
         cache_module._shared.update(saved)
+
+
+class _Map(dict[str, Any]):
+    """A mapping that is a dict subclass: the envelope check takes it as an object."""
+
+
+def _meta(**fields: Any) -> JSON:
+    return {"metadata": {"name": "n", **fields}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "problem"),
+    [
+        ({"metadata": {"name": "n"}}, None),
+        (
+            {
+                "metadata": {
+                    "name": "n",
+                    "namespace": "ns",
+                    "resourceVersion": "7",
+                    "uid": "u",
+                    "deletionTimestamp": None,
+                    "labels": {"app": "web"},
+                    "annotations": {},
+                    "ownerReferences": [{"kind": "ReplicaSet"}],
+                    "finalizers": ["f"],
+                },
+                "spec": {},
+                "status": None,
+            },
+            None,
+        ),
+        (_Map(metadata=_Map(name="n", labels=_Map(a="b")), spec=_Map()), None),
+        ([], "not an object (list)"),
+        (None, "not an object (NoneType)"),
+        ({}, "metadata.name missing or not a string"),
+        ({"metadata": []}, "metadata.name missing or not a string"),
+        ({"metadata": {"name": ""}}, "metadata.name missing or not a string"),
+        ({"metadata": {"name": 1}}, "metadata.name missing or not a string"),
+        (_meta(namespace=1), "metadata.namespace is not a string"),
+        (_meta(resourceVersion=7), "metadata.resourceVersion is not a string"),
+        (_meta(uid=["u"]), "metadata.uid is not a string"),
+        (_meta(deletionTimestamp={}), "metadata.deletionTimestamp is not a string"),
+        (_meta(labels=["a"]), "metadata.labels is not a map of strings"),
+        (_meta(labels={"a": 1}), "metadata.labels is not a map of strings"),
+        (_meta(labels={"a": "b", "c": None}), "metadata.labels is not a map of strings"),
+        (_meta(annotations={1: "a"}), "metadata.annotations is not a map of strings"),
+        (_meta(ownerReferences={}), "metadata.ownerReferences is not a list of objects"),
+        (_meta(ownerReferences=[{}, "o"]), "metadata.ownerReferences is not a list of objects"),
+        (_meta(finalizers="f"), "metadata.finalizers is not a list of strings"),
+        (_meta(finalizers=["f", 2]), "metadata.finalizers is not a list of strings"),
+        ({**_meta(), "spec": []}, "spec is not an object"),
+        ({**_meta(), "status": "Running"}, "status is not an object"),
+        ({**_meta(), "spec": 1, "status": 2}, "spec is not an object"),
+    ],
+)
+def test_envelope_problem_names_the_first_thing_wrong(obj: Any, problem: str | None) -> None:
+    from controller.cache import envelope_problem
+
+    assert envelope_problem(obj) == problem

@@ -3,11 +3,15 @@ with the context appended, tracebacks kept."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import re
 import sys
 
-from controller.logs import JsonFormatter, TextFormatter
+import pytest
+
+from controller.logs import JsonFormatter, TextFormatter, configure
 
 
 def record(**extra: object) -> logging.LogRecord:
@@ -55,3 +59,35 @@ def test_text_lines_give_the_time_as_the_standard_formatter_does() -> None:
         rec.created, rec.msecs = created, (created - int(created)) * 1000
         assert formatter.formatTime(rec) == standard.formatTime(rec)
     assert formatter.formatTime(rec, "%Y") == standard.formatTime(rec, "%Y")
+
+
+def test_configure_leaves_the_lines_as_they_were(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records stop gathering thread, process and caller (module docstring): every line of
+    either format reads the same as before, tracebacks included."""
+    for name in ("logThreads", "logProcesses", "logMultiprocessing", "_srcfile"):
+        monkeypatch.setattr(logging, name, getattr(logging, name))
+    root = logging.getLogger()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    monkeypatch.setattr(root, "handlers", [handler])
+    log = logging.getLogger("biaxial.controller.commit")
+    monkeypatch.setattr(log, "level", logging.INFO)
+
+    def lines() -> list[str]:
+        for formatter in (JsonFormatter(), TextFormatter()):
+            handler.setFormatter(formatter)
+            log.info("pod %s: bound", "ns/p", extra={"pod": "ns/p", "node": "n1"})
+            try:
+                _fail()
+            except ValueError:
+                log.exception("pod %s: failed", "ns/p", extra={"pod": "ns/p"})
+        text = stream.getvalue()
+        stream.seek(0)
+        stream.truncate()
+        # (the time differs from one call to the next)
+        return [re.sub(r"\d{4}-\d\d-\d\d[T ][\d:.,]+Z?", "T", line) for line in text.splitlines()]
+
+    before = lines()
+    configure("text")
+    assert lines() == before
+    assert (logging.logThreads, logging.logProcesses, logging._srcfile) == (False, False, None)

@@ -307,12 +307,17 @@ def test_events_take_their_tokens_from_a_bucket_of_their_own() -> None:
         ("/api/v1/namespaces/events/pods/p", False),  # a namespace named "events"
         ("/api/v1/namespaces/ns/events/e/status", False),
         ("/apis/example.com/v1/namespaces/ns/events", False),
+        ("/api/v1/namespaces/ns/pods/p/binding", False),
+        ("/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c/status", False),
+        ("/api/v1/namespaces/ns/eventsx", False),
+        ("", False),
     ],
 )
 def test_what_counts_as_an_event_request(path: str, event: bool) -> None:
-    from kubeapi.client import _EVENT_PATH
+    from kubeapi.client import _EVENT_PATH, _is_event_path
 
     assert bool(_EVENT_PATH.fullmatch(path)) is event
+    assert _is_event_path(path) is event
 
 
 def test_an_unreadable_kubeconfig_is_a_config_error(tmp_path: Path) -> None:

@@ -706,11 +706,13 @@ class _WireCapacity(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=
 
 
 class _WireDevice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """A device with a name, attributes, capacities and multiple allocations only."""
+    """A device with a name, attributes, capacities and multiple allocations only. Its
+    capacities stay text until read (:func:`_wire_capacities`): devices alike publish the
+    same text, read once."""
 
     name: str
     attributes: dict[str, _WireAttribute] = {}
-    capacity: dict[str, _WireCapacity] = {}
+    capacity: msgspec.Raw | UnsetType = UNSET
     allowMultipleAllocations: bool = False  # noqa: N815
 
 
@@ -774,18 +776,25 @@ def _wire_attributes(raw: dict[str, _WireAttribute]) -> dict[str, AttributeValue
     return out
 
 
-#: A typed capacity map (its items) -> the map :func:`_capacities` gives for its JSON data.
-_WIRE_CAPACITIES: dict[tuple[tuple[str, _WireCapacity], ...], Mapping[str, Capacity]] = {}
+_WIRE_CAPACITY_MAP: Final = msgspec.json.Decoder(dict[str, _WireCapacity])
+#: A device's capacity map as published (its text) -> the map :func:`_capacities` gives for
+#: its JSON data.
+_WIRE_CAPACITIES: dict[bytes, Mapping[str, Capacity]] = {}
 
 
-def _wire_capacities(raw: dict[str, _WireCapacity]) -> Mapping[str, Capacity]:
-    """:func:`_capacities` of the typed form: each distinct map read once, from the JSON data
-    it stands for (its fields as published, in its names' order)."""
-    key = tuple(raw.items())
-    found = _WIRE_CAPACITIES.get(key)
+def _wire_capacities(raw: msgspec.Raw | UnsetType) -> Mapping[str, Capacity]:
+    """:func:`_capacities` of a device's published capacity map (its text; UNSET: none),
+    each distinct text read once, typed (``ValidationError`` where the typed form does not
+    admit it), then from the JSON data it stands for (its fields as published, in its names'
+    order)."""
+    if raw is UNSET:
+        return _capacities({})
+    text = bytes(raw)
+    found = _WIRE_CAPACITIES.get(text)
     if found is None:
-        found = _capacities({name: msgspec.to_builtins(c) for name, c in raw.items()})
+        typed = _WIRE_CAPACITY_MAP.decode(text)
+        found = _capacities({name: msgspec.to_builtins(c) for name, c in typed.items()})
         if len(_WIRE_CAPACITIES) >= _CAPACITY_MAPS_MAX:
             _WIRE_CAPACITIES.clear()
-        _WIRE_CAPACITIES[key] = found
+        _WIRE_CAPACITIES[text] = found
     return found

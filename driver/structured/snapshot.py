@@ -336,6 +336,8 @@ class Candidate:
 #: nodes): without the frozen ``__init__`` (:mod:`driver.api.records`).
 _new_candidate: Final = builder(Candidate)
 _new_device_id: Final = builder(DeviceID)
+#: Built one per visible pool and node (10,000 of each at 10,000 mixed nodes).
+_new_pool_view: Final = builder(PoolView)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -354,6 +356,10 @@ class NodeCandidates:
     def blocked_pools(self) -> tuple[PoolView, ...]:
         """Pools that are incomplete or invalid (skipped for ExactCount, fatal for All)."""
         return tuple(p for p in self.pools if p.incomplete or p.invalid)
+
+
+#: Built one per node at every index build (:mod:`driver.api.records`).
+_new_node_candidates: Final = builder(NodeCandidates)
 
 
 def _capacity_spec(name: str, cap: Capacity) -> CapacitySpec:
@@ -636,7 +642,7 @@ class _Index:
                 continue
             current, info = found
             views.append(
-                PoolView(
+                _new_pool_view(
                     driver=DriverName(key[0]),
                     name=PoolName(key[1]),
                     generation=info.generation,
@@ -655,7 +661,7 @@ class _Index:
                 continue
             for s in pool.slices:
                 self._candidates(node, pool, s, devices)
-        return NodeCandidates(node=node, pools=tuple(views), devices=tuple(devices))
+        return _new_node_candidates(node=node, pools=tuple(views), devices=tuple(devices))
 
     def _pool(
         self, key: PoolKey, node_slices: list[ResourceSlice]

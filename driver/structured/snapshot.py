@@ -457,6 +457,10 @@ class _PoolInfo:
     has_binding_conditions: bool
 
 
+#: Built one per pool and node at every index build (a node-local pool is its node's alone).
+_new_pool_info: Final = builder(_PoolInfo)
+
+
 def _pool_info(current: Sequence[ResourceSlice], generation: int, incomplete: bool) -> _PoolInfo:
     """Validity, shared counters and counter consumption of one pool's slices at one
     generation (upstream: duplicate device names, duplicate or missing counter sets)."""
@@ -475,6 +479,8 @@ def _pool_info(current: Sequence[ResourceSlice], generation: int, incomplete: bo
             if d.name in names:
                 invalid = invalid or f"duplicate device name {d.name!r}"
             names.add(d.name)
+            if not d.consumes_counters and not d.binding_conditions:
+                continue  # (most devices: nothing more to read)
             binding = binding or bool(d.binding_conditions)
             flat: list[tuple[str, str, int]] = []
             for consumption in d.consumes_counters:
@@ -493,7 +499,7 @@ def _pool_info(current: Sequence[ResourceSlice], generation: int, incomplete: bo
                     flat.append((consumption.name, counter, quantity.nanos))
             if flat:
                 device_counters[d.name] = tuple(flat)
-    return _PoolInfo(
+    return _new_pool_info(
         generation=generation,
         slices=tuple(current),
         incomplete=incomplete,

@@ -748,6 +748,10 @@ def _wire_attributes(raw: dict[str, _WireAttribute]) -> dict[str, AttributeValue
     one kind."""
     out: dict[str, AttributeValue] = {}
     strings, versions = _STRINGS, _VERSIONS
+    # Shared as _shared shares them, in one call a value (a device's uuid is new every
+    # time); bounded here, once a device, rather than at each insertion.
+    if len(strings) >= _MEMO_MAX:
+        strings.clear()
     for key, attribute in raw.items():
         string, integer, boolean, version = (
             attribute.string,
@@ -758,8 +762,7 @@ def _wire_attributes(raw: dict[str, _WireAttribute]) -> dict[str, AttributeValue
         if string is not UNSET:
             if integer is not UNSET or boolean is not UNSET or version is not UNSET:
                 return None
-            found = strings.get(string)
-            out[key] = found if found is not None else _shared(strings, string, string)
+            out[key] = strings.setdefault(string, string)
         elif integer is not UNSET:
             if boolean is not UNSET or version is not UNSET:
                 return None

@@ -115,8 +115,11 @@ class Api(Protocol):
         *,
         field_selector: str | None = None,
         label_selector: str | None = None,
+        typed: type | None = None,
     ) -> AsyncIterator[ListResult]:
-        """A list page by page (each page carries the list's resourceVersion)."""
+        """A list page by page (each page carries the list's resourceVersion); with
+        ``typed``, items that decode as it may come as :class:`kubeapi.codec.Typed`
+        (:meth:`kubeapi.Client.pages`), the others as JSON data."""
         ...
 
     def watch(
@@ -205,11 +208,16 @@ class GuardedApi:
         return await self.inner.get(res, name, namespace)
 
     async def pages(
-        self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
+        self,
+        res: Resource,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        typed: type | None = None,
     ) -> AsyncIterator[ListResult]:
         self.guard("GET", res.path())
         async for page in self.inner.pages(
-            res, field_selector=field_selector, label_selector=label_selector
+            res, field_selector=field_selector, label_selector=label_selector, typed=typed
         ):
             self.guard("GET", res.path())  # each page is a request of its own
             yield page

@@ -61,7 +61,7 @@ from controller.api import (
 )
 from driver.api.claims import DeviceClass
 from driver.api.errors import ApiError, BiaxialError, GoneError
-from driver.api.model import ResourceSlice
+from driver.api.model import ResourceSlice, WireSlice
 from driver.api.nodes import Node
 from driver.scheduling.preemption import DisruptionBudget
 from kubeapi import codec
@@ -342,6 +342,19 @@ def rv_int(obj: Mapping[str, Any] | None) -> int:
         return -1
 
 
+@dataclass(frozen=True, slots=True)
+class TypedList(Generic[_Stored]):
+    """How an informer reads its list pages typed (:func:`kubeapi.codec.loads_list`):
+    ``wire``, the ``msgspec`` type of an item's common form, whose ``metadata`` is the item's
+    metadata as JSON data and which admits only items whose ``spec`` is an object and which
+    have no ``status`` (so the item's envelope is its metadata's); ``transform``, what the
+    store keeps of such an item, as the informer's own transform gives it for the item's
+    JSON data, or None where the typed form does not decide (the JSON data is then read)."""
+
+    wire: type
+    transform: Callable[[Any], _Stored | None]
+
+
 @dataclass(slots=True)
 class InformerStats:
     lists: int = 0
@@ -358,7 +371,10 @@ class Informer(Generic[_Stored]):
     client-go's informer transform does: the store holds one representation of each object
     (the default drops ``metadata.managedFields``, which nothing here reads; the slice and node
     informers keep the core's parsed models, which the decision engine reads, instead of raw
-    JSON beside them). Handlers and readers see the stored values.
+    JSON beside them). Handlers and readers see the stored values. With ``typed``
+    (:class:`TypedList`), list pages are read typed: an item of the common form goes from its
+    text to what the store keeps without the JSON data in between (the slice informer: most
+    of what start-up decodes), and is stored exactly as ``transform`` would store it.
     """
 
     def __init__(
@@ -369,6 +385,7 @@ class Informer(Generic[_Stored]):
         transform: Callable[[JSON], _Stored],
         handlers: Iterable[Handler] = (),
         field_selector: str | None = None,
+        typed: TypedList[_Stored] | None = None,
         watch_timeout_s: int = 300,
         retry_initial_s: float = 0.2,
         retry_max_s: float = 5.0,
@@ -383,6 +400,7 @@ class Informer(Generic[_Stored]):
         self.synced = asyncio.Event()
         self.stats = InformerStats()
         self._transform = transform
+        self._typed = typed
         self._versions: dict[str, str] = {}  # key -> resourceVersion of the stored object
         self._handlers = list(handlers)
         self._watch_timeout_s = watch_timeout_s
@@ -409,9 +427,22 @@ class Informer(Generic[_Stored]):
         versions: dict[str, str] = {}
         changed: list[str] = []
         resource_version = ""
-        async for page in self.api.pages(self.resource, field_selector=self.field_selector):
+        typed = self._typed
+        async for page in self.api.pages(
+            self.resource,
+            field_selector=self.field_selector,
+            typed=typed.wire if typed is not None else None,
+        ):
             resource_version = page.resource_version
-            for n, obj in enumerate(page.items, 1):
+            for n, item in enumerate(page.items, 1):
+                entry: object = item  # (JSON data, or with typed pages a codec.Typed)
+                wire: codec.Typed[Any] | None = None
+                obj = item
+                if type(entry) is codec.Typed:
+                    # Its envelope is its metadata's: the wire type admits an object with a
+                    # spec that is one and no status (TypedList's contract).
+                    wire = entry
+                    obj = {"metadata": entry.value.metadata}
                 identity = self._identity(obj)
                 if identity is None:
                     continue
@@ -420,7 +451,10 @@ class Informer(Generic[_Stored]):
                     fresh[key] = old_store[key]  # unchanged: keep what is stored
                     versions[key] = rv
                     continue
-                admitted = self._admit(key, obj)
+                if wire is not None and typed is not None:
+                    admitted = self._admit_typed(key, wire, typed)
+                else:
+                    admitted = self._admit(key, obj)
                 if admitted is not None:
                     fresh[key], versions[key] = admitted[0], rv
                     changed.append(key)
@@ -481,6 +515,19 @@ class Informer(Generic[_Stored]):
         name = m.get("name") if isinstance(m, dict) else None
         log.warning("%s %s left out: %s", self.kind, _prefix(name), problem)
         return None
+
+    def _admit_typed(
+        self, key: str, wire: codec.Typed[Any], typed: TypedList[_Stored]
+    ) -> tuple[_Stored] | None:
+        """:meth:`_admit` of an item decoded as ``typed.wire``: its model from the typed form,
+        or where that does not decide, from its JSON text as any other item."""
+        try:
+            stored = typed.transform(wire.value)
+        except Exception:  # noqa: BLE001 - the JSON text decides (and names what is wrong)
+            stored = None
+        if stored is not None:
+            return (stored,)
+        return self._admit(key, codec.loads(bytes(wire.text)))
 
     def _admit(self, key: str, obj: JSON) -> tuple[_Stored] | None:
         """What the store keeps of ``obj`` (in a 1-tuple); None, with a warning, when the transform
@@ -693,6 +740,9 @@ class ClusterCache:
             api,
             RESOURCE_SLICES,
             transform=_parser("ResourceSlice", ResourceSlice.from_api),
+            # Their list pages are most of what start-up decodes (10,000 nodes: 88,000
+            # devices): read typed, without the dicts in between (kubeapi.codec.loads_list).
+            typed=TypedList(WireSlice, ResourceSlice.from_wire),
             watch_timeout_s=timeout,
         )
         self.claims: Informer[JSON] = Informer(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import re
 import sys
@@ -317,9 +318,11 @@ class Client:
         params: Mapping[str, str] | None = None,
         body: object = None,
         content_type: str = JSON_TYPE,
+        decode: Callable[[bytes], Any] = codec.loads,
     ) -> JSON:
         """One request; the decoded JSON object (``{}`` for an empty answer), or the mapped
-        :class:`~driver.api.errors.ApiError`."""
+        :class:`~driver.api.errors.ApiError`. ``decode`` reads the answer's text (it raises
+        ``ValueError`` for text that is not JSON, as :func:`kubeapi.codec.loads` does)."""
         if self._pool is None:
             raise RuntimeError(f"{type(self).__name__} used outside 'async with'")
         await self._start(method, path)
@@ -335,7 +338,7 @@ class Client:
         if status >= 300:
             raise _error_from_body(method, path, status, raw)
         try:
-            decoded = codec.loads(raw) if raw else {}
+            decoded = decode(raw) if raw else {}
         except ValueError as exc:
             raise ServerError(f"{method} {path}: answer is not JSON", status=0) from exc
         if not isinstance(decoded, dict):
@@ -354,15 +357,21 @@ class Client:
         field_selector: str | None = None,
         label_selector: str | None = None,
         page_size: int = 500,
+        typed: type | None = None,
     ) -> AsyncGenerator[ListResult, None]:
         """Every matching object, one page at a time (following ``continue``). The next page
         is requested before this one is handed over: a caller that yields to the loop while it
         reads a page (a few ``await asyncio.sleep(0)``) lets the request go out, and the server
-        prepares that page meanwhile."""
+        prepares that page meanwhile. With ``typed`` (a ``msgspec`` type), each item that
+        decodes as it comes as a :class:`kubeapi.codec.Typed` (:func:`kubeapi.codec.loads_list`);
+        the others as JSON data."""
         params = _selectors({"limit": str(page_size)}, field_selector, label_selector)
         path = res.path()
+        decode: Callable[[bytes], Any] = (
+            codec.loads if typed is None else functools.partial(codec.loads_list, item_type=typed)
+        )
         fetching: asyncio.Future[JSON] | None = asyncio.ensure_future(
-            self.request("GET", path, params=dict(params))
+            self.request("GET", path, params=dict(params), decode=decode)
         )
         try:
             while fetching is not None:
@@ -372,7 +381,9 @@ class Client:
                 cont = lmeta.get("continue")
                 if cont:
                     params["continue"] = str(cont)
-                    fetching = asyncio.ensure_future(self.request("GET", path, params=dict(params)))
+                    fetching = asyncio.ensure_future(
+                        self.request("GET", path, params=dict(params), decode=decode)
+                    )
                 items = page.get("items") or []
                 yield ListResult(
                     items=items, resource_version=str(lmeta.get("resourceVersion", ""))

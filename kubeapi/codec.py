@@ -27,6 +27,12 @@ with it. So:
   are written shortest-first as Go writes them below 1e16 (``0.5``, ``0.00001``, ``1e-7``),
   not at or above it (``1e16`` where Go writes ``10000000000000000``, ``1e21`` for its
   ``1e+21``); an API object carries no such float but in free-form parameters;
+* :func:`loads_list` decodes a list page as :func:`loads` does, except that each item that
+  decodes as a given ``msgspec`` type (a ``Struct`` describing the common form of an object)
+  is handed over as that, in a :class:`Typed` beside its own text: a reader turns it into its
+  model without the intermediate dicts (decoding and freeing them cost about as much as
+  reading them: 0.9 of 1.9 CPU s for the slices of 10,000 mixed nodes), and reads the text
+  with :func:`loads` wherever the typed form does not decide (``bench.startup``);
 * :func:`copy` deep-copies and :func:`equal` compares JSON data, iteratively when it nests
   too deep for recursion.
 
@@ -40,8 +46,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from json.encoder import encode_basestring
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 
@@ -78,6 +85,60 @@ def loads(data: bytes | str) -> Any:
     else:
         text = data
     return _decode(text)
+
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Typed(Generic[_T]):
+    """A list item :func:`loads_list` decoded as the type it was asked for, with the item's
+    own JSON text (``loads(text)`` is what :func:`loads` gives for the item)."""
+
+    value: _T
+    text: msgspec.Raw
+
+
+class _RawList(msgspec.Struct):
+    """A list page with its items left as their text (unknown members ignored: the readers
+    of a page read its ``metadata`` and ``items`` alone)."""
+
+    items: list[msgspec.Raw] | msgspec.UnsetType | None = msgspec.UNSET
+    metadata: dict[str, Any] | msgspec.UnsetType | None = msgspec.UNSET
+
+
+_RAW_LIST: Final = msgspec.json.Decoder(_RawList)
+_ITEM_DECODERS: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def loads_list(data: bytes, item_type: type[_T]) -> Any:
+    """The ``metadata`` and ``items`` of the list page ``data`` as :func:`loads` decodes them
+    (``ValueError`` when it is not JSON; the page's other members are left out), except that
+    each item that decodes as ``item_type`` is a :class:`Typed` of it instead of its dicts. A
+    page that is not the usual object (items a list, metadata an object) is decoded by
+    :func:`loads` whole; each item that ``item_type`` refuses, by :func:`loads` alone."""
+    try:
+        page = _RAW_LIST.decode(data)
+    except (msgspec.DecodeError, RecursionError, UnicodeError):
+        return loads(data)  # not a page of the usual form: as loads reads it, or ValueError
+    decoder = _ITEM_DECODERS.get(item_type)
+    if decoder is None:
+        decoder = _ITEM_DECODERS[item_type] = msgspec.json.Decoder(item_type)
+    out: dict[str, Any] = {}
+    if page.metadata is not msgspec.UNSET:
+        out["metadata"] = page.metadata
+    if page.items is None or page.items is msgspec.UNSET:
+        if page.items is None:
+            out["items"] = None
+        return out
+    items: list[Any] = []
+    for text in page.items:
+        try:
+            items.append(Typed(decoder.decode(text), text))
+        except (msgspec.DecodeError, RecursionError, UnicodeError):
+            items.append(loads(bytes(text)))
+    out["items"] = items
+    return out
 
 
 def _skip(text: str, i: int) -> int:

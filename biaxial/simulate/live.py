@@ -22,9 +22,11 @@ list is an :class:`~driver.api.errors.ApiError` with the resource named.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, Final
 
 from driver.api.errors import ApiError, NotFoundError
+from kubeapi import codec
 from kubeapi.client import Client
 from kubeapi.endpoint import Endpoint
 from kubeapi.resources import (
@@ -76,11 +78,12 @@ class ReadOnlyClient(Client):
         params: Any = None,
         body: object = None,
         content_type: str = "application/json",
+        decode: Callable[[bytes], Any] = codec.loads,
     ) -> JSON:
         if method != "GET":
             raise ApiError(f"{method} {path}: biaxial simulate only reads", status=0)
         return await super().request(
-            method, path, params=params, body=body, content_type=content_type
+            method, path, params=params, body=body, content_type=content_type, decode=decode
         )
 
 

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NotRequired, TypedDict, cast
 
+import msgspec
+from msgspec import UNSET, UnsetType
+
 from driver.api.errors import ManifestError
 from driver.api.ids import DriverName, NodeName, PoolName
 from driver.api.quantity import Quantity
@@ -583,6 +586,51 @@ class ResourceSlice:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ManifestError(f"ResourceSlice {name!r}: malformed spec ({exc})") from exc
 
+    @classmethod
+    def from_wire(cls, wire: WireSlice) -> ResourceSlice | None:
+        """What :meth:`from_api` gives for the object ``wire`` was decoded from, read from
+        the typed form (no dicts per device and attribute in between); None where that form
+        does not decide: a device attribute that is not exactly one of int, bool, string,
+        version; an empty device name; a value :meth:`from_api` would refuse. The caller
+        then reads the object's JSON with :meth:`from_api`, which gives the model or the
+        error. :class:`WireSlice` admits only the common form (a node-local slice of plain
+        devices: every other field makes the decoding fail, so :meth:`from_api` reads it);
+        the rest of its checks are here."""
+        try:
+            meta, spec = wire.metadata, wire.spec
+            pool = spec.pool
+            devices = []
+            for device in spec.devices:
+                name = device.name
+                attributes = _wire_attributes(device.attributes)
+                if not name or attributes is None:
+                    return None
+                devices.append(
+                    _new_device(
+                        name,
+                        attributes,
+                        _wire_capacities(device.capacity),
+                        device.allowMultipleAllocations,
+                    )
+                )
+            return _new_slice(
+                name=meta.get("name", ""),
+                generate_name=meta.get("generateName", ""),
+                driver=DriverName(spec.driver),
+                pool=_new_pool(
+                    name=PoolName(pool.name),
+                    generation=pool.generation,
+                    resource_slice_count=pool.resourceSliceCount,
+                ),
+                devices=tuple(devices),
+                node_name=NodeName(spec.nodeName) if spec.nodeName else None,
+                generation=int(meta.get("generation", 0)),
+                uid=meta.get("uid", ""),
+                owner_references=tuple(meta.get("ownerReferences") or ()),
+            )
+        except Exception:  # noqa: BLE001 - from_api reads it again and names what is wrong
+            return None
+
     def to_api(self) -> JSON:
         meta: JSON = {}
         if self.name:
@@ -619,3 +667,137 @@ class ResourceSlice:
 _new_slice: Final = builder(ResourceSlice)
 _new_pool: Final = builder(Pool)
 _device: Final = Device.from_api
+
+
+# --------------------------------------------------------------------------- the wire form
+# A ResourceSlice list item as the decoder reads it straight from the JSON text
+# (kubeapi.codec.loads_list): the common form only, every field of its exact JSON type. An
+# unknown field, a null or a value of another type fails the decoding, and the item is then
+# read as JSON data by ResourceSlice.from_api, as any other; so what these admit is read here
+# exactly as from_api reads it (a test pins both readings equal, malformed items included).
+
+
+class _WireAttribute(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A ``DeviceAttribute`` of one scalar kind (lists are read by :meth:`Device.from_api`)."""
+
+    integer: int | UnsetType = msgspec.field(default=UNSET, name="int")
+    boolean: bool | UnsetType = msgspec.field(default=UNSET, name="bool")
+    string: str | UnsetType = UNSET
+    version: str | UnsetType = UNSET
+
+
+class _WireRange(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=False):
+    min: str | UnsetType = UNSET
+    max: str | UnsetType = UNSET
+    step: str | UnsetType = UNSET
+
+
+class _WirePolicy(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=False):
+    default: str | UnsetType = UNSET
+    validValues: tuple[str, ...] | UnsetType = UNSET  # noqa: N815 - the API's field name
+    validRange: _WireRange | UnsetType = UNSET  # noqa: N815
+
+
+class _WireCapacity(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=False):
+    """A ``DeviceCapacity`` of strings (hashable: devices alike are found by it)."""
+
+    value: str | UnsetType = UNSET
+    requestPolicy: _WirePolicy | UnsetType = UNSET  # noqa: N815
+
+
+class _WireDevice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A device with a name, attributes, capacities and multiple allocations only. Its
+    capacities stay text until read (:func:`_wire_capacities`): devices alike publish the
+    same text, read once."""
+
+    name: str
+    attributes: dict[str, _WireAttribute] = {}
+    capacity: msgspec.Raw | UnsetType = UNSET
+    allowMultipleAllocations: bool = False  # noqa: N815
+
+
+class _WirePool(msgspec.Struct):
+    # (other fields ignored, as from_api ignores them)
+    name: str
+    generation: int = 0
+    resourceSliceCount: int = 1  # noqa: N815
+
+
+class _WireSpec(msgspec.Struct, forbid_unknown_fields=True):
+    """A slice's spec with a ``nodeName`` at most: ``nodeSelector``, ``allNodes``,
+    ``perDeviceNodeSelection`` and ``sharedCounters`` are read by :meth:`from_api`."""
+
+    driver: str
+    pool: _WirePool
+    nodeName: str | None = None  # noqa: N815
+    devices: list[_WireDevice] = []
+
+
+class WireSlice(msgspec.Struct, forbid_unknown_fields=True):
+    """A ResourceSlice list item in its common form (see above); ``metadata`` as JSON data,
+    since readers check its envelope as for any object."""
+
+    metadata: dict[str, Any]
+    spec: _WireSpec
+    apiVersion: Any = None  # noqa: N815 - the API's field names
+    kind: Any = None
+
+
+def _wire_attributes(raw: dict[str, _WireAttribute]) -> dict[str, AttributeValue] | None:
+    """:func:`_attributes` of the typed form; None when an attribute does not set exactly
+    one kind."""
+    out: dict[str, AttributeValue] = {}
+    strings, versions = _STRINGS, _VERSIONS
+    # Shared as _shared shares them, in one call a value (a device's uuid is new every
+    # time); bounded here, once a device, rather than at each insertion.
+    if len(strings) >= _MEMO_MAX:
+        strings.clear()
+    for key, attribute in raw.items():
+        string, integer, boolean, version = (
+            attribute.string,
+            attribute.integer,
+            attribute.boolean,
+            attribute.version,
+        )
+        if string is not UNSET:
+            if integer is not UNSET or boolean is not UNSET or version is not UNSET:
+                return None
+            out[key] = strings.setdefault(string, string)
+        elif integer is not UNSET:
+            if boolean is not UNSET or version is not UNSET:
+                return None
+            out[key] = integer
+        elif version is not UNSET:
+            if boolean is not UNSET:
+                return None
+            known = versions.get(version)
+            out[key] = known if known is not None else _shared(versions, version, Version(version))
+        elif boolean is not UNSET:
+            out[key] = boolean
+        else:
+            return None
+    return out
+
+
+_WIRE_CAPACITY_MAP: Final = msgspec.json.Decoder(dict[str, _WireCapacity])
+#: A device's capacity map as published (its text) -> the map :func:`_capacities` gives for
+#: its JSON data.
+_WIRE_CAPACITIES: dict[bytes, Mapping[str, Capacity]] = {}
+
+
+def _wire_capacities(raw: msgspec.Raw | UnsetType) -> Mapping[str, Capacity]:
+    """:func:`_capacities` of a device's published capacity map (its text; UNSET: none),
+    each distinct text read once, typed (``ValidationError`` where the typed form does not
+    admit it), then from the JSON data it stands for (its fields as published, in its names'
+    order)."""
+    if raw is UNSET:
+        return _capacities({})
+    text = bytes(raw)
+    found = _WIRE_CAPACITIES.get(text)
+    if found is None:
+        typed = _WIRE_CAPACITY_MAP.decode(text)
+        found = _capacities({name: msgspec.to_builtins(c) for name, c in typed.items()})
+        if len(_WIRE_CAPACITIES) >= _CAPACITY_MAPS_MAX:
+            _WIRE_CAPACITIES.clear()
+        _WIRE_CAPACITIES[text] = found
+    return found

@@ -48,6 +48,17 @@ def _NOTHING(_: object) -> tuple[()]:  # noqa: N802 - stands in for an itemgette
     return ()
 
 
+def _tuple_getter(keys: tuple[str, ...]) -> Callable[[Mapping[str, object]], tuple[object, ...]]:
+    """Reads ``keys``' values from a mapping as a tuple, whatever their number (an
+    ``itemgetter`` of one key gives the value itself); a missing key raises KeyError."""
+    if not keys:
+        return _NOTHING
+    if len(keys) == 1:
+        (key,) = keys
+        return lambda mapping: (mapping[key],)
+    return itemgetter(*keys)
+
+
 #: Distinct node layouts whose seeded verdict lists are kept (:meth:`DeviceClassifier.seed`).
 _SEED_LAYOUTS: Final = 4096
 
@@ -131,11 +142,17 @@ class KindFacts:
     device: Device
     driver: str
     varying: set[str] = field(default_factory=set)
-    # The representative's values of the keys not known to vary, and how to read them from
-    # another device's attributes (one C-level call): most devices add nothing new.
-    _fixed: tuple[Callable[[Mapping[str, object]], object], object] | None = field(
-        default=None, init=False, repr=False
-    )
+    # The representative's values of the keys not known to vary, how to read them from
+    # another device's attributes (one C-level call), and a reader of the representative's
+    # varying keys (KeyError where another device lacks one): most devices add nothing new.
+    _fixed: (
+        tuple[
+            Callable[[Mapping[str, object]], object],
+            object,
+            Callable[[Mapping[str, object]], object],
+        ]
+        | None
+    ) = field(default=None, init=False, repr=False)
 
     def add(self, device: Device) -> bool:
         """Note another device of the kind; True when the set of varying keys grew."""
@@ -144,13 +161,14 @@ class KindFacts:
             return False
         if self._fixed is None:
             keys = [key for key in mine if key not in self.varying]
-            getter: Callable[[Mapping[str, object]], object] = (
-                itemgetter(*keys) if keys else _NOTHING
-            )
-            self._fixed = (getter, getter(mine))
-        read, values = self._fixed
+            getter = _tuple_getter(tuple(keys))
+            self._fixed = (getter, getter(mine), _tuple_getter(tuple(self.varying & mine.keys())))
+        read, values, varying = self._fixed
         try:
-            if len(theirs) == len(mine) and read(theirs) == values and theirs.keys() == mine.keys():
+            # Of the same size, with every key of the representative (its fixed keys read,
+            # its varying ones found), the two maps have the same keys.
+            if len(theirs) == len(mine) and read(theirs) == values:
+                varying(theirs)
                 return False  # differs at most in keys known to vary
         except KeyError:
             pass
@@ -209,11 +227,14 @@ class DeviceClassifier:
                 frozenset().union(*(r.capacity for r in everything if r is not None)),
             )
         # The union's keys a device has, found once per set of attribute keys (devices alike
-        # have the same set) when the union reads no capacity: the last set and those keys.
+        # have the same set) when the union reads no capacity: the last set, those keys, and
+        # their values' reader (one C-level call a device).
         self._union_keys: tuple[str, ...] | None = None
         if self._union is not None and not self._union.capacity:
             self._union_keys = _sorted_keys(self._union)[0]
-        self._last_keys: tuple[frozenset[str], tuple[str, ...]] = (frozenset(), ())
+        self._last_keys: tuple[
+            frozenset[str], tuple[str, ...], Callable[[Mapping[str, object]], tuple[object, ...]]
+        ] = (frozenset(), (), _NOTHING)
         self._signatures: dict[tuple[object, ...], Classification] = {}
         self._classifications: dict[tuple[bool | None, ...], Classification] = {}
         self._verdicts: dict[tuple[str, object, int], bool | None] = {}
@@ -242,14 +263,14 @@ class DeviceClassifier:
                 keys = attributes.keys()
                 last = self._last_keys
                 if keys != last[0]:
-                    last = (frozenset(keys), tuple([k for k in union_keys if k in keys]))
+                    present = tuple([k for k in union_keys if k in keys])
+                    last = (frozenset(keys), present, _tuple_getter(present))
                     self._last_keys = last
-                present = last[1]
                 union = (
                     driver,
                     device.allow_multiple_allocations,
-                    present,
-                    tuple([attributes[k] for k in present]),
+                    last[1],
+                    last[2](attributes),
                     None,
                 )
             else:

@@ -20,6 +20,7 @@ from typing import Any
 
 from controller.api import JSON, ListResult, PatchType, Resource, WatchEvent
 from driver.api.errors import ApiError, ConflictError, NotFoundError, ServerError
+from kubeapi import codec
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,14 @@ class Call:
     plural: str
     name: str
     subresource: str | None = None
+
+
+def _as_read(items: list[JSON], typed: type | None) -> list[JSON]:
+    """``items`` as :meth:`kubeapi.Client.pages` hands them over (``typed``: its argument)."""
+    if typed is None:
+        return items
+    page: list[JSON] = codec.loads_list(codec.dumps({"items": items}), typed)["items"]
+    return page
 
 
 def _merge(target: Any, patch: Any) -> Any:
@@ -136,17 +145,27 @@ class FakeApi:
         return copy.deepcopy(self._get(res, name, namespace))
 
     async def pages(
-        self, res: Resource, *, field_selector: str | None = None, label_selector: str | None = None
+        self,
+        res: Resource,
+        *,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        typed: type | None = None,
     ) -> AsyncIterator[ListResult]:
-        """The next of :attr:`lists` if any, else what is stored; in one page."""
+        """The next of :attr:`lists` if any, else what is stored; in one page, read from its
+        text as the client reads it: with ``typed``, items that decode as it come
+        as :class:`kubeapi.codec.Typed`)."""
         self._enter("list", res, "")
         if self.lists:
-            yield self.lists.pop(0)
+            page = self.lists.pop(0)
+            yield ListResult(
+                items=_as_read(page.items, typed), resource_version=page.resource_version
+            )
             return
         items = [
             copy.deepcopy(o) for (p, _, _), o in sorted(self.objects.items()) if p == res.plural
         ]
-        yield ListResult(items=items, resource_version=str(self.last_rv))
+        yield ListResult(items=_as_read(items, typed), resource_version=str(self.last_rv))
 
     async def watch(
         self,

@@ -16,12 +16,12 @@ from biaxial.simulate.manifests import load_objects
 from driver.api.claims import AllocationResult, DeviceClass
 from driver.api.errors import DeadlineExceededError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
-from driver.api.model import ResourceSlice
+from driver.api.model import Device, ResourceSlice
 from driver.cel.engine import compile_selector
 from driver.cel.reads import referenced_names
 from driver.discovery.backend import open_backend
 from driver.discovery.slices import build_slices
-from driver.scheduling.classification import DeviceClassifier
+from driver.scheduling.classification import DeviceClassifier, KindFacts
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Placement, PodError, Unschedulable
 from driver.scheduling.policy import PolicyDefaults
@@ -542,6 +542,10 @@ def test_referenced_names_are_conservative(expression: str, names: set[str] | No
         'device.attributes["gpu.biaxial.dev"].uuid != "GPU-00000003"',
         'device.attributes["gpu.biaxial.dev"].index < 3',
         'device.attributes["gpu.biaxial.dev"].productName == "Tesla T4"',
+        (
+            'device.attributes["gpu.biaxial.dev"].productName == "Tesla T4" && '
+            'device.attributes["gpu.biaxial.dev"].index < 2'
+        ),
         'device.attributes["gpu.biaxial.dev"].exists(k, k == "index")',
         'device.capacity["gpu.biaxial.dev"].memory.compareTo(quantity("20Gi")) > 0',
     ],
@@ -558,6 +562,32 @@ def test_class_membership_equals_evaluating_every_device(selector: str) -> None:
         for cand in snap.candidates(to_node(n)).devices:
             expected = compiled.matches(cand.device, cand.device_id.driver)
             assert ("picky" in classifier.classes_of(cand)) is expected, cand.device_id
+
+
+def test_kind_facts_find_every_key_that_varies() -> None:
+    """KindFacts' fast check (the representative's fixed keys read, its varying ones found,
+    the sizes equal) must say what comparing the maps key by key says: the varying keys are
+    exactly those whose values (or presence) differ from the representative's somewhere."""
+    rng = random.Random(7)
+    pool = {"a": [1, 2], "b": ["x", "y"], "c": [True], "d": [3], "e": ["z", "w"]}
+    for _ in range(300):
+        maps = []
+        for _ in range(rng.randint(1, 6)):
+            keys = rng.sample(sorted(pool), rng.randint(0, len(pool)))
+            maps.append({k: rng.choice(pool[k]) for k in keys})
+        first = Device(name="d0", attributes=maps[0])
+        facts = KindFacts(first, "gpu.biaxial.dev")
+        expected: set[str] = set()
+        for n, attributes in enumerate(maps[1:], 1):
+            grew = facts.add(Device(name=f"d{n}", attributes=attributes))
+            before = set(expected)
+            expected |= {
+                k
+                for k in maps[0].keys() | attributes.keys()
+                if maps[0].get(k, "-") != attributes.get(k, "-")
+            }
+            assert grew is (expected != before), (maps, n)
+            assert facts.varying == expected, (maps, n)
 
 
 def test_forget_undoes_assume() -> None:

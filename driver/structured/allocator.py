@@ -52,6 +52,7 @@ an AllocationError after ``budget`` steps.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,11 +94,13 @@ from driver.structured.snapshot import (
 
 __all__ = [
     "DEFAULT_SEARCH_BUDGET",
+    "SHARE_ID_NAMESPACE",
     "Candidate",
     "DeviceOrder",
     "OrderContext",
     "SearchStats",
     "allocate",
+    "make_share_id",
 ]
 
 #: Steps (allocateOne invocations) one ``allocate`` call may take before it gives up. A
@@ -107,6 +110,19 @@ DEFAULT_SEARCH_BUDGET: Final = 100_000
 
 #: Namespace of the deterministic shareIDs (uuid5 of "<claim uid>/<request>/<result index>").
 SHARE_ID_NAMESPACE: Final = uuid.UUID("6d1f3c52-8a0e-5b7a-9f43-2c1b0e5d7a91")
+_SHARE_ID_PREFIX: Final = SHARE_ID_NAMESPACE.bytes
+
+
+def make_share_id(name: str) -> str:
+    """``str(uuid.uuid5(SHARE_ID_NAMESPACE, name))``, without building a ``UUID`` (RFC 4122:
+    SHA-1 of namespace and name, version 5 in the high nibble of byte 6, variant ``10`` in the
+    top bits of byte 8), in less than half the time."""
+    sha1 = hashlib.sha1(_SHARE_ID_PREFIX + name.encode(), usedforsecurity=False)
+    digest = bytearray(sha1.digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    x = digest.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -841,7 +857,7 @@ class _Search:
             consumed: dict[str, Quantity] | None = None
             share_id: str | None = None
             if cand.multi:
-                share_id = str(uuid.uuid5(SHARE_ID_NAMESPACE, f"{owner}/{req.name}/{index}"))
+                share_id = make_share_id(f"{owner}/{req.name}/{index}")
                 if placed.consumed:
                     consumed = {k: Quantity(n, f) for k, (n, f) in placed.consumed.items()}
             devices.append(

@@ -55,7 +55,7 @@ from typing import Any, Final, TypeVar
 from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
 from controller.cache import ClusterCache, Selecting
 from controller.metrics import Metrics
-from driver.api.claims import AllocationResult, ResourceClaim
+from driver.api.claims import AllocationResult, ResourceClaim, SpecMemo
 from driver.api.errors import BiaxialError
 from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
@@ -84,12 +84,17 @@ class Parsed:
 
     def __init__(self) -> None:
         self._claims: dict[str, tuple[JSON, ResourceClaim | BiaxialError]] = {}
+        self._specs = SpecMemo()
         self._allocations: dict[str, tuple[JSON, AllocationResult | BiaxialError]] = {}
         self._shared: dict[Any, Any] = {}
 
     def claim(self, key: str, raw: JSON) -> ResourceClaim:
         """The claim model of ``raw``; raises the parse error (for the pod to report)."""
-        return _memo(self._claims, key, raw, ResourceClaim.from_api)
+        return _memo(self._claims, key, raw, self._parse_claim)
+
+    def _parse_claim(self, raw: JSON) -> ResourceClaim:
+        # Claims from one template repeat their spec: it is parsed once (SpecMemo).
+        return ResourceClaim.from_api(raw, self._specs)
 
     def allocation(self, key: str, raw: JSON) -> AllocationResult | None:
         """The ``status.allocation`` of claim ``raw`` (None: not allocated); raises the parse

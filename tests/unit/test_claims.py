@@ -12,6 +12,7 @@ from driver.api.claims import (
     AllocationResult,
     DeviceClass,
     ResourceClaim,
+    SpecMemo,
     Toleration,
 )
 from driver.api.errors import ManifestError
@@ -147,6 +148,58 @@ def test_duplicate_request_names() -> None:
     raw = claim("c").request("r").request("r").json()
     with pytest.raises(ManifestError, match="duplicate request names"):
         ResourceClaim.from_api(raw)
+
+
+def _template_claim(name: str) -> dict[str, Any]:
+    return (
+        claim(name)
+        .request("a", capacity={"memory": "1Gi"})
+        .first_available("c", sub("x", count=2), sub("y"))
+        .constraint(match=f"{DRIVER}/uuid")
+        .config({"p": [1, {"q": True}]}, requests=["a"])
+        .json()
+    )
+
+
+def _outcome(raw: dict[str, Any], specs: SpecMemo | None) -> ResourceClaim | str:
+    try:
+        return ResourceClaim.from_api(raw, specs)
+    except ManifestError as exc:
+        return f"error: {exc}"
+
+
+def test_spec_memo_parses_as_a_fresh_parse() -> None:
+    """Claims from one template share their parsed spec; every answer, hit or miss, equals
+    a parse without the memo, malformed claims included (never kept: the error names the
+    claim), and a value changed by its owner afterwards does not change what is kept."""
+    specs = SpecMemo()
+    first = ResourceClaim.from_api(_template_claim("c0"), specs)
+    second = ResourceClaim.from_api(_template_claim("c1"), specs)
+    assert second == ResourceClaim.from_api(_template_claim("c1"))
+    assert second.requests is first.requests
+    assert second.config is first.config
+    # The caller changes its object after the parse: the copy kept answers, not the object.
+    raw = _template_claim("c2")
+    parsed = ResourceClaim.from_api(raw, specs)
+    raw["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    assert parsed.requests is first.requests
+    assert _outcome(raw, specs) == _outcome(raw, None)
+    cases: list[dict[str, Any]] = []
+    for mutate in (
+        lambda d: d["requests"][0]["exactly"].update(count=0),
+        lambda d: d["requests"][0]["exactly"].update(count=True),  # == 1, another value
+        lambda d: d["requests"][0]["exactly"].update(count=1.0),
+        lambda d: d["requests"].append(dict(d["requests"][0])),  # duplicate names
+        lambda d: d["constraints"][0].update(distinctAttribute="a/b"),
+        lambda d: d["config"][0]["opaque"].update(parameters=[1]),
+        lambda d: d.update(requests={"a": 1}),
+    ):
+        bad = _template_claim("bad")
+        mutate(bad["spec"]["devices"])
+        bad["status"] = {"reservedFor": [{"name": "no resource"}]}  # reported after requests
+        cases += [bad, _template_claim("good")]
+    for raw in cases * 2:
+        assert _outcome(raw, specs) == _outcome(raw, None)
 
 
 FULL_ALLOCATION: dict[str, Any] = {

@@ -441,7 +441,8 @@ def check_pod_input(
 ) -> None:
     """Every check of this module for one pod (see the module docstring) but
     :func:`check_deprecated`, which needs the nodes' allocatable, and :func:`unserved`."""
-    check_against_cluster(legacy.hints, facts.gpus)
+    if legacy.hints.reads_inventory:  # (reading it costs: ClusterFacts)
+        check_against_cluster(legacy.hints, facts.gpus)
     for claim in claims:
         check_claim(claim, classes, facts)
 

@@ -481,7 +481,17 @@ class IndexView:
         for (variant, before), (_, after) in zip(old.entries, new.entries, strict=True):
             partitions = lists[variant]
             entries = partitions[partition]
-            del entries[bisect_left(entries, before)]
+            at = bisect_left(entries, before)
+            if (
+                moved == partition
+                and (at == 0 or entries[at - 1] < after)
+                and (at + 1 == len(entries) or after < entries[at + 1])
+            ):
+                # Its neighbours do not change: the entry is replaced where it stands (about
+                # half the moves within a partition), not taken out and inserted again.
+                entries[at] = after
+                continue
+            del entries[at]
             if not entries and moved != partition:
                 del partitions[partition]
             insort(partitions.setdefault(moved, []), after)

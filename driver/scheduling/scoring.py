@@ -54,6 +54,7 @@ from typing import Final, TypeVar
 
 from driver.api.model import Capacity, Device
 from driver.api.quantity import NANO, Quantity
+from driver.api.records import builder
 from driver.scheduling.policy import GpuPolicy, NodePolicy
 from driver.structured.allocator import DeviceOrder, OrderContext
 from driver.structured.snapshot import Candidate, CapacitySpec, PoolUsage, PoolView
@@ -191,6 +192,11 @@ class ScoredDevice:
     group: tuple[object | None, object | None]
     key: tuple[object, ...]
     tiebreak: tuple[int, ...] = ()
+
+
+#: Built once per candidate device each time the allocator orders a request's candidates:
+#: without the frozen ``__init__`` (:mod:`driver.api.records`).
+_new_scored: Final = builder(ScoredDevice)
 
 
 def score_devices(
@@ -625,13 +631,11 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
                 if fits and requests:
                     values = {spec.name: spec.value for spec in cand.capacities}
                     fits = all(name in values and n <= values[name] for name, n in requests.items())
-                out.append(
-                    ScoredDevice(score=score, fits=fits, group=group, key=key, tiebreak=tiebreak)
-                )
+                out.append(_new_scored(score, fits, group, key, tiebreak))
                 continue
         specs = cand.capacities
-        if any(name not in {s.name for s in specs} for name in requests):
-            out.append(ScoredDevice(score=0.0, fits=False, group=group, key=key))
+        if requests and not requests.keys() <= {spec.name for spec in specs}:
+            out.append(_new_scored(0.0, False, group, key))
             continue
         usage = ctx.allocated.pool(device_id.driver, device_id.pool)
         exclusive = device_id.device in usage.exclusive
@@ -661,7 +665,7 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
         score = total / counted if counted else (1.0 if in_use else 0.0)
         if by_counters is not None and not by_counters[0] and not in_use:
             fits = False  # its counters are taken (a partition lives on its GPU)
-        out.append(ScoredDevice(score=score, fits=fits, group=group, key=key))
+        out.append(_new_scored(score, fits, group, key))
     return out
 
 

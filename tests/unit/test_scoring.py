@@ -22,7 +22,7 @@ from driver.scheduling.scoring import (
     order_indices,
     score_devices,
 )
-from driver.structured.allocator import allocate
+from driver.structured.allocator import OrderContext, allocate
 from tests.unit.builders import cap, claim, device, gpu, node, slice_, snapshot, to_node
 
 MI = 1024 * 1024
@@ -194,6 +194,37 @@ def test_gpu_order_plugs_into_the_allocator() -> None:
         chosen[policy] = results[0].results[0].device
     assert chosen == {"binpack": "gpu-1", "spread": "gpu-0", "first-fit": "gpu-0"}
     assert gpu_order("first-fit") is None
+
+
+@pytest.mark.parametrize(
+    ("requests", "expected"),
+    [
+        # A device without a requested capacity cannot take the request: it comes last.
+        ({"memory": "4Gi"}, ["gpu-0", "bare"]),
+        ({"memory": "4Gi", "bandwidth": "1"}, ["bare", "gpu-0"]),  # neither fits: by name
+        # With no capacity asked, neither is set apart: binpack puts the whole-GPU share first.
+        ({}, ["gpu-0", "bare"]),
+    ],
+)
+def test_gpu_order_sets_apart_devices_without_a_requested_capacity(
+    requests: dict[str, str], expected: list[str]
+) -> None:
+    slices = [slice_("s", devices=[gpu(0, shared=True), device("bare", multi=True)])]
+    snap = snapshot(slices)
+    candidates = snap.candidates(to_node(node())).devices
+    ctx = OrderContext(
+        node=to_node(node()),
+        claim=claim("c").request("r0", count=1).model(),
+        request="r0",
+        count=1,
+        capacity_requests=q(requests),
+        admin_access=False,
+        allocated=snap.allocated,
+        pending={},
+    )
+    order = gpu_order("binpack")
+    assert order is not None
+    assert [c.device_id.device for c in order(candidates, ctx)] == expected
 
 
 # --------------------------------------------------------------------------- node axis

@@ -35,7 +35,6 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, Final, NamedTuple
 
 from driver.api.claims import AllocationResult, ResourceClaim
@@ -346,7 +345,9 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
     if not view.devices:
         return None
     max_free = max_fit = in_use = 0
-    idle: list[tuple[tuple[str, object], ...]] = []
+    # Idle devices per locality group: counted in a plain dict (a Counter costs more to build
+    # than the few devices of a node take to count).
+    groups: dict[tuple[str, object], int] = {}
     devices = state.devices
     for position in view.positions:
         device = devices[position]
@@ -354,7 +355,8 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
             in_use += 1
             continue
         if not device.in_use:
-            idle.append(device.locality)
+            for group in device.locality:
+                groups[group] = groups.get(group, 0) + 1
             continue
         in_use += 1
         if not device.shareable:
@@ -370,7 +372,6 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
                 ),
             )
     level = LEVELS * max_free // view.max_memory if view.max_memory > 0 else 0
-    groups = Counter(chain.from_iterable(idle))
     return Partition(state.shape.ident, level, in_use, max(groups.values(), default=0), max_fit)
 
 
@@ -474,7 +475,8 @@ class IndexView:
             moved = _partition(new, view)
         if moved is None:  # (the view's devices are the same: never here)
             raise ValueError(f"node {name} lost the devices of a view")
-        if moved == partition and old.entries == new.entries:
+        stays = moved == partition
+        if stays and old.entries == new.entries:
             return
         self.filed[name] = moved
         lists = self.lists
@@ -483,7 +485,7 @@ class IndexView:
             entries = partitions[partition]
             at = bisect_left(entries, before)
             if (
-                moved == partition
+                stays
                 and (at == 0 or entries[at - 1] < after)
                 and (at + 1 == len(entries) or after < entries[at + 1])
             ):
@@ -492,11 +494,11 @@ class IndexView:
                 entries[at] = after
                 continue
             del entries[at]
-            if not entries and moved != partition:
+            if not entries and not stays:
                 del partitions[partition]
             insort(partitions.setdefault(moved, []), after)
         self._changed(partition, name)
-        if moved != partition:
+        if not stays:
             self._changed(moved, name)
 
 

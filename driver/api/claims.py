@@ -25,6 +25,7 @@ from driver.api.errors import ManifestError, QuantityError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import JSON, DeviceTaint, json_copy, json_depth
 from driver.api.quantity import Quantity
+from driver.api.records import builder
 
 AllocationMode = Literal["ExactCount", "All"]
 ConfigSource = Literal["FromClass", "FromClaim"]
@@ -400,6 +401,31 @@ class DeviceResult:
     def device_id(self) -> DeviceID:
         return DeviceID(DriverName(self.driver), PoolName(self.pool), DeviceName(self.device))
 
+    def renamed(
+        self,
+        request: str,
+        driver: str,
+        pool: str,
+        device: str,
+        consumed_capacity: Mapping[str, Quantity] | None,
+    ) -> DeviceResult:
+        """This result with these names and consumed capacities, every other field kept: what
+        :func:`dataclasses.replace` gives, built without its walk over the fields and the
+        frozen ``__init__`` (the controller keeps a copy of each result it decides whose
+        strings and capacities are shared with equal ones)."""
+        return _new_device_result(
+            request,
+            driver,
+            pool,
+            device,
+            self.admin_access,
+            self.tolerations,
+            self.share_id,
+            consumed_capacity,
+            self.binding_conditions,
+            self.binding_failure_conditions,
+        )
+
     def consumed(self, capacity: str) -> Quantity | None:
         """What this share consumes of ``capacity`` (a name in the driver's domain, given
         unqualified or as ``<driver>/<name>``); ``None`` when the result does not say."""
@@ -459,6 +485,10 @@ class DeviceResult:
         if self.consumed_capacity is not None:
             out["consumedCapacity"] = {k: str(v) for k, v in sorted(self.consumed_capacity.items())}
         return out
+
+
+#: :meth:`DeviceResult.renamed`'s builder (:mod:`driver.api.records`).
+_new_device_result: Final = builder(DeviceResult)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,14 @@ import pytest
 from driver.api.claims import (
     AllocationResult,
     DeviceClass,
+    DeviceResult,
     ResourceClaim,
     SpecMemo,
     Toleration,
 )
 from driver.api.errors import ManifestError
 from driver.api.model import DeviceTaint
+from driver.api.quantity import Quantity
 from tests.unit.builders import DRIVER, claim, device_class, sub, toleration
 
 
@@ -285,3 +287,45 @@ def test_allocation_result_errors() -> None:
 )
 def test_toleration_matrix(tol: Toleration, taint: DeviceTaint, tolerated: bool) -> None:
     assert tol.tolerates(taint) is tolerated
+
+
+def test_a_renamed_result_is_what_replace_gives() -> None:
+    """``DeviceResult.renamed`` builds without ``dataclasses.replace``: every other field is
+    kept (each set apart from its default here). A field added to DeviceResult must be
+    passed on by ``renamed`` too: the list below then fails until it is."""
+    assert [f.name for f in dataclasses.fields(DeviceResult)] == [
+        "request",
+        "driver",
+        "pool",
+        "device",
+        "admin_access",
+        "tolerations",
+        "share_id",
+        "consumed_capacity",
+        "binding_conditions",
+        "binding_failure_conditions",
+    ]
+    result = DeviceResult.from_api(
+        {
+            "request": "r0",
+            "driver": DRIVER,
+            "pool": "p",
+            "device": "gpu-0",
+            "adminAccess": True,
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+            "shareID": "5a0c5ab4-2a3b-4bbb-9c1d-8c1f0e2f6f01",
+            "consumedCapacity": {"memory": "8Gi"},
+            "bindingConditions": ["ready"],
+            "bindingFailureConditions": ["failed"],
+        },
+        "result",
+    )
+    capacity = {"memory": Quantity.of("8Gi")}
+    renamed = result.renamed("r1", "other", "q", "gpu-1", capacity)
+    assert renamed == dataclasses.replace(
+        result, request="r1", driver="other", pool="q", device="gpu-1", consumed_capacity=capacity
+    )
+    assert renamed.consumed_capacity is capacity
+    assert result.renamed("r0", DRIVER, "p", "gpu-0", result.consumed_capacity) == result
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        renamed.device = "gpu-2"  # type: ignore[misc]

@@ -84,7 +84,14 @@ def capacity_units(device: Device, name: str) -> int:
 
 
 def _quantity_units(quantity: Quantity | None) -> int:
-    return quantity.value() if quantity is not None else 0
+    """``quantity.value()`` (whole units, rounded away from zero; 0 for None) in integer
+    arithmetic on its nano-units, without the Fraction ``value()`` builds: read for every
+    device a pod's allocation consumes, on every node it is weighed on."""
+    if quantity is None:
+        return 0
+    nanos = quantity.nanos
+    magnitude = -(-abs(nanos) // NANO)
+    return magnitude if nanos >= 0 else -magnitude
 
 
 class DeviceKind(NamedTuple):
@@ -206,16 +213,17 @@ class NodeState:
         picked = [r for allocation in results for r in allocation.results if not r.admin_access]
         # A pod picks a few of a node's devices, which may number hundreds (every placement of
         # a dynamic-MIG GPU): only devices named like a picked one are looked up by ID.
-        names = {r.device_id.device for r in picked}
+        names = {r.device for r in picked}
         by_id = {d.device_id: d for d in self.devices if d.device_id.device in names}
         fresh: set[DeviceID] = set()
         memory = cores = 0
         for r in picked:
-            device = by_id.get(r.device_id)
+            device_id = r.device_id  # (a property: a DeviceID built on each read)
+            device = by_id.get(device_id)
             if device is None:
                 continue
             if not device.in_use:
-                fresh.add(r.device_id)
+                fresh.add(device_id)
             if r.consumed_capacity is None:
                 memory += device.memory
                 cores += device.cores

@@ -303,14 +303,18 @@ def node_dims(total: NodeAmounts, *, cores: bool) -> tuple[str, ...]:
 def node_score(
     total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, *, cores: bool
 ) -> Fraction:
-    """Mean utilisation after placement, exact."""
+    """Mean utilisation after placement, exact: the mean of (used + adding) / total over the
+    node's dimensions, summed over a common denominator in integers and reduced once (one
+    Fraction, not one per dimension and per sum: weighed for every node evaluated)."""
     dims = node_dims(total, cores=cores)
     if not dims:
         return Fraction(0)
-    score = Fraction(0)
+    numerator, denominator = 0, 1
     for dim in dims:
-        score += Fraction(getattr(used, dim) + getattr(adding, dim), getattr(total, dim))
-    return score / len(dims)
+        whole = getattr(total, dim)  # (> 0: node_dims keeps dimensions with capacity)
+        numerator = numerator * whole + (getattr(used, dim) + getattr(adding, dim)) * denominator
+        denominator *= whole
+    return Fraction(numerator, denominator * len(dims))
 
 
 def node_rank(policy: NodePolicy, score: Fraction, name: str) -> tuple[Fraction, str]:

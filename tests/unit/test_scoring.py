@@ -326,3 +326,35 @@ def test_defaults_are_validated() -> None:
     )
     with pytest.raises(PolicyError, match="GPU policy: unknown policy 'best'"):
         PolicyDefaults.parse("binpack", "best")
+
+
+@pytest.mark.parametrize("cores", [False, True])
+@pytest.mark.parametrize(
+    ("total", "used", "adding"),
+    [
+        (NodeAmounts(8, 80 * GI, 800), NodeAmounts(3, 17 * GI, 250), NodeAmounts(1, 3 * GI, 30)),
+        (NodeAmounts(8, 80 * GI, 0), NodeAmounts(0, 0, 0), NodeAmounts(0, 0, 0)),
+        (NodeAmounts(0, 0, 0), NodeAmounts(0, 0, 0), NodeAmounts(1, 1, 1)),
+        (NodeAmounts(7, 0, 300), NodeAmounts(9, 0, 301), NodeAmounts(0, 0, 0)),  # overfull
+        (NodeAmounts(3, 5, 7), NodeAmounts(-1, 2, 3), NodeAmounts(1, 1, 1)),
+    ],
+)
+def test_node_score_is_the_mean_of_the_dimension_fractions(
+    total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, cores: bool
+) -> None:
+    """One Fraction over a common denominator equals the mean of one Fraction per dimension."""
+    dims = [
+        d
+        for d in ("devices", "memory", "cores")
+        if getattr(total, d) > 0 and (cores or d != "cores")
+    ]
+    expected = (
+        sum(
+            (Fraction(getattr(used, d) + getattr(adding, d), getattr(total, d)) for d in dims),
+            Fraction(0),
+        )
+        / len(dims)
+        if dims
+        else Fraction(0)
+    )
+    assert node_score(total, used, adding, cores=cores) == expected

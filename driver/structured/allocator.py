@@ -81,6 +81,7 @@ from driver.api.ids import DeviceID
 from driver.api.model import JSON, AttributeValue, Version
 from driver.api.nodes import Node, node_local_selector
 from driver.api.quantity import Format, Quantity
+from driver.api.records import builder
 from driver.cel.engine import Selector, compile_selector
 from driver.structured.snapshot import (
     AllocatedState,
@@ -111,6 +112,12 @@ DEFAULT_SEARCH_BUDGET: Final = 100_000
 #: Namespace of the deterministic shareIDs (uuid5 of "<claim uid>/<request>/<result index>").
 SHARE_ID_NAMESPACE: Final = uuid.UUID("6d1f3c52-8a0e-5b7a-9f43-2c1b0e5d7a91")
 _SHARE_ID_PREFIX: Final = SHARE_ID_NAMESPACE.bytes
+
+
+#: Each result of a successful search is built without the frozen ``__init__``
+#: (:mod:`driver.api.records`): a DeviceResult has ten fields.
+_new_device_result: Final = builder(DeviceResult)
+_new_allocation_result: Final = builder(AllocationResult)
 
 
 def make_share_id(name: str) -> str:
@@ -861,7 +868,7 @@ class _Search:
                 if placed.consumed:
                     consumed = {k: Quantity(n, f) for k, (n, f) in placed.consumed.items()}
             devices.append(
-                DeviceResult(
+                _new_device_result(
                     request=req.name,
                     driver=cand.device_id.driver,
                     pool=cand.device_id.pool,
@@ -874,7 +881,7 @@ class _Search:
                     binding_failure_conditions=cand.device.binding_failure_conditions,
                 )
             )
-        return AllocationResult(
+        return _new_allocation_result(
             results=tuple(devices),
             config=self._config(ci, claim),
             node_selector=self._node_selector(ci, claim),

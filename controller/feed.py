@@ -55,7 +55,7 @@ from typing import Any, Final, TypeVar
 from controller.api import JSON, meta, object_key, pod_is_finished, pod_node
 from controller.cache import ClusterCache, Selecting
 from controller.metrics import Metrics
-from driver.api.claims import AllocationResult, ResourceClaim
+from driver.api.claims import AllocationResult, DeviceResult, ResourceClaim, SpecMemo
 from driver.api.errors import BiaxialError
 from driver.scheduling.bridge import bridge_claim_owner
 from driver.scheduling.decision import DecisionEngine, pod_uid
@@ -84,12 +84,17 @@ class Parsed:
 
     def __init__(self) -> None:
         self._claims: dict[str, tuple[JSON, ResourceClaim | BiaxialError]] = {}
+        self._specs = SpecMemo()
         self._allocations: dict[str, tuple[JSON, AllocationResult | BiaxialError]] = {}
         self._shared: dict[Any, Any] = {}
 
     def claim(self, key: str, raw: JSON) -> ResourceClaim:
         """The claim model of ``raw``; raises the parse error (for the pod to report)."""
-        return _memo(self._claims, key, raw, ResourceClaim.from_api)
+        return _memo(self._claims, key, raw, self._parse_claim)
+
+    def _parse_claim(self, raw: JSON) -> ResourceClaim:
+        # Claims from one template repeat their spec: it is parsed once (SpecMemo).
+        return ResourceClaim.from_api(raw, self._specs)
 
     def allocation(self, key: str, raw: JSON) -> AllocationResult | None:
         """The ``status.allocation`` of claim ``raw`` (None: not allocated); raises the parse
@@ -134,26 +139,38 @@ class Parsed:
 
     def _compact(self, allocation: AllocationResult) -> AllocationResult:
         """``allocation`` with its parts shared with equal ones (see the class docstring)."""
-        results = tuple(
-            replace(
-                r,
-                request=sys.intern(r.request),
-                driver=sys.intern(r.driver),
-                pool=sys.intern(r.pool),
-                device=sys.intern(r.device),
-                consumed_capacity=self._share(
-                    ("capacity", *sorted((k, str(q)) for k, q in r.consumed_capacity.items())),
-                    r.consumed_capacity,
-                )
-                if r.consumed_capacity is not None
-                else None,
-            )
-            for r in allocation.results
-        )
+        results = tuple(self._compact_result(r) for r in allocation.results)
         selector = allocation.node_selector
         if selector is not None:
             selector = self._share(("selector", codec.dumps(selector)), selector)
+        if selector is allocation.node_selector and all(
+            new is old for new, old in zip(results, allocation.results, strict=True)
+        ):
+            return allocation
         return replace(allocation, results=results, node_selector=selector)
+
+    def _compact_result(self, result: DeviceResult) -> DeviceResult:
+        """One result with its strings interned and its consumed capacities shared; the same
+        object when it holds those already (a decided result's names are the slices' own,
+        interned when the first allocation of the device was kept)."""
+        request = sys.intern(result.request)
+        driver = sys.intern(result.driver)
+        pool = sys.intern(result.pool)
+        device = sys.intern(result.device)
+        capacity = result.consumed_capacity
+        if capacity is not None:
+            capacity = self._share(
+                ("capacity", *sorted((k, str(q)) for k, q in capacity.items())), capacity
+            )
+        if (
+            request is result.request
+            and driver is result.driver
+            and pool is result.pool
+            and device is result.device
+            and capacity is result.consumed_capacity
+        ):
+            return result
+        return result.renamed(request, driver, pool, device, capacity)
 
 
 _Parsed = TypeVar("_Parsed")

@@ -10,7 +10,9 @@ Contract:
   raise :class:`~driver.api.errors.ManifestError` naming the object and the field.
 * API defaults are applied as the API server applies them: ``allocationMode`` defaults to
   ``ExactCount``, ``count`` to 1 (ExactCount only), a toleration's ``operator`` to ``Equal``.
-* The models are immutable values; mappings inside them are private copies.
+* The models are immutable values; mappings inside them are private copies (never the
+  input's). Claims parsed with one :class:`SpecMemo` may share their request, constraint and
+  config models with each other.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from driver.api.errors import ManifestError, QuantityError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import JSON, DeviceTaint, json_copy, json_depth
 from driver.api.quantity import Quantity
+from driver.api.records import builder
 
 AllocationMode = Literal["ExactCount", "All"]
 ConfigSource = Literal["FromClass", "FromClaim"]
@@ -398,6 +401,31 @@ class DeviceResult:
     def device_id(self) -> DeviceID:
         return DeviceID(DriverName(self.driver), PoolName(self.pool), DeviceName(self.device))
 
+    def renamed(
+        self,
+        request: str,
+        driver: str,
+        pool: str,
+        device: str,
+        consumed_capacity: Mapping[str, Quantity] | None,
+    ) -> DeviceResult:
+        """This result with these names and consumed capacities, every other field kept: what
+        :func:`dataclasses.replace` gives, built without its walk over the fields and the
+        frozen ``__init__`` (the controller keeps a copy of each result it decides whose
+        strings and capacities are shared with equal ones)."""
+        return _new_device_result(
+            request,
+            driver,
+            pool,
+            device,
+            self.admin_access,
+            self.tolerations,
+            self.share_id,
+            consumed_capacity,
+            self.binding_conditions,
+            self.binding_failure_conditions,
+        )
+
     def consumed(self, capacity: str) -> Quantity | None:
         """What this share consumes of ``capacity`` (a name in the driver's domain, given
         unqualified or as ``<driver>/<name>``); ``None`` when the result does not say."""
@@ -457,6 +485,10 @@ class DeviceResult:
         if self.consumed_capacity is not None:
             out["consumedCapacity"] = {k: str(v) for k, v in sorted(self.consumed_capacity.items())}
         return out
+
+
+#: :meth:`DeviceResult.renamed`'s builder (:mod:`driver.api.records`).
+_new_device_result: Final = builder(DeviceResult)
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,7 +612,11 @@ class ResourceClaim:
         return f"{self.namespace}/{self.name}"
 
     @classmethod
-    def from_api(cls, raw: Mapping[str, Any]) -> ResourceClaim:
+    def from_api(cls, raw: Mapping[str, Any], specs: SpecMemo | None = None) -> ResourceClaim:
+        """Parse a claim. With ``specs``, its ``spec.devices`` is parsed once per distinct
+        value (claims made from one template repeat it): the claims then share the
+        immutable request, constraint and config models; the result and any error are those
+        of a parse without it."""
         if not isinstance(raw, Mapping):
             raise ManifestError("ResourceClaim: must be an object")
         where = _where("ResourceClaim", raw)
@@ -592,10 +628,8 @@ class ResourceClaim:
         devices = spec.get("devices") or {} if isinstance(spec, Mapping) else None
         if not isinstance(devices, Mapping):
             raise ManifestError(f"{where}: spec.devices must be an object")
-        requests = tuple(DeviceRequest.from_api(r, where) for r in devices.get("requests") or ())
-        names = [r.name for r in requests]
-        if len(set(names)) != len(names):
-            raise ManifestError(f"{where}: duplicate request names")
+        parsed = specs.get(devices) if specs is not None else None
+        requests = parsed[0] if parsed is not None else _requests(devices, where)
         status = raw.get("status") or {}
         allocation = status.get("allocation")
         try:
@@ -610,22 +644,18 @@ class ResourceClaim:
             )
         except (KeyError, TypeError) as exc:
             raise ManifestError(f"{where}: malformed status.reservedFor ({exc})") from exc
+        if parsed is None:  # (in this order, so that errors come as they always did)
+            parsed = (requests, *_constraints_and_config(devices, where))
+            if specs is not None:
+                specs.put(devices, parsed)
+        _, constraints, config = parsed
         return cls(
             namespace=str(meta.get("namespace") or "default"),
             name=name,
             uid=str(meta.get("uid") or ""),
             requests=requests,
-            constraints=tuple(
-                Constraint.from_api(c, f"{where}: constraints[{i}]")
-                for i, c in enumerate(devices.get("constraints") or ())
-            ),
-            config=tuple(
-                ClaimConfig(
-                    requests=_strings(c.get("requests"), f"{where}: config[{i}].requests"),
-                    opaque=OpaqueConfig.from_api(c, f"{where}: config[{i}]"),
-                )
-                for i, c in enumerate(devices.get("config") or ())
-            ),
+            constraints=constraints,
+            config=config,
             allocation=AllocationResult.from_api(allocation, f"{where}: status.allocation")
             if allocation
             else None,
@@ -637,6 +667,67 @@ class ResourceClaim:
             resource_version=str(meta.get("resourceVersion") or ""),
             finalizers=tuple(meta.get("finalizers") or ()),
         )
+
+
+_DevicesSpec = tuple[tuple[DeviceRequest, ...], tuple[Constraint, ...], tuple[ClaimConfig, ...]]
+
+
+def _requests(devices: Mapping[str, Any], where: str) -> tuple[DeviceRequest, ...]:
+    """``spec.devices.requests`` (``where`` names the claim in errors)."""
+    requests = tuple(DeviceRequest.from_api(r, where) for r in devices.get("requests") or ())
+    names = [r.name for r in requests]
+    if len(set(names)) != len(names):
+        raise ManifestError(f"{where}: duplicate request names")
+    return requests
+
+
+def _constraints_and_config(
+    devices: Mapping[str, Any], where: str
+) -> tuple[tuple[Constraint, ...], tuple[ClaimConfig, ...]]:
+    """``spec.devices.constraints`` and ``config`` (``where`` names the claim in errors)."""
+    constraints = tuple(
+        Constraint.from_api(c, f"{where}: constraints[{i}]")
+        for i, c in enumerate(devices.get("constraints") or ())
+    )
+    config = tuple(
+        ClaimConfig(
+            requests=_strings(c.get("requests"), f"{where}: config[{i}].requests"),
+            opaque=OpaqueConfig.from_api(c, f"{where}: config[{i}]"),
+        )
+        for i, c in enumerate(devices.get("config") or ())
+    )
+    return constraints, config
+
+
+class SpecMemo:
+    """The parsed ``spec.devices`` of claims, by value, for :meth:`ResourceClaim.from_api`.
+
+    Keyed by the value's ``repr`` (equal JSON read from equal text has an equal ``repr``; a
+    value with its keys in another order only misses) and checked against a private copy of
+    the value with ``==``, so a hit always parses to what a fresh parse would give, whatever
+    the caller does with its objects afterwards. A spec that does not parse is not kept (its
+    error names the claim). At most :attr:`MAX` values are kept; then it starts afresh."""
+
+    #: Distinct specs kept (a cluster has one per claim template or so).
+    MAX: Final = 512
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[str, tuple[Any, _DevicesSpec]] = {}
+
+    def get(self, devices: Mapping[str, Any]) -> _DevicesSpec | None:
+        """The parsed spec kept for a value equal to ``devices``, or None."""
+        found = self._kept.get(repr(devices))
+        if found is None or found[0] != devices:
+            return None
+        return found[1]
+
+    def put(self, devices: Mapping[str, Any], parsed: _DevicesSpec) -> None:
+        """Keep ``parsed``, the parse of ``devices``."""
+        if len(self._kept) >= self.MAX:
+            self._kept.clear()
+        self._kept[repr(devices)] = (json_copy(devices), parsed)
 
 
 def classes_by_name(

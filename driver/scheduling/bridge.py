@@ -68,6 +68,7 @@ from driver.api.errors import ManifestError, QuantityError
 from driver.api.ids import DEFAULT_DRIVER_NAME
 from driver.api.model import API_VERSION, json_copy
 from driver.api.quantity import NANO, Quantity
+from driver.api.records import builder
 from driver.scheduling.dialects import (
     NUMA_ATTRIBUTE,
     VGPU_MODE,
@@ -210,6 +211,11 @@ class PodLegacyResources:
     long_lived: frozenset[int]  # container indices of regular containers and sidecars
     hints: PodHints = field(default_factory=PodHints)
 
+    def named(self, pod_name: str) -> PodLegacyResources:
+        """The same demand for another pod of the same shape: what :func:`dataclasses.replace`
+        gives, without its walk over the fields (once per pod, from :class:`BridgeMemo`)."""
+        return _new_legacy_resources(pod_name, self.requests, self.long_lived, self.hints)
+
     @property
     def resources(self) -> frozenset[str]:
         return frozenset(r.resource for r in self.requests)
@@ -236,6 +242,10 @@ class PodLegacyResources:
             default=0,
         )
         return max(long, short)
+
+
+#: :meth:`PodLegacyResources.named`'s builder (:mod:`driver.api.records`).
+_new_legacy_resources: Final = builder(PodLegacyResources)
 
 
 @dataclass(frozen=True, slots=True)
@@ -718,7 +728,7 @@ class BridgeMemo:
         key = _pod_shape(pod, max_gpu_memory_bytes)
         kept = self._parsed.get(key) if key is not None else None
         if kept is not None:
-            return replace(kept, pod_name=pod_name(pod))
+            return kept.named(pod_name(pod))
         parsed = legacy_resources(
             pod, self._resource_map, max_gpu_memory_bytes=max_gpu_memory_bytes
         )

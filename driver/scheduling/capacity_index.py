@@ -35,7 +35,6 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, Final, NamedTuple
 
 from driver.api.claims import AllocationResult, ResourceClaim
@@ -85,7 +84,14 @@ def capacity_units(device: Device, name: str) -> int:
 
 
 def _quantity_units(quantity: Quantity | None) -> int:
-    return quantity.value() if quantity is not None else 0
+    """``quantity.value()`` (whole units, rounded away from zero; 0 for None) in integer
+    arithmetic on its nano-units, without the Fraction ``value()`` builds: read for every
+    device a pod's allocation consumes, on every node it is weighed on."""
+    if quantity is None:
+        return 0
+    nanos = quantity.nanos
+    magnitude = -(-abs(nanos) // NANO)
+    return magnitude if nanos >= 0 else -magnitude
 
 
 class DeviceKind(NamedTuple):
@@ -207,16 +213,17 @@ class NodeState:
         picked = [r for allocation in results for r in allocation.results if not r.admin_access]
         # A pod picks a few of a node's devices, which may number hundreds (every placement of
         # a dynamic-MIG GPU): only devices named like a picked one are looked up by ID.
-        names = {r.device_id.device for r in picked}
+        names = {r.device for r in picked}
         by_id = {d.device_id: d for d in self.devices if d.device_id.device in names}
         fresh: set[DeviceID] = set()
         memory = cores = 0
         for r in picked:
-            device = by_id.get(r.device_id)
+            device_id = r.device_id  # (a property: a DeviceID built on each read)
+            device = by_id.get(device_id)
             if device is None:
                 continue
             if not device.in_use:
-                fresh.add(r.device_id)
+                fresh.add(device_id)
             if r.consumed_capacity is None:
                 memory += device.memory
                 cores += device.cores
@@ -346,7 +353,9 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
     if not view.devices:
         return None
     max_free = max_fit = in_use = 0
-    idle: list[tuple[tuple[str, object], ...]] = []
+    # Idle devices per locality group: counted in a plain dict (a Counter costs more to build
+    # than the few devices of a node take to count).
+    groups: dict[tuple[str, object], int] = {}
     devices = state.devices
     for position in view.positions:
         device = devices[position]
@@ -354,7 +363,8 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
             in_use += 1
             continue
         if not device.in_use:
-            idle.append(device.locality)
+            for group in device.locality:
+                groups[group] = groups.get(group, 0) + 1
             continue
         in_use += 1
         if not device.shareable:
@@ -370,7 +380,6 @@ def _partition(state: NodeState, view: ViewShape) -> Partition | None:
                 ),
             )
     level = LEVELS * max_free // view.max_memory if view.max_memory > 0 else 0
-    groups = Counter(chain.from_iterable(idle))
     return Partition(state.shape.ident, level, in_use, max(groups.values(), default=0), max_fit)
 
 
@@ -474,19 +483,30 @@ class IndexView:
             moved = _partition(new, view)
         if moved is None:  # (the view's devices are the same: never here)
             raise ValueError(f"node {name} lost the devices of a view")
-        if moved == partition and old.entries == new.entries:
+        stays = moved == partition
+        if stays and old.entries == new.entries:
             return
         self.filed[name] = moved
         lists = self.lists
         for (variant, before), (_, after) in zip(old.entries, new.entries, strict=True):
             partitions = lists[variant]
             entries = partitions[partition]
-            del entries[bisect_left(entries, before)]
-            if not entries and moved != partition:
+            at = bisect_left(entries, before)
+            if (
+                stays
+                and (at == 0 or entries[at - 1] < after)
+                and (at + 1 == len(entries) or after < entries[at + 1])
+            ):
+                # Its neighbours do not change: the entry is replaced where it stands (about
+                # half the moves within a partition), not taken out and inserted again.
+                entries[at] = after
+                continue
+            del entries[at]
+            if not entries and not stays:
                 del partitions[partition]
             insort(partitions.setdefault(moved, []), after)
         self._changed(partition, name)
-        if moved != partition:
+        if not stays:
             self._changed(moved, name)
 
 

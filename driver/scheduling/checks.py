@@ -38,7 +38,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from driver.api.claims import (
@@ -111,12 +111,24 @@ class ClassCapacities:
 @dataclass(frozen=True, slots=True)
 class ClusterFacts:
     """What the checks know of the cluster: biaxial's driver, its GPU inventory, the drivers
-    that publish devices, and per DeviceClass what its devices offer."""
+    that publish devices, and per DeviceClass what its devices offer.
+
+    The GPU inventory (:attr:`gpus`) is read from ``slices`` when first asked for: only pods
+    with GPU hints (UUIDs, types, MIG mode) need it, and reading every slice of a large
+    cluster costs tens of milliseconds."""
 
     driver: str
-    gpus: GpuInventory
+    slices: Sequence[ResourceSlice]
     drivers: frozenset[str]
     classes: Mapping[str, ClassCapacities | None]
+    _gpus: list[GpuInventory] = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def gpus(self) -> GpuInventory:
+        """The GPUs of :attr:`driver` the slices publish."""
+        if not self._gpus:
+            self._gpus.append(gpu_inventory(self.slices, self.driver))
+        return self._gpus[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,7 +441,8 @@ def check_pod_input(
 ) -> None:
     """Every check of this module for one pod (see the module docstring) but
     :func:`check_deprecated`, which needs the nodes' allocatable, and :func:`unserved`."""
-    check_against_cluster(legacy.hints, facts.gpus)
+    if legacy.hints.reads_inventory:  # (reading it costs: ClusterFacts)
+        check_against_cluster(legacy.hints, facts.gpus)
     for claim in claims:
         check_claim(claim, classes, facts)
 
@@ -446,7 +459,7 @@ def cluster_facts(
     elsewhere = [s for s in slices if not s.node_name]
     return ClusterFacts(
         driver=driver,
-        gpus=gpu_inventory(slices, driver),
+        slices=slices,
         drivers=frozenset(s.driver for s in slices if s.devices),
         classes={
             name: class_capacities(device_class, kinds, facts, elsewhere)

@@ -305,6 +305,9 @@ class DecisionEngine:
         self._node_changes: set[str] = set()
         self._allocatable: dict[str, dict[str, int]] = {}
         self._facts: tuple[tuple[object, int, object], ClusterFacts] | None = None
+        # Claim specs (requests, config) that passed _check_spec, with the classes they
+        # passed against.
+        self._specs_passed: dict[tuple[int, int], tuple[object, object, object]] = {}
         # Per-shape bounds of earlier pods alike (same requests and usable kinds), by view
         # shape: pods of one Deployment share them (kept until the index is rebuilt).
         self._bounds_memo: dict[tuple[object, ...], tuple[ViewShape, ShapeBounds]] = {}
@@ -695,17 +698,7 @@ class DecisionEngine:
         check_pod_input(claims, legacy, self.snapshot.classes, self._cluster_facts())
         check_deprecated(legacy, facts.requests, self._advertised)
         for claim in claims:
-            for request in claim.requests:
-                alternatives = (
-                    (request.exactly,) if request.exactly is not None else request.first_available
-                )
-                for alt in alternatives:
-                    if alt.device_class_name not in self.snapshot.classes:
-                        raise InvalidInputError(
-                            f"claim {claim.key}: request {request.name!r}: "
-                            f"DeviceClass {alt.device_class_name!r} does not exist"
-                        )
-            check_claim_config(claim, self.snapshot.classes, self.driver_name)
+            self._check_spec(claim)
         return PodContext(
             name=facts.name,
             pod=pod,
@@ -721,6 +714,40 @@ class DecisionEngine:
             exempt=filter_exempt(legacy.resources, legacy.resources),
             volumes=volumes,
         )
+
+    def _check_spec(self, claim: ResourceClaim) -> None:
+        """Refuse a claim whose requests name a DeviceClass that does not exist, or whose
+        config the node would refuse. A claim to allocate that passed is remembered by its
+        spec's models (claims parsed with one ``SpecMemo`` share them: a template's claims
+        are checked once per set of classes); an error is raised anew each time (it names
+        the claim)."""
+        classes = self.snapshot.classes
+        key = (id(claim.requests), id(claim.config))
+        if claim.allocation is None:
+            passed = self._specs_passed.get(key)
+            if (
+                passed is not None
+                and passed[0] is claim.requests
+                and passed[1] is claim.config
+                and passed[2] is classes
+            ):
+                return
+        for request in claim.requests:
+            alternatives = (
+                (request.exactly,) if request.exactly is not None else request.first_available
+            )
+            for alt in alternatives:
+                if alt.device_class_name not in classes:
+                    raise InvalidInputError(
+                        f"claim {claim.key}: request {request.name!r}: "
+                        f"DeviceClass {alt.device_class_name!r} does not exist"
+                    )
+        check_claim_config(claim, classes, self.driver_name)
+        if claim.allocation is None:
+            if len(self._specs_passed) >= _SPECS_PASSED:
+                self._specs_passed.clear()
+            # Holds the models, so their ids are not reused while the entry stands.
+            self._specs_passed[key] = (claim.requests, claim.config, classes)
 
     def _cluster_facts(self) -> ClusterFacts:
         """The facts the pod input checks read, kept until the slices or device counts
@@ -1386,6 +1413,7 @@ class DecisionEngine:
 
 
 _BOUNDS_MEMO: Final = 4096  # per-shape bounds kept for pods alike
+_SPECS_PASSED: Final = 1024  # claim specs kept as checked (a few per claim template)
 
 
 def _bounds_key(demand: Demand, kinds: tuple[tuple[UsableKinds, ...], ...]) -> tuple[object, ...]:

@@ -218,6 +218,12 @@ class PodHints:
         return None
 
     @property
+    def reads_inventory(self) -> bool:
+        """Whether :func:`check_against_cluster` reads the cluster's GPU inventory for these
+        hints (MIG mode, or an allow-list of UUIDs or types); without, it refuses nothing."""
+        return self.mode == "mig" or bool(self.use_uuids) or bool(self.use_types)
+
+    @property
     def device_keys(self) -> tuple[str, ...]:
         """The annotations that shape the GPU requests (sorted), for messages."""
         return tuple(sorted(self.keys or ()))

@@ -34,7 +34,7 @@ function of (facts, node, the node's current usage). Nothing mutates its inputs.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Final
@@ -243,6 +243,18 @@ class NodeUsage:
             nonzero_cpu=self.nonzero_cpu + cpu,
             nonzero_memory=self.nonzero_memory + memory,
         )
+
+    def plus_all(self, requests: Iterable[Mapping[str, int]]) -> NodeUsage:
+        """:meth:`plus` of each in turn, in one pass (no usage built per pod between)."""
+        merged = dict(self.requested)
+        pods, cpu, memory = self.pods, self.nonzero_cpu, self.nonzero_memory
+        for more in requests:
+            _add(merged, more)
+            pod_cpu, pod_memory = nonzero_requests(more)
+            pods += 1
+            cpu += pod_cpu
+            memory += pod_memory
+        return NodeUsage(requested=merged, pods=pods, nonzero_cpu=cpu, nonzero_memory=memory)
 
     def minus(self, requests: Mapping[str, int]) -> NodeUsage:
         """The usage without one pod again (never below zero)."""

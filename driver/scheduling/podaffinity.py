@@ -164,12 +164,14 @@ def _list(raw: Any, where: str) -> Sequence[Any]:
 
 def pod_affinity(pod: Mapping[str, Any], where: str = "pod") -> PodAffinity:
     """The pod's parsed ``spec.affinity.podAffinity`` and ``podAntiAffinity``."""
-    meta = pod.get("metadata") or {}
-    namespace = str(meta.get("namespace") or "default")
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     affinity = (pod.get("spec") or {}).get("affinity") or {}
     if not isinstance(affinity, Mapping):
         raise ManifestError(f"{where}: spec.affinity must be an object")
+    if not affinity.get("podAffinity") and not affinity.get("podAntiAffinity"):
+        return NO_AFFINITY  # (most pods: what the terms would read is not needed)
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "default")
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
     lists: dict[str, tuple[Any, ...]] = {}
     for field_name in ("podAffinity", "podAntiAffinity"):
         section = affinity.get(field_name) or {}

@@ -54,6 +54,7 @@ from typing import Final, TypeVar
 
 from driver.api.model import Capacity, Device
 from driver.api.quantity import NANO, Quantity
+from driver.api.records import builder
 from driver.scheduling.policy import GpuPolicy, NodePolicy
 from driver.structured.allocator import DeviceOrder, OrderContext
 from driver.structured.snapshot import Candidate, CapacitySpec, PoolUsage, PoolView
@@ -193,6 +194,11 @@ class ScoredDevice:
     tiebreak: tuple[int, ...] = ()
 
 
+#: Built once per candidate device each time the allocator orders a request's candidates:
+#: without the frozen ``__init__`` (:mod:`driver.api.records`).
+_new_scored: Final = builder(ScoredDevice)
+
+
 def score_devices(
     devices: Sequence[Device],
     loads: Sequence[DeviceLoad],
@@ -297,14 +303,18 @@ def node_dims(total: NodeAmounts, *, cores: bool) -> tuple[str, ...]:
 def node_score(
     total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, *, cores: bool
 ) -> Fraction:
-    """Mean utilisation after placement, exact."""
+    """Mean utilisation after placement, exact: the mean of (used + adding) / total over the
+    node's dimensions, summed over a common denominator in integers and reduced once (one
+    Fraction, not one per dimension and per sum: weighed for every node evaluated)."""
     dims = node_dims(total, cores=cores)
     if not dims:
         return Fraction(0)
-    score = Fraction(0)
+    numerator, denominator = 0, 1
     for dim in dims:
-        score += Fraction(getattr(used, dim) + getattr(adding, dim), getattr(total, dim))
-    return score / len(dims)
+        whole = getattr(total, dim)  # (> 0: node_dims keeps dimensions with capacity)
+        numerator = numerator * whole + (getattr(used, dim) + getattr(adding, dim)) * denominator
+        denominator *= whole
+    return Fraction(numerator, denominator * len(dims))
 
 
 def node_rank(policy: NodePolicy, score: Fraction, name: str) -> tuple[Fraction, str]:
@@ -625,13 +635,11 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
                 if fits and requests:
                     values = {spec.name: spec.value for spec in cand.capacities}
                     fits = all(name in values and n <= values[name] for name, n in requests.items())
-                out.append(
-                    ScoredDevice(score=score, fits=fits, group=group, key=key, tiebreak=tiebreak)
-                )
+                out.append(_new_scored(score, fits, group, key, tiebreak))
                 continue
         specs = cand.capacities
-        if any(name not in {s.name for s in specs} for name in requests):
-            out.append(ScoredDevice(score=0.0, fits=False, group=group, key=key))
+        if requests and not requests.keys() <= {spec.name for spec in specs}:
+            out.append(_new_scored(0.0, False, group, key))
             continue
         usage = ctx.allocated.pool(device_id.driver, device_id.pool)
         exclusive = device_id.device in usage.exclusive
@@ -661,7 +669,7 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
         score = total / counted if counted else (1.0 if in_use else 0.0)
         if by_counters is not None and not by_counters[0] and not in_use:
             fits = False  # its counters are taken (a partition lives on its GPU)
-        out.append(ScoredDevice(score=score, fits=fits, group=group, key=key))
+        out.append(_new_scored(score, fits, group, key))
     return out
 
 

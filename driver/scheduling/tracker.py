@@ -258,9 +258,8 @@ class ClusterTracker:
         usage = self._baseline.get(node)
         pods = self._node_pods.get(node)
         if pods:
-            usage = usage or _NO_USAGE
-            for pod in pods:
-                usage = usage.plus(self._pods[pod].pod.requests)
+            entries = self._pods
+            usage = (usage or _NO_USAGE).plus_all(entries[pod].pod.requests for pod in pods)
         elif pods is not None:
             del self._node_pods[node]
         if usage is None:

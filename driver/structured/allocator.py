@@ -52,6 +52,7 @@ an AllocationError after ``budget`` steps.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ from driver.api.ids import DeviceID
 from driver.api.model import JSON, AttributeValue, Version
 from driver.api.nodes import Node, node_local_selector
 from driver.api.quantity import Format, Quantity
+from driver.api.records import builder
 from driver.cel.engine import Selector, compile_selector
 from driver.structured.snapshot import (
     AllocatedState,
@@ -93,11 +95,13 @@ from driver.structured.snapshot import (
 
 __all__ = [
     "DEFAULT_SEARCH_BUDGET",
+    "SHARE_ID_NAMESPACE",
     "Candidate",
     "DeviceOrder",
     "OrderContext",
     "SearchStats",
     "allocate",
+    "make_share_id",
 ]
 
 #: Steps (allocateOne invocations) one ``allocate`` call may take before it gives up. A
@@ -107,6 +111,25 @@ DEFAULT_SEARCH_BUDGET: Final = 100_000
 
 #: Namespace of the deterministic shareIDs (uuid5 of "<claim uid>/<request>/<result index>").
 SHARE_ID_NAMESPACE: Final = uuid.UUID("6d1f3c52-8a0e-5b7a-9f43-2c1b0e5d7a91")
+_SHARE_ID_PREFIX: Final = SHARE_ID_NAMESPACE.bytes
+
+
+#: Each result of a successful search is built without the frozen ``__init__``
+#: (:mod:`driver.api.records`): a DeviceResult has ten fields.
+_new_device_result: Final = builder(DeviceResult)
+_new_allocation_result: Final = builder(AllocationResult)
+
+
+def make_share_id(name: str) -> str:
+    """``str(uuid.uuid5(SHARE_ID_NAMESPACE, name))``, without building a ``UUID`` (RFC 4122:
+    SHA-1 of namespace and name, version 5 in the high nibble of byte 6, variant ``10`` in the
+    top bits of byte 8), in less than half the time."""
+    sha1 = hashlib.sha1(_SHARE_ID_PREFIX + name.encode(), usedforsecurity=False)
+    digest = bytearray(sha1.digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    x = digest.hex()
+    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -841,11 +864,11 @@ class _Search:
             consumed: dict[str, Quantity] | None = None
             share_id: str | None = None
             if cand.multi:
-                share_id = str(uuid.uuid5(SHARE_ID_NAMESPACE, f"{owner}/{req.name}/{index}"))
+                share_id = make_share_id(f"{owner}/{req.name}/{index}")
                 if placed.consumed:
                     consumed = {k: Quantity(n, f) for k, (n, f) in placed.consumed.items()}
             devices.append(
-                DeviceResult(
+                _new_device_result(
                     request=req.name,
                     driver=cand.device_id.driver,
                     pool=cand.device_id.pool,
@@ -858,7 +881,7 @@ class _Search:
                     binding_failure_conditions=cand.device.binding_failure_conditions,
                 )
             )
-        return AllocationResult(
+        return _new_allocation_result(
             results=tuple(devices),
             config=self._config(ci, claim),
             node_selector=self._node_selector(ci, claim),

@@ -9,6 +9,7 @@ the JSON inputs nor the model objects were mutated.
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,7 @@ from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim
 from driver.api.errors import AllocationError, NodeAllocationError
 from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
-from driver.structured.allocator import SearchStats, allocate
+from driver.structured.allocator import SHARE_ID_NAMESPACE, SearchStats, allocate, make_share_id
 from driver.structured.snapshot import ClusterSnapshot
 from tests.unit.builders import (
     DRIVER,
@@ -1785,3 +1786,18 @@ def test_allocator_case(case: Case) -> None:
 def test_case_count_meets_acceptance() -> None:
     assert len(CASES) >= 60
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "uid-0/r0/0", "default/pod-7-gpu/gpu/31", "ünïcødé/ř/0", "x" * 1000, "a\x00b"],
+)
+def test_share_ids_are_uuid5_of_claim_request_and_index(name: str) -> None:
+    assert make_share_id(name) == str(uuid.uuid5(SHARE_ID_NAMESPACE, name))
+
+
+def test_share_id_of_a_name_that_is_not_utf8_fails_as_uuid5_does() -> None:
+    with pytest.raises(UnicodeEncodeError):
+        uuid.uuid5(SHARE_ID_NAMESPACE, "\ud800")
+    with pytest.raises(UnicodeEncodeError):
+        make_share_id("\ud800")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pytest
@@ -14,6 +14,7 @@ from driver.api.quantity import Quantity
 from driver.scheduling.bridge import (
     BridgeMemo,
     ExtendedResourceMap,
+    PodLegacyResources,
     build_bridge_claim,
     dra_resources_on_node,
     is_bridge_claim,
@@ -330,6 +331,21 @@ def test_memo_keeps_no_refused_claim() -> None:
                 name="placeholder",
                 uid="u",
             )
+
+
+def test_a_renamed_demand_is_what_replace_gives() -> None:
+    """``PodLegacyResources.named`` passes every other field on: a field added to the class
+    must be passed on there too (the list below then fails until it is)."""
+    assert [f.name for f in fields(PodLegacyResources)] == [
+        "pod_name",
+        "requests",
+        "long_lived",
+        "hints",
+    ]
+    p = pod(container("main", limits={"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000}))
+    p["metadata"]["annotations"] = {"nvidia.com/use-gputype": "A100"}
+    parsed = legacy_resources(p, CLASSES, max_gpu_memory_bytes=24 * GIB)
+    assert parsed.named("ml/other") == replace(parsed, pod_name="ml/other")
 
 
 def test_memo_parses_each_pod_of_a_shape_as_parsing_does() -> None:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from driver.scheduling.capacity_index import CapacityIndex, IndexView
+from driver.api.quantity import Quantity
+from driver.scheduling.capacity_index import CapacityIndex, IndexView, _quantity_units
 from driver.scheduling.decision import DecisionEngine, pod_uid
 from driver.scheduling.outcome import Placement
 from tests.unit.test_decision_mixes import _engine, _stream, random_case
@@ -115,3 +116,14 @@ def test_every_list_change_is_in_its_views_change_log(seed: int) -> None:
                         assert (partition, entry.name) in logged, (partition, entry)
                         checked += 1
     assert checked
+
+
+@pytest.mark.parametrize(
+    "text", ["0", "1", "1500m", "-1500m", "1n", "-1n", "81559Mi", "0.5", "-0.5", "2e3", "1Ki", "-3"]
+)
+def test_quantity_units_is_value(text: str) -> None:
+    """The index's integer rounding agrees with Quantity.value() (away from zero), negative
+    and fractional values included."""
+    quantity = Quantity.of(text)
+    assert _quantity_units(quantity) == quantity.value()
+    assert _quantity_units(None) == 0

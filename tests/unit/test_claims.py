@@ -11,11 +11,14 @@ import pytest
 from driver.api.claims import (
     AllocationResult,
     DeviceClass,
+    DeviceResult,
     ResourceClaim,
+    SpecMemo,
     Toleration,
 )
 from driver.api.errors import ManifestError
 from driver.api.model import DeviceTaint
+from driver.api.quantity import Quantity
 from tests.unit.builders import DRIVER, claim, device_class, sub, toleration
 
 
@@ -149,6 +152,58 @@ def test_duplicate_request_names() -> None:
         ResourceClaim.from_api(raw)
 
 
+def _template_claim(name: str) -> dict[str, Any]:
+    return (
+        claim(name)
+        .request("a", capacity={"memory": "1Gi"})
+        .first_available("c", sub("x", count=2), sub("y"))
+        .constraint(match=f"{DRIVER}/uuid")
+        .config({"p": [1, {"q": True}]}, requests=["a"])
+        .json()
+    )
+
+
+def _outcome(raw: dict[str, Any], specs: SpecMemo | None) -> ResourceClaim | str:
+    try:
+        return ResourceClaim.from_api(raw, specs)
+    except ManifestError as exc:
+        return f"error: {exc}"
+
+
+def test_spec_memo_parses_as_a_fresh_parse() -> None:
+    """Claims from one template share their parsed spec; every answer, hit or miss, equals
+    a parse without the memo, malformed claims included (never kept: the error names the
+    claim), and a value changed by its owner afterwards does not change what is kept."""
+    specs = SpecMemo()
+    first = ResourceClaim.from_api(_template_claim("c0"), specs)
+    second = ResourceClaim.from_api(_template_claim("c1"), specs)
+    assert second == ResourceClaim.from_api(_template_claim("c1"))
+    assert second.requests is first.requests
+    assert second.config is first.config
+    # The caller changes its object after the parse: the copy kept answers, not the object.
+    raw = _template_claim("c2")
+    parsed = ResourceClaim.from_api(raw, specs)
+    raw["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    assert parsed.requests is first.requests
+    assert _outcome(raw, specs) == _outcome(raw, None)
+    cases: list[dict[str, Any]] = []
+    for mutate in (
+        lambda d: d["requests"][0]["exactly"].update(count=0),
+        lambda d: d["requests"][0]["exactly"].update(count=True),  # == 1, another value
+        lambda d: d["requests"][0]["exactly"].update(count=1.0),
+        lambda d: d["requests"].append(dict(d["requests"][0])),  # duplicate names
+        lambda d: d["constraints"][0].update(distinctAttribute="a/b"),
+        lambda d: d["config"][0]["opaque"].update(parameters=[1]),
+        lambda d: d.update(requests={"a": 1}),
+    ):
+        bad = _template_claim("bad")
+        mutate(bad["spec"]["devices"])
+        bad["status"] = {"reservedFor": [{"name": "no resource"}]}  # reported after requests
+        cases += [bad, _template_claim("good")]
+    for raw in cases * 2:
+        assert _outcome(raw, specs) == _outcome(raw, None)
+
+
 FULL_ALLOCATION: dict[str, Any] = {
     "devices": {
         "results": [
@@ -232,3 +287,45 @@ def test_allocation_result_errors() -> None:
 )
 def test_toleration_matrix(tol: Toleration, taint: DeviceTaint, tolerated: bool) -> None:
     assert tol.tolerates(taint) is tolerated
+
+
+def test_a_renamed_result_is_what_replace_gives() -> None:
+    """``DeviceResult.renamed`` builds without ``dataclasses.replace``: every other field is
+    kept (each set apart from its default here). A field added to DeviceResult must be
+    passed on by ``renamed`` too: the list below then fails until it is."""
+    assert [f.name for f in dataclasses.fields(DeviceResult)] == [
+        "request",
+        "driver",
+        "pool",
+        "device",
+        "admin_access",
+        "tolerations",
+        "share_id",
+        "consumed_capacity",
+        "binding_conditions",
+        "binding_failure_conditions",
+    ]
+    result = DeviceResult.from_api(
+        {
+            "request": "r0",
+            "driver": DRIVER,
+            "pool": "p",
+            "device": "gpu-0",
+            "adminAccess": True,
+            "tolerations": [{"key": "k", "operator": "Exists", "effect": "NoSchedule"}],
+            "shareID": "5a0c5ab4-2a3b-4bbb-9c1d-8c1f0e2f6f01",
+            "consumedCapacity": {"memory": "8Gi"},
+            "bindingConditions": ["ready"],
+            "bindingFailureConditions": ["failed"],
+        },
+        "result",
+    )
+    capacity = {"memory": Quantity.of("8Gi")}
+    renamed = result.renamed("r1", "other", "q", "gpu-1", capacity)
+    assert renamed == dataclasses.replace(
+        result, request="r1", driver="other", pool="q", device="gpu-1", consumed_capacity=capacity
+    )
+    assert renamed.consumed_capacity is capacity
+    assert result.renamed("r0", DRIVER, "p", "gpu-0", result.consumed_capacity) == result
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        renamed.device = "gpu-2"  # type: ignore[misc]

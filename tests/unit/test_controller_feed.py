@@ -258,6 +258,18 @@ def test_an_allocation_this_controller_decided_is_not_parsed_from_its_echo() -> 
     assert found == decided
     assert found == AllocationResult.from_api(echo["status"]["allocation"])
     assert parsed.allocation("ns/c", echo) is found
+    # A second decision equal to the first keeps the shared parts: strings interned, the
+    # consumed capacities and node selector the first one's.
+    again = AllocationResult.from_api(codec.loads(codec.dumps(source)))
+    parsed.decided("ns/d", source, again)
+    kept = parsed.allocation("ns/d", {"status": {"allocation": source}})
+    assert kept == again
+    assert kept is not None
+    assert kept.results[0].device is found.results[0].device
+    assert kept.results[0].consumed_capacity is found.results[0].consumed_capacity
+    assert kept.node_selector is found.node_selector
+    parsed.decided("ns/e", source, kept)  # all its parts shared already: kept as it is
+    assert parsed.allocation("ns/e", {"status": {"allocation": source}}) is kept
     stamped_source = {**source, "allocationTimestamp": "2026-01-01T00:00:00Z"}
     stamped = parsed.allocation("ns/c", {"status": {"allocation": stamped_source}})
     assert stamped is not None

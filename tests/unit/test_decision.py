@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from biaxial.simulate.manifests import load_objects
-from driver.api.claims import AllocationResult, DeviceClass
+from driver.api.claims import AllocationResult, DeviceClass, ResourceClaim, SpecMemo
 from driver.api.errors import DeadlineExceededError
 from driver.api.ids import DeviceID, DeviceName, DriverName, PoolName
 from driver.api.model import Device, ResourceSlice
@@ -270,6 +270,35 @@ def test_a_config_the_node_would_refuse_is_a_pod_error_before_allocation(
         assert isinstance(good, Placement)  # only the claim with the bad config is refused
     else:
         assert isinstance(good, PodError)  # every claim of a class the node would refuse is
+
+
+def test_claims_sharing_a_spec_are_checked_against_the_classes_of_each_decision() -> None:
+    """Claims of one template (parsed with one SpecMemo) share their spec's models, and a
+    spec that passed its checks is not checked again: until the classes change. A spec that
+    fails is refused for every claim, each refusal naming its claim."""
+    specs = SpecMemo()
+    eng = config_engine()
+
+    def decide(name: str, cls: str = GPU_CLASS) -> Any:
+        model = ResourceClaim.from_api(claim(name, uid=name).request("gpu", cls=cls).json(), specs)
+        decision = eng.decide(claim_pod(name), (model,))
+        if isinstance(decision, Placement):
+            eng.forget(name)  # (nothing assumed: the node stays free)
+        return decision
+
+    assert isinstance(decide("c0"), Placement)
+    assert isinstance(decide("c1"), Placement)
+    bad = {**GPU_CONFIG, "sharing": {"strategy": "bogus"}}
+    refused = device_class(GPU_CLASS, extended_resource_name="nvidia.com/gpu", config=[bad])
+    eng.observe_class(GPU_CLASS, DeviceClass.from_api(refused))
+    for name in ("c2", "c3"):
+        decision = decide(name)
+        assert isinstance(decision, PodError), decision
+        assert f"claim default/{name}: DeviceClass {GPU_CLASS}: spec.config[0]" in decision.message
+    for name in ("m0", "m1"):
+        decision = decide(name, cls="no-such-class")
+        assert isinstance(decision, PodError), decision
+        assert f"claim default/{name}: request 'gpu'" in decision.message
 
 
 def test_a_legacy_pod_is_refused_when_its_class_config_would_be() -> None:

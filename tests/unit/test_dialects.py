@@ -643,6 +643,36 @@ def test_cluster_checks_name_the_annotation() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("annotations", "reads"),
+    [
+        ({}, False),
+        ({"nvidia.com/nouse-gpuuuid": "GPU-x"}, False),
+        ({"nvidia.com/nouse-gputype": "A100"}, False),
+        ({"volcano.sh/vgpu-nouse-gpuuuid": "GPU-x"}, False),
+        ({"nvidia.com/numa-bind": "true"}, False),
+        ({"nvidia.com/vgpu-mode": "hami-core"}, False),
+        ({"nvidia.com/use-gpuuuid": "GPU-x"}, True),
+        ({"volcano.sh/vgpu-use-gpuuuid": "GPU-x"}, True),
+        ({"nvidia.com/use-gputype": "A100"}, True),
+        ({"nvidia.com/vgpu-mode": "mig"}, True),
+        ({"volcano.sh/vgpu-mode": "mig"}, True),
+    ],
+)
+def test_hints_that_do_not_read_the_inventory_are_never_refused_by_it(
+    annotations: dict[str, str], reads: bool
+) -> None:
+    """The engine reads the cluster's GPU inventory only for hints that ask for it:
+    ``reads_inventory`` false means the cluster check refuses nothing, whatever the GPUs."""
+    hints = pod_hints({"metadata": {"annotations": annotations}})
+    assert hints.reads_inventory is reads
+    if reads:
+        with pytest.raises(ManifestError):
+            check_against_cluster(hints, GpuInventory())
+    else:
+        check_against_cluster(hints, GpuInventory())
+
+
 def test_gpumem_with_a_unit_says_it_is_mib() -> None:
     manifest = UUID_POD.format(key="example.com/x", value="y").replace(
         "nvidia.com/gpu: 1", "nvidia.com/gpu: 1\n          nvidia.com/gpumem: 4Gi"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import random
 from fractions import Fraction
 from typing import Any
 
@@ -273,3 +274,21 @@ def test_resource_utilisation_counts_unset_requests_as_upstreams_defaults() -> N
     assert resource_utilisation(allocatable, usage, {"cpu": 400, "memory": 0}) == Fraction(
         5 + 2, 20
     )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_node_usage_summed_in_one_pass_equals_one_pod_at_a_time(seed: int) -> None:
+    rng = random.Random(seed)
+    keys = ("cpu", "memory", "nvidia.com/gpu", "pods", "ephemeral-storage")
+    pods = [
+        {k: rng.choice((0, 1, 250, 2**40)) for k in rng.sample(keys, rng.randrange(len(keys)))}
+        for _ in range(rng.randrange(12))
+    ]
+    start = NodeUsage(requested={"cpu": 500}, pods=2, nonzero_cpu=500, nonzero_memory=7)
+    for base in (NodeUsage(), start):
+        one_at_a_time = base
+        for requests in pods:
+            one_at_a_time = one_at_a_time.plus(requests)
+        summed = base.plus_all(iter(pods))
+        assert summed == one_at_a_time
+        assert list(summed.requested) == list(one_at_a_time.requested)

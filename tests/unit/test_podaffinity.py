@@ -16,6 +16,7 @@ import pytest
 
 from driver.api.errors import ManifestError
 from driver.scheduling.podaffinity import (
+    NO_AFFINITY,
     REASON_AFFINITY,
     REASON_ANTI_AFFINITY,
     REASON_EXISTING_ANTI_AFFINITY,
@@ -288,6 +289,31 @@ def test_malformed_terms_are_refused_with_the_field(spec: dict[str, Any], messag
     raw = pod("p").json()
     raw["spec"]["affinity"] = spec
     with pytest.raises(ManifestError, match=message):
+        pod_affinity(raw, "pod default/p")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        None,
+        {},
+        {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+        {"podAffinity": None, "podAntiAffinity": {}},
+        {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}},
+        {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": None}},
+    ],
+)
+def test_a_pod_without_pod_affinity_terms_has_none(spec: dict[str, Any] | None) -> None:
+    raw = pod("p").labels(app="web").json()
+    raw["spec"]["affinity"] = spec
+    assert pod_affinity(raw, "pod default/p") is NO_AFFINITY
+
+
+@pytest.mark.parametrize("spec", ["x", [1], {"podAffinity": 1}, {"podAntiAffinity": "x"}])
+def test_a_malformed_affinity_without_terms_is_refused(spec: Any) -> None:
+    raw = pod("p").json()
+    raw["spec"]["affinity"] = spec
+    with pytest.raises(ManifestError, match="must be an object"):
         pod_affinity(raw, "pod default/p")
 
 

@@ -22,7 +22,7 @@ from driver.scheduling.scoring import (
     order_indices,
     score_devices,
 )
-from driver.structured.allocator import allocate
+from driver.structured.allocator import OrderContext, allocate
 from tests.unit.builders import cap, claim, device, gpu, node, slice_, snapshot, to_node
 
 MI = 1024 * 1024
@@ -196,6 +196,37 @@ def test_gpu_order_plugs_into_the_allocator() -> None:
     assert gpu_order("first-fit") is None
 
 
+@pytest.mark.parametrize(
+    ("requests", "expected"),
+    [
+        # A device without a requested capacity cannot take the request: it comes last.
+        ({"memory": "4Gi"}, ["gpu-0", "bare"]),
+        ({"memory": "4Gi", "bandwidth": "1"}, ["bare", "gpu-0"]),  # neither fits: by name
+        # With no capacity asked, neither is set apart: binpack puts the whole-GPU share first.
+        ({}, ["gpu-0", "bare"]),
+    ],
+)
+def test_gpu_order_sets_apart_devices_without_a_requested_capacity(
+    requests: dict[str, str], expected: list[str]
+) -> None:
+    slices = [slice_("s", devices=[gpu(0, shared=True), device("bare", multi=True)])]
+    snap = snapshot(slices)
+    candidates = snap.candidates(to_node(node())).devices
+    ctx = OrderContext(
+        node=to_node(node()),
+        claim=claim("c").request("r0", count=1).model(),
+        request="r0",
+        count=1,
+        capacity_requests=q(requests),
+        admin_access=False,
+        allocated=snap.allocated,
+        pending={},
+    )
+    order = gpu_order("binpack")
+    assert order is not None
+    assert [c.device_id.device for c in order(candidates, ctx)] == expected
+
+
 # --------------------------------------------------------------------------- node axis
 
 NODE_SCORES = [
@@ -295,3 +326,35 @@ def test_defaults_are_validated() -> None:
     )
     with pytest.raises(PolicyError, match="GPU policy: unknown policy 'best'"):
         PolicyDefaults.parse("binpack", "best")
+
+
+@pytest.mark.parametrize("cores", [False, True])
+@pytest.mark.parametrize(
+    ("total", "used", "adding"),
+    [
+        (NodeAmounts(8, 80 * GI, 800), NodeAmounts(3, 17 * GI, 250), NodeAmounts(1, 3 * GI, 30)),
+        (NodeAmounts(8, 80 * GI, 0), NodeAmounts(0, 0, 0), NodeAmounts(0, 0, 0)),
+        (NodeAmounts(0, 0, 0), NodeAmounts(0, 0, 0), NodeAmounts(1, 1, 1)),
+        (NodeAmounts(7, 0, 300), NodeAmounts(9, 0, 301), NodeAmounts(0, 0, 0)),  # overfull
+        (NodeAmounts(3, 5, 7), NodeAmounts(-1, 2, 3), NodeAmounts(1, 1, 1)),
+    ],
+)
+def test_node_score_is_the_mean_of_the_dimension_fractions(
+    total: NodeAmounts, used: NodeAmounts, adding: NodeAmounts, cores: bool
+) -> None:
+    """One Fraction over a common denominator equals the mean of one Fraction per dimension."""
+    dims = [
+        d
+        for d in ("devices", "memory", "cores")
+        if getattr(total, d) > 0 and (cores or d != "cores")
+    ]
+    expected = (
+        sum(
+            (Fraction(getattr(used, d) + getattr(adding, d), getattr(total, d)) for d in dims),
+            Fraction(0),
+        )
+        / len(dims)
+        if dims
+        else Fraction(0)
+    )
+    assert node_score(total, used, adding, cores=cores) == expected

@@ -706,7 +706,9 @@ class SpecMemo:
     value with its keys in another order only misses) and checked against a private copy of
     the value with ``==``, so a hit always parses to what a fresh parse would give, whatever
     the caller does with its objects afterwards. A spec that does not parse is not kept (its
-    error names the claim). At most :attr:`MAX` values are kept; then it starts afresh."""
+    error names the claim), nor one nested too deep for ``repr`` (the parse then refuses it
+    with the message a parse without the memo gives, as it refuses opaque parameters nested
+    deeper than it reads). At most :attr:`MAX` values are kept; then it starts afresh."""
 
     #: Distinct specs kept (a cluster has one per claim template or so).
     MAX: Final = 512
@@ -718,16 +720,23 @@ class SpecMemo:
 
     def get(self, devices: Mapping[str, Any]) -> _DevicesSpec | None:
         """The parsed spec kept for a value equal to ``devices``, or None."""
-        found = self._kept.get(repr(devices))
+        try:
+            found = self._kept.get(repr(devices))
+        except RecursionError:
+            return None  # (not kept: see the class docstring)
         if found is None or found[0] != devices:
             return None
         return found[1]
 
     def put(self, devices: Mapping[str, Any], parsed: _DevicesSpec) -> None:
         """Keep ``parsed``, the parse of ``devices``."""
+        try:
+            key = repr(devices)
+        except RecursionError:
+            return
         if len(self._kept) >= self.MAX:
             self._kept.clear()
-        self._kept[repr(devices)] = (json_copy(devices), parsed)
+        self._kept[key] = (json_copy(devices), parsed)
 
 
 def classes_by_name(

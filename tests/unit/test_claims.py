@@ -204,6 +204,25 @@ def test_spec_memo_parses_as_a_fresh_parse() -> None:
         assert _outcome(raw, specs) == _outcome(raw, None)
 
 
+def test_spec_memo_refuses_a_spec_nested_too_deep_as_a_parse_without_it() -> None:
+    """A claim whose opaque parameters nest thousands of levels deep (the API server accepts
+    it) is refused with the parse's own message through the memo too: the memo's ``repr`` key
+    cannot be built for it, so it is neither looked up nor kept (a CI run once saw the
+    RecursionError of the key reach the pod as an internal error instead)."""
+    deep: Any = 0
+    for _ in range(5_000):
+        deep = {"n": deep}
+    raw = claim("deep").request("a").config({}, requests=["a"]).json()
+    raw["spec"]["devices"]["config"][0]["opaque"]["parameters"] = deep
+    specs = SpecMemo()
+    for _ in range(2):
+        outcome = _outcome(raw, specs)
+        assert outcome == _outcome(raw, None)
+        assert isinstance(outcome, str)
+        assert "nest deeper than 64 levels" in outcome
+    assert _outcome(_template_claim("c0"), specs) == _outcome(_template_claim("c0"), None)
+
+
 FULL_ALLOCATION: dict[str, Any] = {
     "devices": {
         "results": [

@@ -61,8 +61,13 @@ _SYNTAX_HINT: Final = (
 
 def _ceil_away_from_zero(value: Fraction) -> int:
     """Round to an integer, away from zero (upstream's inf.RoundUp)."""
-    magnitude = -((-abs(value.numerator)) // value.denominator)
-    return magnitude if value >= 0 else -magnitude
+    return _divide_away_from_zero(value.numerator, value.denominator)
+
+
+def _divide_away_from_zero(numerator: int, denominator: int) -> int:
+    """``numerator / denominator`` (``denominator`` > 0) rounded away from zero, in integers."""
+    magnitude = -((-abs(numerator)) // denominator)
+    return magnitude if numerator >= 0 else -magnitude
 
 
 _PARSED_MAX: Final = 4096
@@ -176,11 +181,12 @@ class Quantity:
 
     def value(self) -> int:
         """The value rounded up (away from zero) to an integer, like upstream's ``Value()``."""
-        return _ceil_away_from_zero(Fraction(self._nanos, NANO))
+        # (in integers: no Fraction built; read for every device an allocation consumes)
+        return _divide_away_from_zero(self._nanos, NANO)
 
     def milli_value(self) -> int:
         """The value in milli-units rounded away from zero, like upstream's ``MilliValue()``."""
-        return _ceil_away_from_zero(Fraction(self._nanos, 10**6))
+        return _divide_away_from_zero(self._nanos, 10**6)
 
     def is_integer(self) -> bool:
         """True when the value is a whole number that fits in an int64 (CEL ``isInteger``)."""

@@ -84,14 +84,7 @@ def capacity_units(device: Device, name: str) -> int:
 
 
 def _quantity_units(quantity: Quantity | None) -> int:
-    """``quantity.value()`` (whole units, rounded away from zero; 0 for None) in integer
-    arithmetic on its nano-units, without the Fraction ``value()`` builds: read for every
-    device a pod's allocation consumes, on every node it is weighed on."""
-    if quantity is None:
-        return 0
-    nanos = quantity.nanos
-    magnitude = -(-abs(nanos) // NANO)
-    return magnitude if nanos >= 0 else -magnitude
+    return quantity.value() if quantity is not None else 0
 
 
 class DeviceKind(NamedTuple):

@@ -9,7 +9,9 @@ view's filing and sorted lists, must equal those of an index built from the same
 
 from __future__ import annotations
 
+import math
 import random
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -122,8 +124,15 @@ def test_every_list_change_is_in_its_views_change_log(seed: int) -> None:
     "text", ["0", "1", "1500m", "-1500m", "1n", "-1n", "81559Mi", "0.5", "-0.5", "2e3", "1Ki", "-3"]
 )
 def test_quantity_units_is_value(text: str) -> None:
-    """The index's integer rounding agrees with Quantity.value() (away from zero), negative
-    and fractional values included."""
+    """The index's units are Quantity.value(), whose integer rounding agrees with rounding the
+    exact Fraction away from zero (upstream's RoundUp), negative and fractional values
+    included; milli_value() likewise."""
     quantity = Quantity.of(text)
     assert _quantity_units(quantity) == quantity.value()
     assert _quantity_units(None) == 0
+
+    def away_from_zero(value: Fraction) -> int:
+        return math.ceil(value) if value >= 0 else math.floor(value)
+
+    assert quantity.value() == away_from_zero(quantity.exact)
+    assert quantity.milli_value() == away_from_zero(quantity.exact * 1000)

@@ -372,9 +372,13 @@ class Committer:
         raise CommitAbortedError(f"claim {key}: could not write status", conflict=True)
 
     async def _create_bridge(self, plan: Plan, bridge: BridgePlan) -> JSON:
-        body = copy.deepcopy(bridge.claim)
-        body_meta = body.setdefault("metadata", {})
-        body_meta["finalizers"] = [self.finalizer]
+        # A new top level and metadata over the planned claim, not a deep copy of it (a
+        # third of this step's CPU): only the finalizers differ, and nothing below changes
+        # what the body shares with the plan.
+        body = {
+            **bridge.claim,
+            "metadata": {**(bridge.claim.get("metadata") or {}), "finalizers": [self.finalizer]},
+        }
         # A 409 means the generated name collided: try another. After a server error whether
         # it was created is unknown; an orphan is found by its annotation and owner and
         # deleted before the pod is tried again.

@@ -109,7 +109,10 @@ def test_writes_in_the_safe_order() -> None:
         ),
         bridge=bridge_plan(ref),
     )
+    assert plan.bridge is not None
+    planned = copy.deepcopy(plan.bridge.claim)
     asyncio.run(committer.commit(plan))
+    assert plan.bridge.claim == planned  # the bridge claim's body is built over it, untouched
     writes = [v for v in api.verbs() if v[0] not in ("get", "list")]
     assert writes == [
         ("patch", "resourceclaims", None),  # finalizer c0

@@ -179,12 +179,13 @@ class Deallocator:
 
     def _in_line(self, key: str, claim: Mapping[str, Any]) -> bool:
         """Whether :meth:`process` would find nothing to do for ``claim`` as the caches show
-        it now: not a bridge claim, not marked for deletion nor deleted by us, and reserved
-        only by pods the pod cache shows live. Such a claim is not queued (every claim of a
-        placement came here two or three times per pod, each a trip through the queue and a
-        worker to do nothing): whatever makes work later (a pod gone or finished, the claim
-        changed) brings an event of its own, and the periodic resync checks every claim."""
-        if is_bridge(claim) or key in self._awaiting_gc:
+        it now: not marked for deletion nor deleted by us, reserved only by pods the pod cache
+        shows live, and for a bridge claim, owned by such a pod whose commit is over and that
+        is unbound or links this claim. Such a claim is not queued (every claim of a placement
+        came here two or three times per pod, each a trip through the queue and a worker to do
+        nothing): whatever makes work later (a pod gone or finished, the claim changed) brings
+        an event of its own, and the periodic resync checks every claim."""
+        if key in self._awaiting_gc:
             return False
         m = meta(claim)
         if m.get("deletionTimestamp") or m.get("uid") in self._deleted:
@@ -193,16 +194,33 @@ class Deallocator:
         if not refs:
             return False
         for ref in refs:
-            uid = str(ref.get("uid") or "")
-            pod_key = self._pods.get(uid) if _is_pod(ref) and uid not in self._gone else None
-            pod = self.cache.pods.get(pod_key) if pod_key else None
-            if (
-                pod is None
-                or meta(pod).get("uid") != uid
-                or (pod.get("status") or {}).get("phase") in _FINISHED
-            ):
+            if not _is_pod(ref) or self._live_pod(ref) is None:
                 return False
-        return True
+        return not is_bridge(claim) or self._bridge_in_line(claim)
+
+    def _live_pod(self, ref: Mapping[str, Any]) -> JSON | None:
+        """The pod a reservation or owner reference names, when the pod cache shows it live
+        (as :meth:`_pod_state` would find it without asking the API server); else None."""
+        uid = str(ref.get("uid") or "")
+        pod_key = self._pods.get(uid) if uid not in self._gone else None
+        pod = self.cache.pods.get(pod_key) if pod_key else None
+        if (
+            pod is None
+            or meta(pod).get("uid") != uid
+            or (pod.get("status") or {}).get("phase") in _FINISHED
+        ):
+            return None
+        return pod
+
+    def _bridge_in_line(self, claim: Mapping[str, Any]) -> bool:
+        """Whether :meth:`process` leaves a bridge claim as it is: its owning pod's commit is
+        over (until then it would look again later), the pod is live, and it is unbound or
+        links this claim (else the claim is an orphan, deleted)."""
+        owner = _controller_pod(claim)
+        if owner is None or str(owner.get("uid")) in self.committer.pods_in_flight:
+            return False
+        pod = self._live_pod(owner)
+        return pod is not None and (not _bound(pod) or _linked_claim(pod) == meta(claim)["name"])
 
     def _remember_gone(self, uid: str, *, deleted: bool) -> None:
         _remember(self._gone, uid, deleted or self._gone.get(uid, False))

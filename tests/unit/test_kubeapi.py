@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from driver.api.errors import ConfigError, ConflictError, GoneError, NotFoundError, ServerError
 from kubeapi import EVENTS, NODES, PODS, Client, Endpoint, Resource, TokenBucket
@@ -35,6 +38,20 @@ def test_resource_paths_quote_names() -> None:
     assert PODS.path("default", "p/0", "binding") == "/api/v1/namespaces/default/pods/p%2F0/binding"
     assert NODES.path("ignored", "n1") == "/api/v1/nodes/n1"
     assert Resource("x.io", "v1", "things", "Thing", namespaced=False).api_version == "x.io/v1"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "p-0.a_b~c", "p/0", "p 0", "p?x=1#f", "%2F", "ünï", "a\nb", "..", "p\x00", "A-Z"]
+)
+def test_names_are_quoted_as_urllib_quotes_them(text: str) -> None:
+    quoted = urllib.parse.quote(text, safe="")
+    assert PODS.path(text, text) == f"/api/v1/namespaces/{quoted}/pods/{quoted}"
+
+
+@given(st.text())
+def test_any_name_is_quoted_as_urllib_quotes_it(text: str) -> None:
+    quoted = urllib.parse.quote(text, safe="")
+    assert PODS.path(text, text, "status") == f"/api/v1/namespaces/{quoted}/pods/{quoted}/status"
 
 
 def test_status_codes_map_to_errors_with_reason() -> None:

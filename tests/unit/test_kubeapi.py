@@ -7,6 +7,7 @@ streams split into events (a 410 ERROR event becomes GoneError), pagination foll
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.parse
@@ -246,6 +247,39 @@ def test_token_bucket_allows_a_burst_then_holds_to_qps() -> None:
     burst, total = asyncio.run(scenario())
     assert burst < 0.05
     assert total >= 0.08  # two more tokens at 20 per second
+
+
+def test_a_token_is_taken_at_once_only_where_acquire_would_not_wait() -> None:
+    """take_now (the client's path without a coroutine) takes what acquire's fast path takes,
+    and refuses, leaving the bucket as it was, where acquire would wait or queue."""
+
+    async def scenario() -> list[tuple[str, bool, float]]:
+        bucket = TokenBucket(qps=0.001, burst=2)
+        seen = [("background", bucket.take_now(background=True), bucket._tokens)]
+        seen.append(("foreground", bucket.take_now(), bucket._tokens))
+        waiter = asyncio.create_task(bucket.acquire())  # takes the last token, no wait
+        await waiter
+        seen.append(("empty", bucket.take_now(), bucket._tokens))
+        blocked = asyncio.create_task(bucket.acquire())  # waits for a token
+        await asyncio.sleep(0)
+        bucket._tokens = 5.0  # a token there, and a caller waiting before this one
+        seen.append(("behind a waiter", bucket.take_now(), bucket._tokens))
+        blocked.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await blocked
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert [(case, taken) for case, taken, _ in seen] == [
+        ("background", False),
+        ("foreground", True),
+        ("empty", False),
+        ("behind a waiter", False),
+    ]
+    assert seen[0][2] == pytest.approx(2.0, abs=0.01)
+    assert seen[1][2] == pytest.approx(1.0, abs=0.01)
+    assert seen[2][2] == pytest.approx(0.0, abs=0.01)
+    assert seen[3][2] == pytest.approx(5.0, abs=0.01)
 
 
 def test_background_callers_yield_every_token_to_the_others() -> None:

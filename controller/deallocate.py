@@ -145,7 +145,12 @@ class Deallocator:
         for uid in _pod_uids(new):
             self._by_pod.add(uid, key)
         if self._relevant(new) and not self._in_line(key, new):
-            self._add(key)
+            if self._written_now(new):
+                # The event of its creation may come before the commit has the new claim's
+                # name to lock: as a locked claim, it is worked once the commit unlocks it.
+                self._deferred.add(key)
+            else:
+                self._add(key)
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old
@@ -211,6 +216,14 @@ class Deallocator:
         ):
             return None
         return pod
+
+    def _written_now(self, claim: Mapping[str, Any]) -> bool:
+        """Whether ``claim`` is a bridge claim whose owning pod's commit is being written
+        (the commit locks the claim, once created, until it ends)."""
+        if not is_bridge(claim):
+            return False
+        owner = _controller_pod(claim)
+        return owner is not None and str(owner.get("uid")) in self.committer.pods_in_flight
 
     def _bridge_in_line(self, claim: Mapping[str, Any]) -> bool:
         """Whether :meth:`process` leaves a bridge claim as it is: its owning pod's commit is

@@ -146,3 +146,30 @@ def test_fast_path_agrees_with_process(
         outcome = asyncio.run(deallocator.process(key))
         assert outcome is Outcome.FORGET
         assert api.verbs() == []  # nothing read live, nothing written
+
+
+@pytest.mark.parametrize("owner_stays", [True, False])
+def test_a_bridge_claim_heard_while_its_commit_runs_waits_for_the_commit(
+    owner_stays: bool,
+) -> None:
+    """Its creation's event may come before the commit locks the new claim: it is set aside
+    as a locked claim is, and looked at when the commit unlocks it (queued only when there is
+    something to do then: its pod gone)."""
+    api = FakeApi()
+    cache = ClusterCache(FakeApi())
+    committer = Committer(api, ClaimOverlay(cache.claims), finalizer=FIN)
+    deallocator = Deallocator(api, cache, committer, Metrics(), finalizer=FIN)
+    cache.pods.apply("ADDED", pod())
+    committer.pods_in_flight.add(POD_UID)
+    created = bridge_claim()
+    del created["status"]  # as created: the commit writes its status next
+    cache.claims.apply("ADDED", created)
+    key = f"default/{CLAIM}"
+    assert not deallocator.queue.is_queued(key)
+    cache.claims.apply("MODIFIED", bridge_claim())
+    if not owner_stays:
+        cache.pods.apply("DELETED", pod())
+    committer._lock([key])  # what the commit does once the create answered
+    committer.pods_in_flight.discard(POD_UID)
+    committer._unlock([key])  # and at its end
+    assert deallocator.queue.is_queued(key) is not owner_stays

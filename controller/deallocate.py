@@ -23,8 +23,9 @@ with the pods that exist:
 
 Claims allocated by others are never touched (their devices are still respected: the
 snapshot counts every allocated claim). Claims whose placement is being committed right now
-(``Committer.locked``) are set aside and worked once those writes are done, so the deallocator
-never races the scheduler's own writes. Work items are claim keys in a queue with backoff; a
+(``Committer.locked``, and bridge claims whose pod is in ``Committer.pods_in_flight``) are set
+aside and worked once those writes are done, so the deallocator never races the scheduler's
+own writes. Work items are claim keys in a queue with backoff; a
 periodic resync re-checks every claim this controller owns, so a missed event costs a delay,
 never a leak.
 A pod missing from the cache is confirmed gone by a live GET before anything is released,
@@ -147,7 +148,9 @@ class Deallocator:
         if self._relevant(new) and not self._in_line(key, new):
             if self._written_now(new):
                 # The event of its creation may come before the commit has the new claim's
-                # name to lock: as a locked claim, it is worked once the commit unlocks it.
+                # name to lock: as a locked claim, it is worked once the commit unlocks it (one
+                # the commit never locks, the answer to its creation lost, at the resync; the
+                # pod's repair deletes it before the pod is tried again).
                 self._deferred.add(key)
             else:
                 self._add(key)

@@ -23,8 +23,9 @@ with the pods that exist:
 
 Claims allocated by others are never touched (their devices are still respected: the
 snapshot counts every allocated claim). Claims whose placement is being committed right now
-(``Committer.locked``) are set aside and worked once those writes are done, so the deallocator
-never races the scheduler's own writes. Work items are claim keys in a queue with backoff; a
+(``Committer.locked``, and bridge claims whose pod is in ``Committer.pods_in_flight``) are set
+aside and worked once those writes are done, so the deallocator never races the scheduler's
+own writes. Work items are claim keys in a queue with backoff; a
 periodic resync re-checks every claim this controller owns, so a missed event costs a delay,
 never a leak.
 A pod missing from the cache is confirmed gone by a live GET before anything is released,
@@ -145,7 +146,14 @@ class Deallocator:
         for uid in _pod_uids(new):
             self._by_pod.add(uid, key)
         if self._relevant(new) and not self._in_line(key, new):
-            self._add(key)
+            if self._written_now(new):
+                # The event of its creation may come before the commit has the new claim's
+                # name to lock: as a locked claim, it is worked once the commit unlocks it (one
+                # the commit never locks, the answer to its creation lost, at the resync; the
+                # pod's repair deletes it before the pod is tried again).
+                self._deferred.add(key)
+            else:
+                self._add(key)
 
     def _on_pod(self, old: JSON | None, new: JSON | None) -> None:
         obj = new if new is not None else old
@@ -179,12 +187,13 @@ class Deallocator:
 
     def _in_line(self, key: str, claim: Mapping[str, Any]) -> bool:
         """Whether :meth:`process` would find nothing to do for ``claim`` as the caches show
-        it now: not a bridge claim, not marked for deletion nor deleted by us, and reserved
-        only by pods the pod cache shows live. Such a claim is not queued (every claim of a
-        placement came here two or three times per pod, each a trip through the queue and a
-        worker to do nothing): whatever makes work later (a pod gone or finished, the claim
-        changed) brings an event of its own, and the periodic resync checks every claim."""
-        if is_bridge(claim) or key in self._awaiting_gc:
+        it now: not marked for deletion nor deleted by us, reserved only by pods the pod cache
+        shows live, and for a bridge claim, owned by such a pod whose commit is over and that
+        is unbound or links this claim. Such a claim is not queued (every claim of a placement
+        came here two or three times per pod, each a trip through the queue and a worker to do
+        nothing): whatever makes work later (a pod gone or finished, the claim changed) brings
+        an event of its own, and the periodic resync checks every claim."""
+        if key in self._awaiting_gc:
             return False
         m = meta(claim)
         if m.get("deletionTimestamp") or m.get("uid") in self._deleted:
@@ -193,16 +202,41 @@ class Deallocator:
         if not refs:
             return False
         for ref in refs:
-            uid = str(ref.get("uid") or "")
-            pod_key = self._pods.get(uid) if _is_pod(ref) and uid not in self._gone else None
-            pod = self.cache.pods.get(pod_key) if pod_key else None
-            if (
-                pod is None
-                or meta(pod).get("uid") != uid
-                or (pod.get("status") or {}).get("phase") in _FINISHED
-            ):
+            if not _is_pod(ref) or self._live_pod(ref) is None:
                 return False
-        return True
+        return not is_bridge(claim) or self._bridge_in_line(claim)
+
+    def _live_pod(self, ref: Mapping[str, Any]) -> JSON | None:
+        """The pod a reservation or owner reference names, when the pod cache shows it live
+        (as :meth:`_pod_state` would find it without asking the API server); else None."""
+        uid = str(ref.get("uid") or "")
+        pod_key = self._pods.get(uid) if uid not in self._gone else None
+        pod = self.cache.pods.get(pod_key) if pod_key else None
+        if (
+            pod is None
+            or meta(pod).get("uid") != uid
+            or (pod.get("status") or {}).get("phase") in _FINISHED
+        ):
+            return None
+        return pod
+
+    def _written_now(self, claim: Mapping[str, Any]) -> bool:
+        """Whether ``claim`` is a bridge claim whose owning pod's commit is being written
+        (the commit locks the claim, once created, until it ends)."""
+        if not is_bridge(claim):
+            return False
+        owner = _controller_pod(claim)
+        return owner is not None and str(owner.get("uid")) in self.committer.pods_in_flight
+
+    def _bridge_in_line(self, claim: Mapping[str, Any]) -> bool:
+        """Whether :meth:`process` leaves a bridge claim as it is: its owning pod's commit is
+        over (until then it would look again later), the pod is live, and it is unbound or
+        links this claim (else the claim is an orphan, deleted)."""
+        owner = _controller_pod(claim)
+        if owner is None or str(owner.get("uid")) in self.committer.pods_in_flight:
+            return False
+        pod = self._live_pod(owner)
+        return pod is not None and (not _bound(pod) or _linked_claim(pod) == meta(claim)["name"])
 
     def _remember_gone(self, uid: str, *, deleted: bool) -> None:
         _remember(self._gone, uid, deleted or self._gone.get(uid, False))

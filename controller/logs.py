@@ -67,13 +67,20 @@ class TextFormatter(logging.Formatter):
         return f"{second[1]},{int(record.msecs):03d}"  # (the default_msec_format)
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        context = _context(record)
-        if not context:
+        if record.exc_info or record.exc_text or record.stack_info:
+            line = super().format(record)
+        else:
+            # What logging.Formatter.format makes of _TEXT for a record with no traceback or
+            # stack to append, without its generic steps (the format searched for asctime, then
+            # applied to the record's __dict__): 4.1 -> 2.5 us a line, with a line per pod.
+            record.message = record.getMessage()
+            record.asctime = self.formatTime(record)
+            line = f"{record.asctime} {record.levelname} {record.name}: {record.message}"
+        pairs = [f"{k}={v}" for k in CONTEXT_KEYS if (v := getattr(record, k, None)) is not None]
+        if not pairs:
             return line
         head, sep, tail = line.partition("\n")
-        pairs = " ".join(f"{k}={v}" for k, v in context.items())
-        return f"{head} {pairs}{sep}{tail}"
+        return f"{head} {' '.join(pairs)}{sep}{tail}"
 
 
 def configure(log_format: LogFormat) -> None:

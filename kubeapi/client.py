@@ -138,9 +138,11 @@ class TokenBucket:
         self._clear = asyncio.Event()  # set while _foreground is 0
         self._clear.set()
 
-    async def acquire(self, *, background: bool = False) -> None:
-        # No caller is waiting for a token or taking one: take one at once when there is one
-        # (what the path below would do, without its lock and events).
+    def take_now(self, *, background: bool = False) -> bool:
+        """Take a token at once if :meth:`acquire` would, without waiting: a caller that is
+        not background, no caller waiting for a token or taking one, and a token there. False
+        leaves the bucket as it was (the caller then awaits :meth:`acquire`). Not a coroutine:
+        most requests find a token, and awaiting one costs a coroutine per request."""
         if (
             not background
             and not self._foreground
@@ -148,6 +150,11 @@ class TokenBucket:
             and self._refill() >= 1.0
         ):
             self._tokens -= 1.0
+            return True
+        return False
+
+    async def acquire(self, *, background: bool = False) -> None:
+        if self.take_now(background=background):
             return
         if not background:
             self._foreground += 1
@@ -284,7 +291,9 @@ class Client:
         """Every request and watch: wait for a token, pass the write fence, count it."""
         bucket = self._event_bucket if _is_event_path(path) else self._bucket
         if bucket is not None:
-            await bucket.acquire(background=_BACKGROUND.get())
+            background = _BACKGROUND.get()
+            if not bucket.take_now(background=background):
+                await bucket.acquire(background=background)
         if self._write_fence is not None and method not in _READ_METHODS:
             self._write_fence(method, path)
         self.requests += 1

@@ -5,12 +5,24 @@ Pure: no I/O. Names in paths are percent-quoted, so any object name is safe to p
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 JSON = dict[str, Any]
+
+#: Text that ``urllib.parse.quote(text, safe="")`` returns unchanged (its always-safe set):
+#: every valid object name and namespace.
+_UNQUOTED: Final = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _quote(text: str) -> str:
+    """``urllib.parse.quote(text, safe="")``; a name that needs no quoting, as every valid
+    one, passes one pattern match instead (0.3 us, where quote takes 0.8-1.0 us; a few names
+    per request)."""
+    return text if _UNQUOTED.fullmatch(text) else urllib.parse.quote(text, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +44,10 @@ class Resource:
     ) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
         if self.namespaced and namespace is not None:
-            base += f"/namespaces/{urllib.parse.quote(namespace, safe='')}"
+            base += f"/namespaces/{_quote(namespace)}"
         base += f"/{self.plural}"
         if name is not None:
-            base += f"/{urllib.parse.quote(name, safe='')}"
+            base += f"/{_quote(name)}"
             if subresource is not None:
                 base += f"/{subresource}"
         return base

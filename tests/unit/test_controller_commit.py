@@ -109,7 +109,10 @@ def test_writes_in_the_safe_order() -> None:
         ),
         bridge=bridge_plan(ref),
     )
+    assert plan.bridge is not None
+    planned = copy.deepcopy(plan.bridge.claim)
     asyncio.run(committer.commit(plan))
+    assert plan.bridge.claim == planned  # the bridge claim's body is built over it, untouched
     writes = [v for v in api.verbs() if v[0] not in ("get", "list")]
     assert writes == [
         ("patch", "resourceclaims", None),  # finalizer c0
@@ -134,6 +137,40 @@ def test_writes_in_the_safe_order() -> None:
     ext = bound["status"]["extendedResourceClaimStatus"]
     assert ext["resourceClaimName"] == bridge["metadata"]["name"]
     assert sorted(pod_claim_keys(bound)) == [f"default/{bridge['metadata']['name']}"]
+    assert not committer.locked
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_bridge_claim_stays_locked_until_the_commit_ends(fails: bool) -> None:
+    """Locked from its creation to the end of the commit (rollback included), and unlocked
+    once the pod is out of flight: the deallocator then sees the pod's commit over."""
+    api, committer, ref = setup("c0")
+    if fails:
+        api.fail("bind", "pods", NotFoundError("gone", status=404))
+    steps: list[tuple[str, bool]] = []
+    unlocked: list[tuple[str, bool]] = []
+
+    async def on_step(step: str, _key: str) -> None:
+        bridged = any(k.startswith("default/p-extended") for k in committer.locked)
+        steps.append((step, bridged))
+
+    committer._on_step = on_step
+    committer.add_unlock_listener(
+        lambda key: unlocked.append((key, ref.uid in committer.pods_in_flight))
+    )
+    plan = Plan(
+        pod=ref, node="n1", claims=(ClaimPlan("default/c0", allocation()),), bridge=bridge_plan(ref)
+    )
+    if fails:
+        with pytest.raises(CommitAbortedError):
+            asyncio.run(committer.commit(plan))
+    else:
+        asyncio.run(committer.commit(plan))
+    after_create = steps[[s for s, _ in steps].index("bridge-create") :]
+    assert after_create
+    assert all(bridged for _, bridged in after_create)
+    assert [key.startswith("default/p-extended") for key, _ in unlocked] == [False, True]
+    assert not any(in_flight for _, in_flight in unlocked)
     assert not committer.locked
 
 

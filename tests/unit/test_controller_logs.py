@@ -52,6 +52,31 @@ def test_text_lines_append_the_context() -> None:
     assert line.endswith("controller.commit: pod ns/p: bound claim=ns/c")
 
 
+@pytest.mark.parametrize(
+    ("msg", "args", "extra"),
+    [
+        ("pod %s: bound", ("ns/p",), {"pod": "ns/p", "node": "n1"}),
+        ("no context", (), {}),
+        ("two\nlines %d%%", (5,), {"claim": "ns/c", "device": 0}),
+        ("%(a)s", ({"a": "mapping"},), {"pod": None}),
+        ("{} not %-style", (), {"node": "n\n2"}),
+    ],
+)
+def test_text_lines_read_as_the_standard_formatter_writes_them(
+    msg: str, args: tuple[object, ...], extra: dict[str, object]
+) -> None:
+    """The line without a traceback is built directly: it reads as logging.Formatter's."""
+    rec = logging.LogRecord("biaxial.x", logging.WARNING, __file__, 1, msg, args, None)
+    for key, value in extra.items():
+        setattr(rec, key, value)
+    standard = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    head, sep, tail = standard.format(rec).partition("\n")
+    pairs = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+    assert TextFormatter().format(rec) == (
+        f"{head} {pairs}{sep}{tail}" if pairs else head + sep + tail
+    )
+
+
 def test_text_lines_give_the_time_as_the_standard_formatter_does() -> None:
     formatter, standard = TextFormatter(), logging.Formatter("%(asctime)s")
     for created in (1_700_000_000.0, 1_700_000_000.999, 1_700_000_001.5, 1_700_000_000.25):

@@ -7,12 +7,16 @@ streams split into events (a 410 ERROR event becomes GoneError), pagination foll
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from driver.api.errors import ConfigError, ConflictError, GoneError, NotFoundError, ServerError
 from kubeapi import EVENTS, NODES, PODS, Client, Endpoint, Resource, TokenBucket
@@ -35,6 +39,20 @@ def test_resource_paths_quote_names() -> None:
     assert PODS.path("default", "p/0", "binding") == "/api/v1/namespaces/default/pods/p%2F0/binding"
     assert NODES.path("ignored", "n1") == "/api/v1/nodes/n1"
     assert Resource("x.io", "v1", "things", "Thing", namespaced=False).api_version == "x.io/v1"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "p-0.a_b~c", "p/0", "p 0", "p?x=1#f", "%2F", "ünï", "a\nb", "..", "p\x00", "A-Z"]
+)
+def test_names_are_quoted_as_urllib_quotes_them(text: str) -> None:
+    quoted = urllib.parse.quote(text, safe="")
+    assert PODS.path(text, text) == f"/api/v1/namespaces/{quoted}/pods/{quoted}"
+
+
+@given(st.text())
+def test_any_name_is_quoted_as_urllib_quotes_it(text: str) -> None:
+    quoted = urllib.parse.quote(text, safe="")
+    assert PODS.path(text, text, "status") == f"/api/v1/namespaces/{quoted}/pods/{quoted}/status"
 
 
 def test_status_codes_map_to_errors_with_reason() -> None:
@@ -229,6 +247,39 @@ def test_token_bucket_allows_a_burst_then_holds_to_qps() -> None:
     burst, total = asyncio.run(scenario())
     assert burst < 0.05
     assert total >= 0.08  # two more tokens at 20 per second
+
+
+def test_a_token_is_taken_at_once_only_where_acquire_would_not_wait() -> None:
+    """take_now (the client's path without a coroutine) takes what acquire's fast path takes,
+    and refuses, leaving the bucket as it was, where acquire would wait or queue."""
+
+    async def scenario() -> list[tuple[str, bool, float]]:
+        bucket = TokenBucket(qps=0.001, burst=2)
+        seen = [("background", bucket.take_now(background=True), bucket._tokens)]
+        seen.append(("foreground", bucket.take_now(), bucket._tokens))
+        waiter = asyncio.create_task(bucket.acquire())  # takes the last token, no wait
+        await waiter
+        seen.append(("empty", bucket.take_now(), bucket._tokens))
+        blocked = asyncio.create_task(bucket.acquire())  # waits for a token
+        await asyncio.sleep(0)
+        bucket._tokens = 5.0  # a token there, and a caller waiting before this one
+        seen.append(("behind a waiter", bucket.take_now(), bucket._tokens))
+        blocked.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await blocked
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert [(case, taken) for case, taken, _ in seen] == [
+        ("background", False),
+        ("foreground", True),
+        ("empty", False),
+        ("behind a waiter", False),
+    ]
+    assert seen[0][2] == pytest.approx(2.0, abs=0.01)
+    assert seen[1][2] == pytest.approx(1.0, abs=0.01)
+    assert seen[2][2] == pytest.approx(0.0, abs=0.01)
+    assert seen[3][2] == pytest.approx(5.0, abs=0.01)
 
 
 def test_background_callers_yield_every_token_to_the_others() -> None:

@@ -1,10 +1,12 @@
 """The capacity index kept up to date equals one built afresh.
 
 A refresh re-reads only the devices whose use changed and reads a node's partition again only
-in the views those devices belong to (:meth:`CapacityIndex.refresh`). On random clusters
-(uniform and mixed, static and dynamic MIG) and random mixes of every pod shape, placements
-are assumed and some forgotten again; after each step every node's filed state, and every
-view's filing and sorted lists, must equal those of an index built from the same snapshot.
+in the views those devices belong to (:meth:`CapacityIndex.refresh`), when the view is next
+read (:meth:`IndexView.settle`). On random clusters (uniform and mixed, static and dynamic MIG)
+and random mixes of every pod shape, placements are assumed and some forgotten again; after
+each step every node's filed state, and every view's filing and sorted lists once settled,
+must equal those of an index built from the same snapshot -- also when a node goes away, or a
+what-if opens, while refiles of it wait.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def _assert_fresh(eng: DecisionEngine) -> None:
     kept = eng._index
     fresh = CapacityIndex(eng.snapshot, list(eng._nodes.values()), eng._classifier)
     assert kept.filing() == fresh.filing()
-    for kinds, view in kept.views.items():
+    for kinds in list(kept.views):
+        view = kept.view(kinds)  # (settled)
+        assert not view.pending
         assert _comparable(kept, view) == _comparable(fresh, fresh.view(kinds)), sorted(
             {k.classes for k in kinds}, key=sorted
         )
@@ -88,8 +92,8 @@ def _lists(view: IndexView) -> dict[Any, dict[Any, list[Any]]]:
 def test_every_list_change_is_in_its_views_change_log(seed: int) -> None:
     """Readers keep what they derived from a view's lists across decisions and read again
     only what its change log names since (the node search's starting heap and first allowed
-    nodes): each node filed into or out of a list must be named there with its partition,
-    unless a new epoch began."""
+    nodes): each node filed into or out of a list must be named there with its partition once
+    the view is settled, unless a new epoch began."""
     rng, cluster, mix = random_case(3200 + seed, 8, 14)
     eng = _engine(cluster, mix)
     placed: list[dict[str, Any]] = []
@@ -99,13 +103,14 @@ def test_every_list_change_is_in_its_views_change_log(seed: int) -> None:
         index = eng._index
         before = {
             kinds: (view.epoch, len(view.changes), _lists(view))
-            for kinds, view in index.views.items()
+            for kinds, view in ((kinds, index.view(kinds)) for kinds in list(index.views))
         }
         _step(eng, rng, placed, pod, claims)
         eng.sync()
         if eng._index is not index:
             continue  # (rebuilt: new views)
-        for kinds, view in index.views.items():
+        for kinds in list(index.views):
+            view = index.view(kinds)
             if kinds not in before or view.epoch != before[kinds][0]:
                 continue
             _, seen, lists = before[kinds]
@@ -118,6 +123,41 @@ def test_every_list_change_is_in_its_views_change_log(seed: int) -> None:
                         assert (partition, entry.name) in logged, (partition, entry)
                         checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pending_refiles_survive_a_node_going_and_a_what_if(seed: int) -> None:
+    """Refiles wait in each view until it is read (:meth:`IndexView.settle`). A node taken
+    out meanwhile leaves no entry of the state it was filed from, one put back is filed from
+    its newest state, and a what-if on a node with refiles waiting leaves every view as an
+    index built afresh files it."""
+    rng, cluster, mix = random_case(3300 + seed, 8, 14)
+    eng = _engine(cluster, mix)
+    placed: list[dict[str, Any]] = []
+    waited = 0
+    for step, (pod, claims) in enumerate(_stream(rng, mix)):
+        _step(eng, rng, placed, pod, claims)
+        eng.sync()  # (refreshes the nodes whose use changed; no view is read)
+        index = eng._index
+        waiting = sorted({name for view in index.views.values() for name in view.pending})
+        if not waiting:
+            continue
+        waited += 1
+        name = rng.choice(waiting)
+        node = eng._nodes[name]
+        if step % 2:
+            index.look(eng.snapshot, node)
+            assert not any(view.pending for view in index.views.values())
+            index.unlook()
+        else:
+            eng.observe_node(name, None)
+            eng.sync()
+            assert eng._index is index  # (taken out, not rebuilt)
+            assert all(name not in view.pending for view in index.views.values())
+            _assert_fresh(eng)
+            eng.observe_node(name, node)
+        _assert_fresh(eng)
+    assert waited
 
 
 @pytest.mark.parametrize(

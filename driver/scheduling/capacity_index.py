@@ -206,18 +206,24 @@ class NodeState:
         """What a pod's allocation adds to this node's devices/memory/cores use."""
         picked = [r for allocation in results for r in allocation.results if not r.admin_access]
         # A pod picks a few of a node's devices, which may number hundreds (every placement of
-        # a dynamic-MIG GPU): only devices named like a picked one are looked up by ID.
+        # a dynamic-MIG GPU): only devices named like a picked one are looked up, by (driver,
+        # pool, device) as plain strings (a result's DeviceID is built on each read, and a
+        # DeviceID hashes in Python).
         names = {r.device for r in picked}
-        by_id = {d.device_id: d for d in self.devices if d.device_id.device in names}
-        fresh: set[DeviceID] = set()
+        by_id: dict[tuple[str, str, str], DeviceState] = {}
+        for d in self.devices:
+            device_id = d.device_id
+            if device_id.device in names:
+                by_id[(device_id.driver, device_id.pool, device_id.device)] = d
+        fresh: set[tuple[str, str, str]] = set()
         memory = cores = 0
         for r in picked:
-            device_id = r.device_id  # (a property: a DeviceID built on each read)
-            device = by_id.get(device_id)
+            key = (r.driver, r.pool, r.device)
+            device = by_id.get(key)
             if device is None:
                 continue
             if not device.in_use:
-                fresh.add(device_id)
+                fresh.add(key)
             if r.consumed_capacity is None:
                 memory += device.memory
                 cores += device.cores

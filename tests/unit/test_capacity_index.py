@@ -18,10 +18,17 @@ from typing import Any
 
 import pytest
 
+from driver.api.claims import AllocationResult, DeviceResult
 from driver.api.quantity import Quantity
-from driver.scheduling.capacity_index import CapacityIndex, IndexView, _quantity_units
+from driver.scheduling.capacity_index import (
+    CapacityIndex,
+    IndexView,
+    NodeState,
+    _quantity_units,
+)
 from driver.scheduling.decision import DecisionEngine, pod_uid
 from driver.scheduling.outcome import Placement
+from driver.scheduling.scoring import NodeAmounts
 from tests.unit.test_decision_mixes import _engine, _stream, random_case
 
 
@@ -158,6 +165,72 @@ def test_pending_refiles_survive_a_node_going_and_a_what_if(seed: int) -> None:
             eng.observe_node(name, node)
         _assert_fresh(eng)
     assert waited
+
+
+def _added_by_device_id(state: NodeState, results: list[AllocationResult]) -> NodeAmounts:
+    """:meth:`NodeState.added` as first written, each picked device looked up by its
+    DeviceID: the slow path the string-keyed lookup must agree with."""
+    picked = [r for allocation in results for r in allocation.results if not r.admin_access]
+    by_id = {d.device_id: d for d in state.devices}
+    fresh = set()
+    memory = cores = 0
+    for r in picked:
+        device = by_id.get(r.device_id)
+        if device is None:
+            continue
+        if not device.in_use:
+            fresh.add(r.device_id)
+        if r.consumed_capacity is None:
+            memory += device.memory
+            cores += device.cores
+        else:
+            memory += _quantity_units(r.consumed_capacity.get("memory"))
+            cores += _quantity_units(r.consumed_capacity.get("cores"))
+    return NodeAmounts(devices=len(fresh), memory=memory, cores=cores)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_added_agrees_with_looking_up_device_ids(seed: int) -> None:
+    """What a pod's allocation adds to a node, found by (driver, pool, device) strings, equals
+    looking each picked device up by its DeviceID: on random nodes in use and random results
+    naming the node's devices, devices of no pool of the node, a device name of the node in
+    another pool or driver, admin access, shares with and without consumed capacity, and the
+    same device picked twice."""
+    rng, cluster, mix = random_case(3500 + seed, 8, 14)
+    eng = _engine(cluster, mix)
+    placed: list[dict[str, Any]] = []
+    for pod, claims in _stream(rng, mix)[:20]:
+        _step(eng, rng, placed, pod, claims)
+    eng.sync()
+    amounts = [None, {"memory": Quantity.of("1Gi")}, {"cores": Quantity.of("30")}, {}]
+    for state in eng._index.states.values():
+        for _ in range(10):
+            results = []
+            for _ in range(rng.randint(0, 4)):
+                device = rng.choice(state.devices).device_id
+                driver, pool, name = device.driver, device.pool, device.device
+                odd = rng.random()
+                if odd < 0.1:
+                    pool = "elsewhere"
+                elif odd < 0.2:
+                    driver = "other.example.com"
+                elif odd < 0.3:
+                    name = "no-such-device"
+                results.append(
+                    DeviceResult(
+                        "r0",
+                        driver,
+                        pool,
+                        name,
+                        admin_access=rng.random() < 0.1 or None,
+                        consumed_capacity=rng.choice(amounts),
+                    )
+                )
+            allocations = [
+                AllocationResult(tuple(results[:2])),
+                AllocationResult(tuple(results[2:])),
+            ]
+            assert state.added(allocations) == _added_by_device_id(state, allocations)
 
 
 @pytest.mark.parametrize(

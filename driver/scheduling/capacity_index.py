@@ -23,8 +23,9 @@ selector mix) and kept up to date with the nodes.
 devices whose use (or blocking by shared counters) changed, from the pool use its state was read
 from and the new one, reads the node's partition again only in the views those devices belong
 to, and moves each list entry once (O(changed devices + views x log n), plus a memmove-cheap
-constant); :meth:`CapacityIndex.nodes_holding` says which nodes' states read a pool, so only
-those are re-filed when its allocations change.
+constant), when the view is next read (:meth:`IndexView.settle`: a node changed again in
+between moves once); :meth:`CapacityIndex.nodes_holding` says which nodes' states read a pool,
+so only those are re-filed when its allocations change.
 
 The index reads the snapshot it is given and never mutates it.
 """
@@ -205,18 +206,24 @@ class NodeState:
         """What a pod's allocation adds to this node's devices/memory/cores use."""
         picked = [r for allocation in results for r in allocation.results if not r.admin_access]
         # A pod picks a few of a node's devices, which may number hundreds (every placement of
-        # a dynamic-MIG GPU): only devices named like a picked one are looked up by ID.
+        # a dynamic-MIG GPU): only devices named like a picked one are looked up, by (driver,
+        # pool, device) as plain strings (a result's DeviceID is built on each read, and a
+        # DeviceID hashes in Python).
         names = {r.device for r in picked}
-        by_id = {d.device_id: d for d in self.devices if d.device_id.device in names}
-        fresh: set[DeviceID] = set()
+        by_id: dict[tuple[str, str, str], DeviceState] = {}
+        for d in self.devices:
+            device_id = d.device_id
+            if device_id.device in names:
+                by_id[(device_id.driver, device_id.pool, device_id.device)] = d
+        fresh: set[tuple[str, str, str]] = set()
         memory = cores = 0
         for r in picked:
-            device_id = r.device_id  # (a property: a DeviceID built on each read)
-            device = by_id.get(device_id)
+            key = (r.driver, r.pool, r.device)
+            device = by_id.get(key)
             if device is None:
                 continue
             if not device.in_use:
-                fresh.add(device_id)
+                fresh.add(key)
             if r.consumed_capacity is None:
                 memory += device.memory
                 cores += device.cores
@@ -386,6 +393,12 @@ class IndexView:
     what a reader derived from the lists can be kept across decisions and brought up to date
     from the changes alone; a new epoch (the log grown past :data:`_CHANGE_LOG`, or every list
     filed anew) means that any list may have changed.
+
+    A change of use is not filed at once (:meth:`refile`): most views are not read before the
+    same node changes again (a binpacked node takes pod after pod), so ``pending`` holds, per
+    node, the state its entries were filed from and the newest, and :meth:`settle` files each
+    node once. ``lists``, ``filed`` and ``changes`` are exact only after :meth:`settle`;
+    :meth:`CapacityIndex.view` settles the view it returns.
     """
 
     kinds: frozenset[DeviceKind]
@@ -400,6 +413,9 @@ class IndexView:
     epoch: int = 0
     # Partitions of idle nodes, by (shape ident, NodeState.idle_layout).
     idle: dict[tuple[int, int], Partition | None] = field(default_factory=dict)
+    # Refiles not filed yet, by node (filed here): the state its entries were filed from, the
+    # newest state and the positions of the devices changed in between (:meth:`refile`).
+    pending: dict[str, tuple[NodeState, NodeState, Collection[int]]] = field(default_factory=dict)
 
     def _changed(self, partition: Partition, name: str) -> None:
         changes = self.changes
@@ -451,9 +467,15 @@ class IndexView:
         self.epoch += 1
 
     def unfile(self, state: NodeState) -> None:
-        partition = self.filed.pop(state.node.name, None)
+        """Take out the node of ``state`` (its newest state), as filed here: from the state
+        its entries were filed from when a refile of it is pending (dropped)."""
+        name = state.node.name
+        partition = self.filed.pop(name, None)
         if partition is None:
             return
+        deferred = self.pending.pop(name, None)
+        if deferred is not None:
+            state = deferred[0]
         for variant, entry in state.entries:
             partitions = self.lists[variant]
             entries = partitions[partition]
@@ -463,13 +485,36 @@ class IndexView:
         self._changed(partition, state.node.name)
 
     def refile(self, old: NodeState, new: NodeState, changed: Collection[int]) -> None:
-        """File ``new`` instead of ``old`` (filed here), the same node with the same devices
-        whose states at positions ``changed`` differ: the partition is read again only when
-        one of them is the view's, an entry moves only when its key or partition changed."""
+        """File ``new`` instead of ``old`` (the node's newest state before, filed here or
+        pending), the same node with the same devices whose states at positions ``changed``
+        differ (not changed later: it is kept). Deferred to :meth:`settle`, where a node
+        refiled again meanwhile is filed once, from the state it was filed from."""
         name = new.node.name
-        partition = self.filed.get(name)
-        if partition is None:
+        if name not in self.filed:
             return  # no device of the view: neither is filed
+        pending = self.pending
+        deferred = pending.get(name)
+        if deferred is None:
+            pending[name] = (old, new, changed)
+        else:
+            pending[name] = (deferred[0], new, (*deferred[2], *changed))
+
+    def settle(self) -> None:
+        """File the refiles :meth:`refile` deferred, in the order their nodes were first
+        refiled: the lists, filing and change log are exact once it returns."""
+        pending = self.pending
+        if not pending:
+            return
+        for old, new, changed in pending.values():
+            self._move(old, new, changed)
+        pending.clear()
+
+    def _move(self, old: NodeState, new: NodeState, changed: Collection[int]) -> None:
+        """File ``new`` instead of ``old`` (filed here): the partition is read again only when
+        a device of the view is among the positions ``changed``, an entry moves only when its
+        key or partition changed."""
+        name = new.node.name
+        partition = self.filed[name]
         moved: Partition | None = partition
         view = self.shapes[new.shape.ident]
         if not view.position_set.isdisjoint(changed):
@@ -634,12 +679,15 @@ class CapacityIndex:
         return self._pool_nodes.get(pool, ())
 
     def view(self, kinds: frozenset[DeviceKind]) -> IndexView:
-        """The nodes filed for these device kinds (built on first use, then kept)."""
+        """The nodes filed for these device kinds (built on first use, then kept), settled
+        (:meth:`IndexView.settle`: its lists exact)."""
         found = self.views.get(kinds)
         if found is None:
             found = IndexView(kinds)
             found.file_all(self.states.values())
             self.views[kinds] = found
+        else:
+            found.settle()
         return found
 
     # ------------------------------------------------------------------ state
@@ -906,10 +954,11 @@ class CapacityIndex:
         representatives = {k: c.device for k, c in zip(key, devices, strict=True)}
         memories = [capacity_units(c.device, MEMORY) for c in devices]
         cores = [capacity_units(c.device, CORES) for c in devices]
+        total = NodeAmounts(devices=len(devices), memory=sum(memories), cores=sum(cores))
         shape = NodeShape(
             key=key,
             ident=len(self.by_ident),
-            total=NodeAmounts(devices=len(devices), memory=sum(memories), cores=sum(cores)),
+            total=total,
             kinds=tuple(distinct),
             representatives=tuple(representatives[k] for k in distinct),
             positions=tuple(
@@ -996,6 +1045,8 @@ class CapacityIndex:
         never the filed lists; views built meanwhile are kept exact). Calls may repeat for
         the same node; :meth:`unlook` puts back what was."""
         if self._looking is None:
+            for view in self.views.values():
+                view.settle()  # (the views kept are left as they are: exact)
             self._looking = (node.name, self.snapshot, self.states.get(node.name), set(self.views))
         name, _, original, kept = self._looking
         if name != node.name:

@@ -603,6 +603,44 @@ def _spec_amount(spec: CapacitySpec, multi: bool, requested: int | None) -> int 
     return amount if amount <= spec.value else None
 
 
+_Step = tuple[str, int, int | None, bool]
+"""One capacity of a device as :func:`_candidate_scores` reads it: name, value (nano-units),
+what the request takes of it (:func:`_spec_amount`; None: not allowed) and whether the score
+counts it."""
+
+
+def _steps(
+    specs: tuple[CapacitySpec, ...], multi: bool, requests: Mapping[str, int], dims: tuple[str, ...]
+) -> tuple[bool, tuple[_Step, ...], tuple[float, int, bool] | None]:
+    """What :func:`_candidate_scores` reads of one device's capacity specs for one request:
+    whether they name every capacity requested, each spec's :data:`_Step`, and for a device
+    that cannot be shared (whose score does not depend on its use) the score's sum, the count
+    it is divided by and whether every capacity allows the request (None: shareable)."""
+    covers = not requests or requests.keys() <= {spec.name for spec in specs}
+    steps = tuple(
+        (
+            spec.name,
+            spec.value,
+            _spec_amount(spec, multi, requests.get(spec.name)),
+            spec.name in dims and spec.value > 0,
+        )
+        for spec in specs
+    )
+    if multi:
+        return covers, steps, None
+    total = 0.0
+    counted = 0
+    allowed = True
+    for name, value, amount, scored in steps:
+        if amount is None:
+            allowed = False
+            break
+        if scored:  # the fit ratio of what was asked (best-fit under binpack)
+            total += requests.get(name, value) / value
+            counted += 1
+    return covers, steps, (total, counted, allowed)
+
+
 def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> list[ScoredDevice]:
     """:func:`score_devices` for the allocator hook, on the candidates' precomputed capacity
     specs (integer nano-units) and the allocated/pending state."""
@@ -611,24 +649,30 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
     dims = (MEMORY, CORES) if wants_cores else (MEMORY,)
     out = []
     counters_by_pool: dict[PoolView, CounterVerdicts] = {}
+    allocated, all_pending = ctx.allocated, ctx.pending
+    # Devices alike share one tuple of capacity specs, and a node's candidates mostly one
+    # pool: what the specs say of the request is read once per tuple (by identity: the
+    # candidates hold them), the pool's use once per run of candidates of one pool.
+    read: dict[tuple[int, bool], tuple[bool, tuple[_Step, ...], tuple[float, int, bool] | None]]
+    read = {}
+    usage_of: tuple[str, str, PoolUsage] | None = None
     for cand in candidates:
         device_id = cand.device_id
-        key = (device_id.driver, device_id.pool, natural_key(device_id.device))
+        driver, pool, name = device_id.driver, device_id.pool, device_id.device
+        key = (driver, pool, natural_key(name))
         attributes = cand.device.attributes
         group = (attributes.get(PCIE_ROOT), attributes.get(NUMA_NODE))
         by_counters: CounterVerdict | None = None
         if cand.consumes:
             verdicts = counters_by_pool.get(cand.pool)
             if verdicts is None:
-                usage = ctx.allocated.pool(device_id.driver, device_id.pool)
+                usage = allocated.pool(driver, pool)
                 placed = frozenset(
-                    d.device
-                    for d in ctx.pending
-                    if d.driver == device_id.driver and d.pool == device_id.pool
+                    d.device for d in all_pending if d.driver == driver and d.pool == pool
                 )
                 verdicts = CounterVerdicts(cand.pool, usage, placed)
                 counters_by_pool[cand.pool] = verdicts
-            by_counters = verdicts.of(device_id.device)
+            by_counters = verdicts.of(name)
             if by_counters is not None and not cand.multi:
                 # Taken, by other claims or this attempt, means its counters are: no fit.
                 fits, score, tiebreak = by_counters
@@ -637,35 +681,41 @@ def _candidate_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> lis
                     fits = all(name in values and n <= values[name] for name, n in requests.items())
                 out.append(_new_scored(score, fits, group, key, tiebreak))
                 continue
-        specs = cand.capacities
-        if requests and not requests.keys() <= {spec.name for spec in specs}:
+        specs, multi = cand.capacities, cand.multi
+        found = read.get((id(specs), multi))
+        if found is None:
+            found = read[(id(specs), multi)] = _steps(specs, multi, requests, dims)
+        covers, steps, fixed = found
+        if not covers:
             out.append(_new_scored(0.0, False, group, key))
             continue
-        usage = ctx.allocated.pool(device_id.driver, device_id.pool)
-        exclusive = device_id.device in usage.exclusive
-        consumed = usage.capacity.get(device_id.device) or {}
-        in_use = exclusive or device_id.device in usage.shares
-        pending = ctx.pending.get(device_id)
+        if usage_of is None or usage_of[0] != driver or usage_of[1] != pool:
+            usage_of = (driver, pool, allocated.pool(driver, pool))
+        usage = usage_of[2]
+        exclusive = name in usage.exclusive
+        in_use = exclusive or name in usage.shares
+        pending = all_pending.get(device_id) if all_pending else None
         if pending is not None:
             in_use = True
             exclusive = exclusive or not pending
-        fits = not (exclusive or (in_use and not cand.multi))
-        total = 0.0
-        counted = 0
-        for spec in specs:
-            amount = _spec_amount(spec, cand.multi, requests.get(spec.name))
-            if amount is None:
-                fits = False
-                break
-            used = consumed.get(spec.name, 0) + (pending.get(spec.name, 0) if pending else 0)
-            if cand.multi and used + amount > spec.value:
-                fits = False
-            if spec.name in dims and spec.value > 0:
-                if cand.multi:
-                    total += (used + amount) / spec.value
-                else:  # exclusive: the fit ratio of what was asked (best-fit under binpack)
-                    total += requests.get(spec.name, spec.value) / spec.value
-                counted += 1
+        fits = not (exclusive or (in_use and not multi))
+        if fixed is not None:  # (not shareable: the sum does not depend on its use)
+            total, counted, allowed = fixed
+            fits = fits and allowed
+        else:
+            consumed = usage.capacity.get(name) or {}
+            total = 0.0
+            counted = 0
+            for spec_name, value, amount, scored in steps:
+                if amount is None:
+                    fits = False
+                    break
+                used = consumed.get(spec_name, 0) + (pending.get(spec_name, 0) if pending else 0)
+                if used + amount > value:
+                    fits = False
+                if scored:
+                    total += (used + amount) / value
+                    counted += 1
         score = total / counted if counted else (1.0 if in_use else 0.0)
         if by_counters is not None and not by_counters[0] and not in_use:
             fits = False  # its counters are taken (a partition lives on its GPU)

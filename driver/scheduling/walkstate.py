@@ -166,8 +166,9 @@ class WalkStart:
         self.runs: dict[tuple[object, ...], Runs] = {}
 
     def update(self) -> None:
-        """The heads, the view's lists read again where they changed."""
+        """The heads, the view's lists read again where they changed (settled first)."""
         view = self.view
+        view.settle()
         if self.epoch != view.epoch:
             self.lanes.clear()
             self.heads.clear()
@@ -261,8 +262,10 @@ class _Kept:
     def _changes(
         self, view: IndexView, kept: Container[Partition]
     ) -> list[tuple[Partition, str]] | None:
-        """The view's changes since the last walk, those to the lists in ``kept`` noted in
-        ``pending``; None: a new epoch (any list may have changed; nothing is pending)."""
+        """The view's changes since the last walk (settled first), those to the lists in
+        ``kept`` noted in ``pending``; None: a new epoch (any list may have changed; nothing is
+        pending)."""
+        view.settle()
         if self.epoch != view.epoch:
             self.pending.clear()
             self.epoch = view.epoch

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import random
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
 import pytest
 
 from driver.api.errors import PolicyError
+from driver.api.ids import DeviceID
 from driver.api.model import Device
 from driver.api.quantity import Quantity
 from driver.scheduling.policy import PolicyDefaults, policies_for_pod
 from driver.scheduling.scoring import (
+    NUMA_NODE,
+    PCIE_ROOT,
     DeviceLoad,
     NodeAmounts,
+    ScoredDevice,
+    _candidate_scores,
+    _spec_amount,
     best_node,
     consumption,
     gpu_order,
@@ -23,7 +31,18 @@ from driver.scheduling.scoring import (
     score_devices,
 )
 from driver.structured.allocator import OrderContext, allocate
-from tests.unit.builders import cap, claim, device, gpu, node, slice_, snapshot, to_node
+from driver.structured.snapshot import AllocatedState, Candidate, PoolUsage
+from tests.unit.builders import (
+    DRIVER,
+    cap,
+    claim,
+    device,
+    gpu,
+    node,
+    slice_,
+    snapshot,
+    to_node,
+)
 
 MI = 1024 * 1024
 GI = 1024 * MI
@@ -196,6 +215,24 @@ def test_gpu_order_plugs_into_the_allocator() -> None:
     assert gpu_order("first-fit") is None
 
 
+def _order_context(
+    requests: dict[str, str],
+    allocated: AllocatedState,
+    pending: Mapping[DeviceID, Mapping[str, int]] | None = None,
+) -> OrderContext:
+    """What the allocator tells its order hook for one request of one device on node-0."""
+    return OrderContext(
+        node=to_node(node()),
+        claim=claim("c").request("r0", count=1).model(),
+        request="r0",
+        count=1,
+        capacity_requests=q(requests),
+        admin_access=False,
+        allocated=allocated,
+        pending=pending or {},
+    )
+
+
 @pytest.mark.parametrize(
     ("requests", "expected"),
     [
@@ -212,16 +249,7 @@ def test_gpu_order_sets_apart_devices_without_a_requested_capacity(
     slices = [slice_("s", devices=[gpu(0, shared=True), device("bare", multi=True)])]
     snap = snapshot(slices)
     candidates = snap.candidates(to_node(node())).devices
-    ctx = OrderContext(
-        node=to_node(node()),
-        claim=claim("c").request("r0", count=1).model(),
-        request="r0",
-        count=1,
-        capacity_requests=q(requests),
-        admin_access=False,
-        allocated=snap.allocated,
-        pending={},
-    )
+    ctx = _order_context(requests, snap.allocated)
     order = gpu_order("binpack")
     assert order is not None
     assert [c.device_id.device for c in order(candidates, ctx)] == expected
@@ -358,3 +386,128 @@ def test_node_score_is_the_mean_of_the_dimension_fractions(
         else Fraction(0)
     )
     assert node_score(total, used, adding, cores=cores) == expected
+
+
+# --------------------------------------------------------------------------- allocator hook
+
+
+def _reference_scores(candidates: Sequence[Candidate], ctx: OrderContext) -> list[ScoredDevice]:
+    """The allocator hook's scores as first written (every spec read for every device): the
+    slow path :func:`_candidate_scores` must agree with, for devices without shared
+    counters."""
+    requests = {name: q.nanos for name, q in ctx.capacity_requests.items()}
+    dims = ("memory", "cores") if requests.get("cores", 0) > 0 else ("memory",)
+    out = []
+    for cand in candidates:
+        device_id = cand.device_id
+        key = (device_id.driver, device_id.pool, natural_key(device_id.device))
+        attributes = cand.device.attributes
+        group = (attributes.get(PCIE_ROOT), attributes.get(NUMA_NODE))
+        specs = cand.capacities
+        if requests and not requests.keys() <= {spec.name for spec in specs}:
+            out.append(ScoredDevice(0.0, False, group, key))
+            continue
+        usage = ctx.allocated.pool(device_id.driver, device_id.pool)
+        exclusive = device_id.device in usage.exclusive
+        consumed = usage.capacity.get(device_id.device) or {}
+        in_use = exclusive or device_id.device in usage.shares
+        pending = ctx.pending.get(device_id)
+        if pending is not None:
+            in_use = True
+            exclusive = exclusive or not pending
+        fits = not (exclusive or (in_use and not cand.multi))
+        total = 0.0
+        counted = 0
+        for spec in specs:
+            amount = _spec_amount(spec, cand.multi, requests.get(spec.name))
+            if amount is None:
+                fits = False
+                break
+            used = consumed.get(spec.name, 0) + (pending.get(spec.name, 0) if pending else 0)
+            if cand.multi and used + amount > spec.value:
+                fits = False
+            if spec.name in dims and spec.value > 0:
+                if cand.multi:
+                    total += (used + amount) / spec.value
+                else:
+                    total += requests.get(spec.name, spec.value) / spec.value
+                counted += 1
+        score = total / counted if counted else (1.0 if in_use else 0.0)
+        out.append(ScoredDevice(score, fits, group, key))
+    return out
+
+
+class _Allocated:
+    """What other claims hold, per pool (an AllocatedState's ``pool`` alone)."""
+
+    def __init__(self, usages: dict[tuple[str, str], PoolUsage]) -> None:
+        self.usages = usages
+
+    def pool(self, driver: str, pool: str) -> PoolUsage:
+        return self.usages.get((driver, pool), PoolUsage())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_candidate_scores_agree_with_reading_every_spec(seed: int) -> None:
+    """The allocator hook reads each tuple of capacity specs once per call and a pool's use
+    once per run of its candidates: on random devices (whole, shared with every request
+    policy, without memory, with zero capacities, in two pools, alike and not), random use
+    (exclusive, shares, this attempt's pending) and random requests (none, within, beyond,
+    naming a capacity no device has, zero and negative amounts), its scores equal reading
+    every spec of every device."""
+    rng = random.Random(seed)
+    policies: list[dict[str, Any]] = [
+        {},
+        {"default": "4Gi", "values": ["2Gi", "4Gi", "8Gi"]},
+        {"default": "1Gi", "min": "1Gi", "max": "8Gi", "step": "1Gi"},
+        {"min": "512Mi"},
+    ]
+    made = []
+    for i in range(rng.randint(1, 10)):
+        memory = rng.choice(["8Gi", "16Gi", "0"])
+        kind = rng.randrange(4)
+        capacity: dict[str, Any]
+        if kind == 0:
+            made.append(gpu(i, memory=memory, numa=rng.choice([None, 0, 1])))
+            continue
+        if kind == 1:
+            made.append(gpu(i, memory=memory, shared=True))
+            continue
+        if kind == 2:
+            capacity = {"memory": cap(memory, **rng.choice(policies)), "cores": "100"}
+        else:
+            capacity = {"cores": rng.choice(["100", "0"])}
+        made.append(device(f"dev-{i}", capacity=capacity, multi=rng.random() < 0.7))
+    slices = [
+        slice_("a", pool="p0", devices=made[::2]),
+        slice_("b", pool="p1", devices=made[1::2]),
+    ]
+    candidates = list(snapshot(slices).candidates(to_node(node())).devices)
+    rng.shuffle(candidates)  # (runs of one pool broken up)
+    usages: dict[tuple[str, str], PoolUsage] = {}
+    pending: dict[DeviceID, dict[str, int]] = {}
+    for pool in ("p0", "p1"):
+        names = [c.device_id.device for c in candidates if c.device_id.pool == pool]
+        exclusive = frozenset(n for n in names if rng.random() < 0.2)
+        shared = [n for n in names if n not in exclusive and rng.random() < 0.4]
+        usages[(DRIVER, pool)] = PoolUsage(
+            exclusive=exclusive,
+            shares={n: rng.randint(1, 3) for n in shared},
+            capacity={n: {"memory": rng.randint(0, 20) * GI, "cores": 10} for n in shared},
+        )
+    for cand in candidates:
+        if rng.random() < 0.2:
+            pending[cand.device_id] = rng.choice([{}, {"memory": GI}, {"cores": 5}])
+    requests = rng.choice(
+        [
+            {},
+            {"memory": "1Gi"},
+            {"memory": "3Gi", "cores": "20"},
+            {"memory": "64Gi"},
+            {"cores": "0"},
+            {"memory": "-1"},
+            {"bandwidth": "1"},
+        ]
+    )
+    ctx = _order_context(requests, _Allocated(usages), pending)  # type: ignore[arg-type]
+    assert _candidate_scores(candidates, ctx) == _reference_scores(candidates, ctx)

@@ -285,8 +285,9 @@ def test_a_held_claims_next_version_keeps_the_stored_parts_that_did_not_change()
 
 
 def test_held_claims_share_equal_specs_and_keep_unique_strings_out_of_the_intern_table() -> None:
-    """Two held claims with equal specs store one spec; their UIDs, resourceVersions and share
-    IDs are kept as decoded (never interned), and the stored objects equal what came."""
+    """Two held claims with equal specs and configurations store one of each; their UIDs,
+    resourceVersions and share IDs are kept as decoded (never interned), and the stored
+    objects equal what came."""
     import sys
 
     from controller.cache import ClusterCache
@@ -307,7 +308,12 @@ def test_held_claims_share_equal_specs_and_keep_unique_strings_out_of_the_intern
                 "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "g"}}]}
             },
             "status": {
-                "allocation": {"devices": {"results": [{**result, "shareID": f"share-{n}-x"}]}}
+                "allocation": {
+                    "devices": {
+                        "results": [{**result, "shareID": f"share-{n}-x"}],
+                        "config": [{"source": "FromClass", "opaque": {"driver": "d"}}],
+                    }
+                }
             },
         }
         decoded = codec.loads(codec.dumps(raw))
@@ -317,6 +323,8 @@ def test_held_claims_share_equal_specs_and_keep_unique_strings_out_of_the_intern
         stored.append(claim)
     first, second = stored
     assert second["spec"] is first["spec"]
+    config = [c["status"]["allocation"]["devices"]["config"] for c in stored]
+    assert config[1] is config[0]  # (the class's configuration, copied into each allocation)
     for claim in stored:
         uid = claim["metadata"]["uid"]
         assert sys.intern(str(uid + " ")[:-1]) is not uid

@@ -81,11 +81,16 @@ class Parsed:
 
     #: Distinct shared parts kept before the table is started afresh (node churn).
     SHARED_MAX: Final = 200_000
+    #: Bridge allocations awaiting their claim kept before the table is started afresh.
+    BRIDGES_MAX: Final = 10_000
 
     def __init__(self) -> None:
         self._claims: dict[str, tuple[JSON, ResourceClaim | BiaxialError]] = {}
         self._specs = SpecMemo()
         self._allocations: dict[str, tuple[JSON, AllocationResult | BiaxialError]] = {}
+        # pod uid -> (to_api(), model) of the allocation decided for its bridge claim, whose
+        # key is known only once the claim is created (a generated name)
+        self._bridges: dict[str, tuple[JSON, AllocationResult]] = {}
         self._shared: dict[Any, Any] = {}
 
     def claim(self, key: str, raw: JSON) -> ResourceClaim:
@@ -96,13 +101,20 @@ class Parsed:
         # Claims from one template repeat their spec: it is parsed once (SpecMemo).
         return ResourceClaim.from_api(raw, self._specs)
 
-    def allocation(self, key: str, raw: JSON) -> AllocationResult | None:
+    def allocation(
+        self, key: str, raw: JSON, bridge_of: str | None = None
+    ) -> AllocationResult | None:
         """The ``status.allocation`` of claim ``raw`` (None: not allocated); raises the parse
-        error."""
+        error. ``bridge_of``: the pod whose bridge claim ``raw`` is, if it is one (see
+        :meth:`decided_bridge`)."""
         status = raw.get("status")
         found = status.get("allocation") if isinstance(status, dict) else None
         if not found:
             return None
+        if bridge_of is not None and key not in self._allocations:
+            seeded = self._bridges.pop(bridge_of, None)
+            if seeded is not None:  # (taken only if equal to what the claim carries)
+                self._allocations[key] = seeded
         where = f"ResourceClaim {key}: status.allocation"
         return _memo(
             self._allocations,
@@ -117,6 +129,21 @@ class Parsed:
         (its ``to_api()``): the write and its watch echo carry an equal copy, which
         :meth:`allocation` then answers with this model, not parsed again."""
         self._allocations[key] = (source, self._compact(allocation))
+
+    def decided_bridge(self, pod: str, allocation: AllocationResult) -> None:
+        """This controller decided ``allocation`` for the bridge claim of pod ``pod`` (a
+        uid), which it creates under a name the API server generates: :meth:`allocation`
+        answers the claim with this model when it carries an equal copy, not parsed again
+        (its ``to_api()`` and a comparison cost a third of the parse; a third of the pods
+        of a mixed cluster have a bridge claim)."""
+        bridges = self._bridges
+        if len(bridges) >= self.BRIDGES_MAX:
+            bridges.clear()  # (bounded: the entries of placements never written)
+        bridges[pod] = (allocation.to_api(), self._compact(allocation))
+
+    def forget_bridge(self, pod: str) -> None:
+        """Drop what :meth:`decided_bridge` kept for pod ``pod`` (not written, or gone)."""
+        self._bridges.pop(pod, None)
 
     def settled(self, key: str) -> None:
         """The claim's allocation is written: the whole-claim model, read while its pod was
@@ -306,12 +333,16 @@ class EngineFeed:
         # The engine first: a placement it refuses leaves no flight behind (a flight that
         # never lands would make the pod look placed, and every rebuild refuse it again).
         self.engine().assume(placement, pod)
-        self._flights[pod_uid(pod)] = _Flight(placement, pod)
+        uid = pod_uid(pod)
+        self._flights[uid] = _Flight(placement, pod)
+        if placement.bridge_allocation is not None:
+            self.parsed.decided_bridge(uid, placement.bridge_allocation)
 
     def forget(self, uid: str) -> None:
         """The placement of pod ``uid`` was not written (what was written is rolled back)."""
         self.generation += 1
         self._flights.pop(uid, None)
+        self.parsed.forget_bridge(uid)
         if self._engine is not None:
             self._engine.forget(uid)
 
@@ -377,10 +408,11 @@ class EngineFeed:
             engine.assume(flight.placement, flight.pod)
         claims = cache.overlay.written()
         for key, raw in claims.items():
+            bridge_of = _bridge_owner(raw)
             engine.observe_allocation(
                 key,
-                self._allocation(key, raw),
-                bridge_of=_bridge_owner(raw),
+                self._allocation(key, raw, bridge_of),
+                bridge_of=bridge_of,
                 reserved_for=_reserved_uids(raw),
             )
         for raw in cache.pods.store.values():
@@ -397,11 +429,13 @@ class EngineFeed:
         )
         return engine
 
-    def _allocation(self, key: str, raw: JSON | None) -> AllocationResult | None:
+    def _allocation(
+        self, key: str, raw: JSON | None, bridge_of: str | None
+    ) -> AllocationResult | None:
         if raw is None:
             return None
         try:
-            return self.parsed.allocation(key, raw)
+            return self.parsed.allocation(key, raw, bridge_of)
         except BiaxialError as exc:
             log.warning("ResourceClaim %s is malformed, not counted: %s", key, exc)
             return None
@@ -417,9 +451,10 @@ class EngineFeed:
         elif (raw.get("status") or {}).get("allocation"):
             self.parsed.settled(key)
         if self._engine is not None:
-            allocation = self._allocation(key, raw)
+            bridge_of = _bridge_owner(raw)
+            allocation = self._allocation(key, raw, bridge_of)
             self._engine.observe_allocation(
-                key, allocation, bridge_of=_bridge_owner(raw), reserved_for=_reserved_uids(raw)
+                key, allocation, bridge_of=bridge_of, reserved_for=_reserved_uids(raw)
             )
 
     def _on_event(self, kind: str, _etype: str, old: Any, new: Any) -> None:
@@ -470,6 +505,7 @@ class EngineFeed:
         if new is None or pod_is_finished(new):
             self.generation += 1
             self._flights.pop(uid, None)
+            self.parsed.forget_bridge(uid)
             if self._engine is not None:
                 self._engine.observe_pod(uid, None)
             return

@@ -12,6 +12,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from controller.cache import ClusterCache
 from controller.feed import EngineFeed
 from controller.metrics import Metrics
@@ -138,23 +140,71 @@ def test_a_failed_write_is_forgotten() -> None:
     assert s.feed.consistent()
 
 
-def test_the_bridge_claim_is_recognised_when_it_is_created_and_written() -> None:
-    s = Setup()
-    p = pod("legacy", gpus=1)
+def assume_legacy_pod(s: Setup, name: str) -> tuple[JSON, AllocationResult]:
+    """Decide and assume a pod asking for ``nvidia.com/gpu``: its bridge claim as the
+    placement has it, and the allocation decided for it."""
+    p = pod(name, gpus=1)
     s.cache.pods.apply("ADDED", p)
     decision = s.decide(p)
     assert decision.bridge is not None
     assert decision.bridge_allocation is not None
     s.feed.assume(decision, p)
+    return decision.bridge.claim, decision.bridge_allocation
+
+
+def test_the_bridge_claim_is_recognised_when_it_is_created_and_written() -> None:
+    s = Setup()
+    bridge, allocation = assume_legacy_pod(s, "legacy")
     engine = s.feed.engine()
     before = engine.state()
-    created = versioned(decision.bridge.claim, 5, name="legacy-extended-resources-x", uid="b1")
+    created = versioned(bridge, 5, name="legacy-extended-resources-x", uid="b1")
     s.cache.claims.apply("ADDED", created)
     assert s.feed.consistent()
-    s.cache.overlay.assume(with_allocation(created, decision.bridge_allocation, 6))
+    s.cache.overlay.assume(with_allocation(created, allocation, 6))
     assert engine.stats.landed == 1
     assert engine.state() == before
     assert s.feed.consistent()
+
+
+def test_the_bridge_claims_allocation_is_not_parsed_from_its_echo(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model the decision made for a pod's bridge claim (whose name the API server
+    generates) serves the claim's echo when it carries an equal copy; an echo that differs is
+    parsed (and a placement that was not written leaves nothing behind)."""
+    parses: list[JSON] = []
+    parse = AllocationResult.from_api
+
+    def counting(source: JSON, *args: Any) -> AllocationResult:
+        parses.append(source)
+        return parse(source, *args)
+
+    s = Setup()
+    bridge, allocation = assume_legacy_pod(s, "legacy")
+    monkeypatch.setattr(AllocationResult, "from_api", staticmethod(counting))
+    created = versioned(bridge, 5, name="legacy-extended-resources-x", uid="b1")
+    written = with_allocation(created, allocation, 6)
+    s.cache.claims.apply("MODIFIED", written)
+    assert parses == []
+    found = s.feed.parsed.allocation("default/legacy-extended-resources-x", written)
+    assert found == allocation == parse(written["status"]["allocation"])
+    assert s.feed.consistent()
+    # Another pod's bridge claim, written with an allocation other than the one decided:
+    # parsed, not taken from the decision.
+    bridge, allocation = assume_legacy_pod(s, "other")
+    claim_q = versioned(bridge, 7, name="other-extended-resources-y", uid="b2")
+    changed = with_allocation(claim_q, allocation, 8)
+    result = changed["status"]["allocation"]["devices"]["results"][0]
+    result["device"] = "gpu-1" if result["device"] == "gpu-0" else "gpu-0"
+    s.cache.claims.apply("MODIFIED", changed)
+    assert len(parses) == 1
+    assert s.feed.parsed.allocation("default/other-extended-resources-y", changed) == parse(
+        changed["status"]["allocation"]
+    )
+    # A placement forgotten (its writes failed) keeps nothing for its bridge claim.
+    assume_legacy_pod(s, "failed")
+    s.feed.forget("uid-failed")
+    assert s.feed.parsed._bridges == {}
 
 
 def test_the_cluster_reaches_the_engine_and_only_class_changes_rebuild() -> None:

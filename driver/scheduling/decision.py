@@ -97,6 +97,7 @@ from driver.scheduling.bounds import (
 from driver.scheduling.bridge import (
     BridgeMemo,
     ExtendedResourceMap,
+    PodLegacyResources,
     dra_resources_on_node,
     filter_exempt,
 )
@@ -148,7 +149,7 @@ from driver.scheduling.podcontext import (
     UsableKinds,
 )
 from driver.scheduling.podindex import ScheduledPod
-from driver.scheduling.policy import PolicyDefaults, policies_for_pod
+from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
 from driver.scheduling.preemption import NOT_STARTED, DisruptionBudget, may_preempt
 from driver.scheduling.rules import RuleEnvironment, pod_rules
 from driver.scheduling.scoring import (
@@ -211,6 +212,23 @@ def _replace(store: dict[str, _T], name: str, value: _T | None) -> bool:
     else:
         store[name] = value
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class _PodShape:
+    """What :meth:`DecisionEngine._context` parsed of a pod that did not depend on its name,
+    UID or deletion state (each part is re-named for an equal pod), with the engine state the
+    parts were built against: the DeviceClasses' resource map (``bridge``, one per rebuild),
+    the largest GPU memory and the policy defaults. A pod with volumes the rules read has no
+    shape (their PreFilter reads the cluster's volumes)."""
+
+    facts: PodSchedulingFacts
+    scheduled: ScheduledPod
+    policies: PodPolicies
+    legacy: PodLegacyResources
+    bridge: BridgeMemo
+    max_gpu_memory: int
+    defaults: PolicyDefaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +329,9 @@ class DecisionEngine:
         # Per-shape bounds of earlier pods alike (same requests and usable kinds), by view
         # shape: pods of one Deployment share them (kept until the index is rebuilt).
         self._bounds_memo: dict[tuple[object, ...], tuple[ViewShape, ShapeBounds]] = {}
+        # Per pod signature (decide's argument), what _context parsed of an earlier pod alike:
+        # the replicas of a Deployment are parsed once.
+        self._shapes: dict[str, _PodShape] = {}
         self._starts = WalkStarts()  # the node search's starting heaps (they read the index)
         self._derive()
 
@@ -335,16 +356,27 @@ class DecisionEngine:
         )
 
     # ------------------------------------------------------------------ deciding
-    def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
+    def decide(
+        self,
+        pod: Mapping[str, Any],
+        claims: Sequence[ResourceClaim] = (),
+        *,
+        signature: str | None = None,
+    ) -> Decision:
         """Decide one pod. ``claims`` are the pod's ResourceClaims (``spec.resourceClaims``
-        order), already created from templates by the caller. Inside a
+        order), already created from templates by the caller. ``signature``, when given, must
+        be equal for two pods only when everything the engine reads of them but their name,
+        UID, deletion time, owners and claims' names is equal: namespace, labels, annotations,
+        spec and status (what :func:`controller.equivalence.pod_signature` gives). The second
+        pod's parsing is then taken from the first's and named for it; the answer is the same
+        as without. Inside a
         ``driver.cel.cost.limits(deadline=...)`` block, a deadline that passes while selectors
         are evaluated raises :class:`~driver.api.errors.DeadlineExceededError` (no decision;
         what the engine counts is unchanged)."""
         started = time.perf_counter()
         try:
             self.sync()
-            decision = self._decide(pod, claims)
+            decision = self._decide(pod, claims, signature)
         finally:
             elapsed = time.perf_counter() - started
             self.stats.decisions += 1
@@ -685,16 +717,64 @@ class DecisionEngine:
                 self._index.view(self._kinds_for(name, ()).kinds)
 
     # ------------------------------------------------------------------ per pod
-    def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> PodContext:
-        facts = PodSchedulingFacts.from_pod(pod)
-        scheduled = ScheduledPod.from_pod(
-            pod, pod_uid(pod), requests=facts.requests, ports=facts.host_ports
-        )
-        self._decided = (pod, scheduled)
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        policies = policies_for_pod(annotations, self.defaults)
-        volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
-        legacy = self._bridge_memo.resources(pod, max_gpu_memory_bytes=self._max_gpu_memory or None)
+    def _context(
+        self,
+        pod: Mapping[str, Any],
+        claims: Sequence[ResourceClaim],
+        signature: str | None = None,
+    ) -> PodContext:
+        """The pod's context for one decision (see :meth:`decide` for ``signature``). Raises
+        what the pod's parsing and checks raise, naming the pod."""
+        shape = self._shapes.get(signature) if signature is not None else None
+        if (
+            shape is not None
+            and shape.bridge is self._bridge_memo
+            and shape.max_gpu_memory == self._max_gpu_memory
+            and shape.defaults is self.defaults
+        ):
+            meta = pod.get("metadata") or {}
+            # As PodSchedulingFacts.from_pod, ScheduledPod.from_pod and pod_name name a pod.
+            facts = shape.facts.named(
+                f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+            )
+            scheduled = shape.scheduled.named(
+                pod_uid(pod),
+                str(meta.get("name") or ""),
+                terminating=bool(meta.get("deletionTimestamp")),
+            )
+            self._decided = (pod, scheduled)
+            policies = shape.policies
+            volumes = None  # a shape is kept only for a pod without volumes the rules read
+            legacy = shape.legacy.named(facts.name)
+        else:
+            facts = PodSchedulingFacts.from_pod(pod)
+            scheduled = ScheduledPod.from_pod(
+                pod, pod_uid(pod), requests=facts.requests, ports=facts.host_ports
+            )
+            self._decided = (pod, scheduled)
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            policies = policies_for_pod(annotations, self.defaults)
+            volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
+            legacy = self._bridge_memo.resources(
+                pod, max_gpu_memory_bytes=self._max_gpu_memory or None
+            )
+            if (
+                signature is not None
+                and len(signature) <= _SHAPE_SIGNATURE
+                and volumes is None
+                and PodVolumes.from_pod(pod).empty
+            ):
+                if len(self._shapes) >= _SHAPES:
+                    self._shapes.clear()
+                self._shapes[signature] = _PodShape(
+                    facts,
+                    scheduled,
+                    policies,
+                    legacy,
+                    self._bridge_memo,
+                    self._max_gpu_memory,
+                    self.defaults,
+                )
         check_pod_input(claims, legacy, self.snapshot.classes, self._cluster_facts())
         check_deprecated(legacy, facts.requests, self._advertised)
         for claim in claims:
@@ -765,11 +845,13 @@ class DecisionEngine:
             self._facts = (key, facts)
         return self._facts[1]
 
-    def _decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> Decision:
+    def _decide(
+        self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim], signature: str | None
+    ) -> Decision:
         meta = pod.get("metadata") or {}
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
         try:
-            ctx = self._context(pod, claims)
+            ctx = self._context(pod, claims, signature)
         except PreFilterRejectedError as exc:
             # kube-scheduler's FitError after a PreFilter rejection: no per-node reasons.
             message = f"0/{len(self._nodes)} nodes are available: {exc}."
@@ -1414,6 +1496,10 @@ class DecisionEngine:
 
 _BOUNDS_MEMO: Final = 4096  # per-shape bounds kept for pods alike
 _SPECS_PASSED: Final = 1024  # claim specs kept as checked (a few per claim template)
+_SHAPES: Final = 256  # pod shapes kept by signature (one per Deployment revision alive)
+# The longest signature a shape is kept for: the memo holds at most 16 MiB of keys, however
+# large the pods an API server lets through.
+_SHAPE_SIGNATURE: Final = 64 * 1024
 
 
 def _bounds_key(demand: Demand, kinds: tuple[tuple[UsableKinds, ...], ...]) -> tuple[object, ...]:

@@ -108,6 +108,22 @@ class ScheduledPod:
             priority=pod_priority(pod, where),
         )
 
+    def named(self, uid: str, name: str, *, terminating: bool) -> ScheduledPod:
+        """The same pod view for another pod whose namespace, labels and spec are the same
+        (a replica), with its own UID, name and deletion state; the parsed parts are shared,
+        as nothing changes them."""
+        return ScheduledPod(
+            uid,
+            self.namespace,
+            name,
+            self.labels,
+            self.requests,
+            self.ports,
+            self.affinity,
+            terminating,
+            self.priority,
+        )
+
 
 Members = Callable[[str], Mapping[str, Set[str]]]
 """A topology key to the nodes of each of its values (the index's label index)."""

@@ -148,7 +148,7 @@ from driver.scheduling.podcontext import (
     PodContext,
     UsableKinds,
 )
-from driver.scheduling.podindex import ScheduledPod
+from driver.scheduling.podindex import ScheduledPod, same_view
 from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
 from driver.scheduling.preemption import NOT_STARTED, DisruptionBudget, may_preempt
 from driver.scheduling.rules import RuleEnvironment, pod_rules
@@ -313,6 +313,9 @@ class DecisionEngine:
         # The pod of the last decision and what the pod index would keep of it (assume reads
         # it instead of parsing the pod again).
         self._decided: tuple[Mapping[str, Any] | None, ScheduledPod] = (None, ScheduledPod(""))
+        # Per pod assumed and not seen since, the pod as assumed and its view: observe_pod
+        # takes the view for the bound pod when nothing the view reads has changed.
+        self._assumed_views: dict[str, tuple[Mapping[str, Any], ScheduledPod]] = {}
         self._volumes = ClusterVolumes()  # what the volume rules read
         self._rebuild_due = False  # classes changed, or a change only a rebuild follows
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
@@ -402,7 +405,8 @@ class DecisionEngine:
     def assume(self, placement: Placement, pod: Mapping[str, Any]) -> None:
         """Count a placement from now on, before its writes: its devices are held and the
         pod counts on its node (requests, host ports, labels for the rules between pods),
-        until the cluster shows them (then nothing moves) or :meth:`forget` drops them."""
+        until the cluster shows them (then nothing moves) or :meth:`forget` drops them.
+        ``pod`` is not changed afterwards (the pod the cluster shows is compared with it)."""
         uid = pod_uid(pod)
         self._set_nomination(uid, None)  # placed: it holds what it was given instead
         decided, scheduled = self._decided
@@ -417,11 +421,15 @@ class DecisionEngine:
                 scheduled,
             )
         )
+        if len(self._assumed_views) >= _ASSUMED_VIEWS:
+            self._assumed_views.clear()
+        self._assumed_views[uid] = (pod, scheduled)
         self._volumes.assume(uid, placement.node, PodVolumes.from_pod(pod), placement.volumes)
 
     def forget(self, pod: str) -> None:
         """The placement assumed for the pod with UID ``pod`` will not be written (or was
         rolled back): drop what the cluster has not shown yet."""
+        self._assumed_views.pop(pod, None)
         self._apply(self._tracker.forget(pod))
         self._volumes.forget(pod)
 
@@ -468,9 +476,13 @@ class DecisionEngine:
         from which its requests, labels, host ports and affinity terms are read (ManifestError
         when it does not parse; nothing changes then); without it, only ``requests`` count."""
         scheduled: ScheduledPod | None = None
+        assumed = self._assumed_views.pop(pod, None)
         if node is not None:
             if raw is not None:
-                scheduled = ScheduledPod.from_pod(raw, pod)
+                if assumed is not None and same_view(assumed[0], raw):
+                    scheduled = assumed[1]  # our placement, bound: what it was assumed as
+                else:
+                    scheduled = ScheduledPod.from_pod(raw, pod)
                 if requests is not None:
                     scheduled = replace(scheduled, requests=dict(requests))
                 self._started[pod] = _start_time(raw)
@@ -1496,6 +1508,7 @@ class DecisionEngine:
 
 _BOUNDS_MEMO: Final = 4096  # per-shape bounds kept for pods alike
 _SPECS_PASSED: Final = 1024  # claim specs kept as checked (a few per claim template)
+_ASSUMED_VIEWS: Final = 4096  # placements in flight whose views are kept for their echo
 _SHAPES: Final = 256  # pod shapes kept by signature (one per Deployment revision alive)
 # The longest signature a shape is kept for: the memo holds at most 16 MiB of keys, however
 # large the pods an API server lets through.

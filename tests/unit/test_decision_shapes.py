@@ -1,11 +1,13 @@
-"""A pod's parsing taken from an equal pod's (``DecisionEngine.decide(signature=...)``).
+"""A pod's parsing taken from an equal pod's (``DecisionEngine.decide(signature=...)``), and a
+bound pod's view taken from its assumption (``observe_pod``).
 
 Replicas of one Deployment differ only in their names, UIDs and generated claims: the engine
 keeps what it parsed of the first (scheduling facts, pod view, policies, legacy resources) by
 the controller's pod signature (:func:`controller.equivalence.pod_signature`) and names it for
 the next. These tests pin that a kept shape gives exactly what parsing gives: contexts field
 by field, refusals in each pod's own words, engine changes that must not be crossed, and the
-answers of the mixed benchmark's replica stream decided both ways.
+answers of the mixed benchmark's replica stream decided both ways. The pod this engine placed
+comes back bound: it counts as what it was assumed as unless something the view reads changed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from driver.api.model import ResourceSlice
 from driver.api.nodes import Node
 from driver.scheduling.decision import DecisionEngine
 from driver.scheduling.outcome import Decision, Placement, PodError
+from driver.scheduling.podindex import ScheduledPod
 from driver.structured.snapshot import ClusterSnapshot
 from tests.unit.test_decision import engine, gpu_node, legacy_pod
 
@@ -182,3 +185,37 @@ def test_the_mixed_replica_stream_is_decided_alike_with_and_without_signatures()
     assert sum(isinstance(d, Placement) for d in plain) > len(plain) / 2
     assert signed == plain
     assert answers_digest(signed) == answers_digest(plain)
+
+
+@pytest.mark.parametrize("relabelled", [False, True])
+def test_a_bound_pod_counts_as_assumed_unless_its_view_changed(relabelled: bool) -> None:
+    eng = engine([gpu_node("a", 2)])
+    pod = replica("web-x")
+    decision = eng.decide(pod)
+    assert isinstance(decision, Placement)
+    eng.assume(decision, pod)
+    assumed = eng._tracker._pods["uid-web-x"].pod
+    bound = copy.deepcopy(pod)
+    bound["spec"]["nodeName"] = decision.node
+    if relabelled:
+        bound["metadata"]["labels"] = {"app": "api"}
+    eng.observe_pod("uid-web-x", decision.node, raw=bound)
+    entry = eng._tracker._pods["uid-web-x"]
+    assert entry.pod == ScheduledPod.from_pod(bound, "uid-web-x")
+    assert (entry.pod is assumed) is not relabelled
+    assert not entry.assumed
+    assert not eng._assumed_views
+
+
+def test_a_forgotten_or_gone_placement_keeps_no_view() -> None:
+    eng = engine([gpu_node("a", 2)])
+    for name, end in (("web-x", "forget"), ("web-y", "gone")):
+        pod = replica(name)
+        decision = eng.decide(pod)
+        assert isinstance(decision, Placement)
+        eng.assume(decision, pod)
+        if end == "forget":
+            eng.forget(f"uid-{name}")
+        else:
+            eng.observe_pod(f"uid-{name}", None)
+    assert not eng._assumed_views

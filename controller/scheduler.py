@@ -732,7 +732,7 @@ class Scheduler:
         deadline = time.monotonic() + timeout if timeout > 0 else None
         try:
             with cost.limits(deadline=deadline):
-                decision = engine.decide(pod, claims)
+                decision = engine.decide(pod, claims, signature=signature)
         except DeadlineExceededError as exc:
             self.metrics.decision_seconds.observe(time.perf_counter() - started)
             self._report_timeout(key, ref, pod, timeout, str(exc))

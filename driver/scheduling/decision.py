@@ -97,6 +97,7 @@ from driver.scheduling.bounds import (
 from driver.scheduling.bridge import (
     BridgeMemo,
     ExtendedResourceMap,
+    PodLegacyResources,
     dra_resources_on_node,
     filter_exempt,
 )
@@ -147,8 +148,8 @@ from driver.scheduling.podcontext import (
     PodContext,
     UsableKinds,
 )
-from driver.scheduling.podindex import ScheduledPod
-from driver.scheduling.policy import PolicyDefaults, policies_for_pod
+from driver.scheduling.podindex import ScheduledPod, same_view
+from driver.scheduling.policy import PodPolicies, PolicyDefaults, policies_for_pod
 from driver.scheduling.preemption import NOT_STARTED, DisruptionBudget, may_preempt
 from driver.scheduling.rules import RuleEnvironment, pod_rules
 from driver.scheduling.scoring import (
@@ -211,6 +212,23 @@ def _replace(store: dict[str, _T], name: str, value: _T | None) -> bool:
     else:
         store[name] = value
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class _PodShape:
+    """What :meth:`DecisionEngine._context` parsed of a pod that did not depend on its name,
+    UID or deletion state (each part is re-named for an equal pod), with the engine state the
+    parts were built against: the DeviceClasses' resource map (``bridge``, one per rebuild),
+    the largest GPU memory and the policy defaults. A pod with volumes the rules read has no
+    shape (their PreFilter reads the cluster's volumes)."""
+
+    facts: PodSchedulingFacts
+    scheduled: ScheduledPod
+    policies: PodPolicies
+    legacy: PodLegacyResources
+    bridge: BridgeMemo
+    max_gpu_memory: int
+    defaults: PolicyDefaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +313,9 @@ class DecisionEngine:
         # The pod of the last decision and what the pod index would keep of it (assume reads
         # it instead of parsing the pod again).
         self._decided: tuple[Mapping[str, Any] | None, ScheduledPod] = (None, ScheduledPod(""))
+        # Per pod assumed and not seen since, the pod as assumed and its view: observe_pod
+        # takes the view for the bound pod when nothing the view reads has changed.
+        self._assumed_views: dict[str, tuple[Mapping[str, Any], ScheduledPod]] = {}
         self._volumes = ClusterVolumes()  # what the volume rules read
         self._rebuild_due = False  # classes changed, or a change only a rebuild follows
         self._base_changed = False  # slices or classes: the snapshot itself is rebuilt too
@@ -311,6 +332,9 @@ class DecisionEngine:
         # Per-shape bounds of earlier pods alike (same requests and usable kinds), by view
         # shape: pods of one Deployment share them (kept until the index is rebuilt).
         self._bounds_memo: dict[tuple[object, ...], tuple[ViewShape, ShapeBounds]] = {}
+        # Per pod signature (decide's argument), what _context parsed of an earlier pod alike:
+        # the replicas of a Deployment are parsed once.
+        self._shapes: dict[str, _PodShape] = {}
         self._starts = WalkStarts()  # the node search's starting heaps (they read the index)
         self._derive()
 
@@ -335,16 +359,27 @@ class DecisionEngine:
         )
 
     # ------------------------------------------------------------------ deciding
-    def decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim] = ()) -> Decision:
+    def decide(
+        self,
+        pod: Mapping[str, Any],
+        claims: Sequence[ResourceClaim] = (),
+        *,
+        signature: str | None = None,
+    ) -> Decision:
         """Decide one pod. ``claims`` are the pod's ResourceClaims (``spec.resourceClaims``
-        order), already created from templates by the caller. Inside a
+        order), already created from templates by the caller. ``signature``, when given, must
+        be equal for two pods only when everything the engine reads of them but their name,
+        UID, deletion time, owners and claims' names is equal: namespace, labels, annotations,
+        spec and status (what :func:`controller.equivalence.pod_signature` gives). The second
+        pod's parsing is then taken from the first's and named for it; the answer is the same
+        as without. Inside a
         ``driver.cel.cost.limits(deadline=...)`` block, a deadline that passes while selectors
         are evaluated raises :class:`~driver.api.errors.DeadlineExceededError` (no decision;
         what the engine counts is unchanged)."""
         started = time.perf_counter()
         try:
             self.sync()
-            decision = self._decide(pod, claims)
+            decision = self._decide(pod, claims, signature)
         finally:
             elapsed = time.perf_counter() - started
             self.stats.decisions += 1
@@ -370,7 +405,8 @@ class DecisionEngine:
     def assume(self, placement: Placement, pod: Mapping[str, Any]) -> None:
         """Count a placement from now on, before its writes: its devices are held and the
         pod counts on its node (requests, host ports, labels for the rules between pods),
-        until the cluster shows them (then nothing moves) or :meth:`forget` drops them."""
+        until the cluster shows them (then nothing moves) or :meth:`forget` drops them.
+        ``pod`` is not changed afterwards (the pod the cluster shows is compared with it)."""
         uid = pod_uid(pod)
         self._set_nomination(uid, None)  # placed: it holds what it was given instead
         decided, scheduled = self._decided
@@ -385,11 +421,15 @@ class DecisionEngine:
                 scheduled,
             )
         )
+        if len(self._assumed_views) >= _ASSUMED_VIEWS:
+            self._assumed_views.clear()
+        self._assumed_views[uid] = (pod, scheduled)
         self._volumes.assume(uid, placement.node, PodVolumes.from_pod(pod), placement.volumes)
 
     def forget(self, pod: str) -> None:
         """The placement assumed for the pod with UID ``pod`` will not be written (or was
         rolled back): drop what the cluster has not shown yet."""
+        self._assumed_views.pop(pod, None)
         self._apply(self._tracker.forget(pod))
         self._volumes.forget(pod)
 
@@ -436,9 +476,13 @@ class DecisionEngine:
         from which its requests, labels, host ports and affinity terms are read (ManifestError
         when it does not parse; nothing changes then); without it, only ``requests`` count."""
         scheduled: ScheduledPod | None = None
+        assumed = self._assumed_views.pop(pod, None)
         if node is not None:
             if raw is not None:
-                scheduled = ScheduledPod.from_pod(raw, pod)
+                if assumed is not None and same_view(assumed[0], raw):
+                    scheduled = assumed[1]  # our placement, bound: what it was assumed as
+                else:
+                    scheduled = ScheduledPod.from_pod(raw, pod)
                 if requests is not None:
                     scheduled = replace(scheduled, requests=dict(requests))
                 self._started[pod] = _start_time(raw)
@@ -685,16 +729,64 @@ class DecisionEngine:
                 self._index.view(self._kinds_for(name, ()).kinds)
 
     # ------------------------------------------------------------------ per pod
-    def _context(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> PodContext:
-        facts = PodSchedulingFacts.from_pod(pod)
-        scheduled = ScheduledPod.from_pod(
-            pod, pod_uid(pod), requests=facts.requests, ports=facts.host_ports
-        )
-        self._decided = (pod, scheduled)
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        policies = policies_for_pod(annotations, self.defaults)
-        volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
-        legacy = self._bridge_memo.resources(pod, max_gpu_memory_bytes=self._max_gpu_memory or None)
+    def _context(
+        self,
+        pod: Mapping[str, Any],
+        claims: Sequence[ResourceClaim],
+        signature: str | None = None,
+    ) -> PodContext:
+        """The pod's context for one decision (see :meth:`decide` for ``signature``). Raises
+        what the pod's parsing and checks raise, naming the pod."""
+        shape = self._shapes.get(signature) if signature is not None else None
+        if (
+            shape is not None
+            and shape.bridge is self._bridge_memo
+            and shape.max_gpu_memory == self._max_gpu_memory
+            and shape.defaults is self.defaults
+        ):
+            meta = pod.get("metadata") or {}
+            # As PodSchedulingFacts.from_pod, ScheduledPod.from_pod and pod_name name a pod.
+            facts = shape.facts.named(
+                f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+            )
+            scheduled = shape.scheduled.named(
+                pod_uid(pod),
+                str(meta.get("name") or ""),
+                terminating=bool(meta.get("deletionTimestamp")),
+            )
+            self._decided = (pod, scheduled)
+            policies = shape.policies
+            volumes = None  # a shape is kept only for a pod without volumes the rules read
+            legacy = shape.legacy.named(facts.name)
+        else:
+            facts = PodSchedulingFacts.from_pod(pod)
+            scheduled = ScheduledPod.from_pod(
+                pod, pod_uid(pod), requests=facts.requests, ports=facts.host_ports
+            )
+            self._decided = (pod, scheduled)
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            policies = policies_for_pod(annotations, self.defaults)
+            volumes = self._volumes.pod_context(pod)  # may rule out every node (PreFilter)
+            legacy = self._bridge_memo.resources(
+                pod, max_gpu_memory_bytes=self._max_gpu_memory or None
+            )
+            if (
+                signature is not None
+                and len(signature) <= _SHAPE_SIGNATURE
+                and volumes is None
+                and PodVolumes.from_pod(pod).empty
+            ):
+                if len(self._shapes) >= _SHAPES:
+                    self._shapes.clear()
+                self._shapes[signature] = _PodShape(
+                    facts,
+                    scheduled,
+                    policies,
+                    legacy,
+                    self._bridge_memo,
+                    self._max_gpu_memory,
+                    self.defaults,
+                )
         check_pod_input(claims, legacy, self.snapshot.classes, self._cluster_facts())
         check_deprecated(legacy, facts.requests, self._advertised)
         for claim in claims:
@@ -765,11 +857,13 @@ class DecisionEngine:
             self._facts = (key, facts)
         return self._facts[1]
 
-    def _decide(self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim]) -> Decision:
+    def _decide(
+        self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim], signature: str | None
+    ) -> Decision:
         meta = pod.get("metadata") or {}
         name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
         try:
-            ctx = self._context(pod, claims)
+            ctx = self._context(pod, claims, signature)
         except PreFilterRejectedError as exc:
             # kube-scheduler's FitError after a PreFilter rejection: no per-node reasons.
             message = f"0/{len(self._nodes)} nodes are available: {exc}."
@@ -1414,6 +1508,11 @@ class DecisionEngine:
 
 _BOUNDS_MEMO: Final = 4096  # per-shape bounds kept for pods alike
 _SPECS_PASSED: Final = 1024  # claim specs kept as checked (a few per claim template)
+_ASSUMED_VIEWS: Final = 4096  # placements in flight whose views are kept for their echo
+_SHAPES: Final = 256  # pod shapes kept by signature (one per Deployment revision alive)
+# The longest signature a shape is kept for: the memo holds at most 16 MiB of keys, however
+# large the pods an API server lets through.
+_SHAPE_SIGNATURE: Final = 64 * 1024
 
 
 def _bounds_key(demand: Demand, kinds: tuple[tuple[UsableKinds, ...], ...]) -> tuple[object, ...]:

@@ -126,6 +126,18 @@ class PodSchedulingFacts:
             host_ports=host_ports(pod, where),
         )
 
+    def named(self, name: str) -> PodSchedulingFacts:
+        """The same facts for another pod whose spec is the same (a replica), named ``name``;
+        the parsed parts are shared, as nothing changes them."""
+        return PodSchedulingFacts(
+            name,
+            self.node_selector,
+            self.required_affinity,
+            self.tolerations,
+            self.requests,
+            self.host_ports,
+        )
+
     def tolerates(self, taint: NodeTaint) -> bool:
         return any(t.tolerates(taint.key, taint.value, taint.effect) for t in self.tolerations)
 

@@ -108,6 +108,44 @@ class ScheduledPod:
             priority=pod_priority(pod, where),
         )
 
+    def named(self, uid: str, name: str, *, terminating: bool) -> ScheduledPod:
+        """The same pod view for another pod whose namespace, labels and spec are the same
+        (a replica), with its own UID, name and deletion state; the parsed parts are shared,
+        as nothing changes them."""
+        return ScheduledPod(
+            uid,
+            self.namespace,
+            name,
+            self.labels,
+            self.requests,
+            self.ports,
+            self.affinity,
+            terminating,
+            self.priority,
+        )
+
+
+def same_view(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether :meth:`ScheduledPod.from_pod` reads the same of ``new`` as of ``old`` (with the
+    same UID): the namespace, name, labels, deletion state and spec but ``spec.nodeName``
+    (what binding a pod changes) are equal. False for anything that is not JSON objects."""
+    old_meta, new_meta = old.get("metadata"), new.get("metadata")
+    old_spec, new_spec = old.get("spec"), new.get("spec")
+    if not (
+        type(old_meta) is dict
+        and type(new_meta) is dict
+        and type(old_spec) is dict
+        and type(new_spec) is dict
+    ):
+        return False
+    return (
+        old_meta.get("namespace") == new_meta.get("namespace")
+        and old_meta.get("name") == new_meta.get("name")
+        and old_meta.get("labels") == new_meta.get("labels")
+        and bool(old_meta.get("deletionTimestamp")) == bool(new_meta.get("deletionTimestamp"))
+        and {**old_spec, "nodeName": None} == {**new_spec, "nodeName": None}
+    )
+
 
 Members = Callable[[str], Mapping[str, Set[str]]]
 """A topology key to the nodes of each of its values (the index's label index)."""

@@ -222,11 +222,11 @@ def test_a_bug_on_one_pod_does_not_stop_the_others(
     original = DecisionEngine.decide
     calls: list[str] = []
 
-    def decide(self: DecisionEngine, pod: dict, claims: object = ()) -> object:
+    def decide(self: DecisionEngine, pod: dict, claims: object = (), **kw: object) -> object:
         calls.append(pod["metadata"]["name"])
         if pod["metadata"]["name"] == "boom":
             raise RuntimeError("a bug in the decision core")
-        return original(self, pod, claims)  # type: ignore[arg-type]
+        return original(self, pod, claims, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(DecisionEngine, "decide", decide)
     cluster.create(pod("boom", legacy_gpus=1))

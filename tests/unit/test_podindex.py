@@ -5,11 +5,21 @@ select namespaces by label."""
 
 from __future__ import annotations
 
+import copy
 import random
+from typing import Any
+
+import pytest
 
 from driver.api.labels import LabelSelector
 from driver.scheduling.podaffinity import PodMatcher
-from driver.scheduling.podindex import MAX_COUNTERS, MatchKey, PodIndex, ScheduledPod
+from driver.scheduling.podindex import (
+    MAX_COUNTERS,
+    MatchKey,
+    PodIndex,
+    ScheduledPod,
+    same_view,
+)
 from tests.unit.pods import HOSTNAME, ZONE, pod
 
 NODES = {f"n{i}": {HOSTNAME: f"n{i}", ZONE: "ab"[i % 2]} for i in range(4)}
@@ -174,3 +184,57 @@ def test_node_sets_over_a_threshold_follow_adds_removes_and_relabels() -> None:
             assert counter.over(topology_key, more) == _over(domains, nodes, topology_key, more)
         for carrier in carriers:
             assert carrier.over() == _over(carrier.domains, nodes, HOSTNAME, 0)
+
+
+def _bound(raw: dict[str, Any]) -> dict[str, Any]:
+    bound = copy.deepcopy(raw)
+    bound["spec"]["nodeName"] = "n1"
+    bound["status"] = {"conditions": [{"type": "PodScheduled", "status": "True"}]}
+    return bound
+
+
+def _relabel(raw: dict[str, Any]) -> None:
+    raw["metadata"]["labels"]["app"] = "b"
+
+
+def _rename(raw: dict[str, Any]) -> None:
+    raw["metadata"]["name"] = "other"
+
+
+def _terminate(raw: dict[str, Any]) -> None:
+    raw["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+
+
+def _resize(raw: dict[str, Any]) -> None:
+    raw["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "2"}}
+
+
+def _priority(raw: dict[str, Any]) -> None:
+    raw["spec"]["priority"] = 7
+
+
+def _no_spec(raw: dict[str, Any]) -> None:
+    raw["spec"] = []
+
+
+@pytest.mark.parametrize(
+    ("change", "same"),
+    [
+        (None, True),
+        (_relabel, False),
+        (_rename, False),
+        (_terminate, False),
+        (_resize, False),
+        (_priority, False),
+        (_no_spec, False),
+    ],
+)
+def test_same_view_is_true_only_where_from_pod_reads_the_same(change: Any, same: bool) -> None:
+    raw = pod("p").labels(app="a").anti(HOSTNAME, app="a").json()
+    raw["spec"].setdefault("containers", [{"name": "c"}])
+    bound = _bound(raw)
+    if change is not None:
+        change(bound)
+    assert same_view(raw, bound) is same
+    if same:
+        assert ScheduledPod.from_pod(raw, "u") == ScheduledPod.from_pod(bound, "u")

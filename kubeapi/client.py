@@ -292,11 +292,22 @@ class Client:
 
     async def _start(self, method: str = "GET", path: str = "") -> None:
         """Every request and watch: wait for a token, pass the write fence, count it."""
-        bucket = self._event_bucket if _is_event_path(path) else self._bucket
+        bucket = self._waits_at(path)
         if bucket is not None:
-            background = _BACKGROUND.get()
-            if not bucket.take_now(background=background):
-                await bucket.acquire(background=background)
+            await bucket.acquire(background=_BACKGROUND.get())
+        self._admit(method, path)
+
+    def _waits_at(self, path: str) -> TokenBucket | None:
+        """The token bucket a request for ``path`` must wait at; None when it took a token at
+        once (most do) or there is no bucket. Not a coroutine: :meth:`request` awaits only
+        when it must (a coroutine per request cost ~0.3 us)."""
+        bucket = self._event_bucket if _is_event_path(path) else self._bucket
+        if bucket is None or bucket.take_now(background=_BACKGROUND.get()):
+            return None
+        return bucket
+
+    def _admit(self, method: str, path: str) -> None:
+        """After the token: pass the write fence, count the request."""
         if self._write_fence is not None and method not in _READ_METHODS:
             self._write_fence(method, path)
         self.requests += 1
@@ -337,7 +348,10 @@ class Client:
         ``ValueError`` for text that is not JSON, as :func:`kubeapi.codec.loads` does)."""
         if self._pool is None:
             raise RuntimeError(f"{type(self).__name__} used outside 'async with'")
-        await self._start(method, path)
+        bucket = self._waits_at(path)  # as _start, without its coroutine
+        if bucket is not None:
+            await bucket.acquire(background=_BACKGROUND.get())
+        self._admit(method, path)
         data = None if body is None else codec.dumps(body)
         headers = self._auth()
         if data is not None:

@@ -275,9 +275,16 @@ class _Slots:
         self._free = limit
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    async def acquire(self) -> None:
-        if self._free > 0:  # (free slots only while nobody waits: release hands them over)
+    def take_now(self) -> bool:
+        """Take a free slot at once if there is one (free slots only while nobody waits:
+        :meth:`release` hands them over). Not a coroutine: most requests find one."""
+        if self._free > 0:
             self._free -= 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        if self.take_now():
             return
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
@@ -345,7 +352,8 @@ class Pool:
             data = head.encode("latin-1") + body
         else:
             data = (head + "\r\n").encode("latin-1")
-        await self._slots.acquire()
+        if not self._slots.take_now():
+            await self._slots.acquire()
         try:
             while True:
                 conn = self._idle_connection()

@@ -313,6 +313,22 @@ def test_connection_slots_are_first_come_first_served_and_a_cancelled_waiter_pas
     assert asyncio.run(scenario()) == ["a", "d"]
 
 
+def test_a_slot_is_taken_at_once_only_while_one_is_free_and_nobody_waits() -> None:
+    async def scenario() -> None:
+        slots = _Slots(1)
+        assert slots.take_now()
+        assert not slots.take_now()
+        waiter = asyncio.create_task(slots.acquire())
+        await asyncio.sleep(0)
+        slots.release()  # handed to the waiter, not freed
+        assert not slots.take_now()
+        await waiter
+        slots.release()
+        assert slots.take_now()
+
+    asyncio.run(scenario())
+
+
 # ------------------------------------------------------------------ an answer in one read
 
 #: Answers as they may arrive in one read: the plain ones the shortcut takes, and every kind

@@ -301,16 +301,16 @@ async def run(settings: Settings, *, install_signals: bool = True) -> int:
             burst=settings.burst,
             request_timeout_s=settings.request_timeout_s,
             user_agent=user_agent,
-            on_request=metrics.api_requests.inc,
             write_fence=fence.check if fence is not None else None,
         ) as api,
         KubeApi(
             endpoint,
             request_timeout_s=settings.request_timeout_s,
             user_agent=f"{user_agent} leader-election",
-            on_request=metrics.api_requests.inc,
         ) as lease_api,
     ):
+        metrics.api_requests.follow(lambda: api.requests)
+        metrics.api_requests.follow(lambda: lease_api.requests)
         controller = Controller(
             settings,
             api,

@@ -232,21 +232,27 @@ _GO_ESCAPES: Final = str.maketrans(
 )
 
 
-#: The same, as UTF-8 bytes, for what msgspec wrote.
+#: The same, as UTF-8 bytes, for what msgspec wrote: ``(probe, char, escaped)``, where the
+#: probe finds ``char`` in the text by ``probe in text``: a single byte's probe is its value,
+#: which ``bytes.__contains__`` looks for at once (given ``bytes``, it first tries to read
+#: them as an integer and clears that error: 0.15 of 0.18 us a search).
 _GO_ESCAPED_BYTES: Final = tuple(
-    (char.encode(), escaped.encode())
+    (char[0] if len(char) == 1 else char, char, escaped)
     for char, escaped in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
+        (char.encode(), escaped.encode())
+        for char, escaped in (
+            ("<", "\\u003c"),
+            (">", "\\u003e"),
+            ("&", "\\u0026"),
+            ("\u2028", "\\u2028"),
+            ("\u2029", "\\u2029"),
+        )
     )
 )
 
 
 #: Those of them that are ASCII.
-_ASCII_ESCAPED_BYTES: Final = tuple(pair for pair in _GO_ESCAPED_BYTES if pair[0].isascii())
+_ASCII_ESCAPED_BYTES: Final = tuple(entry for entry in _GO_ESCAPED_BYTES if entry[1].isascii())
 
 
 def dumps(value: Any) -> bytes:
@@ -262,8 +268,8 @@ def dumps(value: Any) -> bytes:
         # searching each encoded body for their three-byte sequences cost more than the
         # encoding itself); ``<``, ``>`` and ``&`` each by one byte search.
         escapes = _GO_ESCAPED_BYTES if not data.isascii() else _ASCII_ESCAPED_BYTES
-        for char, escaped in escapes:
-            if char in data:
+        for probe, char, escaped in escapes:
+            if probe in data:
                 data = data.replace(char, escaped)
         return data
     try:

@@ -318,6 +318,17 @@ def test_requests_inside_background_are_marked_for_the_bucket() -> None:
         assert _BACKGROUND.get() is True
     assert _BACKGROUND.get() is False
 
+    def nested_then_fail() -> None:
+        with background():
+            with background():
+                assert _BACKGROUND.get() is True
+            assert _BACKGROUND.get() is True
+            raise KeyError
+
+    with pytest.raises(KeyError):
+        nested_then_fail()
+    assert _BACKGROUND.get() is False
+
 
 def test_events_take_their_tokens_from_a_bucket_of_their_own() -> None:
     """kube-scheduler records Events through a clientset of its own, and client-go's token

@@ -74,6 +74,15 @@ def test_encoding_is_what_go_writes_for_a_map() -> None:
     assert codec.dumps(value) == expected.encode()
 
 
+@given(st.text(alphabet=st.sampled_from('<>&\u2028\u2029aé\n"'), max_size=12))
+def test_escapes_are_written_as_the_standard_path_writes_them(text: str) -> None:
+    """The escapes msgspec's text gets (by byte probes, ASCII text or not) are those of the
+    ``json`` path, which translates the whole text."""
+    value = {"k": text, text: [text, "plain"]}
+    standard = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    assert codec.dumps(value) == standard.translate(codec._GO_ESCAPES).encode()
+
+
 @pytest.mark.parametrize("levels", [999, 1_000, 10_000])
 def test_any_nesting_the_api_server_accepts_decodes(levels: int) -> None:
     text = '{"a":' * levels + "[1, 2.5e3, true, null]" + "}" * levels

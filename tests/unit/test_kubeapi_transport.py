@@ -17,8 +17,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from kubeapi.transport import Pool, TransportError, _Slots
+from kubeapi.transport import Pool, TransportError, _Connection, _Slots
 from tests.cluster.controlplane import make_pki
 
 #: (request head and body as received) -> the raw answer and whether to close afterwards
@@ -309,3 +311,136 @@ def test_connection_slots_are_first_come_first_served_and_a_cancelled_waiter_pas
         return order
 
     assert asyncio.run(scenario()) == ["a", "d"]
+
+
+def test_a_slot_is_taken_at_once_only_while_one_is_free_and_nobody_waits() -> None:
+    async def scenario() -> None:
+        slots = _Slots(1)
+        assert slots.take_now()
+        assert not slots.take_now()
+        waiter = asyncio.create_task(slots.acquire())
+        await asyncio.sleep(0)
+        slots.release()  # handed to the waiter, not freed
+        assert not slots.take_now()
+        await waiter
+        slots.release()
+        assert slots.take_now()
+
+    asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------ an answer in one read
+
+#: Answers as they may arrive in one read: the plain ones the shortcut takes, and every kind
+#: it hands to the general parse (framing of every sort, heads it refuses, hostile bytes).
+_ONE_READ_ANSWERS = [
+    (
+        b"HTTP/1.1 201 Created\r\nServer: x\r\nDate: d\r\nContent-Type: application/json\r\n"
+        b"Cache-Control: no-cache, private\r\nContent-Length: 2\r\n\r\n{}"
+    ),
+    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-length :  3 \r\nConnection: close\r\n\r\nabc",
+    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok",
+    b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabc",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nabc",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n2\r\nok\r\n0\r\n",
+    b"HTTP/1.1 200 OK\r\n\r\nup to the close",
+    b"HTTP/1.1 204 No Content\r\nContent-Length: 2\r\n\r\n",
+    b"HTTP/1.1 304 Not Modified\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nDate\r\n\r\n",
+    b"HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n",
+    b"SMTP ready\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 2",
+    b"\r\n\r\n",
+]
+
+
+def _one_read(wire: bytes, *, head_only: bool, shortcut: bool) -> tuple[object, ...]:
+    """What a connection makes of ``wire`` arriving in one read (then the server's close),
+    with or without the whole-answer shortcut."""
+
+    class _Wire(asyncio.Transport):
+        def write(self, data: bytes | bytearray | memoryview) -> None:
+            pass
+
+        def abort(self) -> None:
+            pass
+
+    async def main() -> tuple[object, ...]:
+        conn = _Connection()
+        conn.connection_made(_Wire())
+        if not shortcut:
+            conn._whole = lambda _data: False  # type: ignore[method-assign]
+        answer = conn.send(b"GET / HTTP/1.1\r\n\r\n", head_only)
+        conn.data_received(wire)
+        if not answer.done():
+            conn.connection_lost(None)
+        try:
+            status, body = answer.result()
+        except TransportError as exc:
+            return ("error", str(exc), conn.closed)
+        return (status, body, conn.reusable, conn.closed)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("head_only", [False, True])
+@pytest.mark.parametrize("wire", _ONE_READ_ANSWERS)
+def test_an_answer_in_one_read_is_read_as_by_the_general_parse(
+    wire: bytes, head_only: bool
+) -> None:
+    assert _one_read(wire, head_only=head_only, shortcut=True) == _one_read(
+        wire, head_only=head_only, shortcut=False
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    head=st.lists(
+        st.sampled_from(
+            [
+                b"Content-Length: 2",
+                b"Content-Length: 3",
+                b"Content-Length:x",
+                b"Transfer-Encoding: chunked",
+                b"Connection: close",
+                b"Connection: keep-alive",
+                b"Date: Mon, 07 Dec 2026 06:00:00 GMT",
+                b"Server",
+                b" Content-Length : 2",
+            ]
+        ),
+        max_size=4,
+    ),
+    status=st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.0 201", b"HTTP/1.1 204 x", b"HTTP/2 200"]),
+    body=st.binary(max_size=8),
+    head_only=st.booleans(),
+)
+def test_any_answer_in_one_read_is_read_as_by_the_general_parse(
+    head: list[bytes], status: bytes, body: bytes, head_only: bool
+) -> None:
+    wire = b"\r\n".join([status, *head]) + b"\r\n\r\n" + body
+    assert _one_read(wire, head_only=head_only, shortcut=True) == _one_read(
+        wire, head_only=head_only, shortcut=False
+    )
+
+
+def test_a_plain_answer_in_one_read_takes_the_shortcut() -> None:
+    taken: list[bool] = []
+    original = _Connection._whole
+
+    def spy(self: _Connection, data: bytes) -> bool:
+        taken.append(original(self, data))
+        return taken[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_Connection, "_whole", spy)
+        assert _one_read(_ONE_READ_ANSWERS[0], head_only=False, shortcut=True)[:2] == (201, b"{}")
+        assert _one_read(_ONE_READ_ANSWERS[10], head_only=False, shortcut=True)[:2] == (200, b"ok")
+    assert taken == [True, False]

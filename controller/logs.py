@@ -76,11 +76,12 @@ class TextFormatter(logging.Formatter):
             record.message = record.getMessage()
             record.asctime = self.formatTime(record)
             line = f"{record.asctime} {record.levelname} {record.name}: {record.message}"
-        pairs = [f"{k}={v}" for k in CONTEXT_KEYS if (v := getattr(record, k, None)) is not None]
-        if not pairs:
+        context = _context(record)
+        if not context:
             return line
         head, sep, tail = line.partition("\n")
-        return f"{head} {' '.join(pairs)}{sep}{tail}"
+        pairs = " ".join(f"{k}={v}" for k, v in context.items())
+        return f"{head} {pairs}{sep}{tail}"
 
 
 def configure(log_format: LogFormat) -> None:

@@ -954,11 +954,10 @@ class CapacityIndex:
         representatives = {k: c.device for k, c in zip(key, devices, strict=True)}
         memories = [capacity_units(c.device, MEMORY) for c in devices]
         cores = [capacity_units(c.device, CORES) for c in devices]
-        total = NodeAmounts(devices=len(devices), memory=sum(memories), cores=sum(cores))
         shape = NodeShape(
             key=key,
             ident=len(self.by_ident),
-            total=total,
+            total=NodeAmounts(devices=len(devices), memory=sum(memories), cores=sum(cores)),
             kinds=tuple(distinct),
             representatives=tuple(representatives[k] for k in distinct),
             positions=tuple(

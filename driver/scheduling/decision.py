@@ -100,6 +100,7 @@ from driver.scheduling.bridge import (
     PodLegacyResources,
     dra_resources_on_node,
     filter_exempt,
+    pod_name,
 )
 from driver.scheduling.capacity_index import (
     CapacityIndex,
@@ -745,10 +746,7 @@ class DecisionEngine:
             and shape.defaults is self.defaults
         ):
             meta = pod.get("metadata") or {}
-            # As PodSchedulingFacts.from_pod, ScheduledPod.from_pod and pod_name name a pod.
-            facts = shape.facts.named(
-                f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
-            )
+            facts = shape.facts.named(pod_name(pod))  # (as PodSchedulingFacts.from_pod does)
             scheduled = shape.scheduled.named(
                 pod_uid(pod),
                 str(meta.get("name") or ""),
@@ -860,8 +858,7 @@ class DecisionEngine:
     def _decide(
         self, pod: Mapping[str, Any], claims: Sequence[ResourceClaim], signature: str | None
     ) -> Decision:
-        meta = pod.get("metadata") or {}
-        name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+        name = pod_name(pod)
         try:
             ctx = self._context(pod, claims, signature)
         except PreFilterRejectedError as exc:
@@ -1231,8 +1228,7 @@ class DecisionEngine:
         started = time.perf_counter()
         try:
             self.sync()
-            meta = pod.get("metadata") or {}
-            name = f"{meta.get('namespace') or 'default'}/{meta.get('name') or '<unnamed>'}"
+            name = pod_name(pod)
             try:
                 ctx = self._context(pod, claims)
             except PreFilterRejectedError:
